@@ -1,0 +1,27 @@
+"""Training planner: will a configuration fit, how fast will it run, what will
+it cost, and what should change -- before any GPU hour is spent.
+
+Pure Python (no torch); the submitter Lambda imports it for its preflight check.
+
+Public API::
+
+    from planner import PlanInput, estimate, auto_tune
+
+    plan = estimate(PlanInput(model="gpt-8b", num_layers=None, precision="fp8", seq_length=8192,
+                              batch_size=4, activation_checkpointing="off",
+                              instance_type="ml.p6-b200.48xlarge"))
+    plan.fits, plan.memory_gb.total, plan.tokens_per_second, plan.mfu, plan.recommendations
+    plan.to_dict()                   # JSON-able, documented in Plan.to_dict
+    auto_tune(plan_input)            # (fitting PlanInput, [change descriptions]) or None
+
+Modules: :mod:`planner.catalogue` (GPUs, instances), :mod:`planner.flops`
+(FLOPs per token, MFU), :mod:`planner.memory`, :mod:`planner.throughput`,
+:mod:`planner.recommend` (the guide's rules). Errors are
+:class:`PlanInputError` (a ``ValueError`` with ``field``, ``value``, ``expected``).
+"""
+
+from planner.errors import PlanInputError
+from planner.inputs import PlanInput
+from planner.plan import Plan, Recommendation, auto_tune, estimate
+
+__all__ = ["Plan", "PlanInput", "PlanInputError", "Recommendation", "auto_tune", "estimate"]

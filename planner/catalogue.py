@@ -1,0 +1,458 @@
+"""GPU and instance catalogue: the one source of hardware figures.
+
+The trainer (MFU denominator), the submitter (instance and precision checks)
+and the planner (memory verdicts, time at peak, communication) all read these
+tables. Pure Python, no torch.
+
+Every figure carries its source in ``sources``:
+
+* ``DIGEST`` -- ``shared/docs/seed-digest.md``, the English digest of the
+  project's source documents (the Blackwell tuning guide and the AWS
+  building-blocks survey). The digest itself marks some cells *lead*: public
+  spec values its tables cut off; those are flagged ``(digest, lead)``.
+* Vendor pages, named by title. Figures read from NVIDIA's tables as
+  reproduced on third-party pages name that page; figures from vendor pages
+  that could not be re-read here are marked ``unverified``.
+
+Conventions:
+
+* TFLOP/s are **dense** tensor-core figures per GPU (vendors often quote
+  2:4-structured-sparse figures: dense = sparse / 2).
+* ``fp32`` training is measured against the **TF32** dense tensor-core peak
+  (PyTorch routes fp32 matmuls through TF32 when allowed; this is the usual
+  MFU denominator for fp32 on tensor-core GPUs).
+* fp16 peaks equal bf16 peaks on every GPU here.
+* Memory in GB (10^9 bytes) as AWS and NVIDIA print it; bandwidth in TB/s
+  (HBM) and GB/s (NVLink per GPU, bidirectional; EFA per instance,
+  aggregate).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from planner.errors import PlanInputError
+from training.hyperparameters import PRECISIONS
+
+DIGEST = "seed-digest.md (building-blocks survey hardware tables)"
+DIGEST_LEAD = "seed-digest.md, marked *lead* (public spec value, to be checked)"
+NVIDIA_H100 = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column), unverified in this session"
+NVIDIA_H200 = "NVIDIA H200 Tensor Core GPU product page (H200 SXM column), unverified in this session"
+NVIDIA_GB200_TABLE = (
+    "NVIDIA GB200 NVL72 / HGX B200 specification table, 'Individual Blackwell GPU Specifications' rows "
+    "(sparse; dense = / 2), as reproduced at zdszero.github.io/Computer/Artificial_Intelligence/Hardware.html"
+)
+KLOCKWOOD_B300 = (
+    "glennklockwood.com/garden/processors/B300 (HGX B300 dense Matrix column, quoting NVIDIA); third-party, "
+    "other pages quote 14 PF dense FP4"
+)
+AWS_P5 = "AWS 'Amazon EC2 P5 instances' page (instance specs table), unverified in this session"
+AWS_P6 = "AWS 'Amazon EC2 P6 instances' page (instance specs table), unverified in this session"
+
+
+class UnknownInstanceTypeError(PlanInputError, KeyError):
+    """An instance type that is not in :data:`INSTANCES` (a ``ValueError`` and a
+    ``KeyError``; names the allowed types)."""
+
+    def __init__(self, instance_type: str) -> None:
+        super().__init__("instance_type", instance_type, "one of " + ", ".join(INSTANCES))
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class UnsupportedPrecisionError(PlanInputError):
+    """A precision the GPU's tensor cores cannot run (a ``ValueError``; names the
+    GPU and the precisions it supports)."""
+
+    def __init__(self, precision: str, gpu: str, allowed: tuple[str, ...]) -> None:
+        self.gpu = gpu
+        super().__init__(
+            "precision", precision, "one of " + ", ".join(allowed), detail=f"{precision} is not supported on {gpu}"
+        )
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU model.
+
+    Attributes:
+        name: catalogue name, e.g. ``"B200"``.
+        hbm_gb: HBM capacity per GPU, GB (10^9 B).
+        hbm_bandwidth_tb_s: HBM bandwidth per GPU, TB/s.
+        tf32_tflops: dense TF32 tensor-core TFLOP/s (the fp32 training peak).
+        bf16_tflops: dense bf16/fp16 TFLOP/s.
+        fp8_tflops: dense fp8 TFLOP/s (also mxfp8 on Blackwell); ``None`` if unsupported.
+        fp4_tflops: dense fp4 TFLOP/s (nvfp4); ``None`` if unsupported.
+        compute_capability: ``(major, minor)`` as ``torch.cuda.get_device_capability`` reports.
+        device_names: regular expressions matched (case-insensitive) against
+            ``torch.cuda.get_device_name()``.
+        sources: where each figure comes from.
+    """
+
+    name: str
+    hbm_gb: float
+    hbm_bandwidth_tb_s: float
+    tf32_tflops: float
+    bf16_tflops: float
+    fp8_tflops: float | None
+    fp4_tflops: float | None
+    compute_capability: tuple[int, int]
+    device_names: tuple[str, ...]
+    sources: dict[str, str]
+
+    @property
+    def fp16_tflops(self) -> float:
+        """Dense fp16 TFLOP/s (equal to bf16 on these GPUs)."""
+        return self.bf16_tflops
+
+    @property
+    def is_blackwell(self) -> bool:
+        """Compute capability 10.x (B200, B300, GB200)."""
+        return self.compute_capability[0] == 10
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One SageMaker instance type (or UltraServer).
+
+    Attributes:
+        instance_type: SageMaker name, e.g. ``"ml.p6-b200.48xlarge"``.
+        gpu: key of :data:`GPUS`.
+        gpus_per_instance: GPUs in one instance (UltraServer: in the whole server).
+        gpu_memory_gb: total HBM of the instance, GB (as AWS prints it).
+        nvlink_bandwidth_gb_s: NVLink bandwidth per GPU, GB/s, bidirectional
+            (0 for a single-GPU instance: no peer to talk to).
+        nvlink_domain_gpus: GPUs reachable over NVLink without EFA.
+        efa_version: EFA generation (2, 3, 4).
+        efa_bandwidth_gb_s: aggregate EFA network bandwidth of the instance, GB/s.
+        local_nvme_tb: local NVMe instance store, TB raw (``None`` where not known).
+        sources: where each figure comes from.
+    """
+
+    instance_type: str
+    gpu: str
+    gpus_per_instance: int
+    gpu_memory_gb: float
+    nvlink_bandwidth_gb_s: float
+    nvlink_domain_gpus: int
+    efa_version: int
+    efa_bandwidth_gb_s: float
+    local_nvme_tb: float | None
+    sources: dict[str, str]
+
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        return GPUS[self.gpu]
+
+    @property
+    def memory_per_gpu_gb(self) -> float:
+        """HBM per GPU, GB (the GPU's spec)."""
+        return GPUS[self.gpu].hbm_gb
+
+
+GPUS: dict[str, GPUSpec] = {
+    "H100": GPUSpec(
+        name="H100",
+        hbm_gb=80.0,
+        hbm_bandwidth_tb_s=3.35,
+        tf32_tflops=494.7,
+        bf16_tflops=989.5,
+        fp8_tflops=1979.0,
+        fp4_tflops=None,
+        compute_capability=(9, 0),
+        device_names=(r"\bH100\b(?!.*\b(PCIe|NVL)\b)",),
+        sources={
+            "hbm_gb": DIGEST,
+            "hbm_bandwidth_tb_s": DIGEST,
+            "bf16_tflops": DIGEST,
+            "fp8_tflops": DIGEST,
+            "tf32_tflops": NVIDIA_H100 + " (989 sparse / 2)",
+            "compute_capability": "CUDA C Programming Guide, compute capabilities table (sm_90)",
+        },
+    ),
+    "H200": GPUSpec(
+        name="H200",
+        hbm_gb=141.0,
+        hbm_bandwidth_tb_s=4.8,
+        tf32_tflops=494.7,
+        bf16_tflops=989.5,
+        fp8_tflops=1979.0,
+        fp4_tflops=None,
+        compute_capability=(9, 0),
+        device_names=(r"\bH200\b(?!.*\bNVL\b)",),
+        sources={
+            "hbm_gb": DIGEST_LEAD,
+            "hbm_bandwidth_tb_s": DIGEST_LEAD,
+            "bf16_tflops": DIGEST_LEAD + " (same as H100)",
+            "fp8_tflops": DIGEST_LEAD + " (same as H100)",
+            "tf32_tflops": NVIDIA_H200 + " (989 sparse / 2)",
+            "compute_capability": "CUDA C Programming Guide, compute capabilities table (sm_90)",
+        },
+    ),
+    "B200": GPUSpec(
+        name="B200",
+        hbm_gb=180.0,
+        hbm_bandwidth_tb_s=7.7,
+        tf32_tflops=1100.0,
+        bf16_tflops=2250.0,
+        fp8_tflops=4500.0,
+        fp4_tflops=9000.0,
+        compute_capability=(10, 0),
+        device_names=(r"(?<![A-Z])B200\b",),
+        sources={
+            "hbm_gb": DIGEST + " (guide: 'B200 180 GB'; p6-b200 1440 GB / 8); NVIDIA table: 180 GB HBM3E",
+            "hbm_bandwidth_tb_s": NVIDIA_GB200_TABLE + " (HGX B200: 7.7 TB/s; the digest's lead figure ~8)",
+            "bf16_tflops": DIGEST_LEAD + "; " + NVIDIA_GB200_TABLE + " (4.5 PF sparse)",
+            "fp8_tflops": DIGEST_LEAD + "; " + NVIDIA_GB200_TABLE + " (9 PF sparse)",
+            "fp4_tflops": DIGEST_LEAD + "; " + NVIDIA_GB200_TABLE + " (18 PF sparse)",
+            "tf32_tflops": NVIDIA_GB200_TABLE + " (HGX B200 TF32 2.2 PF sparse)",
+            "compute_capability": "CUDA C Programming Guide, compute capabilities table (sm_100)",
+        },
+    ),
+    "B300": GPUSpec(
+        name="B300",
+        hbm_gb=268.0,
+        hbm_bandwidth_tb_s=8.0,
+        tf32_tflops=1125.0,
+        bf16_tflops=2250.0,
+        fp8_tflops=4500.0,
+        fp4_tflops=13125.0,
+        compute_capability=(10, 3),
+        device_names=(r"(?<![A-Z])B300\b",),
+        sources={
+            "hbm_gb": DIGEST + " (guide: 'B300 268 GB'; p6-b300 ~2144 GB / 8; the part is 288 GB nominal)",
+            "hbm_bandwidth_tb_s": KLOCKWOOD_B300 + " (8 TB/s max)",
+            "bf16_tflops": DIGEST_LEAD + " (as B200); " + KLOCKWOOD_B300,
+            "fp8_tflops": DIGEST_LEAD + " (as B200); " + KLOCKWOOD_B300,
+            "fp4_tflops": KLOCKWOOD_B300,
+            "tf32_tflops": KLOCKWOOD_B300,
+            "compute_capability": "CUDA C Programming Guide, compute capabilities table (sm_103)",
+        },
+    ),
+    "GB200": GPUSpec(
+        name="GB200",
+        hbm_gb=186.0,
+        hbm_bandwidth_tb_s=8.0,
+        tf32_tflops=1250.0,
+        bf16_tflops=2500.0,
+        fp8_tflops=5000.0,
+        fp4_tflops=10000.0,
+        compute_capability=(10, 0),
+        device_names=(r"\bGB200\b",),
+        sources={
+            "hbm_gb": NVIDIA_GB200_TABLE + " (186 GB HBM3E); digest: p6e-gb200.36xlarge 740 GB / 4 = 185",
+            "hbm_bandwidth_tb_s": NVIDIA_GB200_TABLE + " (8 TB/s)",
+            "bf16_tflops": NVIDIA_GB200_TABLE + " (5 PF sparse)",
+            "fp8_tflops": NVIDIA_GB200_TABLE + " (10 PF sparse)",
+            "fp4_tflops": NVIDIA_GB200_TABLE + " (20 PF sparse)",
+            "tf32_tflops": NVIDIA_GB200_TABLE + " (2.5 PF sparse)",
+            "compute_capability": "CUDA C Programming Guide, compute capabilities table (sm_100)",
+        },
+    ),
+}
+"""GPU models by catalogue name."""
+
+
+INSTANCES: dict[str, InstanceSpec] = {
+    "ml.p5.4xlarge": InstanceSpec(
+        instance_type="ml.p5.4xlarge", gpu="H100", gpus_per_instance=1, gpu_memory_gb=80.0,
+        nvlink_bandwidth_gb_s=0.0, nvlink_domain_gpus=1, efa_version=2, efa_bandwidth_gb_s=12.5,
+        local_nvme_tb=3.84,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa": DIGEST, "local_nvme_tb": AWS_P5},
+    ),
+    "ml.p5.48xlarge": InstanceSpec(
+        instance_type="ml.p5.48xlarge", gpu="H100", gpus_per_instance=8, gpu_memory_gb=640.0,
+        nvlink_bandwidth_gb_s=900.0, nvlink_domain_gpus=8, efa_version=2, efa_bandwidth_gb_s=400.0,
+        local_nvme_tb=30.72,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST_LEAD + " (3200 Gbps)", "nvlink_bandwidth_gb_s": AWS_P5 + " (NVLink 4, 900 GB/s)",
+                 "local_nvme_tb": AWS_P5 + " (8 x 3.84 TB)"},
+    ),
+    "ml.p5e.48xlarge": InstanceSpec(
+        instance_type="ml.p5e.48xlarge", gpu="H200", gpus_per_instance=8, gpu_memory_gb=1128.0,
+        nvlink_bandwidth_gb_s=900.0, nvlink_domain_gpus=8, efa_version=2, efa_bandwidth_gb_s=400.0,
+        local_nvme_tb=30.72,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST_LEAD, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST_LEAD + " (3200 Gbps)", "nvlink_bandwidth_gb_s": AWS_P5 + " (NVLink 4, 900 GB/s)",
+                 "local_nvme_tb": AWS_P5 + " (8 x 3.84 TB)"},
+    ),
+    "ml.p5en.48xlarge": InstanceSpec(
+        instance_type="ml.p5en.48xlarge", gpu="H200", gpus_per_instance=8, gpu_memory_gb=1128.0,
+        nvlink_bandwidth_gb_s=900.0, nvlink_domain_gpus=8, efa_version=3, efa_bandwidth_gb_s=400.0,
+        local_nvme_tb=30.72,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST_LEAD, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST_LEAD + " (3200 Gbps)", "nvlink_bandwidth_gb_s": AWS_P5 + " (NVLink 4, 900 GB/s)",
+                 "local_nvme_tb": AWS_P5 + " (8 x 3.84 TB)"},
+    ),
+    "ml.p6-b200.48xlarge": InstanceSpec(
+        instance_type="ml.p6-b200.48xlarge", gpu="B200", gpus_per_instance=8, gpu_memory_gb=1440.0,
+        nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=8, efa_version=4, efa_bandwidth_gb_s=400.0,
+        local_nvme_tb=30.72,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST_LEAD + " (3200 Gbps)",
+                 "nvlink_bandwidth_gb_s": DIGEST + " (NVLink 5, 1.8 TB/s bidirectional)",
+                 "local_nvme_tb": DIGEST + " (8 x 3.84 TB = 30.72 TB raw)"},
+    ),
+    "ml.p6-b300.48xlarge": InstanceSpec(
+        instance_type="ml.p6-b300.48xlarge", gpu="B300", gpus_per_instance=8, gpu_memory_gb=2144.0,
+        nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=8, efa_version=4, efa_bandwidth_gb_s=800.0,
+        local_nvme_tb=30.72,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST_LEAD + " (6400 Gbps)",
+                 "nvlink_bandwidth_gb_s": DIGEST + " (NVLink 5, 1.8 TB/s bidirectional)",
+                 "local_nvme_tb": AWS_P6 + " (8 x 3.84 TB)"},
+    ),
+    "ml.p6e-gb200.36xlarge": InstanceSpec(
+        instance_type="ml.p6e-gb200.36xlarge", gpu="GB200", gpus_per_instance=4, gpu_memory_gb=740.0,
+        nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=72, efa_version=4, efa_bandwidth_gb_s=200.0,
+        local_nvme_tb=None,
+        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa_version": DIGEST, "efa_bandwidth_gb_s": DIGEST,
+                 "nvlink_bandwidth_gb_s": DIGEST + " (NVLink 5, 1.8 TB/s bidirectional)",
+                 "nvlink_domain_gpus": AWS_P6 + " (sold within UltraServers: one NVLink domain of up to 72 GPUs)",
+                 "local_nvme_tb": "not known (not in the digest)"},
+    ),
+    "ml.u-p6e-gb200x36": InstanceSpec(
+        instance_type="ml.u-p6e-gb200x36", gpu="GB200", gpus_per_instance=36, gpu_memory_gb=6700.0,
+        nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=36, efa_version=4, efa_bandwidth_gb_s=1800.0,
+        local_nvme_tb=None,
+        sources={"gpus": DIGEST + " (36 GPUs, one NVLink domain)", "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST, "nvlink_bandwidth_gb_s": DIGEST,
+                 "local_nvme_tb": "not known (not in the digest)"},
+    ),
+    "ml.u-p6e-gb200x72": InstanceSpec(
+        instance_type="ml.u-p6e-gb200x72", gpu="GB200", gpus_per_instance=72, gpu_memory_gb=13400.0,
+        nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=72, efa_version=4, efa_bandwidth_gb_s=3600.0,
+        local_nvme_tb=None,
+        sources={"gpus": DIGEST + " (72 GPUs, one NVLink domain)", "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
+                 "efa_bandwidth_gb_s": DIGEST, "nvlink_bandwidth_gb_s": DIGEST,
+                 "local_nvme_tb": "not known (not in the digest)"},
+    ),
+}
+"""SageMaker instance types (and GB200 UltraServers) by name."""
+
+INSTANCE_TYPES: tuple[str, ...] = tuple(INSTANCES)
+"""Allowed ``instance_type`` values (argparse choices, submitter checks)."""
+
+
+def get_instance(instance_type: str) -> InstanceSpec:
+    """The catalogue entry for ``instance_type`` (``"p5.48xlarge"`` is read as ``"ml.p5.48xlarge"``).
+
+    Raises:
+        UnknownInstanceTypeError: (a ``KeyError`` and ``ValueError``) naming the allowed types.
+    """
+    key = instance_type.strip().lower()
+    if not key.startswith("ml."):
+        key = "ml." + key
+    try:
+        return INSTANCES[key]
+    except KeyError:
+        raise UnknownInstanceTypeError(instance_type) from None
+
+
+def get_gpu(gpu: str | GPUSpec) -> GPUSpec:
+    """``GPUS[gpu]`` (case-insensitive), or ``gpu`` itself when already a spec.
+
+    Raises:
+        KeyError: naming the known GPUs.
+    """
+    if isinstance(gpu, GPUSpec):
+        return gpu
+    spec = GPUS.get(gpu.strip().upper())
+    if spec is None:
+        raise KeyError(f"unknown GPU {gpu!r}; expected one of {', '.join(GPUS)}")
+    return spec
+
+
+def _check_precision_name(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise PlanInputError("precision", precision, "one of " + ", ".join(PRECISIONS))
+
+
+def supports_precision(gpu: str | GPUSpec, precision: str) -> bool:
+    """Whether ``gpu`` runs ``precision`` on its tensor cores.
+
+    Rules (compute capability ``cc``): fp32/bf16/fp16 need ``cc >= 8.0``;
+    fp8 (TransformerEngine per-tensor scaling) needs ``cc >= 8.9`` (Ada,
+    Hopper, Blackwell); mxfp8 and nvfp4 (block-scaled formats) need
+    Blackwell data-centre parts, ``cc`` 10.x.
+
+    Raises:
+        ValueError: ``precision`` is not one of ``training.hyperparameters.PRECISIONS``.
+        KeyError: unknown GPU name.
+    """
+    _check_precision_name(precision)
+    cc = get_gpu(gpu).compute_capability
+    if precision in ("fp32", "bf16", "fp16"):
+        return cc >= (8, 0)
+    if precision == "fp8":
+        return cc >= (8, 9)
+    return cc[0] == 10  # mxfp8, nvfp4
+
+
+def supported_precisions(gpu: str | GPUSpec) -> tuple[str, ...]:
+    """The precisions of ``PRECISIONS`` that ``gpu`` supports, in catalogue order."""
+    return tuple(p for p in PRECISIONS if supports_precision(gpu, p))
+
+
+def dense_peak_tflops(gpu_name: str | GPUSpec, precision: str) -> float:
+    """Dense tensor-core peak TFLOP/s of one GPU at ``precision`` (the MFU denominator).
+
+    fp32 -> TF32 dense; bf16/fp16 -> bf16 dense; fp8 and mxfp8 -> fp8 dense;
+    nvfp4 -> fp4 dense.
+
+    Raises:
+        UnsupportedPrecisionError: (a ``ValueError``) the GPU cannot run ``precision``
+            (e.g. mxfp8 on H100), naming the GPU and its supported precisions.
+        ValueError: unknown precision.
+        KeyError: unknown GPU name.
+    """
+    spec = get_gpu(gpu_name)
+    if not supports_precision(spec, precision):
+        raise UnsupportedPrecisionError(precision, spec.name, supported_precisions(spec))
+    value = {
+        "fp32": spec.tf32_tflops,
+        "bf16": spec.bf16_tflops,
+        "fp16": spec.bf16_tflops,
+        "fp8": spec.fp8_tflops,
+        "mxfp8": spec.fp8_tflops,
+        "nvfp4": spec.fp4_tflops,
+    }[precision]
+    if value is None:  # pragma: no cover - catalogue inconsistency
+        raise UnsupportedPrecisionError(precision, spec.name, supported_precisions(spec))
+    return value
+
+
+def gpu_for_device_name(device_name: str) -> GPUSpec | None:
+    """Map a ``torch.cuda.get_device_name()`` string to a catalogue GPU.
+
+    ``"NVIDIA H100 80GB HBM3"`` -> H100, ``"NVIDIA H200"`` -> H200,
+    ``"NVIDIA B200"`` -> B200, ``"NVIDIA GB200"`` -> GB200. PCIe/NVL
+    variants of H100/H200 (lower clocks and peaks) and unknown GPUs -> ``None``
+    (the trainer then reports no MFU rather than a wrong one).
+    """
+    text = device_name.strip()
+    # GB200 first: "GB200" must not match the B200 pattern (the look-behind guards it too).
+    for name in ("GB200", "B300", "B200", "H200", "H100"):
+        spec = GPUS[name]
+        if any(re.search(p, text, flags=re.IGNORECASE) for p in spec.device_names):
+            return spec
+    return None
+
+
+__all__ = [
+    "GPUS",
+    "INSTANCES",
+    "INSTANCE_TYPES",
+    "GPUSpec",
+    "InstanceSpec",
+    "UnknownInstanceTypeError",
+    "UnsupportedPrecisionError",
+    "dense_peak_tflops",
+    "get_gpu",
+    "get_instance",
+    "gpu_for_device_name",
+    "supported_precisions",
+    "supports_precision",
+]

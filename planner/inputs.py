@@ -1,0 +1,217 @@
+"""What the planner is asked about (:class:`PlanInput`) and its validated,
+resolved form (:class:`ResolvedInput`: model shape, hardware, parallel layout).
+
+Field names are the trainer's hyperparameter names (``training.hyperparameters``)
+plus the hardware: ``instance_type``, ``instance_count``; and the budget:
+``price_per_hour`` (USD per instance-hour, an input: no price list is shipped)
+and ``tokens`` (a training-token budget).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from planner.catalogue import (
+    GPUSpec,
+    InstanceSpec,
+    UnsupportedPrecisionError,
+    get_instance,
+    supported_precisions,
+    supports_precision,
+)
+from planner.errors import PlanInputError
+from training import hyperparameters as hpmod
+from training.hyperparameters import HyperparameterError, Hyperparameters
+from training.presets import ModelConfig, get_preset
+
+HYPERPARAMETER_FIELDS: tuple[str, ...] = (
+    "model",
+    "num_layers",
+    "vocab_size",
+    "precision",
+    "quantized_model_init",
+    "batch_size",
+    "seq_length",
+    "gradient_accumulation_steps",
+    "activation_checkpointing",
+    "sharding_strategy",
+    "reshard_after_forward",
+)
+""":class:`PlanInput` fields that are trainer hyperparameters (same names, same rules)."""
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """A training configuration to plan.
+
+    Attributes:
+        model: preset name (``training.presets.PRESETS``), e.g. ``"gpt-8b"``.
+        num_layers: transformer blocks; ``None``: the preset's.
+        precision: one of ``training.hyperparameters.PRECISIONS``.
+        seq_length: tokens per sequence.
+        batch_size: micro-batch, sequences per GPU.
+        activation_checkpointing: ``"off"`` or ``"full"`` (recompute every block).
+        instance_type: a ``planner.catalogue.INSTANCES`` key.
+        instance_count: instances in the job.
+        sharding_strategy: ``"full"`` (FSDP over every GPU) or ``"hybrid"``
+            (HSDP: shard within an instance, replicate across instances).
+        reshard_after_forward: FSDP frees gathered parameters after forward
+            (``False`` keeps them until backward: more memory, less traffic).
+        quantized_model_init: store block weights quantized (fp8 family only).
+        gradient_accumulation_steps: micro-batches per optimizer step.
+        vocab_size: ``None``: the preset's (50304).
+        blocks_only: model TransformerEngine's FSDP example (the guide's
+            benchmark) instead of the full trainer; see :mod:`planner.memory`.
+        price_per_hour: USD per instance-hour, for cost; ``None``: no cost.
+        tokens: training-token budget for wall time and cost; ``None``: none.
+    """
+
+    model: str
+    num_layers: int | None
+    precision: str
+    seq_length: int
+    batch_size: int
+    activation_checkpointing: str
+    instance_type: str
+    instance_count: int = 1
+    sharding_strategy: str = "full"
+    reshard_after_forward: bool = True
+    quantized_model_init: bool = False
+    gradient_accumulation_steps: int = 1
+    vocab_size: int | None = None
+    blocks_only: bool = False
+    price_per_hour: float | None = None
+    tokens: float | None = None
+
+    @classmethod
+    def from_hyperparameters(
+        cls, hp: Hyperparameters, *, instance_type: str, instance_count: int = 1, **kw: Any
+    ) -> PlanInput:
+        """The plan input for trainer hyperparameters ``hp`` on ``instance_count`` x ``instance_type``.
+
+        ``kw`` sets the non-hyperparameter fields (``blocks_only``,
+        ``price_per_hour``, ``tokens``) or overrides a hyperparameter.
+        """
+        values: dict[str, Any] = {name: getattr(hp, name) for name in HYPERPARAMETER_FIELDS}
+        values.update(kw)
+        return cls(instance_type=instance_type, instance_count=instance_count, **values)
+
+    @classmethod
+    def from_request(cls, values: dict[str, Any], *, instance_type: str, instance_count: int = 1, **kw: Any) -> PlanInput:
+        """Like :meth:`from_hyperparameters` from raw (string) hyperparameters, e.g.
+        ``training.hyperparameters.GUIDE_DEFAULT_REQUEST``.
+
+        Raises:
+            PlanInputError: a value does not parse (names the field).
+        """
+        try:
+            hp = hpmod.parse(values)
+        except HyperparameterError as exc:
+            raise PlanInputError(exc.field, exc.value, exc.expected) from exc
+        return cls.from_hyperparameters(hp, instance_type=instance_type, instance_count=instance_count, **kw)
+
+    def replace(self, **changes: Any) -> PlanInput:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The hyperparameter fields as ``{name: value}`` (``None`` left out)."""
+        return {n: getattr(self, n) for n in HYPERPARAMETER_FIELDS if getattr(self, n) is not None}
+
+
+@dataclass(frozen=True)
+class ResolvedInput:
+    """A validated :class:`PlanInput` with its model shape and hardware.
+
+    Attributes:
+        input: the plan input.
+        model: the model shape (overrides applied).
+        instance: the instance spec.
+        gpu: the GPU spec.
+        world_size: GPUs in the job.
+        shard_degree: FSDP shard group size (``world_size`` for full sharding,
+            GPUs per instance for hybrid).
+        replicate_degree: ``world_size / shard_degree`` (HSDP replicas).
+    """
+
+    input: PlanInput
+    model: ModelConfig
+    instance: InstanceSpec
+    gpu: GPUSpec
+    world_size: int
+    shard_degree: int
+    replicate_degree: int
+
+    @property
+    def tokens_per_microbatch(self) -> int:
+        """Tokens one GPU processes per micro-batch: ``batch_size * seq_length``."""
+        return self.input.batch_size * self.input.seq_length
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.input.activation_checkpointing != "off"
+
+
+def _check_hyperparameter(name: str, value: Any) -> Any:
+    try:
+        return hpmod.coerce(name, value)
+    except HyperparameterError as exc:
+        raise PlanInputError(name, value, exc.expected) from exc
+
+
+def resolve(plan_input: PlanInput) -> ResolvedInput:
+    """Validate ``plan_input`` and look up its model and hardware.
+
+    Raises:
+        PlanInputError: naming the field and the allowed values -- unknown model,
+            precision, instance type; a precision the instance's GPU cannot run
+            (:class:`planner.catalogue.UnsupportedPrecisionError`); out-of-range
+            numbers; ``quantized_model_init`` without an fp8-family precision.
+    """
+    p = plan_input
+    for name in HYPERPARAMETER_FIELDS:
+        value = getattr(p, name)
+        if value is None and name in ("num_layers", "vocab_size"):
+            continue
+        coerced = _check_hyperparameter(name, value)
+        if coerced != value or type(coerced) is not type(value):
+            # accept "MXFP8" / "8" style values by normalising them
+            p = dataclasses.replace(p, **{name: coerced})
+    if p.quantized_model_init and p.precision not in ("fp8", "mxfp8", "nvfp4"):
+        raise PlanInputError(
+            "quantized_model_init", True, "false unless precision is fp8, mxfp8 or nvfp4", detail=f"precision is {p.precision}"
+        )
+    instance = get_instance(p.instance_type)  # UnknownInstanceTypeError (a PlanInputError)
+    if p.instance_type != instance.instance_type:
+        p = dataclasses.replace(p, instance_type=instance.instance_type)
+    if isinstance(p.instance_count, bool) or not isinstance(p.instance_count, int) or not 1 <= p.instance_count <= 4096:
+        raise PlanInputError("instance_count", p.instance_count, "an integer from 1 to 4096")
+    if not isinstance(p.blocks_only, bool):
+        raise PlanInputError("blocks_only", p.blocks_only, "true or false")
+    for name in ("price_per_hour", "tokens"):
+        v = getattr(p, name)
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+        ):
+            raise PlanInputError(name, v, "a positive number or None")
+    gpu = instance.gpu_spec
+    if not supports_precision(gpu, p.precision):
+        raise UnsupportedPrecisionError(p.precision, f"{gpu.name}, {instance.instance_type}", supported_precisions(gpu))
+    model = get_preset(p.model).with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
+    world = p.instance_count * instance.gpus_per_instance
+    shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_instance)
+    return ResolvedInput(
+        input=p,
+        model=model,
+        instance=instance,
+        gpu=gpu,
+        world_size=world,
+        shard_degree=shard,
+        replicate_degree=world // shard,
+    )
+
+
+__all__ = ["HYPERPARAMETER_FIELDS", "PlanInput", "PlanInputError", "ResolvedInput", "resolve"]

@@ -1,0 +1,446 @@
+"""Per-GPU memory model: what is live at the peak, in GB (10^9 bytes), by term.
+
+Two setups are modelled.
+
+``blocks_only=True`` -- TransformerEngine's FSDP example (``examples/pytorch/fsdp/fsdp.py``
+in NVIDIA/TransformerEngine), which the published guide ran for its numbers:
+``L`` stacked ``te.TransformerLayer(h, 3h, heads)`` blocks (hidden and attention
+dropout 0.1, TE's defaults), no embedding, no head, a random ``(s, b, h)`` input,
+``loss = y.sum()``. Parameters are created in the compute dtype (``params_dtype``:
+bf16 under the fp8/mxfp8/nvfp4 recipes, else the precision's) and wrapped in FSDP1 (``FULL_SHARD``,
+``MixedPrecision(param_dtype=dtype, reduce_dtype=fp32)``, one unit per block);
+``torch.optim.Adam`` keeps its two moments in the parameter dtype (bf16) -- no
+fp32 master copy. The reported figure is ``torch.cuda.max_memory_allocated()``
+over 5 iterations (the optimizer state exists from the first step on).
+
+``blocks_only=False`` -- our trainer: token embedding, the same blocks, final
+LayerNorm, untied LM head, cross-entropy; FSDP2 ``fully_shard`` per block and at
+the root with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
+fp32 sharded parameters (they are the AdamW master weights), fp32 gradients,
+AdamW moments in fp32.
+
+Notation: ``L`` blocks, hidden ``h``, FFN ``f``, heads ``n``, vocabulary ``V``,
+``T = b*s`` tokens per GPU per micro-batch, ``D`` the FSDP shard degree (every
+GPU for ``full``, the GPUs of one instance for ``hybrid``/HSDP), ``N`` the
+parameters of the modelled network, ``N_b`` per block, ``W = 4h^2 + 2hf`` the
+matmul weights per block. ``a`` = bytes per activation element (2; 4 for fp32),
+``q`` = bytes per quantized element including its scales: fp8 1 (one fp32
+scale per tensor), mxfp8 ``1 + 1/32`` (an E8M0 scale per 32 values), nvfp4
+``0.5 + 1/16`` (an E4M3 scale per 16 values).
+
+Terms (each a key of :class:`MemoryBreakdown`)
+----------------------------------------------
+``parameters``
+    Sharded persistent parameters. Blocks-only: ``a*N/D`` (bf16). Full:
+    ``4*N/D`` (fp32). With ``quantized_model_init`` the block matmul weights
+    are stored quantized: ``q*L*W/D`` replaces their share.
+``optimizer_state``
+    Adam moments. Blocks-only: ``2*a*N/D`` (``zeros_like`` of bf16 params).
+    Full: ``8*N/D`` (two fp32 moments), plus ``4*L*W/D`` fp32 master weights
+    when block weights are stored quantized.
+``gradients``
+    Sharded gradients (blocks-only ``a*N/D``, full ``4*N/D``) at the optimizer
+    step. With one micro-batch and ``zero_grad(set_to_none=True)`` none exist
+    yet when backward starts (the activation peak). With
+    ``gradient_accumulation_steps > 1`` FSDP skips the reduce-scatter on all
+    but the last micro-batch and accumulates *unsharded* gradients in the
+    compute dtype, ``a*N``, live through every backward.
+``gathered_parameters``
+    FSDP's unsharded compute copies: the block being computed and the one
+    being prefetched, ``2 * g * N_b`` with ``g = a`` (or ``2q`` rowwise +
+    columnwise when stored quantized: TE's FSDP2 support gathers the quantized
+    data); the full model's root (embedding, final norm, head:
+    ``g * (N - L*N_b)``) is gathered at both peaks (the loss, the start of
+    backward).
+    ``reshard_after_forward=False`` keeps every block gathered from its
+    forward to its backward: ``g * L * N_b``.
+``quantized_weight_copies``
+    fp8/mxfp8/nvfp4 without ``quantized_model_init``: TransformerEngine casts
+    each weight at use and keeps the quantized copy for backward (rowwise for
+    forward and columnwise -- a transpose -- for the data-gradient GEMM):
+    ``c * W`` per block with ``c`` = 2 (fp8 on Hopper: data + transpose),
+    1 (fp8 on Blackwell, whose tensor cores read either layout),
+    ``2(1 + 1/32)`` (mxfp8), ``2(0.5 + 1/16)`` (nvfp4). All ``L`` blocks
+    without checkpointing, the one block being recomputed with it. This is why
+    the guide says low precision uses *more* memory than bf16 by default.
+``activations``
+    Saved for backward, per token per block (fused attention never stores the
+    ``s x s`` scores; see :func:`block_activation_terms` for each tensor):
+    LayerNorm inputs ``2ah``, the four GEMM inputs (``a`` bytes for bf16, else
+    the columnwise quantized copy the weight-gradient GEMM reads, ``q`` bytes;
+    for bf16 the output-projection input is the attention output itself), Q K V
+    ``3ah``, attention output ``ah``, the softmax log-sum-exp ``4n``, the FC1
+    output before GELU ``af``, the GELU output ``(q or a)f``, and in the
+    blocks-only benchmark two hidden-dropout masks ``2h`` (1-byte booleans; our
+    trainer uses no dropout). For ``gpt-1b`` in mxfp8 (blocks-only) this is
+    ``~26.2h`` bytes (53.6 KB) per token per block.
+    Without checkpointing all ``L`` blocks' tensors are live when backward
+    starts, plus the output ``ah`` (full model: also the final-norm output).
+    With full activation checkpointing each block keeps only its input
+    (``ah``; ``L + 1`` of them with the output), and during backward one block
+    is recomputed: its tensors except its input, which is already counted.
+``logits_and_loss``
+    Full model only. The trainer computes the cross-entropy in chunks of
+    ``2^26 / V`` tokens whose logits are recomputed in backward
+    (``training.model.chunked_cross_entropy``), so one chunk's logits are live
+    at a time: bf16 logits ``2V``, the fp32 copy ``4V``, the saved fp32
+    log-softmax ``4V``, its fp32 gradient ``4V`` and the bf16 gradient ``2V``:
+    ``16 V * min(T, 2^26 / V)`` bytes, at most ~1.07 GB.
+``transient``
+    The largest short-lived allocation of the peak phase. In a block's
+    backward: the incoming gradient ``ah``, FC2's data gradient ``af`` and
+    the GELU-backward output (``2qf`` rowwise + columnwise quantized, or
+    ``af``), minus the GELU output freed by then; or, at the end of that
+    block's backward (its recomputed activations freed), FSDP's unsharded
+    gradient and its fp32 reduce-scatter copy ``(2 + 4) * N_b``. At the
+    optimizer step: one parameter-sized temporary of the example's foreach
+    ``torch.optim.Adam`` (blocks-only); the trainer's fused AdamW needs none.
+``workspace``
+    cuBLAS/cuBLASLt and TransformerEngine GEMM workspaces: a fixed 0.1 GB
+    (estimate).
+
+The peak is the largest of three moments: the loss (full model), the first
+block's backward, the optimizer step; the breakdown lists what is live at that
+moment (``peak_phase``). ``total`` is comparable to
+``torch.cuda.max_memory_allocated()`` (the trainer's ``peak_mem_allocated_gb``).
+
+Out-of-memory verdict
+---------------------
+``required = total + fragmentation_margin + runtime_overhead`` where the
+fragmentation margin is 10% of the activation-like terms (activations,
+logits, transient: the caching allocator's reserved-minus-allocated grows with
+them) and the runtime overhead (CUDA context, NCCL buffers, cuBLAS handles --
+outside the PyTorch allocator) is 2 GB; both estimates. HBM capacity is the
+vendor figure read as GiB (an "80 GB" H100 reports 81,559 MiB; a "180 GB" B200
+183,359 MiB) converted to 10^9 bytes, and 5% of it is held back as a safety
+margin: ``fits = required <= 0.95 * capacity``.
+
+Calibration (tests/planner/test_calibration.py)
+-----------------------------------------------
+The guide's ``gpt-1b`` at sequence 8192, mxfp8, 8x B200, blocks-only. No
+factor is fitted to these points; every term above is derived:
+
+====================  =========  ==========  =====
+checkpointing, batch  published  predicted   error
+====================  =========  ==========  =====
+off, 1                15.5 GB    13.9 GB     -10%
+full, 1               2.3 GB     2.5 GB      +10%
+full, 16              22.8 GB    24.0 GB     +5%
+====================  =========  ==========  =====
+
+The example calls ``prepare_te_modules_for_fsdp``, which lets TE modules that
+FSDP wraps *directly* scatter their saved tensors over the FSDP group; the
+example wraps whole ``te.TransformerLayer`` blocks, whose inner linear modules
+keep their saved tensors whole, and the measured 15.5 GB is consistent with
+unsharded activations (sharded, the model would predict ~8 GB), so none are
+sharded here. With checkpointing on, the example skips that call anyway.
+
+The guide's large-model statement (~14B+: "most configurations OOM without
+checkpointing; 87-171 GB depending on batch and sequence") is tested as: over
+gpt-14b/32b/64b x sequence 2K-8K x batch 1-32 most configurations do not fit
+without checkpointing, and with it the largest power-of-two batch that fits
+uses 106-114 GB (inside 87-171).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.catalogue import GPUSpec
+from planner.inputs import ResolvedInput
+from training.presets import ModelConfig
+
+GB = 1e9
+GIB = 2**30
+
+WORKSPACE_GB = 0.1
+"""cuBLAS/cuBLASLt + TransformerEngine GEMM workspaces (estimate)."""
+FRAGMENTATION_FRACTION = 0.10
+"""Allocator fragmentation margin as a fraction of activation-like terms (estimate)."""
+RUNTIME_OVERHEAD_GB = 2.0
+"""CUDA context, NCCL buffers, library handles outside the PyTorch allocator (estimate)."""
+SAFETY_FRACTION = 0.05
+"""Share of HBM held back in the out-of-memory verdict."""
+DROPOUT_MASK_BYTES = 1.0
+"""Bytes per element of a saved dropout mask (torch bool)."""
+LOSS_CHUNK_ELEMENTS = 1 << 26
+"""Logits per loss chunk: mirrors ``training.model.LOSS_CHUNK_ELEMENTS`` (a test keeps them equal)."""
+LOSS_PEAK_BYTES_PER_LOGIT = 16.0
+"""Bytes per logit live in the loss's backward: bf16 logits 2, fp32 copy 4, saved fp32
+log-softmax 4, its fp32 gradient 4, the bf16 gradient 2."""
+
+
+def loss_chunk_tokens(vocab_size: int) -> int:
+    """Tokens per chunk of the trainer's chunked cross-entropy: ``LOSS_CHUNK_ELEMENTS // V`` (at least 1)."""
+    return max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
+
+LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
+
+BREAKDOWN_TERMS: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "gathered_parameters",
+    "quantized_weight_copies",
+    "activations",
+    "logits_and_loss",
+    "transient",
+    "workspace",
+)
+"""Keys of :attr:`MemoryBreakdown.terms`, in display order."""
+
+
+def activation_bytes(precision: str) -> float:
+    """Bytes per activation element ``a``: 4 for fp32, else 2 (bf16/fp16 activations)."""
+    return 4.0 if precision == "fp32" else 2.0
+
+
+def quantized_bytes(precision: str) -> float | None:
+    """Bytes per quantized element ``q`` including block scales; ``None`` if not quantized."""
+    return {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}.get(precision)
+
+
+def weight_copy_bytes(precision: str, gpu: GPUSpec) -> float:
+    """Bytes per weight of TransformerEngine's quantized weight copy (rowwise + columnwise); 0 for bf16/fp16/fp32."""
+    q = quantized_bytes(precision)
+    if q is None:
+        return 0.0
+    if precision == "fp8":
+        return 1.0 if gpu.is_blackwell else 2.0
+    return 2.0 * q
+
+
+def block_activation_terms(model: ModelConfig, precision: str, *, dropout: bool = False) -> dict[str, float]:
+    """Bytes saved for backward per token in one block, by tensor (see the module docstring).
+
+    Args:
+        dropout: the block applies hidden dropout (TE's default 0.1, as in the
+            guide's benchmark) and saves two boolean masks; our trainer uses none.
+
+    Returns:
+        ``{tensor: bytes per token}``; the sum is the block's saved activations.
+    """
+    h, f, n = model.hidden_size, model.ffn_hidden_size, model.num_attention_heads
+    a = activation_bytes(precision)
+    q = quantized_bytes(precision)
+    gemm_in = q if q is not None else a
+    return {
+        "ln1_input": a * h,
+        "qkv_gemm_input": gemm_in * h,
+        "q_k_v": 3 * a * h,
+        "attention_output": a * h,
+        "softmax_lse": 4.0 * n,
+        "proj_gemm_input": (q * h) if q is not None else 0.0,
+        "dropout_masks": 2 * DROPOUT_MASK_BYTES * h if dropout else 0.0,
+        "ln2_input": a * h,
+        "fc1_gemm_input": gemm_in * h,
+        "fc1_output": a * f,
+        "fc2_gemm_input": gemm_in * f,
+    }
+
+
+def block_activation_bytes_per_token(model: ModelConfig, precision: str, *, dropout: bool = False) -> float:
+    """Sum of :func:`block_activation_terms`: bytes per token saved by one block."""
+    return sum(block_activation_terms(model, precision, dropout=dropout).values())
+
+
+def block_backward_transient_bytes_per_token(model: ModelConfig, precision: str) -> float:
+    """Extra bytes per token live in a block's backward (at the GELU backward).
+
+    Incoming gradient ``ah`` + FC2 data gradient ``af`` + GELU-backward output
+    (``2qf`` quantized rowwise and columnwise, or ``af``) - the GELU output
+    (``qf`` or ``af``) already freed by FC2's weight gradient.
+    """
+    h, f = model.hidden_size, model.ffn_hidden_size
+    a = activation_bytes(precision)
+    q = quantized_bytes(precision)
+    if q is None:
+        return a * h + a * f
+    return a * h + a * f + 2 * q * f - q * f
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per-GPU memory at the peak, GB (10^9 bytes).
+
+    Attributes:
+        terms: ``{term: GB}`` for every key of :data:`BREAKDOWN_TERMS` (what is
+            live at the peak; see the module docstring for each derivation).
+        total: sum of ``terms``: the predicted peak allocated memory.
+        peak_phase: ``"loss"``, ``"backward"`` or ``"optimizer_step"``.
+        fragmentation_margin: allocator margin (estimate), GB.
+        runtime_overhead: CUDA context/NCCL outside the allocator (estimate), GB.
+        required: ``total + fragmentation_margin + runtime_overhead``.
+        capacity: the GPU's HBM, GB (10^9 bytes).
+        usable: ``capacity * (1 - SAFETY_FRACTION)``.
+        fits: ``required <= usable``.
+        phases: ``{phase: total GB}`` for each moment considered.
+    """
+
+    terms: dict[str, float]
+    total: float
+    peak_phase: str
+    fragmentation_margin: float
+    runtime_overhead: float
+    required: float
+    capacity: float
+    usable: float
+    fits: bool
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> float:
+        # memory.activations, memory.parameters ... read the terms
+        terms = self.__dict__.get("terms")
+        if terms is not None and name in terms:
+            return terms[name]
+        raise AttributeError(name)
+
+    @property
+    def headroom(self) -> float:
+        """``usable - required`` (negative when it does not fit), GB."""
+        return self.usable - self.required
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-able: every term plus ``total``, margins, capacity, ``fits``, ``peak_phase``."""
+        out: dict[str, object] = {k: round(v, 4) for k, v in self.terms.items()}
+        out.update(
+            total=round(self.total, 4),
+            peak_phase=self.peak_phase,
+            fragmentation_margin=round(self.fragmentation_margin, 4),
+            runtime_overhead=round(self.runtime_overhead, 4),
+            required=round(self.required, 4),
+            capacity=round(self.capacity, 4),
+            usable=round(self.usable, 4),
+            headroom=round(self.headroom, 4),
+            fits=self.fits,
+        )
+        return out
+
+
+def capacity_gb(gpu: GPUSpec) -> float:
+    """HBM in 10^9 bytes (the vendor's figure read as GiB, see the module docstring)."""
+    return gpu.hbm_gb * GIB / GB
+
+
+def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
+    """The per-GPU memory breakdown of a resolved plan input (module docstring)."""
+    p = r.input
+    m = r.model
+    L, h, V = m.num_layers, m.hidden_size, m.vocab_size
+    D = r.shard_degree
+    T = r.tokens_per_microbatch
+    a = activation_bytes(p.precision)
+    q = quantized_bytes(p.precision)
+    qmi = p.quantized_model_init and q is not None
+    W = 4 * h * h + 2 * h * m.ffn_hidden_size
+    Nb = m.params_per_block
+    blocks_only = p.blocks_only
+    N = m.block_params if blocks_only else m.num_params
+    N_root = N - L * Nb  # embedding + final norm + head (0 for blocks-only)
+    ckpt = r.checkpointing
+
+    # --- persistent, sharded -------------------------------------------------
+    store = a if blocks_only else 4.0  # bytes per stored parameter
+    if qmi:
+        params = (q * L * W + store * (N - L * W)) / D
+    else:
+        params = store * N / D
+    if blocks_only:
+        optim = 2 * a * N / D
+        grad_bytes = a * N / D
+        step_temp = a * N / D
+    else:
+        optim = 8.0 * N / D + (4.0 * L * W / D if qmi else 0.0)
+        grad_bytes = 4.0 * N / D
+        step_temp = 0.0  # fused AdamW (TE FusedAdam with quantized weights): no parameter-sized temporaries
+
+    # --- gathered compute copies ---------------------------------------------
+    g_block = (2 * q * W + a * (Nb - W)) if qmi else a * Nb  # bytes per gathered block
+    blocks_gathered = L if not p.reshard_after_forward else min(2, L)
+    gathered = blocks_gathered * g_block + a * N_root
+
+    wc = 0.0 if qmi else weight_copy_bytes(p.precision, r.gpu)
+    qcopies = wc * W * (1 if ckpt else L)
+
+    # --- activations -----------------------------------------------------------
+    S = block_activation_bytes_per_token(m, p.precision, dropout=blocks_only)
+    tail = a * h if blocks_only else 2 * a * h  # output (+ final-norm output feeding the head)
+    if ckpt:
+        saved_fwd = (L * a * h + tail) * T  # block inputs + output
+        recomputed = (S - a * h) * T  # the block being recomputed in backward
+    else:
+        saved_fwd = (L * S + tail) * T
+        recomputed = 0.0
+    act_transient = block_backward_transient_bytes_per_token(m, p.precision) * T
+    grad_reduce = 6.0 * Nb
+    logits = 0.0 if blocks_only else LOSS_PEAK_BYTES_PER_LOGIT * V * min(T, loss_chunk_tokens(V))
+    # gradient accumulation: FSDP skips the reduce-scatter on all but the last micro-batch and
+    # accumulates *unsharded* gradients in the compute dtype, so they are live through backward
+    grads_in_backward = a * N if p.gradient_accumulation_steps > 1 else 0.0
+
+    static = {"parameters": params, "optimizer_state": optim, "workspace": WORKSPACE_GB * GB}
+    zero = dict.fromkeys(BREAKDOWN_TERMS, 0.0)
+    phases: dict[str, dict[str, float]] = {}
+    if not blocks_only:
+        phases["loss"] = {
+            **zero,
+            **static,
+            "gradients": grads_in_backward,
+            "gathered_parameters": gathered,
+            "quantized_weight_copies": wc * W * (0 if ckpt else L),
+            "activations": saved_fwd,
+            "logits_and_loss": logits,
+        }
+    # first block's backward: recomputed block + the larger of its activation
+    # transient and (after its activations are freed) the gradient buffers
+    with_acts = recomputed + act_transient
+    after_acts = grad_reduce
+    if with_acts >= after_acts:
+        acts_bwd, transient_bwd = saved_fwd + recomputed, act_transient
+    else:
+        acts_bwd, transient_bwd = saved_fwd, grad_reduce
+    phases["backward"] = {
+        **zero,
+        **static,
+        "gradients": grads_in_backward,
+        "gathered_parameters": gathered,
+        "quantized_weight_copies": qcopies,
+        "activations": acts_bwd,
+        "transient": transient_bwd,
+    }
+    phases["optimizer_step"] = {**zero, **static, "gradients": grad_bytes, "transient": step_temp}
+
+    totals = {name: sum(t.values()) for name, t in phases.items()}
+    peak_phase = max(totals, key=lambda k: totals[k])
+    terms = {k: v / GB for k, v in phases[peak_phase].items()}
+    total = totals[peak_phase] / GB
+    frag = FRAGMENTATION_FRACTION * (terms["activations"] + terms["logits_and_loss"] + terms["transient"])
+    required = total + frag + RUNTIME_OVERHEAD_GB
+    cap = capacity_gb(r.gpu)
+    usable = cap * (1 - SAFETY_FRACTION)
+    return MemoryBreakdown(
+        terms=terms,
+        total=total,
+        peak_phase=peak_phase,
+        fragmentation_margin=frag,
+        runtime_overhead=RUNTIME_OVERHEAD_GB,
+        required=required,
+        capacity=cap,
+        usable=usable,
+        fits=required <= usable,
+        phases={k: v / GB for k, v in totals.items()},
+    )
+
+
+__all__ = [
+    "BREAKDOWN_TERMS",
+    "MemoryBreakdown",
+    "activation_bytes",
+    "block_activation_bytes_per_token",
+    "block_activation_terms",
+    "block_backward_transient_bytes_per_token",
+    "capacity_gb",
+    "estimate_memory",
+    "quantized_bytes",
+    "weight_copy_bytes",
+]

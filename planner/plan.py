@@ -1,0 +1,268 @@
+""":func:`estimate` (a :class:`Plan`: memory, speed, cost, recommendations) and
+:func:`auto_tune` (the nearest configuration that fits)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.inputs import PlanInput, ResolvedInput, resolve
+from planner.memory import MemoryBreakdown, estimate_memory
+from planner.throughput import ThroughputEstimate, estimate_throughput
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One suggested change and its effect.
+
+    Attributes:
+        title: one line, e.g. ``"Raise batch_size to 16"``.
+        reason: why (the guide's rule and the figures behind it).
+        changes: ``{field: new value}`` in hyperparameter names (plus
+            ``instance_count``); empty for advice that changes nothing.
+        after: the plan with ``changes`` applied (its own ``recommendations``
+            empty); ``None`` for advice without changes.
+        kind: ``"fit"``, ``"throughput"``, ``"checkpointing"``,
+            ``"communication"``, ``"precision"``, ``"memory"`` or ``"advice"``.
+    """
+
+    title: str
+    reason: str
+    changes: dict[str, Any]
+    after: Plan | None
+    kind: str = "advice"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: title, reason, kind, changes and the ``after`` figures (or ``null``)."""
+        return {
+            "title": self.title,
+            "reason": self.reason,
+            "kind": self.kind,
+            "changes": dict(self.changes),
+            "after": None if self.after is None else self.after.summary(),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer for one :class:`PlanInput`.
+
+    Attributes:
+        input: the (normalised) input.
+        resolved: model shape, hardware and parallel layout.
+        memory_gb: per-GPU memory breakdown, GB (``.total``, ``.fits``, terms).
+        throughput: speed model output (step time, tokens/s, MFU, cost).
+        recommendations: what to change, with the figures after each change.
+    """
+
+    input: PlanInput
+    resolved: ResolvedInput
+    memory_gb: MemoryBreakdown
+    throughput: ThroughputEstimate
+    recommendations: list[Recommendation] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the configuration fits in GPU memory (with the margins of :mod:`planner.memory`)."""
+        return self.memory_gb.fits
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Whole-job tokens/s."""
+        return self.throughput.tokens_per_second
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float:
+        return self.throughput.tokens_per_second_per_gpu
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation, percent (0-100)."""
+        return self.throughput.mfu
+
+    @property
+    def step_time_s(self) -> float:
+        return self.throughput.step_time_s
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        return self.throughput.tflops_per_gpu
+
+    def summary(self) -> dict[str, Any]:
+        """The headline figures (used for a recommendation's ``after``)."""
+        return {
+            "fits": self.fits,
+            "memory_gb_total": round(self.memory_gb.total, 3),
+            "memory_gb_required": round(self.memory_gb.required, 3),
+            "tokens_per_second": round(self.tokens_per_second, 1),
+            "tokens_per_second_per_gpu": round(self.tokens_per_second_per_gpu, 1),
+            "mfu": round(self.mfu, 2),
+            "step_time_s": round(self.step_time_s, 5),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description of the plan.
+
+        Keys: ``input`` (the plan input's fields), ``model`` (shape and parameter
+        counts), ``hardware`` (instance, GPU, world size, shard/replicate
+        degrees), ``fits`` (bool), ``memory_gb`` (per GPU, GB: ``total``, every
+        term of ``planner.memory.BREAKDOWN_TERMS``, ``peak_phase``,
+        ``fragmentation_margin``, ``runtime_overhead``, ``required``,
+        ``capacity``, ``usable``, ``headroom``, ``fits``), ``step_time_s``,
+        ``tokens_per_step`` (job), ``tokens_per_second`` (job),
+        ``tokens_per_second_per_gpu``, ``tflops_per_gpu``, ``mfu`` (percent),
+        ``peak_tflops``, ``flops_per_token``, ``bound``,
+        ``recompute_overhead_pct``, ``time_breakdown_s`` (per micro-batch
+        compute terms, exposed communication, optimizer, fixed), ``communication``
+        (GB per GPU per micro-batch, link, bandwidth), ``cost`` (``null`` without
+        a token budget: ``tokens``, ``wall_time_hours``, ``instance_hours``,
+        ``price_per_hour``, ``cost_usd``), ``recommendations`` (list of
+        ``{title, reason, kind, changes, after}``) and ``notes`` (modelling
+        assumptions that apply).
+        """
+        r, t, m = self.resolved, self.throughput, self.resolved.model
+        cost = None
+        if t.cost is not None:
+            cost = {
+                "tokens": t.cost.tokens,
+                "wall_time_hours": round(t.cost.wall_time_hours, 4),
+                "instance_hours": round(t.cost.instance_hours, 4),
+                "price_per_hour": self.input.price_per_hour,
+                "cost_usd": None if t.cost.cost is None else round(t.cost.cost, 2),
+            }
+        return {
+            "input": {k: getattr(self.input, k) for k in self.input.__dataclass_fields__},
+            "model": {
+                "name": m.name,
+                "num_layers": m.num_layers,
+                "hidden_size": m.hidden_size,
+                "num_attention_heads": m.num_attention_heads,
+                "ffn_hidden_size": m.ffn_hidden_size,
+                "vocab_size": m.vocab_size,
+                "block_params": m.block_params,
+                "num_params": m.num_params,
+                "modelled_params": m.block_params if self.input.blocks_only else m.num_params,
+            },
+            "hardware": {
+                "instance_type": r.instance.instance_type,
+                "instance_count": self.input.instance_count,
+                "gpu": r.gpu.name,
+                "gpus_per_instance": r.instance.gpus_per_instance,
+                "world_size": r.world_size,
+                "shard_degree": r.shard_degree,
+                "replicate_degree": r.replicate_degree,
+                "hbm_gb": r.gpu.hbm_gb,
+            },
+            "fits": self.fits,
+            "memory_gb": self.memory_gb.to_dict(),
+            "step_time_s": round(t.step_time_s, 6),
+            "tokens_per_step": t.tokens_per_step,
+            "tokens_per_second": round(t.tokens_per_second, 1),
+            "tokens_per_second_per_gpu": round(t.tokens_per_second_per_gpu, 1),
+            "tflops_per_gpu": round(t.tflops_per_gpu, 2),
+            "mfu": round(t.mfu, 2),
+            "peak_tflops": t.peak_tflops,
+            "flops_per_token": t.flops_per_token,
+            "bound": t.bound,
+            "recompute_overhead_pct": round(t.recompute_overhead_pct, 2),
+            "time_breakdown_s": {
+                "gemm": t.compute.gemm,
+                "attention": t.compute.attention,
+                "elementwise": t.compute.elementwise,
+                "recompute": t.compute.recompute,
+                "launch_floor": t.compute.launch_floor,
+                "exposed_communication": t.exposed_comm_s,
+                "optimizer": t.optimizer_s,
+                "fixed": t.fixed_s,
+                "micro_batches": t.micro_batches,
+            },
+            "communication": {
+                "allgather_gb": t.comm.allgather_bytes / 1e9,
+                "reduce_scatter_gb": t.comm.reduce_scatter_bytes / 1e9,
+                "allreduce_gb": t.comm.allreduce_bytes / 1e9,
+                "seconds": t.comm.total,
+                "link": t.comm.link,
+                "bandwidth_gb_s": round(t.comm.bandwidth_gb_s, 1),
+            },
+            "cost": cost,
+            "recommendations": [rec.to_dict() for rec in self.recommendations],
+            "notes": notes(self),
+        }
+
+
+def notes(plan: Plan) -> list[str]:
+    """Modelling assumptions that apply to ``plan`` (short sentences)."""
+    out = []
+    if plan.input.blocks_only:
+        out.append(
+            "blocks-only: TransformerEngine's FSDP example (stacked te.TransformerLayer, bf16 parameters, "
+            "Adam moments in bf16, FSDP1); tokens/s include the example's first-iteration cost averaged "
+            "over its 5 timed iterations, as the guide measured"
+        )
+    else:
+        out.append(
+            "full trainer: FSDP2, fp32 sharded parameters and AdamW moments, bf16 compute, chunked "
+            "cross-entropy, no dropout; steady-state tokens/s"
+        )
+    if plan.input.precision in ("fp8", "mxfp8", "nvfp4") and not plan.input.quantized_model_init:
+        out.append("TransformerEngine keeps high-precision weights plus quantized copies (quantized_weight_copies)")
+    out.append("memory_gb.total is the predicted peak allocated memory; fits also counts the margins")
+    return out
+
+
+def evaluate(plan_input: PlanInput) -> Plan:
+    """The plan of ``plan_input`` without recommendations.
+
+    Raises:
+        PlanInputError: see :func:`planner.inputs.resolve`.
+    """
+    r = resolve(plan_input)
+    return Plan(input=r.input, resolved=r, memory_gb=estimate_memory(r), throughput=estimate_throughput(r))
+
+
+def estimate(plan_input: PlanInput) -> Plan:
+    """Memory, throughput, cost and recommendations for ``plan_input``.
+
+    Raises:
+        PlanInputError: (a ``ValueError``) naming the field and allowed values.
+    """
+    from planner.recommend import recommend
+
+    plan = evaluate(plan_input)
+    return Plan(
+        input=plan.input,
+        resolved=plan.resolved,
+        memory_gb=plan.memory_gb,
+        throughput=plan.throughput,
+        recommendations=recommend(plan, evaluate),
+    )
+
+
+def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
+    """The configuration the recommendations lead to that fits in memory.
+
+    Returns ``(plan_input, [])`` when it already fits; otherwise the fastest
+    fitting configuration reachable by turning on activation checkpointing,
+    lowering ``batch_size`` (raising ``gradient_accumulation_steps`` so the tokens
+    per optimizer step do not shrink, unless only fewer tokens per step fit),
+    ``quantized_model_init`` (fp8 family),
+    ``reshard_after_forward=True`` and full sharding -- never changing the model,
+    sequence length, precision or instance count -- with one human description
+    per changed field; ``None`` if nothing fits.
+
+    Raises:
+        PlanInputError: the input itself is invalid.
+    """
+    from planner.recommend import fitting_candidates, describe_changes
+
+    plan = evaluate(plan_input)
+    if plan.fits:
+        return plan.input, []
+    best = fitting_candidates(plan, evaluate)
+    if not best:
+        return None
+    chosen = best[0]
+    return chosen.input, describe_changes(plan.input, chosen.input)
+
+
+__all__ = ["Plan", "Recommendation", "auto_tune", "estimate", "evaluate", "notes"]

@@ -1,0 +1,477 @@
+"""Step time, tokens/s, MFU and cost of a training configuration.
+
+Model (per GPU, per micro-batch of ``T = b*s`` tokens)
+------------------------------------------------------
+Compute is a sum of three rooflines divided by one achieved-efficiency factor::
+
+    t_gpu = ( gemm_flops / peak(precision)          # block matmuls (fp8/mxfp8/nvfp4 tensor cores)
+            + head_flops / peak(bf16)               # LM head, kept in bf16 (full model)
+            + attn_flops / peak(attention)          # fused attention: bf16 under fp8 recipes
+            + elementwise_bytes / hbm_bandwidth     # norms, dropout, residuals, GELU, quantize/cast
+            ) / EFFICIENCY
+
+* ``gemm_flops = 6 * L * (4h^2 + 2hf) * T``; ``attn_flops = 6 * L * h * s * T``
+  (causal half, :mod:`planner.flops`); ``head_flops = 6 * h * V * T`` (8 when
+  the chunked loss recomputes the head's forward, ``T > 2^26 / V``).
+* Elementwise traffic per token per block (``a`` activation bytes, ``q``
+  quantized bytes): forward ``4ah`` (two LayerNorms, read + write)
+  ``+ 2(3a + 1)h`` (two bias-dropout-residual adds with their masks; ``2(3a)h``
+  for our trainer, which has no dropout)
+  ``+ 2af`` (GELU); backward twice the forward. fp8 recipes add the casts of the
+  four GEMM inputs, rowwise + columnwise, ``(a + 2q)(3h + f)`` forward and of
+  the four output gradients ``(a + 2q)(5h + f)`` backward, plus casting every
+  weight once per micro-batch. This term is why fp8/mxfp8/nvfp4 give only a
+  modest speed-up over bf16 for small models (the guide's observation): it
+  scales with ``h`` while the matmuls scale with ``h^2``.
+* Full activation checkpointing adds one forward of every block (its
+  matmuls, attention and elementwise forward work): ~+33% of block compute.
+  The guide's 10-30% is wall-clock, where communication and fixed costs
+  dilute it; :attr:`ThroughputEstimate.recompute_overhead_pct` reports ours.
+* Small micro-batches under-use the GPU: the step cannot run faster than the
+  CPU can launch its kernels, ``KERNELS_PER_BLOCK`` per block at
+  ``LAUNCH_S`` each (``t_compute = max(t_gpu, launch floor)``).
+
+``EFFICIENCY`` = 0.478 is fitted (:func:`calibrate`) to the guide's two
+throughput points for ``gpt-1b``, mxfp8, sequence 8192, 8x B200 (~6K tokens/s
+at batch 1 without checkpointing, ~51K at batch 16 with it), together with
+``FIRST_ITERATION_S`` below; the third point (checkpointing on, batch 1:
+"slightly below 6K") is then predicted, not fitted.
+
+How we read the guide's tokens/s
+--------------------------------
+The guide ran TransformerEngine's ``fsdp.py``, which prints only rank 0's
+average iteration time over ``--num-iters`` (default 5) iterations *including
+the first* (kernel JIT and autotuning, NCCL communicator set-up, allocator
+growth, lazy optimizer state). We read ~6K and ~51K tokens/s as **per GPU**
+(``batch * seq / iteration time`` on one rank): as whole-job figures they would
+mean ~750 tokens/s per GPU, a marginal rate of 2% of B200's fp8 peak and a
+10-second fixed cost per iteration, while the per-GPU reading gives a marginal
+rate of ~19% of fp8 peak (~39% of bf16 peak) and a ~6.5 s one-off first
+iteration -- both ordinary. The ~8x from 16x the tokens is the fixed cost
+being amortised. So ``blocks_only`` plans add ``FIRST_ITERATION_S / 5`` to
+each step (the example's measurement), and full-trainer plans report steady
+state (the trainer's metric lines exclude warm-up).
+
+Communication (FSDP)
+--------------------
+Per micro-batch each GPU all-gathers the block parameters in forward (and again
+in backward when ``reshard_after_forward``); once per optimizer step (the
+last micro-batch: the trainer skips gradient sync on the others) it
+reduce-scatters fp32 gradients: bytes received per GPU ``= bytes * (D - 1) / D``.
+HSDP adds an all-reduce of the sharded fp32 gradients across the ``R``
+replicas: ``2 * 4N/D * (R-1)/R``.
+Bandwidth: within one NVLink domain the unidirectional NVLink bandwidth (half
+the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY``; a group that
+spans instances runs at the instance's EFA bandwidth per GPU at
+``EFA_EFFICIENCY``. Each collective also pays a latency. Overlap: FSDP
+prefetches the next block's gather during the current block's compute, so only
+the first gather, the last reduce-scatter and any communication longer than the
+compute it hides behind are exposed.
+
+The optimizer step is memory-bound (Adam reads and writes parameters and two
+moments, reads gradients) at HBM bandwidth.
+
+Outputs: step time, tokens/s per GPU and per job, model TFLOP/s per GPU and MFU
+in percent of the precision's dense peak (:func:`planner.catalogue.dense_peak_tflops`,
+the same definition the trainer's ``mfu`` metric uses), and -- given a price
+per instance-hour and a token budget -- wall time and cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from planner.catalogue import dense_peak_tflops
+from planner.flops import flops_per_token, mfu_percent, model_tflops_per_second
+from planner.inputs import ResolvedInput
+from planner.memory import activation_bytes, loss_chunk_tokens, quantized_bytes, weight_copy_bytes
+
+EFFICIENCY = 0.478
+"""Achieved fraction of the roofline sum (fitted by :func:`calibrate`; see module docstring)."""
+FIRST_ITERATION_S = 6.5
+"""One-off cost of the TE example's first timed iteration, seconds (fitted by :func:`calibrate`)."""
+TIMED_ITERATIONS = 5
+"""``fsdp.py --num-iters`` default: iterations averaged in the example's timing."""
+KERNELS_PER_BLOCK = 60
+"""CUDA kernels (and FSDP hook work) per block per forward+backward (estimate)."""
+LAUNCH_S = 5e-6
+"""CPU time to launch one kernel through PyTorch and TransformerEngine, seconds (estimate)."""
+NVLINK_EFFICIENCY = 0.75
+"""Achieved fraction of unidirectional NVLink bandwidth for NCCL all-gather/reduce-scatter (estimate)."""
+EFA_EFFICIENCY = 0.7
+"""Achieved fraction of per-GPU EFA bandwidth across instances (estimate)."""
+NVLINK_LATENCY_S = 20e-6
+EFA_LATENCY_S = 60e-6
+HBM_EFFICIENCY = 0.7
+"""Achieved fraction of HBM bandwidth for the memory-bound optimizer step (estimate)."""
+STEP_OVERHEAD_S = 0.005
+"""Full trainer only: per-step host work (loss sync, logging, data hand-off), seconds (estimate)."""
+
+
+def attention_peak_tflops(r: ResolvedInput) -> float:
+    """Dense peak the fused attention runs at: bf16 under fp8 recipes (TE keeps attention in bf16), else the precision's."""
+    p = r.input.precision
+    return dense_peak_tflops(r.gpu, "bf16" if p in ("fp8", "mxfp8", "nvfp4") else p)
+
+
+def elementwise_bytes_per_token(r: ResolvedInput) -> tuple[float, float]:
+    """HBM bytes per token per block of the non-matmul work: ``(forward, backward)`` (module docstring)."""
+    m = r.model
+    h, f = m.hidden_size, m.ffn_hidden_size
+    a = activation_bytes(r.input.precision)
+    q = quantized_bytes(r.input.precision)
+    mask = 1.0 if r.input.blocks_only else 0.0  # hidden-dropout masks: the benchmark's TE default, not our trainer
+    fwd = 4 * a * h + 2 * (3 * a + mask) * h + 2 * a * f
+    bwd = 2 * fwd
+    if q is not None:
+        fwd += (a + 2 * q) * (3 * h + f)
+        bwd += (a + 2 * q) * (5 * h + f)
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class ComputeTime:
+    """GPU time of one micro-batch, seconds, by term.
+
+    Attributes:
+        gemm: block matmuls (and the LM head), forward + backward.
+        attention: fused attention, forward + backward.
+        elementwise: memory-bound work (norms, dropout, residuals, GELU, casts).
+        recompute: the extra forward of activation checkpointing (0 without).
+        launch_floor: CPU kernel-launch time of the micro-batch.
+    """
+
+    gemm: float
+    attention: float
+    elementwise: float
+    recompute: float
+    launch_floor: float
+
+    @property
+    def gpu(self) -> float:
+        """GPU time including the recompute, seconds."""
+        return self.gemm + self.attention + self.elementwise + self.recompute
+
+    @property
+    def total(self) -> float:
+        return max(self.gpu, self.launch_floor)
+
+
+def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> ComputeTime:
+    """GPU compute time of one micro-batch on one GPU (see the module docstring)."""
+    p, m = r.input, r.model
+    L, h, f, V = m.num_layers, m.hidden_size, m.ffn_hidden_size, m.vocab_size
+    s = p.seq_length
+    T = r.tokens_per_microbatch
+    W = 4 * h * h + 2 * h * f
+    peak = dense_peak_tflops(r.gpu, p.precision) * 1e12
+    peak_bf16 = dense_peak_tflops(r.gpu, "bf16" if p.precision != "fp32" else "fp32") * 1e12
+    peak_attn = attention_peak_tflops(r) * 1e12
+    bw = r.gpu.hbm_bandwidth_tb_s * 1e12
+    a = activation_bytes(p.precision)
+
+    gemm = 6.0 * L * W * T / peak
+    attn = 6.0 * L * h * s * T / peak_attn
+    fwd_b, bwd_b = elementwise_bytes_per_token(r)
+    elem_bytes = L * (fwd_b + bwd_b) * T
+    wc = weight_copy_bytes(p.precision, r.gpu)
+    if wc and not p.quantized_model_init:
+        elem_bytes += L * W * (a + wc)  # cast every weight once per micro-batch
+    if not p.blocks_only:
+        head_passes = 6.0 if T <= loss_chunk_tokens(V) else 8.0  # chunked loss recomputes the head forward
+        gemm += head_passes * h * V * T / peak_bf16  # LM head
+        elem_bytes += (20.0 * V + 20.0 * h) * T  # logits softmax/cross-entropy, embedding, final norm
+    elem = elem_bytes / bw
+
+    recompute = 0.0
+    if r.checkpointing:
+        recompute = (2.0 * L * W * T / peak + 2.0 * L * h * s * T / peak_attn + L * fwd_b * T / bw) / efficiency
+    kernels = KERNELS_PER_BLOCK * L * (4 / 3 if r.checkpointing else 1.0)
+    return ComputeTime(
+        gemm=gemm / efficiency,
+        attention=attn / efficiency,
+        elementwise=elem / efficiency,
+        recompute=recompute,
+        launch_floor=kernels * LAUNCH_S,
+    )
+
+
+@dataclass(frozen=True)
+class CommTime:
+    """FSDP communication, seconds and bytes received per GPU: all-gathers per micro-batch; the
+    reduce-scatter (and HSDP all-reduce) once per optimizer step, on its last micro-batch."""
+
+    allgather_bytes: float
+    reduce_scatter_bytes: float
+    allreduce_bytes: float
+    allgather_s: float
+    reduce_scatter_s: float
+    allreduce_s: float
+    bandwidth_gb_s: float
+    link: str
+
+    @property
+    def total(self) -> float:
+        return self.allgather_s + self.reduce_scatter_s + self.allreduce_s
+
+
+def _group_bandwidth(r: ResolvedInput, group: int) -> tuple[float, float, str]:
+    """(bytes/s per GPU, latency s, link name) for a collective over ``group`` GPUs laid out instance by instance."""
+    inst = r.instance
+    if group <= 1:
+        return float("inf"), 0.0, "none"
+    within_domain = group <= max(inst.gpus_per_instance, inst.nvlink_domain_gpus) and (
+        group <= inst.gpus_per_instance or inst.nvlink_domain_gpus >= group
+    )
+    if within_domain and inst.nvlink_bandwidth_gb_s > 0:
+        return inst.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink"
+    per_gpu = inst.efa_bandwidth_gb_s / inst.gpus_per_instance * 1e9 * EFA_EFFICIENCY
+    return per_gpu, EFA_LATENCY_S, f"EFA v{inst.efa_version}"
+
+
+def comm_time(r: ResolvedInput) -> CommTime:
+    """FSDP collectives of one micro-batch (module docstring)."""
+    p, m = r.input, r.model
+    D, R = r.shard_degree, r.replicate_degree
+    N = m.block_params if p.blocks_only else m.num_params
+    L = m.num_layers
+    a = activation_bytes(p.precision)
+    q = quantized_bytes(p.precision)
+    gather_bytes_per_param = q if (p.quantized_model_init and q is not None) else a
+    passes = 2 if p.reshard_after_forward else 1
+    frac = (D - 1) / D if D > 1 else 0.0
+    ag = passes * gather_bytes_per_param * N * frac
+    rs = 4.0 * N * frac
+    bw, lat, link = _group_bandwidth(r, D)
+    units = L + (0 if p.blocks_only else 1)
+    ag_s = (ag / bw + passes * units * lat) if D > 1 else 0.0
+    rs_s = (rs / bw + units * lat) if D > 1 else 0.0
+    ar = 0.0
+    ar_s = 0.0
+    if R > 1:
+        ar = 2 * 4.0 * N / D * (R - 1) / R
+        bw_x, lat_x, _ = _group_bandwidth(r, r.world_size)  # replicas sit on different instances
+        ar_s = ar / bw_x + units * lat_x
+    return CommTime(
+        allgather_bytes=ag,
+        reduce_scatter_bytes=rs,
+        allreduce_bytes=ar,
+        allgather_s=ag_s,
+        reduce_scatter_s=rs_s,
+        allreduce_s=ar_s,
+        bandwidth_gb_s=bw / 1e9 if bw != float("inf") else 0.0,
+        link=link,
+    )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Wall time and cost of a token budget.
+
+    Attributes:
+        tokens: the budget, tokens.
+        wall_time_hours: ``tokens / job tokens/s / 3600``.
+        instance_hours: ``wall_time_hours * instance_count``.
+        cost: ``instance_hours * price_per_hour`` (USD; ``None`` without a price).
+    """
+
+    tokens: float
+    wall_time_hours: float
+    instance_hours: float
+    cost: float | None
+
+
+@dataclass(frozen=True)
+class ThroughputEstimate:
+    """Speed of one configuration.
+
+    Attributes:
+        flops_per_token: model training FLOPs per token (:func:`planner.flops.flops_per_token`).
+        compute: GPU compute per micro-batch by term.
+        comm: FSDP communication per micro-batch.
+        exposed_comm_s: communication not hidden behind compute, per micro-batch.
+        optimizer_s: optimizer step, seconds.
+        fixed_s: per-step fixed cost (the TE example's first-iteration share, or host overhead).
+        step_time_s: one optimizer step, seconds.
+        tokens_per_step: tokens per optimizer step, whole job.
+        tokens_per_second: whole job.
+        tokens_per_second_per_gpu: per GPU.
+        tflops_per_gpu: model TFLOP/s per GPU.
+        peak_tflops: dense peak of the precision, TFLOP/s.
+        mfu: model FLOPs utilisation, percent (0-100).
+        bound: ``"compute"``, ``"communication"`` or ``"launch"`` (what limits the micro-batch).
+        recompute_overhead_pct: step time added by activation checkpointing, percent.
+        cost: wall time and cost of ``tokens`` (``None`` without a token budget).
+        micro_batches: micro-batches per step (``gradient_accumulation_steps``).
+    """
+
+    flops_per_token: float
+    compute: ComputeTime
+    comm: CommTime
+    exposed_comm_s: float
+    optimizer_s: float
+    fixed_s: float
+    step_time_s: float
+    tokens_per_step: float
+    tokens_per_second: float
+    tokens_per_second_per_gpu: float
+    tflops_per_gpu: float
+    peak_tflops: float
+    mfu: float
+    bound: str
+    recompute_overhead_pct: float
+    cost: Cost | None
+
+    micro_batches: int = 1
+
+    @property
+    def comm_fraction(self) -> float:
+        """Exposed communication as a share of the step time (0-1)."""
+        return min(1.0, self.exposed_comm_s * self.micro_batches / self.step_time_s)
+
+
+def _exposed(r: ResolvedInput, c: ComputeTime, k: CommTime, *, reduce: bool = True) -> float:
+    """Communication of one micro-batch not hidden behind its compute; ``reduce``: this
+    micro-batch reduce-scatters (the last of a step; every one without accumulation)."""
+    L = r.model.num_layers
+    units = L + (0 if r.input.blocks_only else 1)
+    # forward is a third of the work without recompute; the recompute runs inside backward
+    fwd_compute = max(0.0, c.total - c.recompute) / 3.0
+    bwd_compute = c.total - fwd_compute
+    passes = 2 if r.input.reshard_after_forward else 1
+    ag_fwd = k.allgather_s / passes
+    ag_bwd = k.allgather_s - ag_fwd
+    reduce_s = (k.reduce_scatter_s + k.allreduce_s) if reduce else 0.0
+    first = ag_fwd / units  # the first block's gather has nothing to hide behind
+    last = reduce_s / units  # nor the last reduce-scatter
+    fwd_exposed = max(0.0, ag_fwd - first - fwd_compute)
+    bwd_exposed = max(0.0, ag_bwd + reduce_s - last - bwd_compute)
+    return first + last + fwd_exposed + bwd_exposed
+
+
+def estimate_throughput(r: ResolvedInput, *, efficiency: float = EFFICIENCY,
+                        first_iteration_s: float = FIRST_ITERATION_S) -> ThroughputEstimate:
+    """Step time, tokens/s, MFU (and cost) of a resolved plan input (module docstring)."""
+    p, m = r.input, r.model
+    c = compute_time(r, efficiency=efficiency)
+    k = comm_time(r)
+    gas = p.gradient_accumulation_steps
+    # gradients are reduce-scattered on the last micro-batch of a step only
+    exposed_last = _exposed(r, c, k, reduce=True)
+    exposed_other = _exposed(r, c, k, reduce=False)
+    exposed = (exposed_last + (gas - 1) * exposed_other) / gas  # mean per micro-batch
+    N = m.block_params if p.blocks_only else m.num_params
+    opt_bytes = (14.0 if p.blocks_only else 28.0) * N / r.shard_degree
+    optimizer_s = opt_bytes / (r.gpu.hbm_bandwidth_tb_s * 1e12 * HBM_EFFICIENCY)
+    fixed = first_iteration_s / TIMED_ITERATIONS if p.blocks_only else STEP_OVERHEAD_S
+    micro = c.total + exposed
+    step = gas * micro + optimizer_s + fixed
+    tokens_per_gpu_step = gas * r.tokens_per_microbatch
+    tps_gpu = tokens_per_gpu_step / step
+    fpt = flops_per_token(m, p.seq_length, include_embedding=not p.blocks_only)
+    peak = dense_peak_tflops(r.gpu, p.precision)
+    if c.launch_floor > c.gpu:
+        bound = "launch"
+    elif exposed > 0.25 * micro:
+        bound = "communication"
+    else:
+        bound = "compute"
+    recompute_pct = 0.0
+    if r.checkpointing:
+        # the same configuration without recompute (memory aside): what checkpointing costs in wall time
+        plain = dataclasses.replace(r, input=dataclasses.replace(p, activation_checkpointing="off"))
+        plain_step = estimate_throughput(plain, efficiency=efficiency, first_iteration_s=first_iteration_s).step_time_s
+        recompute_pct = 100.0 * (step / plain_step - 1.0)
+    cost = None
+    if p.tokens is not None:
+        hours = p.tokens / (tps_gpu * r.world_size) / 3600.0
+        inst_hours = hours * p.instance_count
+        cost = Cost(
+            tokens=float(p.tokens),
+            wall_time_hours=hours,
+            instance_hours=inst_hours,
+            cost=None if p.price_per_hour is None else inst_hours * p.price_per_hour,
+        )
+    est = ThroughputEstimate(
+        flops_per_token=fpt,
+        compute=c,
+        comm=k,
+        exposed_comm_s=exposed,
+        optimizer_s=optimizer_s,
+        fixed_s=fixed,
+        step_time_s=step,
+        tokens_per_step=tokens_per_gpu_step * r.world_size,
+        tokens_per_second=tps_gpu * r.world_size,
+        tokens_per_second_per_gpu=tps_gpu,
+        tflops_per_gpu=model_tflops_per_second(tps_gpu, fpt),
+        peak_tflops=peak,
+        mfu=mfu_percent(tps_gpu, fpt, peak),
+        bound=bound,
+        recompute_overhead_pct=recompute_pct,
+        cost=cost,
+        micro_batches=gas,
+    )
+    return est
+
+
+GUIDE_THROUGHPUT_POINTS: tuple[tuple[str, int, float], ...] = (
+    ("off", 1, 6000.0),
+    ("full", 16, 51000.0),
+)
+"""The guide's fitted points: (activation_checkpointing, batch_size, tokens/s per GPU) for
+``gpt-1b``, mxfp8, sequence 8192, ``ml.p6-b200.48xlarge`` blocks-only."""
+
+
+def calibrate() -> tuple[float, float]:
+    """Re-derive ``(EFFICIENCY, FIRST_ITERATION_S)`` from :data:`GUIDE_THROUGHPUT_POINTS`.
+
+    Solves ``tokens/step / step_time(efficiency, first_iteration_s) = published`` for
+    both points (bisection on the efficiency; the first-iteration cost follows from
+    the batch-1 point). The module constants are these values, rounded.
+    """
+    from planner.inputs import PlanInput, resolve
+
+    def resolved(ckpt: str, batch: int) -> ResolvedInput:
+        return resolve(
+            PlanInput(
+                model="gpt-1b", num_layers=None, precision="mxfp8", seq_length=8192, batch_size=batch,
+                activation_checkpointing=ckpt, instance_type="ml.p6-b200.48xlarge", blocks_only=True,
+            )
+        )
+
+    (ck1, b1, tps1), (ck2, b2, tps2) = GUIDE_THROUGHPUT_POINTS
+    r1, r2 = resolved(ck1, b1), resolved(ck2, b2)
+
+    def first_for(eff: float) -> float:
+        est = estimate_throughput(r1, efficiency=eff, first_iteration_s=0.0)
+        return (r1.tokens_per_microbatch / tps1 - est.step_time_s) * TIMED_ITERATIONS
+
+    def residual(eff: float) -> float:
+        est = estimate_throughput(r2, efficiency=eff, first_iteration_s=first_for(eff))
+        return est.tokens_per_second_per_gpu - tps2
+
+    lo, hi = 0.05, 1.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if residual(mid) > 0:  # too fast: lower efficiency
+            hi = mid
+        else:
+            lo = mid
+    eff = (lo + hi) / 2
+    return eff, first_for(eff)
+
+
+__all__ = [
+    "EFFICIENCY",
+    "FIRST_ITERATION_S",
+    "GUIDE_THROUGHPUT_POINTS",
+    "CommTime",
+    "ComputeTime",
+    "Cost",
+    "ThroughputEstimate",
+    "calibrate",
+    "comm_time",
+    "compute_time",
+    "estimate_throughput",
+]

@@ -1,0 +1,127 @@
+"""Catalogue sanity: instances point at known GPUs, figures agree, precision rules hold."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner import PlanInputError
+from planner.catalogue import (
+    GPUS,
+    INSTANCES,
+    UnsupportedPrecisionError,
+    dense_peak_tflops,
+    get_instance,
+    gpu_for_device_name,
+    supports_precision,
+)
+from training.hyperparameters import PRECISIONS
+
+REQUIRED_INSTANCES = {
+    "ml.p5.4xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge",
+    "ml.p6-b300.48xlarge", "ml.p6e-gb200.36xlarge", "ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72",
+}
+
+
+def test_catalogue_covers_the_issue_list():
+    assert REQUIRED_INSTANCES <= set(INSTANCES)
+    assert {"H100", "H200", "B200", "B300", "GB200"} <= set(GPUS)
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+def test_instance_gpu_exists_and_memory_adds_up(name):
+    inst = INSTANCES[name]
+    gpu = GPUS[inst.gpu]
+    # the instance's total GPU memory is its GPUs' HBM (AWS rounds: within 7%)
+    assert inst.gpu_memory_gb == pytest.approx(inst.gpus_per_instance * gpu.hbm_gb, rel=0.07)
+    assert inst.efa_bandwidth_gb_s > 0 and inst.efa_version in (2, 3, 4)
+    assert inst.nvlink_domain_gpus >= 1
+    assert inst.sources, "every instance names its sources"
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_every_gpu_figure_has_a_source(name):
+    gpu = GPUS[name]
+    for f in ("hbm_gb", "hbm_bandwidth_tb_s", "bf16_tflops", "tf32_tflops", "compute_capability"):
+        assert f in gpu.sources, f"{name}.{f} has no source"
+    if gpu.fp8_tflops is not None:
+        assert "fp8_tflops" in gpu.sources
+    if gpu.fp4_tflops is not None:
+        assert "fp4_tflops" in gpu.sources
+
+
+def test_digest_figures():
+    assert GPUS["H100"].bf16_tflops == 989.5 and GPUS["H100"].fp8_tflops == 1979.0
+    assert GPUS["B200"].hbm_gb == 180 and GPUS["B300"].hbm_gb == 268
+    assert get_instance("ml.p5.4xlarge").efa_bandwidth_gb_s == 12.5
+    assert get_instance("ml.u-p6e-gb200x72").efa_bandwidth_gb_s == 3600
+
+
+def test_dense_is_half_of_sparse_and_ordered():
+    for gpu in GPUS.values():
+        assert gpu.tf32_tflops < gpu.bf16_tflops
+        if gpu.fp8_tflops:
+            assert gpu.fp8_tflops == pytest.approx(2 * gpu.bf16_tflops, rel=0.01)
+        if gpu.fp4_tflops:
+            assert gpu.fp4_tflops >= 2 * gpu.fp8_tflops * 0.99
+
+
+@pytest.mark.parametrize(
+    ("gpu", "precision", "ok"),
+    [
+        ("H100", "fp8", True), ("H100", "mxfp8", False), ("H100", "nvfp4", False), ("H200", "bf16", True),
+        ("H200", "mxfp8", False), ("B200", "mxfp8", True), ("B200", "nvfp4", True), ("B300", "nvfp4", True),
+        ("GB200", "mxfp8", True), ("B200", "fp32", True),
+    ],
+)
+def test_precision_rules(gpu, precision, ok):
+    assert supports_precision(gpu, precision) is ok
+
+
+def test_precision_rules_follow_compute_capability():
+    for gpu in GPUS.values():
+        for p in PRECISIONS:
+            cc = gpu.compute_capability
+            expected = {"fp8": cc >= (8, 9), "mxfp8": cc[0] == 10, "nvfp4": cc[0] == 10}.get(p, True)
+            assert supports_precision(gpu, p) is expected
+        # a made-up Ada-class part: fp8 yes, block-scaled formats no
+    ada = dataclasses.replace(GPUS["H100"], name="L40S", compute_capability=(8, 9))
+    assert supports_precision(ada, "fp8") and not supports_precision(ada, "mxfp8")
+
+
+def test_dense_peak_by_precision():
+    assert dense_peak_tflops("B200", "mxfp8") == dense_peak_tflops("B200", "fp8") == 4500
+    assert dense_peak_tflops("B200", "nvfp4") == 9000
+    assert dense_peak_tflops("B200", "fp16") == dense_peak_tflops("B200", "bf16") == 2250
+    assert dense_peak_tflops("H100", "fp32") == GPUS["H100"].tf32_tflops
+
+
+def test_unsupported_precision_names_gpu_and_precision():
+    with pytest.raises(UnsupportedPrecisionError) as info:
+        dense_peak_tflops("H100", "mxfp8")
+    assert isinstance(info.value, ValueError)
+    assert "mxfp8" in str(info.value) and "H100" in str(info.value) and "fp8" in info.value.expected
+    with pytest.raises(PlanInputError, match="precision"):
+        supports_precision("B200", "int8")
+
+
+def test_unknown_instance_lists_allowed():
+    with pytest.raises(KeyError) as info:
+        get_instance("ml.p4d.24xlarge")
+    assert "ml.p6-b200.48xlarge" in str(info.value)
+    assert isinstance(info.value, ValueError) and info.value.field == "instance_type"
+    assert get_instance("p6-b200.48xlarge").instance_type == "ml.p6-b200.48xlarge"
+
+
+@pytest.mark.parametrize(
+    ("device", "gpu"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"), ("NVIDIA B300 SXM6 AC", "B300"), ("NVIDIA H100 PCIe", None),
+        ("NVIDIA A100-SXM4-80GB", None), ("", None),
+    ],
+)
+def test_gpu_for_device_name(device, gpu):
+    spec = gpu_for_device_name(device)
+    assert (spec.name if spec else None) == gpu

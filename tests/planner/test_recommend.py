@@ -1,0 +1,189 @@
+"""The guide's rules on the guide's examples, and auto_tune."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import PlanInput, PlanInputError, auto_tune, estimate
+from planner.plan import evaluate
+from training.hyperparameters import GUIDE_DEFAULT_REQUEST, HyperparameterError, Hyperparameters, parse
+
+
+def full_input(**changes) -> PlanInput:
+    base = dict(
+        model="gpt-8b", num_layers=None, precision="fp8", seq_length=8192, batch_size=4,
+        activation_checkpointing="off", instance_type="ml.p6-b200.48xlarge",
+    )
+    base.update(changes)
+    return PlanInput(**base)
+
+
+def kinds(plan):
+    return [r.kind for r in plan.recommendations]
+
+
+def test_guide_example_checkpointing_pays_with_a_bigger_batch(make_input):
+    """1B, mxfp8, 8K, batch 1: turning checkpointing on and raising the batch wins (~51K vs ~6K)."""
+    plan = estimate(make_input())
+    rec = next(r for r in plan.recommendations if r.kind == "checkpointing")
+    assert rec.changes["activation_checkpointing"] == "full"
+    assert rec.changes["batch_size"] >= 16
+    assert rec.after.fits
+    assert rec.after.tokens_per_second > 5 * plan.tokens_per_second
+    # batch first: the throughput rule comes before the checkpointing one
+    assert kinds(plan).index("throughput") < kinds(plan).index("checkpointing")
+
+
+def test_recommendation_after_matches_its_changes(make_input):
+    plan = estimate(make_input())
+    for rec in plan.recommendations:
+        if rec.after is None:
+            assert rec.changes == {}
+            continue
+        assert rec.changes
+        for field, value in rec.changes.items():
+            assert getattr(rec.after.input, field) == value
+        assert rec.after.recommendations == []
+
+
+def test_large_model_without_checkpointing_is_fixed_by_checkpointing():
+    """~14B+: checkpointing is a prerequisite; auto_tune turns it on and keeps the tokens per step."""
+    inp = full_input(model="gpt-14b", batch_size=4)
+    plan = estimate(inp)
+    assert not plan.fits
+    assert plan.recommendations[0].kind == "fit"
+    assert plan.recommendations[0].changes["activation_checkpointing"] == "full"
+    tuned, changes = auto_tune(inp)
+    assert tuned.activation_checkpointing == "full"
+    assert evaluate(tuned).fits
+    assert tuned.batch_size * tuned.gradient_accumulation_steps >= inp.batch_size * inp.gradient_accumulation_steps
+    assert any(c.startswith("activation_checkpointing: off -> full") for c in changes)
+    assert tuned.model == inp.model and tuned.seq_length == inp.seq_length and tuned.precision == inp.precision
+
+
+def test_auto_tune_lowers_batch_with_accumulation_when_needed():
+    inp = full_input(model="gpt-1b", precision="bf16", batch_size=256, seq_length=8192, activation_checkpointing="full")
+    assert not evaluate(inp).fits
+    tuned, changes = auto_tune(inp)
+    assert tuned.batch_size < 256
+    assert tuned.batch_size * tuned.gradient_accumulation_steps >= 256
+    assert evaluate(tuned).fits
+    assert any(c.startswith("batch_size: 256 ->") for c in changes)
+    assert any(c.startswith("gradient_accumulation_steps: 1 ->") for c in changes)
+
+
+def test_auto_tune_returns_input_when_it_fits_and_none_when_nothing_fits():
+    inp = full_input(model="gpt-1b", batch_size=1)
+    assert auto_tune(inp) == (evaluate(inp).input, [])
+    huge = full_input(model="gpt-64b", batch_size=1, precision="bf16", instance_type="ml.p5.4xlarge")
+    assert auto_tune(huge) is None
+    plan = estimate(huge)
+    assert not plan.fits and plan.recommendations[0].kind == "fit"
+    # the way out is more instances
+    assert "instance_count" in plan.recommendations[0].changes or plan.recommendations[0].after is None
+
+
+def test_small_model_in_bf16_is_told_to_start_with_fp8():
+    plan = estimate(full_input(model="gpt-1b", precision="bf16", batch_size=2))
+    rec = next(r for r in plan.recommendations if r.kind == "precision")
+    assert rec.changes == {"precision": "fp8"}
+    assert rec.after.tokens_per_second > plan.tokens_per_second
+    assert "start with fp8" in rec.reason
+
+
+def test_large_model_in_mxfp8_keeps_it_for_stability_or_fp8_for_balance():
+    plan = estimate(full_input(model="gpt-32b", precision="mxfp8", batch_size=1, activation_checkpointing="full"))
+    assert plan.fits
+    for rec in plan.recommendations:
+        if rec.kind == "precision":
+            assert rec.changes == {"precision": "fp8"} and "convergence" in rec.reason
+    assert not any(r.kind == "checkpointing" and r.changes.get("activation_checkpointing") == "off"
+                   for r in plan.recommendations)
+
+
+def test_nvfp4_gets_the_validated_recipe_advice():
+    plan = estimate(full_input(model="gpt-32b", precision="nvfp4", batch_size=1, activation_checkpointing="full"))
+    assert any("validated recipe" in r.title and r.after is None for r in plan.recommendations)
+
+
+def test_communication_bound_multi_node_shards_less():
+    plan = estimate(full_input(model="gpt-8b", seq_length=2048, batch_size=1, instance_type="ml.p5.48xlarge",
+                               instance_count=8))
+    assert plan.throughput.bound == "communication"
+    rec = next(r for r in plan.recommendations if r.kind == "communication")
+    assert rec.changes.get("sharding_strategy") == "hybrid" or rec.changes.get("reshard_after_forward") is False
+    assert rec.after.tokens_per_second > plan.tokens_per_second
+
+
+def test_quantized_weights_suggested_under_memory_pressure():
+    plan = estimate(full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5))
+    assert plan.fits and plan.memory_gb.headroom / plan.memory_gb.usable < 0.25
+    rec = next(r for r in plan.recommendations if r.kind == "memory")
+    assert rec.changes == {"quantized_model_init": True}
+    assert rec.after.memory_gb.total < plan.memory_gb.total
+
+
+def test_guide_default_request_plans():
+    hp = parse(GUIDE_DEFAULT_REQUEST)
+    inp = PlanInput.from_hyperparameters(hp, instance_type="ml.p6-b200.48xlarge")
+    assert inp.num_layers == 10 and inp.precision == "mxfp8" and inp.batch_size == 8 and inp.seq_length == 2048
+    plan = estimate(inp)
+    assert plan.fits and plan.tokens_per_second > 0
+    assert PlanInput.from_request(GUIDE_DEFAULT_REQUEST, instance_type="ml.p6-b200.48xlarge") == inp
+
+
+def test_from_hyperparameters_overrides():
+    inp = PlanInput.from_hyperparameters(Hyperparameters(), instance_type="ml.p5.48xlarge", instance_count=2,
+                                         blocks_only=True, tokens=1e9, price_per_hour=98.3)
+    assert inp.instance_count == 2 and inp.blocks_only and inp.tokens == 1e9
+    plan = estimate(inp.replace(precision="fp8"))
+    assert plan.throughput.cost.cost == pytest.approx(plan.throughput.cost.instance_hours * 98.3)
+    assert plan.throughput.cost.wall_time_hours == pytest.approx(1e9 / plan.tokens_per_second / 3600)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"}, "precision"),
+        ({"instance_type": "ml.p4d.24xlarge"}, "instance_type"),
+        ({"model": "gpt-2t"}, "model"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"activation_checkpointing": "selective"}, "activation_checkpointing"),
+        ({"precision": "bf16", "quantized_model_init": True}, "quantized_model_init"),
+        ({"instance_count": 0}, "instance_count"),
+        ({"tokens": -1}, "tokens"),
+    ],
+)
+def test_bad_input_names_the_field(changes, field):
+    with pytest.raises(PlanInputError) as info:
+        estimate(full_input(**changes))
+    assert info.value.field == field
+    assert isinstance(info.value, ValueError)
+    assert info.value.expected
+
+
+def test_from_request_rejects_bad_values():
+    with pytest.raises(PlanInputError) as info:
+        PlanInput.from_request({"precision": "int4"}, instance_type="ml.p6-b200.48xlarge")
+    assert info.value.field == "precision"
+    assert not isinstance(info.value, HyperparameterError)
+
+
+def test_gradient_accumulation_keeps_unsharded_gradients():
+    """FSDP accumulates unsharded gradients between syncs: memory grows by ~2 bytes per parameter."""
+    one = evaluate(full_input(model="gpt-3b", batch_size=2, seq_length=2048))
+    four = evaluate(full_input(model="gpt-3b", batch_size=2, seq_length=2048, gradient_accumulation_steps=4))
+    n = one.resolved.model.num_params
+    assert four.memory_gb.total - one.memory_gb.total == pytest.approx(2 * n / 1e9, rel=0.05)
+    # and the gradients are reduce-scattered once per step, so each micro-batch is no slower
+    assert four.tokens_per_second >= one.tokens_per_second * 0.999
+
+
+def test_raising_the_batch_under_accumulation_keeps_tokens_per_step():
+    inp = full_input(model="gpt-1b", precision="fp8", seq_length=2048, batch_size=1, gradient_accumulation_steps=16)
+    plan = estimate(inp)
+    rec = next(r for r in plan.recommendations if r.kind == "throughput")
+    after = rec.after.input
+    assert after.batch_size > 1
+    assert after.batch_size * after.gradient_accumulation_steps == 16
+    assert "keep the tokens per optimizer step" in rec.reason
