@@ -1,0 +1,178 @@
+"""The platform's S3 buckets: training data, checkpoints, job output and server access logs.
+
+Encryption choice: the three data buckets use SSE-KMS with one customer managed
+key (rotation on) and an S3 Bucket Key. Datasets and checkpoints are the
+platform's most valuable data; a customer managed key puts every decrypt in
+CloudTrail and lets the key policy revoke access independently of bucket
+policies, while the Bucket Key cuts KMS requests (and their cost and
+throttling) by reusing a bucket-level data key, which matters for the bursts
+of multipart uploads a checkpoint save produces. The access-log bucket uses
+SSE-S3 because S3 server access logging can only deliver to SSE-S3 buckets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+__all__ = ["TrainingBuckets", "TrainingBucketsProps"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingBucketsProps:
+    """Properties of :class:`TrainingBuckets`.
+
+    Attributes:
+        removal_policy: what happens to the buckets and the key when they leave
+            the stack. Default: they are retained with their objects.
+            ``DESTROY`` also empties the buckets on delete (test accounts only).
+        encryption_key: KMS key for the data, checkpoint and output buckets.
+            Default: a customer managed key with yearly rotation is created.
+        abort_incomplete_multipart_upload_after: age after which unfinished
+            multipart uploads are aborted (all buckets). Default: 7 days.
+        noncurrent_version_expiration: age after which overwritten or deleted
+            object versions are removed from the versioned buckets
+            (checkpoints, output). Default: 30 days.
+        noncurrent_versions_to_retain: newest noncurrent versions always kept
+            regardless of age. Default: 3.
+        access_log_expiration: age after which server access log objects are
+            deleted. Default: access logs are kept.
+    """
+
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    encryption_key: kms.IKey | None = None
+    abort_incomplete_multipart_upload_after: cdk.Duration = cdk.Duration.days(7)
+    noncurrent_version_expiration: cdk.Duration = cdk.Duration.days(30)
+    noncurrent_versions_to_retain: int = 3
+    access_log_expiration: cdk.Duration | None = None
+
+
+class TrainingBuckets(Construct):
+    """Data, checkpoint, output and access-log buckets with secure defaults.
+
+    Every bucket blocks public access, enforces TLS 1.2+ (a bucket policy
+    denies ``aws:SecureTransport=false``), uses bucket-owner-enforced object
+    ownership and aborts stale multipart uploads. The data, checkpoint and
+    output buckets are KMS-encrypted with a Bucket Key and log server access
+    into ``access_logs`` under ``<bucket role>/`` (delivery is granted by the
+    access-log bucket's policy, never by ACLs). Checkpoints and output are
+    versioned; their old versions expire after
+    ``noncurrent_version_expiration``.
+
+    Children (stable construct IDs): ``Key``, ``AccessLogs``, ``Data``,
+    ``Checkpoints``, ``Output``. There is no single primary resource.
+    """
+
+    def __init__(self, scope: Construct, id: str, props: TrainingBucketsProps | None = None) -> None:
+        super().__init__(scope, id)
+        # ACLs are disabled (bucket-owner-enforced), so log delivery must be granted through the
+        # access-log bucket's policy; set here so the construct does not depend on the app's flags.
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
+        props = props or TrainingBucketsProps()
+        _validate(props)
+        self.props = props
+        destroy = props.removal_policy == cdk.RemovalPolicy.DESTROY
+
+        if props.encryption_key is None:
+            key = kms.Key(
+                self,
+                "Key",
+                description="Encrypts the training platform's data, checkpoint and output buckets",
+                enable_key_rotation=True,
+                removal_policy=props.removal_policy,
+            )
+        else:
+            key = props.encryption_key
+        self.encryption_key: kms.IKey = key
+
+        common = dict(
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            removal_policy=props.removal_policy,
+            auto_delete_objects=destroy,
+        )
+        abort_rule = s3.LifecycleRule(
+            id="AbortIncompleteMultipartUploads",
+            abort_incomplete_multipart_upload_after=props.abort_incomplete_multipart_upload_after,
+        )
+
+        log_rules = [abort_rule]
+        if props.access_log_expiration is not None:
+            log_rules.append(s3.LifecycleRule(id="ExpireAccessLogs", expiration=props.access_log_expiration))
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,  # server access logging requires SSE-S3
+            lifecycle_rules=log_rules,
+            **common,
+        )
+        cdk.Validations.of(self.access_logs).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-S1",
+                reason="This is the server access log destination; logging it into itself would loop.",
+            )
+        )
+
+        versioned_rules = [
+            abort_rule,
+            s3.LifecycleRule(
+                id="ExpireNoncurrentVersions",
+                noncurrent_version_expiration=props.noncurrent_version_expiration,
+                noncurrent_versions_to_retain=props.noncurrent_versions_to_retain,
+                expired_object_delete_marker=True,
+            ),
+        ]
+
+        def kms_bucket(child_id: str, *, versioned: bool) -> s3.Bucket:
+            return s3.Bucket(
+                self,
+                child_id,
+                encryption=s3.BucketEncryption.KMS,
+                encryption_key=key,
+                bucket_key_enabled=True,
+                versioned=versioned,
+                lifecycle_rules=versioned_rules if versioned else [abort_rule],
+                server_access_logs_bucket=self.access_logs,
+                server_access_logs_prefix=f"{child_id.lower()}/",
+                **common,
+            )
+
+        self.data = kms_bucket("Data", versioned=False)
+        self.checkpoints = kms_bucket("Checkpoints", versioned=True)
+        self.output = kms_bucket("Output", versioned=True)
+
+    @property
+    def all_buckets(self) -> tuple[s3.IBucket, ...]:
+        """Data, checkpoints, output, access logs (in that order)."""
+        return (self.data, self.checkpoints, self.output, self.access_logs)
+
+    def grant_read_data(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read objects in the data bucket (and decrypt them with the bucket key)."""
+        return self.data.grant_read(grantee)
+
+    def grant_read_write_checkpoints(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read, write and delete objects in the checkpoint bucket."""
+        return self.checkpoints.grant_read_write(grantee)
+
+    def grant_read_write_output(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read, write and delete objects in the output bucket."""
+        return self.output.grant_read_write(grantee)
+
+
+def _validate(props: TrainingBucketsProps) -> None:
+    if props.noncurrent_versions_to_retain < 0 or props.noncurrent_versions_to_retain > 100:
+        raise ValueError(
+            f"TrainingBucketsProps.noncurrent_versions_to_retain: got {props.noncurrent_versions_to_retain}; "
+            "expected an integer from 0 to 100 (the S3 lifecycle limit)"
+        )
+    if props.removal_policy not in (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY):
+        raise ValueError(
+            f"TrainingBucketsProps.removal_policy: got {props.removal_policy}; expected RETAIN or DESTROY"
+        )

@@ -1,0 +1,216 @@
+"""The SageMaker execution role that training jobs run as (least privilege).
+
+Granted, and nothing else (no ``AmazonSageMakerFullAccess``):
+
+* read the data bucket (and any extra input locations), read/write/delete in
+  the checkpoint and output buckets; KMS use comes with the bucket grants;
+* pull images from the trainer repository only (``ecr:GetAuthorizationToken``
+  has no resource-level permissions and needs ``*``);
+* create and write log streams in ``/aws/sagemaker/TrainingJobs`` only;
+* ``cloudwatch:PutMetricData`` restricted by the ``cloudwatch:namespace``
+  condition to SageMaker's training-job namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import aws_cdk as cdk
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from . import acknowledgements as nag
+
+__all__ = [
+    "InputLocation",
+    "SAGEMAKER_LOG_GROUP",
+    "SAGEMAKER_METRIC_NAMESPACE",
+    "TrainingExecutionRole",
+    "TrainingExecutionRoleProps",
+]
+
+SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+"""The log group SageMaker writes training-job container logs to."""
+
+SAGEMAKER_METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+"""The CloudWatch namespace of training-job metrics (``MetricDefinitions`` and instance metrics)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputLocation:
+    """An extra read-only S3 input location: a bucket and a key prefix.
+
+    Attributes:
+        bucket: the bucket.
+        prefix: key prefix inside it, e.g. ``"datasets/"``. Default: the whole bucket.
+    """
+
+    bucket: s3.IBucket
+    prefix: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingExecutionRoleProps:
+    """Properties of :class:`TrainingExecutionRole`.
+
+    Attributes:
+        data_bucket: training data, read only.
+        checkpoint_bucket: checkpoints, read/write/delete.
+        output_bucket: model artifacts and job output, read/write/delete.
+        repository: the trainer image repository; the role pulls from it only.
+        extra_inputs: further read-only input locations. Default: none, only
+            the data bucket is readable.
+        metric_namespaces: CloudWatch namespaces the role may publish to.
+            Default: SageMaker's training-job namespace only.
+        role_name: physical role name. Default: CloudFormation generates one.
+    """
+
+    data_bucket: s3.IBucket
+    checkpoint_bucket: s3.IBucket
+    output_bucket: s3.IBucket
+    repository: ecr.IRepository
+    extra_inputs: Sequence[InputLocation] = field(default_factory=tuple)
+    metric_namespaces: Sequence[str] = (SAGEMAKER_METRIC_NAMESPACE,)
+    role_name: str | None = None
+
+
+class TrainingExecutionRole(Construct):
+    """The role SageMaker training jobs assume (primary child ``Resource``).
+
+    Trust: ``sagemaker.amazonaws.com`` with ``aws:SourceAccount`` equal to the
+    stack's account and ``aws:SourceArn`` matching the account's training
+    jobs (confused-deputy protection).
+    """
+
+    def __init__(self, scope: Construct, id: str, props: TrainingExecutionRoleProps) -> None:
+        super().__init__(scope, id)
+        _validate(props)
+        self.props = props
+        stack = cdk.Stack.of(self)
+
+        training_jobs_arn = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
+        principal = iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
+            {
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnLike": {"aws:SourceArn": training_jobs_arn},
+            }
+        )
+        self.role = iam.Role(
+            self,
+            "Resource",
+            assumed_by=principal,
+            role_name=props.role_name,
+            description="SageMaker training jobs of the training platform (least privilege)",
+        )
+
+        props.data_bucket.grant_read(self.role)
+        for location in props.extra_inputs:
+            location.bucket.grant_read(self.role, f"{location.prefix}*" if location.prefix else "*")
+        props.checkpoint_bucket.grant_read_write(self.role)
+        props.output_bucket.grant_read_write(self.role)
+        props.repository.grant_pull(self.role)
+
+        self._log_group_arn = log_group_arn = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=SAGEMAKER_LOG_GROUP,
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="TrainingJobLogs",
+                actions=[
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:DescribeLogStreams",
+                    "logs:PutLogEvents",
+                ],
+                resources=[log_group_arn, f"{log_group_arn}:log-stream:*"],
+            )
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="TrainingJobMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": list(props.metric_namespaces)}},
+            )
+        )
+
+        self._acknowledge_wildcards(props)
+
+    def _acknowledge_wildcards(self, props: TrainingExecutionRoleProps) -> None:
+        for name in _GRANT_WILDCARD_ACTIONS:
+            nag.acknowledge(
+                self.role, nag.IAM5,
+                "Action set of CDK's Bucket.grant_read / grant_read_write (and the bucket key grant); "
+                "every statement is scoped by resource to the platform's buckets and their KMS key.",
+                finding=nag.action(name),
+            )
+        for bucket in (props.data_bucket, props.checkpoint_bucket, props.output_bucket):
+            nag.acknowledge(
+                self.role, nag.IAM5,
+                "Object-level access to every key of this one bucket: training jobs read datasets and "
+                "write checkpoints/artifacts under job-specific prefixes chosen at submit time.",
+                finding=nag.resource(self, f"{bucket.bucket_arn}/*"),
+            )
+        for location in props.extra_inputs:
+            nag.acknowledge(
+                self.role, nag.IAM5,
+                "Read-only access below an operator-configured input prefix (allowedInputPrefixes).",
+                finding=nag.resource(self, location.bucket.arn_for_objects(f"{location.prefix}*")),
+            )
+        nag.acknowledge(
+            self.role, nag.IAM5,
+            "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires '*'); "
+            "cloudwatch:PutMetricData has none either and is restricted by the cloudwatch:namespace condition.",
+            finding="Resource::*",
+        )
+        nag.acknowledge(
+            self.role, nag.IAM5,
+            "SageMaker names a log stream per job and host (<job>/algo-<n>-<id>), so streams of the "
+            f"{SAGEMAKER_LOG_GROUP} log group are granted by wildcard; the group itself is named exactly.",
+            finding=nag.resource(self, f"{self._log_group_arn}:log-stream:*"),
+        )
+
+    @property
+    def role_arn(self) -> str:
+        return self.role.role_arn
+
+    def grant_pass_role(self, grantee: iam.IGrantable) -> iam.Grant:
+        """``iam:PassRole`` on this role only, and only to SageMaker (``iam:PassedToService``)."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["iam:PassRole"],
+            resource_arns=[self.role.role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+        )
+
+
+_GRANT_WILDCARD_ACTIONS = (
+    "s3:GetBucket*",
+    "s3:GetObject*",
+    "s3:List*",
+    "s3:Abort*",
+    "s3:DeleteObject*",
+    "kms:GenerateDataKey*",
+    "kms:ReEncrypt*",
+)
+"""Wildcard actions in CDK's ``Bucket.grant_read``/``grant_read_write`` (and their key grants)."""
+
+
+def _validate(props: TrainingExecutionRoleProps) -> None:
+    if not props.metric_namespaces:
+        raise ValueError(
+            "TrainingExecutionRoleProps.metric_namespaces: got an empty list; expected at least one namespace "
+            f"(SageMaker publishes training metrics to {SAGEMAKER_METRIC_NAMESPACE!r})"
+        )
+    for location in props.extra_inputs:
+        if location.prefix.startswith("/") or "*" in location.prefix:
+            raise ValueError(
+                f"TrainingExecutionRoleProps.extra_inputs: prefix {location.prefix!r}; expected a key prefix "
+                "without a leading '/' or wildcards, e.g. 'datasets/'"
+            )

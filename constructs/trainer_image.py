@@ -1,0 +1,237 @@
+"""The trainer image: an ECR repository and the image built from ``training/Dockerfile``.
+
+The image is a ``DockerImageAsset`` (CDK builds it at publish time, so synth
+needs no Docker engine), which lands in the CDK bootstrap repository. The
+well-kept ``cdk-ecr-deployment`` construct then copies it into the platform's
+own repository under a content-derived tag (the asset hash), so training jobs
+pull from a repository whose scanning, tag immutability and lifecycle this
+construct controls, and the execution role is granted that repository only.
+
+Encryption choice: AES256 (ECR-managed keys; images are still encrypted at
+rest) by default. The image holds code and open-source libraries, not
+training data, so a customer managed key would add a key to manage and pay
+for, and a key policy every pusher and puller depends on, without protecting
+anything sensitive. The choice is fixed when the repository is created: pass
+``encryption_key`` up front where policy requires a customer managed key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aws_cdk as cdk
+import cdk_ecr_deployment as ecr_deployment
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from . import acknowledgements as nag
+
+__all__ = ["REPO_ROOT", "TrainerImage", "TrainerImageProps"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The repository root: the trainer image's Docker build context."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerImageProps:
+    """Properties of :class:`TrainerImage`.
+
+    Attributes:
+        build_context: Docker build context directory. Default: the repository root.
+        dockerfile: Dockerfile path relative to ``build_context``.
+            Default: ``training/Dockerfile``.
+        context_paths: top-level folders of the build context the image needs;
+            everything else is excluded from the context and the asset hash
+            (``__pycache__`` and ``*.pyc`` too). Default: ``training`` and ``planner``.
+        build_args: ``docker build --build-arg`` values. Default: none.
+        platform: image platform. Default: ``linux/amd64`` (SageMaker GPU
+            training instances are x86_64).
+        image_retain_count: images kept by the repository lifecycle rule; older
+            ones expire. Default: 20.
+        encryption_key: KMS key for the repository. Default: AES256 with
+            ECR-managed keys (see the module docstring).
+        removal_policy: what happens to the repository when it leaves the stack.
+            Default: it is retained with its images; ``DESTROY`` also empties it.
+        repository_name: physical repository name. Default: CloudFormation generates one.
+    """
+
+    build_context: Path = REPO_ROOT
+    dockerfile: str = "training/Dockerfile"
+    context_paths: Sequence[str] = ("training", "planner")
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    platform: ecr_assets.Platform = ecr_assets.Platform.LINUX_AMD64
+    image_retain_count: int = 20
+    encryption_key: kms.IKey | None = None
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    repository_name: str | None = None
+
+
+class TrainerImage(Construct):
+    """ECR repository (primary child ``Resource``) plus the trainer image copied into it.
+
+    Children: ``Resource`` (the repository), ``Asset`` (the image asset),
+    ``DeploymentRole`` (the copy function's role) and ``Deployment<tag[:16]>``
+    (the cdk-ecr-deployment copy, a custom resource whose function is a
+    stack-level singleton; its ID changes with the image on purpose, see below).
+
+    Immutable tags and redeploying old content: ECR refuses to push a tag that
+    already exists, even with identical content, and cdk-ecr-deployment does not
+    check first (cdklabs/cdk-ecr-deployment#207). Each image therefore gets its
+    own copy resource, so rollbacks never re-push. Deploying a build context
+    whose tag is still in the repository (e.g. after reverting a trainer change)
+    fails the copy and rolls back cleanly; delete that tag first
+    (``aws ecr batch-delete-image --repository-name <repo> --image-ids imageTag=<tag>``)
+    or let the lifecycle rule expire it.
+
+    Attributes:
+        repository: the platform's trainer repository.
+        image_tag: the content-derived tag (the asset hash, 64 hex digits).
+        image_uri: ``<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>``.
+    """
+
+    def __init__(self, scope: Construct, id: str, props: TrainerImageProps | None = None) -> None:
+        super().__init__(scope, id)
+        props = props or TrainerImageProps()
+        _validate(props)
+        self.props = props
+
+        self.repository = ecr.Repository(
+            self,
+            "Resource",
+            repository_name=props.repository_name,
+            image_scan_on_push=True,
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            encryption=ecr.RepositoryEncryption.KMS if props.encryption_key else ecr.RepositoryEncryption.AES_256,
+            encryption_key=props.encryption_key,
+            lifecycle_rules=[
+                ecr.LifecycleRule(
+                    description=f"Keep the newest {props.image_retain_count} images",
+                    max_image_count=props.image_retain_count,
+                    tag_status=ecr.TagStatus.ANY,
+                )
+            ],
+            removal_policy=props.removal_policy,
+            empty_on_delete=props.removal_policy == cdk.RemovalPolicy.DESTROY,
+        )
+
+        self.asset = ecr_assets.DockerImageAsset(
+            self,
+            "Asset",
+            directory=str(props.build_context),
+            file=props.dockerfile,
+            build_args=dict(props.build_args) or None,
+            platform=props.platform,
+            ignore_mode=cdk.IgnoreMode.DOCKER,
+            exclude=build_context_excludes(props.context_paths),
+            display_name="trainer image",
+        )
+        self.image_tag: str = self.asset.asset_hash
+        # The repository lives in this stack, so its registry is the stack's own account and region
+        # (repository_uri_for_tag would split the repository ARN to find them, which renders less readably).
+        stack = cdk.Stack.of(self)
+        self.image_uri: str = (
+            f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{self.repository.repository_name}:{self.image_tag}"
+        )
+
+        # The copy function's role. cdk-ecr-deployment grants its own role ECR actions on
+        # every repository ('*'); it receives this role without policy updates instead, and
+        # the same ECR actions are granted here on the two repositories involved only.
+        self.deployment_role = iam.Role(
+            self,
+            "DeploymentRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Copies the trainer image from the CDK asset repository into the trainer repository",
+            managed_policies=[_BASIC_EXECUTION],
+        )
+        for repository in (self.asset.repository, self.repository):
+            repository.grant_read(self.deployment_role)
+            repository.grant_pull(self.deployment_role)
+            # the rest of the library's read actions, scoped the same way
+            repository.grant(self.deployment_role, *_DEPLOYMENT_EXTRA_READ_ACTIONS)
+        self.repository.grant_pull_push(self.deployment_role)
+        # The copy's construct ID carries the tag, so a new image is a new custom resource:
+        # an immutable repository refuses a second push of an existing tag, so re-running an
+        # old copy (what an in-place update's rollback would do) must never happen. A rollback
+        # now deletes the new copy resource (a no-op for images) and leaves the old one alone.
+        self.deployment = ecr_deployment.ECRDeployment(
+            self,
+            f"Deployment{self.image_tag[:_DEPLOYMENT_ID_HASH_CHARS]}",
+            src=ecr_deployment.DockerImageName(self.asset.image_uri),
+            dest=ecr_deployment.DockerImageName(self.image_uri),
+            image_arch=[_docker_arch(props.platform)],
+            role=self.deployment_role.without_policy_updates(),
+        )
+        nag.acknowledge(
+            self.deployment_role, nag.IAM4,
+            "AWSLambdaBasicExecutionRole only lets the copy function write its own CloudWatch logs; its "
+            "log group is named after a generated function name, so it cannot be scoped in advance.",
+            finding=nag.managed_policy(self, _BASIC_EXECUTION.managed_policy_arn),
+        )
+        nag.acknowledge(
+            self.deployment_role, nag.IAM5,
+            "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires '*'); every other "
+            "ECR action is scoped to the asset and trainer repositories.",
+            finding="Resource::*",
+        )
+
+    def grant_pull(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Pull images from the trainer repository (plus ``ecr:GetAuthorizationToken`` on ``*``)."""
+        return self.repository.grant_pull(grantee)
+
+
+_DEPLOYMENT_ID_HASH_CHARS = 16
+
+_DEPLOYMENT_EXTRA_READ_ACTIONS = (
+    "ecr:ListImages",
+    "ecr:ListTagsForResource",
+    "ecr:GetRepositoryPolicy",
+    "ecr:DescribeImageScanFindings",
+)
+_BASIC_EXECUTION = iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaBasicExecutionRole")
+
+
+def build_context_excludes(context_paths: Sequence[str]) -> list[str]:
+    """``.dockerignore``-style patterns that keep only ``context_paths`` in the build context.
+
+    Everything is excluded, then each kept top-level folder is re-included,
+    then bytecode caches are excluded again (later patterns win).
+    """
+    patterns = ["*", "**/*"]
+    for path in context_paths:
+        patterns += [f"!{path}", f"!{path}/**"]
+    patterns += ["**/__pycache__", "**/*.pyc", "**/.pytest_cache"]
+    return patterns
+
+
+def _docker_arch(platform: ecr_assets.Platform) -> str:
+    # Platform.platform is e.g. "linux/amd64"
+    return platform.platform.split("/", 1)[1]
+
+
+def _validate(props: TrainerImageProps) -> None:
+    if not 1 <= props.image_retain_count <= 10_000:
+        raise ValueError(
+            f"TrainerImageProps.image_retain_count: got {props.image_retain_count!r}; expected an integer from 1 to 10000"
+        )
+    context = Path(props.build_context)
+    dockerfile = context / props.dockerfile
+    if not dockerfile.is_file():
+        raise ValueError(f"TrainerImageProps.dockerfile: {str(dockerfile)!r} does not exist; expected the trainer's Dockerfile")
+    for path in props.context_paths:
+        if "/" in path.strip("/") or path in ("", ".", ".."):
+            raise ValueError(
+                f"TrainerImageProps.context_paths: got {path!r}; expected a top-level folder name such as 'training'"
+            )
+        if not (context / path).is_dir():
+            raise ValueError(f"TrainerImageProps.context_paths: {str(context / path)!r} is not a folder")
+    dockerfile_top = Path(props.dockerfile).parts[0]
+    if dockerfile_top not in props.context_paths:
+        raise ValueError(
+            f"TrainerImageProps.dockerfile: {props.dockerfile!r} lies outside context_paths {list(props.context_paths)}; "
+            "expected it inside one of them"
+        )

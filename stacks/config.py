@@ -1,0 +1,383 @@
+"""The platform's configuration: every context key is read and validated here, once.
+
+Context comes from ``cdk.json`` (``"context"``), ``cdk.context.json``, or
+``cdk synth -c key=value`` (values given with ``-c`` arrive as strings: lists
+may be JSON (``'["a","b"]'``) or comma-separated, numbers as digits).
+Account and region come from the environment the CDK CLI sets
+(``CDK_DEPLOY_ACCOUNT``/``CDK_DEFAULT_ACCOUNT``, ``CDK_DEPLOY_REGION``/
+``CDK_DEFAULT_REGION``); without them the stack is environment-agnostic.
+
+A bad value raises :class:`ConfigError`, whose message names the key, the
+value received and what was expected; ``cdk synth`` fails with it.
+
+Context keys (default in brackets):
+
+====================== ============================================================
+``stackName``          CloudFormation stack name [``TrainingPlatform``]
+``trainingPlanArns``   SageMaker training-plan ARNs, preferred first, written to an
+                       SSM parameter the submitter reads at run time [``[]``]
+``defaultInstanceType`` instance type of requests that name none
+                       [``ml.p6-b200.48xlarge``]; must be allowed
+``allowedInstanceTypes`` instance types requests may use; each must be in the
+                       planner catalogue [every catalogue instance type]
+``capacityFallback``   order tried for ``capacity=auto``
+                       [``["training-plan", "spot", "on-demand"]``]
+``allowedInputPrefixes`` extra read-only ``s3://bucket/prefix`` inputs (the data
+                       bucket is always readable) [``[]``]
+``logRetentionDays``   retention of the submitter's logs, a CloudWatch Logs value
+                       (1, 3, 5, 7, 14, 30, 60, 90, ... 3653) [``90``]
+``removalPolicy``      ``retain`` keeps buckets, key, repository and logs when the
+                       stack is deleted; ``destroy`` deletes and empties them
+                       (test accounts only) [``retain``]
+``projectTag``         value of the ``Project`` tag on every resource and job
+                       [``blackwell-training-platform``]
+``costCenter``         value of the ``CostCenter`` tag [``ml-platform``]
+``invokerPrincipals``  IAM role/user/root ARNs allowed to invoke the submitter [``[]``]
+``alarmEmails``        e-mail addresses for alarms (used by the observability
+                       construct) [``[]``]
+``imageRetainCount``   trainer images the ECR lifecycle rule keeps [``20``]
+====================== ============================================================
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_logs as logs
+from constructs import Node
+
+from platform_constructs.submitter.runtime import settings
+from platform_constructs.training_plans import TRAINING_PLAN_ARN_FORMAT, parse_training_plan_arn
+
+__all__ = ["CONTEXT_KEYS", "ConfigError", "PlatformConfig", "S3Location", "load_config"]
+
+TAG_PROJECT = "Project"
+TAG_COST_CENTER = "CostCenter"
+
+RETENTION_DAYS: dict[int, logs.RetentionDays] = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1096: logs.RetentionDays.THREE_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    2192: logs.RetentionDays.SIX_YEARS,
+    2557: logs.RetentionDays.SEVEN_YEARS,
+    2922: logs.RetentionDays.EIGHT_YEARS,
+    3288: logs.RetentionDays.NINE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+"""CloudWatch Logs retention periods (days) -> CDK enum (the service accepts only these)."""
+
+REMOVAL_POLICIES: dict[str, cdk.RemovalPolicy] = {
+    "retain": cdk.RemovalPolicy.RETAIN,
+    "destroy": cdk.RemovalPolicy.DESTROY,
+}
+
+
+def _catalogue_instance_types() -> tuple[str, ...]:
+    from planner.catalogue import INSTANCE_TYPES
+
+    return tuple(INSTANCE_TYPES)
+
+
+CONTEXT_KEYS: dict[str, Any] = {
+    "stackName": "TrainingPlatform",
+    "trainingPlanArns": [],
+    "defaultInstanceType": "ml.p6-b200.48xlarge",
+    "allowedInstanceTypes": None,  # None: every instance type in the planner catalogue
+    "capacityFallback": ["training-plan", "spot", "on-demand"],
+    "allowedInputPrefixes": [],
+    "logRetentionDays": 90,
+    "removalPolicy": "retain",
+    "projectTag": "blackwell-training-platform",
+    "costCenter": "ml-platform",
+    "invokerPrincipals": [],
+    "alarmEmails": [],
+    "imageRetainCount": 20,
+}
+"""Every context key this app reads, with its default."""
+
+
+class ConfigError(ValueError):
+    """A bad context value: names the key, the value received and what was expected."""
+
+    def __init__(self, key: str, value: Any, expected: str) -> None:
+        self.key = key
+        self.value = value
+        self.expected = expected
+        super().__init__(f"context key {key!r}: got {value!r}; expected {expected}")
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """An ``s3://bucket/prefix`` location (``prefix`` may be empty)."""
+
+    bucket: str
+    prefix: str
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformConfig:
+    """The validated configuration (see the module docstring for each key)."""
+
+    stack_name: str
+    account: str | None
+    region: str | None
+    training_plan_arns: tuple[str, ...]
+    default_instance_type: str
+    allowed_instance_types: tuple[str, ...]
+    capacity_fallback: tuple[str, ...]
+    allowed_input_prefixes: tuple[S3Location, ...]
+    log_retention_days: int
+    removal_policy: str
+    project_tag: str
+    cost_center: str
+    invoker_principals: tuple[str, ...]
+    alarm_emails: tuple[str, ...]
+    image_retain_count: int
+
+    @property
+    def env(self) -> cdk.Environment | None:
+        """The stack environment, or ``None`` (environment-agnostic) when neither is known."""
+        if self.account is None and self.region is None:
+            return None
+        return cdk.Environment(account=self.account, region=self.region)
+
+    @property
+    def cdk_removal_policy(self) -> cdk.RemovalPolicy:
+        return REMOVAL_POLICIES[self.removal_policy]
+
+    @property
+    def log_retention(self) -> logs.RetentionDays:
+        return RETENTION_DAYS[self.log_retention_days]
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags applied to every resource (and added to every training job)."""
+        return {TAG_PROJECT: self.project_tag, TAG_COST_CENTER: self.cost_center}
+
+
+# -- readers -------------------------------------------------------------------
+
+_ACCOUNT = re.compile(r"^\d{12}$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+_TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{1,256}$")
+_PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(root|role/[\w+=,.@/-]+|user/[\w+=,.@/-]+)$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
+
+
+def _as_list(key: str, raw: Any) -> list[Any]:
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith("["):
+            try:
+                raw = json.loads(text)
+            except json.JSONDecodeError:
+                raise ConfigError(key, raw, "a JSON list or a comma-separated string") from None
+        else:
+            raw = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(raw, list):
+        raise ConfigError(key, raw, "a list")
+    return raw
+
+
+def _list_of(key: str, raw: Any, check: Callable[[str], bool], expected: str) -> tuple[str, ...]:
+    items = _as_list(key, raw)
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or not check(item):
+            raise ConfigError(f"{key}[{index}]", item, expected)
+    if len(set(items)) != len(items):
+        duplicates = sorted({item for item in items if items.count(item) > 1})
+        raise ConfigError(key, duplicates, "each value once (these are listed more than once)")
+    return tuple(items)
+
+
+def _int(key: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(key, raw, "an integer")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str) and re.fullmatch(r"\s*\d+\s*", raw):
+        return int(raw)
+    raise ConfigError(key, raw, "an integer")
+
+
+def _string(key: str, raw: Any, pattern: re.Pattern[str], expected: str) -> str:
+    if not isinstance(raw, str) or not pattern.match(raw):
+        raise ConfigError(key, raw, expected)
+    return raw
+
+
+def load_config(node: Node, environ: Mapping[str, str] | None = None) -> PlatformConfig:
+    """Read and validate every context key (see the module docstring).
+
+    Args:
+        node: the app's construct node (``app.node``), whose context is read.
+        environ: environment variables for account and region. Default: ``os.environ``.
+
+    Raises:
+        ConfigError: a value is malformed, or a key looks like a misspelling of one of ours.
+    """
+    environ = os.environ if environ is None else environ
+    context = node.get_all_context()
+    _reject_misspellings(context)
+
+    def get(key: str) -> Any:
+        value = node.try_get_context(key)
+        return CONTEXT_KEYS[key] if value is None else value
+
+    stack_name = _string(
+        "stackName", get("stackName"), _STACK_NAME, "a CloudFormation stack name (letters, digits, hyphens; starts with a letter)"
+    )
+
+    account = environ.get("CDK_DEPLOY_ACCOUNT") or environ.get("CDK_DEFAULT_ACCOUNT") or None
+    if account is not None and not _ACCOUNT.match(account):
+        raise ConfigError("CDK_DEFAULT_ACCOUNT", account, "a 12-digit AWS account ID")
+    region = environ.get("CDK_DEPLOY_REGION") or environ.get("CDK_DEFAULT_REGION") or None
+    if region is not None and not _REGION.match(region):
+        raise ConfigError("CDK_DEFAULT_REGION", region, "an AWS region name such as us-east-1")
+
+    plan_arns = _list_of(
+        "trainingPlanArns",
+        get("trainingPlanArns"),
+        lambda arn: _is_plan_arn(arn),
+        f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}",
+    )
+    if region is not None:
+        for index, arn in enumerate(plan_arns):
+            plan_region = parse_training_plan_arn(arn)["region"]
+            if plan_region != region:
+                raise ConfigError(
+                    f"trainingPlanArns[{index}]", arn, f"a plan in the deployment region {region} (this one is in {plan_region})"
+                )
+
+    catalogue = _catalogue_instance_types()
+    raw_allowed = get("allowedInstanceTypes")
+    allowed = catalogue if raw_allowed is None else _list_of(
+        "allowedInstanceTypes",
+        raw_allowed,
+        lambda t: t in catalogue,
+        f"an instance type from the planner catalogue ({', '.join(catalogue)})",
+    )
+    if not allowed:
+        raise ConfigError("allowedInstanceTypes", list(allowed), "at least one instance type")
+    default_instance_type = get("defaultInstanceType")
+    if default_instance_type not in allowed:
+        raise ConfigError(
+            "defaultInstanceType", default_instance_type, f"one of allowedInstanceTypes ({', '.join(allowed)})"
+        )
+
+    capacity_fallback = _list_of(
+        "capacityFallback",
+        get("capacityFallback"),
+        lambda c: c in settings.CAPACITY_TYPES,
+        f"one of {', '.join(settings.CAPACITY_TYPES)}",
+    )
+    if not capacity_fallback:
+        raise ConfigError("capacityFallback", [], f"at least one of {', '.join(settings.CAPACITY_TYPES)}")
+
+    prefixes = _list_of(
+        "allowedInputPrefixes",
+        get("allowedInputPrefixes"),
+        lambda uri: bool(_S3_URI.match(uri)) and "*" not in uri,
+        "an s3://bucket/prefix URI without wildcards",
+    )
+    input_prefixes = tuple(
+        S3Location(bucket=m["bucket"], prefix=m["prefix"] or "") for m in (_S3_URI.match(uri) for uri in prefixes)
+    )
+
+    retention = _int("logRetentionDays", get("logRetentionDays"))
+    if retention not in RETENTION_DAYS:
+        raise ConfigError(
+            "logRetentionDays", retention, f"a CloudWatch Logs retention period in days: {', '.join(map(str, RETENTION_DAYS))}"
+        )
+
+    removal = get("removalPolicy")
+    if not isinstance(removal, str) or removal.lower() not in REMOVAL_POLICIES:
+        raise ConfigError("removalPolicy", removal, "'retain' (keep data, the default) or 'destroy' (test accounts)")
+
+    tag_expected = "1-256 characters: letters, digits, spaces and _ . : / = + - @"
+    project_tag = _string("projectTag", get("projectTag"), _TAG_VALUE, tag_expected)
+    cost_center = _string("costCenter", get("costCenter"), _TAG_VALUE, tag_expected)
+
+    invokers = _list_of(
+        "invokerPrincipals",
+        get("invokerPrincipals"),
+        lambda arn: bool(_PRINCIPAL_ARN.match(arn)),
+        "an IAM principal ARN: arn:aws:iam::<account>:role/<name>, :user/<name> or :root",
+    )
+    emails = _list_of("alarmEmails", get("alarmEmails"), lambda e: bool(_EMAIL.match(e)), "an e-mail address")
+
+    retain_count = _int("imageRetainCount", get("imageRetainCount"))
+    if not 1 <= retain_count <= 10_000:
+        raise ConfigError("imageRetainCount", retain_count, "an integer from 1 to 10000")
+
+    return PlatformConfig(
+        stack_name=stack_name,
+        account=account,
+        region=region,
+        training_plan_arns=plan_arns,
+        default_instance_type=default_instance_type,
+        allowed_instance_types=tuple(allowed),
+        capacity_fallback=capacity_fallback,
+        allowed_input_prefixes=input_prefixes,
+        log_retention_days=retention,
+        removal_policy=removal.lower(),
+        project_tag=project_tag,
+        cost_center=cost_center,
+        invoker_principals=invokers,
+        alarm_emails=emails,
+        image_retain_count=retain_count,
+    )
+
+
+def _is_plan_arn(arn: str) -> bool:
+    try:
+        parse_training_plan_arn(arn)
+    except ValueError:
+        return False
+    return True
+
+
+def _reject_misspellings(context: Mapping[str, Any]) -> None:
+    """Fail on a context key that is not ours but is close to one of ours (e.g. ``trainingPlanArn``)."""
+    ours = {key.lower(): key for key in CONTEXT_KEYS}
+    for key in context:
+        if key in CONTEXT_KEYS or key.startswith(("@", "aws:", "cdk")) or ":" in key:
+            continue
+        close = difflib.get_close_matches(key.lower(), ours, n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(key, context[key], f"a known context key; did you mean {ours[close[0]]!r}?")
+
+
+def describe_keys() -> Sequence[tuple[str, Any]]:
+    """``(key, default)`` for every context key, defaults resolved (for summaries and docs)."""
+    return [
+        (key, list(_catalogue_instance_types()) if key == "allowedInstanceTypes" else default)
+        for key, default in CONTEXT_KEYS.items()
+    ]

@@ -1,0 +1,128 @@
+"""The training platform stack: composes the constructs and wires the grants between them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from platform_constructs.buckets import TrainingBuckets, TrainingBucketsProps
+from platform_constructs.execution_role import InputLocation, TrainingExecutionRole, TrainingExecutionRoleProps
+from platform_constructs.observability import PlatformObservability, PlatformObservabilityProps
+from platform_constructs.submitter import JobSubmitter, JobSubmitterProps
+from platform_constructs.trainer_image import TrainerImage, TrainerImageProps
+from platform_constructs.training_plans import TrainingPlans, TrainingPlansProps
+
+from .config import PlatformConfig
+
+__all__ = ["TrainingPlatformStack"]
+
+
+class TrainingPlatformStack(cdk.Stack):
+    """Everything a training job needs: image, buckets, execution role, plans, submitter, dashboard.
+
+    Construct IDs (stable): ``TrainerImage``, ``Buckets``, ``ExecutionRole``,
+    ``TrainingPlans``, ``Submitter``, ``Observability``.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
+        super().__init__(
+            scope,
+            id,
+            env=config.env,
+            description="SageMaker training platform: trainer image, buckets, execution role, job submitter",
+            **kwargs,
+        )
+        self.config = config
+        removal = config.cdk_removal_policy
+
+        self.trainer_image = TrainerImage(
+            self,
+            "TrainerImage",
+            TrainerImageProps(image_retain_count=config.image_retain_count, removal_policy=removal),
+        )
+        self.buckets = TrainingBuckets(self, "Buckets", TrainingBucketsProps(removal_policy=removal))
+
+        extra_inputs = [
+            InputLocation(
+                bucket=s3.Bucket.from_bucket_name(self, f"Input{index}", location.bucket),
+                prefix=location.prefix,
+            )
+            for index, location in enumerate(config.allowed_input_prefixes)
+        ]
+        self.execution_role = TrainingExecutionRole(
+            self,
+            "ExecutionRole",
+            TrainingExecutionRoleProps(
+                data_bucket=self.buckets.data,
+                checkpoint_bucket=self.buckets.checkpoints,
+                output_bucket=self.buckets.output,
+                repository=self.trainer_image.repository,
+                extra_inputs=extra_inputs,
+            ),
+        )
+        self.training_plans = TrainingPlans(
+            self,
+            "TrainingPlans",
+            TrainingPlansProps(
+                plan_arns=config.training_plan_arns,
+                parameter_name=f"/{config.stack_name}/training-plan-arns",
+            ),
+        )
+        self.submitter = JobSubmitter(
+            self,
+            "Submitter",
+            JobSubmitterProps(
+                trainer_image=self.trainer_image,
+                execution_role=self.execution_role.role,
+                data_bucket=self.buckets.data,
+                checkpoint_bucket=self.buckets.checkpoints,
+                output_bucket=self.buckets.output,
+                training_plans=self.training_plans,
+                default_instance_type=config.default_instance_type,
+                allowed_instance_types=config.allowed_instance_types,
+                capacity_fallback=config.capacity_fallback,
+                allowed_input_prefixes=[location.uri for location in config.allowed_input_prefixes],
+                platform_tags=config.tags,
+                log_retention=config.log_retention,
+                removal_policy=removal,
+            ),
+        )
+        for principal_arn in config.invoker_principals:
+            self.submitter.grant_invoke(iam.ArnPrincipal(principal_arn))
+        self.observability = PlatformObservability(
+            self,
+            "Observability",
+            PlatformObservabilityProps(
+                submitter=self.submitter,
+                buckets=self.buckets,
+                training_plans=self.training_plans,
+                alarm_emails=config.alarm_emails,
+            ),
+        )
+
+        for key, value in config.tags.items():
+            cdk.Tags.of(self).add(key, value)
+
+        self._outputs()
+
+    def _outputs(self) -> None:
+        outputs = {
+            "TrainerImageUri": (self.trainer_image.image_uri, "Trainer image (content-derived tag) in the platform repository"),
+            "TrainerRepositoryName": (self.trainer_image.repository.repository_name, "ECR repository of the trainer image"),
+            "SubmitterFunctionName": (self.submitter.function.function_name, "Job submitter Lambda function name"),
+            "SubmitterFunctionArn": (self.submitter.function.function_arn, "Job submitter Lambda function ARN"),
+            "DataBucketName": (self.buckets.data.bucket_name, "Training data bucket"),
+            "CheckpointBucketName": (self.buckets.checkpoints.bucket_name, "Checkpoint bucket (versioned)"),
+            "OutputBucketName": (self.buckets.output.bucket_name, "Job output bucket (versioned)"),
+            "AccessLogsBucketName": (self.buckets.access_logs.bucket_name, "Server access logs bucket"),
+            "BucketKeyArn": (self.buckets.encryption_key.key_arn, "KMS key of the data, checkpoint and output buckets"),
+            "ExecutionRoleArn": (self.execution_role.role_arn, "SageMaker execution role of training jobs"),
+            "TrainingPlanParameterName": (self.training_plans.parameter_name, "SSM parameter with the training-plan ARNs (JSON list)"),
+            "DashboardName": (self.observability.dashboard_name, "CloudWatch dashboard of the platform"),
+        }
+        for output_id, (value, description) in outputs.items():
+            cdk.CfnOutput(self, output_id, value=value, description=description)

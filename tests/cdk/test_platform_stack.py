@@ -1,0 +1,524 @@
+"""Template assertions on every resource of the training platform stack."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from aws_cdk.assertions import Match
+
+from platform_constructs.submitter import HANDLER
+from platform_constructs.submitter.runtime import settings
+
+pytestmark = pytest.mark.xdist_group("cdk")
+
+
+def getatt_arn(logical_id: str) -> dict:
+    return {"Fn::GetAtt": [logical_id, "Arn"]}
+
+
+def statements(synth, policy_owner_prefix: str) -> list[dict]:
+    """All statements of the IAM policies whose logical ID starts with ``policy_owner_prefix``."""
+    found = []
+    for logical_id, resource in synth.of_type("AWS::IAM::Policy").items():
+        if logical_id.startswith(policy_owner_prefix):
+            found.extend(resource["Properties"]["PolicyDocument"]["Statement"])
+    return found
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+# -- trainer image ------------------------------------------------------------------------------
+
+
+def test_repository_scans_on_push_is_immutable_aes256_and_retained(default_synth):
+    t = default_synth.template
+    t.resource_count_is("AWS::ECR::Repository", 1)
+    t.has_resource(
+        "AWS::ECR::Repository",
+        {
+            "Properties": Match.object_like(
+                {
+                    "ImageScanningConfiguration": {"ScanOnPush": True},
+                    "ImageTagMutability": "IMMUTABLE",
+                    "EmptyOnDelete": False,
+                }
+            ),
+            "DeletionPolicy": "Retain",
+            "UpdateReplacePolicy": "Retain",
+        },
+    )
+    (repo,) = default_synth.of_type("AWS::ECR::Repository").values()
+    # AES256 is ECR's default and renders as no EncryptionConfiguration, or an explicit AES256 one
+    encryption = repo["Properties"].get("EncryptionConfiguration", {"EncryptionType": "AES256"})
+    assert encryption == {"EncryptionType": "AES256"}
+
+
+@pytest.mark.parametrize(("fixture", "count"), [("default_synth", 20), ("variant_synth", 7)])
+def test_repository_lifecycle_keeps_last_n_images(request, fixture, count):
+    synth = request.getfixturevalue(fixture)
+    (repo,) = synth.of_type("AWS::ECR::Repository").values()
+    policy = json.loads(repo["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"])
+    (rule,) = policy["rules"]
+    assert rule["selection"] == {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": count}
+    assert rule["action"] == {"type": "expire"}
+
+
+def test_destroy_policy_empties_and_deletes_the_repository(variant_synth):
+    variant_synth.template.has_resource(
+        "AWS::ECR::Repository",
+        {"Properties": Match.object_like({"EmptyOnDelete": True}), "DeletionPolicy": "Delete"},
+    )
+
+
+def test_image_is_copied_into_the_platform_repository_under_the_asset_hash(default_synth):
+    stack = default_synth.stack
+    repo_id = default_synth.logical_id(stack.trainer_image.repository)
+    tag = stack.trainer_image.image_tag
+    assert re.fullmatch(r"[0-9a-f]{64}", tag)
+
+    assets = json.loads((default_synth.outdir / f"{stack.stack_name}.assets.json").read_text())
+    (image_hash,) = assets["dockerImages"]
+    assert image_hash == tag  # the tag is the content hash of the build context
+    source = assets["dockerImages"][image_hash]["source"]
+    assert source["dockerFile"] == "training/Dockerfile"
+    assert source["platform"] == "linux/amd64"
+
+    ((copy_id, copy),) = default_synth.of_type("Custom::CDKECRDeployment").items()
+    # a new image is a new copy resource: rollbacks never re-push a tag into the immutable repository
+    assert tag[:16] in copy_id
+    dest = json.dumps(copy["Properties"]["DestImage"])
+    assert f'{{"Ref": "{repo_id}"}}' in dest and dest.endswith(f':{tag}"]]}}')
+    assert "container-assets" in json.dumps(copy["Properties"]["SrcImage"])
+    assert copy["Properties"]["ImageArch"] == "amd64"
+
+
+def test_image_build_context_holds_only_training_and_planner(default_synth):
+    assets = json.loads((default_synth.outdir / "TrainingPlatform.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    context = default_synth.outdir / image["source"]["directory"]
+    assert sorted(p.name for p in context.iterdir()) == ["planner", "training"]
+    assert (context / "training" / "Dockerfile").is_file()
+    assert (context / "planner" / "catalogue.py").is_file()
+    assert not list(context.rglob("__pycache__")) and not list(context.rglob("*.pyc"))
+
+
+def test_copy_function_role_is_scoped_to_the_two_repositories(default_synth):
+    repo_arn = getatt_arn(default_synth.logical_id(default_synth.stack.trainer_image.repository))
+    found = statements(default_synth, "TrainerImageDeploymentRole")
+    assert found
+    for statement in found:
+        resources = as_list(statement["Resource"])
+        if "*" in resources:
+            assert as_list(statement["Action"]) == ["ecr:GetAuthorizationToken"]
+            continue
+        for resource in resources:
+            assert resource == repo_arn or "container-assets" in json.dumps(resource), resource
+    push = [s for s in found if "ecr:PutImage" in as_list(s["Action"])]
+    assert push and all(s["Resource"] == repo_arn for s in push)  # never pushes to the asset repository
+
+
+# -- buckets -----------------------------------------------------------------------------------
+
+
+def bucket_ids(synth) -> dict[str, str]:
+    buckets = synth.stack.buckets
+    return {
+        name: synth.logical_id(getattr(buckets, name)) for name in ("data", "checkpoints", "output", "access_logs")
+    }
+
+
+def test_four_buckets_block_public_access_and_enforce_owner(default_synth):
+    t = default_synth.template
+    t.resource_count_is("AWS::S3::Bucket", 4)
+    for resource in default_synth.of_type("AWS::S3::Bucket").values():
+        props = resource["Properties"]
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        assert props["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+
+
+def test_data_buckets_use_the_kms_key_with_bucket_key_and_logs_use_sse_s3(default_synth):
+    ids = bucket_ids(default_synth)
+    key_id = default_synth.logical_id(default_synth.stack.buckets.encryption_key)
+    resources = default_synth.resources
+    for name in ("data", "checkpoints", "output"):
+        (rule,) = resources[ids[name]]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rule == {
+            "BucketKeyEnabled": True,
+            "ServerSideEncryptionByDefault": {"KMSMasterKeyID": getatt_arn(key_id), "SSEAlgorithm": "aws:kms"},
+        }, name
+    (rule,) = resources[ids["access_logs"]]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    default_synth.template.has_resource(
+        "AWS::KMS::Key", {"Properties": Match.object_like({"EnableKeyRotation": True}), "DeletionPolicy": "Retain"}
+    )
+
+
+def test_every_bucket_policy_denies_insecure_transport_and_old_tls(default_synth):
+    ids = bucket_ids(default_synth)
+    policies = {
+        resource["Properties"]["Bucket"]["Ref"]: resource["Properties"]["PolicyDocument"]["Statement"]
+        for resource in default_synth.of_type("AWS::S3::BucketPolicy").values()
+    }
+    assert set(policies) == set(ids.values())
+    for bucket_id, statements_ in policies.items():
+        denies = [s for s in statements_ if s["Effect"] == "Deny" and s["Action"] == "s3:*"]
+        conditions = [s["Condition"] for s in denies]
+        assert {"Bool": {"aws:SecureTransport": "false"}} in conditions, bucket_id
+        assert {"NumericLessThan": {"s3:TlsVersion": 1.2}} in conditions, bucket_id
+        for deny in denies:
+            assert deny["Principal"] == {"AWS": "*"}
+            assert getatt_arn(bucket_id) in deny["Resource"]
+
+
+def test_versioning_on_checkpoints_and_output_only(default_synth):
+    ids = bucket_ids(default_synth)
+    resources = default_synth.resources
+    for name in ("checkpoints", "output"):
+        assert resources[ids[name]]["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    for name in ("data", "access_logs"):
+        assert "VersioningConfiguration" not in resources[ids[name]]["Properties"]
+
+
+def test_lifecycle_aborts_multipart_uploads_and_expires_noncurrent_versions(default_synth):
+    ids = bucket_ids(default_synth)
+    resources = default_synth.resources
+    for name, bucket_id in ids.items():
+        rules = resources[bucket_id]["Properties"]["LifecycleConfiguration"]["Rules"]
+        assert {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}, "Id": "AbortIncompleteMultipartUploads", "Status": "Enabled"} in rules, name
+        expiring = [r for r in rules if "NoncurrentVersionExpiration" in r]
+        if name in ("checkpoints", "output"):
+            assert expiring == [
+                {
+                    "ExpiredObjectDeleteMarker": True,
+                    "Id": "ExpireNoncurrentVersions",
+                    "NoncurrentVersionExpiration": {"NewerNoncurrentVersions": 3, "NoncurrentDays": 30},
+                    "Status": "Enabled",
+                }
+            ], name
+        else:
+            assert expiring == [], name
+
+
+def test_server_access_logs_go_to_the_logs_bucket(default_synth):
+    ids = bucket_ids(default_synth)
+    resources = default_synth.resources
+    for name in ("data", "checkpoints", "output"):
+        assert resources[ids[name]]["Properties"]["LoggingConfiguration"] == {
+            "DestinationBucketName": {"Ref": ids["access_logs"]},
+            "LogFilePrefix": f"{name}/",
+        }
+    assert "LoggingConfiguration" not in resources[ids["access_logs"]]["Properties"]
+
+
+def test_log_delivery_is_granted_by_bucket_policy_not_acl(default_synth):
+    ids = bucket_ids(default_synth)
+    (policy,) = [
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for r in default_synth.of_type("AWS::S3::BucketPolicy").values()
+        if r["Properties"]["Bucket"] == {"Ref": ids["access_logs"]}
+    ]
+    delivery = [s for s in policy if s.get("Principal") == {"Service": "logging.s3.amazonaws.com"}]
+    assert delivery and all(s["Action"] == "s3:PutObject" and s["Effect"] == "Allow" for s in delivery)
+    sources = json.dumps([s["Condition"] for s in delivery])
+    for name in ("data", "checkpoints", "output"):
+        assert ids[name] in sources, name
+    for resource in default_synth.of_type("AWS::S3::Bucket").values():
+        assert "AccessControl" not in resource["Properties"]
+
+
+def test_stateful_resources_are_retained_by_default(default_synth):
+    for resource_type in ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::ECR::Repository"):
+        for logical_id, resource in default_synth.of_type(resource_type).items():
+            assert resource["DeletionPolicy"] == "Retain", logical_id
+            assert resource["UpdateReplacePolicy"] == "Retain", logical_id
+    submitter_logs = default_synth.logical_id(default_synth.stack.submitter.log_group)
+    assert default_synth.resources[submitter_logs]["DeletionPolicy"] == "Retain"
+    assert not default_synth.of_type("Custom::S3AutoDeleteObjects")
+
+
+def test_destroy_context_deletes_and_empties_buckets(variant_synth):
+    for resource_type in ("AWS::S3::Bucket", "AWS::KMS::Key"):
+        for logical_id, resource in variant_synth.of_type(resource_type).items():
+            assert resource["DeletionPolicy"] == "Delete", logical_id
+    assert len(variant_synth.of_type("Custom::S3AutoDeleteObjects")) == 4
+
+
+# -- execution role ----------------------------------------------------------------------------
+
+
+def test_execution_role_trusts_sagemaker_training_jobs_of_this_account_only(default_synth):
+    role_id = default_synth.logical_id(default_synth.stack.execution_role.role)
+    role = default_synth.resources[role_id]["Properties"]
+    (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert "training-job/*" in json.dumps(statement["Condition"]["ArnLike"]["aws:SourceArn"])
+    assert "ManagedPolicyArns" not in role
+
+
+def test_no_role_has_sagemaker_full_access(default_synth, variant_synth):
+    for synth in (default_synth, variant_synth):
+        assert "AmazonSageMakerFullAccess" not in json.dumps(synth.template_json)
+
+
+def test_execution_role_reads_data_and_writes_only_checkpoints_and_output(default_synth):
+    ids = bucket_ids(default_synth)
+    found = statements(default_synth, "ExecutionRole")
+    writers = [s for s in found if "s3:PutObject" in as_list(s["Action"])]
+    written = {json.dumps(r) for s in writers for r in as_list(s["Resource"])}
+    assert any(ids["checkpoints"] in r for r in written) and any(ids["output"] in r for r in written)
+    assert not any(ids["data"] in r or ids["access_logs"] in r for r in written)
+    readers = [s for s in found if "s3:GetObject*" in as_list(s["Action"])]
+    assert any(getatt_arn(ids["data"]) in as_list(s["Resource"]) for s in readers)
+    assert not any(ids["access_logs"] in json.dumps(s) for s in found)
+
+
+def test_execution_role_pulls_from_the_trainer_repository_only(default_synth):
+    repo_arn = getatt_arn(default_synth.logical_id(default_synth.stack.trainer_image.repository))
+    for statement in statements(default_synth, "ExecutionRole"):
+        actions = as_list(statement["Action"])
+        ecr = [a for a in actions if a.startswith("ecr:")]
+        if not ecr:
+            continue
+        if ecr == ["ecr:GetAuthorizationToken"]:
+            assert statement["Resource"] == "*"
+        else:
+            assert statement["Resource"] == repo_arn
+            assert set(ecr) == {"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
+
+
+def test_execution_role_logs_and_metrics_are_scoped(default_synth):
+    found = {s.get("Sid"): s for s in statements(default_synth, "ExecutionRole")}
+    logs = found["TrainingJobLogs"]
+    assert all("/aws/sagemaker/TrainingJobs" in json.dumps(r) for r in logs["Resource"])
+    metrics = found["TrainingJobMetrics"]
+    assert metrics["Action"] == "cloudwatch:PutMetricData"
+    assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["/aws/sagemaker/TrainingJobs"]}}
+
+
+def test_execution_role_reads_extra_input_prefixes(variant_synth):
+    found = statements(variant_synth, "ExecutionRole")
+    reads = [json.dumps(s["Resource"]) for s in found if "s3:GetObject*" in as_list(s["Action"])]
+    assert any("shared-datasets/tokenized/*" in r for r in reads)
+
+
+# -- submitter ---------------------------------------------------------------------------------
+
+
+def test_submitter_function_runtime_arch_handler(default_synth):
+    default_synth.template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Runtime": "python3.13",
+            "Architectures": ["arm64"],
+            "Handler": HANDLER,
+            "LoggingConfig": Match.object_like({"LogFormat": "JSON"}),
+        },
+    )
+    assert HANDLER == "runtime.handler.lambda_handler"
+
+
+def test_submitter_environment(default_synth):
+    stack = default_synth.stack
+    fn_id = default_synth.logical_id(stack.submitter.function)
+    env = default_synth.resources[fn_id]["Properties"]["Environment"]["Variables"]
+    ids = bucket_ids(default_synth)
+    assert env[settings.ENV_EXECUTION_ROLE_ARN] == getatt_arn(default_synth.logical_id(stack.execution_role.role))
+    assert env[settings.ENV_DATA_BUCKET] == {"Ref": ids["data"]}
+    assert env[settings.ENV_CHECKPOINT_BUCKET] == {"Ref": ids["checkpoints"]}
+    assert env[settings.ENV_OUTPUT_BUCKET] == {"Ref": ids["output"]}
+    assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == {
+        "Ref": default_synth.logical_id(stack.training_plans.parameter)
+    }
+    image = json.dumps(env[settings.ENV_TRAINER_IMAGE_URI])
+    assert stack.trainer_image.image_tag in image and default_synth.logical_id(stack.trainer_image.repository) in image
+    assert env[settings.ENV_DEFAULT_INSTANCE_TYPE] == "ml.p6-b200.48xlarge"
+    from planner.catalogue import INSTANCE_TYPES
+
+    assert env[settings.ENV_ALLOWED_INSTANCE_TYPES].split(",") == list(INSTANCE_TYPES)
+    assert env[settings.ENV_CAPACITY_FALLBACK] == "training-plan,spot,on-demand"
+    assert json.loads(env[settings.ENV_PLATFORM_TAGS]) == {
+        "Project": "blackwell-training-platform",
+        "CostCenter": "ml-platform",
+    }
+    assert env["POWERTOOLS_SERVICE_NAME"] == settings.SERVICE_NAME
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == settings.METRICS_NAMESPACE
+    assert settings.ENV_ALLOWED_INPUT_PREFIXES not in env
+
+
+def test_submitter_environment_follows_context(variant_synth):
+    fn_id = variant_synth.logical_id(variant_synth.stack.submitter.function)
+    env = variant_synth.resources[fn_id]["Properties"]["Environment"]["Variables"]
+    assert env[settings.ENV_ALLOWED_INSTANCE_TYPES] == "ml.p5.48xlarge,ml.p6-b200.48xlarge"
+    assert env[settings.ENV_ALLOWED_INPUT_PREFIXES] == "s3://shared-datasets/tokenized/"
+    assert json.loads(env[settings.ENV_PLATFORM_TAGS]) == {"Project": "llm-pretraining", "CostCenter": "cc-1234"}
+
+
+def test_submitter_waits_for_the_image_copy(default_synth):
+    fn_id = default_synth.logical_id(default_synth.stack.submitter.function)
+    (copy_id,) = default_synth.of_type("Custom::CDKECRDeployment")
+    assert copy_id in default_synth.resources[fn_id]["DependsOn"]
+
+
+@pytest.mark.parametrize(("fixture", "days"), [("default_synth", 90), ("variant_synth", 30)])
+def test_submitter_log_group_retention(request, fixture, days):
+    synth = request.getfixturevalue(fixture)
+    log_group_id = synth.logical_id(synth.stack.submitter.log_group)
+    assert synth.resources[log_group_id]["Properties"]["RetentionInDays"] == days
+    fn_id = synth.logical_id(synth.stack.submitter.function)
+    assert synth.resources[fn_id]["Properties"]["LoggingConfig"]["LogGroup"] == {"Ref": log_group_id}
+
+
+def test_submitter_role_sagemaker_permissions(default_synth):
+    role_id = default_synth.logical_id(default_synth.stack.submitter.role)
+    assert "ManagedPolicyArns" not in default_synth.resources[role_id]["Properties"]
+    found = {s.get("Sid"): s for s in statements(default_synth, "SubmitterRole")}
+    jobs = found["TrainingJobs"]
+    assert sorted(as_list(jobs["Action"])) == [
+        "sagemaker:AddTags",
+        "sagemaker:CreateTrainingJob",
+        "sagemaker:DescribeTrainingJob",
+    ]
+    assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
+    assert found["DescribeTrainingPlans"]["Action"] == "sagemaker:DescribeTrainingPlan"
+    assert json.dumps(found["DescribeTrainingPlans"]["Resource"]).endswith(':training-plan/*"]]}')
+    assert found["ListTrainingPlans"] == {
+        "Action": "sagemaker:ListTrainingPlans",
+        "Effect": "Allow",
+        "Resource": "*",
+        "Sid": "ListTrainingPlans",
+    }
+    parameter_id = default_synth.logical_id(default_synth.stack.training_plans.parameter)
+    reads = [s for s in found.values() if "ssm:GetParameter" in as_list(s["Action"])]
+    assert reads and parameter_id in json.dumps(reads)
+
+
+def test_pass_role_only_on_the_execution_role_only_to_sagemaker(default_synth, variant_synth):
+    for synth in (default_synth, variant_synth):
+        role_arn = getatt_arn(synth.logical_id(synth.stack.execution_role.role))
+        passes = [
+            (logical_id, s)
+            for logical_id, resource in synth.of_type("AWS::IAM::Policy").items()
+            for s in resource["Properties"]["PolicyDocument"]["Statement"]
+            if any(a in ("iam:PassRole", "iam:*", "*") for a in as_list(s["Action"]))
+        ]
+        assert len(passes) == 1, passes
+        logical_id, statement = passes[0]
+        assert logical_id.startswith("SubmitterRole")
+        assert statement == {
+            "Action": "iam:PassRole",
+            "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": role_arn,
+        }
+
+
+def test_invoker_principals_may_invoke_the_submitter(default_synth, variant_synth):
+    default_synth.template.resource_count_is("AWS::Lambda::Permission", 0)
+    fn_id = variant_synth.logical_id(variant_synth.stack.submitter.function)
+    variant_synth.template.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {
+            "Action": "lambda:InvokeFunction",
+            "Principal": variant_synth.context["invokerPrincipals"][0],
+            "FunctionName": getatt_arn(fn_id),
+        },
+    )
+
+
+def test_submitter_metrics_use_the_settings_names(default_synth):
+    from aws_cdk import Stack
+
+    submitter = default_synth.stack.submitter
+    resolve = Stack.of(submitter).resolve
+    metric = submitter.metric_submissions("spot")
+    assert metric.namespace == settings.METRICS_NAMESPACE
+    assert metric.metric_name == settings.METRIC_SUBMISSIONS
+    assert metric.dimensions == {"service": settings.SERVICE_NAME, settings.DIMENSION_CAPACITY_TYPE: "spot"}
+    assert metric.statistic == "Sum"
+    refusals = submitter.metric_refusals("NoCapacity")
+    assert refusals.metric_name == settings.METRIC_REFUSALS
+    assert refusals.dimensions == {"service": settings.SERVICE_NAME, settings.DIMENSION_ERROR_CODE: "NoCapacity"}
+    errors = submitter.metric_errors()
+    assert (errors.namespace, errors.metric_name) == ("AWS/Lambda", "Errors")
+    assert resolve(errors.dimensions["FunctionName"]) == {"Ref": default_synth.logical_id(submitter.function)}
+    with pytest.raises(ValueError, match="capacity_type: got 'reserved'; expected one of training-plan"):
+        submitter.metric_submissions("reserved")
+    with pytest.raises(ValueError, match="error_code: got 'Oops'"):
+        submitter.metric_refusals("Oops")
+
+
+# -- training plans, dashboard, tags, outputs ---------------------------------------------------
+
+
+def test_training_plan_parameter_holds_the_context_list(default_synth, variant_synth):
+    default_synth.template.has_resource_properties(
+        "AWS::SSM::Parameter",
+        {"Type": "String", "Value": "[]", "Name": "/TrainingPlatform/training-plan-arns"},
+    )
+    (parameter,) = variant_synth.of_type("AWS::SSM::Parameter").values()
+    assert json.loads(parameter["Properties"]["Value"]) == variant_synth.context["trainingPlanArns"]
+
+
+def test_dashboard_is_built_from_the_submitter_metrics(default_synth):
+    (dashboard,) = default_synth.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for name in (settings.METRIC_SUBMISSIONS, settings.METRIC_REFUSALS, settings.METRICS_NAMESPACE, "Invocations", "Throttles"):
+        assert name in body
+    for value in settings.CAPACITY_TYPES + settings.ERROR_CODES:
+        assert value in body
+
+
+def test_every_taggable_resource_carries_project_and_cost_center(default_synth, variant_synth):
+    for synth, project, cost in (
+        (default_synth, "blackwell-training-platform", "ml-platform"),
+        (variant_synth, "llm-pretraining", "cc-1234"),
+    ):
+        tagged_types = set()
+        for logical_id, resource in synth.resources.items():
+            tags = resource.get("Properties", {}).get("Tags")
+            if tags is None:
+                continue
+            tagged_types.add(resource["Type"])
+            as_dict = tags if isinstance(tags, dict) else {t["Key"]: t["Value"] for t in tags}
+            assert as_dict.get("Project") == project, logical_id
+            assert as_dict.get("CostCenter") == cost, logical_id
+        assert {
+            "AWS::S3::Bucket",
+            "AWS::KMS::Key",
+            "AWS::ECR::Repository",
+            "AWS::IAM::Role",
+            "AWS::Lambda::Function",
+            "AWS::Logs::LogGroup",
+            "AWS::SSM::Parameter",
+        } <= tagged_types
+
+
+def test_outputs(default_synth):
+    stack = default_synth.stack
+    outputs = default_synth.template_json["Outputs"]
+    assert {
+        "TrainerImageUri",
+        "SubmitterFunctionName",
+        "SubmitterFunctionArn",
+        "DataBucketName",
+        "CheckpointBucketName",
+        "OutputBucketName",
+        "AccessLogsBucketName",
+        "ExecutionRoleArn",
+        "TrainingPlanParameterName",
+        "DashboardName",
+    } <= set(outputs)
+    assert outputs["ExecutionRoleArn"]["Value"] == getatt_arn(default_synth.logical_id(stack.execution_role.role))
+    assert outputs["SubmitterFunctionArn"]["Value"] == getatt_arn(default_synth.logical_id(stack.submitter.function))
+    assert outputs["DataBucketName"]["Value"] == {"Ref": bucket_ids(default_synth)["data"]}
+    assert stack.trainer_image.image_tag in json.dumps(outputs["TrainerImageUri"]["Value"])

@@ -1,0 +1,119 @@
+"""``trainctl synth-summary``: counts, outputs, nag and cfn-lint verdicts, exit status."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+
+import pytest
+
+from trainctl.commands import synth_summary
+
+pytestmark = pytest.mark.xdist_group("cdk")
+
+
+def copy_assembly(synth, destination):
+    """The assembly's JSON files only (templates, manifest, metadata, reports): no assets."""
+    destination.mkdir()
+    for path in synth.outdir.glob("*.json"):
+        shutil.copy2(path, destination / path.name)
+    return destination
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    synth_summary.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def default_summary(default_synth):
+    return synth_summary.summarize(default_synth.outdir, synthesize=False)
+
+
+def test_summary_of_an_existing_assembly(default_synth, default_summary):
+    summary = default_summary
+    (stack,) = summary.stacks
+    assert stack.name == "TrainingPlatform"
+    expected = {}
+    for resource in default_synth.resources.values():
+        expected[resource["Type"]] = expected.get(resource["Type"], 0) + 1
+    assert dict(stack.resource_counts) == expected
+    assert stack.resource_counts["AWS::S3::Bucket"] == 4
+    assert set(stack.outputs) == set(default_synth.template_json["Outputs"])
+    description, value = stack.outputs["ExecutionRoleArn"]
+    assert value == f"<{default_synth.logical_id(default_synth.stack.execution_role.role)}.Arn>"
+    assert summary.findings == [] and summary.lint_errors == []
+    rules = {a.rule_id for a in summary.acknowledgements}
+    assert "AwsSolutions-S1" in rules and "AwsSolutions-IAM5[Resource::*]" in rules
+    assert all(a.reason for a in summary.acknowledgements)
+    assert summary.ok
+
+
+def test_render_prints_counts_outputs_and_verdict(default_summary):
+    from rich.console import Console
+
+    summary = default_summary
+    buffer = io.StringIO()
+    synth_summary.render(summary, Console(file=buffer, width=200, color_system=None))
+    text = buffer.getvalue()
+    assert "AWS::S3::Bucket" in text and "ExecutionRoleArn" in text
+    assert "0 unacknowledged" in text and f"{len(summary.acknowledgements)} acknowledged" in text
+    assert "cfn-lint: 0 errors" in text
+    assert "Synth checks: OK" in text
+
+
+def test_exit_status_zero_when_clean(default_synth):
+    assert synth_summary.run(parse(["--out", str(default_synth.outdir), "--no-synth"])) == 0
+
+
+def test_exit_status_one_on_an_unacknowledged_finding(default_synth, tmp_path):
+    assembly = copy_assembly(default_synth, tmp_path / "assembly")
+    report = {
+        "version": "55.0.0",
+        "title": "Validation Report",
+        "pluginReports": [
+            {
+                "pluginName": "AwsSolutions",
+                "conclusion": "failure",
+                "violations": [
+                    {
+                        "ruleName": "AwsSolutions-S10",
+                        "description": "The S3 Bucket or bucket policy does not require requests to use SSL.",
+                        "severity": "error",
+                        "violatingConstructs": [{"constructPath": "TrainingPlatform/Buckets/Data/Resource"}],
+                    }
+                ],
+            }
+        ],
+    }
+    (assembly / "validation-report.json").write_text(json.dumps(report))
+    summary = synth_summary.summarize(assembly, synthesize=False, lint=False)
+    assert [(f.rule_id, f.paths) for f in summary.nag_findings] == [
+        ("AwsSolutions-S10", ("TrainingPlatform/Buckets/Data/Resource",))
+    ]
+    assert not summary.ok
+    assert synth_summary.run(parse(["--out", str(assembly), "--no-synth"])) == 1
+
+
+def test_exit_status_one_on_a_cfn_lint_error(default_synth, tmp_path):
+    assembly = copy_assembly(default_synth, tmp_path / "assembly")
+    template_path = assembly / "TrainingPlatform.template.json"
+    template = json.loads(template_path.read_text())
+    template["Resources"]["Broken"] = {"Type": "AWS::S3::Bucket", "Properties": {"VersioningConfiguration": "yes"}}
+    template_path.write_text(json.dumps(template))
+    summary = synth_summary.summarize(assembly, synthesize=False)
+    assert summary.lint_errors and not summary.ok
+    assert synth_summary.run(parse(["--out", str(assembly), "--no-synth"])) == 1
+
+
+def test_bad_context_exits_two_without_synthesizing(tmp_path):
+    args = parse(["--out", str(tmp_path / "out"), "-c", "removalPolicy=snapshot"])
+    assert synth_summary.run(args) == 2
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_missing_assembly_exits_two(tmp_path):
+    assert synth_summary.run(parse(["--out", str(tmp_path), "--no-synth"])) == 2
