@@ -115,7 +115,13 @@ class JobSubmitter(Construct):
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="TrainingJobs",
-                actions=["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:AddTags"],
+                # ListTags: idempotency compares the request hash tag of an existing job of the same name.
+                actions=[
+                    "sagemaker:CreateTrainingJob",
+                    "sagemaker:DescribeTrainingJob",
+                    "sagemaker:AddTags",
+                    "sagemaker:ListTags",
+                ],
                 resources=[training_jobs],
             )
         )
@@ -167,7 +173,7 @@ class JobSubmitter(Construct):
 
         nag.acknowledge(
             self.role, nag.IAM5,
-            "Training-job names are generated per request, so CreateTrainingJob/DescribeTrainingJob/AddTags "
+            "Training-job names are generated per request, so CreateTrainingJob/DescribeTrainingJob/AddTags/ListTags "
             "are granted on the account's training-job ARNs in this region only.",
             finding=nag.resource(self, training_jobs),
         )

@@ -387,6 +387,7 @@ def test_submitter_role_sagemaker_permissions(default_synth):
         "sagemaker:AddTags",
         "sagemaker:CreateTrainingJob",
         "sagemaker:DescribeTrainingJob",
+        "sagemaker:ListTags",
     ]
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
     assert found["DescribeTrainingPlans"]["Action"] == "sagemaker:DescribeTrainingPlan"

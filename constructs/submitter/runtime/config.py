@@ -1,0 +1,120 @@
+"""The function's configuration, read once from its environment.
+
+The construct sets these variables (names in :mod:`.settings`); for local runs
+``trainctl local-aws --env-file`` writes the same set. Reading is strict: a
+missing or malformed variable raises :class:`.errors.ConfigurationError`
+naming it, because a half-configured submitter must not start jobs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from . import settings
+from .errors import ConfigurationError
+
+DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
+DEFAULT_CAPACITY_FALLBACK: tuple[str, ...] = ("training-plan", "spot", "on-demand")
+DEFAULT_VOLUME_SIZE_GB = 500
+"""EBS volume per instance in GB when ``TRAINING_VOLUME_SIZE_GB`` is unset (SageMaker
+ignores it on instances whose local NVMe serves as the training volume)."""
+
+
+@dataclass(frozen=True)
+class SubmitterConfig:
+    """Everything the submitter needs besides the request.
+
+    Attributes:
+        trainer_image_uri: the trainer image (ECR URI) every job runs.
+        execution_role_arn: the SageMaker execution role jobs assume.
+        data_bucket: bucket input channels must live under (``s3://<data_bucket>/``).
+        checkpoint_bucket: bucket for ``CheckpointConfig`` (one prefix per job).
+        output_bucket: bucket for ``OutputDataConfig`` (model artefacts).
+        training_plan_arns_parameter: SSM String parameter holding a JSON list of plan ARNs.
+        default_instance_type: instance type used when a request names none.
+        allowed_instance_types: instance types requests may name; empty = any the planner knows.
+        capacity_fallback: order tried for ``capacity: auto``.
+        allowed_input_prefixes: extra ``s3://`` prefixes input channels may use.
+        platform_tags: tags added to every job (win over nothing: request tags may not reuse these keys).
+        volume_size_gb: ``ResourceConfig.VolumeSizeInGB``.
+    """
+
+    trainer_image_uri: str
+    execution_role_arn: str
+    data_bucket: str
+    checkpoint_bucket: str
+    output_bucket: str
+    training_plan_arns_parameter: str
+    default_instance_type: str = DEFAULT_INSTANCE_TYPE
+    allowed_instance_types: tuple[str, ...] = ()
+    capacity_fallback: tuple[str, ...] = DEFAULT_CAPACITY_FALLBACK
+    allowed_input_prefixes: tuple[str, ...] = ()
+    platform_tags: Mapping[str, str] = field(default_factory=dict)
+    volume_size_gb: int = DEFAULT_VOLUME_SIZE_GB
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> SubmitterConfig:
+        """Read the configuration from environment variables.
+
+        Raises:
+            ConfigurationError: a required variable is missing or one is malformed.
+        """
+
+        def required(name: str) -> str:
+            value = environ.get(name, "").strip()
+            if not value:
+                raise ConfigurationError(f"environment variable {name} is required and not set")
+            return value
+
+        def csv(name: str) -> tuple[str, ...]:
+            return tuple(p.strip() for p in environ.get(name, "").split(",") if p.strip())
+
+        fallback = csv(settings.ENV_CAPACITY_FALLBACK) or DEFAULT_CAPACITY_FALLBACK
+        unknown = [c for c in fallback if c not in settings.CAPACITY_TYPES]
+        if unknown or len(set(fallback)) != len(fallback):
+            raise ConfigurationError(
+                f"{settings.ENV_CAPACITY_FALLBACK}={environ.get(settings.ENV_CAPACITY_FALLBACK)!r}: expected a "
+                f"comma-separated order of distinct values from {', '.join(settings.CAPACITY_TYPES)}"
+            )
+
+        raw_tags = environ.get(settings.ENV_PLATFORM_TAGS, "").strip() or "{}"
+        try:
+            tags = json.loads(raw_tags)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"{settings.ENV_PLATFORM_TAGS} is not JSON: {exc}") from None
+        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+            raise ConfigurationError(f"{settings.ENV_PLATFORM_TAGS}: expected a JSON object of string values")
+
+        raw_volume = environ.get(settings.ENV_VOLUME_SIZE_GB, "").strip()
+        try:
+            volume = int(raw_volume) if raw_volume else DEFAULT_VOLUME_SIZE_GB
+        except ValueError:
+            volume = -1
+        if volume < 1:
+            raise ConfigurationError(f"{settings.ENV_VOLUME_SIZE_GB}={raw_volume!r}: expected a positive integer (GB)")
+
+        prefixes = csv(settings.ENV_ALLOWED_INPUT_PREFIXES)
+        bad = [p for p in prefixes if not p.startswith("s3://") or len(p) <= len("s3://")]
+        if bad:
+            raise ConfigurationError(f"{settings.ENV_ALLOWED_INPUT_PREFIXES}: expected s3:// prefixes, got {bad}")
+
+        return cls(
+            trainer_image_uri=required(settings.ENV_TRAINER_IMAGE_URI),
+            execution_role_arn=required(settings.ENV_EXECUTION_ROLE_ARN),
+            data_bucket=required(settings.ENV_DATA_BUCKET),
+            checkpoint_bucket=required(settings.ENV_CHECKPOINT_BUCKET),
+            output_bucket=required(settings.ENV_OUTPUT_BUCKET),
+            training_plan_arns_parameter=required(settings.ENV_TRAINING_PLAN_ARNS_PARAMETER),
+            default_instance_type=environ.get(settings.ENV_DEFAULT_INSTANCE_TYPE, "").strip() or DEFAULT_INSTANCE_TYPE,
+            allowed_instance_types=csv(settings.ENV_ALLOWED_INSTANCE_TYPES),
+            capacity_fallback=fallback,
+            allowed_input_prefixes=prefixes,
+            platform_tags=dict(tags),
+            volume_size_gb=volume,
+        )
+
+    def input_prefixes(self) -> tuple[str, ...]:
+        """``s3://`` prefixes input channels may use: the data bucket, then the configured extras."""
+        return (f"s3://{self.data_bucket}/",) + self.allowed_input_prefixes

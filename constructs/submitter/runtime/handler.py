@@ -1,0 +1,87 @@
+"""Lambda entry point of the job submitter (``runtime.handler.lambda_handler``).
+
+A thin adapter: it sets up structured logging (Powertools ``Logger``: JSON,
+Lambda context, a correlation id = the request's ``client_token`` or the
+Lambda request id) and metrics (Powertools ``Metrics``, EMF), builds the
+clients and configuration once per warm container, and calls
+:func:`.service.submit`, a plain function tested without Lambda.
+
+Metrics (namespace :data:`.settings.METRICS_NAMESPACE`, dimension ``service``):
+
+* :data:`.settings.METRIC_SUBMISSIONS` (Count), dimension
+  :data:`.settings.DIMENSION_CAPACITY_TYPE`: one per job created (not for
+  dry runs or idempotent replays);
+* :data:`.settings.METRIC_REFUSALS` (Count), dimension
+  :data:`.settings.DIMENSION_ERROR_CODE`: one per refusal.
+
+A malformed event is answered with an ``InvalidRequest`` refusal, never an
+exception; persistent AWS faults and a broken configuration raise (a function
+error the caller can retry or alarm on).
+
+Import cost is kept small for cold starts: boto3 clients are created on the
+first invocation, not at import.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from . import settings
+from .aws import Clients
+from .config import SubmitterConfig
+from .service import submit
+
+logger = Logger(service=settings.SERVICE_NAME)
+metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.SERVICE_NAME)
+
+_dependencies: tuple[Clients, SubmitterConfig] | None = None
+
+
+def dependencies() -> tuple[Clients, SubmitterConfig]:
+    """Clients and configuration of this (warm) container, created on first use."""
+    global _dependencies
+    if _dependencies is None:
+        _dependencies = (Clients.create(), SubmitterConfig.from_environ(os.environ))
+    return _dependencies
+
+
+def handle(event: Any, *, clients: Clients, config: SubmitterConfig, correlation_id: str | None = None) -> dict[str, Any]:
+    """Submit ``event`` with logging and metrics; what :func:`lambda_handler` and ``trainctl submit --local`` run."""
+    token = event.get("client_token") if isinstance(event, dict) else None
+    logger.set_correlation_id(token if isinstance(token, str) and token else correlation_id)
+    response = submit(event, clients=clients, config=config)
+    record_metrics(response)
+    logger.info(
+        "submission answered",
+        extra={
+            "status": response.get("status"),
+            "training_job_name": response.get("training_job_name"),
+            "error_code": (response.get("error") or {}).get("code"),
+        },
+    )
+    return response
+
+
+def record_metrics(response: dict[str, Any]) -> None:
+    """Emit the submission / refusal metric for one response (EMF on stdout)."""
+    status = response.get("status")
+    if status == "submitted" and not response.get("replayed"):
+        metrics.add_dimension(name=settings.DIMENSION_CAPACITY_TYPE, value=response["capacity"]["type"])
+        metrics.add_metric(name=settings.METRIC_SUBMISSIONS, unit=MetricUnit.Count, value=1)
+    elif status == "rejected":
+        metrics.add_dimension(name=settings.DIMENSION_ERROR_CODE, value=response["error"]["code"])
+        metrics.add_metric(name=settings.METRIC_REFUSALS, unit=MetricUnit.Count, value=1)
+    else:
+        return
+    metrics.flush_metrics()
+
+
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
+    """AWS Lambda handler: ``event`` is the request (synchronous ``Invoke``), the return value the response."""
+    clients, config = dependencies()
+    return handle(event, clients=clients, config=config, correlation_id=getattr(context, "aws_request_id", None))

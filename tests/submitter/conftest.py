@@ -1,0 +1,135 @@
+"""Shared fixtures: one `trainctl local-aws` emulator per test session (per xdist worker).
+
+Every module that uses it is in xdist group ``submitter`` so they share one
+worker, hence one emulator. Tests give their jobs unique names / tokens; after
+each test the emulator's running jobs are completed (to free training-plan
+instances) and injected faults are cleared.
+"""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from trainctl.local_aws import LocalAws
+from trainctl.submitter_runtime import load
+
+PLANS: list[dict[str, Any]] = [
+    {   # eligible, expires last
+        "TrainingPlanName": "b200-long", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 4, "StartTime": "now-1d", "EndTime": "now+20d",
+    },
+    {   # eligible for <= 2 instances, expires first among the eligible: chosen for small jobs
+        "TrainingPlanName": "b200-soon", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 2, "StartTime": "now-2d", "EndTime": "now+5d",
+    },
+    {   # too short for a 24 h job
+        "TrainingPlanName": "b200-short", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 8, "StartTime": "now-6d", "EndTime": "now+3h",
+    },
+    {
+        "TrainingPlanName": "b200-expired", "Status": "Expired", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 8, "AvailableInstanceCount": 0, "StartTime": "now-30d", "EndTime": "now-1d",
+    },
+    {   # seeded Active, but its EndTime has passed: DescribeTrainingPlan reports Expired
+        "TrainingPlanName": "b200-lapsed", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 8, "StartTime": "now-10d", "EndTime": "now-1h",
+    },
+    {
+        "TrainingPlanName": "b200-hyperpod", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 8, "StartTime": "now-1d", "EndTime": "now+30d", "TargetResources": ["hyperpod-cluster"],
+    },
+    {
+        "TrainingPlanName": "p5-scheduled", "Status": "Scheduled", "InstanceType": "ml.p5.48xlarge",
+        "TotalInstanceCount": 2, "StartTime": "now+2d", "EndTime": "now+10d",
+    },
+]  # fmt: skip
+
+
+def plan_arn(name: str) -> str:
+    return f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{name}"
+
+
+def _make_request(**overrides: Any) -> dict[str, Any]:
+    """The guide's default request with a fresh client_token, plus ``overrides`` (None removes a key)."""
+    request: dict[str, Any] = {
+        "client_token": f"test-{uuid.uuid4()}",
+        "instance_type": "ml.p6-b200.48xlarge",
+        "instance_count": 1,
+        "capacity": "training-plan",
+        "hyperparameters": {"model": "gpt-1b", "precision": "mxfp8", "num_layers": 10, "batch_size": 8, "seq_length": 2048},
+        "inputs": {"train": "datasets/guide/train/"},
+        "max_runtime_hours": 24,
+    }
+    for key, value in overrides.items():
+        if value is None:
+            request.pop(key, None)
+        else:
+            request[key] = value
+    return request
+
+
+@pytest.fixture(scope="session")
+def make_request():
+    """``make_request(**overrides)``: the guide's default request with a fresh client_token."""
+    return _make_request
+
+
+@pytest.fixture(scope="session")
+def runtime() -> SimpleNamespace:
+    """The submitter's runtime modules, loaded as the Lambda bundle has them (package ``submitter_runtime``)."""
+    return SimpleNamespace(
+        service=load("service"),
+        handler=load("handler"),
+        request=load("request"),
+        config=load("config"),
+        aws=load("aws"),
+        job=load("job"),
+        capacity=load("capacity"),
+        errors=load("errors"),
+        settings=load("settings"),
+    )
+
+
+@pytest.fixture(scope="session")
+def aws():
+    with LocalAws(plans=PLANS) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def env(aws) -> dict[str, str]:
+    # 3 attempts keep the persistent-fault tests short; the default is 5
+    return {**aws.env, "AWS_MAX_ATTEMPTS": "3"}
+
+
+@pytest.fixture(scope="session")
+def config(env, runtime):
+    return runtime.config.SubmitterConfig.from_environ(env)
+
+
+@pytest.fixture(scope="session")
+def clients(env, runtime):
+    return runtime.aws.Clients.create(environ=env)
+
+
+@pytest.fixture(scope="session")
+def submit(runtime, clients, config):
+    """``submit(event)`` -> response, the plain function the handler adapts."""
+
+    def _submit(event: Any) -> dict[str, Any]:
+        return runtime.service.submit(event, clients=clients, config=config)
+
+    return _submit
+
+
+@pytest.fixture(autouse=True)
+def _reset_emulator(request):
+    yield
+    if "aws" in request.fixturenames:
+        emulator = request.getfixturevalue("aws")
+        emulator.clear_faults()
+        emulator.complete_active_jobs()

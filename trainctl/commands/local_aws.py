@@ -1,0 +1,53 @@
+"""``trainctl local-aws``: run the AWS emulator (moto + training plans) in the foreground.
+
+See :mod:`trainctl.local_aws` for what it emulates and its admin endpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+HELP = "Run an AWS emulator (moto + SageMaker training plans) on 127.0.0.1 for `trainctl submit --local`, tests and demos."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=5000, help="TCP port (0: any free port; default 5000)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--plans",
+        metavar="FILE",
+        help="JSON list of training plans shaped like DescribeTrainingPlan's response "
+        "(plus InstanceType; times may be ISO 8601 or now+14d), e.g. examples/plans.json",
+    )
+    parser.add_argument("--env-file", metavar="FILE", help="write `export` lines for `trainctl submit --local` here")
+    parser.add_argument("--region", default="us-east-1", help="region the emulator answers for (default us-east-1)")
+    parser.add_argument("--quiet", action="store_true", help="do not log every request")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainctl.local_aws import load_plans, serve
+
+    try:
+        plans = load_plans(args.plans)
+    except (OSError, ValueError) as exc:
+        print(f"trainctl local-aws: --plans {args.plans}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return serve(
+            host=args.host, port=args.port, plans=plans, region=args.region, env_file=args.env_file, quiet=args.quiet
+        )
+    except ValueError as exc:  # a plan that does not fit DescribeTrainingPlan's shape
+        print(f"trainctl local-aws: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # port in use
+        print(f"trainctl local-aws: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point without the rest of the CLI (used by :class:`trainctl.local_aws.LocalAws`)."""
+    parser = argparse.ArgumentParser(prog="trainctl local-aws", description=HELP)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,746 @@
+"""``trainctl local-aws``: an AWS *emulator* for tests and demos (moto + training plans).
+
+It is not AWS. It runs moto's server on ``127.0.0.1`` with the extensions in
+:mod:`trainctl.local_aws_sagemaker` (training-plan operations checked against
+botocore's service model; training jobs described as they were sent, with a
+lifecycle tests drive), and creates what the deployed stack would:
+
+* buckets for data, checkpoints and output,
+* the SSM String parameter holding the seeded plans' ARNs (JSON list),
+* the SageMaker execution role and the trainer's ECR repository,
+* the training plans from ``--plans FILE`` (a JSON list of objects shaped like
+  ``DescribeTrainingPlan``'s response, see
+  :meth:`~trainctl.local_aws_sagemaker.SageMakerExtension.seed_plans`).
+
+``--env-file FILE`` receives ``export`` lines (endpoint, region, dummy
+credentials, and every ``settings.ENV_*`` of the submitter) under which
+``trainctl submit --local`` runs against the emulator.
+
+Emulator-only admin endpoints under ``/_local-aws/`` (JSON):
+
+=======  ===========================================  ======================================================
+GET      ``/_local-aws/health``                       ``{"ok": true}``
+GET      ``/_local-aws/calls[?operation=Op]``         requests seen (JSON-protocol operations with params)
+DELETE   ``/_local-aws/calls``                        forget them
+POST     ``/_local-aws/faults``                       ``{"operation", "code", "count"?, "message"?, "match"?}``:
+                                                      answer the next ``count`` (default 1, -1 = always) calls
+                                                      of ``operation`` with error ``code`` (e.g.
+                                                      ``ThrottlingException``, ``ResourceLimitExceeded``,
+                                                      ``InternalFailure``, ``ServiceUnavailable``); ``match``
+                                                      limits it to requests whose dotted fields equal the
+                                                      given values (``null``: absent)
+DELETE   ``/_local-aws/faults``                       remove every fault
+GET      ``/_local-aws/training-jobs``                every job's name and status
+POST     ``/_local-aws/training-jobs/NAME/status``    ``{"status", "secondary_status"?, "failure_reason"?,
+                                                      "final_metrics"?, "log_lines"?}``: drive the lifecycle;
+                                                      log lines go to CloudWatch Logs
+                                                      (``/aws/sagemaker/TrainingJobs``) and their metrics,
+                                                      matched with the job's ``MetricDefinitions``, to
+                                                      CloudWatch (``/aws/sagemaker/TrainingJobs``,
+                                                      dimension ``TrainingJobName``) and
+                                                      ``FinalMetricDataList``
+POST     ``/_local-aws/training-jobs/complete-active``  mark every running job ``Completed`` (frees plans)
+GET/PUT  ``/_local-aws/training-plans``               the plans as described now / replace the seeded plans
+                                                      (and the SSM parameter)
+=======  ===========================================  ======================================================
+
+Python API: :class:`LocalAws` starts the emulator in a child process (so its
+moto state never mixes with a test's own moto mocks) and wraps the admin
+endpoints::
+
+    with LocalAws(plans=[...]) as aws:
+        os.environ.update(aws.env)       # or pass aws.env to submit_local()
+        ...
+        aws.set_job_status("my-job", "Completed", final_metrics={"train:loss": 2.1})
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_REGION = "us-east-1"
+ACCOUNT_ID = "123456789012"
+"""moto's default account (dummy credentials map to it)."""
+ADMIN_PREFIX = "/_local-aws"
+READY_MARKER = "LOCAL_AWS_READY "
+SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+SAGEMAKER_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@dataclass(frozen=True)
+class StackResources:
+    """Names of what the emulator creates in place of the deployed stack."""
+
+    data_bucket: str = "training-platform-data-local"
+    checkpoint_bucket: str = "training-platform-checkpoints-local"
+    output_bucket: str = "training-platform-output-local"
+    plan_arns_parameter: str = "/training-platform/local/training-plan-arns"
+    execution_role_name: str = "training-platform-sagemaker-execution"
+    trainer_repository: str = "training-platform/trainer"
+    platform_tags: str = '{"platform": "training-platform", "environment": "local"}'
+
+    def execution_role_arn(self) -> str:
+        return f"arn:aws:iam::{ACCOUNT_ID}:role/{self.execution_role_name}"
+
+    def trainer_image_uri(self, region: str) -> str:
+        return f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{self.trainer_repository}:local"
+
+
+def submitter_environment(endpoint: str, region: str, resources: StackResources) -> dict[str, str]:
+    """Environment for the submitter (and any boto3 code) against the emulator.
+
+    Holds ``AWS_ENDPOINT_URL``, the region, dummy credentials and every
+    ``ENV_*`` variable of the submitter's settings.
+    """
+    from trainctl.submitter_runtime import load
+
+    settings = load("settings")
+
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_REGION": region,
+        **DUMMY_CREDENTIALS,
+        settings.ENV_TRAINER_IMAGE_URI: resources.trainer_image_uri(region),
+        settings.ENV_EXECUTION_ROLE_ARN: resources.execution_role_arn(),
+        settings.ENV_DATA_BUCKET: resources.data_bucket,
+        settings.ENV_CHECKPOINT_BUCKET: resources.checkpoint_bucket,
+        settings.ENV_OUTPUT_BUCKET: resources.output_bucket,
+        settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: resources.plan_arns_parameter,
+        settings.ENV_DEFAULT_INSTANCE_TYPE: "ml.p6-b200.48xlarge",
+        settings.ENV_ALLOWED_INSTANCE_TYPES: _allowed_instance_types(),
+        settings.ENV_CAPACITY_FALLBACK: ",".join(settings.CAPACITY_TYPES),
+        settings.ENV_ALLOWED_INPUT_PREFIXES: "",
+        settings.ENV_PLATFORM_TAGS: resources.platform_tags,
+        settings.ENV_VOLUME_SIZE_GB: "500",
+    }
+
+
+def _allowed_instance_types() -> str:
+    """Every instance type the planner's catalogue knows and SageMaker training accepts."""
+    from trainctl.aws_shapes import service_model
+
+    enum = set(service_model("sagemaker").shape_for("ResourceConfig").members["InstanceType"].enum)
+    try:
+        from planner import catalogue
+    except ImportError:
+        return ""
+    return ",".join(sorted(t for t in catalogue.INSTANCES if t in enum))
+
+
+def write_env_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> None:
+    """Write ``export NAME=value`` lines (shell-quoted) for ``source``."""
+    lines = ["# trainctl local-aws: environment for `trainctl submit --local` (an emulator, not AWS)"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+# --- the WSGI layer: admin endpoints, fault injection, call log ----------------------------------
+
+_DEFAULT_FAULTS = {
+    "ThrottlingException": (400, "Rate exceeded"),
+    "ResourceLimitExceeded": (400, None),
+    "InternalFailure": (500, "We encountered an internal error. Please try again."),
+    "ServiceUnavailable": (503, "The service is unavailable. Please try again."),
+}
+
+
+class EmulatorApp:
+    """WSGI app: ``/_local-aws/`` admin endpoints, injected faults, then moto."""
+
+    def __init__(self, moto_app: Any, *, region: str, resources: StackResources) -> None:
+        self.moto_app = moto_app
+        self.region = region
+        self.resources = resources
+        self.endpoint = ""
+        self.lock = threading.Lock()
+        self.faults: list[dict[str, Any]] = []
+        self.calls: deque[dict[str, Any]] = deque(maxlen=20000)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(ADMIN_PREFIX + "/"):
+            return self._admin(environ, start_response)
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if target:
+            body = self._body(environ)
+            service, _, operation = target.rpartition(".")
+            try:
+                params = json.loads(body or b"{}")
+            except json.JSONDecodeError:
+                params = {}
+            with self.lock:
+                self.calls.append({"service": service, "operation": operation, "params": params, "time": time.time()})
+                fault = self._take_fault(operation, params)
+            if fault is not None:
+                return self._error(start_response, fault, operation, params)
+        else:
+            with self.lock:
+                self.calls.append({"method": environ.get("REQUEST_METHOD"), "path": path, "time": time.time()})
+        return self.moto_app(environ, start_response)
+
+    @staticmethod
+    def _body(environ: dict[str, Any]) -> bytes:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        return body
+
+    def _take_fault(self, operation: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        for fault in self.faults:
+            if fault["operation"] != operation or not _matches(params, fault.get("match") or {}):
+                continue
+            if fault["count"] > 0:
+                fault["count"] -= 1
+                if fault["count"] == 0:
+                    self.faults.remove(fault)
+            return fault
+        return None
+
+    def _error(self, start_response: Any, fault: dict[str, Any], operation: str, params: dict[str, Any]) -> list[bytes]:
+        code = fault["code"]
+        status, message = _DEFAULT_FAULTS.get(code, (400, None))
+        status = fault.get("status") or status
+        message = fault.get("message") or message or _limit_message(params)
+        body = json.dumps({"__type": code, "message": message}).encode()
+        start_response(
+            f"{status} Injected",
+            [
+                ("Content-Type", "application/x-amz-json-1.1"),
+                ("x-amzn-ErrorType", code),
+                ("x-amzn-RequestId", str(uuid.uuid4())),
+                ("Content-Length", str(len(body))),
+            ],
+        )
+        return [body]
+
+    # admin ----------------------------------------------------------------------------------
+
+    def _admin(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        from urllib.parse import parse_qs, unquote
+
+        from trainctl.local_aws_sagemaker import EXTENSION, TransitionError
+
+        method = environ.get("REQUEST_METHOD", "GET")
+        parts = [unquote(p) for p in environ["PATH_INFO"][len(ADMIN_PREFIX) + 1 :].split("/") if p]
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        try:
+            payload = json.loads(self._body(environ) or b"null")
+        except json.JSONDecodeError as exc:
+            return _json(start_response, 400, {"error": f"body is not JSON: {exc}"})
+        try:
+            if parts == ["health"]:
+                return _json(start_response, 200, {"ok": True})
+            if parts == ["calls"] and method == "GET":
+                wanted = query.get("operation", [None])[0]
+                with self.lock:
+                    calls = [c for c in self.calls if wanted is None or c.get("operation") == wanted]
+                return _json(start_response, 200, {"calls": calls})
+            if parts == ["calls"] and method == "DELETE":
+                with self.lock:
+                    self.calls.clear()
+                return _json(start_response, 200, {"ok": True})
+            if parts == ["faults"] and method == "POST":
+                fault = _fault(payload)
+                with self.lock:
+                    self.faults.append(fault)
+                return _json(start_response, 200, {"fault": fault})
+            if parts == ["faults"] and method == "GET":
+                with self.lock:
+                    return _json(start_response, 200, {"faults": list(self.faults)})
+            if parts == ["faults"] and method == "DELETE":
+                with self.lock:
+                    self.faults.clear()
+                return _json(start_response, 200, {"ok": True})
+            if parts == ["training-jobs"] and method == "GET":
+                with EXTENSION.lock:
+                    jobs = [{"name": j.name, "status": j.status, "secondary_status": j.secondary} for j in EXTENSION.jobs.values()]
+                return _json(start_response, 200, {"training_jobs": jobs})
+            if parts == ["training-jobs", "complete-active"] and method == "POST":
+                with EXTENSION.lock:
+                    names = [j.name for j in EXTENSION.jobs.values() if j.status == "InProgress"]
+                    for name in names:
+                        EXTENSION.set_job_status(name, "Completed")
+                return _json(start_response, 200, {"completed": names})
+            if len(parts) == 3 and parts[0] == "training-jobs" and parts[2] == "status" and method == "POST":
+                return self._set_status(start_response, parts[1], payload)
+            if parts == ["training-plans"] and method == "GET":
+                with EXTENSION.lock:
+                    plans = [EXTENSION.describe_plan(n) for n in EXTENSION.plans]
+                return _json(start_response, 200, {"training_plans": plans})
+            if parts == ["training-plans"] and method == "PUT":
+                arns = self.seed_plans(payload)
+                return _json(start_response, 200, {"training_plan_arns": arns})
+        except (TransitionError, ValueError, TypeError) as exc:
+            return _json(start_response, 400, {"error": str(exc)})
+        except KeyError as exc:
+            return _json(start_response, 404, {"error": f"not found: {exc}"})
+        return _json(start_response, 404, {"error": f"no admin endpoint {method} {environ['PATH_INFO']}"})
+
+    def _set_status(self, start_response: Any, name: str, payload: Any) -> list[bytes]:
+        from trainctl.local_aws_sagemaker import EXTENSION, metrics_from_log
+
+        if not isinstance(payload, dict) or not isinstance(payload.get("status"), str):
+            raise ValueError('expected {"status": "InProgress|Completed|Failed|Stopping|Stopped", ...}')
+        lines = payload.get("log_lines") or []
+        if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+            raise ValueError("log_lines: expected a list of strings")
+        job = EXTENSION.set_job_status(
+            name,
+            payload["status"],
+            secondary_status=payload.get("secondary_status"),
+            failure_reason=payload.get("failure_reason"),
+            final_metrics=payload.get("final_metrics"),
+            log_lines=lines,
+        )
+        if lines:
+            self._publish_logs(job, lines, metrics_from_log)
+        return _json(
+            start_response,
+            200,
+            {"name": job.name, "status": job.status, "secondary_status": job.secondary, "failure_reason": job.failure_reason},
+        )
+
+    def _publish_logs(self, job: Any, lines: list[str], metrics_from_log: Any) -> None:
+        """Put ``lines`` in CloudWatch Logs and their metrics in CloudWatch, as SageMaker does."""
+        logs, cloudwatch = self.client("logs"), self.client("cloudwatch")
+        stream = f"{job.name}/algo-1-{int(job.created.timestamp())}"
+        try:
+            logs.create_log_group(logGroupName=SAGEMAKER_LOG_GROUP)
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        try:
+            logs.create_log_stream(logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream)
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+        now_ms = int(time.time() * 1000)
+        logs.put_log_events(
+            logGroupName=SAGEMAKER_LOG_GROUP,
+            logStreamName=stream,
+            logEvents=[{"timestamp": now_ms, "message": line} for line in lines],
+        )
+        data = []
+        for line in lines:
+            for name, value in metrics_from_log(job.params, [line]).items():
+                data.append({"MetricName": name, "Value": value, "Dimensions": [{"Name": "TrainingJobName", "Value": job.name}]})
+        for start in range(0, len(data), 500):
+            cloudwatch.put_metric_data(Namespace=SAGEMAKER_METRICS_NAMESPACE, MetricData=data[start : start + 500])
+
+    def client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    # stack ----------------------------------------------------------------------------------
+
+    def seed_plans(self, plans: Any) -> list[str]:
+        """Replace the training plans and rewrite the plan-ARN SSM parameter."""
+        from trainctl.local_aws_sagemaker import EXTENSION
+
+        if not isinstance(plans, list):
+            raise ValueError("training plans: expected a JSON list of objects shaped like DescribeTrainingPlan's response")
+        arns = EXTENSION.seed_plans(plans, account=ACCOUNT_ID, region=self.region)
+        self.client("ssm").put_parameter(
+            Name=self.resources.plan_arns_parameter, Type="String", Value=json.dumps(arns), Overwrite=True
+        )
+        return arns
+
+    def create_stack(self, plans: list[Any]) -> list[str]:
+        """Create the buckets, role, repository, plans and SSM parameter the stack would."""
+        s3 = self.client("s3")
+        for bucket in (self.resources.data_bucket, self.resources.checkpoint_bucket, self.resources.output_bucket):
+            kwargs: dict[str, Any] = {}
+            if self.region != "us-east-1":
+                kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
+            s3.create_bucket(Bucket=bucket, **kwargs)
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+        }
+        self.client("iam").create_role(RoleName=self.resources.execution_role_name, AssumeRolePolicyDocument=json.dumps(trust))
+        self.client("ecr").create_repository(repositoryName=self.resources.trainer_repository)
+        return self.seed_plans(plans)
+
+
+def _matches(params: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
+    for dotted, expected in match.items():
+        value: Any = params
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value != expected:
+            return False
+    return True
+
+
+def _fault(payload: Any) -> dict[str, Any]:
+    if not isinstance(payload, dict) or not isinstance(payload.get("operation"), str) or not isinstance(payload.get("code"), str):
+        raise ValueError('expected {"operation": "CreateTrainingJob", "code": "ThrottlingException", "count": 1}')
+    count = payload.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count == 0 or count < -1:
+        raise ValueError("count: expected a positive integer or -1 (always)")
+    match = payload.get("match") or {}
+    if not isinstance(match, dict):
+        raise ValueError("match: expected an object of dotted field -> value")
+    status = payload.get("status")
+    if status is not None and (not isinstance(status, int) or not 400 <= status <= 599):
+        raise ValueError("status: expected an HTTP error status 400-599")
+    return {
+        "operation": payload["operation"],
+        "code": payload["code"],
+        "count": count,
+        "message": payload.get("message"),
+        "match": match,
+        "status": status,
+    }
+
+
+def _limit_message(params: Mapping[str, Any]) -> str:
+    """SageMaker's ResourceLimitExceeded wording, naming the quota for the request's instance type."""
+    resource = params.get("ResourceConfig") or {}
+    instance_type = resource.get("InstanceType", "ml.p6-b200.48xlarge")
+    count = resource.get("InstanceCount", 1)
+    usage = "spot training job usage" if params.get("EnableManagedSpotTraining") else "training job usage"
+    return (
+        f"The account-level service limit '{instance_type} for {usage}' is 0 Instances, with current utilization "
+        f"of 0 Instances and a request delta of {count} Instances. Please use AWS Service Quotas to request an "
+        "increase for this quota. If AWS Service Quotas is not available, contact AWS support to request an "
+        "increase for this quota."
+    )
+
+
+def _json(start_response: Any, status: int, payload: Any) -> list[bytes]:
+    body = json.dumps(payload, default=_json_default).encode()
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
+    start_response(f"{status} {reason}", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+def load_plans(path: str | os.PathLike[str] | None) -> list[Any]:
+    """The JSON list of plans in ``path`` (``None``: no plans).
+
+    Raises:
+        ValueError: the file is not a JSON list.
+    """
+    if path is None:
+        return []
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of objects shaped like DescribeTrainingPlan's response")
+    return data
+
+
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    plans: list[Any] | None = None,
+    region: str = DEFAULT_REGION,
+    env_file: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run the emulator in the foreground until ``stop`` is set (or SIGINT / SIGTERM).
+
+    Prints one line ``LOCAL_AWS_READY {json}`` on stdout once the stack is
+    created (``endpoint``, ``region``, ``env``, ``resources``,
+    ``training_plan_arns``), and a human summary on stderr.
+    """
+    import logging
+    import signal
+
+    os.environ.update(DUMMY_CREDENTIALS)  # moto maps these to its default account
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    from trainctl.local_aws_sagemaker import install
+
+    install()
+    if quiet:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    resources = StackResources()
+    app = EmulatorApp(DomainDispatcherApplication(create_backend_app), region=region, resources=resources)
+    server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+    bound_port = server.server_address[1]
+    app.endpoint = f"http://{host}:{bound_port}"
+    thread = threading.Thread(target=server.serve_forever, name="local-aws", daemon=True)
+    thread.start()
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    try:
+        arns = app.create_stack(plans or [])
+        env = submitter_environment(app.endpoint, region, resources)
+        if env_file:
+            write_env_file(env_file, env)
+        info = {
+            "endpoint": app.endpoint,
+            "region": region,
+            "env": env,
+            "resources": asdict(resources),
+            "training_plan_arns": arns,
+        }
+        print(READY_MARKER + json.dumps(info), flush=True)
+        print(
+            f"local-aws (an AWS emulator: moto + training plans) listening on {app.endpoint}, region {region}\n"
+            f"  {len(arns)} training plan(s) seeded; SSM parameter {resources.plan_arns_parameter}\n"
+            + (f"  environment written to {env_file} (source it, then `trainctl submit --local REQUEST.json`)\n" if env_file else "")
+            + "  stop with Ctrl-C",
+            file=sys.stderr,
+            flush=True,
+        )
+        stop.wait()
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    return 0
+
+
+# --- the Python API --------------------------------------------------------------------------
+
+_BOOT = "import sys; from trainctl.commands.local_aws import main; sys.exit(main(sys.argv[1:]))"
+
+
+class LocalAws:
+    """The emulator in a child process, as a context manager.
+
+    Args:
+        port: TCP port on ``host`` (0: any free port).
+        plans: plans to seed: a list of objects shaped like
+            ``DescribeTrainingPlan``'s response, or a path to a JSON file.
+        region: AWS region the emulator answers for.
+        env_file: also write the ``export`` lines there.
+        startup_timeout: seconds to wait for the emulator to be ready.
+
+    Attributes (after start):
+        endpoint: ``http://127.0.0.1:PORT``.
+        env: the submitter's environment (see :func:`submitter_environment`).
+        resources: bucket / parameter / role names.
+        training_plan_arns: ARNs of the seeded plans.
+        log_path: the child's stderr (request log, errors).
+
+    Raises:
+        RuntimeError: the emulator did not start (with the tail of its log).
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        plans: Sequence[Mapping[str, Any]] | str | os.PathLike[str] | None = None,
+        region: str = DEFAULT_REGION,
+        env_file: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 90.0,
+    ) -> None:
+        self.port = port
+        self.plans = plans
+        self.region = region
+        self.env_file = env_file
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen[str] | None = None
+        self.endpoint = ""
+        self.env: dict[str, str] = {}
+        self.resources: dict[str, str] = {}
+        self.training_plan_arns: list[str] = []
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.log_path: Path | None = None
+
+    def __enter__(self) -> LocalAws:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="local-aws-")
+        tmp = Path(self._tmp.name)
+        args = ["--host", self.host, "--port", str(self.port), "--region", self.region, "--quiet"]
+        if self.plans is not None:
+            if isinstance(self.plans, (str, os.PathLike)):
+                plans_file = Path(self.plans)
+            else:
+                plans_file = tmp / "plans.json"
+                plans_file.write_text(json.dumps(list(self.plans), default=_json_default))
+            args += ["--plans", str(plans_file)]
+        if self.env_file:
+            args += ["--env-file", str(self.env_file)]
+        self.log_path = tmp / "local-aws.log"
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        child_env.update(DUMMY_CREDENTIALS)
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, *args],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=child_env,
+            )
+        info = self._wait_ready()
+        self.endpoint = info["endpoint"]
+        self.env = info["env"]
+        self.resources = info["resources"]
+        self.training_plan_arns = info["training_plan_arns"]
+
+    def _wait_ready(self) -> dict[str, Any]:
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
+            if ready:
+                line = self.process.stdout.readline()
+                if line.startswith(READY_MARKER):
+                    return json.loads(line[len(READY_MARKER) :])
+                if not line and self.process.poll() is not None:
+                    break
+            elif self.process.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError(f"local-aws did not start within {self.startup_timeout:g} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # clients and admin ----------------------------------------------------------------------
+
+    def client(self, service: str, **config: Any) -> Any:
+        """A boto3 client for ``service`` bound to the emulator (botocore ``Config`` kwargs allowed)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=Config(**config) if config else None,
+        )
+
+    def admin(self, method: str, path: str, payload: Any = None) -> Any:
+        """Call an admin endpoint (``path`` below ``/_local-aws/``); returns the decoded JSON.
+
+        Raises:
+            RuntimeError: the emulator answered with an error (its message).
+        """
+        data = None if payload is None else json.dumps(payload, default=_json_default).encode()
+        request = urllib.request.Request(
+            f"{self.endpoint}{ADMIN_PREFIX}/{path.lstrip('/')}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            raise RuntimeError(f"local-aws admin {method} {path}: HTTP {exc.code}: {detail}") from None
+
+    def set_job_status(self, name: str, status: str, **fields: Any) -> dict[str, Any]:
+        """Move training job ``name`` to ``status`` (``failure_reason``, ``final_metrics``, ``log_lines``, ``secondary_status``)."""
+        from urllib.parse import quote
+
+        return self.admin("POST", f"training-jobs/{quote(name)}/status", {"status": status, **fields})
+
+    def complete_active_jobs(self) -> list[str]:
+        """Mark every ``InProgress`` job ``Completed`` (frees training-plan instances)."""
+        return self.admin("POST", "training-jobs/complete-active", {})["completed"]
+
+    def inject_fault(
+        self,
+        operation: str,
+        code: str,
+        *,
+        count: int = 1,
+        message: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        status: int | None = None,
+    ) -> None:
+        """Answer the next ``count`` calls of ``operation`` (-1: all) with error ``code``."""
+        payload = {"operation": operation, "code": code, "count": count, "message": message, "match": dict(match or {})}
+        if status is not None:
+            payload["status"] = status
+        self.admin("POST", "faults", payload)
+
+    def clear_faults(self) -> None:
+        self.admin("DELETE", "faults")
+
+    def calls(self, operation: str | None = None) -> list[dict[str, Any]]:
+        """Requests the emulator has seen (JSON-protocol ones with ``service``, ``operation``, ``params``)."""
+        from urllib.parse import quote
+
+        suffix = f"?operation={quote(operation)}" if operation else ""
+        return self.admin("GET", f"calls{suffix}")["calls"]
+
+    def clear_calls(self) -> None:
+        self.admin("DELETE", "calls")
+
+    def set_plans(self, plans: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Replace the seeded training plans (and the SSM parameter); returns their ARNs."""
+        self.training_plan_arns = self.admin("PUT", "training-plans", list(plans))["training_plan_arns"]
+        return self.training_plan_arns
+
+    def training_jobs(self) -> list[dict[str, Any]]:
+        """Every training job the emulator holds: ``{"name", "status", "secondary_status"}``."""
+        return self.admin("GET", "training-jobs")["training_jobs"]
+
+    def describe_training_job(self, name: str) -> dict[str, Any]:
+        """``DescribeTrainingJob`` for ``name`` as JSON-ready data (timestamps ISO 8601, no ResponseMetadata)."""
+        response = self.client("sagemaker").describe_training_job(TrainingJobName=name)
+        response.pop("ResponseMetadata", None)
+        return json.loads(json.dumps(response, default=_json_default))
