@@ -90,7 +90,7 @@ class Hyperparameters:
     # model
     model: str = "gpt-1b"
     num_layers: int | None = None  # None: the preset's number of blocks
-    vocab_size: int | None = None  # None: from the data shards (synthetic: 50304)
+    vocab_size: int | None = None  # None: the preset's, grown to the data's (rounded up to 128) if larger
     # numerics
     precision: str = "mxfp8"
     fp8_scaling: str = "current"
@@ -160,7 +160,7 @@ class _Spec:
 SPECS: dict[str, _Spec] = {
     "model": _Spec(str, choices=MODEL_PRESETS, help="model size preset"),
     "num_layers": _Spec(int, minimum=1, maximum=512, optional=True, help="transformer blocks (overrides the preset)"),
-    "vocab_size": _Spec(int, minimum=2, maximum=1 << 20, optional=True, help="vocabulary size (default: from the data)"),
+    "vocab_size": _Spec(int, minimum=2, maximum=1 << 20, optional=True, help="vocabulary size (default: the preset's, or the data's rounded up to 128 if larger)"),
     "precision": _Spec(str, choices=PRECISIONS, help="training precision"),
     "fp8_scaling": _Spec(str, choices=FP8_SCALINGS, help="fp8 scaling recipe (precision=fp8)"),
     "quantized_model_init": _Spec(bool, help="store weights quantized (TransformerEngine quantized model init)"),
@@ -264,7 +264,7 @@ def coerce(name: str, value: Any) -> Any:
             raise HyperparameterError(name, raw, spec.expected())
         try:
             value = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise HyperparameterError(name, raw, spec.expected()) from None
         if not math.isfinite(value):
             raise HyperparameterError(name, raw, spec.expected())

@@ -1,0 +1,62 @@
+"""The trainer image's Dockerfile (no Docker engine here: parse and check what a build relies on)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "training" / "Dockerfile"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_base_image_is_a_pinned_nvidia_pytorch_tag() -> None:
+    froms = [rest for word, rest in _instructions() if word == "FROM"]
+    assert len(froms) == 1
+    image = froms[0]
+    match = re.fullmatch(r"nvcr\.io/nvidia/pytorch:(\d{2})\.(\d{2})-py3(@sha256:[0-9a-f]{64})?", image)
+    assert match, image
+    year, month = int(match.group(1)), int(match.group(2))
+    assert (year, month) >= (25, 10), "TransformerEngine with NVFP4BlockScaling ships from NGC 25.10 on"
+
+
+def test_entrypoint_is_exec_form_and_runs_the_entry_point() -> None:
+    entry = [rest for word, rest in _instructions() if word == "ENTRYPOINT"]
+    assert len(entry) == 1
+    argv = json.loads(entry[0])  # exec form is a JSON array
+    assert argv == ["python", "-m", "training.entrypoint"]
+    cmd = [json.loads(rest) for word, rest in _instructions() if word == "CMD"]
+    assert cmd == [["train"]]
+    assert (REPO / "training" / "entrypoint.py").is_file()
+
+
+def test_copy_sources_exist_relative_to_the_repo_root_context() -> None:
+    copies = [rest.split() for word, rest in _instructions() if word == "COPY"]
+    assert copies
+    sources = {src for parts in copies for src in parts[:-1] if not src.startswith("--")}
+    assert {"training/", "planner/", "training/requirements.txt"} <= sources
+    for src in sources:
+        assert (REPO / src).exists(), src
+        assert src.split("/")[0] in ("training", "planner"), "the build context only holds training/ and planner/"
+
+
+def test_efa_installer_is_pinned_and_nccl_defaults_are_set() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"ARG EFA_INSTALLER_VERSION=\d+\.\d+\.\d+", text)
+    assert "--skip-kmod" in text and "libnccl-net" in text
+    for var in ("FI_PROVIDER=efa", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=110", "/opt/amazon/ofi-nccl/lib"):
+        assert var in text
+    requirements = (REPO / "training" / "requirements.txt").read_text(encoding="utf-8")
+    pins = [line.split("#")[0].strip() for line in requirements.splitlines() if line.split("#")[0].strip()]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.]+", p) for p in pins)
