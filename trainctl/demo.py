@@ -1,0 +1,186 @@
+"""``make demo``: the platform end to end on embedded defaults, with no AWS account.
+
+Steps (each prints a section; the first failure stops the demo non-zero):
+
+1. **Infrastructure**: synthesize the CDK app, run cdk-nag (AwsSolutions) and
+   cfn-lint, and summarise what ``cdk deploy`` would create.
+2. **Plan**: the planner's memory/throughput/cost answer for the guide's
+   default request (gpt-1b, mxfp8, 10 layers, batch 8, sequence 2048 on
+   ``ml.p6-b200.48xlarge``).
+3. **Submit**: start the embedded AWS emulator (``trainctl local-aws``; moto
+   plus emulated training-plan operations), seed two plans (one fitting, one
+   expired), submit the guide's default request and a bad one; print the
+   created job as ``DescribeTrainingJob`` returns it, and the refusal.
+4. **Train**: tokenize CPython's documentation (real text on every machine),
+   run the trainer through the same entry point SageMaker runs on a temporary
+   ``SAGEMAKER_BASE_DIR``, interrupt it with SIGTERM (as a stop or a spot
+   reclaim would), resume from the checkpoint, and print the loss curve's
+   start and end.
+5. **Observe**: write the CloudWatch dashboard body as JSON with a PNG preview
+   of its layout, and list the alarms.
+6. **Sweep**: a small local sweep on CPU and its report (Markdown + PNGs).
+
+Everything is written under ``.demo/`` (ignored by git; removed by
+``make clean``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_DIR = REPO_ROOT / ".demo"
+EXAMPLES = REPO_ROOT / "examples"
+
+console = Console(highlight=False)
+
+
+class DemoError(RuntimeError):
+    """A demo step found the platform misbehaving."""
+
+
+# --------------------------------------------------------------------------- 1
+
+
+def step_infrastructure() -> None:
+    from trainctl.commands.synth_summary import render, summarize
+
+    summary = summarize(str(DEMO_DIR / "cdk.out"))
+    render(summary)
+    if not summary.ok:
+        raise DemoError("the synthesized app has unacknowledged cdk-nag findings or cfn-lint errors")
+
+
+# --------------------------------------------------------------------------- 2
+
+
+def step_plan() -> None:
+    import planner
+    from trainctl.commands.plan import guide_default_input, render_plan
+
+    render_plan(planner.estimate(guide_default_input()), console)
+
+
+# --------------------------------------------------------------------------- 3
+
+
+def step_submit() -> None:
+    from trainctl.commands.submit import submit_local
+    from trainctl.local_aws import LocalAws
+
+    good = json.loads((EXAMPLES / "guide-default-request.json").read_text())
+    bad = json.loads((EXAMPLES / "oversized-request.json").read_text())
+    with LocalAws(plans=str(EXAMPLES / "plans.json")) as aws:
+        sagemaker = aws.client("sagemaker")
+        table = Table(title="Training plans seeded in the emulator")
+        for column in ("plan", "status", "instance type", "available / total", "ends"):
+            table.add_column(column)
+        for summary in sagemaker.list_training_plans()["TrainingPlanSummaries"]:
+            plan = sagemaker.describe_training_plan(TrainingPlanName=summary["TrainingPlanName"])
+            table.add_row(
+                plan["TrainingPlanName"],
+                plan["Status"],
+                plan.get("InstanceType", "-"),
+                f"{plan.get('AvailableInstanceCount', 0)} / {plan.get('TotalInstanceCount', 0)}",
+                f"{plan['EndTime']:%Y-%m-%d %H:%M} UTC" if "EndTime" in plan else "-",
+            )
+        console.print(table)
+
+        console.print("[bold]Request:[/] examples/guide-default-request.json")
+        console.print_json(data=good)
+        response = submit_local(good, aws.env)
+        console.print("[bold]Response:[/]")
+        console.print_json(data=response)
+        if response.get("status") != "submitted":
+            raise DemoError(f"the guide's default request was not submitted: {response}")
+        job = aws.describe_training_job(response["training_job_name"])
+        console.print("[bold]The created job, as DescribeTrainingJob returns it:[/]")
+        console.print_json(json.dumps(job, default=str))
+
+        console.print("[bold]A bad request:[/] examples/oversized-request.json")
+        console.print_json(data=bad)
+        refusal = submit_local(bad, aws.env)
+        console.print("[bold]Response:[/]")
+        console.print_json(data=refusal)
+        if refusal.get("status") != "rejected":
+            raise DemoError(f"the bad request was not refused: {refusal}")
+        jobs = sagemaker.list_training_jobs()["TrainingJobSummaries"]
+        if len(jobs) != 1:
+            raise DemoError(f"expected exactly one training job in the emulator, found {len(jobs)}")
+        console.print(f"Jobs in the emulator after both requests: {len(jobs)} (the refusal created nothing)")
+
+
+# --------------------------------------------------------------------------- 4
+
+
+def step_train() -> None:
+    from training.checkpoint import complete_steps
+    from training.environment import SageMakerPaths
+    from training.local import DEMO_HYPERPARAMETERS, interrupted_run, read_failure
+
+    work = DEMO_DIR / "train"
+    shutil.rmtree(work, ignore_errors=True)
+    console.print("Hyperparameters (hyperparameters.json, as SageMaker writes it):")
+    console.print_json(data={k: str(v) for k, v in DEMO_HYPERPARAMETERS.items()})
+
+    def echo(line: str) -> None:
+        text = line.rstrip()
+        if text.startswith(("[metrics]", "[trainer]")):
+            console.print("  " + text, markup=False, overflow="fold", crop=False)
+
+    run = interrupted_run(work, echo=echo)
+    if not run.ok:
+        raise DemoError(f"a local run failed: {read_failure(run.base_dir)}")
+    if not run.stopped_at_step:
+        raise DemoError("the first run was not stopped by SIGTERM")
+    paths = SageMakerPaths(run.base_dir)
+    console.print(
+        f"SIGTERM checkpoint at step {run.stopped_at_step}; the second run resumed from it. "
+        f"Complete checkpoints kept: {complete_steps(paths.checkpoint_dir)}"
+    )
+    (first_step, first_loss), (last_step, last_loss) = run.losses[0], run.losses[-1]
+    console.print(
+        f"[bold]Loss curve:[/] {first_loss:.3f} at step {first_step} -> {last_loss:.3f} at step {last_step} "
+        f"(uniform over 512 tokens would be 6.238)"
+    )
+    console.print(f"Final model in {paths.model_dir}: {sorted(p.name for p in paths.model_dir.iterdir())}")
+    if not last_loss < first_loss:
+        raise DemoError("the loss did not fall")
+
+
+# --------------------------------------------------------------------------- main
+
+STEPS: list[tuple[str, Callable[[], None]]] = [
+    ("1. Infrastructure: cdk synth + cdk-nag + cfn-lint", step_infrastructure),
+    ("2. Plan: the guide's default request", step_plan),
+    ("3. Submit: the job submitter against the embedded AWS emulator", step_submit),
+    ("4. Train: the trainer through the SageMaker entry point, interrupted and resumed", step_train),
+]
+
+
+def main() -> int:
+    DEMO_DIR.mkdir(exist_ok=True)
+    started = time.monotonic()
+    for title, step in STEPS:
+        console.rule(f"[bold cyan]{title}")
+        t0 = time.monotonic()
+        try:
+            step()
+        except DemoError as exc:
+            console.print(f"[bold red]demo failed:[/] {exc}")
+            return 1
+        console.print(f"[dim]({time.monotonic() - t0:.1f} s)[/]")
+    console.rule(f"[bold green]demo finished in {time.monotonic() - started:.0f} s; files under .demo/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
