@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 2
 VENV_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: all demo test synth lint bench clean
+.PHONY: all deps demo test synth bench clean
 
 all: test
 
@@ -39,7 +39,8 @@ synth: deps
 	npx cdk synth --quiet
 
 bench: deps
-	$(BIN)/python -m benchmarks
+	$(BIN)/python benchmarks/trainer_cpu.py
+	$(BIN)/python benchmarks/submitter.py
 
 clean:
 	rm -rf cdk.out .demo .pytest_cache .hypothesis

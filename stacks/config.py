@@ -33,8 +33,14 @@ Context keys (default in brackets):
                        [``blackwell-training-platform``]
 ``costCenter``         value of the ``CostCenter`` tag [``ml-platform``]
 ``invokerPrincipals``  IAM role/user/root ARNs allowed to invoke the submitter [``[]``]
-``alarmEmails``        e-mail addresses for alarms (used by the observability
-                       construct) [``[]``]
+``alarmEmails``        e-mail addresses subscribed to the alarm topic [``[]``]
+``alarmHttpsEndpoints`` ``https://`` endpoints subscribed to the alarm topic (incident
+                       tools, chat relays that confirm SNS subscriptions) [``[]``]
+``alarmSlackChannels`` Slack channels AWS Chatbot posts alarms to, each
+                       ``WORKSPACE_ID/CHANNEL_ID`` (the workspace authorised once in
+                       the AWS Chatbot console) [``[]``]
+``idleCapacityAlarmHours`` a training plan with idle instances that ends within
+                       this many hours raises an alarm (1-720) [``24``]
 ``imageRetainCount``   trainer images the ECR lifecycle rule keeps [``20``]
 ====================== ============================================================
 """
@@ -53,6 +59,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 from constructs import Node
 
+from platform_constructs.observability import MAX_IDLE_CAPACITY_HOURS, SlackChannel
 from platform_constructs.submitter.runtime import settings
 from platform_constructs.training_plans import TRAINING_PLAN_ARN_FORMAT, parse_training_plan_arn
 
@@ -112,6 +119,9 @@ CONTEXT_KEYS: dict[str, Any] = {
     "costCenter": "ml-platform",
     "invokerPrincipals": [],
     "alarmEmails": [],
+    "alarmHttpsEndpoints": [],
+    "alarmSlackChannels": [],
+    "idleCapacityAlarmHours": 24,
     "imageRetainCount": 20,
 }
 """Every context key this app reads, with its default."""
@@ -157,6 +167,9 @@ class PlatformConfig:
     cost_center: str
     invoker_principals: tuple[str, ...]
     alarm_emails: tuple[str, ...]
+    alarm_https_endpoints: tuple[str, ...]
+    alarm_slack_channels: tuple[SlackChannel, ...]
+    idle_capacity_alarm_hours: int
     image_retain_count: int
 
     @property
@@ -188,6 +201,7 @@ _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{1,256}$")
 _PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(root|role/[\w+=,.@/-]+|user/[\w+=,.@/-]+)$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_HTTPS_URL = re.compile(r"^https://[^\s/:?#]+(:\d+)?(/\S*)?$")
 _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
 
 
@@ -332,6 +346,21 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         "an IAM principal ARN: arn:aws:iam::<account>:role/<name>, :user/<name> or :root",
     )
     emails = _list_of("alarmEmails", get("alarmEmails"), lambda e: bool(_EMAIL.match(e)), "an e-mail address")
+    https_endpoints = _list_of(
+        "alarmHttpsEndpoints", get("alarmHttpsEndpoints"), lambda u: bool(_HTTPS_URL.match(u)), "an https:// URL"
+    )
+    slack_channels = tuple(
+        SlackChannel.parse(text)
+        for text in _list_of(
+            "alarmSlackChannels",
+            get("alarmSlackChannels"),
+            lambda text: _is_slack_channel(text),
+            "WORKSPACE_ID/CHANNEL_ID (Slack IDs, e.g. T0123ABCD/C0456EFGH)",
+        )
+    )
+    idle_hours = _int("idleCapacityAlarmHours", get("idleCapacityAlarmHours"))
+    if not 1 <= idle_hours <= MAX_IDLE_CAPACITY_HOURS:
+        raise ConfigError("idleCapacityAlarmHours", idle_hours, f"an integer from 1 to {MAX_IDLE_CAPACITY_HOURS} (hours)")
 
     retain_count = _int("imageRetainCount", get("imageRetainCount"))
     if not 1 <= retain_count <= 10_000:
@@ -352,6 +381,9 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         cost_center=cost_center,
         invoker_principals=invokers,
         alarm_emails=emails,
+        alarm_https_endpoints=https_endpoints,
+        alarm_slack_channels=slack_channels,
+        idle_capacity_alarm_hours=idle_hours,
         image_retain_count=retain_count,
     )
 
@@ -359,6 +391,14 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
 def _is_plan_arn(arn: str) -> bool:
     try:
         parse_training_plan_arn(arn)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_slack_channel(text: str) -> bool:
+    try:
+        SlackChannel.parse(text)
     except ValueError:
         return False
     return True

@@ -25,7 +25,8 @@ class TrainingPlatformStack(cdk.Stack):
     """Everything a training job needs: image, buckets, execution role, plans, submitter, dashboard.
 
     Construct IDs (stable): ``TrainerImage``, ``Buckets``, ``ExecutionRole``,
-    ``TrainingPlans``, ``Submitter``, ``Observability``.
+    ``TrainingPlans``, ``Submitter``, ``Observability`` (dashboard, alarms, alarm topic,
+    plan-metrics publisher, job-state handler).
     """
 
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
@@ -33,7 +34,7 @@ class TrainingPlatformStack(cdk.Stack):
             scope,
             id,
             env=config.env,
-            description="SageMaker training platform: trainer image, buckets, execution role, job submitter",
+            description="SageMaker training platform: trainer image, buckets, execution role, job submitter, observability",
             **kwargs,
         )
         self.config = config
@@ -101,6 +102,11 @@ class TrainingPlatformStack(cdk.Stack):
                 buckets=self.buckets,
                 training_plans=self.training_plans,
                 alarm_emails=config.alarm_emails,
+                alarm_https_endpoints=config.alarm_https_endpoints,
+                alarm_slack_channels=config.alarm_slack_channels,
+                idle_capacity_hours=config.idle_capacity_alarm_hours,
+                log_retention=config.log_retention,
+                removal_policy=removal,
             ),
         )
 
@@ -123,6 +129,7 @@ class TrainingPlatformStack(cdk.Stack):
             "ExecutionRoleArn": (self.execution_role.role_arn, "SageMaker execution role of training jobs"),
             "TrainingPlanParameterName": (self.training_plans.parameter_name, "SSM parameter with the training-plan ARNs (JSON list)"),
             "DashboardName": (self.observability.dashboard_name, "CloudWatch dashboard of the platform"),
+            "AlarmTopicArn": (self.observability.topic_arn, "SNS topic (KMS-encrypted) every platform alarm notifies"),
         }
         for output_id, (value, description) in outputs.items():
             cdk.CfnOutput(self, output_id, value=value, description=description)

@@ -1,7 +1,22 @@
-"""Platform observability: the CloudWatch dashboard (alarms arrive with the observability issue).
+"""Platform observability: one CloudWatch dashboard, the alarms a platform team acts on, and their topic.
 
-Widgets are built from the constructs' ``metric_*`` methods, never from
-hand-typed metric names.
+Composes:
+
+* :class:`~.functions.PlanMetricsPublisher` (``PlanMetrics``): training-plan
+  capacity every 5 minutes (EventBridge schedule -> ``DescribeTrainingPlan`` ->
+  ``PutMetricData``);
+* :class:`~.functions.JobStateHandler` (``JobOutcomes``): counts of
+  Completed / Failed / Stopped jobs and their failure reasons (EventBridge
+  ``SageMaker Training Job State Change``);
+* :class:`~.notifications.AlarmTopic` (``AlarmTopic``): KMS-encrypted SNS topic,
+  e-mail / HTTPS / Slack (AWS Chatbot) subscriptions;
+* the dashboard (``Resource``), sections top to bottom: alarm status, Fleet,
+  Training progress, Job submitter, Training plans, Job outcomes, Logs
+  (see :mod:`.widgets`);
+* the alarms (:attr:`PlatformObservability.alarms`).
+
+Widgets and alarms are built from the constructs' ``metric_*`` methods, the
+runtime settings and ``training.metric_lines``, never from hand-typed names.
 """
 
 from __future__ import annotations
@@ -11,14 +26,20 @@ from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from ..buckets import TrainingBuckets
 from ..submitter import JobSubmitter
-from ..submitter.runtime import settings
-from ..training_plans import TrainingPlans
+from ..submitter.runtime import settings as submitter_settings
+from ..training_plans import TrainingPlans, parse_training_plan_arn
+from . import widgets
+from .functions import JobStateHandler, JobStateHandlerProps, PlanMetricsPublisher, PlanMetricsPublisherProps
+from .notifications import AlarmTopic, AlarmTopicProps, SlackChannel
 
-__all__ = ["PlatformObservability", "PlatformObservabilityProps"]
+__all__ = ["MAX_IDLE_CAPACITY_HOURS", "PlatformObservability", "PlatformObservabilityProps", "SlackChannel"]
+
+MAX_IDLE_CAPACITY_HOURS = 24 * 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,35 +47,92 @@ class PlatformObservabilityProps:
     """Properties of :class:`PlatformObservability`.
 
     Attributes:
-        submitter: the job submitter whose metrics the dashboard shows.
+        submitter: the job submitter whose metrics the dashboard shows and alarms watch.
+        training_plans: the training-plan parameter the plan-metrics publisher
+            reads on every run; its ARNs at synth time (the configured plans) get a
+            dashboard tile and an idle-capacity alarm each. Default: no plan-metrics
+            publisher, plan section or plan alarms.
         buckets: the platform buckets. Default: no bucket widgets.
-        training_plans: the training-plan parameter. Default: no plan widgets.
-        alarm_emails: addresses notified by the platform's alarms (the observability
-            issue adds the alarms and their topic). Default: nobody is notified.
+        alarm_emails: addresses notified by the alarms (e-mail subscriptions).
+            Default: nobody is notified by e-mail.
+        alarm_https_endpoints: ``https://`` endpoints subscribed to the alarm
+            topic. Default: none.
+        alarm_slack_channels: Slack channels AWS Chatbot posts the alarms to.
+            Default: none.
+        idle_capacity_hours: a plan with idle instances that ends within this
+            many hours raises the idle-capacity alarm. Default: 24.
         dashboard_name: dashboard name. Default: ``<stack name>-<region>``.
         period: aggregation period of the widgets. Default: 5 minutes.
+        log_retention: retention of the observability functions' logs. Default: three months.
+        removal_policy: what happens to the functions' logs, the idempotency table
+            and the topic key when they leave the stack. Default: they are retained.
     """
 
     submitter: JobSubmitter
-    buckets: TrainingBuckets | None = None
     training_plans: TrainingPlans | None = None
+    buckets: TrainingBuckets | None = None
     alarm_emails: Sequence[str] = ()
+    alarm_https_endpoints: Sequence[str] = ()
+    alarm_slack_channels: Sequence[SlackChannel] = ()
+    idle_capacity_hours: int = 24
     dashboard_name: str | None = None
     period: cdk.Duration = cdk.Duration.minutes(5)
+    log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
 
 class PlatformObservability(Construct):
-    """The platform dashboard (primary child ``Resource``).
+    """The platform dashboard (primary child ``Resource``), its alarms, their topic and the metric functions.
 
-    Rows: the submitter's Lambda health (invocations, errors, throttles,
-    duration p50/p99), then its EMF metrics (submissions by capacity type,
-    refusals by error code).
+    Attributes:
+        dashboard: the CloudWatch dashboard.
+        alarm_topic: the :class:`AlarmTopic` every alarm notifies.
+        plan_metrics: the :class:`PlanMetricsPublisher` (``None`` without ``training_plans``).
+        job_outcomes: the :class:`JobStateHandler`.
+        alarms: every alarm by its short name (``SubmitterErrors``,
+            ``TrainingJobFailed``, ``PlanIdleNearEnd-<plan>``, ``ReservedCapacityExhausted``
+            (composite) with ``PlansHaveNoAvailableInstances`` and ``SubmissionsRefusedNoCapacity``,
+            ``ObservabilityFunctionErrors``).
     """
 
     def __init__(self, scope: Construct, id: str, props: PlatformObservabilityProps) -> None:
         super().__init__(scope, id)
+        _validate(props)
         self.props = props
         stack = cdk.Stack.of(self)
+        self._alarm_prefix = stack.stack_name
+
+        self.alarm_topic = AlarmTopic(
+            self,
+            "AlarmTopic",
+            AlarmTopicProps(
+                emails=props.alarm_emails,
+                https_endpoints=props.alarm_https_endpoints,
+                slack_channels=props.alarm_slack_channels,
+                removal_policy=props.removal_policy,
+            ),
+        )
+        self.plan_metrics = (
+            PlanMetricsPublisher(
+                self,
+                "PlanMetrics",
+                PlanMetricsPublisherProps(
+                    training_plans=props.training_plans,
+                    log_retention=props.log_retention,
+                    removal_policy=props.removal_policy,
+                ),
+            )
+            if props.training_plans is not None
+            else None
+        )
+        self.job_outcomes = JobStateHandler(
+            self,
+            "JobOutcomes",
+            JobStateHandlerProps(log_retention=props.log_retention, removal_policy=props.removal_policy),
+        )
+        self.alarms: dict[str, cloudwatch.AlarmBase] = {}
+        self._create_alarms()
+
         # Dashboard names are unique per account across regions: include the region.
         name = props.dashboard_name or f"{stack.stack_name}-{stack.region}"
         self.dashboard = cloudwatch.Dashboard(
@@ -63,44 +141,257 @@ class PlatformObservability(Construct):
             dashboard_name=name,
             default_interval=cdk.Duration.days(1),
         )
-        submitter, period = props.submitter, props.period
-        self.dashboard.add_widgets(
-            cloudwatch.TextWidget(markdown="# Job submitter", width=24, height=1),
+        for row in self._rows():
+            self.dashboard.add_widgets(*row)
+
+    # -- alarms -------------------------------------------------------------------------------
+
+    @property
+    def plan_names(self) -> list[str]:
+        """Names of the configured training plans (from the ARNs given at synth time)."""
+        if self.props.training_plans is None:
+            return []
+        return [parse_training_plan_arn(arn)["name"] for arn in self.props.training_plans.plan_arns]
+
+    def _alarm(self, key: str, construct_id: str, *, notify_ok: bool = True, actions: bool = True, **props) -> cloudwatch.Alarm:
+        alarm = cloudwatch.Alarm(self, construct_id, alarm_name=f"{self._alarm_prefix}-{key}", **props)
+        if actions:
+            alarm.add_alarm_action(self.alarm_topic.action)
+            if notify_ok:
+                alarm.add_ok_action(self.alarm_topic.action)
+        self.alarms[key] = alarm
+        return alarm
+
+    def _create_alarms(self) -> None:
+        props, submitter = self.props, self.props.submitter
+        gte = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        quiet = cloudwatch.TreatMissingData.NOT_BREACHING
+        five = cdk.Duration.minutes(5)
+
+        self._alarm(
+            "SubmitterErrors",
+            "SubmitterErrorsAlarm",
+            metric=submitter.metric_errors(period=five, statistic=cloudwatch.Stats.SUM),
+            threshold=1,
+            comparison_operator=gte,
+            evaluation_periods=1,
+            treat_missing_data=quiet,
+            alarm_description=(
+                "The job submitter raised (function errors): persistent AWS faults or a broken configuration. "
+                "Requests are not being submitted; see the submitter's log group."
+            ),
         )
-        self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title="Invocations, errors, throttles",
-                left=[
-                    submitter.metric_invocations(period=period),
-                    submitter.metric_errors(period=period),
-                    submitter.metric_throttles(period=period),
-                ],
-                width=12,
-            ),
-            cloudwatch.GraphWidget(
-                title="Duration (ms)",
-                left=[
-                    submitter.metric_duration(period=period, statistic="p50", label="p50"),
-                    submitter.metric_duration(period=period, statistic="p99", label="p99"),
-                ],
-                width=12,
+        self._alarm(
+            "TrainingJobFailed",
+            "TrainingJobFailedAlarm",
+            notify_ok=False,
+            metric=self.job_outcomes.metric_training_job_outcomes("Failed", period=five),
+            threshold=1,
+            comparison_operator=gte,
+            evaluation_periods=1,
+            treat_missing_data=quiet,
+            alarm_description=(
+                "A SageMaker training job failed. The dashboard's 'Recent failed jobs' table has its FailureReason; "
+                "the 'Logs' section finds CUDA out-of-memory and NCCL errors in the job's log."
             ),
         )
-        self.dashboard.add_widgets(
-            cloudwatch.GraphWidget(
-                title="Submissions by capacity type",
-                left=[submitter.metric_submissions(c, period=period, label=c) for c in settings.CAPACITY_TYPES],
-                stacked=True,
-                width=12,
+
+        functions = {"handler": self.job_outcomes.metric_errors(period=five, statistic=cloudwatch.Stats.SUM)}
+        if self.plan_metrics is not None:
+            functions["publisher"] = self.plan_metrics.metric_errors(period=five, statistic=cloudwatch.Stats.SUM)
+        self._alarm(
+            "ObservabilityFunctionErrors",
+            "ObservabilityFunctionErrorsAlarm",
+            metric=cloudwatch.MathExpression(
+                expression=" + ".join(f"FILL({key}, 0)" for key in sorted(functions)),
+                using_metrics=functions,
+                label="observability function errors",
+                period=five,
             ),
-            cloudwatch.GraphWidget(
-                title="Refusals by error code",
-                left=[submitter.metric_refusals(e, period=period, label=e) for e in settings.ERROR_CODES],
-                stacked=True,
-                width=12,
+            threshold=1,
+            comparison_operator=gte,
+            evaluation_periods=3,
+            datapoints_to_alarm=2,
+            treat_missing_data=quiet,
+            alarm_description=(
+                "The plan-metrics publisher or the job-state handler keeps failing: plan capacity and job-outcome "
+                "metrics (and the alarms on them) are stale. See the functions' log groups."
             ),
         )
+
+        if self.plan_metrics is None:
+            return
+        publisher, hours = self.plan_metrics, props.idle_capacity_hours
+        window = cdk.Duration.minutes(15)
+        for name in self.plan_names:
+            self._alarm(
+                f"PlanIdleNearEnd-{name}",
+                f"PlanIdleNearEndAlarm-{name}",
+                metric=cloudwatch.MathExpression(
+                    expression=f"IF(hours > 0 AND hours <= {hours} AND available > 0, available, 0)",
+                    using_metrics={
+                        "available": publisher.metric_available_instance_count(name, period=window, statistic=cloudwatch.Stats.MINIMUM),
+                        "hours": publisher.metric_hours_until_end(name, period=window),
+                    },
+                    label=f"idle instances of {name} ending within {hours} h",
+                    period=window,
+                ),
+                threshold=1,
+                comparison_operator=gte,
+                evaluation_periods=2,
+                datapoints_to_alarm=2,
+                treat_missing_data=quiet,
+                alarm_description=(
+                    f"Training plan {name} has had idle (available) instances for 30 minutes and ends within {hours} "
+                    "hours: reserved capacity is about to be wasted. Submit jobs with capacity=training-plan, or "
+                    "accept the loss."
+                ),
+            )
+
+        ten = cdk.Duration.minutes(10)
+        exhausted = self._alarm(
+            "PlansHaveNoAvailableInstances",
+            "PlansExhaustedAlarm",
+            actions=False,
+            metric=publisher.metric_available_instance_count(period=ten, statistic=cloudwatch.Stats.MAXIMUM),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=quiet,
+            alarm_description="No usable training plan (Active or Scheduled) has an available instance. Part of ReservedCapacityExhausted.",
+        )
+        refusing = self._alarm(
+            "SubmissionsRefusedNoCapacity",
+            "NoCapacityRefusalsAlarm",
+            actions=False,
+            metric=submitter.metric_refusals("NoCapacity", period=ten),
+            threshold=1,
+            comparison_operator=gte,
+            evaluation_periods=1,
+            treat_missing_data=quiet,
+            alarm_description="The submitter refused requests with NoCapacity. Part of ReservedCapacityExhausted.",
+        )
+        composite = cloudwatch.CompositeAlarm(
+            self,
+            "CapacityExhaustedAlarm",
+            composite_alarm_name=f"{self._alarm_prefix}-ReservedCapacityExhausted",
+            alarm_rule=cloudwatch.AlarmRule.all_of(
+                cloudwatch.AlarmRule.from_alarm(exhausted, cloudwatch.AlarmState.ALARM),
+                cloudwatch.AlarmRule.from_alarm(refusing, cloudwatch.AlarmState.ALARM),
+            ),
+            alarm_description=(
+                "Reserved capacity is exhausted: no training plan has an available instance and the submitter is "
+                "refusing jobs with NoCapacity. Extend or buy a plan (SearchTrainingPlanOfferings), or let jobs use "
+                "capacity=auto (spot / on-demand)."
+            ),
+        )
+        composite.add_alarm_action(self.alarm_topic.action)
+        composite.add_ok_action(self.alarm_topic.action)
+        self.alarms["ReservedCapacityExhausted"] = composite
+
+    # -- dashboard ------------------------------------------------------------------------------
+
+    def _rows(self) -> list[list[cloudwatch.IWidget]]:
+        props, period = self.props, self.props.period
+        rows: list[list[cloudwatch.IWidget]] = [
+            [
+                cloudwatch.TextWidget(
+                    markdown=(
+                        f"# {cdk.Stack.of(self).stack_name}: SageMaker training platform\n"
+                        "Sections: **Fleet** · **Training progress** · **Job submitter** · **Training plans** · "
+                        "**Job outcomes** · **Logs**. Alarms notify the platform's SNS topic."
+                    ),
+                    width=24,
+                    height=2,
+                )
+            ],
+            [
+                cloudwatch.AlarmStatusWidget(
+                    title="Alarms",
+                    alarms=[a for a in self.alarms.values()],
+                    sort_by=cloudwatch.AlarmStatusWidgetSortBy.STATE_UPDATED_TIMESTAMP,
+                    width=24,
+                    height=3,
+                )
+            ],
+        ]
+        gpus = _gpus_per_host(props.submitter.props.allowed_instance_types)
+        rows += widgets.fleet_rows(gpus, period)
+        rows += widgets.training_progress_rows(period)
+        rows += self._submitter_rows(period)
+        if self.plan_metrics is not None:
+            rows += widgets.training_plan_rows(self.plan_metrics, self.plan_names, period)
+        rows += widgets.job_outcome_rows(self.job_outcomes, period)
+        rows += widgets.log_rows()
+        return rows
+
+    def _submitter_rows(self, period: cdk.Duration) -> list[list[cloudwatch.IWidget]]:
+        submitter = self.props.submitter
+        return [
+            widgets.header("Job submitter", "Requests to the submitter function and what it answered."),
+            [
+                cloudwatch.GraphWidget(
+                    title="Invocations, errors, throttles",
+                    left=[
+                        submitter.metric_invocations(period=period),
+                        submitter.metric_errors(period=period),
+                        submitter.metric_throttles(period=period),
+                    ],
+                    width=12,
+                ),
+                cloudwatch.GraphWidget(
+                    title="Duration (ms)",
+                    left=[
+                        submitter.metric_duration(period=period, statistic="p50", label="p50"),
+                        submitter.metric_duration(period=period, statistic="p99", label="p99"),
+                    ],
+                    width=12,
+                ),
+            ],
+            [
+                cloudwatch.GraphWidget(
+                    title="Submissions by capacity type",
+                    left=[submitter.metric_submissions(c, period=period, label=c) for c in submitter_settings.CAPACITY_TYPES],
+                    stacked=True,
+                    width=12,
+                ),
+                cloudwatch.GraphWidget(
+                    title="Refusals by error code",
+                    left=[submitter.metric_refusals(e, period=period, label=e) for e in submitter_settings.ERROR_CODES],
+                    stacked=True,
+                    width=12,
+                ),
+            ],
+        ]
 
     @property
     def dashboard_name(self) -> str:
         return self.dashboard.dashboard_name
+
+    @property
+    def topic_arn(self) -> str:
+        return self.alarm_topic.topic_arn
+
+
+def _gpus_per_host(instance_types: Sequence[str]) -> list[int]:
+    """GPU counts of one host of each instance type (UltraServers are made of 4-GPU GB200 hosts)."""
+    from planner.catalogue import INSTANCES
+
+    counts = set()
+    for instance_type in instance_types:
+        spec = INSTANCES.get(instance_type)
+        if spec is None:
+            continue
+        counts.add(spec.gpus_per_instance if spec.gpus_per_instance <= 8 else INSTANCES["ml.p6e-gb200.36xlarge"].gpus_per_instance)
+    return sorted(counts)
+
+
+def _validate(props: PlatformObservabilityProps) -> None:
+    hours = props.idle_capacity_hours
+    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_IDLE_CAPACITY_HOURS:
+        raise ValueError(
+            f"PlatformObservabilityProps.idle_capacity_hours: got {hours!r}; expected an integer from 1 to {MAX_IDLE_CAPACITY_HOURS}"
+        )
+    seconds = props.period.to_seconds()
+    if seconds < 60 or seconds % 60:
+        raise ValueError(f"PlatformObservabilityProps.period: got {seconds} s; expected whole minutes, at least 1")

@@ -424,7 +424,11 @@ def test_pass_role_only_on_the_execution_role_only_to_sagemaker(default_synth, v
 
 
 def test_invoker_principals_may_invoke_the_submitter(default_synth, variant_synth):
-    default_synth.template.resource_count_is("AWS::Lambda::Permission", 0)
+    # the only permissions by default are EventBridge's, on the observability functions
+    permissions = default_synth.of_type("AWS::Lambda::Permission").values()
+    assert {p["Properties"]["Principal"] for p in permissions} <= {"events.amazonaws.com"}
+    submitter_id = default_synth.logical_id(default_synth.stack.submitter.function)
+    assert all(submitter_id not in json.dumps(p["Properties"]["FunctionName"]) for p in permissions)
     fn_id = variant_synth.logical_id(variant_synth.stack.submitter.function)
     variant_synth.template.has_resource_properties(
         "AWS::Lambda::Permission",

@@ -1,0 +1,264 @@
+"""Training-job outcomes from EventBridge ``SageMaker Training Job State Change`` events.
+
+The stack's rule delivers the events whose ``TrainingJobStatus`` is terminal
+(``Completed``, ``Failed``, ``Stopped``). For each, the handler
+
+* publishes ``TrainingJobOutcomes`` = 1 (unit ``Count``) to
+  :data:`.settings.JOB_METRICS_NAMESPACE`, dimension ``TrainingJobStatus``,
+  timestamped with the event's ``time`` (so a late or retried delivery is
+  counted in the minute the job ended);
+* writes one structured log line (``message`` = :data:`.settings.OUTCOME_LOG_MESSAGE`)
+  with the job's name, status, secondary status, ``FailureReason``, instance
+  type and count, capacity type and plan, which the dashboard's
+  "recent failures" query reads.
+
+SageMaker may send more than one event for a state change, so each
+``(TrainingJobArn, TrainingJobStatus)`` is recorded once: Powertools
+idempotency with a DynamoDB table (records expire after
+``IDEMPOTENCY_TTL_SECONDS``) turns duplicates into no-ops that return the
+first answer.
+
+The event ``detail`` mirrors ``DescribeTrainingJob``; only the fields named
+above are read. An event that is not a training-job state change raises
+:class:`EventError` (naming the field): the rule should never deliver one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from . import settings
+from .aws import client, put_metric_data
+
+logger = Logger(service=settings.JOB_EVENTS_SERVICE)
+
+DEFAULT_IDEMPOTENCY_TTL_SECONDS = 7 * 24 * 3600
+"""A week: longer than EventBridge's (24 h) and Lambda's (6 h) retry windows."""
+
+
+class EventError(ValueError):
+    """The event is not a well-formed training-job state change: names the field, value and expectation."""
+
+    def __init__(self, field: str, value: Any, expected: str) -> None:
+        self.field, self.value, self.expected = field, value, expected
+        super().__init__(f"event field {field}: got {value!r}; expected {expected}")
+
+
+@dataclass(frozen=True)
+class TrainingJobOutcome:
+    """A training job that reached a status, as read from one state-change event.
+
+    Attributes:
+        training_job_name / training_job_arn: the job.
+        training_job_status: ``Completed`` | ``Failed`` | ``Stopped`` (or a
+            non-terminal one, which is not counted).
+        secondary_status: e.g. ``MaxRuntimeExceeded`` for a job stopped at its limit.
+        failure_reason: SageMaker's ``FailureReason`` (first 1024 characters of
+            the trainer's ``/opt/ml/output/failure``), or ``None``.
+        instance_type / instance_count: ``ResourceConfig``.
+        capacity_type: ``training-plan`` (``ResourceConfig.TrainingPlanArn`` set),
+            ``spot`` (``EnableManagedSpotTraining``) or ``on-demand``.
+        training_plan_arn: the plan the job ran on, or ``None``.
+        billable_time_s: ``BillableTimeInSeconds`` when the event carries it.
+        event_time: the event's ``time`` (UTC).
+        event_id: the event's ``id``.
+    """
+
+    training_job_name: str
+    training_job_arn: str
+    training_job_status: str
+    secondary_status: str | None
+    failure_reason: str | None
+    instance_type: str | None
+    instance_count: int | None
+    capacity_type: str
+    training_plan_arn: str | None
+    billable_time_s: int | None
+    event_time: datetime
+    event_id: str
+
+    @property
+    def terminal(self) -> bool:
+        return self.training_job_status in settings.TERMINAL_STATUSES
+
+    @classmethod
+    def from_event(cls, event: Any) -> TrainingJobOutcome:
+        """Read an EventBridge event.
+
+        Raises:
+            EventError: not a ``SageMaker Training Job State Change`` from
+                ``aws.sagemaker``, or a required field is missing or malformed.
+        """
+        if not isinstance(event, Mapping):
+            raise EventError("(event)", type(event).__name__, "an EventBridge event object")
+        if event.get("source") != settings.EVENT_SOURCE:
+            raise EventError("source", event.get("source"), repr(settings.EVENT_SOURCE))
+        if event.get("detail-type") != settings.EVENT_DETAIL_TYPE:
+            raise EventError("detail-type", event.get("detail-type"), repr(settings.EVENT_DETAIL_TYPE))
+        detail = event.get("detail")
+        if not isinstance(detail, Mapping):
+            raise EventError("detail", detail, "an object shaped like DescribeTrainingJob's response")
+        name = _string(detail, "TrainingJobName")
+        status = _string(detail, "TrainingJobStatus")
+        arn = detail.get("TrainingJobArn")
+        if arn is not None and not isinstance(arn, str):
+            raise EventError("detail.TrainingJobArn", arn, "a string")
+        resources = event.get("resources") or []
+        arn = arn or next((r for r in resources if isinstance(r, str) and ":training-job/" in r), None) or name
+        resource_config = detail.get("ResourceConfig") or {}
+        if not isinstance(resource_config, Mapping):
+            raise EventError("detail.ResourceConfig", resource_config, "an object")
+        plan_arn = resource_config.get("TrainingPlanArn") or None
+        if plan_arn:
+            capacity = "training-plan"
+        elif detail.get("EnableManagedSpotTraining") is True:
+            capacity = "spot"
+        else:
+            capacity = "on-demand"
+        count = resource_config.get("InstanceCount")
+        billable = detail.get("BillableTimeInSeconds")
+        return cls(
+            training_job_name=name,
+            training_job_arn=arn,
+            training_job_status=status,
+            secondary_status=detail.get("SecondaryStatus") if isinstance(detail.get("SecondaryStatus"), str) else None,
+            failure_reason=detail.get("FailureReason") if isinstance(detail.get("FailureReason"), str) else None,
+            instance_type=resource_config.get("InstanceType") if isinstance(resource_config.get("InstanceType"), str) else None,
+            instance_count=int(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else None,
+            capacity_type=capacity,
+            training_plan_arn=plan_arn,
+            billable_time_s=int(billable) if isinstance(billable, (int, float)) and not isinstance(billable, bool) else None,
+            event_time=_event_time(event.get("time")),
+            event_id=str(event.get("id") or ""),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (``event_time`` in ISO 8601)."""
+        out = asdict(self)
+        out["event_time"] = self.event_time.isoformat()
+        return out
+
+    def log_fields(self) -> dict[str, Any]:
+        """The structured log line's fields (:data:`.settings.OUTCOME_LOG_FIELDS`)."""
+        values = self.to_dict()
+        return {key: values[key] for key in settings.OUTCOME_LOG_FIELDS}
+
+
+def _string(detail: Mapping[str, Any], key: str) -> str:
+    value = detail.get(key)
+    if not isinstance(value, str) or not value:
+        raise EventError(f"detail.{key}", value, "a non-empty string")
+    return value
+
+
+def _event_time(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise EventError("time", value, "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z") from None
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    if value is None:
+        return datetime.now(timezone.utc)
+    raise EventError("time", value, "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z")
+
+
+def outcome_datum(outcome: TrainingJobOutcome) -> dict[str, Any]:
+    """The ``PutMetricData`` datum counting one outcome."""
+    return {
+        "MetricName": settings.METRIC_JOB_OUTCOMES,
+        "Dimensions": [{"Name": settings.DIMENSION_TRAINING_JOB_STATUS, "Value": outcome.training_job_status}],
+        "Timestamp": outcome.event_time,
+        "Value": 1.0,
+        "Unit": "Count",
+    }
+
+
+def record_outcome(outcome: TrainingJobOutcome, *, cloudwatch: Any) -> dict[str, Any]:
+    """Publish the outcome's count and log it; returns ``{"counted": bool, ...}``.
+
+    Non-terminal statuses are ignored (``counted`` false); the rule does not
+    deliver them, but a hand-made test event might.
+    """
+    if not outcome.terminal:
+        logger.info("training job status not terminal; not counted", extra=outcome.log_fields())
+        return {"counted": False, "training_job_name": outcome.training_job_name, "training_job_status": outcome.training_job_status}
+    put_metric_data(cloudwatch, settings.JOB_METRICS_NAMESPACE, [outcome_datum(outcome)])
+    if outcome.training_job_status == "Failed":
+        logger.warning(settings.OUTCOME_LOG_MESSAGE, extra=outcome.log_fields())
+    else:
+        logger.info(settings.OUTCOME_LOG_MESSAGE, extra=outcome.log_fields())
+    return {"counted": True, "training_job_name": outcome.training_job_name, "training_job_status": outcome.training_job_status}
+
+
+def make_recorder(
+    *,
+    cloudwatch: Any,
+    dynamodb: Any,
+    table_name: str,
+    expires_after_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS,
+) -> tuple[Callable[[TrainingJobOutcome], dict[str, Any]], Any]:
+    """An idempotent :func:`record_outcome` keyed on ``(TrainingJobArn, TrainingJobStatus)``.
+
+    Returns ``(record, idempotency_config)``; the handler registers its Lambda
+    context on the config. A duplicate returns the first call's answer
+    without publishing again.
+    """
+    from aws_lambda_powertools.utilities.idempotency import (
+        DynamoDBPersistenceLayer,
+        IdempotencyConfig,
+        idempotent_function,
+    )
+
+    persistence = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=dynamodb)
+    config = IdempotencyConfig(
+        event_key_jmespath="[training_job_arn, training_job_status]",
+        raise_on_no_idempotency_key=True,
+        expires_after_seconds=expires_after_seconds,
+    )
+
+    @idempotent_function(data_keyword_argument="fields", config=config, persistence_store=persistence)
+    def _record(*, fields: dict[str, Any], outcome: TrainingJobOutcome) -> dict[str, Any]:
+        return record_outcome(outcome, cloudwatch=cloudwatch)
+
+    def record(outcome: TrainingJobOutcome) -> dict[str, Any]:
+        key = {"training_job_arn": outcome.training_job_arn, "training_job_status": outcome.training_job_status}
+        return _record(fields=key, outcome=outcome)
+
+    return record, config
+
+
+def handle(event: Any, record: Callable[[TrainingJobOutcome], dict[str, Any]]) -> dict[str, Any]:
+    """Read ``event`` and record its outcome with ``record``; what :func:`lambda_handler` runs."""
+    outcome = TrainingJobOutcome.from_event(event)
+    logger.set_correlation_id(outcome.event_id or None)
+    return record(outcome)
+
+
+_recorder: tuple[Callable[[TrainingJobOutcome], dict[str, Any]], Any] | None = None
+
+
+def _default_recorder() -> tuple[Callable[[TrainingJobOutcome], dict[str, Any]], Any]:
+    global _recorder
+    if _recorder is None:
+        _recorder = make_recorder(
+            cloudwatch=client("cloudwatch"),
+            dynamodb=client("dynamodb"),
+            table_name=os.environ[settings.ENV_IDEMPOTENCY_TABLE],
+            expires_after_seconds=int(os.environ.get(settings.ENV_IDEMPOTENCY_TTL_SECONDS, DEFAULT_IDEMPOTENCY_TTL_SECONDS)),
+        )
+    return _recorder
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
+    """EventBridge rule target: record one training job's terminal status."""
+    record, config = _default_recorder()
+    config.register_lambda_context(context)
+    return handle(event, record)

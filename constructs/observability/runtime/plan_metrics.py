@@ -1,0 +1,237 @@
+"""Training-plan capacity metrics, published on an EventBridge schedule.
+
+Each run reads the JSON list of plan ARNs from the SSM parameter the stack
+writes (the submitter reads the same one), calls ``DescribeTrainingPlan`` for
+every plan, and publishes with ``PutMetricData`` to
+:data:`.settings.PLAN_METRICS_NAMESPACE`:
+
+* per plan (dimension ``TrainingPlanName``): ``AvailableInstanceCount``,
+  ``InUseInstanceCount``, ``TotalInstanceCount`` (unit ``Count``, as
+  ``DescribeTrainingPlan`` reports them) and ``HoursUntilEnd`` (hours from now
+  to ``EndTime``, 0 once passed);
+* for all plans (no dimension): the three instance counts summed over the
+  plans a job may be placed on (status ``Active`` or ``Scheduled``, as the
+  submitter judges them); 0 when there is none, so "no reserved capacity
+  left" is a value, not missing data.
+
+All datums of a run carry the same timestamp. A plan that cannot be described
+(deleted, wrong ARN, no permission) is logged and skipped; the others are
+still published, then the function raises :class:`PlanMetricsError` so the
+failure shows as a Lambda error (and alarms).
+
+The handler is a thin adapter over :func:`publish_plan_metrics`, a plain
+function tested against the ``trainctl local-aws`` emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from . import settings
+from .aws import client, error_code, put_metric_data
+
+logger = Logger(service=settings.PLAN_METRICS_SERVICE)
+
+_PLAN_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$")
+
+
+class PlanMetricsError(RuntimeError):
+    """The run could not read the plan list, or could not describe some plans (named in the message)."""
+
+
+@dataclass(frozen=True)
+class PlanCapacity:
+    """One plan's capacity as ``DescribeTrainingPlan`` reported it at ``observed_at``.
+
+    Attributes:
+        training_plan_name / training_plan_arn: the plan.
+        status: ``Pending`` | ``Active`` | ``Scheduled`` | ``Expired`` | ``Failed``.
+        total_instances / in_use_instances / available_instances: instance counts.
+        end_time: the plan's ``EndTime`` (UTC).
+        hours_until_end: hours from ``observed_at`` to ``end_time``, 0 once passed.
+    """
+
+    training_plan_name: str
+    training_plan_arn: str
+    status: str
+    total_instances: int
+    in_use_instances: int
+    available_instances: int
+    end_time: datetime
+    hours_until_end: float
+
+    @property
+    def usable(self) -> bool:
+        """Jobs may be placed on it (status ``Active`` or ``Scheduled``)."""
+        return self.status in settings.USABLE_PLAN_STATUSES
+
+    @classmethod
+    def from_description(cls, description: dict[str, Any], now: datetime) -> PlanCapacity:
+        """Build from a ``DescribeTrainingPlan`` response (boto3 shape: ``EndTime`` a datetime)."""
+        end = description["EndTime"]
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=timezone.utc)
+        end = end.astimezone(timezone.utc)
+        hours = max(0.0, (end - now).total_seconds() / 3600.0)
+        return cls(
+            training_plan_name=description["TrainingPlanName"],
+            training_plan_arn=description["TrainingPlanArn"],
+            status=description.get("Status", "Unknown"),
+            total_instances=int(description.get("TotalInstanceCount") or 0),
+            in_use_instances=int(description.get("InUseInstanceCount") or 0),
+            available_instances=int(description.get("AvailableInstanceCount") or 0),
+            end_time=end,
+            hours_until_end=round(hours, 3),
+        )
+
+    def to_log(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["end_time"] = self.end_time.isoformat()
+        return out
+
+
+@dataclass(frozen=True)
+class PlanProblem:
+    """A plan that could not be described: its ARN, the AWS error code and message."""
+
+    training_plan_arn: str
+    error_code: str
+    error_message: str
+
+
+@dataclass
+class PublishReport:
+    """What one run did."""
+
+    observed_at: datetime
+    plans: list[PlanCapacity] = field(default_factory=list)
+    problems: list[PlanProblem] = field(default_factory=list)
+    datums: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observed_at": self.observed_at.isoformat(),
+            "plans": [p.to_log() for p in self.plans],
+            "problems": [asdict(p) for p in self.problems],
+            "datums": self.datums,
+        }
+
+
+def read_plan_arns(ssm: Any, parameter_name: str) -> list[str]:
+    """The plan ARNs in the SSM String parameter ``parameter_name`` (a JSON list).
+
+    Raises:
+        PlanMetricsError: the value is not a JSON list of training-plan ARNs
+            (names the parameter, the index and the value).
+    """
+    value = ssm.get_parameter(Name=parameter_name)["Parameter"]["Value"]
+    try:
+        arns = json.loads(value)
+    except json.JSONDecodeError:
+        raise PlanMetricsError(f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs") from None
+    if not isinstance(arns, list):
+        raise PlanMetricsError(f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs")
+    for index, arn in enumerate(arns):
+        if not isinstance(arn, str) or not _PLAN_ARN.match(arn):
+            raise PlanMetricsError(
+                f"SSM parameter {parameter_name}[{index}]: got {arn!r}; "
+                "expected arn:aws:sagemaker:<region>:<account>:training-plan/<name>"
+            )
+    return list(dict.fromkeys(arns))  # each plan once, order kept
+
+
+def describe_plans(sagemaker: Any, arns: Sequence[str], now: datetime) -> tuple[list[PlanCapacity], list[PlanProblem]]:
+    """``DescribeTrainingPlan`` for each ARN; AWS errors become :class:`PlanProblem` entries."""
+    plans, problems = [], []
+    for arn in arns:
+        try:
+            description = sagemaker.describe_training_plan(TrainingPlanName=arn.rsplit("/", 1)[-1])
+        except Exception as exc:  # botocore ClientError; anything else is a bug and propagates
+            code = error_code(exc)
+            if code is None:
+                raise
+            problems.append(PlanProblem(arn, code, str(exc)))
+            continue
+        plans.append(PlanCapacity.from_description(description, now))
+    return plans, problems
+
+
+def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[dict[str, Any]]:
+    """``PutMetricData`` datums: four per plan plus the all-plans instance totals (see the module doc)."""
+    datums: list[dict[str, Any]] = []
+
+    def add(name: str, value: float, unit: str, dimensions: list[dict[str, str]]) -> None:
+        datums.append({"MetricName": name, "Dimensions": dimensions, "Timestamp": now, "Value": float(value), "Unit": unit})
+
+    for plan in plans:
+        dims = [{"Name": settings.DIMENSION_TRAINING_PLAN_NAME, "Value": plan.training_plan_name}]
+        add(settings.METRIC_AVAILABLE_INSTANCES, plan.available_instances, "Count", dims)
+        add(settings.METRIC_IN_USE_INSTANCES, plan.in_use_instances, "Count", dims)
+        add(settings.METRIC_TOTAL_INSTANCES, plan.total_instances, "Count", dims)
+        add(settings.METRIC_HOURS_UNTIL_END, plan.hours_until_end, "None", dims)
+    usable = [p for p in plans if p.usable]
+    add(settings.METRIC_AVAILABLE_INSTANCES, sum(p.available_instances for p in usable), "Count", [])
+    add(settings.METRIC_IN_USE_INSTANCES, sum(p.in_use_instances for p in usable), "Count", [])
+    add(settings.METRIC_TOTAL_INSTANCES, sum(p.total_instances for p in usable), "Count", [])
+    return datums
+
+
+def publish_plan_metrics(
+    *,
+    ssm: Any,
+    sagemaker: Any,
+    cloudwatch: Any,
+    parameter_name: str,
+    now: datetime | None = None,
+) -> PublishReport:
+    """Read the plans, describe them, publish their metrics; returns what was done.
+
+    Problems describing single plans are reported in the result (and logged),
+    not raised; the plans that could be described are published regardless.
+
+    Raises:
+        PlanMetricsError: the parameter does not hold a JSON list of plan ARNs.
+        botocore.exceptions.ClientError: SSM or CloudWatch failed after retries.
+    """
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    arns = read_plan_arns(ssm, parameter_name)
+    plans, problems = describe_plans(sagemaker, arns, now)
+    datums = metric_data(plans, now)
+    put_metric_data(cloudwatch, settings.PLAN_METRICS_NAMESPACE, datums)
+    for plan in plans:
+        logger.info("training plan capacity", extra=plan.to_log())
+    for problem in problems:
+        logger.error("training plan not described", extra=asdict(problem))
+    return PublishReport(observed_at=now, plans=plans, problems=problems, datums=len(datums))
+
+
+_clients: dict[str, Any] = {}
+
+
+def _client(service: str) -> Any:
+    if service not in _clients:
+        _clients[service] = client(service)
+    return _clients[service]
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
+    """EventBridge schedule target: publish the plans' metrics now (the event's content is not used)."""
+    report = publish_plan_metrics(
+        ssm=_client("ssm"),
+        sagemaker=_client("sagemaker"),
+        cloudwatch=_client("cloudwatch"),
+        parameter_name=os.environ[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER],
+    )
+    if report.problems:
+        names = ", ".join(f"{p.training_plan_arn} ({p.error_code})" for p in report.problems)
+        raise PlanMetricsError(f"{len(report.problems)} training plan(s) could not be described: {names}")
+    return report.to_dict()
