@@ -156,6 +156,30 @@ def step_train() -> None:
         raise DemoError("the loss did not fall")
 
 
+# --------------------------------------------------------------------------- 5
+
+DEMO_PLAN_ARNS = [
+    "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p6-b200-active",
+    "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p6-b200-expired",
+]
+
+
+def step_observe() -> None:
+    from trainctl.commands.dashboard import export_dashboard, print_alarms
+
+    exported = export_dashboard(
+        DEMO_DIR / "dashboard" / "platform-dashboard.json",
+        context={"trainingPlanArns": DEMO_PLAN_ARNS},
+        environ={"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-east-1"},
+    )
+    json_path, png_path, alarms = exported
+    console.print(f"Dashboard body (with the two demo plans configured): {json_path.relative_to(REPO_ROOT)}")
+    console.print(f"Layout preview: {png_path.relative_to(REPO_ROOT)}")
+    print_alarms(alarms, console)
+    if not alarms:
+        raise DemoError("the stack defines no alarms")
+
+
 # --------------------------------------------------------------------------- main
 
 STEPS: list[tuple[str, Callable[[], None]]] = [
@@ -163,6 +187,7 @@ STEPS: list[tuple[str, Callable[[], None]]] = [
     ("2. Plan: the guide's default request", step_plan),
     ("3. Submit: the job submitter against the embedded AWS emulator", step_submit),
     ("4. Train: the trainer through the SageMaker entry point, interrupted and resumed", step_train),
+    ("5. Observe: the CloudWatch dashboard and alarms", step_observe),
 ]
 
 
