@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trainctl.cdk_context import add_context_argument
+
 HELP = "Write the platform dashboard body as JSON, render a PNG preview of its layout, and list the alarms."
 
 GRID_COLUMNS = 24
@@ -425,14 +427,7 @@ def print_alarms(alarms: Sequence[AlarmSummary], console: Any = None) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", help="dashboard JSON file; the layout PNG is written beside it (FILE with .png)")
-    parser.add_argument(
-        "-c",
-        "--context",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="context value overriding cdk.json (repeatable), e.g. -c 'trainingPlanArns=[\"arn:...\"]'",
-    )
+    add_context_argument(parser, '\'trainingPlanArns=["arn:..."]\'')
     parser.add_argument("--json-alarms", action="store_true", help="print the alarms as JSON instead of a table")
 
 
@@ -440,13 +435,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
-    context = {}
-    for item in args.context:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            console.print(f"[red]--context {item!r}: expected KEY=VALUE[/red]")
-            return 2
-        context[key] = value
+    context = dict(args.context)
     from stacks.config import ConfigError
 
     try:

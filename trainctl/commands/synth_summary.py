@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainctl.cdk_context import add_context_argument
+
 HELP = "Synthesize the CDK app, run cdk-nag (AwsSolutions) and cfn-lint, and summarize what would be deployed."
 
 NAG_PLUGIN = "AwsSolutions"
@@ -308,27 +310,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="read the cloud assembly already in --out (e.g. from `npx cdk synth`) instead of synthesizing",
     )
-    parser.add_argument(
-        "-c",
-        "--context",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="context value overriding cdk.json (repeatable), e.g. -c removalPolicy=destroy",
-    )
+    add_context_argument(parser, 'removalPolicy=destroy')
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
-    context = {}
-    for item in args.context:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            console.print(f"[red]--context {item!r}: expected KEY=VALUE[/red]")
-            return 2
-        context[key] = value
+    context = dict(args.context)
     from stacks.config import ConfigError
 
     try:
