@@ -1,0 +1,112 @@
+"""``trainctl sweep``: run the guide's tuning grid as training jobs (or local runs).
+
+Examples::
+
+    # SageMaker jobs through the submitter, in process against AWS_ENDPOINT_URL
+    # (source the env file of `trainctl local-aws --env-file FILE` for the emulator)
+    trainctl sweep --name b200-grid --grid precision=bf16,fp8,mxfp8 --grid batch_size=1,4,16 \\
+        --grid activation_checkpointing=off,full --base request.json
+    # the same through the deployed submitter function
+    trainctl sweep --name b200-grid ... --function training-platform-submitter
+    # locally, on any machine: gpt-tiny on CPython's docs, 2 CPU processes per run
+    trainctl sweep --name cpu --local --grid precision=fp32,bf16 --grid batch_size=2,4 --set max_steps=40
+    trainctl report cpu --out reports/cpu
+
+Running the same command again resumes: completed configurations and created
+jobs are kept (jobs are found by their deterministic names), the rest runs.
+``--name NAME`` alone resumes a sweep as it was defined. Exit status: 0 every
+configuration that was not skipped completed (AWS with ``--no-wait``:
+submitted); 1 some failed, were refused or stopped; 2 bad input; 3 jobs still
+running at ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "Run a grid of training configurations (precision x batch size x ...) as jobs or local runs; prune with the planner."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", required=True, help="sweep name (1-40 letters, digits, . _ -); its state is <dir>/<name>/")
+    parser.add_argument(
+        "--grid", action="append", default=None, metavar="KEY=V1,V2",
+        help="a hyperparameter and its values (repeat for more axes), e.g. precision=bf16,fp8,mxfp8",
+    )
+    parser.add_argument(
+        "--base", metavar="REQUEST.json",
+        help="base: a submit request (its hyperparameters, instance type, inputs, ...); for --local, a request "
+        "or a hyperparameters object (default: the guide's request; --local: gpt-tiny on CPython's docs)",
+    )
+    parser.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", help="override a base hyperparameter (repeatable)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="run each configuration with the local trainer instead of SageMaker")
+    where.add_argument("--function", metavar="NAME", help="submit through the deployed submitter function NAME (default: in process)")
+    parser.add_argument("--dry-run", action="store_true", help="expand, prune and (AWS) validate each configuration; run nothing")
+    parser.add_argument("--dir", type=Path, default=None, help="folder of sweep states (default .sweeps)")
+    local = parser.add_argument_group("local runs")
+    local.add_argument("--nproc", type=int, default=2, help="CPU processes per run when there is no GPU (default 2)")
+    local.add_argument("--data", type=Path, help="token shards (trainctl prepare-data) instead of CPython's docs")
+    jobs = parser.add_argument_group("training jobs")
+    jobs.add_argument("--region", help="AWS region (default: the environment's)")
+    jobs.add_argument("--no-wait", action="store_true", help="return after submitting")
+    jobs.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the jobs (default 3600)")
+    jobs.add_argument("--poll-interval", type=float, default=30.0, help="seconds between DescribeTrainingJob polls (default 30)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.hyperparameters import HyperparameterError
+    from trainctl import sweep as sw
+
+    console = Console()
+    sweeps_dir = args.dir or sw.DEFAULT_SWEEPS_DIR
+    progress = False if args.no_progress else None
+    try:
+        if args.local:
+            if args.dry_run:
+                sweep = sw.plan_sweep(args.name, args.grid, mode="local", base=args.base, set_values=args.set,
+                                      sweeps_dir=sweeps_dir, nproc=args.nproc, data_dir=args.data)
+                result = sw.SweepResult(sweep=sweep, directory=sweep.directory)
+            else:
+                result = sw.run_local_sweep(args.name, args.grid, args.base, sweeps_dir=sweeps_dir, set_values=args.set,
+                                            nproc=args.nproc, data_dir=args.data, progress=progress)
+        else:
+            result = sw.run_aws_sweep(
+                args.name, args.grid, args.base, sweeps_dir=sweeps_dir, set_values=args.set, function=args.function,
+                region=args.region, wait=not args.no_wait, timeout=args.timeout, poll_interval=args.poll_interval,
+                dry_run=args.dry_run, progress=progress,
+            )
+    except (sw.SweepError, HyperparameterError) as exc:
+        print(f"trainctl sweep: {exc}", file=sys.stderr)
+        return 2
+
+    sweep = result.sweep
+    answers = {a["config"]: a for a in result.answers}
+    table = Table(title=f"sweep {sweep.name} ({sweep.mode}{', dry run' if args.dry_run else ''})")
+    for column in ("config", "grid values", "status", "job / run / reason"):
+        table.add_column(column, overflow="fold")
+    for config_id, title, status, detail in sw.iter_rows(sweep):
+        answer = answers.get(config_id)
+        if args.dry_run and answer:
+            status, detail = answer["status"], answer.get("reason") or f"{answer.get('training_job_name')} ({(answer.get('capacity') or {}).get('type', '')})"
+        elif args.dry_run and status == sw.PENDING:
+            status = "would run"
+        table.add_row(config_id, title, status, detail)
+    console.print(table)
+    if args.dry_run:
+        return 0
+    console.print(f"state: {sweep.state_file}   report: trainctl report {sweep.name}"
+                  + (f" --dir {sweeps_dir}" if args.dir else "") + f" --out reports/{sweep.name}")
+    if result.timed_out:
+        print(f"trainctl sweep: {len(result.still_active)} job(s) still running after {args.timeout:g} s; "
+              "run the same command again to keep waiting", file=sys.stderr)
+        return 3
+    if result.failed:
+        return 1
+    return 0
