@@ -798,9 +798,6 @@ def _submitter(
 
         yield lambda request: invoke_function(function, request, region=region)
         return
-    import logging
-    import sys
-
     from trainctl.commands.submit import submit_local
 
     environ = dict(os.environ if env is None else env)
@@ -808,23 +805,13 @@ def _submitter(
         yield lambda request: submit_local(request, environ)
         return
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    real_stderr = sys.stderr
     with open(log_file, "a", encoding="utf-8") as log:
 
         def send(request: dict[str, Any]) -> dict[str, Any]:
             with contextlib.redirect_stderr(log):
                 return submit_local(request, environ)
 
-        try:
-            yield send
-        finally:
-            # submit_local points the handler's log stream at sys.stderr of the call: hand it back
-            # to the process's stderr before the file closes (a later setStream flushes the old stream)
-            from trainctl.submitter_runtime import load
-
-            for h in load("handler").logger.handlers:
-                if isinstance(h, logging.StreamHandler) and h.stream is log:
-                    h.setStream(sys.__stderr__ or real_stderr)
+        yield send
 
 
 def submit_configs(

@@ -348,3 +348,18 @@ def test_persistent_faults_raise_and_create_nothing(aws, submit, operation, code
     assert raised.value.response["Error"]["Code"] == code
     assert raised.value.response["ResponseMetadata"]["RetryAttempts"] == 2  # AWS_MAX_ATTEMPTS=3
     assert _job_names(aws) == before
+
+
+def test_submit_local_leaves_no_closed_stream_behind(env, tmp_path):
+    """A caller may close the stderr it called with; the next call must not touch that stream."""
+    import contextlib
+
+    from trainctl.commands.submit import submit_local
+
+    request = {"dry_run": True, "capacity": "on-demand", "inputs": {"train": "datasets/x/"}}
+    log_path = tmp_path / "first.log"
+    with open(log_path, "w", encoding="utf-8") as log, contextlib.redirect_stderr(log):
+        assert submit_local(request, env)["status"] == "validated"
+    # `log` is closed now: a log handler still holding it would raise ValueError on the next call
+    assert submit_local(request, env)["status"] == "validated"
+    assert '"submission answered"' in log_path.read_text()

@@ -92,12 +92,24 @@ def submit_local(request: Any, env: Mapping[str, str]) -> dict[str, Any]:
         aws, config = load("aws"), load("config")
         _LOCAL_CACHE[key] = (aws.Clients.create(environ=env), config.SubmitterConfig.from_environ(env))
     clients, config = _LOCAL_CACHE[key]
-    for h in handler.logger.handlers:
-        if isinstance(h, logging.StreamHandler) and h.stream is not sys.stderr:
-            h.setStream(sys.stderr)  # stdout carries the response
-    with contextlib.redirect_stdout(sys.stderr):  # EMF metrics
-        response = handler.handle(request, clients=clients, config=config)
+    # stdout carries the response: the handler's JSON logs and EMF metrics go to this call's
+    # stderr, and the log handlers get their own streams back afterwards, so they never keep a
+    # stream that the caller may close later (pytest's capture, a sweep's log file). The streams
+    # are swapped by assignment: StreamHandler.setStream would flush, and fail on, a closed one.
+    streams = [(h, h.stream) for h in handler.logger.handlers if isinstance(h, logging.StreamHandler)]
+    _set_streams([(h, sys.stderr) for h, _ in streams])
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            response = handler.handle(request, clients=clients, config=config)
+    finally:
+        _set_streams(streams)
     return json.loads(json.dumps(response, default=str))
+
+
+def _set_streams(pairs: Any) -> None:
+    for log_handler, stream in pairs:
+        with log_handler.lock:
+            log_handler.stream = stream
 
 
 class FunctionError(RuntimeError):
