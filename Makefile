@@ -43,4 +43,4 @@ bench: deps
 	$(BIN)/python benchmarks/submitter.py
 
 clean:
-	rm -rf cdk.out .demo .pytest_cache .hypothesis
+	rm -rf cdk.out .demo .sweeps .cache .pytest_cache .hypothesis

@@ -40,7 +40,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / ".demo"
 EXAMPLES = REPO_ROOT / "examples"
 
-console = Console(highlight=False)
+# Wide enough for the tables and the trainer's metric lines when the output is a file or a pipe.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 class DemoError(RuntimeError):
@@ -73,49 +74,86 @@ def step_plan() -> None:
 
 
 def step_submit() -> None:
+    import contextlib
+
     from trainctl.commands.submit import submit_local
     from trainctl.local_aws import LocalAws
 
+    out = DEMO_DIR / "submit"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     good = json.loads((EXAMPLES / "guide-default-request.json").read_text())
     bad = json.loads((EXAMPLES / "oversized-request.json").read_text())
-    with LocalAws(plans=str(EXAMPLES / "plans.json")) as aws:
+    with LocalAws(plans=str(EXAMPLES / "plans.json")) as aws, open(out / "submitter.log", "w") as log:
+        console.print(f"Emulator on {aws.env['AWS_ENDPOINT_URL']} (moto + emulated training-plan operations)")
         sagemaker = aws.client("sagemaker")
         table = Table(title="Training plans seeded in the emulator")
         for column in ("plan", "status", "instance type", "available / total", "ends"):
             table.add_column(column)
         for summary in sagemaker.list_training_plans()["TrainingPlanSummaries"]:
             plan = sagemaker.describe_training_plan(TrainingPlanName=summary["TrainingPlanName"])
+            reserved = plan.get("ReservedCapacitySummaries") or [{}]
             table.add_row(
                 plan["TrainingPlanName"],
                 plan["Status"],
-                plan.get("InstanceType", "-"),
+                reserved[0].get("InstanceType", "-"),
                 f"{plan.get('AvailableInstanceCount', 0)} / {plan.get('TotalInstanceCount', 0)}",
                 f"{plan['EndTime']:%Y-%m-%d %H:%M} UTC" if "EndTime" in plan else "-",
             )
         console.print(table)
 
-        console.print("[bold]Request:[/] examples/guide-default-request.json")
+        def submit(request: dict) -> dict:
+            # the handler's JSON logs and EMF metrics go to the log file, as CloudWatch would get them
+            with contextlib.redirect_stderr(log):
+                return submit_local(request, aws.env)
+
+        console.print("[bold]The guide's default request[/] (examples/guide-default-request.json):")
         console.print_json(data=good)
-        response = submit_local(good, aws.env)
-        console.print("[bold]Response:[/]")
-        console.print_json(data=response)
+        response = submit(good)
+        (out / "submitted.json").write_text(json.dumps(response, indent=2))
         if response.get("status") != "submitted":
             raise DemoError(f"the guide's default request was not submitted: {response}")
+        estimate = response["estimate"]
+        console.print(
+            f"-> [green]{response['status']}[/] {response['training_job_name']} on {response['capacity']['type']}: "
+            f"{response['capacity']['reason']}"
+        )
+        for skipped in response["capacity"].get("skipped_plans", []):
+            console.print(f"   skipped {skipped['training_plan_arn'].rsplit('/', 1)[-1]}: {skipped['reason']}")
+        console.print(
+            f"   planner: {estimate['memory_gb']['total']:.1f} GB per GPU, fits={estimate['fits']}, "
+            f"{estimate['tokens_per_second']:,.0f} tokens/s, MFU {estimate['mfu']:.1f}%"
+        )
         job = aws.describe_training_job(response["training_job_name"])
-        console.print("[bold]The created job, as DescribeTrainingJob returns it:[/]")
-        console.print_json(json.dumps(job, default=str))
+        (out / "describe-training-job.json").write_text(json.dumps(job, indent=2, default=str))
+        shown = {k: job[k] for k in (
+            "TrainingJobName", "TrainingJobStatus", "AlgorithmSpecification", "ResourceConfig",
+            "HyperParameters", "InputDataConfig", "CheckpointConfig", "StoppingCondition", "OutputDataConfig",
+        ) if k in job}
+        shown["AlgorithmSpecification"] = {
+            **shown.get("AlgorithmSpecification", {}),
+            "MetricDefinitions": f"[{len(job['AlgorithmSpecification'].get('MetricDefinitions', []))} regexes "
+            f"from training/metric_lines.py]",
+        }
+        console.print("[bold]The created job, as DescribeTrainingJob returns it[/] (abridged; full: "
+                      f"{(out / 'describe-training-job.json').relative_to(REPO_ROOT)}):")
+        console.print_json(json.dumps(shown, default=str))
 
-        console.print("[bold]A bad request:[/] examples/oversized-request.json")
+        console.print("[bold]A bad request[/] (examples/oversized-request.json):")
         console.print_json(data=bad)
-        refusal = submit_local(bad, aws.env)
-        console.print("[bold]Response:[/]")
-        console.print_json(data=refusal)
+        refusal = submit(bad)
+        (out / "refused.json").write_text(json.dumps(refusal, indent=2))
         if refusal.get("status") != "rejected":
             raise DemoError(f"the bad request was not refused: {refusal}")
+        error = refusal["error"]
+        console.print(f"-> [red]rejected[/] {error['code']}: {error['message']}")
+        if "suggestion" in error.get("details", {}):
+            console.print("   suggestion: " + json.dumps(error["details"]["suggestion"], default=str))
         jobs = sagemaker.list_training_jobs()["TrainingJobSummaries"]
         if len(jobs) != 1:
             raise DemoError(f"expected exactly one training job in the emulator, found {len(jobs)}")
-        console.print(f"Jobs in the emulator after both requests: {len(jobs)} (the refusal created nothing)")
+        console.print(f"Jobs in the emulator after both requests: {len(jobs)} (the refusal created nothing). "
+                      f"Responses and the submitter's logs: {out.relative_to(REPO_ROOT)}/")
 
 
 # --------------------------------------------------------------------------- 4
@@ -134,7 +172,7 @@ def step_train() -> None:
     def echo(line: str) -> None:
         text = line.rstrip()
         if text.startswith(("[metrics]", "[trainer]")):
-            console.print("  " + text, markup=False, overflow="fold", crop=False)
+            console.print("  " + text, markup=False, soft_wrap=True)
 
     run = interrupted_run(work, echo=echo)
     if not run.ok:
@@ -180,6 +218,31 @@ def step_observe() -> None:
         raise DemoError("the stack defines no alarms")
 
 
+# --------------------------------------------------------------------------- 6
+
+DEMO_SWEEP_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [4, 16]}
+
+
+def step_sweep() -> None:
+    from rich.markdown import Markdown
+
+    from trainctl.report import write_report
+    from trainctl.sweep import run_local_sweep
+
+    sweeps = DEMO_DIR / "sweeps"
+    shutil.rmtree(sweeps, ignore_errors=True)
+    grid = " ".join(f"--grid {k}={','.join(map(str, v))}" for k, v in DEMO_SWEEP_GRID.items())
+    console.print(f"trainctl sweep --name demo --local {grid} --set max_steps=30 (gpt-tiny, CPython docs, CPU)")
+    result = run_local_sweep("demo", DEMO_SWEEP_GRID, sweeps_dir=sweeps, set_values={"max_steps": 30})
+    paths = write_report(result.directory, DEMO_DIR / "sweep-report")
+    console.print(Markdown(paths.markdown.read_text(encoding="utf-8")))
+    for path in (paths.markdown, paths.throughput_memory, paths.loss_curves):
+        console.print(f"wrote {path.relative_to(REPO_ROOT)}")
+    statuses = {c.status for c in result.configs}
+    if not statuses <= {"Completed", "Skipped"}:
+        raise DemoError(f"sweep configurations ended {sorted(statuses)}; see {paths.markdown}")
+
+
 # --------------------------------------------------------------------------- main
 
 STEPS: list[tuple[str, Callable[[], None]]] = [
@@ -188,6 +251,7 @@ STEPS: list[tuple[str, Callable[[], None]]] = [
     ("3. Submit: the job submitter against the embedded AWS emulator", step_submit),
     ("4. Train: the trainer through the SageMaker entry point, interrupted and resumed", step_train),
     ("5. Observe: the CloudWatch dashboard and alarms", step_observe),
+    ("6. Sweep: a local tuning grid and its report", step_sweep),
 ]
 
 

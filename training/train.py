@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
 import os
 import random
@@ -484,6 +485,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[trainer] FAILED: {reason}", file=sys.stderr, flush=True)
         return 1
     finally:
+        # Free the model, optimizer and FSDP state now: they hold collective work objects whose
+        # destruction during interpreter shutdown (after the process group is gone) can abort the
+        # process ("terminate called without an active exception") after a successful run.
+        trainer = None
+        gc.collect()
         if dist.is_available() and dist.is_initialized():
             try:
                 dist.destroy_process_group()

@@ -55,7 +55,23 @@ def run(args: argparse.Namespace) -> int:
             return 2
         request["dry_run"] = True
     if args.local:
-        response = submit_local(request, dict(os.environ))
+        if not os.environ.get("AWS_ENDPOINT_URL"):
+            # --local is for the emulator: never let leftover credentials create real jobs.
+            print(
+                "trainctl submit --local: AWS_ENDPOINT_URL is not set; start `trainctl local-aws --env-file FILE` "
+                "and `source FILE` first (use --function NAME for the deployed submitter)",
+                file=sys.stderr,
+            )
+            return 2
+        import botocore.exceptions
+
+        from trainctl.submitter_runtime import load
+
+        try:
+            response = submit_local(request, dict(os.environ))
+        except (load("errors").ConfigurationError, botocore.exceptions.NoRegionError) as exc:
+            print(f"trainctl submit --local: {exc} (source the env file of `trainctl local-aws`)", file=sys.stderr)
+            return 2
     else:
         try:
             response = invoke_function(args.function, request, region=args.region)
@@ -90,7 +106,8 @@ def submit_local(request: Any, env: Mapping[str, str]) -> dict[str, Any]:
     key = tuple(sorted(env.items()))
     if key not in _LOCAL_CACHE:
         aws, config = load("aws"), load("config")
-        _LOCAL_CACHE[key] = (aws.Clients.create(environ=env), config.SubmitterConfig.from_environ(env))
+        settings = config.SubmitterConfig.from_environ(env)  # the clearer error first: a missing setting
+        _LOCAL_CACHE[key] = (aws.Clients.create(environ=env), settings)
     clients, config = _LOCAL_CACHE[key]
     # stdout carries the response: the handler's JSON logs and EMF metrics go to this call's
     # stderr, and the log handlers get their own streams back afterwards, so they never keep a
