@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from trainctl.cdk_context import context_item
 from trainctl.cli import COMMANDS, build_parser
+
+GUIDE_REQUEST = str(Path(__file__).resolve().parents[2] / "examples" / "guide-default-request.json")
 
 
 def test_every_listed_subcommand_is_registered():
@@ -44,3 +47,23 @@ def test_context_item_parses_key_value(text, expected):
 def test_context_item_rejects_malformed(text):
     with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=VALUE"):
         context_item(text)
+
+
+def test_submit_local_refuses_without_the_emulator(monkeypatch, capsys):
+    # --local must never reach real AWS with leftover credentials: it needs the emulator's endpoint.
+    from trainctl.cli import main
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    assert main(["submit", "--local", GUIDE_REQUEST]) == 2
+    assert "AWS_ENDPOINT_URL is not set" in capsys.readouterr().err
+
+
+def test_submit_local_names_a_missing_setting(monkeypatch, capsys):
+    from trainctl.cli import main
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("TRAINER_IMAGE_URI", "DATA_BUCKET"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["submit", "--local", GUIDE_REQUEST]) == 2
+    assert "is required and not set" in capsys.readouterr().err
