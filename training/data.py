@@ -407,7 +407,24 @@ class TokenDataset:
         }
 
 
-class DistributedSampler:
+class _RankBatches:
+    """What every sampler shares: one rank's micro-batches of ``seq_length + 1`` tokens per step."""
+
+    def __init__(self, *, seq_length: int, batch_size: int, grad_accum: int, rank: int, world_size: int, seed: int) -> None:
+        self.seq_length = seq_length
+        self.batch_size = batch_size
+        self.grad_accum = grad_accum
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples consumed by all ranks in one optimizer step."""
+        return self.grad_accum * self.world_size * self.batch_size
+
+
+class DistributedSampler(_RankBatches):
     """Deterministic, disjoint windows per rank; the position is the step counter.
 
     Args:
@@ -433,13 +450,10 @@ class DistributedSampler:
         world_size: int,
         seed: int,
     ) -> None:
+        super().__init__(
+            seq_length=seq_length, batch_size=batch_size, grad_accum=grad_accum, rank=rank, world_size=world_size, seed=seed
+        )
         self.dataset = dataset
-        self.seq_length = seq_length
-        self.batch_size = batch_size
-        self.grad_accum = grad_accum
-        self.rank = rank
-        self.world_size = world_size
-        self.seed = seed
         per_shard = np.array([max(0, (h.num_tokens - 1) // seq_length) for h in dataset.headers], dtype=np.int64)
         self.num_windows = int(per_shard.sum())
         if self.num_windows == 0:
@@ -450,11 +464,6 @@ class DistributedSampler:
         self._starts = np.concatenate([[0], np.cumsum(per_shard)])
         self._epoch = -1
         self._perm: np.ndarray | None = None
-
-    @property
-    def samples_per_step(self) -> int:
-        """Samples consumed by all ranks in one optimizer step."""
-        return self.grad_accum * self.world_size * self.batch_size
 
     def _permutation(self, epoch: int) -> np.ndarray:
         if epoch != self._epoch:
@@ -483,23 +492,16 @@ class DistributedSampler:
         return np.stack([self.window(g) for g in self.sample_indices(step, micro_step)])
 
 
-class SyntheticSampler:
+class SyntheticSampler(_RankBatches):
     """Uniform random tokens, seeded by (seed, step, micro step, rank): deterministic and resumable."""
 
     def __init__(
         self, *, vocab_size: int, seq_length: int, batch_size: int, grad_accum: int, rank: int, world_size: int, seed: int
     ) -> None:
+        super().__init__(
+            seq_length=seq_length, batch_size=batch_size, grad_accum=grad_accum, rank=rank, world_size=world_size, seed=seed
+        )
         self.vocab_size = vocab_size
-        self.seq_length = seq_length
-        self.batch_size = batch_size
-        self.grad_accum = grad_accum
-        self.rank = rank
-        self.world_size = world_size
-        self.seed = seed
-
-    @property
-    def samples_per_step(self) -> int:
-        return self.grad_accum * self.world_size * self.batch_size
 
     def batch(self, step: int, micro_step: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, step, micro_step, self.rank])
