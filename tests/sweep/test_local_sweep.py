@@ -62,7 +62,10 @@ def test_the_report_has_one_row_per_config_with_real_numbers(local_sweep) -> Non
         assert row["mfu"] is None  # no MFU on CPU
         assert row["final_step"] == 12 and [s for s, _ in row["curve"]] == list(range(1, 13))
         losses = [v for _, v in row["curve"]]
-        assert losses[0] > 5.5 and row["final_loss"] == losses[-1] < losses[0] - 1.5  # loss falls on real text
+        assert row["final_loss"] == losses[-1]
+        # loss falls on real text; a single step at batch 1 is one 128-token window and can be an
+        # outlier (a table of symbols), so the second half of the curve is compared, not its last point
+        assert losses[0] > 5.5 and statistics.mean(losses[len(losses) // 2 :]) < losses[0] - 1.5, losses
         assert row["device"].startswith("CPU (") and row["device"].endswith("2 processes")
         assert row["predicted"] is None and row["tokens_per_sec_measured_over_predicted"] is None
     for row in rows[4:]:
