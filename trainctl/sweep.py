@@ -150,14 +150,6 @@ class SweepError(ValueError):
 # --- grid ----------------------------------------------------------------------------------------
 
 
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
 def parse_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, list[str]]:
     """Validate a grid: ``{"precision": ["bf16", "fp8"], ...}`` or ``["precision=bf16,fp8", ...]``.
 
@@ -193,7 +185,7 @@ def parse_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, l
         for raw in values:
             if isinstance(raw, str) and not raw.strip():
                 raise hpmod.HyperparameterError(name, raw, hpmod.SPECS[name].expected())
-            text = _format(hpmod.coerce(name, raw))
+            text = hpmod.format_value(hpmod.coerce(name, raw))
             if text not in rendered:
                 rendered.append(text)
         if not rendered:
@@ -226,7 +218,7 @@ def parse_assignments(values: Sequence[str] | Mapping[str, Any] | None) -> dict[
     out: dict[str, str] = {}
     for key, value in pairs:
         name = hpmod.normalise_name(key)
-        out[name] = _format(hpmod.coerce(name, value))
+        out[name] = hpmod.format_value(hpmod.coerce(name, value))
     return out
 
 
@@ -618,7 +610,7 @@ def _strings(hyperparameters: Mapping[str, Any]) -> dict[str, str]:
         name = hpmod.normalise_name(key)
         if value is None:
             continue
-        out[name] = _format(hpmod.coerce(name, value))
+        out[name] = hpmod.format_value(hpmod.coerce(name, value))
     return out
 
 

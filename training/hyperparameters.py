@@ -132,7 +132,7 @@ class Hyperparameters:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            out[f.name] = _format(value)
+            out[f.name] = format_value(value)
         return out
 
 
@@ -198,7 +198,9 @@ GUIDE_DEFAULT_REQUEST: dict[str, str] = {
 """The published guide's ``train.sh`` defaults, as hyperparameters."""
 
 
-def _format(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A hyperparameter value as SageMaker carries it: a string (``true``/``false`` for booleans,
+    ``repr`` for floats so they round-trip exactly)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -373,6 +375,7 @@ __all__ = [
     "Hyperparameters",
     "HyperparameterError",
     "coerce",
+    "format_value",
     "from_environment",
     "json_schema",
     "normalise_name",

@@ -25,15 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from training.environment import SageMakerPaths
+from training.hyperparameters import format_value
 from training.metric_lines import parse_line
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _as_string(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def prepare_base_dir(
@@ -59,7 +54,7 @@ def prepare_base_dir(
     """
     paths = SageMakerPaths(Path(base_dir).resolve())
     paths.config_dir.mkdir(parents=True, exist_ok=True)
-    values = {k: _as_string(v) for k, v in hyperparameters.items()}
+    values = {k: format_value(v) for k, v in hyperparameters.items()}
     if json_quoted:
         values = {k: json.dumps(v) for k, v in values.items()}
     paths.hyperparameters_file.write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
