@@ -11,6 +11,15 @@ configuration flags ``trainctl plan`` takes::
         --model gpt-1b --blocks-only --precision mxfp8 --seq-length 8192 --batch-size 16 \\
         --activation-checkpointing full
 
+A run on fewer GPUs than the instance type holds (a one-GPU benchmark
+machine, ``benchmarks/trainer_gpu.py`` or ``gpu_check.sh`` there) is compared
+with the planner's figures for that many GPUs of the type: ``--gpus 1``
+(:func:`planner.plan.evaluate_on_gpus`; one GPU shards nothing and
+communicates nothing, so memory and speed differ from the 8-GPU plan)::
+
+    python benchmarks/planner_validation.py --log run.log --gpus 1 --model gpt-1b --precision bf16 \\
+        --seq-length 8192 --batch-size 2 --instance-type ml.p5e.48xlarge
+
 Log formats understood:
 
 * the trainer's ``[metrics]`` lines (:mod:`training.metric_lines`): peak
@@ -34,7 +43,7 @@ import sys
 from collections.abc import Sequence
 
 from planner import PlanInputError
-from planner.plan import evaluate
+from planner.plan import evaluate, evaluate_on_gpus
 from trainctl.commands import plan as plan_cmd
 from training.metric_lines import parse_line
 
@@ -72,9 +81,13 @@ def measured_figures(text: str, *, tokens_per_microbatch: int) -> dict[str, floa
     return out
 
 
-def compare(text: str, plan_input) -> list[dict[str, float | str]]:
-    """Rows ``{quantity, measured, predicted, ratio}`` for the figures found in ``text``."""
-    plan = evaluate(plan_input)
+def compare(text: str, plan_input, *, gpus: int | None = None) -> list[dict[str, float | str]]:
+    """Rows ``{quantity, measured, predicted, ratio}`` for the figures found in ``text``.
+
+    Args:
+        gpus: GPUs the run used when fewer than one instance holds (None: the plan input's instances).
+    """
+    plan = evaluate(plan_input) if gpus is None else evaluate_on_gpus(plan_input, gpus)
     measured = measured_figures(text, tokens_per_microbatch=plan_input.batch_size * plan_input.seq_length)
     predicted = {
         "peak_memory_gb": plan.memory_gb.total,
@@ -92,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--log", help="log file of the run")
     src.add_argument("--run", help="shell command to run; its output is the log")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs the run used, when fewer than one instance of --instance-type holds (e.g. 1)")
     plan_cmd.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.run:
@@ -101,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.log, encoding="utf-8") as fh:
             text = fh.read()
     try:
-        rows = compare(text, plan_cmd.plan_input_from_args(args))
+        rows = compare(text, plan_cmd.plan_input_from_args(args), gpus=args.gpus)
     except (PlanInputError, ValueError) as exc:
         print(f"planner_validation: error: {exc}", file=sys.stderr)
         return 2

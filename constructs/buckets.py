@@ -8,6 +8,15 @@ policies, while the Bucket Key cuts KMS requests (and their cost and
 throttling) by reusing a bucket-level data key, which matters for the bursts
 of multipart uploads a checkpoint save produces. The access-log bucket uses
 SSE-S3 because S3 server access logging can only deliver to SSE-S3 buckets.
+
+Versions are the undo history. The checkpoint and output buckets are
+versioned, so an overwrite or a delete keeps the previous object as a
+noncurrent version (expired by the lifecycle rule). Writers get
+:func:`grant_read_write_current_objects`: they may read, overwrite and delete
+current objects, but never ``s3:DeleteObjectVersion`` (CDK's
+``grant_read_write`` grants ``s3:DeleteObject*``, which includes it), nor
+``s3:PutBucketVersioning`` or ``s3:PutLifecycleConfiguration`` (suspending
+versioning or expiring versions at once would erase the history as well).
 """
 
 from __future__ import annotations
@@ -20,7 +29,40 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-__all__ = ["TrainingBuckets", "TrainingBucketsProps"]
+__all__ = [
+    "CURRENT_OBJECT_BUCKET_ACTIONS",
+    "CURRENT_OBJECT_KEY_ACTIONS",
+    "CURRENT_OBJECT_OBJECT_ACTIONS",
+    "HISTORY_ERASING_ACTIONS",
+    "TrainingBuckets",
+    "TrainingBucketsProps",
+    "grant_read_write_current_objects",
+]
+
+CURRENT_OBJECT_BUCKET_ACTIONS = ("s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads")
+"""Bucket-level actions of :func:`grant_read_write_current_objects`: list keys (checkpoint
+sync on resume), the bucket's region, and unfinished multipart uploads."""
+
+CURRENT_OBJECT_OBJECT_ACTIONS = (
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+)
+"""Object-level actions of :func:`grant_read_write_current_objects`. ``s3:PutObject``
+covers CreateMultipartUpload, UploadPart and CompleteMultipartUpload; ``s3:DeleteObject``
+on a versioned bucket adds a delete marker and keeps the data as a noncurrent version
+(Amazon S3 User Guide, "Deleting object versions from a versioning-enabled bucket")."""
+
+CURRENT_OBJECT_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
+"""KMS actions on the bucket key: ``GenerateDataKey`` to write SSE-KMS objects, ``Decrypt``
+to read them and to complete multipart uploads (Amazon S3 User Guide, "Using server-side
+encryption with AWS KMS keys (SSE-KMS)", permissions)."""
+
+HISTORY_ERASING_ACTIONS = ("s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration")
+"""Actions that can erase a versioned bucket's history; no role the platform creates is granted
+them (CDK's own auto-delete custom resource, with ``removal_policy=DESTROY``, aside)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,12 +200,57 @@ class TrainingBuckets(Construct):
         return self.data.grant_read(grantee)
 
     def grant_read_write_checkpoints(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read, write and delete objects in the checkpoint bucket."""
-        return self.checkpoints.grant_read_write(grantee)
+        """Read, overwrite and delete current objects in the checkpoint bucket, never versions."""
+        return grant_read_write_current_objects(self.checkpoints, grantee)
 
-    def grant_read_write_output(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read, write and delete objects in the output bucket."""
-        return self.output.grant_read_write(grantee)
+    def grant_read_write_output(self, grantee: iam.IGrantable, key_prefix: str = "") -> iam.Grant:
+        """Read, overwrite and delete current objects in the output bucket (below ``key_prefix``), never versions."""
+        return grant_read_write_current_objects(self.output, grantee, key_prefix)
+
+
+def grant_read_write_current_objects(bucket: s3.IBucket, grantee: iam.IGrantable, key_prefix: str = "") -> iam.Grant:
+    """Read, overwrite and delete the current objects of ``bucket``; its object versions stay untouched.
+
+    Grants :data:`CURRENT_OBJECT_BUCKET_ACTIONS` on the bucket,
+    :data:`CURRENT_OBJECT_OBJECT_ACTIONS` on its objects below ``key_prefix``
+    and, when the bucket has a KMS key, :data:`CURRENT_OBJECT_KEY_ACTIONS` on
+    the key; nothing in :data:`HISTORY_ERASING_ACTIONS`. Like
+    ``Bucket.grant_read_write``, the grant goes to the principal's policy, or
+    to the bucket policy for a principal of another account.
+
+    Args:
+        bucket: the bucket.
+        grantee: the principal.
+        key_prefix: object actions on keys starting with this prefix only (e.g.
+            ``"training-jobs/"``), so objects of other writers under other
+            prefixes stay out of reach. The bucket-level actions (listing keys)
+            are not narrowed. Default: every object of the bucket.
+
+    Raises:
+        ValueError: ``key_prefix`` starts with ``/`` or holds an IAM wildcard (``*``, ``?``).
+    """
+    if key_prefix.startswith("/") or "*" in key_prefix or "?" in key_prefix:
+        raise ValueError(
+            f"key_prefix: got {key_prefix!r}; expected a key prefix without a leading '/' or the IAM wildcards "
+            "'*' and '?', e.g. 'training-jobs/'"
+        )
+    grant = iam.Grant.add_to_principal_or_resource(
+        grantee=grantee,
+        actions=list(CURRENT_OBJECT_BUCKET_ACTIONS),
+        resource_arns=[bucket.bucket_arn],
+        resource=bucket,
+    )
+    grant = grant.combine(
+        iam.Grant.add_to_principal_or_resource(
+            grantee=grantee,
+            actions=list(CURRENT_OBJECT_OBJECT_ACTIONS),
+            resource_arns=[bucket.arn_for_objects(f"{key_prefix}*")],
+            resource=bucket,
+        )
+    )
+    if bucket.encryption_key is not None:
+        grant = grant.combine(bucket.encryption_key.grant(grantee, *CURRENT_OBJECT_KEY_ACTIONS))
+    return grant
 
 
 def _validate(props: TrainingBucketsProps) -> None:

@@ -2,8 +2,15 @@
 
 Granted, and nothing else (no ``AmazonSageMakerFullAccess``):
 
-* read the data bucket (and any extra input locations), read/write/delete in
-  the checkpoint and output buckets; KMS use comes with the bucket grants;
+* read the data bucket (and any extra input locations); read, overwrite and
+  delete current objects in the checkpoint bucket and, in the output bucket,
+  below the prefix SageMaker writes job artifacts to (the submitter's
+  ``OutputDataConfig.S3OutputPath``,
+  :data:`~platform_constructs.submitter.runtime.settings.TRAINING_JOB_OUTPUT_PREFIX`),
+  never the submitter's client-token records beside it, and never object
+  versions, which are the undo history
+  (:func:`~platform_constructs.buckets.grant_read_write_current_objects`); KMS
+  use comes with the bucket grants;
 * pull images from the trainer repository only (``ecr:GetAuthorizationToken``
   has no resource-level permissions and needs ``*``);
 * create and write log streams in ``/aws/sagemaker/TrainingJobs`` only;
@@ -23,6 +30,8 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from . import acknowledgements as nag
+from .buckets import grant_read_write_current_objects
+from .submitter.runtime import settings as submitter_settings
 
 __all__ = [
     "InputLocation",
@@ -58,8 +67,14 @@ class TrainingExecutionRoleProps:
 
     Attributes:
         data_bucket: training data, read only.
-        checkpoint_bucket: checkpoints, read/write/delete.
-        output_bucket: model artifacts and job output, read/write/delete.
+        checkpoint_bucket: checkpoints: read, overwrite, delete current objects (not versions).
+        output_bucket: model artifacts and job output: read, overwrite, delete current
+            objects (not versions) below ``output_prefix``.
+        output_prefix: the key prefix jobs write the output bucket under (their
+            ``OutputDataConfig.S3OutputPath``); the rest of the bucket (the
+            submitter's client-token records) is out of the role's reach.
+            Default: the job submitter's, ``training-jobs/``
+            (:data:`~platform_constructs.submitter.runtime.settings.TRAINING_JOB_OUTPUT_PREFIX`).
         repository: the trainer image repository; the role pulls from it only.
         extra_inputs: further read-only input locations. Default: none, only
             the data bucket is readable.
@@ -72,6 +87,7 @@ class TrainingExecutionRoleProps:
     checkpoint_bucket: s3.IBucket
     output_bucket: s3.IBucket
     repository: ecr.IRepository
+    output_prefix: str = submitter_settings.TRAINING_JOB_OUTPUT_PREFIX
     extra_inputs: Sequence[InputLocation] = field(default_factory=tuple)
     metric_namespaces: Sequence[str] = (SAGEMAKER_METRIC_NAMESPACE,)
     role_name: str | None = None
@@ -109,8 +125,8 @@ class TrainingExecutionRole(Construct):
         props.data_bucket.grant_read(self.role)
         for location in props.extra_inputs:
             location.bucket.grant_read(self.role, f"{location.prefix}*" if location.prefix else "*")
-        props.checkpoint_bucket.grant_read_write(self.role)
-        props.output_bucket.grant_read_write(self.role)
+        grant_read_write_current_objects(props.checkpoint_bucket, self.role)
+        grant_read_write_current_objects(props.output_bucket, self.role, props.output_prefix)
         props.repository.grant_pull(self.role)
 
         self._log_group_arn = log_group_arn = stack.format_arn(
@@ -146,17 +162,23 @@ class TrainingExecutionRole(Construct):
         for name in _GRANT_WILDCARD_ACTIONS:
             nag.acknowledge(
                 self.role, nag.IAM5,
-                "Action set of CDK's Bucket.grant_read / grant_read_write (and the bucket key grant); "
-                "every statement is scoped by resource to the platform's buckets and their KMS key.",
+                "Read-only action set of CDK's Bucket.grant_read (data bucket and extra inputs); every "
+                "statement is scoped by resource to those buckets; nothing in it writes or deletes.",
                 finding=nag.action(name),
             )
-        for bucket in (props.data_bucket, props.checkpoint_bucket, props.output_bucket):
+        for bucket in (props.data_bucket, props.checkpoint_bucket):
             nag.acknowledge(
                 self.role, nag.IAM5,
                 "Object-level access to every key of this one bucket: training jobs read datasets and "
-                "write checkpoints/artifacts under job-specific prefixes chosen at submit time.",
+                "write checkpoints under job-specific prefixes chosen at submit time.",
                 finding=nag.resource(self, f"{bucket.bucket_arn}/*"),
             )
+        nag.acknowledge(
+            self.role, nag.IAM5,
+            "Training jobs write their artifacts below the output prefix (OutputDataConfig.S3OutputPath), one "
+            "folder per job named at submit time; the rest of the output bucket is out of reach.",
+            finding=nag.resource(self, props.output_bucket.arn_for_objects(f"{props.output_prefix}*")),
+        )
         for location in props.extra_inputs:
             nag.acknowledge(
                 self.role, nag.IAM5,
@@ -194,12 +216,9 @@ _GRANT_WILDCARD_ACTIONS = (
     "s3:GetBucket*",
     "s3:GetObject*",
     "s3:List*",
-    "s3:Abort*",
-    "s3:DeleteObject*",
-    "kms:GenerateDataKey*",
-    "kms:ReEncrypt*",
 )
-"""Wildcard actions in CDK's ``Bucket.grant_read``/``grant_read_write`` (and their key grants)."""
+"""Wildcard actions of CDK's ``Bucket.grant_read`` (the read-only data and input grants); the
+checkpoint and output grants name every action (``grant_read_write_current_objects``)."""
 
 
 def _validate(props: TrainingExecutionRoleProps) -> None:
@@ -209,8 +228,18 @@ def _validate(props: TrainingExecutionRoleProps) -> None:
             f"(SageMaker publishes training metrics to {SAGEMAKER_METRIC_NAMESPACE!r})"
         )
     for location in props.extra_inputs:
-        if location.prefix.startswith("/") or "*" in location.prefix:
+        if location.prefix.startswith("/") or "*" in location.prefix or "?" in location.prefix:
             raise ValueError(
                 f"TrainingExecutionRoleProps.extra_inputs: prefix {location.prefix!r}; expected a key prefix "
-                "without a leading '/' or wildcards, e.g. 'datasets/'"
+                "without a leading '/' or wildcards ('*', '?'), e.g. 'datasets/'"
             )
+    prefix, records = props.output_prefix, submitter_settings.CLIENT_TOKEN_RECORDS_PREFIX
+    if (
+        not isinstance(prefix, str) or not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix
+        or "?" in prefix or records.startswith(prefix) or prefix.startswith(records)
+    ):
+        raise ValueError(
+            f"TrainingExecutionRoleProps.output_prefix: got {prefix!r}; expected a key prefix ending in '/', without "
+            f"a leading '/' or wildcards ('*', '?'), that neither holds nor lies within the submitter's "
+            f"client-token records ({records!r}), e.g. {submitter_settings.TRAINING_JOB_OUTPUT_PREFIX!r}"
+        )

@@ -3,7 +3,8 @@
 The image is a ``DockerImageAsset`` (CDK builds it at publish time, so synth
 needs no Docker engine), which lands in the CDK bootstrap repository. The
 well-kept ``cdk-ecr-deployment`` construct then copies it into the platform's
-own repository under a content-derived tag (the asset hash), so training jobs
+own repository under a content-derived tag (the asset hash and a digest of the
+copy settings, see :class:`TrainerImage`), so training jobs
 pull from a repository whose scanning, tag immutability and lifecycle this
 construct controls, and the execution role is granted that repository only.
 
@@ -17,6 +18,8 @@ anything sensitive. The choice is fixed when the repository is created: pass
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +32,30 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from planner.catalogue import TRAINER_IMAGE_ARCHITECTURES
+
 from . import acknowledgements as nag
 
-__all__ = ["REPO_ROOT", "TrainerImage", "TrainerImageProps"]
+__all__ = ["REPO_ROOT", "TrainerImage", "TrainerImageProps", "copy_settings_digest"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository root: the trainer image's Docker build context."""
+
+
+def _default_platform() -> ecr_assets.Platform:
+    """``linux/<arch>`` of :data:`planner.catalogue.TRAINER_IMAGE_ARCHITECTURES`, the one home of the fact
+    (the planner, the submitter and the stack allow instance types by it).
+
+    Raises:
+        ValueError: that tuple names more than one architecture: a multi-architecture image needs one
+            build per platform and a manifest list, which this construct does not make.
+    """
+    if len(TRAINER_IMAGE_ARCHITECTURES) != 1:
+        raise ValueError(
+            f"planner.catalogue.TRAINER_IMAGE_ARCHITECTURES: got {list(TRAINER_IMAGE_ARCHITECTURES)}; expected one "
+            "architecture (TrainerImage builds one platform)"
+        )
+    return ecr_assets.Platform.custom(f"linux/{TRAINER_IMAGE_ARCHITECTURES[0]}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +70,11 @@ class TrainerImageProps:
             everything else is excluded from the context and the asset hash
             (``__pycache__`` and ``*.pyc`` too). Default: ``training`` and ``planner``.
         build_args: ``docker build --build-arg`` values. Default: none.
-        platform: image platform. Default: ``linux/amd64`` (SageMaker GPU
-            training instances are x86_64).
+        platform: image platform; its architecture must be one of
+            :data:`planner.catalogue.TRAINER_IMAGE_ARCHITECTURES`, by which the
+            planner, the submitter and the stack decide which instance types
+            the image runs on. Default: ``linux/`` that architecture (today
+            ``linux/amd64``: the GB200 types' arm64 hosts are refused).
         image_retain_count: images kept by the repository lifecycle rule; older
             ones expire. Default: 20.
         encryption_key: KMS key for the repository. Default: AES256 with
@@ -58,26 +82,34 @@ class TrainerImageProps:
         removal_policy: what happens to the repository when it leaves the stack.
             Default: it is retained with its images; ``DESTROY`` also empties it.
         repository_name: physical repository name. Default: CloudFormation generates one.
+        copy_timeout: how long CloudFormation waits for the image copy before it
+            fails the deployment (the copy resource's ``ServiceTimeout``), in
+            whole seconds; it must exceed the copy function's own timeout (15
+            minutes in cdk-ecr-deployment; checked at synth) and be at most
+            CloudFormation's limit of one hour. Default: 20 minutes (the copy
+            function's timeout plus 5 minutes for the asynchronous invocation to
+            start and the answer to reach CloudFormation).
     """
 
     build_context: Path = REPO_ROOT
     dockerfile: str = "training/Dockerfile"
     context_paths: Sequence[str] = ("training", "planner")
     build_args: Mapping[str, str] = field(default_factory=dict)
-    platform: ecr_assets.Platform = ecr_assets.Platform.LINUX_AMD64
+    platform: ecr_assets.Platform = field(default_factory=_default_platform)
     image_retain_count: int = 20
     encryption_key: kms.IKey | None = None
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     repository_name: str | None = None
+    copy_timeout: cdk.Duration = cdk.Duration.minutes(20)
 
 
 class TrainerImage(Construct):
     """ECR repository (primary child ``Resource``) plus the trainer image copied into it.
 
     Children: ``Resource`` (the repository), ``Asset`` (the image asset),
-    ``DeploymentRole`` (the copy function's role) and ``Deployment<tag[:16]>``
+    ``DeploymentRole`` (the copy function's role) and ``Deployment<copy id>``
     (the cdk-ecr-deployment copy, a custom resource whose function is a
-    stack-level singleton; its ID changes with the image on purpose, see below).
+    stack-level singleton; its ID changes with the tag on purpose, see below).
 
     Immutable tags and redeploying old content: ECR refuses to push a tag that
     already exists, even with identical content, and cdk-ecr-deployment does not
@@ -88,10 +120,30 @@ class TrainerImage(Construct):
     (``aws ecr batch-delete-image --repository-name <repo> --image-ids imageTag=<tag>``)
     or let the lifecycle rule expire it.
 
+    Failing fast: CloudFormation waits up to one hour (its default
+    ``ServiceTimeout``) for a custom resource that never answers, e.g. when the
+    copy function times out without reporting. The copy resource's
+    ``ServiceTimeout`` is ``copy_timeout`` (20 minutes by default), so a stuck
+    copy rolls the deployment back after 20 minutes, not 60.
+
+    Copy settings are part of the tag. The copy function copies again on every
+    ``Update`` of its resource (cdk-ecr-deployment's handler treats Update like
+    Create), and a copy into an existing immutable tag fails, as does the
+    rollback's second Update: a stack would end in ``UPDATE_ROLLBACK_FAILED``.
+    So the copy resource's properties never change in place: the tag is
+    ``<asset hash>-<8 hex digits of the copy settings>`` (today the service
+    timeout), and a new tag is a new resource. Changing ``copy_timeout``, or
+    upgrading from a release whose copy had no service timeout (tag = bare asset
+    hash), creates a new tag for the same image digest (allowed by tag
+    immutability) and deletes the old copy resource (a no-op); jobs move to the
+    new tag with the submitter's environment.
+
     Attributes:
         repository: the platform's trainer repository.
-        image_tag: the content-derived tag (the asset hash, 64 hex digits).
+        image_tag: ``<asset hash>-<copy settings digest>`` (64 + 1 + 8 characters).
         image_uri: ``<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>``.
+        copy_function_timeout: the copy function's own timeout (set by cdk-ecr-deployment).
+        copy_timeout: the copy resource's ``ServiceTimeout``.
     """
 
     def __init__(self, scope: Construct, id: str, props: TrainerImageProps | None = None) -> None:
@@ -130,7 +182,8 @@ class TrainerImage(Construct):
             exclude=build_context_excludes(props.context_paths),
             display_name="trainer image",
         )
-        self.image_tag: str = self.asset.asset_hash
+        self.copy_timeout: cdk.Duration = props.copy_timeout
+        self.image_tag: str = f"{self.asset.asset_hash}-{copy_settings_digest(self.copy_timeout)}"
         # The repository lives in this stack, so its registry is the stack's own account and region
         # (repository_uri_for_tag would split the repository ARN to find them, which renders less readably).
         stack = cdk.Stack.of(self)
@@ -154,18 +207,20 @@ class TrainerImage(Construct):
             # the rest of the library's read actions, scoped the same way
             repository.grant(self.deployment_role, *_DEPLOYMENT_EXTRA_READ_ACTIONS)
         self.repository.grant_pull_push(self.deployment_role)
-        # The copy's construct ID carries the tag, so a new image is a new custom resource:
-        # an immutable repository refuses a second push of an existing tag, so re-running an
-        # old copy (what an in-place update's rollback would do) must never happen. A rollback
-        # now deletes the new copy resource (a no-op for images) and leaves the old one alone.
+        # The copy's construct ID carries the tag, so a new image (or new copy settings) is a new
+        # custom resource: an immutable repository refuses a second push of an existing tag, so
+        # re-running an old copy (what an in-place update or its rollback would do) must never
+        # happen. A rollback now deletes the new copy resource (a no-op for images) and leaves
+        # the old one alone.
         self.deployment = ecr_deployment.ECRDeployment(
             self,
-            f"Deployment{self.image_tag[:_DEPLOYMENT_ID_HASH_CHARS]}",
+            f"Deployment{_copy_id(self.image_tag)}",
             src=ecr_deployment.DockerImageName(self.asset.image_uri),
             dest=ecr_deployment.DockerImageName(self.image_uri),
             image_arch=[_docker_arch(props.platform)],
             role=self.deployment_role.without_policy_updates(),
         )
+        self.copy_function_timeout: cdk.Duration = self._set_service_timeout()
         nag.acknowledge(
             self.deployment_role, nag.IAM4,
             "AWSLambdaBasicExecutionRole only lets the copy function write its own CloudWatch logs; its "
@@ -183,8 +238,55 @@ class TrainerImage(Construct):
         """Pull images from the trainer repository (plus ``ecr:GetAuthorizationToken`` on ``*``)."""
         return self.repository.grant_pull(grantee)
 
+    def _set_service_timeout(self) -> cdk.Duration:
+        """Set the copy resource's ``ServiceTimeout`` to :attr:`copy_timeout`; returns the copy function's timeout.
+
+        cdk-ecr-deployment creates the ``AWS::CloudFormation::CustomResource``
+        (type ``Custom::CDKECRDeployment``, child ``CustomResource``) without a
+        service timeout, and its copy function as a stack-level singleton
+        (:attr:`SingletonFunction.construct_name`); both are reached through
+        the construct tree, so the function's timeout is read, not copied.
+
+        Raises:
+            ValueError: ``copy_timeout`` is not longer than the copy function's timeout.
+        """
+        handler = self.deployment.node.find_child("CustomResourceHandler")
+        function = cdk.Stack.of(self).node.find_child(handler.construct_name)
+        function_timeout = function.timeout
+        if function_timeout is None:  # pragma: no cover - cdk-ecr-deployment always sets one
+            raise ValueError("the cdk-ecr-deployment copy function has no timeout; expected one to size ServiceTimeout")
+        function_s = int(function_timeout.to_seconds())
+        seconds = int(self.copy_timeout.to_seconds())
+        if seconds <= function_s:
+            raise ValueError(
+                f"TrainerImageProps.copy_timeout: got {seconds} s; expected more than the copy function's timeout "
+                f"({function_s} s): CloudFormation would give up while the copy may still succeed"
+            )
+        resource = self.deployment.node.find_child("CustomResource").node.default_child
+        resource.add_property_override("ServiceTimeout", seconds)
+        return function_timeout
+
+
+def copy_settings_digest(copy_timeout: cdk.Duration) -> str:
+    """8 hex digits of SHA-256 over the copy resource's settings (``{"ServiceTimeout": <s>}``), for the tag.
+
+    Add a setting here whenever the copy resource gets a new property: its
+    properties must never change in place (see :class:`TrainerImage`).
+    """
+    settings = {"ServiceTimeout": int(copy_timeout.to_seconds())}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def _copy_id(image_tag: str) -> str:
+    """The copy resource's construct ID suffix: the asset hash's start and the settings digest."""
+    asset_hash, _, digest = image_tag.rpartition("-")
+    return f"{asset_hash[:_DEPLOYMENT_ID_HASH_CHARS]}{digest}"
 
 _DEPLOYMENT_ID_HASH_CHARS = 16
+
+_SERVICE_TIMEOUT_MAX_S = 3600
+"""CloudFormation custom resources: ``ServiceTimeout`` is 1-3600 seconds, default 3600
+(AWS CloudFormation User Guide, ``AWS::CloudFormation::CustomResource``)."""
 
 _DEPLOYMENT_EXTRA_READ_ACTIONS = (
     "ecr:ListImages",
@@ -214,9 +316,23 @@ def _docker_arch(platform: ecr_assets.Platform) -> str:
 
 
 def _validate(props: TrainerImageProps) -> None:
+    seconds = props.copy_timeout.to_seconds(integral=False)
+    if not 1 <= seconds <= _SERVICE_TIMEOUT_MAX_S or seconds != int(seconds):
+        raise ValueError(
+            f"TrainerImageProps.copy_timeout: got {seconds:g} s; expected whole seconds from 1 to "
+            f"{_SERVICE_TIMEOUT_MAX_S} (CloudFormation's ServiceTimeout limit), more than the copy function's timeout"
+        )
     if not 1 <= props.image_retain_count <= 10_000:
         raise ValueError(
             f"TrainerImageProps.image_retain_count: got {props.image_retain_count!r}; expected an integer from 1 to 10000"
+        )
+    architecture = _docker_arch(props.platform)
+    if architecture not in TRAINER_IMAGE_ARCHITECTURES:
+        raise ValueError(
+            f"TrainerImageProps.platform: got {props.platform.platform!r}; expected "
+            + " or ".join(f"'linux/{a}'" for a in TRAINER_IMAGE_ARCHITECTURES)
+            + " (planner.catalogue.TRAINER_IMAGE_ARCHITECTURES decides which instance types jobs may use: "
+            "add the architecture there first)"
         )
     context = Path(props.build_context)
     dockerfile = context / props.dockerfile

@@ -4,18 +4,36 @@ The parameter holds a JSON list of training-plan ARNs. The submitter reads it
 at run time, so operators can point the platform at new plans with
 ``aws ssm put-parameter --overwrite`` without redeploying; the next
 ``cdk deploy`` resets it to the ``trainingPlanArns`` context value.
+
+A plan is usable only in its own region and account (see
+:mod:`.submitter.runtime.plan_arns`, the one home of the ARN format). When the
+stack knows its region and account at synth time, plans from elsewhere fail
+the synth. When it does not (an environment-agnostic stack), the plans must
+share one region and one account, and the template carries a CloudFormation
+rule (``Rules`` section, evaluated before any resource is created:
+https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/rules-section-structure.html)
+asserting that ``AWS::Region`` / ``AWS::AccountId`` are theirs, so deploying
+into another region or account fails before anything is created.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
+
+from .submitter.runtime.plan_arns import (
+    TRAINING_PLAN_ARN_FORMAT,
+    TRAINING_PLAN_ARN_PATTERN,
+    foreign_reason,
+    parse_training_plan_arn,
+    shared_home,
+)
 
 __all__ = [
     "TRAINING_PLAN_ARN_FORMAT",
@@ -25,29 +43,8 @@ __all__ = [
     "parse_training_plan_arn",
 ]
 
-TRAINING_PLAN_ARN_FORMAT = "arn:aws[-partition]:sagemaker:<region>:<12-digit account>:training-plan/<name>"
-"""Human form of the ARN format, used in error messages."""
-
-TRAINING_PLAN_ARN_PATTERN = re.compile(
-    r"^arn:(?P<partition>aws(?:-[a-z]+)*):sagemaker:(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+):"
-    r"(?P<account>\d{12}):training-plan/(?P<name>[a-zA-Z0-9](?:-*[a-zA-Z0-9]){0,63})$"
-)
-"""A SageMaker training-plan ARN (plan names: up to 64 alphanumerics and hyphens,
-as ``CreateTrainingPlan``'s ``TrainingPlanName`` pattern allows)."""
-
 _STANDARD_TIER_LIMIT = 4096  # bytes: SSM Standard-tier parameter value limit
-
-
-def parse_training_plan_arn(arn: str) -> dict[str, str]:
-    """Split a training-plan ARN into ``partition``, ``region``, ``account``, ``name``.
-
-    Raises:
-        ValueError: ``arn`` is not a training-plan ARN (the message gives the format).
-    """
-    match = TRAINING_PLAN_ARN_PATTERN.match(arn) if isinstance(arn, str) else None
-    if match is None:
-        raise ValueError(f"got {arn!r}; expected a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
-    return match.groupdict()
+_LISTED_IN_RULE = 3  # ARNs named in a rule's AssertDescription
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +85,7 @@ class TrainingPlans(Construct):
                 f"expected at most {_STANDARD_TIER_LIMIT} (the SSM Standard-tier limit)"
             )
         self.plan_arns: tuple[str, ...] = tuple(arns)
+        self.deployment_rule: cdk.CfnRule | None = self._check_deployment_environment(arns)
         self.parameter = ssm.StringParameter(
             self,
             "Resource",
@@ -96,6 +94,54 @@ class TrainingPlans(Construct):
             description=props.description,
             tier=ssm.ParameterTier.STANDARD,
         )
+
+    def _check_deployment_environment(self, arns: Sequence[str]) -> cdk.CfnRule | None:
+        """Refuse plans from another region/account; assert the rest in the template when unknown.
+
+        Returns:
+            The ``DeploymentEnvironment`` rule (child of this construct), or ``None``
+            when the stack's region and account are known (checked here) or there are no plans.
+
+        Raises:
+            ValueError: a plan is outside the stack's known region or account, or, where the
+                stack does not know them, the plans do not share one region / one account.
+        """
+        stack = cdk.Stack.of(self)
+        region = None if cdk.Token.is_unresolved(stack.region) else stack.region
+        account = None if cdk.Token.is_unresolved(stack.account) else stack.account
+        for index, arn in enumerate(arns):
+            reason = foreign_reason(arn, region=region, account=account)
+            if reason is not None:
+                raise ValueError(f"TrainingPlansProps.plan_arns[{index}]: {reason}; expected a plan of stack {stack.stack_name}")
+        if not arns or (region is not None and account is not None):
+            return None
+        shared, differing = shared_home(arns)
+        problems = [differing[part] for part, known in (("region", region), ("account", account)) if known is None and part in differing]
+        if problems:
+            raise ValueError(
+                f"TrainingPlansProps.plan_arns: {'; '.join(problems)}; expected plans of one region and one "
+                f"account (stack {stack.stack_name} deploys into one, and its environment is not known at synth time)"
+            )
+        listed = ", ".join(arns[:_LISTED_IN_RULE]) + (f" and {len(arns) - _LISTED_IN_RULE} more" if len(arns) > _LISTED_IN_RULE else "")
+        assertions = []
+        plan_region, plan_account = shared.get("region"), shared.get("account")
+        if region is None:
+            assertions.append(
+                cdk.CfnRuleAssertion(
+                    assert_=cdk.Fn.condition_equals(cdk.Aws.REGION, plan_region),
+                    assert_description=f"The training plans ({listed}) are in region {plan_region}: deploy this stack "
+                    f"to {plan_region}, or configure plans of the target region.",
+                )
+            )
+        if account is None:
+            assertions.append(
+                cdk.CfnRuleAssertion(
+                    assert_=cdk.Fn.condition_equals(cdk.Aws.ACCOUNT_ID, plan_account),
+                    assert_description=f"The training plans ({listed}) belong to account {plan_account}: deploy this "
+                    f"stack to {plan_account}, or configure plans of the target account.",
+                )
+            )
+        return cdk.CfnRule(self, "DeploymentEnvironment", assertions=assertions)
 
     @property
     def parameter_name(self) -> str:

@@ -49,17 +49,31 @@ KLOCKWOOD_B300 = (
 )
 AWS_P5 = "AWS 'Amazon EC2 P5 instances' page (instance specs table), unverified in this session"
 AWS_P6 = "AWS 'Amazon EC2 P6 instances' page (instance specs table), unverified in this session"
+AWS_GB200_GRACE = (
+    "AWS Containers blog 'Unlocking next-generation AI performance with Dynamic Resource Allocation on Amazon EKS "
+    "and Amazon EC2 P6e-GB200' (each GB200 superchip: two Blackwell GPUs and one NVIDIA Grace CPU, an Arm CPU)"
+)
 
 
 class UnknownInstanceTypeError(PlanInputError, KeyError):
     """An instance type that is not in :data:`INSTANCES` (a ``ValueError`` and a
-    ``KeyError``; names the allowed types)."""
+    ``KeyError``; names the types to use instead: :data:`TRAINABLE_INSTANCE_TYPES`)."""
 
     def __init__(self, instance_type: str) -> None:
-        super().__init__("instance_type", instance_type, "one of " + ", ".join(INSTANCES))
+        super().__init__("instance_type", instance_type, "one of " + ", ".join(TRAINABLE_INSTANCE_TYPES))
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0])
+
+
+class UnsupportedHostArchitectureError(PlanInputError):
+    """An instance type whose host CPUs the trainer image is not built for (a ``ValueError``; names
+    the type, its architecture and the types the image runs on)."""
+
+    def __init__(self, instance_type: str, problem: str) -> None:
+        super().__init__(
+            "instance_type", instance_type, "one of " + ", ".join(TRAINABLE_INSTANCE_TYPES), detail=problem
+        )
 
 
 class UnsupportedPrecisionError(PlanInputError):
@@ -129,6 +143,8 @@ class InstanceSpec:
         efa_bandwidth_gb_s: aggregate EFA network bandwidth of the instance, GB/s.
         local_nvme_tb: local NVMe instance store, TB raw (``None`` where not known).
         sources: where each figure comes from.
+        cpu_architecture: the host CPUs' architecture, as OCI platforms name it
+            (``"amd64"``: x86-64; ``"arm64"``: e.g. NVIDIA Grace on GB200).
     """
 
     instance_type: str
@@ -141,6 +157,7 @@ class InstanceSpec:
     efa_bandwidth_gb_s: float
     local_nvme_tb: float | None
     sources: dict[str, str]
+    cpu_architecture: str = "amd64"
 
     @property
     def gpu_spec(self) -> GPUSpec:
@@ -307,33 +324,57 @@ INSTANCES: dict[str, InstanceSpec] = {
     "ml.p6e-gb200.36xlarge": InstanceSpec(
         instance_type="ml.p6e-gb200.36xlarge", gpu="GB200", gpus_per_instance=4, gpu_memory_gb=740.0,
         nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=72, efa_version=4, efa_bandwidth_gb_s=200.0,
-        local_nvme_tb=None,
+        local_nvme_tb=None, cpu_architecture="arm64",
         sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa_version": DIGEST, "efa_bandwidth_gb_s": DIGEST,
                  "nvlink_bandwidth_gb_s": DIGEST + " (NVLink 5, 1.8 TB/s bidirectional)",
                  "nvlink_domain_gpus": AWS_P6 + " (sold within UltraServers: one NVLink domain of up to 72 GPUs)",
-                 "local_nvme_tb": "not known (not in the digest)"},
+                 "local_nvme_tb": "not known (not in the digest)", "cpu_architecture": AWS_GB200_GRACE},
     ),
     "ml.u-p6e-gb200x36": InstanceSpec(
         instance_type="ml.u-p6e-gb200x36", gpu="GB200", gpus_per_instance=36, gpu_memory_gb=6700.0,
         nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=36, efa_version=4, efa_bandwidth_gb_s=1800.0,
-        local_nvme_tb=None,
+        local_nvme_tb=None, cpu_architecture="arm64",
         sources={"gpus": DIGEST + " (36 GPUs, one NVLink domain)", "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
                  "efa_bandwidth_gb_s": DIGEST, "nvlink_bandwidth_gb_s": DIGEST,
-                 "local_nvme_tb": "not known (not in the digest)"},
+                 "local_nvme_tb": "not known (not in the digest)", "cpu_architecture": AWS_GB200_GRACE},
     ),
     "ml.u-p6e-gb200x72": InstanceSpec(
         instance_type="ml.u-p6e-gb200x72", gpu="GB200", gpus_per_instance=72, gpu_memory_gb=13400.0,
         nvlink_bandwidth_gb_s=1800.0, nvlink_domain_gpus=72, efa_version=4, efa_bandwidth_gb_s=3600.0,
-        local_nvme_tb=None,
+        local_nvme_tb=None, cpu_architecture="arm64",
         sources={"gpus": DIGEST + " (72 GPUs, one NVLink domain)", "gpu_memory_gb": DIGEST, "efa_version": DIGEST,
                  "efa_bandwidth_gb_s": DIGEST, "nvlink_bandwidth_gb_s": DIGEST,
-                 "local_nvme_tb": "not known (not in the digest)"},
+                 "local_nvme_tb": "not known (not in the digest)", "cpu_architecture": AWS_GB200_GRACE},
     ),
 }
 """SageMaker instance types (and GB200 UltraServers) by name."""
 
 INSTANCE_TYPES: tuple[str, ...] = tuple(INSTANCES)
-"""Allowed ``instance_type`` values (argparse choices, submitter checks)."""
+"""Every catalogue instance type (argparse choices); see :data:`TRAINABLE_INSTANCE_TYPES`."""
+
+TRAINER_IMAGE_ARCHITECTURES: tuple[str, ...] = ("amd64",)
+"""CPU architectures the trainer image is built for (OCI platform ``linux/<arch>``): the one home of the
+fact. ``constructs/trainer_image.py`` builds its image asset for ``linux/<this architecture>`` and
+refuses any other platform; ``training/Dockerfile``'s EFA library path is x86-64's. An instance whose host CPUs are not among these cannot start the image
+(the GB200 types run NVIDIA Grace, arm64): :func:`host_architecture_problem`."""
+
+
+def host_architecture_problem(instance_type: str) -> str | None:
+    """Why the trainer image cannot run on ``instance_type``'s host CPUs, or None (also for a type
+    the catalogue does not know: that is refused as unknown where it matters)."""
+    spec = INSTANCES.get(instance_type.strip().lower())
+    if spec is None or spec.cpu_architecture in TRAINER_IMAGE_ARCHITECTURES:
+        return None
+    return (
+        f"{spec.instance_type} runs {spec.cpu_architecture} host CPUs and the trainer image is built for "
+        f"{', '.join(TRAINER_IMAGE_ARCHITECTURES)} only"
+    )
+
+
+TRAINABLE_INSTANCE_TYPES: tuple[str, ...] = tuple(t for t in INSTANCE_TYPES if host_architecture_problem(t) is None)
+"""Catalogue instance types the trainer image runs on (host CPU architecture in
+:data:`TRAINER_IMAGE_ARCHITECTURES`): what the planner plans, the submitter accepts and the
+stack allows (each further limited to what ``CreateTrainingJob`` accepts where that applies)."""
 
 
 def get_instance(instance_type: str) -> InstanceSpec:
@@ -349,6 +390,22 @@ def get_instance(instance_type: str) -> InstanceSpec:
         return INSTANCES[key]
     except KeyError:
         raise UnknownInstanceTypeError(instance_type) from None
+
+
+def get_trainable_instance(instance_type: str) -> InstanceSpec:
+    """:func:`get_instance`, refusing a type whose host CPUs the trainer image is not built for
+    (:func:`host_architecture_problem`): the lookup for anything that will run the trainer.
+
+    Raises:
+        UnknownInstanceTypeError: not in the catalogue.
+        UnsupportedHostArchitectureError: e.g. the arm64 GB200 types; names the reason and
+            :data:`TRAINABLE_INSTANCE_TYPES`.
+    """
+    instance = get_instance(instance_type)
+    problem = host_architecture_problem(instance.instance_type)
+    if problem is not None:
+        raise UnsupportedHostArchitectureError(instance.instance_type, problem)
+    return instance
 
 
 def get_gpu(gpu: str | GPUSpec) -> GPUSpec:
@@ -445,14 +502,19 @@ __all__ = [
     "GPUS",
     "INSTANCES",
     "INSTANCE_TYPES",
+    "TRAINABLE_INSTANCE_TYPES",
+    "TRAINER_IMAGE_ARCHITECTURES",
     "GPUSpec",
     "InstanceSpec",
     "UnknownInstanceTypeError",
+    "UnsupportedHostArchitectureError",
     "UnsupportedPrecisionError",
     "dense_peak_tflops",
     "get_gpu",
     "get_instance",
     "gpu_for_device_name",
+    "get_trainable_instance",
+    "host_architecture_problem",
     "supported_precisions",
     "supports_precision",
 ]

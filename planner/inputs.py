@@ -17,8 +17,10 @@ from typing import Any
 from planner.catalogue import (
     GPUSpec,
     InstanceSpec,
+    UnsupportedHostArchitectureError,
     UnsupportedPrecisionError,
     get_instance,
+    host_architecture_problem,
     supported_precisions,
     supports_precision,
 )
@@ -168,8 +170,11 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
     Raises:
         PlanInputError: naming the field and the allowed values -- unknown model,
             precision, instance type; a precision the instance's GPU cannot run
-            (:class:`planner.catalogue.UnsupportedPrecisionError`); out-of-range
-            numbers; ``quantized_model_init`` without an fp8-family precision.
+            (:class:`planner.catalogue.UnsupportedPrecisionError`); an instance type
+            whose host CPUs the trainer image is not built for
+            (:class:`planner.catalogue.UnsupportedHostArchitectureError`); out-of-range
+            numbers; a combination the trainer refuses (:func:`training.hyperparameters.validate`:
+            ``quantized_model_init``).
     """
     p = plan_input
     for name in HYPERPARAMETER_FIELDS:
@@ -180,13 +185,16 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
         if coerced != value or type(coerced) is not type(value):
             # accept "MXFP8" / "8" style values by normalising them
             p = dataclasses.replace(p, **{name: coerced})
-    if p.quantized_model_init and p.precision not in ("fp8", "mxfp8", "nvfp4"):
-        raise PlanInputError(
-            "quantized_model_init", True, "false unless precision is fp8, mxfp8 or nvfp4", detail=f"precision is {p.precision}"
-        )
+    try:  # the trainer's cross-field rules (quantized_model_init), from their one home
+        hpmod.validate(Hyperparameters(**p.hyperparameters()))
+    except HyperparameterError as exc:
+        raise PlanInputError(exc.field, exc.value, exc.expected) from exc
     instance = get_instance(p.instance_type)  # UnknownInstanceTypeError (a PlanInputError)
     if p.instance_type != instance.instance_type:
         p = dataclasses.replace(p, instance_type=instance.instance_type)
+    problem = host_architecture_problem(instance.instance_type)
+    if problem is not None:
+        raise UnsupportedHostArchitectureError(instance.instance_type, problem)
     if isinstance(p.instance_count, bool) or not isinstance(p.instance_count, int) or not 1 <= p.instance_count <= 4096:
         raise PlanInputError("instance_count", p.instance_count, "an integer from 1 to 4096")
     if not isinstance(p.blocks_only, bool):

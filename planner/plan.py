@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.errors import PlanInputError
 from planner.inputs import PlanInput, ResolvedInput, resolve
 from planner.memory import MemoryBreakdown, estimate_memory
 from planner.throughput import ThroughputEstimate, estimate_throughput
@@ -220,6 +222,27 @@ def evaluate(plan_input: PlanInput) -> Plan:
     return Plan(input=r.input, resolved=r, memory_gb=estimate_memory(r), throughput=estimate_throughput(r))
 
 
+def evaluate_on_gpus(plan_input: PlanInput, gpus: int) -> Plan:
+    """The plan of ``plan_input`` run on ``gpus`` GPUs of one instance of its type (no recommendations).
+
+    For a machine with fewer GPUs than the instance type holds, e.g. a one-GPU
+    benchmark host (``benchmarks/gpu_check.py``): the GPU, its peaks and
+    memory are the instance's; FSDP shards over ``gpus`` ranks (one rank: no
+    collectives). ``instance_count`` must be 1 and ``sharding_strategy`` full.
+
+    Raises:
+        PlanInputError: see :func:`planner.inputs.resolve`; ``gpus`` outside
+            1..GPUs per instance, or more than one instance.
+    """
+    r = resolve(plan_input)
+    if plan_input.instance_count != 1 or r.input.sharding_strategy != "full":
+        raise PlanInputError("instance_count", plan_input.instance_count, "1 with sharding_strategy full for a partial instance")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= r.instance.gpus_per_instance:
+        raise PlanInputError("gpus", gpus, f"an integer from 1 to {r.instance.gpus_per_instance} ({r.instance.instance_type})")
+    r = dataclasses.replace(r, world_size=gpus, shard_degree=gpus, replicate_degree=1)
+    return Plan(input=r.input, resolved=r, memory_gb=estimate_memory(r), throughput=estimate_throughput(r))
+
+
 def estimate(plan_input: PlanInput) -> Plan:
     """Memory, throughput, cost and recommendations for ``plan_input``.
 
@@ -245,7 +268,7 @@ def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
     fitting configuration reachable by turning on activation checkpointing,
     lowering ``batch_size`` (raising ``gradient_accumulation_steps`` so the tokens
     per optimizer step do not shrink, unless only fewer tokens per step fit),
-    ``quantized_model_init`` (fp8 family),
+    ``quantized_model_init`` (fp8 family, once the trainer image supports it),
     ``reshard_after_forward=True`` and full sharding -- never changing the model,
     sequence length, precision or instance count -- with one human description
     per changed field; ``None`` if nothing fits.
@@ -265,4 +288,4 @@ def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
     return chosen.input, describe_changes(plan.input, chosen.input)
 
 
-__all__ = ["Plan", "Recommendation", "auto_tune", "estimate", "evaluate", "notes"]
+__all__ = ["Plan", "Recommendation", "auto_tune", "estimate", "evaluate", "evaluate_on_gpus", "notes"]

@@ -4,10 +4,9 @@ Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
 
 1. **Fit first.** Out of memory: turn on activation checkpointing (at ~14B
    parameters and above it is a prerequisite), lower the micro-batch (keeping
-   the tokens per optimizer step with gradient accumulation), store weights
-   quantized (``quantized_model_init``, fp8 family), reshard after forward,
-   shard over every GPU; if even that fails, more instances. The sequence
-   length is never cut (for long-context work it comes first).
+   the tokens per optimizer step with gradient accumulation), reshard after
+   forward, shard over every GPU; if even that fails, more instances. The
+   sequence length is never cut (for long-context work it comes first).
 2. **Throughput goal: batch size first.** The largest micro-batch that fits,
    stopping where a doubling gains less than :data:`MIN_GAIN` -- batch size
    matters more than the number format below ~14B.
@@ -23,6 +22,13 @@ Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
    Low precision is a throughput optimization, not a memory saving, unless
    weights are stored quantized.
 
+Nothing the trainer refuses is recommended: storing weights quantized
+(``quantized_model_init``) is suggested only while
+:data:`training.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None (the
+trainer image's TransformerEngine 2.10 cannot shard quantized weights), and
+every candidate goes through :func:`planner.inputs.resolve`, which applies the
+trainer's own rules.
+
 Each recommendation carries the plan after its change.
 """
 
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from planner.catalogue import supports_precision
 from planner.errors import PlanInputError
 from planner.inputs import PlanInput
+from training.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
 
 if TYPE_CHECKING:
     from planner.plan import Plan, Recommendation
@@ -155,7 +162,7 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
     if _params(plan) >= LARGE_MODEL_PARAMS:
         ckpts = ["full"]  # the guide: a prerequisite at ~14B+
     qmis = [inp.quantized_model_init] + (
-        [True] if inp.precision in ("fp8", "mxfp8", "nvfp4") and not inp.quantized_model_init else []
+        [True] if _quantized_init_available(inp) and not inp.quantized_model_init else []
     )
     reshards = [inp.reshard_after_forward] + ([True] if not inp.reshard_after_forward else [])
     shardings = [inp.sharding_strategy] + (
@@ -197,6 +204,12 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
     fastest = max(t[0] for t in found)
     found.sort(key=lambda t: (t[0] < fastest * 0.98, t[1], -t[0]))
     return [p for _, _, p in found]
+
+
+def _quantized_init_available(inp: PlanInput) -> bool:
+    """Whether ``quantized_model_init=true`` is a change the trainer accepts for ``inp`` (fp8 family, and
+    :data:`training.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None)."""
+    return QUANTIZED_MODEL_INIT_REFUSAL is None and inp.precision in ("fp8", "mxfp8", "nvfp4")
 
 
 def _rec(title: str, reason: str, before: PlanInput, after: Plan | None, kind: str) -> Recommendation:
@@ -340,8 +353,8 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                 inp, best_opt, "communication",
             ))
 
-    # quantized weights when memory is the constraint
-    if inp.precision in ("fp8", "mxfp8", "nvfp4") and not inp.quantized_model_init:
+    # quantized weights when memory is the constraint (only where the trainer can store them)
+    if _quantized_init_available(inp) and not inp.quantized_model_init:
         q = _try(evaluate, inp.replace(quantized_model_init=True))
         if q is not None and plan.memory_gb.headroom / plan.memory_gb.usable < 0.25:
             recs.append(_rec(

@@ -14,12 +14,17 @@ Context keys (default in brackets):
 
 ====================== ============================================================
 ``stackName``          CloudFormation stack name [``TrainingPlatform``]
-``trainingPlanArns``   SageMaker training-plan ARNs, preferred first, written to an
-                       SSM parameter the submitter reads at run time [``[]``]
+``trainingPlanArns``   SageMaker training-plan ARNs, written to an SSM parameter the
+                       submitter reads at run time; each in the deployment's region
+                       and account (without them at synth: all in one region and
+                       account, which the template then asserts) [``[]``]
 ``defaultInstanceType`` instance type of requests that name none
                        [``ml.p6-b200.48xlarge``]; must be allowed
 ``allowedInstanceTypes`` instance types requests may use; each must be in the
-                       planner catalogue [every catalogue instance type]
+                       planner catalogue, accepted by ``CreateTrainingJob``
+                       (botocore's ``TrainingInstanceType``) and have host CPUs
+                       the trainer image is built for (not the arm64 GB200
+                       hosts) [every such catalogue instance type]
 ``capacityFallback``   order tried for ``capacity=auto``
                        [``["training-plan", "spot", "on-demand"]``]
 ``allowedInputPrefixes`` extra read-only ``s3://bucket/prefix`` inputs (the data
@@ -42,6 +47,10 @@ Context keys (default in brackets):
 ``idleCapacityAlarmHours`` a training plan with idle instances that ends within
                        this many hours raises an alarm (1-720) [``24``]
 ``imageRetainCount``   trainer images the ECR lifecycle rule keeps [``20``]
+``submitterReservedConcurrency`` submitter invocations that may run at once (Lambda
+                       reserved concurrency, 1-900, taken from the account's
+                       unreserved pool, which must keep 100), or ``"none"`` to
+                       reserve nothing [``10``]
 ====================== ============================================================
 """
 
@@ -60,7 +69,10 @@ from aws_cdk import aws_logs as logs
 from constructs import Node
 
 from platform_constructs.observability import MAX_IDLE_CAPACITY_HOURS, SlackChannel
+from platform_constructs.observability.notifications import EMAIL_PATTERN, HTTPS_URL_PATTERN
+from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
 from platform_constructs.submitter.runtime import settings
+from platform_constructs.submitter.runtime.plan_arns import foreign_reason, shared_home
 from platform_constructs.training_plans import TRAINING_PLAN_ARN_FORMAT, parse_training_plan_arn
 
 __all__ = ["CONTEXT_KEYS", "ConfigError", "PlatformConfig", "S3Location", "load_config"]
@@ -101,16 +113,29 @@ REMOVAL_POLICIES: dict[str, cdk.RemovalPolicy] = {
 
 
 def _catalogue_instance_types() -> tuple[str, ...]:
+    """The planner catalogue's instance types that ``CreateTrainingJob`` accepts (UltraServer types
+    such as ``ml.u-p6e-gb200x72`` are not training-job types)."""
     from planner.catalogue import INSTANCE_TYPES
 
-    return tuple(INSTANCE_TYPES)
+    from platform_constructs.submitter.runtime.sagemaker_rules import training_instance_types
+
+    accepted = set(training_instance_types())
+    return tuple(t for t in INSTANCE_TYPES if t in accepted)
+
+
+def _trainable_instance_types() -> tuple[str, ...]:
+    """The default of ``allowedInstanceTypes``: :func:`_catalogue_instance_types` whose host CPUs the
+    trainer image runs on (:data:`planner.catalogue.TRAINABLE_INSTANCE_TYPES`; not the arm64 GB200 hosts)."""
+    from planner.catalogue import TRAINABLE_INSTANCE_TYPES
+
+    return tuple(t for t in _catalogue_instance_types() if t in TRAINABLE_INSTANCE_TYPES)
 
 
 CONTEXT_KEYS: dict[str, Any] = {
     "stackName": "TrainingPlatform",
     "trainingPlanArns": [],
     "defaultInstanceType": "ml.p6-b200.48xlarge",
-    "allowedInstanceTypes": None,  # None: every instance type in the planner catalogue
+    "allowedInstanceTypes": None,  # None: every catalogue type CreateTrainingJob accepts and the image runs on
     "capacityFallback": ["training-plan", "spot", "on-demand"],
     "allowedInputPrefixes": [],
     "logRetentionDays": 90,
@@ -123,6 +148,7 @@ CONTEXT_KEYS: dict[str, Any] = {
     "alarmSlackChannels": [],
     "idleCapacityAlarmHours": 24,
     "imageRetainCount": 20,
+    "submitterReservedConcurrency": DEFAULT_RESERVED_CONCURRENCY,
 }
 """Every context key this app reads, with its default."""
 
@@ -171,6 +197,7 @@ class PlatformConfig:
     alarm_slack_channels: tuple[SlackChannel, ...]
     idle_capacity_alarm_hours: int
     image_retain_count: int
+    submitter_reserved_concurrency: int | None
 
     @property
     def env(self) -> cdk.Environment | None:
@@ -194,27 +221,31 @@ class PlatformConfig:
 
 
 # -- readers -------------------------------------------------------------------
+#
+# Every pattern is matched whole (``fullmatch``: no trailing newline slips through ``$``) and spells
+# its classes in ASCII (``[0-9]``, not ``\d``, which also matches other scripts' digits). Tag values
+# follow SageMaker's own TagValue rule (botocore's model, ``sagemaker_rules``): they are on every job.
 
-_ACCOUNT = re.compile(r"^\d{12}$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-_STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
-_TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{1,256}$")
-_PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(root|role/[\w+=,.@/-]+|user/[\w+=,.@/-]+)$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-_HTTPS_URL = re.compile(r"^https://[^\s/:?#]+(:\d+)?(/\S*)?$")
-_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>.*))?$")
+_ACCOUNT = re.compile(r"[0-9]{12}")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+")
+_STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
+_PRINCIPAL_ARN = re.compile(r"arn:aws(-[a-z]+)*:iam::[0-9]{12}:(root|role/[A-Za-z0-9_+=,.@/-]+|user/[A-Za-z0-9_+=,.@/-]+)")
+_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[^\x00-\x1f\x7f-\x9f\u2028\u2029*?]*))?")
+"""An ``s3://bucket/prefix`` input location; the prefix holds no control character or line
+separator and no IAM wildcard (``*``, ``?``): it becomes the execution role's resource ARN."""
+_INTEGER = re.compile(r" *[0-9]+ *")
 
 
 def _as_list(key: str, raw: Any) -> list[Any]:
     if isinstance(raw, str):
-        text = raw.strip()
+        text = raw.strip(" ")
         if text.startswith("["):
             try:
                 raw = json.loads(text)
             except json.JSONDecodeError:
                 raise ConfigError(key, raw, "a JSON list or a comma-separated string") from None
-        else:
-            raw = [part.strip() for part in text.split(",") if part.strip()]
+        else:  # spaces around the commas go; anything else (a newline) stays and is refused
+            raw = [part.strip(" ") for part in text.split(",") if part.strip(" ")]
     if not isinstance(raw, list):
         raise ConfigError(key, raw, "a list")
     return raw
@@ -236,14 +267,27 @@ def _int(key: str, raw: Any) -> int:
         raise ConfigError(key, raw, "an integer")
     if isinstance(raw, int):
         return raw
-    if isinstance(raw, str) and re.fullmatch(r"\s*\d+\s*", raw):
+    if isinstance(raw, str) and _INTEGER.fullmatch(raw):
         return int(raw)
     raise ConfigError(key, raw, "an integer")
 
 
 def _string(key: str, raw: Any, pattern: re.Pattern[str], expected: str) -> str:
-    if not isinstance(raw, str) or not pattern.match(raw):
+    if not isinstance(raw, str) or not pattern.fullmatch(raw):
         raise ConfigError(key, raw, expected)
+    return raw
+
+
+def _tag_value(key: str, raw: Any) -> str:
+    """A tag value SageMaker accepts (``Tags.member.Value`` in botocore's model, also the rule of the other
+    services' tags), not empty."""
+    from platform_constructs.submitter.runtime.sagemaker_rules import string_rule
+
+    rule = string_rule("Tags.member.Value")
+    if not isinstance(raw, str) or not raw or not rule.accepts(raw):
+        raise ConfigError(
+            key, raw, f"1-{rule.max_length} characters: letters, digits, spaces and _ . : / = + - @ (SageMaker's {rule.name})"
+        )
     return raw
 
 
@@ -269,12 +313,14 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         "stackName", get("stackName"), _STACK_NAME, "a CloudFormation stack name (letters, digits, hyphens; starts with a letter)"
     )
 
-    account = environ.get("CDK_DEPLOY_ACCOUNT") or environ.get("CDK_DEFAULT_ACCOUNT") or None
-    if account is not None and not _ACCOUNT.match(account):
-        raise ConfigError("CDK_DEFAULT_ACCOUNT", account, "a 12-digit AWS account ID")
-    region = environ.get("CDK_DEPLOY_REGION") or environ.get("CDK_DEFAULT_REGION") or None
-    if region is not None and not _REGION.match(region):
-        raise ConfigError("CDK_DEFAULT_REGION", region, "an AWS region name such as us-east-1")
+    account_variable = "CDK_DEPLOY_ACCOUNT" if environ.get("CDK_DEPLOY_ACCOUNT") else "CDK_DEFAULT_ACCOUNT"
+    account = environ.get(account_variable) or None
+    if account is not None and not _ACCOUNT.fullmatch(account):
+        raise ConfigError(account_variable, account, "a 12-digit AWS account ID")
+    region_variable = "CDK_DEPLOY_REGION" if environ.get("CDK_DEPLOY_REGION") else "CDK_DEFAULT_REGION"
+    region = environ.get(region_variable) or None
+    if region is not None and not _REGION.fullmatch(region):
+        raise ConfigError(region_variable, region, "an AWS region name such as us-east-1")
 
     plan_arns = _list_of(
         "trainingPlanArns",
@@ -282,22 +328,27 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         lambda arn: _is_plan_arn(arn),
         f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}",
     )
-    if region is not None:
-        for index, arn in enumerate(plan_arns):
-            plan_region = parse_training_plan_arn(arn)["region"]
-            if plan_region != region:
-                raise ConfigError(
-                    f"trainingPlanArns[{index}]", arn, f"a plan in the deployment region {region} (this one is in {plan_region})"
-                )
+    _check_plan_homes(plan_arns, region=region, account=account)
 
     catalogue = _catalogue_instance_types()
+    trainable = _trainable_instance_types()
     raw_allowed = get("allowedInstanceTypes")
-    allowed = catalogue if raw_allowed is None else _list_of(
+    allowed = trainable if raw_allowed is None else _list_of(
         "allowedInstanceTypes",
         raw_allowed,
         lambda t: t in catalogue,
-        f"an instance type from the planner catalogue ({', '.join(catalogue)})",
+        f"an instance type from the planner catalogue that CreateTrainingJob accepts "
+        f"(SageMaker's TrainingInstanceType): {', '.join(trainable)}",
     )
+    from planner.catalogue import host_architecture_problem
+
+    for index, instance_type in enumerate(allowed):
+        problem = host_architecture_problem(instance_type)
+        if problem is not None:
+            raise ConfigError(
+                f"allowedInstanceTypes[{index}]", instance_type,
+                f"an instance type the trainer image runs on ({problem}): one of {', '.join(trainable)}",
+            )
     if not allowed:
         raise ConfigError("allowedInstanceTypes", list(allowed), "at least one instance type")
     default_instance_type = get("defaultInstanceType")
@@ -318,11 +369,11 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     prefixes = _list_of(
         "allowedInputPrefixes",
         get("allowedInputPrefixes"),
-        lambda uri: bool(_S3_URI.match(uri)) and "*" not in uri,
-        "an s3://bucket/prefix URI without wildcards",
+        lambda uri: bool(_S3_URI.fullmatch(uri)),
+        "an s3://bucket/prefix URI without wildcards ('*', '?') or control characters",
     )
     input_prefixes = tuple(
-        S3Location(bucket=m["bucket"], prefix=m["prefix"] or "") for m in (_S3_URI.match(uri) for uri in prefixes)
+        S3Location(bucket=m["bucket"], prefix=m["prefix"] or "") for m in (_S3_URI.fullmatch(uri) for uri in prefixes)
     )
 
     retention = _int("logRetentionDays", get("logRetentionDays"))
@@ -335,19 +386,18 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     if not isinstance(removal, str) or removal.lower() not in REMOVAL_POLICIES:
         raise ConfigError("removalPolicy", removal, "'retain' (keep data, the default) or 'destroy' (test accounts)")
 
-    tag_expected = "1-256 characters: letters, digits, spaces and _ . : / = + - @"
-    project_tag = _string("projectTag", get("projectTag"), _TAG_VALUE, tag_expected)
-    cost_center = _string("costCenter", get("costCenter"), _TAG_VALUE, tag_expected)
+    project_tag = _tag_value("projectTag", get("projectTag"))
+    cost_center = _tag_value("costCenter", get("costCenter"))
 
     invokers = _list_of(
         "invokerPrincipals",
         get("invokerPrincipals"),
-        lambda arn: bool(_PRINCIPAL_ARN.match(arn)),
+        lambda arn: bool(_PRINCIPAL_ARN.fullmatch(arn)),
         "an IAM principal ARN: arn:aws:iam::<account>:role/<name>, :user/<name> or :root",
     )
-    emails = _list_of("alarmEmails", get("alarmEmails"), lambda e: bool(_EMAIL.match(e)), "an e-mail address")
+    emails = _list_of("alarmEmails", get("alarmEmails"), lambda e: bool(EMAIL_PATTERN.fullmatch(e)), "an e-mail address")
     https_endpoints = _list_of(
-        "alarmHttpsEndpoints", get("alarmHttpsEndpoints"), lambda u: bool(_HTTPS_URL.match(u)), "an https:// URL"
+        "alarmHttpsEndpoints", get("alarmHttpsEndpoints"), lambda u: bool(HTTPS_URL_PATTERN.fullmatch(u)), "an https:// URL"
     )
     slack_channels = tuple(
         SlackChannel.parse(text)
@@ -365,6 +415,8 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     retain_count = _int("imageRetainCount", get("imageRetainCount"))
     if not 1 <= retain_count <= 10_000:
         raise ConfigError("imageRetainCount", retain_count, "an integer from 1 to 10000")
+
+    reserved = _reserved_concurrency(get("submitterReservedConcurrency"))
 
     return PlatformConfig(
         stack_name=stack_name,
@@ -385,7 +437,53 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         alarm_slack_channels=slack_channels,
         idle_capacity_alarm_hours=idle_hours,
         image_retain_count=retain_count,
+        submitter_reserved_concurrency=reserved,
     )
+
+
+def _reserved_concurrency(raw: Any) -> int | None:
+    key = "submitterReservedConcurrency"
+    if isinstance(raw, str) and raw.strip(" ").lower() == "none":
+        return None
+    expected = (
+        f"an integer from 1 to {MAX_RESERVED_CONCURRENCY} (Lambda keeps 100 of the account's concurrency "
+        "unreserved; 0 would throttle every submission), or \"none\" to reserve nothing"
+    )
+    try:
+        value = _int(key, raw)
+    except ConfigError:
+        raise ConfigError(key, raw, expected) from None
+    if not 1 <= value <= MAX_RESERVED_CONCURRENCY:
+        raise ConfigError(key, value, expected)
+    return value
+
+
+def _check_plan_homes(plan_arns: Sequence[str], *, region: str | None, account: str | None) -> None:
+    """Every plan in the deployment's region and account; where those are unknown, plans of one region and account.
+
+    A training plan is usable only in its own region and account
+    (:mod:`platform_constructs.submitter.runtime.plan_arns`). An
+    environment-agnostic stack deploys into one region and account that synth
+    does not know: its template then asserts the plans' region and account
+    (:class:`platform_constructs.training_plans.TrainingPlans`), which needs
+    them to be one of each.
+    """
+    for index, arn in enumerate(plan_arns):
+        reason = foreign_reason(arn, region=region, account=account)
+        if reason is not None:
+            where = " and ".join(f"{part} {value}" for part, value in (("region", region), ("account", account)) if value)
+            raise ConfigError(f"trainingPlanArns[{index}]", arn, f"a plan in the deployment {where} ({reason})")
+    _, differing = shared_home(plan_arns)
+    unknown = [part for part, value in (("region", region), ("account", account)) if value is None and part in differing]
+    if unknown:
+        raise ConfigError(
+            "trainingPlanArns",
+            list(plan_arns),
+            "plans of one region and one account: the stack deploys into one, and without "
+            + " and ".join(f"CDK_DEFAULT_{part.upper()}" for part in unknown)
+            + " its template asserts the plans' own; got "
+            + "; ".join(differing[part] for part in unknown),
+        )
 
 
 def _is_plan_arn(arn: str) -> bool:
@@ -418,6 +516,6 @@ def _reject_misspellings(context: Mapping[str, Any]) -> None:
 def describe_keys() -> Sequence[tuple[str, Any]]:
     """``(key, default)`` for every context key, defaults resolved (for summaries and docs)."""
     return [
-        (key, list(_catalogue_instance_types()) if key == "allowedInstanceTypes" else default)
+        (key, list(_trainable_instance_types()) if key == "allowedInstanceTypes" else default)
         for key, default in CONTEXT_KEYS.items()
     ]

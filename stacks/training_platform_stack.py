@@ -90,6 +90,7 @@ class TrainingPlatformStack(cdk.Stack):
                 platform_tags=config.tags,
                 log_retention=config.log_retention,
                 removal_policy=removal,
+                reserved_concurrent_executions=config.submitter_reserved_concurrency,
             ),
         )
         for principal_arn in config.invoker_principals:

@@ -9,13 +9,17 @@ Steps (each prints a section; the first failure stops the demo non-zero):
    ``ml.p6-b200.48xlarge``).
 3. **Submit**: start the embedded AWS emulator (``trainctl local-aws``; moto
    plus emulated training-plan operations), seed two plans (one fitting, one
-   expired), submit the guide's default request and a bad one; print the
-   created job as ``DescribeTrainingJob`` returns it, and the refusal.
+   expired), submit the guide's default request with a ``client_token``, send
+   it again (a retry: the first job comes back, ``"replayed": true``, nothing
+   new is created), and a bad one; print the created job as
+   ``DescribeTrainingJob`` returns it, and the refusal.
 4. **Train**: tokenize CPython's documentation (real text on every machine),
    run the trainer through the same entry point SageMaker runs on a temporary
    ``SAGEMAKER_BASE_DIR``, interrupt it with SIGTERM (as a stop or a spot
    reclaim would), resume from the checkpoint, and print the loss curve's
-   start and end.
+   start and end; then cut the newest checkpoint's largest shard short (as an
+   interrupted S3 upload leaves it) and restart: the trainer skips it with a
+   log line and resumes from the one before.
 5. **Observe**: write the CloudWatch dashboard body as JSON with a PNG preview
    of its layout, and list the alarms.
 6. **Sweep**: a small local sweep on CPU and its report (Markdown + PNGs).
@@ -73,16 +77,21 @@ def step_plan() -> None:
 # --------------------------------------------------------------------------- 3
 
 
+DEMO_CLIENT_TOKEN = "guide-default-demo-1"
+"""The demo's idempotency key for the guide's request (any 1-128 characters of the submitter's alphabet)."""
+
+
 def step_submit() -> None:
     import contextlib
 
-    from trainctl.commands.submit import submit_local
     from trainctl.local_aws import LocalAws
+    from trainctl.submitter_client import submit_local
 
     out = DEMO_DIR / "submit"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     good = json.loads((EXAMPLES / "guide-default-request.json").read_text())
+    good["client_token"] = DEMO_CLIENT_TOKEN  # what a caller adds so that its retries are safe
     bad = json.loads((EXAMPLES / "oversized-request.json").read_text())
     with LocalAws(plans=str(EXAMPLES / "plans.json")) as aws, open(out / "submitter.log", "w") as log:
         console.print(f"Emulator on {aws.env['AWS_ENDPOINT_URL']} (moto + emulated training-plan operations)")
@@ -107,7 +116,7 @@ def step_submit() -> None:
             with contextlib.redirect_stderr(log):
                 return submit_local(request, aws.env)
 
-        console.print("[bold]The guide's default request[/] (examples/guide-default-request.json):")
+        console.print("[bold]The guide's default request[/] (examples/guide-default-request.json, with a client_token):")
         console.print_json(data=good)
         response = submit(good)
         (out / "submitted.json").write_text(json.dumps(response, indent=2))
@@ -139,6 +148,18 @@ def step_submit() -> None:
                       f"{(out / 'describe-training-job.json').relative_to(REPO_ROOT)}):")
         console.print_json(json.dumps(shown, default=str))
 
+        console.print("[bold]The same request again[/] (a caller retrying after a lost answer: same client_token):")
+        retried = submit(good)
+        (out / "retried.json").write_text(json.dumps(retried, indent=2))
+        named = [j for j in sagemaker.list_training_jobs()["TrainingJobSummaries"]
+                 if j["TrainingJobName"] == response["training_job_name"]]
+        if not (retried.get("replayed") is True and retried.get("training_job_arn") == response["training_job_arn"]
+                and len(named) == 1):
+            raise DemoError(f"the retried request did not replay the first job: {retried}")
+        console.print(f"-> [green]{retried['status']}[/] {retried['training_job_name']} with \"replayed\": true: the first "
+                      f"job came back and none was created (jobs of that name in the emulator: {len(named)})")
+        console.print(f"   same ARN as the first answer: {retried['training_job_arn']}", soft_wrap=True)
+
         console.print("[bold]A bad request[/] (examples/oversized-request.json):")
         console.print_json(data=bad)
         refusal = submit(bad)
@@ -152,7 +173,8 @@ def step_submit() -> None:
         jobs = sagemaker.list_training_jobs()["TrainingJobSummaries"]
         if len(jobs) != 1:
             raise DemoError(f"expected exactly one training job in the emulator, found {len(jobs)}")
-        console.print(f"Jobs in the emulator after both requests: {len(jobs)} (the refusal created nothing). "
+        console.print(f"Jobs in the emulator after the three requests: {len(jobs)} (the retry replayed it, the refusal "
+                      "created nothing). "
                       f"Responses and the submitter's logs: {out.relative_to(REPO_ROOT)}/")
 
 
@@ -192,6 +214,45 @@ def step_train() -> None:
     console.print(f"Final model in {paths.model_dir}: {sorted(p.name for p in paths.model_dir.iterdir())}")
     if not last_loss < first_loss:
         raise DemoError("the loss did not fall")
+    damaged_checkpoint_restart(run.base_dir, work / "data")
+
+
+def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
+    """Cut the newest checkpoint's largest shard short (its ``.complete`` stays) and restart on it.
+
+    What a restart finds when SageMaker's background upload of ``/opt/ml/checkpoints``
+    was cut off: the trainer verifies the checkpoint against DCP's ``.metadata``,
+    skips it with a log line and resumes from the one before.
+    """
+    from training.checkpoint import complete_steps, verify_checkpoint
+    from training.environment import SageMakerPaths
+    from training.local import DEMO_HYPERPARAMETERS, read_failure, run_local
+
+    checkpoints = SageMakerPaths(base_dir).checkpoint_dir
+    newest = complete_steps(checkpoints)[-1]
+    shard = max((checkpoints / f"step-{newest}").glob("*.distcp"), key=lambda p: p.stat().st_size)
+    size = shard.stat().st_size
+    with open(shard, "r+b") as fh:
+        fh.truncate(1000)
+    console.print(
+        f"[bold]A damaged newest checkpoint:[/] step-{newest}/{shard.name} cut to 1000 of {size:,} bytes, its "
+        f".complete marker kept (an upload cut short). Restarting:"
+    )
+
+    def echo(line: str) -> None:
+        text = line.rstrip()
+        if text.startswith("[trainer]") and any(k in text for k in ("skipping", "resum", "data continues", "finished")):
+            console.print("  " + text, markup=False, soft_wrap=True)
+
+    run = run_local(base_dir, DEMO_HYPERPARAMETERS, data_dir=data_dir, nproc=2, echo=echo)
+    if run.returncode != 0:
+        raise DemoError(f"the restart on a damaged checkpoint failed: {read_failure(base_dir)}")
+    if f"skipping checkpoint step-{newest}" not in run.output:
+        raise DemoError(f"the damaged step-{newest} was not skipped")
+    if not verify_checkpoint(checkpoints / f"step-{newest}", newest).ok:
+        raise DemoError(f"step-{newest} was not written again whole")
+    console.print(f"Skipped, resumed from the checkpoint before it, step-{newest} written again whole. "
+                  f"Complete checkpoints kept: {complete_steps(checkpoints)}")
 
 
 # --------------------------------------------------------------------------- 5

@@ -131,26 +131,47 @@ def submitter_environment(endpoint: str, region: str, resources: StackResources)
         settings.ENV_ALLOWED_INPUT_PREFIXES: "",
         settings.ENV_PLATFORM_TAGS: resources.platform_tags,
         settings.ENV_VOLUME_SIZE_GB: "500",
+        settings.ENV_CLIENT_TOKEN_RECORDS: f"s3://{resources.output_bucket}/{settings.CLIENT_TOKEN_RECORDS_PREFIX}",
+        settings.ENV_ACCOUNT_ID: ACCOUNT_ID,
     }
 
 
 def _allowed_instance_types() -> str:
-    """Every instance type the planner's catalogue knows and SageMaker training accepts."""
-    from trainctl.aws_shapes import service_model
+    """Every instance type the trainer image runs on (:data:`planner.catalogue.TRAINABLE_INSTANCE_TYPES`:
+    not the arm64 GB200 hosts) that SageMaker training accepts: what the stack allows by default."""
+    from trainctl.submitter_runtime import load
 
-    enum = set(service_model("sagemaker").shape_for("ResourceConfig").members["InstanceType"].enum)
+    enum = set(load("sagemaker_rules").training_instance_types())
     try:
         from planner import catalogue
     except ImportError:
         return ""
-    return ",".join(sorted(t for t in catalogue.INSTANCES if t in enum))
+    return ",".join(sorted(t for t in catalogue.TRAINABLE_INSTANCE_TYPES if t in enum))
 
 
 def write_env_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> None:
-    """Write ``export NAME=value`` lines (shell-quoted) for ``source``."""
+    """Write ``export NAME=value`` lines (shell-quoted) for ``source``.
+
+    Creates the parent folder; the file is replaced whole (written beside it,
+    then renamed), so a reader never sources half of it.
+
+    Raises:
+        OSError: the folder or the file cannot be written.
+    """
     lines = ["# trainctl local-aws: environment for `trainctl submit --local` (an emulator, not AWS)"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    Path(path).write_text("\n".join(lines) + "\n")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        partial.write_text("\n".join(lines) + "\n")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+class ListenError(OSError):
+    """The emulator cannot listen on the address it was given (port in use, not an address of this machine)."""
 
 
 # --- the WSGI layer: admin endpoints, fault injection, call log ----------------------------------
@@ -478,13 +499,18 @@ def serve(
     Prints one line ``LOCAL_AWS_READY {json}`` on stdout once the stack is
     created (``endpoint``, ``region``, ``env``, ``resources``,
     ``training_plan_arns``), and a human summary on stderr.
+
+    Raises:
+        ListenError: it cannot listen on ``host:port`` (in use, not an address of this machine).
+        OSError: ``env_file`` cannot be written.
     """
     import logging
     import signal
+    import socket
 
     os.environ.update(DUMMY_CREDENTIALS)  # moto maps these to its default account
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
+    from werkzeug.serving import make_server, select_address_family
 
     from trainctl.local_aws_sagemaker import install
 
@@ -493,7 +519,14 @@ def serve(
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
     resources = StackResources()
     app = EmulatorApp(DomainDispatcherApplication(create_backend_app), region=region, resources=resources)
-    server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+    # bind here: werkzeug's make_server prints and exits the process when it cannot bind
+    try:
+        listener = socket.create_server((host, port), family=select_address_family(host, port))
+    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
+        reason = (getattr(exc, "strerror", None) or str(exc)).split(" (while attempting to bind")[0]
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
+    with listener:
+        server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler, fd=listener.fileno())
     bound_port = server.server_address[1]
     app.endpoint = f"http://{host}:{bound_port}"
     thread = threading.Thread(target=server.serve_forever, name="local-aws", daemon=True)

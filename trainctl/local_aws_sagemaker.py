@@ -10,13 +10,18 @@ process only) so that
 * ``DescribeTrainingPlan``, ``ListTrainingPlans`` and
   ``SearchTrainingPlanOfferings`` exist, serve the seeded plans, and have
   their requests and responses checked against botocore's service model
-  (:mod:`trainctl.aws_shapes`); a plan's status follows the clock (a
-  ``Scheduled`` plan becomes ``Active`` at ``StartTime``; ``Expired`` after
-  ``EndTime``) and its ``AvailableInstanceCount`` / ``InUseInstanceCount``
-  account for the emulator's running jobs on it;
+  (:mod:`trainctl.aws_shapes`). Plans are kept by ARN and are seen only from
+  their own account and region; ``DescribeTrainingPlan`` takes a name or an
+  ARN, as the real one does. A plan reserves one or more blocks
+  (``ReservedCapacitySummaries``, gaps allowed); statuses follow the clock as
+  SageMaker documents them (``Scheduled`` before the first block, ``Active``
+  while one runs, ``Scheduled`` again in a gap, ``Expired`` after the last),
+  and ``AvailableInstanceCount`` / ``InUseInstanceCount`` count the current
+  (else the next) block and the emulator's running jobs on the plan;
 * ``CreateTrainingJob`` enforces name uniqueness (``ResourceInUse``), checks
-  ``TrainingPlanArn`` and the spot rules as SageMaker does, and stores the
-  request as sent;
+  ``TrainingPlanArn`` (a plan of the caller's account and region, reserving
+  the instance type) and the spot rules as SageMaker does, puts a job on a
+  ``Scheduled`` plan in ``Pending``, and stores the request as sent;
 * ``DescribeTrainingJob`` returns the job as sent (``MetricDefinitions``,
   ``HyperParameters``, ``ResourceConfig`` with ``TrainingPlanArn``,
   ``CheckpointConfig``, ``Environment``, ``RetryStrategy`` ...) with a status
@@ -98,6 +103,34 @@ def parse_time(value: Any, now: datetime) -> datetime:
     raise ValueError(f"expected a timestamp (ISO 8601, epoch seconds or now[+-]N[smhdw]), got {value!r}")
 
 
+def _seed_time(value: Any, now: datetime, where: str) -> datetime:
+    try:
+        return parse_time(value, now)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _block(
+    plan_arn: str, number: int, instance_type: str, total: int, start: datetime, end: datetime, status: str
+) -> dict[str, Any]:
+    """A ``ReservedCapacitySummary`` with every field SageMaker reports (ARN, zone from the plan's ARN)."""
+    region, account = plan_arn.split(":")[3:5]
+    digest = hashlib.sha256(f"{plan_arn}#{number}".encode() if number else plan_arn.encode()).hexdigest()[:16]
+    minutes = int((end - start).total_seconds() // 60)
+    return {
+        "ReservedCapacityArn": f"arn:aws:sagemaker:{region}:{account}:reserved-capacity/rc-{digest}",
+        "ReservedCapacityType": "Instance",
+        "InstanceType": instance_type,
+        "TotalInstanceCount": total,
+        "Status": status,
+        "AvailabilityZone": f"{region}a",
+        "DurationHours": minutes // 60,
+        "DurationMinutes": minutes % 60,
+        "StartTime": start,
+        "EndTime": end,
+    }
+
+
 @dataclass
 class JobRecord:
     """A training job as the emulator keeps it: the request as sent plus its lifecycle."""
@@ -146,27 +179,44 @@ class SageMakerExtension:
     def seed_plans(self, seeds: Iterable[Mapping[str, Any]], *, account: str, region: str, replace: bool = True) -> list[str]:
         """Load plans shaped like ``DescribeTrainingPlan``'s response; returns their ARNs.
 
-        Accepted beyond the response shape: ``InstanceType`` (turned into a
-        ``ReservedCapacitySummaries`` entry, where SageMaker reports it),
-        relative times (``now+14d``), and missing ``TrainingPlanArn`` /
-        ``TrainingPlanName`` (one derived from the other). Missing counts
-        default to ``AvailableInstanceCount = TotalInstanceCount -
+        Plans are kept by ARN: two accounts (or regions) may each hold a plan of
+        the same name. Accepted beyond the response shape:
+
+        * ``InstanceType`` at plan level: the instance type of every block that
+          names none; without ``ReservedCapacitySummaries``, one block spanning
+          the plan's ``StartTime`` .. ``EndTime`` with ``TotalInstanceCount``
+          instances is made of it;
+        * ``ReservedCapacitySummaries`` entries (the plan's reserved blocks,
+          possibly with gaps between them) need only ``StartTime``, ``EndTime``
+          and ``TotalInstanceCount`` (default: the plan's); the ARN, type, zone,
+          durations and status are filled in. Blocks of one instance type may
+          not overlap. The plan's ``StartTime`` / ``EndTime`` default to the
+          first block's start and the last block's end, and must cover them;
+          ``TotalInstanceCount`` defaults to the largest block;
+        * relative times (``now+14d``) anywhere a time is expected;
+        * a missing ``TrainingPlanArn`` (made from the name, ``account`` and
+          ``region``) or ``TrainingPlanName`` (the ARN's last part).
+
+        Missing counts default to ``AvailableInstanceCount = TotalInstanceCount -
         InUseInstanceCount`` and ``TargetResources`` to ``["training-job"]``.
+        The result is checked against botocore's ``DescribeTrainingPlan`` output shape.
 
         Raises:
-            ValueError: naming the plan (index) and field that is wrong.
+            ValueError: naming the plan (index) and field that is wrong; nothing is loaded then.
         """
         now = datetime.now(timezone.utc)
         loaded: dict[str, dict[str, Any]] = {}
         for index, seed in enumerate(seeds):
             plan = self._normalise_seed(index, seed, account=account, region=region, now=now)
-            loaded[plan["TrainingPlanName"]] = plan
+            if plan["TrainingPlanArn"] in loaded:
+                raise ValueError(f"plan[{index}].TrainingPlanArn: {plan['TrainingPlanArn']} is seeded twice")
+            loaded[plan["TrainingPlanArn"]] = plan
         with self.lock:
             if replace:
                 self.plans = loaded
             else:
                 self.plans.update(loaded)
-            return [p["TrainingPlanArn"] for p in self.plans.values()]
+            return list(self.plans)
 
     def _normalise_seed(self, index: int, seed: Mapping[str, Any], *, account: str, region: str, now: datetime) -> dict[str, Any]:
         where = f"plan[{index}]"
@@ -177,73 +227,163 @@ class SageMakerExtension:
         arn, name = plan.get("TrainingPlanArn"), plan.get("TrainingPlanName")
         if not arn and not name:
             raise ValueError(f"{where}: needs TrainingPlanArn or TrainingPlanName")
+        if arn and name and str(arn).rsplit("/", 1)[-1] != name:
+            raise ValueError(f"{where}.TrainingPlanName: {name!r} is not the name in TrainingPlanArn {arn}")
         plan["TrainingPlanName"] = name = name or str(arn).rsplit("/", 1)[-1]
-        plan["TrainingPlanArn"] = arn or f"arn:aws:sagemaker:{region}:{account}:training-plan/{name}"
+        plan["TrainingPlanArn"] = arn = arn or f"arn:aws:sagemaker:{region}:{account}:training-plan/{name}"
         for key in ("StartTime", "EndTime"):
-            if key not in plan:
-                raise ValueError(f"{where}.{key}: required")
-            try:
-                plan[key] = parse_time(plan[key], now)
-            except ValueError as exc:
-                raise ValueError(f"{where}.{key}: {exc}") from None
-        if plan["EndTime"] <= plan["StartTime"]:
-            raise ValueError(f"{where}.EndTime: must be after StartTime")
+            if key in plan:
+                plan[key] = _seed_time(plan[key], now, f"{where}.{key}")
         plan.setdefault("Status", "Active")
         plan.setdefault("TargetResources", ["training-job"])
+        summaries = plan.get("ReservedCapacitySummaries")
+        if summaries is not None:
+            blocks = self._normalise_blocks(where, summaries, plan, instance_type, now=now)
+            first, last = min(b["StartTime"] for b in blocks), max(b["EndTime"] for b in blocks)
+            plan.setdefault("StartTime", first)
+            plan.setdefault("EndTime", last)
+            if plan["StartTime"] > first or plan["EndTime"] < last:
+                raise ValueError(f"{where}: StartTime..EndTime must cover every block ({first.isoformat()} .. {last.isoformat()})")
+            plan.setdefault("TotalInstanceCount", max(b["TotalInstanceCount"] for b in blocks))
+            minutes = sum(b["DurationHours"] * 60 + b["DurationMinutes"] for b in blocks)
+            plan["ReservedCapacitySummaries"] = blocks
+        else:
+            for key in ("StartTime", "EndTime"):
+                if key not in plan:
+                    raise ValueError(f"{where}.{key}: required")
+            minutes = int((plan["EndTime"] - plan["StartTime"]).total_seconds() // 60)
+        if plan["EndTime"] <= plan["StartTime"]:
+            raise ValueError(f"{where}.EndTime: must be after StartTime")
         total = plan.get("TotalInstanceCount")
         if total is None:
             raise ValueError(f"{where}.TotalInstanceCount: required")
         plan.setdefault("InUseInstanceCount", 0)
         plan.setdefault("AvailableInstanceCount", max(0, int(total) - int(plan["InUseInstanceCount"])))
-        duration = plan["EndTime"] - plan["StartTime"]
-        plan.setdefault("DurationHours", int(duration.total_seconds() // 3600))
-        plan.setdefault("DurationMinutes", int(duration.total_seconds() % 3600 // 60))
+        plan.setdefault("DurationHours", minutes // 60)
+        plan.setdefault("DurationMinutes", minutes % 60)
         plan.setdefault("CurrencyCode", "USD")
-        if instance_type is not None and "ReservedCapacitySummaries" not in plan:
-            digest = hashlib.sha256(plan["TrainingPlanArn"].encode()).hexdigest()[:16]
+        if instance_type is not None and summaries is None:
             plan["ReservedCapacitySummaries"] = [
-                {
-                    "ReservedCapacityArn": f"arn:aws:sagemaker:{region}:{account}:reserved-capacity/rc-{digest}",
-                    "ReservedCapacityType": "Instance",
-                    "InstanceType": instance_type,
-                    "TotalInstanceCount": int(total),
-                    "Status": plan["Status"],
-                    "AvailabilityZone": f"{region}a",
-                    "DurationHours": plan["DurationHours"],
-                    "DurationMinutes": plan["DurationMinutes"],
-                    "StartTime": plan["StartTime"],
-                    "EndTime": plan["EndTime"],
-                }
+                _block(arn, 0, instance_type, int(total), plan["StartTime"], plan["EndTime"], plan["Status"])
             ]
         problems = validate_shape(plan, operation_model("sagemaker", "DescribeTrainingPlan").output_shape, where)
         if problems:
             raise ValueError("; ".join(problems))
         return plan
 
-    def describe_plan(self, name: str, now: datetime | None = None) -> dict[str, Any]:
-        """The plan as ``DescribeTrainingPlan`` answers now (status and counts live).
+    @staticmethod
+    def _normalise_blocks(
+        where: str, summaries: Any, plan: Mapping[str, Any], instance_type: str | None, *, now: datetime
+    ) -> list[dict[str, Any]]:
+        if not isinstance(summaries, list) or not summaries:
+            raise ValueError(f"{where}.ReservedCapacitySummaries: expected a non-empty list of blocks")
+        blocks = []
+        for number, summary in enumerate(summaries):
+            at = f"{where}.ReservedCapacitySummaries[{number}]"
+            if not isinstance(summary, Mapping):
+                raise ValueError(f"{at}: expected an object with StartTime, EndTime and TotalInstanceCount")
+            block = dict(copy.deepcopy(summary))
+            for key in ("StartTime", "EndTime"):
+                if key not in block:
+                    raise ValueError(f"{at}.{key}: required")
+                block[key] = _seed_time(block[key], now, f"{at}.{key}")
+            if block["EndTime"] <= block["StartTime"]:
+                raise ValueError(f"{at}.EndTime: must be after StartTime")
+            block.setdefault("InstanceType", instance_type)
+            if block["InstanceType"] is None:
+                raise ValueError(f"{at}.InstanceType: required (or InstanceType at plan level)")
+            block.setdefault("TotalInstanceCount", plan.get("TotalInstanceCount"))
+            if block["TotalInstanceCount"] is None:
+                raise ValueError(f"{at}.TotalInstanceCount: required (or TotalInstanceCount at plan level)")
+            filled = _block(
+                plan["TrainingPlanArn"], number, block["InstanceType"], int(block["TotalInstanceCount"]),
+                block["StartTime"], block["EndTime"], plan.get("Status", "Active"),
+            )  # fmt: skip
+            filled.update(block)
+            blocks.append(filled)
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for block in blocks:
+            by_type.setdefault(block["InstanceType"], []).append(block)
+        for kind, same in by_type.items():
+            same.sort(key=lambda b: b["StartTime"])
+            for before, after in zip(same, same[1:]):
+                if after["StartTime"] < before["EndTime"]:
+                    raise ValueError(
+                        f"{where}.ReservedCapacitySummaries: {kind} blocks overlap ({before['StartTime'].isoformat()} .. "
+                        f"{before['EndTime'].isoformat()} and {after['StartTime'].isoformat()} .. {after['EndTime'].isoformat()})"
+                    )
+        return blocks
+
+    def find_plan(self, name_or_arn: str, *, account: str | None = None, region: str | None = None) -> str:
+        """The key (ARN) of the plan ``name_or_arn`` names, as seen from ``account`` / ``region``.
+
+        A name finds the plan of that name in ``account`` and ``region``; an ARN
+        finds exactly that plan, and only from its own account and region (plans
+        are not shared across accounts). ``None`` for ``account`` / ``region``: any.
 
         Raises:
-            KeyError: no such plan.
+            KeyError: no such plan there.
+        """
+        with self.lock:
+            if name_or_arn.startswith("arn:"):
+                parts = name_or_arn.split(":")
+                foreign = (account is not None and parts[4:5] != [account]) or (region is not None and parts[3:4] != [region])
+                if name_or_arn in self.plans and not foreign:
+                    return name_or_arn
+                raise KeyError(name_or_arn)
+            for key, plan in self.plans.items():
+                parts = key.split(":")
+                if (
+                    plan["TrainingPlanName"] == name_or_arn
+                    and (account is None or parts[4] == account)
+                    and (region is None or parts[3] == region)
+                ):
+                    return key
+        raise KeyError(name_or_arn)
+
+    def describe_plan(
+        self, name_or_arn: str, now: datetime | None = None, *, account: str | None = None, region: str | None = None
+    ) -> dict[str, Any]:
+        """The plan as ``DescribeTrainingPlan`` answers now (statuses and counts live).
+
+        Status follows the clock as SageMaker documents it: ``Scheduled`` before
+        the first block, ``Active`` while a block runs, back to ``Scheduled`` in a
+        gap between blocks, ``Expired`` after the last (seeded ``Pending`` /
+        ``Failed`` / ``Expired`` stay). Each block's status follows its own
+        times. ``AvailableInstanceCount`` counts the block running now (else the
+        next one) less the instances of the emulator's running jobs on the plan.
+
+        Raises:
+            KeyError: no such plan (see :meth:`find_plan`).
         """
         now = now or datetime.now(timezone.utc)
         with self.lock:
-            plan = copy.deepcopy(self.plans[name])
+            plan = copy.deepcopy(self.plans[self.find_plan(name_or_arn, account=account, region=region)])
             in_use = sum(
                 job.instance_count
                 for job in self.jobs.values()
                 if job.plan_arn == plan["TrainingPlanArn"] and job.status in ACTIVE_STATUSES
             )
+        blocks = plan.get("ReservedCapacitySummaries") or []
         status = plan["Status"]
-        if status in ("Active", "Scheduled") and now >= plan["EndTime"]:
-            status = "Expired"
-        elif status == "Scheduled" and now >= plan["StartTime"]:
-            status = "Active"
+        if status in ("Active", "Scheduled"):
+            if blocks:
+                running = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
+                status = "Active" if running else "Expired" if now >= max(b["EndTime"] for b in blocks) else "Scheduled"
+            else:
+                status = "Expired" if now >= plan["EndTime"] else "Active" if now >= plan["StartTime"] else "Scheduled"
+            for block in blocks:
+                block["Status"] = "Expired" if now >= block["EndTime"] else "Active" if now >= block["StartTime"] else "Scheduled"
         plan["Status"] = status
-        for summary in plan.get("ReservedCapacitySummaries", []):
-            summary["Status"] = status
-        plan["InUseInstanceCount"] = int(plan["InUseInstanceCount"]) + in_use
-        available = int(plan["AvailableInstanceCount"]) - in_use
+        current = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
+        if not current:
+            upcoming = [b for b in blocks if b["StartTime"] > now]
+            first = min((b["StartTime"] for b in upcoming), default=None)
+            current = [b for b in upcoming if b["StartTime"] == first]
+        block_total = sum(int(b["TotalInstanceCount"]) for b in current) if current else int(plan["TotalInstanceCount"])
+        seeded_in_use = int(plan["InUseInstanceCount"])
+        plan["InUseInstanceCount"] = seeded_in_use + in_use
+        available = min(int(plan["AvailableInstanceCount"]), block_total - seeded_in_use) - in_use
         plan["AvailableInstanceCount"] = max(0, available) if status in ("Active", "Scheduled") else 0
         return plan
 
@@ -390,9 +530,9 @@ def _checked_result(operation: str, result: dict[str, Any]) -> ActionResult:
 
 def describe_training_plan(self: SageMakerResponse) -> ActionResult:
     params = _checked_params(self, "DescribeTrainingPlan")
-    name = params["TrainingPlanName"]
+    name = params["TrainingPlanName"]  # a name or an ARN (TrainingPlanNameOrArn)
     try:
-        plan = EXTENSION.describe_plan(name)
+        plan = EXTENSION.describe_plan(name, account=self.current_account, region=self.region)
     except KeyError:
         raise ResourceNotFound(message=f"Training plan {name} not found.") from None
     return _checked_result("DescribeTrainingPlan", plan)
@@ -404,8 +544,13 @@ _SUMMARY_KEYS = tuple(operation_model("sagemaker", "ListTrainingPlans").output_s
 def list_training_plans(self: SageMakerResponse) -> ActionResult:
     params = _checked_params(self, "ListTrainingPlans")
     now = datetime.now(timezone.utc)
+    account, region = self.current_account, self.region
     with EXTENSION.lock:
-        plans = [EXTENSION.describe_plan(name, now) for name in EXTENSION.plans]
+        plans = [
+            EXTENSION.describe_plan(arn, now)
+            for arn in EXTENSION.plans
+            if arn.split(":")[3:5] == [region, account]
+        ]
     for f in params.get("Filters") or []:
         if f["Name"] == "Status":
             plans = [p for p in plans if p["Status"] == f["Value"]]
@@ -486,11 +631,12 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
     if plan_arn:
         if spot:
             raise ValidationError(message="Managed spot training cannot be used with a training plan.")
-        plan_name = plan_arn.rsplit("/", 1)[-1]
         try:
-            plan = EXTENSION.describe_plan(plan_name)
+            plan = EXTENSION.describe_plan(plan_arn, account=backend.account_id, region=backend.region_name)
         except KeyError:
-            raise ValidationError(message=f"Training plan {plan_arn} does not exist.") from None
+            raise ValidationError(
+                message=f"Training plan {plan_arn} does not exist in account {backend.account_id}, region {backend.region_name}."
+            ) from None
         types = {s["InstanceType"] for s in plan.get("ReservedCapacitySummaries", [])}
         if resource.get("InstanceType") not in types:
             raise ValidationError(
@@ -535,7 +681,7 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
             params=copy.deepcopy(params),
             created=now,
         )
-        pending = plan_arn and EXTENSION.describe_plan(plan_arn.rsplit("/", 1)[-1], now)["Status"] == "Scheduled"
+        pending = plan_arn and EXTENSION.describe_plan(plan_arn, now)["Status"] == "Scheduled"
         if pending:
             record.move("Pending", "Waiting for the training plan to start", now)
         else:

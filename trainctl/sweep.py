@@ -25,8 +25,9 @@ What happens, in order:
    need an NVIDIA GPU; the CPU path runs ``fp32`` and ``bf16``).
 3. **Run**. AWS: each configuration goes through the job submitter (the same
    validation, capacity choice and idempotency as ``trainctl submit``), in
-   process against ``AWS_ENDPOINT_URL`` of the environment, or through the
-   deployed function (``--function``). Every job gets a deterministic
+   process against ``AWS_ENDPOINT_URL`` of the environment (required: the
+   in-process path never reaches real AWS, see :func:`check_submitter`), or
+   through the deployed function (``--function``). Every job gets a deterministic
    ``job_name`` and ``client_token`` derived from the sweep name and the
    configuration, and the tags ``sweep`` (the sweep name) and ``sweep-config``
    (the grid values), so running the same sweep again returns the jobs it
@@ -486,21 +487,31 @@ def prediction_of(plan: Any) -> dict[str, Any]:
     }
 
 
+def _trainable_instance(instance_type: str, where: str = "") -> Any:
+    """The catalogue entry of an instance type the trainer image runs on; SweepError naming the types to use
+    (and, for a known type it does not run on, why) otherwise: the planner's one rule."""
+    from planner import PlanInputError, catalogue
+
+    try:
+        return catalogue.get_trainable_instance(instance_type)
+    except PlanInputError as exc:
+        detail = f" ({exc.detail})" if exc.detail else ""
+        raise SweepError(f"{where}instance_type {instance_type!r}: expected {exc.expected}{detail}") from None
+
+
 def prune_for_instance(configs: Sequence[SweepConfig], instance_type: str, instance_count: int, *, auto_tune: bool = False) -> None:
     """Mark configurations the hardware cannot run or that are predicted not to fit as ``Skipped``.
 
     Every configuration that the planner can estimate gets its ``prediction``.
 
     Raises:
-        SweepError: the instance type is not in the planner's catalogue.
+        SweepError: the instance type is not in the planner's catalogue, or the trainer image does not
+            run on it (:func:`planner.catalogue.get_trainable_instance`).
     """
     import planner
     from planner import catalogue
 
-    try:
-        instance = catalogue.get_instance(instance_type)
-    except KeyError:
-        raise SweepError(f"instance_type {instance_type!r}: expected one of {', '.join(catalogue.INSTANCE_TYPES)}") from None
+    instance = _trainable_instance(instance_type)
     gpu = instance.gpu_spec
     for config in configs:
         if config.status == SKIPPED:
@@ -575,8 +586,9 @@ def prune_for_local(configs: Sequence[SweepConfig], device: Mapping[str, Any]) -
     gpu = device.get("gpu")
     if gpu is None:
         return
-    instance = next(
-        (i for i in catalogue.INSTANCES.values() if i.gpu_spec.name == gpu and i.gpus_per_instance == device.get("gpus")), None
+    instance = next(  # the planner plans only the types the trainer image runs on (a GB200 host: precision checks only)
+        (i for i in (catalogue.INSTANCES[t] for t in catalogue.TRAINABLE_INSTANCE_TYPES)
+         if i.gpu_spec.name == gpu and i.gpus_per_instance == device.get("gpus")), None
     )
     if instance is not None:
         prune_for_instance(configs, instance.instance_type, 1)
@@ -597,7 +609,7 @@ def _read_base(base: str | os.PathLike[str] | Mapping[str, Any] | None) -> dict[
     path = Path(base)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
         raise SweepError(f"--base {path}: cannot read it: {exc}") from None
     if not isinstance(data, dict):
         raise SweepError(f"--base {path}: expected a JSON object (a submit request, or hyperparameters)")
@@ -696,12 +708,7 @@ def plan_sweep(
         count = request.get("instance_count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise SweepError(f"base request: instance_count {count!r}: expected an integer >= 1")
-        from planner import catalogue
-
-        try:
-            gpu = catalogue.get_instance(instance_type).gpu_spec.name
-        except KeyError:
-            raise SweepError(f"base request: instance_type {instance_type!r}: expected one of {', '.join(catalogue.INSTANCE_TYPES)}") from None
+        gpu = _trainable_instance(instance_type, "base request: ").gpu_spec.name
         target = {"instance_type": instance_type, "instance_count": count, "gpu": gpu, "submitter": submitter}
         sweep_base = request
 
@@ -784,14 +791,16 @@ def _submitter(
 
     In process, with ``log_file``, the handler's JSON logs and EMF metrics go to
     that file (they would break the progress display) for the duration.
+
+    Raises:
+        SubmitError: see :func:`check_submitter`.
     """
+    from trainctl.submitter_client import invoke_function, lambda_client, submit_local
+
     if function:
-        from trainctl.commands.submit import invoke_function
-
-        yield lambda request: invoke_function(function, request, region=region)
+        client = lambda_client(function, region=region, environ=None if env is None else env)
+        yield lambda request: invoke_function(function, request, client=client)
         return
-    from trainctl.commands.submit import submit_local
-
     environ = dict(os.environ if env is None else env)
     if log_file is None:
         yield lambda request: submit_local(request, environ)
@@ -804,6 +813,32 @@ def _submitter(
                 return submit_local(request, environ)
 
         yield send
+
+
+def check_submitter(env: Mapping[str, str] | None = None, function: str | None = None, region: str | None = None) -> str | None:
+    """Refuse, before anything is written or sent, a submitter the sweep cannot or must not use.
+
+    In process (no ``function``): only against ``AWS_ENDPOINT_URL`` of ``env``
+    (the emulator's), never against real AWS with whatever credentials the
+    environment holds. ``function``: a region and credentials must resolve.
+
+    Returns:
+        The region jobs are polled in (``function``: the function's, see
+        :func:`trainctl.submitter_client.function_region`; else ``region``).
+
+    Raises:
+        SweepError: one line naming what is missing.
+    """
+    from trainctl.submitter_client import SubmitError, function_region, lambda_client, require_local_endpoint
+
+    try:
+        if function:
+            lambda_client(function, region=region, environ=env)
+            return function_region(function, region, env)
+        require_local_endpoint(os.environ if env is None else env)
+    except SubmitError as exc:
+        raise SweepError(str(exc)) from None
+    return region
 
 
 def submit_configs(
@@ -821,12 +856,20 @@ def submit_configs(
     each one) unless ``dry_run``, which asks the submitter to validate and
     choose capacity only, and records nothing.
 
+    A submission that gets no answer is recorded as ``SubmitError`` with the
+    reason; when that reason would answer every request (endpoint, credentials,
+    permissions, function name), the remaining configurations are not sent and
+    stay ``Pending``.
+
     Returns:
         ``[{"config": id, "status", "training_job_name"?, "replayed"?, "reason"?}]`` per submission.
 
     Raises:
         SweepError: the in-process submitter's environment is incomplete.
+        SubmitError: the deployed function's region or credentials do not resolve.
     """
+    from trainctl.submitter_client import SubmitError
+
     todo = [c for c in sweep.configs if c.status in (PENDING, REJECTED, SUBMIT_ERROR)]
     answers: list[dict[str, Any]] = []
     progress = progress or make_progress(False)
@@ -844,9 +887,16 @@ def submit_configs(
                         f"the submitter's environment is incomplete: {exc}; source the env file of "
                         "`trainctl local-aws --env-file FILE`, or use --function NAME"
                     ) from None
-                answer.update(status=SUBMIT_ERROR, reason=f"{type(exc).__name__}: {exc}")
+                reason = str(exc) if isinstance(exc, SubmitError) else f"{type(exc).__name__}: {exc}"
+                answer.update(status=SUBMIT_ERROR, reason=reason)
                 if not dry_run:
-                    config.mark(SUBMIT_ERROR, answer["reason"])
+                    config.mark(SUBMIT_ERROR, reason)
+                    sweep.save()
+                answers.append(answer)
+                progress.advance(task)
+                if getattr(exc, "unavailable", False):
+                    break  # the same answer awaits every other configuration: they stay Pending for the next run
+                continue
             else:
                 status = response.get("status")
                 if status in ("submitted", "validated"):
@@ -1164,12 +1214,15 @@ def run_aws_sweep(
             nothing and write no state (the answers are in ``SweepResult.answers``).
 
     Raises:
-        SweepError, HyperparameterError: see :func:`plan_sweep`; an incomplete submitter environment.
+        SweepError, HyperparameterError: see :func:`plan_sweep`; in process without
+            ``AWS_ENDPOINT_URL`` (never real AWS, see :func:`check_submitter`); an
+            incomplete submitter environment; ``function``'s region or credentials missing.
     """
     sweep = plan_sweep(
         name, grid, mode="aws", base=base, set_values=set_values, sweeps_dir=sweeps_dir, env=env,
         submitter=function or "in-process",
     )
+    region = check_submitter(env, function, region)  # before any state is written or request sent
     if dry_run:
         answers = submit_configs(sweep, env=env, function=function, region=region, dry_run=True, progress=make_progress(progress))
         return SweepResult(sweep=sweep, directory=sweep.directory, answers=answers)
@@ -1202,6 +1255,7 @@ __all__ = [
     "SweepError",
     "SweepResult",
     "aws_client",
+    "check_submitter",
     "client_token_for",
     "expand",
     "job_name_for",

@@ -17,11 +17,23 @@ Header fields::
      "eod_token_id": 256,               # end-of-document token appended after each document (or null)
      "tokenizer": "byte-level" | "<tokenizer.json file name>",
      "tokenizer_sha256": "..." | null,  # of the tokenizer.json used
-     "sources": ["docs.txt", ...]}      # input files that went into this shard
+     "sources": ["docs.txt", ...],      # input files that went into this shard
+     "max_token_id": 255}               # optional: the largest id in the .bin (prepare_data writes it)
 
-Every shard of a dataset must agree on dtype, vocab_size, eod_token_id and
-tokenizer. Shards are memory-mapped (``numpy.memmap``); nothing is read until a
-window is sampled.
+Opening a dataset (:class:`TokenDataset`, which the entry point does before
+launching any worker) checks every field's type and range and raises
+:class:`DataError` naming the shard's header and the field (a header that is
+a directory, not JSON, or nested too deeply to parse is named the same way).
+It also checks that every token id is below ``vocab_size``: from
+``max_token_id`` when the header has it, else by scanning the ``.bin`` with
+numpy (16 Mi tokens per chunk; shards written before ``max_token_id``
+existed). The scan happens once, in the entry point: the workers open the
+data without it, because every batch they sample is checked too (one numpy
+max per batch, :meth:`DistributedSampler.batch`), which also catches a header
+that understates its largest id. Every shard of a dataset must agree on
+dtype, vocab_size, eod_token_id and tokenizer. Shards are memory-mapped
+(``numpy.memmap``); apart from that scan, nothing is read until a window is
+sampled.
 
 Sampling
 --------
@@ -30,13 +42,25 @@ Each shard of ``n`` tokens is cut into ``(n - 1) // seq_length`` windows of
 is the first ``seq_length`` tokens, the target the last ``seq_length``).
 Sample number ``g`` of the run is::
 
-    g = ((step * grad_accum + micro_step) * world_size + rank) * batch_size + row
+    g = samples_consumed(step) + (micro_step * world_size + rank) * batch_size + row
+    samples_consumed(step) = n0 + (step - s0) * batch_size * grad_accum * world_size
 
-so ranks read disjoint samples, and a step counter is the whole data
-position: resuming at step ``k`` continues exactly where the run stopped.
+with ``(s0, n0) = (0, 0)`` for a fresh run and the checkpoint's step and
+``samples_consumed`` for a resumed one (:meth:`DistributedSampler.start_at`).
+Ranks read disjoint samples, and the number of samples consumed is the whole
+data position: a run resumed with another world size (and the same global
+batch) reads exactly the samples the uninterrupted run would have read, none
+skipped and none twice.
 Epoch ``e = g // W`` (``W`` windows) visits the windows in the order of a
 permutation seeded by ``(seed, e)``; memory is 4 bytes per window
 (``W < 2**31``) or 8 above that.
+
+Fingerprint: :meth:`TokenDataset.fingerprint` hashes each shard's relative
+path, header fields that define its tokens, and its first
+``FINGERPRINT_TOKENS`` tokens (one small read per shard); checkpoints record
+it so a resume notices other data. It identifies a dataset, it does not hash
+its content: a shard rewritten with the same length and the same first tokens
+is not noticed.
 
 Byte-level fallback tokenizer: the UTF-8 bytes of the text (ids 0-255) and an
 end-of-document token 256; vocabulary 257.
@@ -47,6 +71,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +90,12 @@ BYTE_LEVEL_EOD = 256
 DEFAULT_SHARD_TOKENS = 1 << 26
 """64 Mi tokens per shard (128 MiB as uint16)."""
 EOD_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
+DTYPES: dict[str, int] = {"uint16": 1 << 16, "uint32": 1 << 32}
+"""Token dtypes of the shard format and how many ids each can hold."""
+SCAN_CHUNK_TOKENS = 1 << 24
+"""Tokens per numpy reduction when a shard without ``max_token_id`` is scanned."""
+FINGERPRINT_TOKENS = 64
+"""Leading tokens of each shard that go into the dataset fingerprint."""
 
 
 class DataError(ValueError):
@@ -81,9 +113,10 @@ class ShardHeader:
     tokenizer: str
     tokenizer_sha256: str | None = None
     sources: tuple[str, ...] = ()
+    max_token_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "dtype": self.dtype,
@@ -94,30 +127,63 @@ class ShardHeader:
             "tokenizer_sha256": self.tokenizer_sha256,
             "sources": list(self.sources),
         }
+        if self.max_token_id is not None:
+            out["max_token_id"] = self.max_token_id
+        return out
 
     @classmethod
     def from_json(cls, data: Any, where: Path) -> ShardHeader:
+        """Validate a parsed header.
+
+        Raises:
+            DataError: ``"<where>: header field '<name>': got <value>, expected <what>"``
+                for the first field that is missing, of the wrong type or out of range.
+        """
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise DataError(f"{where}: not a token-shard header (expected \"format\": \"{FORMAT}\")")
-        if data.get("version") != VERSION:
-            raise DataError(f"{where}: header version {data.get('version')!r}, this trainer reads version {VERSION}")
+
+        def bad(name: str, expected: str) -> DataError:
+            value = data[name] if name in data else "nothing (field missing)"
+            return DataError(f"{where}: header field {name!r}: got {value!r}, expected {expected}")
+
+        def integer(name: str, low: int, high: int | None, *, optional: bool = False) -> int | None:
+            value = data.get(name)
+            if value is None and optional:
+                return None
+            expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
+            # bool is an int subclass in Python; JSON true/false is not a count or a token id
+            if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value >= high):
+                raise bad(name, expected + (" or null" if optional else ""))
+            return value
+
+        if data.get("version") != VERSION or isinstance(data.get("version"), bool):
+            raise bad("version", f"{VERSION} (this trainer reads version {VERSION})")
         dtype = data.get("dtype")
-        if dtype not in ("uint16", "uint32"):
-            raise DataError(f"{where}: dtype {dtype!r}, expected uint16 or uint32")
-        try:
-            num_tokens = int(data["num_tokens"])
-            vocab_size = int(data["vocab_size"])
-        except (KeyError, TypeError, ValueError):
-            raise DataError(f"{where}: num_tokens and vocab_size must be integers") from None
-        eod = data.get("eod_token_id")
+        if dtype not in DTYPES:
+            raise bad("dtype", " or ".join(DTYPES))
+        num_tokens = integer("num_tokens", 0, None)
+        vocab_size = integer("vocab_size", 2, DTYPES[dtype] + 1)
+        assert num_tokens is not None and vocab_size is not None
+        eod = integer("eod_token_id", 0, vocab_size, optional=True)
+        tokenizer = data.get("tokenizer")
+        if not isinstance(tokenizer, str) or not tokenizer:
+            raise bad("tokenizer", f"a non-empty string ({BYTE_LEVEL!r} or a tokenizer.json file name)")
+        sha = data.get("tokenizer_sha256")
+        if sha is not None and not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+            raise bad("tokenizer_sha256", "64 lowercase hex digits or null")
+        sources = data.get("sources", [])
+        if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+            raise bad("sources", "a list of file names (strings)")
+        max_id = integer("max_token_id", 0, None, optional=True)  # checked against vocab_size with the tokens
         return cls(
             dtype=dtype,
             num_tokens=num_tokens,
             vocab_size=vocab_size,
-            eod_token_id=None if eod is None else int(eod),
-            tokenizer=str(data.get("tokenizer", "")),
-            tokenizer_sha256=data.get("tokenizer_sha256"),
-            sources=tuple(data.get("sources") or ()),
+            eod_token_id=eod,
+            tokenizer=tokenizer,
+            tokenizer_sha256=sha,
+            sources=tuple(sources),
+            max_token_id=max_id,
         )
 
 
@@ -227,6 +293,7 @@ class _ShardWriter:
         self.sources: list[str] = []
         self.index = 0
         self.written: list[Path] = []
+        self.max_token_id = 0
 
     def add(self, ids: np.ndarray, source: str) -> None:
         if source not in self.sources:
@@ -257,7 +324,9 @@ class _ShardWriter:
             tokenizer=self.tok.name,
             tokenizer_sha256=self.tok.sha256,
             sources=tuple(self.sources),
+            max_token_id=int(tokens.max()),
         )
+        self.max_token_id = max(self.max_token_id, int(header.max_token_id or 0))
         stem.with_suffix(".json").write_text(json.dumps(header.to_json(), indent=2) + "\n", encoding="utf-8")
         self.written.append(stem.with_suffix(".bin"))
         self.index += 1
@@ -274,6 +343,7 @@ class PreparedDataset:
     num_documents: int
     vocab_size: int
     tokenizer: str
+    max_token_id: int = 0
 
 
 def prepare_data(
@@ -286,8 +356,14 @@ def prepare_data(
 ) -> PreparedDataset:
     """Tokenize text or JSONL ``files`` into token shards in ``output_dir``.
 
+    The shards are written to a staging folder beside ``output_dir`` (not
+    inside: datasets are found recursively) and moved into place only when
+    every input has been read, so an error leaves the shards already there as
+    they were.
+
     Args:
-        output_dir: created if needed; existing ``shard-*`` files are replaced.
+        output_dir: created if needed; existing ``shard-*`` files are replaced
+            once the new shards are complete.
         files: ``.txt``/``.md``/any text (one document per file) or ``.jsonl``
             (one document per line, the ``text`` field).
         tokenizer_json: a local ``tokenizer.json`` (``tokenizers`` library);
@@ -303,55 +379,114 @@ def prepare_data(
         raise DataError("prepare_data needs at least one input file")
     if shard_tokens < 2:
         raise DataError(f"shard_tokens must be >= 2, got {shard_tokens}")
+    for file in files:
+        if not Path(file).is_file():
+            raise DataError(f"input file {file} does not exist")
+    tok = load_tokenizer(tokenizer_json, eod_token)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for old in list(out.glob("shard-*.bin")) + list(out.glob("shard-*.json")):
-        old.unlink()
-    tok = load_tokenizer(tokenizer_json, eod_token)
-    writer = _ShardWriter(out, tok, shard_tokens)
-    documents = 0
-    total = 0
-    for file in files:
-        path = Path(file)
-        if not path.is_file():
-            raise DataError(f"input file {path} does not exist")
-        for doc in iter_documents(path):
-            ids = tok.encode(doc)
-            if tok.eod_token_id is not None:
-                ids = np.append(ids, np.uint32(tok.eod_token_id))
-            if not ids.size:
-                continue
-            writer.add(ids, path.name)
-            documents += 1
-            total += int(ids.size)
-    writer.flush()
-    if not total:
-        raise DataError("the input files hold no text")
-    return PreparedDataset(out, tuple(writer.written), total, documents, int(tok.vocab_size), tok.name)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.prepare-data-", dir=out.resolve().parent))
+    try:
+        writer = _ShardWriter(staging, tok, shard_tokens)
+        documents = 0
+        total = 0
+        for file in files:
+            path = Path(file)
+            for doc in iter_documents(path):
+                ids = tok.encode(doc)
+                if tok.eod_token_id is not None:
+                    ids = np.append(ids, np.uint32(tok.eod_token_id))
+                if not ids.size:
+                    continue
+                writer.add(ids, path.name)
+                documents += 1
+                total += int(ids.size)
+        writer.flush()
+        if not total:
+            raise DataError("the input files hold no text")
+        new = {f.name for f in staging.iterdir()}
+        for old in list(out.glob("shard-*.bin")) + list(out.glob("shard-*.json")):
+            if old.name not in new:
+                old.unlink()
+        for name in sorted(new):  # each .bin before its .json: a header never points at a missing .bin
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    shards = tuple(out / p.name for p in writer.written)
+    return PreparedDataset(out, shards, total, documents, int(tok.vocab_size), tok.name, writer.max_token_id)
 
 
 # ---------------------------------------------------------------------------
 # Reading
 
 
+def largest_token_id(tokens: np.ndarray, chunk: int = SCAN_CHUNK_TOKENS) -> int:
+    """The largest id in ``tokens`` (a memmap is read ``chunk`` tokens at a time; 0 when empty)."""
+    largest = 0
+    for start in range(0, int(tokens.size), chunk):
+        largest = max(largest, int(tokens[start : start + chunk].max()))
+    return largest
+
+
+def _check_token_ids(bin_path: Path, header: ShardHeader, tokens: np.ndarray, *, scan: bool = True) -> int | None:
+    """The shard's largest id (header ``max_token_id``, else a scan; None without either);
+    raises when it is >= ``vocab_size``."""
+    if header.max_token_id is not None:
+        largest, how = header.max_token_id, "its header's max_token_id"
+    elif scan:
+        largest, how = largest_token_id(tokens), "scanned; the header has no max_token_id"
+    else:
+        return None
+    if largest >= header.vocab_size:
+        raise DataError(
+            f"{bin_path}: token id {largest} ({how}) is not below the header's vocab_size {header.vocab_size}; "
+            "the shard was written with another tokenizer or is corrupt (re-make it with `trainctl prepare-data`)"
+        )
+    return largest
+
+
 class TokenDataset:
     """Memory-mapped shards of a dataset directory (see the module docstring).
 
+    Args:
+        directory: searched recursively for ``*.json`` headers with a ``.bin`` beside them.
+        scan: scan the ``.bin`` of a shard whose header has no ``max_token_id``
+            (16 Mi tokens per numpy reduction). The entry point opens the data with
+            a scan before launching the workers; the workers open it without one
+            (``scan=False``), since :meth:`DistributedSampler.batch` checks every
+            batch's ids anyway, so an old shard is read once, not once per process.
+            A header's ``max_token_id`` is always checked.
+
     Raises:
-        DataError: no shards, a header/size mismatch, or shards that disagree.
+        DataError: no shards; a header that cannot be read (a directory, unreadable,
+            not JSON, nested too deep; names the file) or is malformed (names the
+            header file and the field); a ``.bin`` whose size is not the header's; a
+            token id >= ``vocab_size`` (names the shard, the largest id and the
+            vocabulary size); shards that disagree on dtype, vocab_size,
+            eod_token_id or tokenizer.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, scan: bool = True) -> None:
         self.directory = Path(directory)
         headers = sorted(p for p in self.directory.rglob("*.json") if p.with_suffix(".bin").is_file())
         self.headers: list[ShardHeader] = []
         self.tokens: list[np.memmap] = []
         self.paths: list[Path] = []
+        self.max_token_ids: list[int | None] = []
+        """Each shard's largest token id (its header's, or scanned; None: not scanned, ``scan=False``)."""
         for hpath in headers:
+            if not hpath.is_file():
+                raise DataError(
+                    f"{hpath}: a {'directory' if hpath.is_dir() else 'special file'}, not a token-shard header "
+                    f"(the header of {hpath.with_suffix('.bin').name} must be a JSON file); move it away or rename it"
+                )
             try:
                 data = json.loads(hpath.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise DataError(f"{hpath}: not a readable JSON header (expected a token-shard header)") from None
+            except RecursionError:
+                raise DataError(f"{hpath}: not a token-shard header (JSON nested too deeply to read)") from None
+            except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                detail = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
+                raise DataError(f"{hpath}: not a readable JSON header ({detail}; expected a token-shard header)") from None
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 continue  # some other JSON file next to a .bin: not ours
             header = ShardHeader.from_json(data, hpath)
@@ -364,7 +499,9 @@ class TokenDataset:
                     f"({header.num_tokens * itemsize} bytes); the shard is truncated or not this header's"
                 )
             if header.num_tokens:
-                self.tokens.append(np.memmap(bpath, dtype=np.dtype(header.dtype).newbyteorder("<"), mode="r"))
+                tokens = np.memmap(bpath, dtype=np.dtype(header.dtype).newbyteorder("<"), mode="r")
+                self.max_token_ids.append(_check_token_ids(bpath, header, tokens, scan=scan))
+                self.tokens.append(tokens)
                 self.headers.append(header)
                 self.paths.append(bpath)
         if not self.headers:
@@ -374,12 +511,37 @@ class TokenDataset:
             )
         first = self.headers[0]
         for path, h in zip(self.paths, self.headers):
-            if (h.dtype, h.vocab_size, h.eod_token_id, h.tokenizer) != (
-                first.dtype, first.vocab_size, first.eod_token_id, first.tokenizer
-            ):
-                raise DataError(
-                    f"{path}: shard disagrees with {self.paths[0]} on dtype/vocab_size/eod_token_id/tokenizer"
-                )
+            for name in ("dtype", "vocab_size", "eod_token_id", "tokenizer"):
+                if getattr(h, name) != getattr(first, name):
+                    raise DataError(
+                        f"{path}: {name} {getattr(h, name)!r} disagrees with {getattr(first, name)!r} of {self.paths[0]}; "
+                        "every shard of a dataset must come from the same tokenizer"
+                    )
+        self._fingerprint: dict[str, Any] | None = None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies this dataset (see the module docstring); computed once.
+
+        Returns:
+            ``{"sha256": hex, "shards": int, "num_tokens": int, "vocab_size": int, "tokenizer": str}``.
+        """
+        if self._fingerprint is None:
+            digest = hashlib.sha256()
+            for path, header, tokens in zip(self.paths, self.headers, self.tokens):
+                fields = [
+                    path.relative_to(self.directory).as_posix(), header.dtype, header.num_tokens, header.vocab_size,
+                    header.eod_token_id, header.tokenizer, header.tokenizer_sha256,
+                ]
+                digest.update(json.dumps(fields).encode("utf-8"))
+                digest.update(np.asarray(tokens[:FINGERPRINT_TOKENS], dtype="<u4").tobytes())
+            self._fingerprint = {
+                "sha256": digest.hexdigest(),
+                "shards": len(self.headers),
+                "num_tokens": self.num_tokens,
+                "vocab_size": self.vocab_size,
+                "tokenizer": self.tokenizer,
+            }
+        return dict(self._fingerprint)
 
     @property
     def vocab_size(self) -> int:
@@ -417,15 +579,46 @@ class _RankBatches:
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
+        self._origin = (0, 0)  # (step, samples consumed before it): a fresh run
 
     @property
     def samples_per_step(self) -> int:
-        """Samples consumed by all ranks in one optimizer step."""
+        """Samples consumed by all ranks in one optimizer step (the global batch, in sequences)."""
         return self.grad_accum * self.world_size * self.batch_size
+
+    def start_at(self, step: int, samples_consumed: int) -> None:
+        """Continue a run whose first ``step`` optimizer steps consumed ``samples_consumed`` samples.
+
+        The earlier steps may have used another world size or micro-batch
+        layout: the position is a count of samples, so sample
+        ``samples_consumed`` is the next one read, whatever the layout.
+
+        Raises:
+            ValueError: a negative step or sample count.
+        """
+        if step < 0 or samples_consumed < 0:
+            raise ValueError(f"start_at(step={step}, samples_consumed={samples_consumed}): both must be >= 0")
+        self._origin = (int(step), int(samples_consumed))
+
+    def samples_consumed(self, step: int) -> int:
+        """Samples read by the whole run before optimizer step ``step`` (0-based) starts.
+
+        Raises:
+            ValueError: ``step`` before the step this sampler started at.
+        """
+        origin_step, origin_samples = self._origin
+        if step < origin_step:
+            raise ValueError(f"step {step} is before step {origin_step}, where this run's data position starts")
+        return origin_samples + (step - origin_step) * self.samples_per_step
+
+    def sample_indices(self, step: int, micro_step: int) -> np.ndarray:
+        """Global sample numbers of this rank's micro-batch (``step`` counts from 0)."""
+        base = self.samples_consumed(step) + (micro_step * self.world_size + self.rank) * self.batch_size
+        return np.arange(base, base + self.batch_size, dtype=np.int64)
 
 
 class DistributedSampler(_RankBatches):
-    """Deterministic, disjoint windows per rank; the position is the step counter.
+    """Deterministic, disjoint windows per rank; the position is the number of samples consumed.
 
     Args:
         dataset: the shards.
@@ -474,11 +667,6 @@ class DistributedSampler(_RankBatches):
         assert self._perm is not None
         return self._perm
 
-    def sample_indices(self, step: int, micro_step: int) -> np.ndarray:
-        """Global sample numbers of this rank's micro-batch (``step`` counts from 0)."""
-        base = ((step * self.grad_accum + micro_step) * self.world_size + self.rank) * self.batch_size
-        return np.arange(base, base + self.batch_size, dtype=np.int64)
-
     def window(self, sample: int) -> np.ndarray:
         """The ``seq_length + 1`` tokens of global sample number ``sample``."""
         epoch, pos = divmod(int(sample), self.num_windows)
@@ -488,8 +676,38 @@ class DistributedSampler(_RankBatches):
         return np.asarray(self.dataset.tokens[shard][offset : offset + self.seq_length + 1], dtype=np.int64)
 
     def batch(self, step: int, micro_step: int) -> np.ndarray:
-        """``[batch_size, seq_length + 1]`` int64 tokens for (``step``, ``micro_step``)."""
-        return np.stack([self.window(g) for g in self.sample_indices(step, micro_step)])
+        """``[batch_size, seq_length + 1]`` int64 tokens for (``step``, ``micro_step``).
+
+        Every id is checked against the data's ``vocab_size`` (one numpy max per
+        batch): a shard whose header understates its ids, or an old shard the
+        worker did not scan, fails here with the shard named instead of inside
+        the embedding ("index out of range in self").
+
+        Raises:
+            DataError: an id >= ``vocab_size``; names the shard, the token's
+                position in it, the id and the vocabulary size.
+        """
+        samples = self.sample_indices(step, micro_step)
+        tokens = np.stack([self.window(g) for g in samples])
+        if tokens.size and int(tokens.max()) >= self.dataset.vocab_size:
+            row = int(np.argmax(tokens.max(axis=1) >= self.dataset.vocab_size))
+            raise self._out_of_vocabulary(int(samples[row]), tokens[row])
+        return tokens
+
+    def _out_of_vocabulary(self, sample: int, tokens: np.ndarray) -> DataError:
+        epoch, pos = divmod(sample, self.num_windows)
+        w = int(self._permutation(epoch)[pos])
+        shard = int(np.searchsorted(self._starts, w, side="right") - 1)
+        column = int(np.argmax(tokens >= self.dataset.vocab_size))
+        offset = (w - int(self._starts[shard])) * self.seq_length + column
+        header = self.dataset.headers[shard]
+        claim = (f"its header's max_token_id says {header.max_token_id}" if header.max_token_id is not None
+                 else "its header has no max_token_id")
+        return DataError(
+            f"{self.dataset.paths[shard]}: token id {int(tokens[column])} at token {offset} is not below the "
+            f"vocabulary size {self.dataset.vocab_size} (the header's vocab_size; {claim}); the shard is corrupt or "
+            "its header is wrong (re-make it with `trainctl prepare-data`)"
+        )
 
 
 class SyntheticSampler(_RankBatches):
@@ -536,6 +754,7 @@ __all__ = [
     "SyntheticSampler",
     "TokenDataset",
     "iter_documents",
+    "largest_token_id",
     "load_tokenizer",
     "prepare_data",
     "resolve_vocab_size",

@@ -27,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,15 @@ CPU_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 FP8_SCALINGS: tuple[str, ...] = ("current", "delayed")
 """TransformerEngine fp8 scaling for ``precision=fp8``: per-tensor current
 scaling (default) or delayed scaling with an amax history."""
+
+QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
+    "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "
+    "quantized weights sharded by FSDP2 (FusedAdam support for FSDP2-sharded quantized weights and optimizer "
+    "state as DTensors arrived in TransformerEngine 2.14, DCP loading in 2.16; nvfp4 weights have no FSDP2 "
+    "all-gather), so weights are kept in high precision with quantized copies"
+)
+"""Why ``quantized_model_init=true`` is refused (the trainer, the entry point, the submitter and the
+planner all apply it through :func:`validate`); ``None`` once the trainer image supports it."""
 
 ACTIVATION_CHECKPOINTING: tuple[str, ...] = ("off", "full")
 """``full`` recomputes every transformer block in backward."""
@@ -116,6 +126,7 @@ class Hyperparameters:
     seed: int = 1234
     # data
     synthetic_data: bool = False
+    allow_data_change: bool = False  # resume although the data stream changed (training.checkpoint.compare_runs)
     # checkpoints and logging
     checkpoint_interval: int = 500
     keep_checkpoints: int = 3
@@ -163,7 +174,7 @@ SPECS: dict[str, _Spec] = {
     "vocab_size": _Spec(int, minimum=2, maximum=1 << 20, optional=True, help="vocabulary size (default: the preset's, or the data's rounded up to 128 if larger)"),
     "precision": _Spec(str, choices=PRECISIONS, help="training precision"),
     "fp8_scaling": _Spec(str, choices=FP8_SCALINGS, help="fp8 scaling recipe (precision=fp8)"),
-    "quantized_model_init": _Spec(bool, help="store weights quantized (TransformerEngine quantized model init)"),
+    "quantized_model_init": _Spec(bool, help="store weights quantized (TransformerEngine quantized model init; refused with the current image)"),
     "batch_size": _Spec(int, minimum=1, maximum=4096, help="micro-batch, sequences per GPU"),
     "seq_length": _Spec(int, minimum=8, maximum=1 << 20, help="tokens per sequence"),
     "gradient_accumulation_steps": _Spec(int, minimum=1, maximum=4096, help="micro-batches per optimizer step"),
@@ -181,6 +192,7 @@ SPECS: dict[str, _Spec] = {
     "max_grad_norm": _Spec(float, minimum=0.0, maximum=1e6, help="gradient clipping norm (0: off)"),
     "seed": _Spec(int, minimum=0, maximum=2**31 - 1, help="random seed"),
     "synthetic_data": _Spec(bool, help="random tokens instead of the train channel (benchmarks)"),
+    "allow_data_change": _Spec(bool, help="resume a checkpoint although its training data, seq_length or seed differ (else refused)"),
     "checkpoint_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between checkpoints"),
     "keep_checkpoints": _Spec(int, minimum=1, maximum=1000, help="complete checkpoints kept"),
     "log_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between metric lines"),
@@ -208,6 +220,13 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+_ASCII_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+"""Integers as text: ASCII decimal digits with an optional sign (Python's ``int`` also accepts
+underscores and any Unicode decimal digit, which no other reader of these values does)."""
+_ASCII_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+"""Numbers as text: ASCII decimal notation with an optional exponent (``3e-4``, ``0.0003``, ``1.``)."""
+
+
 def _unquote(raw: str) -> str:
     """Undo the JSON quoting older SageMaker SDKs apply (``'"mxfp8"'`` -> ``mxfp8``)."""
     text = raw.strip()
@@ -223,6 +242,9 @@ def _unquote(raw: str) -> str:
 
 def coerce(name: str, value: Any) -> Any:
     """Convert one raw value (string or JSON scalar) to the field's type.
+
+    Numbers given as text must be ASCII decimal (``"8"``, ``"+8"``, ``"3e-4"``):
+    ``"1_0"`` and other scripts' digits (``"٨"``) are refused, not read as 10 or 8.
 
     Raises:
         HyperparameterError: unknown name, wrong type, out of range.
@@ -255,14 +277,13 @@ def coerce(name: str, value: Any) -> Any:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, str):
-            try:
-                value = int(value, 10)
-            except ValueError:
-                raise HyperparameterError(name, raw, spec.expected()) from None
+            if not _ASCII_INT_RE.fullmatch(value):  # int() also takes "1_0" and non-ASCII digits ("٨")
+                raise HyperparameterError(name, raw, spec.expected())
+            value = int(value, 10)
         if not isinstance(value, int):
             raise HyperparameterError(name, raw, spec.expected())
     elif spec.kind is float:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, str) and not _ASCII_FLOAT_RE.fullmatch(value)):
             raise HyperparameterError(name, raw, spec.expected())
         try:
             value = float(value)
@@ -294,7 +315,8 @@ def parse(values: Mapping[str, Any], *, base: Hyperparameters | None = None) -> 
     """Build :class:`Hyperparameters` from raw values over ``base`` (default: the defaults).
 
     Keys may be snake_case or the guide's kebab/upper forms (``seq-length``,
-    ``SEQ_LENGTH``). Cross-field rules are checked after every field parses.
+    ``SEQ_LENGTH``). Cross-field rules are checked after every field parses;
+    their errors say which of the values involved were not given (defaults).
 
     Raises:
         HyperparameterError: the first invalid field.
@@ -304,26 +326,50 @@ def parse(values: Mapping[str, Any], *, base: Hyperparameters | None = None) -> 
         name = normalise_name(key)
         parsed[name] = coerce(name, value)
     hp = dataclasses.replace(base or Hyperparameters(), **parsed)
-    validate(hp)
+    validate(hp, given=parsed.keys())
     return hp
 
 
-def validate(hp: Hyperparameters) -> None:
+def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> None:
     """Cross-field rules.
 
+    Args:
+        given: the names the caller set. A value involved in a failed rule that
+            is not among them and equals its default is named as a default in
+            the error (``warmup_steps`` is 100 unless set, so ``max_steps=10``
+            alone fails on it). None: no such notes.
+
     Raises:
-        HyperparameterError: naming the field to change.
+        HyperparameterError: naming the field to change; ``expected`` adds which
+            of the values were defaults.
     """
+    defaults = Hyperparameters()
+
+    def defaulted(*names: str) -> str:
+        if given is None:
+            return ""
+        notes = [
+            f"{name}={format_value(getattr(hp, name))} is its default (not set)"
+            for name in names
+            if name not in given and getattr(hp, name) == getattr(defaults, name)
+        ]
+        return "; " + "; ".join(notes) if notes else ""
+
     if hp.min_learning_rate > hp.learning_rate:
         raise HyperparameterError(
-            "min_learning_rate", hp.min_learning_rate, f"<= learning_rate ({hp.learning_rate:g})"
+            "min_learning_rate", hp.min_learning_rate,
+            f"<= learning_rate ({hp.learning_rate:g})" + defaulted("min_learning_rate", "learning_rate"),
         )
     if hp.warmup_steps > hp.max_steps:
-        raise HyperparameterError("warmup_steps", hp.warmup_steps, f"<= max_steps ({hp.max_steps})")
+        raise HyperparameterError(
+            "warmup_steps", hp.warmup_steps, f"<= max_steps ({hp.max_steps})" + defaulted("warmup_steps", "max_steps")
+        )
     if hp.quantized_model_init and hp.precision not in ("fp8", "mxfp8", "nvfp4"):
         raise HyperparameterError(
             "quantized_model_init", True, f"false unless precision is fp8, mxfp8 or nvfp4 (got precision={hp.precision})"
         )
+    if hp.quantized_model_init and QUANTIZED_MODEL_INIT_REFUSAL is not None:
+        raise HyperparameterError("quantized_model_init", True, QUANTIZED_MODEL_INIT_REFUSAL)
 
 
 def normalise_name(key: str) -> str:
@@ -370,6 +416,7 @@ __all__ = [
     "GUIDE_DEFAULT_REQUEST",
     "MODEL_PRESETS",
     "PRECISIONS",
+    "QUANTIZED_MODEL_INIT_REFUSAL",
     "SHARDING_STRATEGIES",
     "SPECS",
     "Hyperparameters",

@@ -35,10 +35,26 @@ in chunks of tokens whose logits are recomputed in backward: at most
 
 Canonical parameter names (the torch-native names) are what the final
 safetensors export uses; :func:`canonical_name` maps TE names to them.
+
+Rotary angles reach every block in fp32: ``GPT.forward`` computes them in
+fp32 and passes them to each block as an argument, and
+:mod:`training.parallelize` tells FSDP2 not to cast the blocks' forward
+inputs (its ``MixedPrecisionPolicy`` would otherwise round them to bf16: at
+position 8191 bf16's spacing is 32, so an angle could move by up to 16
+radians). The hidden state needs no cast: it comes out of the token
+embedding, whose weight FSDP2 already all-gathers in the compute dtype.
+
+Initial weights (:meth:`GPT.init_weights`) are a function of the seed and
+each parameter's canonical name only: every parameter is drawn whole from its
+own generator (seeded from ``(seed, canonical name)``) and each rank keeps its
+shard of it. So a model sharded over any number of ranks starts equal to the
+unsharded one (on the same device type), and the TE and torch-native
+backends start from the same values.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -181,6 +197,7 @@ class TEBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, rope_angles_sb11d: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[batch, seq, hidden]`` (compute dtype); ``rope_angles_sb11d`` ``[seq, 1, 1, head_dim]`` fp32 radians."""
         return self.layer(x, rotary_pos_emb=rope_angles_sb11d)
 
 
@@ -244,6 +261,7 @@ class GPT(nn.Module):
         self._rope_cache: dict[tuple[int, str], Any] = {}
 
     def _rope(self, seq_length: int, device: torch.device) -> Any:
+        """The blocks' rotary input, fp32: TE ``[s, 1, 1, d]`` angles, or torch ``(cos, sin)`` ``[s, d]``."""
         key = (seq_length, str(device))
         cached = self._rope_cache.get(key)
         if cached is None:
@@ -266,41 +284,79 @@ class GPT(nn.Module):
         return chunked_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten())
 
     @torch.no_grad()
-    def init_weights(self) -> None:
-        """Initialise every parameter (also after ``to_empty`` from the meta device).
+    def init_weights(self, seed: int | None = None) -> None:
+        """Initialise every parameter (also after ``to_empty`` from the meta device, and after sharding).
 
         Linear weights N(0, 0.02), residual output projections (attention
         ``proj``, ``fc2``) N(0, 0.02 / sqrt(2 L)) (GPT-2), biases 0, LayerNorm
-        1/0, embedding and head N(0, 0.02). TE blocks: ``reset_parameters()``
-        with the same init methods (given at construction).
+        1/0, embedding and head N(0, 0.02), on both backends (TE blocks by
+        canonical name). Each parameter is drawn whole, in fp32, from a
+        generator on its device seeded by :func:`parameter_seed` ``(seed,
+        canonical name)``, then cast to its dtype; a sharded parameter
+        (DTensor, FSDP2/HSDP) keeps this rank's shard of that full tensor. The
+        values therefore do not depend on the number of ranks, the sharding or
+        the order of initialisation. Transient memory: one full parameter.
+
+        Args:
+            seed: the run's seed. Default: ``torch.initial_seed()`` (what
+                ``torch.manual_seed`` set).
         """
+        base = torch.initial_seed() if seed is None else int(seed)
         std_out = INIT_STD / math.sqrt(2.0 * self.config.num_layers)
-        nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=INIT_STD)
-        nn.init.normal_(self.output.weight, mean=0.0, std=INIT_STD)
-        nn.init.ones_(self.norm.weight)
-        nn.init.zeros_(self.norm.bias)
-        for wrapped in self.layers:
-            block = getattr(wrapped, "_checkpoint_wrapped_module", wrapped)  # activation checkpointing wrapper
-            if isinstance(block, TransformerBlock):
-                for norm in (block.attention_norm, block.ffn_norm):
-                    nn.init.ones_(norm.weight)
-                    nn.init.zeros_(norm.bias)
-                for linear, std in (
-                    (block.attention.qkv, INIT_STD),
-                    (block.attention.proj, std_out),
-                    (block.feed_forward.fc1, INIT_STD),
-                    (block.feed_forward.fc2, std_out),
-                ):
-                    nn.init.normal_(linear.weight, mean=0.0, std=std)
-                    nn.init.zeros_(linear.bias)
-            else:
-                for module in block.modules():
-                    if module is not block and hasattr(module, "reset_parameters"):
-                        module.reset_parameters()
+        for name, param in self.named_parameters():
+            canonical = canonical_name(name)
+            assert canonical is not None  # _extra_state is not a parameter
+            _fill_parameter(param, _init_rule(canonical, std_out), parameter_seed(base, canonical))
 
     def num_parameters(self) -> int:
         """Parameters (DTensor-aware: counts the full, unsharded sizes)."""
         return sum(p.numel() for p in self.parameters())
+
+
+def parameter_seed(seed: int, name: str) -> int:
+    """The generator seed of parameter ``name`` (canonical) in a run seeded ``seed``: the first 63 bits
+    of SHA-256 of ``"<seed>/<name>"`` (stable across processes, Python versions and machines)."""
+    digest = hashlib.sha256(f"{int(seed)}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+_ONES = "ones"
+_ZEROS = "zeros"
+
+
+def _init_rule(canonical: str, std_out: float) -> str | float:
+    """``"ones"``, ``"zeros"`` or the standard deviation of the normal init of a canonical parameter name."""
+    leaf = canonical.rsplit(".", 2)
+    module, kind = (leaf[-2] if len(leaf) > 1 else ""), leaf[-1]
+    if module in ("norm", "attention_norm", "ffn_norm"):
+        return _ONES if kind == "weight" else _ZEROS
+    if kind == "bias":
+        return _ZEROS
+    if module in ("proj", "fc2"):
+        return std_out
+    return INIT_STD  # tok_embeddings, output, qkv, fc1
+
+
+def _fill_parameter(param: torch.Tensor, rule: str | float, seed: int) -> None:
+    """Write the full-tensor init ``rule`` into ``param`` (its local shard when it is a DTensor)."""
+    if rule == _ONES:
+        param.fill_(1.0)
+        return
+    if rule == _ZEROS:
+        param.zero_()
+        return
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    device = param.device
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    full = torch.empty(tuple(param.shape), dtype=torch.float32, device=device)
+    full.normal_(mean=0.0, std=float(rule), generator=generator)
+    full = full.to(param.dtype)
+    if isinstance(param, DTensor):
+        # src_data_rank=None: every rank cuts its own shard from its identical full tensor (no communication)
+        full = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+    param.copy_(full)
 
 
 def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -335,14 +391,12 @@ def build_model(
     *,
     backend: str = "torch",
     device: str | torch.device = "cpu",
-    te_params_dtype: torch.dtype = torch.float32,
 ) -> GPT:
     """Build the model on ``device`` (``"meta"`` for deferred init; see :meth:`GPT.init_weights`).
 
     Args:
-        backend: ``"torch"`` (native) or ``"te"`` (TransformerEngine blocks, CUDA/meta only).
-        te_params_dtype: TE ``params_dtype`` (fp32 master weights by default;
-            bf16 under quantized model init).
+        backend: ``"torch"`` (native) or ``"te"`` (TransformerEngine blocks, CUDA/meta only;
+            fp32 ``params_dtype``: FSDP2 keeps fp32 master shards).
 
     Raises:
         ValueError: unknown backend, or ``te`` on a CPU device.
@@ -352,7 +406,7 @@ def build_model(
     elif backend == "te":
         if torch.device(device).type == "cpu":
             raise ValueError("backend='te' needs a CUDA (or meta) device; use backend='torch' on CPU")
-        factory = lambda i: TEBlock(config, i + 1, device=device, params_dtype=te_params_dtype)  # noqa: E731
+        factory = lambda i: TEBlock(config, i + 1, device=device, params_dtype=torch.float32)  # noqa: E731
     else:
         raise ValueError(f"backend {backend!r}: expected 'torch' or 'te'")
     with torch.device(device):
@@ -458,6 +512,7 @@ __all__ = [
     "canonical_state_dict",
     "chunked_cross_entropy",
     "load_pretrained",
+    "parameter_seed",
     "rope_angles",
     "save_pretrained",
     "transformer_engine_available",

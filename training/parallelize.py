@@ -10,7 +10,11 @@ head stay in the root's FSDP unit).
   scaling state consistent during the recompute.
 * FSDP2 mixed precision: parameters all-gathered in the precision's compute
   dtype (bf16/fp16), gradients reduce-scattered in fp32, fp32 sharded master
-  parameters (what AdamW steps). fp32: no cast.
+  parameters (what AdamW steps). fp32: no cast. The blocks' forward inputs are
+  not cast (``cast_forward_inputs=False``): their second input is the rotary
+  table, which must stay fp32 (:mod:`training.model`), and their hidden state
+  already is in the compute dtype (it comes from the embedding, whose weight
+  the root unit all-gathers in that dtype).
 * ``reshard_after_forward``: free the gathered parameters after each block's
   forward (ZeRO-3 memory) or keep them until backward (ZeRO-2-like, less
   all-gather traffic). The last block is never resharded after forward: its
@@ -19,6 +23,19 @@ head stay in the root's FSDP unit).
   ``(dp_replicate=nodes, dp_shard=GPUs per node)``: parameters are sharded
   within a node (NVLink) and replicated across nodes, so only the gradient
   all-reduce crosses EFA.
+* Materialisation (:func:`materialize`): the model is built on the meta device,
+  sharded, then allocated and initialised shard by shard
+  (:meth:`training.model.GPT.init_weights`: each rank keeps its shard of the
+  full initial tensor, so the sharded model equals the unsharded one).
+* Python attributes on TE parameters: ``fully_shard`` replaces every
+  Parameter object (a DTensor shard), and so does TE's ``reset_parameters``
+  in :func:`materialize` (TransformerEngine 2.10 ``module/base.py``
+  ``reset_parameters``: ``setattr(self, name, nn.Parameter(DTensor.from_local(...)))``;
+  TE's own subclasses then set their parallelism attributes again on the new
+  objects). Attributes found on the block parameters before sharding are put
+  back after ``fully_shard`` and again after ``reset_parameters`` (where TE did
+  not set them itself), so the Parameters the optimizer and FSDP2's lazy
+  initialisation adopt carry them.
 """
 
 from __future__ import annotations
@@ -81,40 +98,50 @@ def _custom_param_attrs(module: nn.Module) -> dict[str, dict[str, Any]]:
     return attrs
 
 
+_PARAM_ATTRS = "_block_param_attrs"
+"""Attribute of the model holding :func:`_custom_param_attrs` from before ``fully_shard`` (for :func:`materialize`)."""
+
+
 def _restore_param_attrs(module: nn.Module, attrs: dict[str, dict[str, Any]]) -> None:
+    """Set ``attrs`` on ``module``'s current Parameters, leaving alone what a Parameter already has (TE's own)."""
     for name, param in module.named_parameters():
         for key, value in attrs.get(name, {}).items():
-            setattr(param, key, value)
+            if not hasattr(param, key):
+                setattr(param, key, value)
 
 
-def apply_fsdp(
-    model: GPT,
-    mesh: DeviceMesh,
-    precision: PrecisionPlan,
-    *,
-    reshard_after_forward: bool,
-    quantized_blocks: bool = False,
-) -> GPT:
-    """``fully_shard`` each block, then the root.
+def block_policy(precision: PrecisionPlan) -> MixedPrecisionPolicy:
+    """The FSDP2 policy of each block: the precision's dtypes, forward inputs left as they are.
 
-    Args:
-        quantized_blocks: TE blocks built under quantized model init hold
-            quantized weights that FSDP2 all-gathers as they are (no cast policy
-            for the blocks; TE's FusedAdam keeps the fp32 master copies).
+    ``cast_forward_inputs=False`` keeps the rotary table fp32 (FSDP2's default
+    casts every floating-point forward argument to ``param_dtype``).
     """
-    mp = (
-        MixedPrecisionPolicy(param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype)
-        if precision.mixed
-        else MixedPrecisionPolicy()
+    if not precision.mixed:
+        return MixedPrecisionPolicy(cast_forward_inputs=False)
+    return MixedPrecisionPolicy(
+        param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype, cast_forward_inputs=False
     )
-    block_mp = MixedPrecisionPolicy(reduce_dtype=precision.reduce_dtype) if quantized_blocks else mp
+
+
+def root_policy(precision: PrecisionPlan) -> MixedPrecisionPolicy:
+    """The FSDP2 policy of the root unit (embedding, final norm, head); its inputs are token ids (integers)."""
+    if not precision.mixed:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype)
+
+
+def apply_fsdp(model: GPT, mesh: DeviceMesh, precision: PrecisionPlan, *, reshard_after_forward: bool) -> GPT:
+    """``fully_shard`` each block (:func:`block_policy`), then the root (:func:`root_policy`)."""
     attrs = _custom_param_attrs(model) if model.backend == "te" else {}
     last = len(model.layers) - 1
     for i, block in enumerate(model.layers):
-        fully_shard(block, mesh=mesh, mp_policy=block_mp, reshard_after_forward=reshard_after_forward and i < last)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+        fully_shard(
+            block, mesh=mesh, mp_policy=block_policy(precision), reshard_after_forward=reshard_after_forward and i < last
+        )
+    fully_shard(model, mesh=mesh, mp_policy=root_policy(precision), reshard_after_forward=reshard_after_forward)
     if attrs:
         _restore_param_attrs(model, attrs)
+        setattr(model, _PARAM_ATTRS, attrs)  # a plain attribute, for materialize()
     return model
 
 
@@ -125,29 +152,46 @@ def parallelize(
     precision: PrecisionPlan,
     activation_checkpointing: str,
     reshard_after_forward: bool,
-    quantized_blocks: bool = False,
 ) -> GPT:
     """Activation checkpointing, then FSDP2 (see the module docstring)."""
     apply_activation_checkpointing(model, activation_checkpointing)
-    return apply_fsdp(
-        model, mesh, precision, reshard_after_forward=reshard_after_forward, quantized_blocks=quantized_blocks
-    )
+    return apply_fsdp(model, mesh, precision, reshard_after_forward=reshard_after_forward)
 
 
-def materialize(model: GPT, device: torch.device) -> None:
+def materialize(model: GPT, device: torch.device, *, seed: int | None = None) -> None:
     """Allocate a meta-device model's (sharded) parameters on ``device`` and initialise them.
 
-    Torch modules: ``to_empty`` then :meth:`GPT.init_weights`. TransformerEngine
-    blocks are left to their own ``reset_parameters()`` (called by
-    ``init_weights``), which materialises meta DTensor shards on the GPU,
-    quantized ones included, as TransformerEngine's FSDP2 tests do.
+    Torch modules: ``to_empty``. TransformerEngine blocks: each TE module's own
+    ``reset_parameters()`` allocates its meta DTensor shards on the GPU (as
+    TransformerEngine's FSDP2 tests do); it also fills them from the same seed
+    on every rank, so every shard would start as the same rows, and it replaces
+    the Parameter objects, so the attributes :func:`apply_fsdp` recorded are
+    set again on the new ones. Then :meth:`GPT.init_weights` writes every
+    parameter's values (each rank its shard of the full tensor), on both
+    backends.
+
+    Args:
+        seed: the run's seed (default ``torch.initial_seed()``).
     """
     if model.backend == "te":
         for module in (model.tok_embeddings, model.norm, model.output):
             module.to_empty(device=device)
+        for wrapped in model.layers:
+            for module in wrapped.modules():
+                if module is not wrapped and hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+        _restore_param_attrs(model, getattr(model, _PARAM_ATTRS, {}))
     else:
         model.to_empty(device=device)
-    model.init_weights()
+    model.init_weights(seed)
 
 
-__all__ = ["apply_activation_checkpointing", "apply_fsdp", "build_mesh", "materialize", "parallelize"]
+__all__ = [
+    "apply_activation_checkpointing",
+    "apply_fsdp",
+    "block_policy",
+    "build_mesh",
+    "materialize",
+    "parallelize",
+    "root_policy",
+]

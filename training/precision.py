@@ -20,10 +20,20 @@ Device rules, checked before step 1 (:func:`check_supported`): on CPU only
 fp32 and bf16 run; on CUDA the GPU must support the precision
 (:func:`planner.catalogue.supports_precision` for catalogue GPUs; otherwise
 compute capability: fp8 >= 8.9, mxfp8/nvfp4 10.x), and fp8/mxfp8/nvfp4 need
-TransformerEngine. TE API names follow TransformerEngine 2.x
-(``transformer_engine.common.recipe``, ``te.autocast`` /
-``te.quantized_model_init``; the older ``fp8_autocast`` / ``fp8_model_init``
-names are used when the new ones are absent).
+TransformerEngine. TE API names follow TransformerEngine 2.10, the version
+of the trainer image (``transformer_engine.common.recipe``, ``te.autocast``;
+the older ``fp8_autocast`` is used when ``autocast`` is absent). Weights are
+never stored quantized: TE 2.10 cannot train FSDP2-sharded quantized weights
+(:data:`training.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL`).
+
+Resuming a TE precision: each TE module's ``_extra_state`` (the recipe and,
+for delayed scaling, the scales and amax history) is saved with the model and
+restored by :mod:`training.checkpoint` (see ``size_extra_state``). A resume
+under another recipe (allowed) restores the saved one, and TE replaces it at
+the first step under the new recipe (TE 2.10 ``module/base.py``:
+``init_fp8_metadata`` takes the autocast's recipe and ``set_meta_tensor``
+builds a fresh scaling state when the kind differs); bf16/fp16/fp32 steps run
+outside ``te.autocast``, and TE then saves no fp8 state.
 """
 
 from __future__ import annotations
@@ -31,12 +41,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from training.environment import GPUUnavailable, ResourceConfig, expected_gpus, gpus_missing_reason
 from training.hyperparameters import CPU_PRECISIONS, HyperparameterError
 
 TE_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
@@ -211,26 +221,39 @@ def autocast(precision: str, recipe: Any, *, amax_reduction_group: Any = None) -
             if group_kw is not None:
                 kwargs[group_kw] = amax_reduction_group
         stack.enter_context(te.autocast(**kwargs))
-    else:  # TE < 2.8
+    else:  # TE < 2.9
         stack.enter_context(te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=amax_reduction_group))
     return stack
 
 
-@contextlib.contextmanager
-def quantized_model_init(enabled: bool, recipe: Any) -> Iterator[None]:
-    """TE's quantized model init (weights stored quantized, no high-precision copy) when ``enabled``."""
-    if not enabled:
-        yield
-        return
-    import transformer_engine.pytorch as te
+def require_cuda(resource: ResourceConfig) -> None:
+    """Refuse to train on the CPU on a GPU instance (before any process group or model exists).
 
-    ctx = getattr(te, "quantized_model_init", None)
-    if ctx is not None:
-        with ctx(enabled=True, recipe=recipe):
-            yield
-    else:  # TE < 2.8
-        with te.fp8_model_init(enabled=True, recipe=recipe):
-            yield
+    SageMaker names the host's instance type in ``resourceconfig.json``
+    (``current_instance_type``); when the catalogue gives it GPUs and
+    ``torch.cuda.is_available()`` is false (e.g. a driver older than the
+    image's CUDA without NVIDIA's forward-compatibility start-up), the trainer
+    would otherwise fall back to gloo on the CPU and run for days.
+
+    Raises:
+        training.environment.GPUUnavailable: naming the instance type, its GPU
+            count and CUDA's own reason (``torch.cuda.init()``'s error).
+    """
+    expected = expected_gpus(resource)
+    if not expected or torch.cuda.is_available():
+        return
+    try:
+        torch.cuda.init()
+        detail = "torch.cuda.is_available() is false"
+    except Exception as exc:  # noqa: BLE001 - CUDA's own words are the diagnosis
+        detail = " ".join(str(exc).split())[:300]
+    built = torch.version.cuda or "none (a CPU-only build)"
+    raise GPUUnavailable(
+        gpus_missing_reason(
+            resource.current_instance_type or "", expected, "CUDA is not usable in this process",
+            f"{detail}; PyTorch {torch.__version__} built for CUDA {built}",
+        )
+    )
 
 
 class DynamicLossScaler:
@@ -285,6 +308,6 @@ __all__ = [
     "autocast",
     "check_supported",
     "plan",
-    "quantized_model_init",
+    "require_cuda",
     "te_recipe",
 ]

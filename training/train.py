@@ -13,24 +13,40 @@ bf16 compute policy), linear warmup then cosine decay to
 ``min_learning_rate`` (:func:`learning_rate`).
 
 Stopping:
-* SIGTERM / SIGINT (SageMaker stop or spot interruption; torchrun forwards
-  the entry point's signal): finish the step, save a checkpoint, export the
-  weights, exit 0. SageMaker sends SIGKILL 120 s after SIGTERM; the entry
-  point gives torchrun 110 s before it kills the workers.
+* SIGTERM / SIGINT (SageMaker stop or spot interruption; the entry point
+  relays its signal): finish the step, save a checkpoint, export the
+  weights, exit 0. The handler is installed first thing in :func:`main`, so a
+  signal during setup stops the run before its first step (nothing to save).
+  SageMaker sends SIGKILL 120 s after SIGTERM; the entry point gives torchrun
+  110 s before it kills the workers.
 * ``SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP``: instances are
   reclaimed from 30 minutes before the capacity block ends; the loop stops
   (checkpoint, export, exit 0) once ``now + margin`` reaches that time, with
-  ``margin = 300 s + 2 x (last checkpoint save time + last step time)``.
+  ``margin = 300 s + 2 x (last checkpoint save time + last step time)``. A
+  start with less than the margin left before its first step trains nothing:
+  it fails with a reason (:class:`training.environment.CapacityBlockEnded`)
+  instead of ending as a successful job without a model.
 * The decision is all-reduced (MAX) across ranks every step, so every rank
   stops after the same step even when signals arrive at different times.
 
 On failure: a one-line reason in ``<base>/output/failure`` (first writer
-wins; a CUDA OOM names the setting to change) and exit status 1.
+wins; it says where: ``at step 7``, ``while saving step-6``, ``after step 9
+(exporting the final weights)``, ``during setup``; a CUDA OOM names the
+setting to change) and exit status 1. The failure file's folder comes from
+``--base-dir`` (else ``SAGEMAKER_BASE_DIR``), read before anything else.
+
+Status: each node's local rank 0 keeps the status record
+(:mod:`training.supervision`: resumed from, skipped, last saved, stopped,
+finished, refused or failed) up to date, so the entry point and ``trainctl
+train`` report what the trainer really did. stdout and stderr outlive their
+reader: a closed terminal or a killed ``trainctl`` does not end the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import datetime
 import gc
 import math
@@ -51,12 +67,16 @@ import torch
 import torch.distributed as dist
 
 from training import precision as prec
-from training.checkpoint import CheckpointManager, export_model
+from training.checkpoint import TRAINER_STATE, CheckpointError, CheckpointManager, ResumeRefused, export_model, run_record
 from training.data import DataError, DistributedSampler, SyntheticSampler, TokenDataset, resolve_vocab_size
 from training.environment import (
+    STOP_MARGIN_S,
+    CapacityBlockEnded,
     ConfigError,
     SageMakerPaths,
     capacity_block_deadline,
+    capacity_block_ended_reason,
+    read_resource_config,
     write_failure,
 )
 from training.hyperparameters import SPECS, Hyperparameters, HyperparameterError, parse
@@ -64,9 +84,7 @@ from training.metrics import DeviceInfo, MetricsLogger
 from training.model import GPT, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
 from training.presets import get_preset
-
-STOP_MARGIN_S = 300.0
-"""Fixed part of the safety margin before the capacity-block deadline."""
+from training.supervision import TrainerStatus, guarded_output, write_status
 
 
 # ---------------------------------------------------------------------------
@@ -91,10 +109,29 @@ def learning_rate(step: int, hp: Hyperparameters) -> float:
 # Stopping
 
 
+_early_signals: list[int] = []
+
+
+def _record_early_signal(signum: int, frame: Any) -> None:
+    _early_signals.append(signum)
+
+
+def install_early_stop_handlers() -> None:
+    """Record SIGTERM/SIGINT from process start until :meth:`StopController.install` takes over.
+
+    Installed first thing in :func:`main`: the entry point holds its stop
+    signal until every worker catches SIGTERM, so a signal during setup stops
+    the run cleanly before its first step instead of killing the worker.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _record_early_signal)
+
+
 class StopController:
     """Collective stop decision: signal received, or the capacity-block deadline is near."""
 
     REASONS = {1: "SIGTERM/SIGINT received", 2: "capacity block ends soon"}
+    CAPACITY = 2
 
     def __init__(self, deadline: float | None, group: Any, world_size: int) -> None:
         self.deadline = deadline
@@ -105,6 +142,8 @@ class StopController:
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._handler)
+        if _early_signals and self.signal_received is None:
+            self.signal_received = _early_signals[0]  # received during setup
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.signal_received = signum
@@ -132,12 +171,13 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def oom_reason(hp: Hyperparameters, device: torch.device, rank: int, step: int) -> str:
-    """A one-line CUDA OOM reason naming the setting to change."""
-    where = ""
+def oom_reason(hp: Hyperparameters, device: torch.device, rank: int, step: int, where: str | None = None) -> str:
+    """A one-line CUDA OOM reason naming the setting to change (``where``: e.g. ``while saving step-6``;
+    default ``at step <step>``)."""
+    device_name = ""
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory / 1e9
-        where = f" ({torch.cuda.get_device_name(device)}, {total:.0f} GB)"
+        device_name = f" ({torch.cuda.get_device_name(device)}, {total:.0f} GB)"
     advice = []
     if hp.activation_checkpointing == "off":
         advice.append("set activation_checkpointing=full")
@@ -147,7 +187,8 @@ def oom_reason(hp: Hyperparameters, device: torch.device, rank: int, step: int) 
         advice.append("set reshard_after_forward=true")
     advice.append("or use more GPUs (instance_count)")
     return (
-        f"CUDA out of memory on rank {rank}{where} at step {step} with model={hp.model}, precision={hp.precision}, "
+        f"CUDA out of memory on rank {rank}{device_name} {where or f'at step {step}'} with model={hp.model}, "
+        f"precision={hp.precision}, "
         f"batch_size={hp.batch_size}, seq_length={hp.seq_length}, activation_checkpointing={hp.activation_checkpointing}: "
         + "; ".join(advice)
     )
@@ -167,7 +208,8 @@ def init_distributed() -> tuple[int, int, int, int, torch.device]:
     """(rank, world_size, local_rank, local_world_size, device); initialises the default group.
 
     CUDA (NCCL) when a GPU is visible, else CPU (gloo). Without torchrun's
-    variables: a single-process group on a free local port.
+    variables: a single-process group on a free local port. An existing default
+    group is kept (several trainers in one process: ``benchmarks/gpu_check.py``).
     """
     if "RANK" not in os.environ:
         os.environ.update(
@@ -181,10 +223,12 @@ def init_distributed() -> tuple[int, int, int, int, torch.device]:
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(minutes=30))
+        if not dist.is_initialized():
+            dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(minutes=30))
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
     return rank, world, local_rank, local_world, device
 
 
@@ -195,21 +239,58 @@ def init_distributed() -> tuple[int, int, int, int, torch.device]:
 class Trainer:
     """Builds everything from the hyperparameters and runs the loop (see the module docstring)."""
 
+    PHASES = ("setup", "resume", "step", "save", "export")
+
     def __init__(self, hp: Hyperparameters, paths: SageMakerPaths, environ: dict[str, str] | None = None) -> None:
         self.hp = hp
         self.paths = paths
         self.environ = dict(os.environ if environ is None else environ)
         self.step = 0
         self.rank = 0
+        self.local_rank = int(self.environ.get("LOCAL_RANK", "0"))
         self.device = torch.device("cpu")
+        self.phase = "setup"
+        """What the trainer is doing (one of :attr:`PHASES`): failure reasons say where it failed."""
+        self.resumed_from: int | None = None
+        self.skipped: dict[int, str] = {}
+        self.saved_step: int | None = None
+        self.state = "starting"
 
     def log(self, message: str) -> None:
         if self.rank == 0:
             print(f"[trainer] {message}", flush=True)
 
+    def where(self) -> str:
+        """Where a failure happened, in words: ``at step 7``, ``while saving step-6``, ``after step 9 (...)``."""
+        if self.phase == "step":
+            return f"at step {self.step + 1}"
+        if self.phase == "save":
+            return f"while saving step-{self.step}"
+        if self.phase == "export":
+            return f"after step {self.step} (exporting the final weights)"
+        if self.phase == "resume":
+            return "while resuming (before the first step)"
+        return "during setup (before the first step)"
+
+    def write_status(self, state: str | None = None, reason: str | None = None) -> None:
+        """Write the status record (:mod:`training.supervision`) on each node's local rank 0."""
+        if state is not None:
+            self.state = state
+        if self.local_rank != 0:
+            return
+        status = TrainerStatus(
+            self.state, step=self.step, resumed_from=self.resumed_from, skipped=dict(self.skipped),
+            saved=self.saved_step, reason=reason,
+        )
+        try:
+            write_status(self.paths, status)
+        except OSError as exc:  # the record informs the supervisor; it never stops training
+            self.log(f"could not write the status record: {exc}")
+
     # -- setup -----------------------------------------------------------------
     def setup(self) -> None:
         hp = self.hp
+        prec.require_cuda(read_resource_config(self.paths))  # a GPU instance never trains on the CPU
         self.rank, self.world_size, self.local_rank, self.local_world_size, self.device = init_distributed()
         device = self.device
         cuda = device.type == "cuda"
@@ -222,8 +303,6 @@ class Trainer:
         prec.check_supported(
             hp.precision, device, te_available=self.backend == "te", seq_length=hp.seq_length, batch_size=hp.batch_size
         )
-        if hp.quantized_model_init and self.backend != "te":
-            raise prec.PrecisionError("quantized_model_init", True, "false unless TransformerEngine runs the model")
         self.plan = prec.plan(hp.precision)
         self.recipe = prec.te_recipe(hp.precision, hp.fp8_scaling) if self.plan.uses_te_recipe else None
         if cuda and hp.precision == "fp32":
@@ -247,7 +326,8 @@ class Trainer:
                 grad_accum=hp.gradient_accumulation_steps, rank=self.rank, world_size=self.world_size, seed=hp.seed,
             )
         else:
-            self.dataset = TokenDataset(self.paths.train_dir)
+            # no scan of shards without max_token_id: the entry point scanned them once, and every batch is checked
+            self.dataset = TokenDataset(self.paths.train_dir, scan=False)
             vocab = resolve_vocab_size(hp, preset.vocab_size, self.dataset.vocab_size)
             self.sampler = DistributedSampler(
                 self.dataset, seq_length=hp.seq_length, batch_size=hp.batch_size,
@@ -255,34 +335,23 @@ class Trainer:
             )
         self.config = preset.with_overrides(num_layers=hp.num_layers, vocab_size=vocab)
 
-        # Model: built for one device, then parallelised in one place.
-        init_device = "meta" if cuda else "cpu"
-        te_dtype = torch.bfloat16 if hp.quantized_model_init else torch.float32
-        with prec.quantized_model_init(hp.quantized_model_init, self.recipe):
-            model = build_model(self.config, backend=self.backend, device=init_device, te_params_dtype=te_dtype)
+        # Model: built for one device on the meta device, parallelised in one place, then allocated and
+        # initialised shard by shard (the same initial weights whatever the number of ranks).
+        model = build_model(self.config, backend=self.backend, device="meta")
         mesh = build_mesh(device.type, self.world_size, self.local_world_size, hp.sharding_strategy)
         self.model: GPT = parallelize(
             model, mesh=mesh, precision=self.plan, activation_checkpointing=hp.activation_checkpointing,
-            reshard_after_forward=hp.reshard_after_forward, quantized_blocks=hp.quantized_model_init,
+            reshard_after_forward=hp.reshard_after_forward,
         )
-        if init_device == "meta":
-            materialize(self.model, device)
+        materialize(self.model, device, seed=hp.seed)
 
         # Optimizer and schedule.
         decay = [p for p in self.model.parameters() if p.ndim >= 2]
         no_decay = [p for p in self.model.parameters() if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         betas = (hp.adam_beta1, hp.adam_beta2)
-        if hp.quantized_model_init:
-            import transformer_engine.pytorch as te
-
-            self.optimizer = te.optimizers.FusedAdam(
-                groups, lr=hp.learning_rate, betas=betas, eps=hp.adam_epsilon, adam_w_mode=True,
-                master_weights=True, master_weight_dtype=torch.float32,
-            )
-        else:
-            # foreach (multi-tensor) AdamW: supported on DTensor shards on CPU and CUDA alike.
-            self.optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=betas, eps=hp.adam_epsilon, foreach=True)
+        # foreach (multi-tensor) AdamW: supported on DTensor shards on CPU and CUDA alike.
+        self.optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=betas, eps=hp.adam_epsilon, foreach=True)
         peak = hp.learning_rate
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda e: learning_rate(e + 1, hp) / peak if peak > 0 else 0.0
@@ -292,11 +361,8 @@ class Trainer:
         # Checkpoints and metrics.
         self.checkpoints = CheckpointManager(
             self.paths.checkpoint_dir, keep=hp.keep_checkpoints, rank=self.rank, local_rank=self.local_rank,
-            world_size=self.world_size, process_group=self.control_group,
+            world_size=self.world_size, process_group=self.control_group, log=self.log,
         )
-        removed = self.checkpoints.remove_incomplete()
-        if removed:
-            self.log(f"removed incomplete checkpoints of steps {removed}")
         self.tokens_per_step = hp.batch_size * hp.seq_length * hp.gradient_accumulation_steps * self.world_size
         from planner.flops import flops_per_token
 
@@ -315,27 +381,78 @@ class Trainer:
         data = "synthetic tokens" if self.dataset is None else str(self.dataset.describe())
         self.log(f"data: {data}; tokens per step {self.tokens_per_step:,}")
 
+    def run_record(self) -> dict[str, Any]:
+        """What defines this run (:func:`training.checkpoint.run_record`), saved with every checkpoint."""
+        data = {"synthetic": True, "vocab_size": self.config.vocab_size} if self.dataset is None else self.dataset.fingerprint()
+        return run_record(
+            model_config=asdict(self.config), backend=self.backend, world_size=self.world_size,
+            samples_per_step=self.sampler.samples_per_step, hyperparameters=self.hp.to_strings(), data=data,
+        )
+
     def trainer_state(self) -> dict[str, Any]:
         return {
             "step": self.step,
-            "data": {"step": self.step, "samples_consumed": self.step * self.sampler.samples_per_step},
+            "data": {"step": self.step, "samples_consumed": self.sampler.samples_consumed(self.step)},
             "scheduler": self.scheduler.state_dict(),
             "loss_scaler": self.scaler.state_dict() if self.scaler else None,
-            "world_size": self.world_size,
-            "model_config": asdict(self.config),
-            "hyperparameters": self.hp.to_strings(),
+            "run": self.run_record(),
         }
 
+    def restore_trainer_state(self, state: dict[str, Any]) -> None:
+        """Restore the LR scheduler, the loss scaler and the data position of a verified ``trainer_state.json``.
+
+        Called by :meth:`CheckpointManager.load_latest` as part of loading a
+        candidate, so a state that does not fit this trainer makes the checkpoint
+        skipped (and the next older one tried) instead of failing the run.
+
+        Raises:
+            ValueError: no scheduler state, or one that is not at the checkpoint's step
+                or has another number of parameter groups.
+        """
+        step = state["step"]
+        scheduler = state.get("scheduler")
+        if not isinstance(scheduler, dict):
+            raise ValueError(f"{TRAINER_STATE} has no LR scheduler state ('scheduler')")
+        if scheduler.get("last_epoch") != step:
+            raise ValueError(
+                f"{TRAINER_STATE} 'scheduler.last_epoch' is {scheduler.get('last_epoch')!r}; the scheduler steps once "
+                f"per optimizer step, so it must be the checkpoint's step {step}"
+            )
+        groups = len(self.optimizer.param_groups)
+        if len(scheduler.get("base_lrs") or []) != groups:
+            raise ValueError(f"{TRAINER_STATE} 'scheduler.base_lrs' has {len(scheduler.get('base_lrs') or [])} "
+                             f"entries; this optimizer has {groups} parameter groups")
+        self.scheduler.load_state_dict(copy.deepcopy(scheduler))
+        scaler = state.get("loss_scaler")
+        if self.scaler is not None and scaler:
+            self.scaler.load_state_dict(scaler)
+        data = state.get("data") if isinstance(state.get("data"), dict) else {}
+        samples = data.get("samples_consumed")
+        if samples is None:  # older checkpoints: the layout never changes the global batch within a run
+            samples = step * self.sampler.samples_per_step
+        self.sampler.start_at(step, samples)
+
     def resume(self) -> None:
-        state = self.checkpoints.load_latest(self.model, self.optimizer)
-        if state is None:
+        """Resume the newest loadable checkpoint of this run (see :mod:`training.checkpoint`), or start at step 0.
+
+        Raises:
+            CheckpointError: checkpoints exist but none loads, or they belong to another run
+                (nothing is loaded, pruned or written then).
+        """
+        resumed = self.checkpoints.load_latest(
+            self.model, self.optimizer, run=self.run_record(), allow_data_change=self.hp.allow_data_change,
+            restore=self.restore_trainer_state,
+        )
+        removed = self.checkpoints.remove_incomplete()
+        if removed:
+            self.log(f"removed incomplete checkpoints of steps {removed}")
+        if resumed is None:
             self.log("no complete checkpoint: starting from step 0")
             return
-        self.step = int(state["step"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler and state.get("loss_scaler"):
-            self.scaler.load_state_dict(state["loss_scaler"])
-        self.log(f"resumed from {self.checkpoints.step_dir(self.step)} (step {self.step}; rng restored: {state['restored_rng']})")
+        self.step = self.resumed_from = resumed.step
+        self.skipped = dict(resumed.skipped)
+        self.log(f"resumed from {resumed.path} (step {self.step}; rng restored: {resumed.restored_rng})")
+        self.log(f"data continues at sample {self.sampler.samples_consumed(self.step):,} of the run")
 
     # -- loop ----------------------------------------------------------------------
     def _batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -382,13 +499,17 @@ class Trainer:
         return loss_sum / accum, grad_norm, lr
 
     def save(self, reason: str) -> None:
+        self.phase = "save"
         t0 = time.monotonic()
         path = self.checkpoints.save(self.step, self.model, self.optimizer, self.trainer_state())
         seconds = time.monotonic() - t0
         self.metrics.exclude(seconds)
+        self.saved_step = self.step
+        self.write_status()
         self.log(f"checkpoint {path} ({reason}, {seconds:.1f} s)")
 
     def export(self) -> None:
+        self.phase = "export"
         t0 = time.monotonic()
         extra = {
             "step": self.step,
@@ -404,16 +525,26 @@ class Trainer:
 
     def run(self) -> int:
         hp = self.hp
+        self.phase = "setup"
         self.setup()
+        self.phase = "resume"
         self.resume()
+        self.write_status("starting")
         reason = self.stopper.check(save_seconds=self.checkpoints.last_save_seconds)
+        if reason == StopController.REASONS[StopController.CAPACITY]:
+            assert self.stopper.deadline is not None
+            margin = self.stopper.margin(0.0, self.checkpoints.last_save_seconds)
+            raise CapacityBlockEnded(capacity_block_ended_reason(self.stopper.deadline, time.time(), margin))
         if reason is not None:
-            self.log(f"stopping before step {self.step + 1}: {reason}")
+            self.write_status("stopped", reason)
+            self.log(f"stopping before step {self.step + 1}: {reason}; nothing to save")
             return 0
         last_saved = first_step = self.step
         step_seconds = 0.0
+        self.write_status("training")
         self.metrics.start()
         while self.step < hp.max_steps:
+            self.phase = "step"
             t0 = time.monotonic()
             loss, grad_norm, lr = self.train_step()
             self.step += 1
@@ -431,6 +562,7 @@ class Trainer:
             if reason is not None:
                 self.save(reason)
                 self.export()
+                self.write_status("stopped", reason)
                 self.log(f"stopped after step {self.step}: {reason}; resume continues from this checkpoint")
                 return 0
             if self.step % hp.checkpoint_interval == 0 and self.step < hp.max_steps:
@@ -439,6 +571,7 @@ class Trainer:
         if last_saved != self.step:
             self.save("end of training")
         self.export()
+        self.write_status("finished")
         self.log(f"training finished at step {self.step}")
         return 0
 
@@ -462,8 +595,34 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Hyperparameters, SageMakerPa
     return parse(raw), paths
 
 
+def base_paths(argv: Sequence[str] | None) -> SageMakerPaths:
+    """The base directory's paths from ``--base-dir`` alone (else ``SAGEMAKER_BASE_DIR``, else ``/opt/ml``).
+
+    Read before anything else can fail, so the failure file of any error (a bad
+    hyperparameter flag included) lands in the base directory the run was given.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--base-dir", default=None)
+    try:
+        known, _ = parser.parse_known_args(argv)
+    except SystemExit:  # `--base-dir` without a value: parse_args reports it
+        known = argparse.Namespace(base_dir=None)
+    return SageMakerPaths(Path(known.base_dir)) if known.base_dir else SageMakerPaths.from_environment()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    paths = SageMakerPaths.from_environment()
+    """Train one rank; returns the exit status (0: finished or stopped, 1: failed with a reason written).
+
+    stdout and stderr outlive their reader (:func:`training.supervision.guarded_output`):
+    a closed terminal or a killed ``trainctl`` does not stop training.
+    """
+    install_early_stop_handlers()
+    with guarded_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    paths = base_paths(argv)
     trainer: Trainer | None = None
     try:
         hp, paths = parse_args(argv)
@@ -473,14 +632,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
         rank = trainer.rank if trainer else int(os.environ.get("RANK", "0"))
-        step = trainer.step + 1 if trainer else 0
-        if isinstance(exc, (HyperparameterError, DataError, ConfigError)):
+        where = trainer.where() if trainer else "during setup (before the first step)"
+        if isinstance(exc, (HyperparameterError, DataError, ConfigError, CheckpointError)):
             reason = str(exc)
         elif trainer is not None and is_oom(exc):
-            reason = oom_reason(trainer.hp, trainer.device, rank, step)
+            reason = oom_reason(trainer.hp, trainer.device, rank, trainer.step + 1, where)
         else:
-            reason = f"{type(exc).__name__} on rank {rank} at step {step}: {exc}"
+            reason = f"{type(exc).__name__} on rank {rank} {where}: {exc}"
         write_failure(paths, reason)
+        if trainer is not None:
+            trainer.write_status("refused" if isinstance(exc, ResumeRefused) else "failed", reason)
+        elif int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            with contextlib.suppress(OSError):
+                write_status(paths, TrainerStatus("failed", reason=reason))
         traceback.print_exc()
         print(f"[trainer] FAILED: {reason}", file=sys.stderr, flush=True)
         return 1

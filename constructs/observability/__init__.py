@@ -87,6 +87,8 @@ class PlatformObservability(Construct):
     Attributes:
         dashboard: the CloudWatch dashboard.
         alarm_topic: the :class:`AlarmTopic` every alarm notifies.
+        alarm_name_prefix: the common prefix of every alarm's name (``<stack name>/``),
+            the one the topic's policies let publish.
         plan_metrics: the :class:`PlanMetricsPublisher` (``None`` without ``training_plans``).
         job_outcomes: the :class:`JobStateHandler`.
         alarms: every alarm by its short name (``SubmitterErrors``,
@@ -100,7 +102,6 @@ class PlatformObservability(Construct):
         _validate(props)
         self.props = props
         stack = cdk.Stack.of(self)
-        self._alarm_prefix = stack.stack_name
 
         self.alarm_topic = AlarmTopic(
             self,
@@ -112,6 +113,8 @@ class PlatformObservability(Construct):
                 removal_policy=props.removal_policy,
             ),
         )
+        # Every alarm is named with the prefix the topic's policies allow to publish.
+        self.alarm_name_prefix: str = self.alarm_topic.alarm_name_prefix
         self.plan_metrics = (
             PlanMetricsPublisher(
                 self,
@@ -154,7 +157,7 @@ class PlatformObservability(Construct):
         return [parse_training_plan_arn(arn)["name"] for arn in self.props.training_plans.plan_arns]
 
     def _alarm(self, key: str, construct_id: str, *, notify_ok: bool = True, actions: bool = True, **props) -> cloudwatch.Alarm:
-        alarm = cloudwatch.Alarm(self, construct_id, alarm_name=f"{self._alarm_prefix}-{key}", **props)
+        alarm = cloudwatch.Alarm(self, construct_id, alarm_name=f"{self.alarm_name_prefix}{key}", **props)
         if actions:
             alarm.add_alarm_action(self.alarm_topic.action)
             if notify_ok:
@@ -274,7 +277,7 @@ class PlatformObservability(Construct):
         composite = cloudwatch.CompositeAlarm(
             self,
             "CapacityExhaustedAlarm",
-            composite_alarm_name=f"{self._alarm_prefix}-ReservedCapacityExhausted",
+            composite_alarm_name=f"{self.alarm_name_prefix}ReservedCapacityExhausted",
             alarm_rule=cloudwatch.AlarmRule.all_of(
                 cloudwatch.AlarmRule.from_alarm(exhausted, cloudwatch.AlarmState.ALARM),
                 cloudwatch.AlarmRule.from_alarm(refusing, cloudwatch.AlarmState.ALARM),

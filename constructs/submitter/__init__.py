@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -23,15 +24,49 @@ from constructs import Construct
 
 from .. import acknowledgements as nag
 from ..trainer_image import TrainerImage
-from ..training_plans import TrainingPlans
 from . import bundling
 from .runtime import settings
 
-__all__ = ["HANDLER", "JobSubmitter", "JobSubmitterProps"]
+if TYPE_CHECKING:  # training_plans imports this package's runtime (plan_arns): no import cycle at run time
+    from ..training_plans import TrainingPlans
+
+__all__ = [
+    "AUTO_DELETE_PROVIDER_ID",
+    "DEFAULT_RESERVED_CONCURRENCY",
+    "HANDLER",
+    "MAX_RESERVED_CONCURRENCY",
+    "RECORD_WRITE_ACTIONS",
+    "JobSubmitter",
+    "JobSubmitterProps",
+]
 
 HANDLER = "runtime.handler.lambda_handler"
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
+
+UNRESERVED_CONCURRENCY_FLOOR = 100
+"""Lambda keeps at least this many of an account's concurrent executions unreserved:
+"You can reserve up to the Unreserved account concurrency value that is shown, minus 100
+for functions that don't have reserved concurrency" (AWS Lambda Developer Guide,
+"Configuring reserved concurrency for a function")."""
+DEFAULT_ACCOUNT_CONCURRENCY = 1000
+"""The default per-region Lambda concurrency quota (AWS Lambda Developer Guide, "Lambda
+quotas"); new accounts may start lower and raise it through Service Quotas."""
+MAX_RESERVED_CONCURRENCY = DEFAULT_ACCOUNT_CONCURRENCY - UNRESERVED_CONCURRENCY_FLOOR
+"""The most the submitter may reserve (900): more fails the deployment in an account with the
+default quota, and even 900 would leave every other function of the account 100."""
+RECORD_WRITE_ACTIONS = ("s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion")
+"""What only the submitter may do to its client-token records (``s3:PutObject`` covers copies
+and multipart uploads); everyone else is denied them by the output bucket's policy."""
+AUTO_DELETE_PROVIDER_ID = "Custom::S3AutoDeleteObjectsCustomResourceProvider"
+"""Construct ID (a stack singleton) of CDK's auto-delete provider, which a bucket with
+``auto_delete_objects`` (``removal_policy=DESTROY``) adds to its stack."""
+DEFAULT_RESERVED_CONCURRENCY = 10
+"""Submitter invocations that may run at once. One invocation makes a few API calls and
+creates at most one training job, so 10 at once admits bursts of submissions (a sweep
+submits one config at a time; 8 concurrent duplicates of one request all run) while a
+runaway caller is throttled instead of creating jobs without bound; it takes only 10 from
+the account's unreserved pool."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +79,10 @@ class JobSubmitterProps:
             (``iam:PassRole`` is granted on it only, to SageMaker only).
         data_bucket: training data (its name is given to the function).
         checkpoint_bucket: checkpoints (name given to the function).
-        output_bucket: job output (name given to the function).
+        output_bucket: job output (name given to the function); also holds the
+            client-token records under ``settings.CLIENT_TOKEN_RECORDS_PREFIX``
+            (the function may read, write and list that prefix only; its
+            lifecycle rules must not expire current objects).
         training_plans: the SSM parameter with the training-plan ARNs (read at run time).
         default_instance_type: instance type of requests that name none.
         allowed_instance_types: instance types requests may name; each must be
@@ -60,7 +98,16 @@ class JobSubmitterProps:
         removal_policy: what happens to the log group when it leaves the stack.
             Default: it is retained.
         memory_size: function memory, MiB (CPU scales with it). Default: 512.
-        timeout: function timeout. Default: 60 seconds.
+        timeout: function timeout; every AWS call of an invocation is bounded by
+            it (``runtime/aws.py``). Default: ``settings.FUNCTION_TIMEOUT_S``
+            (60 seconds), also the deadline of ``trainctl submit --local``.
+        reserved_concurrent_executions: the most invocations that run at once
+            (Lambda reserved concurrency, 1 to :data:`MAX_RESERVED_CONCURRENCY`);
+            further calls are throttled (``TooManyRequestsException``, retried by
+            the callers' SDKs), so a runaway caller cannot submit jobs without
+            bound. ``None`` reserves nothing and shares the account's unreserved
+            pool (for accounts whose concurrency quota is too small to reserve
+            from). Default: :data:`DEFAULT_RESERVED_CONCURRENCY`.
     """
 
     trainer_image: TrainerImage
@@ -78,7 +125,8 @@ class JobSubmitterProps:
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     memory_size: int = 512
-    timeout: cdk.Duration = cdk.Duration.seconds(60)
+    timeout: cdk.Duration = cdk.Duration.seconds(settings.FUNCTION_TIMEOUT_S)
+    reserved_concurrent_executions: int | None = DEFAULT_RESERVED_CONCURRENCY
 
 
 class JobSubmitter(Construct):
@@ -147,6 +195,33 @@ class JobSubmitter(Construct):
         )
         props.training_plans.grant_read(self.role)
 
+        # Client-token records (runtime/idempotency.py): read and conditionally write objects under one
+        # prefix of the output bucket, and list that prefix only (GetObject of a missing key answers 403,
+        # not 404, without s3:ListBucket). No delete: a record is released by an overwrite.
+        records = props.output_bucket.arn_for_objects(f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*")
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(sid="ClientTokenRecords", actions=["s3:GetObject", "s3:PutObject"], resources=[records])
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListClientTokenRecords",
+                actions=["s3:ListBucket"],
+                resources=[props.output_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]}},
+            )
+        )
+        self._protect_records(props.output_bucket, records)
+        if props.output_bucket.encryption_key is not None:
+            # SSE-KMS: GenerateDataKey to write a record, Decrypt to read one
+            props.output_bucket.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="SearchTrainingJobs",
+                actions=["sagemaker:Search"],  # jobs of the previous version, by their client-token tag
+                resources=["*"],  # Search has no resource-level permissions
+            )
+        )
+
         self.function = lambda_.Function(
             self,
             "Resource",
@@ -164,6 +239,7 @@ class JobSubmitter(Construct):
             role=self.role,
             memory_size=props.memory_size,
             timeout=props.timeout,
+            reserved_concurrent_executions=props.reserved_concurrent_executions,
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             environment=self._environment(props),
@@ -185,14 +261,50 @@ class JobSubmitter(Construct):
         )
         nag.acknowledge(
             self.role, nag.IAM5,
-            "sagemaker:ListTrainingPlans is a list action without resource-level permissions (AWS requires '*').",
+            "sagemaker:ListTrainingPlans and sagemaker:Search have no resource-level permissions (AWS requires "
+            "'*'); Search finds the training jobs of a client token by its tag.",
             finding="Resource::*",
+        )
+        nag.acknowledge(
+            self.role, nag.IAM5,
+            "Client-token records are one object per token (named by its SHA-256) under one prefix of the "
+            "output bucket; GetObject/PutObject are granted on that prefix only.",
+            finding=nag.resource(self, records),
         )
         nag.acknowledge(
             self.function, "AwsSolutions-L1",
             f"Runtime pinned to {RUNTIME.name}: the package's dependencies are installed for exactly this "
             "CPython version (bundling.PYTHON_VERSION) and it is supported by Lambda; moving to a newer "
             "runtime changes both together.",
+        )
+
+    def _protect_records(self, bucket: s3.IBucket, records: str) -> None:
+        """Deny every principal but this function's role writing or deleting the client-token records.
+
+        The records are the idempotency lock: a job, a person or another
+        function overwriting or deleting one could make a retry create a second
+        job. Identity policies grant nobody else these keys (the execution role
+        writes below ``settings.TRAINING_JOB_OUTPUT_PREFIX`` only); this bucket
+        policy statement also holds against a broad grant added later (an
+        administrator's ``s3:*``). With ``removal_policy=DESTROY`` CDK's
+        auto-delete function, which empties the bucket when the stack is
+        deleted, is exempt too. Lifecycle expiration is not subject to bucket
+        policies. A record that must be repaired by hand needs this statement
+        lifted first. An imported bucket's policy is left alone.
+        """
+        exempt = [self.role.role_arn]
+        auto_delete = cdk.Stack.of(bucket).node.try_find_child(AUTO_DELETE_PROVIDER_ID)
+        if auto_delete is not None:
+            exempt.append(auto_delete.role_arn)
+        bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="ClientTokenRecordsSubmitterOnly",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=list(RECORD_WRITE_ACTIONS),
+                resources=[records],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": exempt}},
+            )
         )
 
     @staticmethod
@@ -208,6 +320,9 @@ class JobSubmitter(Construct):
             settings.ENV_ALLOWED_INSTANCE_TYPES: ",".join(props.allowed_instance_types),
             settings.ENV_CAPACITY_FALLBACK: ",".join(props.capacity_fallback),
             settings.ENV_PLATFORM_TAGS: json.dumps(dict(props.platform_tags), sort_keys=True),
+            settings.ENV_CLIENT_TOKEN_RECORDS: props.output_bucket.s3_url_for_object(settings.CLIENT_TOKEN_RECORDS_PREFIX),
+            # Plans of other accounts are refused at run time (Lambda sets AWS_REGION itself).
+            settings.ENV_ACCOUNT_ID: cdk.Aws.ACCOUNT_ID,
             # Powertools' own variables: the EMF namespace and the `service` dimension.
             "POWERTOOLS_SERVICE_NAME": settings.SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": settings.METRICS_NAMESPACE,
@@ -289,6 +404,14 @@ def _validate(props: JobSubmitterProps) -> None:
             f"JobSubmitterProps.allowed_instance_types: {unknown} not in the planner catalogue; "
             f"expected a subset of {', '.join(INSTANCE_TYPES)}"
         )
+    from .runtime.sagemaker_rules import training_instance_types
+
+    refused = [t for t in allowed if t not in training_instance_types()]
+    if refused:
+        raise ValueError(
+            f"JobSubmitterProps.allowed_instance_types: {refused} are not accepted by CreateTrainingJob; "
+            "expected types of SageMaker's TrainingInstanceType (botocore's model)"
+        )
     if props.default_instance_type not in allowed:
         raise ValueError(
             f"JobSubmitterProps.default_instance_type: got {props.default_instance_type!r}; "
@@ -311,3 +434,11 @@ def _validate(props: JobSubmitterProps) -> None:
         )
     if not 128 <= props.memory_size <= 10240:
         raise ValueError(f"JobSubmitterProps.memory_size: got {props.memory_size!r}; expected 128 to 10240 MiB")
+    reserved = props.reserved_concurrent_executions
+    if reserved is not None and (
+        isinstance(reserved, bool) or not isinstance(reserved, int) or not 1 <= reserved <= MAX_RESERVED_CONCURRENCY
+    ):
+        raise ValueError(
+            f"JobSubmitterProps.reserved_concurrent_executions: got {reserved!r}; expected an integer from 1 to "
+            f"{MAX_RESERVED_CONCURRENCY}, or None for no reservation (0 would throttle every invocation)"
+        )

@@ -6,7 +6,7 @@ repository copied beside it, and a pinned requirements file. The job
 submitter's package (:data:`SUBMITTER`) is::
 
     runtime/    <- constructs/submitter/runtime/ (the handler package)
-    training/   <- training/{__init__,hyperparameters,presets,metric_lines}.py (pure contracts)
+    training/   <- training/{__init__,hyperparameters,presets,metric_lines,capacity_block}.py (pure contracts)
     planner/    <- planner/ (pure Python)
     boto3/, botocore/, aws_lambda_powertools/, ...  <- runtime/requirements.txt
 
@@ -52,7 +52,7 @@ CACHE_DIR = REPO_ROOT / ".cache" / "submitter-deps"
 
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_aarch64"
-TRAINING_MODULES = ("__init__.py", "hyperparameters.py", "presets.py", "metric_lines.py")
+TRAINING_MODULES = ("__init__.py", "hyperparameters.py", "presets.py", "metric_lines.py", "capacity_block.py")
 """The pure modules of ``training/`` the submitter needs (never the torch trainer)."""
 
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", "tests"}

@@ -30,6 +30,7 @@ VARIANT_CONTEXT = {
     "imageRetainCount": 7,
     "projectTag": "llm-pretraining",
     "costCenter": "cc-1234",
+    "submitterReservedConcurrency": 25,
 }
 """A deployment to a test account: everything non-default at once."""
 

@@ -35,9 +35,13 @@ def test_cdk_json_documents_every_key_with_its_default():
         assert key in context, key
         if default is not None:
             assert context[key] == default, key
-    from planner.catalogue import INSTANCE_TYPES
+    from planner.catalogue import INSTANCE_TYPES, TRAINABLE_INSTANCE_TYPES
 
-    assert context["allowedInstanceTypes"] == list(INSTANCE_TYPES)
+    # every catalogue type but the GB200 UltraServers, which CreateTrainingJob does not accept, and the
+    # arm64 GB200 host, whose CPUs the trainer image is not built for
+    ultraservers = ["ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72"]
+    assert set(ultraservers) <= set(INSTANCE_TYPES) and "ml.p6e-gb200.36xlarge" not in TRAINABLE_INSTANCE_TYPES
+    assert context["allowedInstanceTypes"] == [t for t in TRAINABLE_INSTANCE_TYPES if t not in ultraservers]
     assert json.loads(CDK_JSON.read_text())["app"].endswith("app.py")
 
 
@@ -165,3 +169,104 @@ def test_misspelled_key_is_caught():
 def test_bad_value_fails_the_app_before_anything_is_built():
     with pytest.raises(ConfigError, match="'removalPolicy'"):
         create_app(context={"removalPolicy": "snapshot"}, environ={})
+
+
+# -- whole-value, ASCII matching (review of issue 10) ---------------------------------------------
+
+VALID_SAMPLES: dict[str, object] = {
+    "stackName": "TrainingPlatform",
+    "trainingPlanArns": [PLAN],
+    "defaultInstanceType": "ml.p6-b200.48xlarge",
+    "allowedInstanceTypes": ["ml.p6-b200.48xlarge"],
+    "capacityFallback": ["spot"],
+    "allowedInputPrefixes": ["s3://shared-datasets/tokenized/"],
+    "logRetentionDays": "30",
+    "removalPolicy": "destroy",
+    "projectTag": "llm-pretraining",
+    "costCenter": "cc-1234",
+    "invokerPrincipals": ["arn:aws:iam::123456789012:role/JobScheduler"],
+    "alarmEmails": ["oncall@example.com"],
+    "alarmHttpsEndpoints": ["https://hooks.example.com/sns"],
+    "alarmSlackChannels": ["T0123ABCD/C0456EFGH"],
+    "idleCapacityAlarmHours": "12",
+    "imageRetainCount": "7",
+    "submitterReservedConcurrency": "25",
+}
+"""One valid value per context key, as `-c` or cdk.json gives it (every key must have one)."""
+ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}
+
+
+def test_every_key_has_a_valid_sample_that_loads():
+    assert set(VALID_SAMPLES) == set(CONTEXT_KEYS)  # a new key needs its sample, and so its trailing-newline test
+    for key, value in VALID_SAMPLES.items():
+        config_for({key: value}, ENVIRON)
+
+
+def _spoiled(value: object, suffix: str) -> object:
+    """``value`` with ``suffix`` after its (first) string."""
+    return [value[0] + suffix, *value[1:]] if isinstance(value, list) else f"{value}{suffix}"
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\r\n", "\t", "\x00", "\u2028"], ids=["LF", "CRLF", "TAB", "NUL", "LS"])
+@pytest.mark.parametrize("key", sorted(VALID_SAMPLES))
+def test_a_trailing_newline_or_control_character_is_refused_naming_the_key(key, suffix):
+    # Before: patterns ending in `$` used with `.match` accepted "TrainingPlatform\n" and the like.
+    value = _spoiled(VALID_SAMPLES[key], suffix)
+    if key in ("projectTag", "costCenter") and suffix == "\u2028":
+        # a Unicode separator (Zl), which SageMaker's TagValue rule (\p{Z}) accepts: so does the config
+        assert config_for({key: value}, ENVIRON).tags[{"projectTag": "Project", "costCenter": "CostCenter"}[key]] == value
+        return
+    error = error_for({key: value}, ENVIRON)
+    assert error.key.split("[")[0] == key
+    assert str(error).startswith(f"context key {error.key!r}: got ")
+    if isinstance(value, list):  # the JSON list, and the same item as a `-c` comma-separated string
+        assert error_for({key: ",".join(value)}, ENVIRON).key.split("[")[0] == key
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CDK_DEFAULT_ACCOUNT", "123456789012\n"),
+        ("CDK_DEFAULT_ACCOUNT", "١٢٣٤٥٦٧٨٩٠١٢"),  # Arabic-Indic digits: `\d` matched them
+        ("CDK_DEFAULT_ACCOUNT", "１２３４５６７８９０１２"),  # fullwidth digits
+        ("CDK_DEFAULT_REGION", "us-west-2\n"),
+        ("CDK_DEFAULT_REGION", "us-west-٢"),
+        ("CDK_DEPLOY_ACCOUNT", "123456789012\n"),
+        ("CDK_DEPLOY_REGION", "us-west-2\n"),
+    ],
+)
+def test_the_environment_account_and_region_are_matched_whole_in_ascii(variable, value):
+    error = error_for({}, {**ENVIRON, variable: value})
+    assert error.key == variable and error.value == value
+
+
+@pytest.mark.parametrize(
+    "key", ["submitterReservedConcurrency", "idleCapacityAlarmHours", "imageRetainCount", "logRetentionDays"]
+)
+@pytest.mark.parametrize("digits", ["١٠", "３０", "۳۰"], ids=["arabic-indic", "fullwidth", "extended-arabic"])
+def test_numbers_take_ascii_digits_only(key, digits):
+    # Before: `\d` let "١٠" through and int() read it as 10.
+    error = error_for({key: digits}, ENVIRON)
+    assert error.key == key and error.value == digits
+
+
+def test_spaces_around_values_given_with_c_are_still_accepted():
+    config = config_for({"submitterReservedConcurrency": " 25 ", "alarmEmails": " a@example.com , b@example.com ",
+                         "idleCapacityAlarmHours": "12 "}, ENVIRON)  # fmt: skip
+    assert config.submitter_reserved_concurrency == 25 and config.idle_capacity_alarm_hours == 12
+    assert config.alarm_emails == ("a@example.com", "b@example.com")
+    assert config_for({"submitterReservedConcurrency": " none "}, ENVIRON).submitter_reserved_concurrency is None
+    assert error_for({"submitterReservedConcurrency": "none\n"}, ENVIRON).key == "submitterReservedConcurrency"
+
+
+@pytest.mark.parametrize("prefix", ["s3://shared-datasets/tok?ens/", "s3://shared-datasets/tokens*", "s3://shared-datasets/a\x01b/"])
+def test_an_input_prefix_with_an_iam_wildcard_or_a_control_character_is_refused(prefix):
+    # the prefix becomes the execution role's resource ARN, where '?' is a wildcard too
+    error = error_for({"allowedInputPrefixes": [prefix]}, ENVIRON)
+    assert error.key == "allowedInputPrefixes[0]" and "without wildcards ('*', '?')" in str(error)
+
+
+def test_tag_values_follow_sagemakers_rule():
+    assert config_for({"projectTag": "Größe 1b/8k"}, ENVIRON).project_tag == "Größe 1b/8k"  # \p{L}: letters of any script
+    for bad in ("a" * 257, "semi;colon", "tab\there"):
+        assert error_for({"costCenter": bad}, ENVIRON).key == "costCenter"

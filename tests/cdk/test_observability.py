@@ -7,6 +7,7 @@ cfn-lint like the others.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -120,8 +121,9 @@ def test_fleet_searches_every_host_metric_as_sagemaker_publishes_it(default_synt
     for name in ("GPUUtilization", "GPUMemoryUtilization"):
         props = found[name]["properties"]
         assert "summed over the host's GPUs" in props["title"]
-        # default: every catalogue type is allowed: 1-GPU p5.4xlarge, 4-GPU GB200 hosts, 8-GPU hosts
-        assert [a["value"] for a in props["annotations"]["horizontal"]] == [100, 400, 800]
+        # default: every type the trainer image runs on is allowed: 1-GPU p5.4xlarge, 8-GPU hosts (not the
+        # 4-GPU GB200 hosts: arm64 CPUs)
+        assert [a["value"] for a in props["annotations"]["horizontal"]] == [100, 800]
         assert props["metrics"][0][-1]["label"] == "${PROP('Dim.Host')}"
     assert "summed over the host's vCPUs" in found["CPUUtilization"]["properties"]["title"]
     assert "annotations" not in found["MemoryUtilization"]["properties"]
@@ -262,7 +264,7 @@ def test_alarm_set_thresholds_and_actions(alarm_synth):
     stack, template, _ = alarm_synth
     topic = {"Ref": logical_id(stack, stack.observability.alarm_topic.topic)}
     alarms = alarms_by_name(template)
-    p = "TrainingPlatform-"
+    p = "TrainingPlatform/"
     assert sorted(alarms) == sorted(
         [p + "SubmitterErrors", p + "TrainingJobFailed", p + "ObservabilityFunctionErrors"]
         + [p + f"PlanIdleNearEnd-{name}" for name in PLANS]
@@ -296,7 +298,7 @@ def test_idle_plan_alarm_is_math_over_available_and_hours_with_n_from_context(al
     topic = {"Ref": logical_id(stack, stack.observability.alarm_topic.topic)}
     alarms = alarms_by_name(template)
     for name in PLANS:
-        alarm = alarms[f"TrainingPlatform-PlanIdleNearEnd-{name}"]
+        alarm = alarms[f"TrainingPlatform/PlanIdleNearEnd-{name}"]
         (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
         assert expression["Expression"] == "IF(hours > 0 AND hours <= 36 AND available > 0, available, 0)"
         assert expression["ReturnData"] is True
@@ -318,7 +320,7 @@ def test_capacity_exhausted_is_a_composite_of_no_available_instances_and_nocapac
     stack, template, _ = alarm_synth
     topic = {"Ref": logical_id(stack, stack.observability.alarm_topic.topic)}
     alarms = alarms_by_name(template)
-    exhausted = alarms["TrainingPlatform-PlansHaveNoAvailableInstances"]
+    exhausted = alarms["TrainingPlatform/PlansHaveNoAvailableInstances"]
     assert (exhausted["Namespace"], exhausted["MetricName"], exhausted["Statistic"]) == (
         "TrainingPlatform/TrainingPlans",
         "AvailableInstanceCount",
@@ -326,21 +328,21 @@ def test_capacity_exhausted_is_a_composite_of_no_available_instances_and_nocapac
     )
     assert "Dimensions" not in exhausted  # the all-plans total
     assert (exhausted["ComparisonOperator"], exhausted["Threshold"]) == ("LessThanOrEqualToThreshold", 0)
-    refusing = alarms["TrainingPlatform-SubmissionsRefusedNoCapacity"]
+    refusing = alarms["TrainingPlatform/SubmissionsRefusedNoCapacity"]
     assert (refusing["Namespace"], refusing["MetricName"]) == (submitter_settings.METRICS_NAMESPACE, submitter_settings.METRIC_REFUSALS)
     assert {"Name": "ErrorCode", "Value": "NoCapacity"} in refusing["Dimensions"]
     assert "AlarmActions" not in exhausted and "AlarmActions" not in refusing  # only the composite notifies
 
-    composite = alarms["TrainingPlatform-ReservedCapacityExhausted"]
-    summary = {a.name: a for a in alarm_summaries(template)}["TrainingPlatform-ReservedCapacityExhausted"]
-    assert summary.watches == "(ALARM(TrainingPlatform-PlansHaveNoAvailableInstances) AND ALARM(TrainingPlatform-SubmissionsRefusedNoCapacity))"
+    composite = alarms["TrainingPlatform/ReservedCapacityExhausted"]
+    summary = {a.name: a for a in alarm_summaries(template)}["TrainingPlatform/ReservedCapacityExhausted"]
+    assert summary.watches == "(ALARM(TrainingPlatform/PlansHaveNoAvailableInstances) AND ALARM(TrainingPlatform/SubmissionsRefusedNoCapacity))"
     assert composite["AlarmActions"] == [topic] and composite["OKActions"] == [topic]
 
 
 def test_default_stack_has_no_per_plan_alarms(default_synth):
     names = set(alarms_by_name(default_synth.template_json))
     assert not [n for n in names if "PlanIdleNearEnd" in n]
-    assert "TrainingPlatform-ReservedCapacityExhausted" in names  # plans may be added at run time
+    assert "TrainingPlatform/ReservedCapacityExhausted" in names  # plans may be added at run time
 
 
 def test_alarm_status_widget_lists_every_alarm(alarm_synth):
@@ -365,8 +367,9 @@ def test_alarm_topic_is_kms_encrypted_tls_only_and_subscribed_from_context(alarm
     assert cloudwatch_use["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
     assert sorted(cloudwatch_use["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
     (policy,) = resources_of(template, "AWS::SNS::TopicPolicy").values()
-    (deny,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert policy["Properties"]["Topics"] == [{"Ref": topic_id}]
+    (deny,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
     subscriptions = sorted(
         (s["Properties"]["Protocol"], s["Properties"]["Endpoint"]) for s in resources_of(template, "AWS::SNS::Subscription").values()
@@ -378,6 +381,155 @@ def test_alarm_topic_is_kms_encrypted_tls_only_and_subscribed_from_context(alarm
     assert slack["Properties"]["SnsTopicArns"] == [{"Ref": topic_id}]
     role_id = slack["Properties"]["IamRoleArn"]["Fn::GetAtt"][0]
     assert "ManagedPolicyArns" not in template["Resources"][role_id]["Properties"]  # relays only, no permissions
+
+
+ALARM_ARN_PATTERN = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TrainingPlatform/*"
+SOURCE_CONDITIONS = {"StringEquals": {"aws:SourceAccount": ACCOUNT}, "ArnLike": {"aws:SourceArn": ALARM_ARN_PATTERN}}
+
+
+def test_cloudwatch_may_publish_for_this_accounts_platform_alarms_only(alarm_synth):
+    """The TopicPolicy replaces SNS's default policy: without an Allow for CloudWatch no alarm notifies anyone."""
+    stack, template, _ = alarm_synth
+    topic = {"Ref": logical_id(stack, stack.observability.alarm_topic.topic)}
+    (policy,) = resources_of(template, "AWS::SNS::TopicPolicy").values()
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert len(statements) == 2
+    (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+    assert deny == {
+        "Action": "sns:Publish",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        "Effect": "Deny",
+        "Principal": "*",
+        "Resource": topic,
+        "Sid": "AllowPublishThroughSSLOnly",
+    }
+    (allow,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert allow == {
+        "Action": "sns:Publish",
+        "Condition": SOURCE_CONDITIONS,
+        "Effect": "Allow",
+        "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        "Resource": topic,
+        "Sid": "CloudWatchAlarmsPublish",
+    }
+
+
+def test_the_topic_key_lets_cloudwatch_encrypt_for_the_same_alarms_only(alarm_synth):
+    stack, template, _ = alarm_synth
+    key = template["Resources"][logical_id(stack, stack.observability.alarm_topic.key)]
+    services = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Service" in s["Principal"]]
+    assert services == [
+        {
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+            "Condition": SOURCE_CONDITIONS,
+            "Effect": "Allow",
+            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Resource": "*",
+            "Sid": "CloudWatchAlarmsPublish",
+        }
+    ]
+
+
+def test_every_notifying_alarm_matches_the_publish_condition_and_nothing_else_does(alarm_synth):
+    stack, template, _ = alarm_synth
+    observability = stack.observability
+    assert observability.alarm_name_prefix == observability.alarm_topic.alarm_name_prefix == "TrainingPlatform/"
+    topic = {"Ref": logical_id(stack, observability.alarm_topic.topic)}
+    notifying = [name for name, props in alarms_by_name(template).items() if topic in props.get("AlarmActions", []) + props.get("OKActions", [])]
+    assert len(notifying) == 6  # 3 platform alarms, 2 plans, the composite
+    for name in notifying:
+        assert fnmatch.fnmatchcase(f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{name}", ALARM_ARN_PATTERN), name
+    for elsewhere in (
+        f"arn:aws:cloudwatch:{REGION}:210987654321:alarm:TrainingPlatform/SubmitterErrors",  # another account
+        f"arn:aws:cloudwatch:eu-west-1:{ACCOUNT}:alarm:TrainingPlatform/SubmitterErrors",  # another region
+        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:OtherTeam-SubmitterErrors",  # another stack's alarm
+        # a sibling stack named TrainingPlatform-Dev: its alarms, and the old "<stack>-" names it would have had
+        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TrainingPlatform-Dev/SubmitterErrors",
+        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TrainingPlatform-Dev-SubmitterErrors",
+        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TrainingPlatform-SubmitterErrors",
+        f"arn:aws:events:{REGION}:{ACCOUNT}:rule/TrainingPlatform-rule",  # another service
+    ):
+        assert not fnmatch.fnmatchcase(elsewhere, ALARM_ARN_PATTERN), elsewhere
+    # nothing else publishes: no EventBridge rule targets the topic
+    for rule in resources_of(template, "AWS::Events::Rule").values():
+        assert topic not in [t["Arn"] for t in rule["Properties"]["Targets"]]
+
+
+def test_environment_agnostic_publish_condition_uses_the_deploy_time_account_and_region(default_synth):
+    (policy,) = default_synth.of_type("AWS::SNS::TopicPolicy").values()
+    (allow,) = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert allow["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert allow["Condition"]["ArnLike"]["aws:SourceArn"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":cloudwatch:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}, ":alarm:TrainingPlatform/*"],
+        ]
+    }
+
+
+def test_slack_configuration_name_is_the_one_deployed_before_and_carries_the_channel(alarm_synth):
+    _, template, _ = alarm_synth
+    (slack,) = resources_of(template, "AWS::Chatbot::SlackChannelConfiguration").values()
+    # account-unique through the channel (Chatbot configures a channel once per account); unchanged from the
+    # previous release, since a rename replaces the configuration and the replacement is refused for the channel
+    assert slack["Properties"]["ConfigurationName"] == "TrainingPlatform-alarms-C0456EFGH"
+
+
+# Physical names: (property, scope). "account": unique in the account across regions (must carry the region
+# and the stack name); "channel": unique in the account through the Slack channel, which AWS Chatbot configures
+# once per account (must carry the channel and the stack name); "region": unique per account and region (must
+# carry the stack name).
+NAME_PROPERTIES = {
+    "AWS::CloudWatch::Dashboard": ("DashboardName", "account"),
+    "AWS::Chatbot::SlackChannelConfiguration": ("ConfigurationName", "channel"),
+    "AWS::IAM::Role": ("RoleName", "account"),
+    "AWS::IAM::ManagedPolicy": ("ManagedPolicyName", "account"),
+    "AWS::S3::Bucket": ("BucketName", "account"),  # in fact unique across all accounts
+    "AWS::CloudWatch::Alarm": ("AlarmName", "region"),
+    "AWS::CloudWatch::CompositeAlarm": ("AlarmName", "region"),
+    "AWS::SSM::Parameter": ("Name", "region"),
+    "AWS::Lambda::Function": ("FunctionName", "region"),
+    "AWS::Logs::LogGroup": ("LogGroupName", "region"),
+    "AWS::ECR::Repository": ("RepositoryName", "region"),
+    "AWS::DynamoDB::Table": ("TableName", "region"),
+    "AWS::SNS::Topic": ("TopicName", "region"),
+    "AWS::Events::Rule": ("Name", "region"),
+    "AWS::KMS::Key": (None, None),  # no name (aliases would be AWS::KMS::Alias)
+}
+UNNAMED_TYPES = {
+    "AWS::IAM::Policy",  # PolicyName is scoped to the role it is attached to
+    "AWS::Lambda::Permission",
+    "AWS::Lambda::EventInvokeConfig",
+    "AWS::S3::BucketPolicy",
+    "AWS::SNS::TopicPolicy",
+    "AWS::SNS::Subscription",
+    "Custom::CDKECRDeployment",
+    "Custom::S3AutoDeleteObjects",
+}
+
+
+@pytest.mark.parametrize("fixture", ["default_synth", "variant_synth", "alarm_synth"])
+def test_explicit_names_are_unique_where_the_service_needs_them_to_be(request, fixture):
+    synth = request.getfixturevalue(fixture)
+    template = synth[1] if isinstance(synth, tuple) else synth.template_json
+    region_mark = json.dumps({"Ref": "AWS::Region"}) if fixture == "default_synth" else REGION
+    named = 0
+    for logical_id, resource in template["Resources"].items():
+        kind = resource["Type"]
+        assert kind in NAME_PROPERTIES or kind in UNNAMED_TYPES, f"classify {kind}: does it take a physical name?"
+        prop, scope = NAME_PROPERTIES.get(kind, (None, None))
+        if prop is None or prop not in resource["Properties"]:
+            continue
+        named += 1
+        name = json.dumps(resource["Properties"][prop])
+        if any(json.dumps({"Ref": other}) in name for other in template["Resources"]):
+            continue  # derived from a name CloudFormation generated (e.g. /aws/lambda/<function>): unique already
+        assert "TrainingPlatform" in name, (logical_id, name)
+        if scope == "account":
+            assert region_mark in name, (logical_id, name)
+        if scope == "channel":
+            assert resource["Properties"]["SlackChannelId"] in name, (logical_id, name)
+    assert named >= 5  # alarms, the parameter and the dashboard at least
 
 
 def test_default_stack_has_a_topic_and_no_subscriptions(default_synth):
@@ -547,8 +699,8 @@ def test_export_dashboard_writes_json_png_and_lists_alarms(default_synth, tmp_pa
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
     assert width >= 1600 and height > width  # 24 columns across, the sections below each other
     names = {a.name for a in alarms}
-    assert {"TrainingPlatform-SubmitterErrors", "TrainingPlatform-TrainingJobFailed", "TrainingPlatform-ReservedCapacityExhausted"} <= names
-    failed = next(a for a in alarms if a.name == "TrainingPlatform-TrainingJobFailed")
+    assert {"TrainingPlatform/SubmitterErrors", "TrainingPlatform/TrainingJobFailed", "TrainingPlatform/ReservedCapacityExhausted"} <= names
+    failed = next(a for a in alarms if a.name == "TrainingPlatform/TrainingJobFailed")
     assert failed.watches == "TrainingPlatform/TrainingJobs TrainingJobOutcomes{TrainingJobStatus=Failed} Sum/300s"
     assert failed.threshold == ">= 1 for 1 of 1 x 300 s (missing data: notBreaching)"
     assert failed.actions == ("ALARM -> SNS topic 'TrainingPlatform alarms'",)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 
 import pytest
 from aws_cdk.assertions import Match
 
-from platform_constructs.submitter import HANDLER
+from platform_constructs.buckets import (
+    CURRENT_OBJECT_BUCKET_ACTIONS,
+    CURRENT_OBJECT_KEY_ACTIONS,
+    CURRENT_OBJECT_OBJECT_ACTIONS,
+    HISTORY_ERASING_ACTIONS,
+)
+from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, HANDLER
+from platform_constructs.trainer_image import copy_settings_digest
 from platform_constructs.submitter.runtime import settings
 
 pytestmark = pytest.mark.xdist_group("cdk")
@@ -78,22 +86,39 @@ def test_image_is_copied_into_the_platform_repository_under_the_asset_hash(defau
     stack = default_synth.stack
     repo_id = default_synth.logical_id(stack.trainer_image.repository)
     tag = stack.trainer_image.image_tag
-    assert re.fullmatch(r"[0-9a-f]{64}", tag)
+    assert re.fullmatch(r"[0-9a-f]{64}-[0-9a-f]{8}", tag)
 
     assets = json.loads((default_synth.outdir / f"{stack.stack_name}.assets.json").read_text())
     (image_hash,) = assets["dockerImages"]
-    assert image_hash == tag  # the tag is the content hash of the build context
+    # the tag is the content hash of the build context, then a digest of the copy settings
+    assert tag == f"{image_hash}-{copy_settings_digest(stack.trainer_image.copy_timeout)}"
     source = assets["dockerImages"][image_hash]["source"]
     assert source["dockerFile"] == "training/Dockerfile"
     assert source["platform"] == "linux/amd64"
 
     ((copy_id, copy),) = default_synth.of_type("Custom::CDKECRDeployment").items()
     # a new image is a new copy resource: rollbacks never re-push a tag into the immutable repository
-    assert tag[:16] in copy_id
+    assert tag[:16] in copy_id and tag[-8:] in copy_id
     dest = json.dumps(copy["Properties"]["DestImage"])
     assert f'{{"Ref": "{repo_id}"}}' in dest and dest.endswith(f':{tag}"]]}}')
     assert "container-assets" in json.dumps(copy["Properties"]["SrcImage"])
     assert copy["Properties"]["ImageArch"] == "amd64"
+
+
+def test_image_copy_fails_fast_with_a_service_timeout_above_the_copy_function_timeout(default_synth):
+    ((copy_id, copy),) = default_synth.of_type("Custom::CDKECRDeployment").items()
+    service_token = copy["Properties"]["ServiceToken"]["Fn::GetAtt"][0]
+    function_timeout = default_synth.resources[service_token]["Properties"]["Timeout"]
+    assert function_timeout == 900  # cdk-ecr-deployment's copy function: 15 minutes
+    # CloudFormation's default is 3600 s; 20 minutes: the function's timeout plus 5 minutes
+    assert copy["Properties"]["ServiceTimeout"] == 1200
+    assert function_timeout < copy["Properties"]["ServiceTimeout"] <= 3600
+    image = default_synth.stack.trainer_image
+    assert (image.copy_function_timeout.to_seconds(), image.copy_timeout.to_seconds()) == (900, 1200)
+    # Every property but the images, the function and ImageArch (the platform, part of the asset hash) is in the
+    # tag's copy-settings digest, so none changes in place (an Update re-pushes the immutable tag). A property
+    # added by a cdk-ecr-deployment upgrade fails here until copy_settings_digest covers it.
+    assert set(copy["Properties"]) - {"ServiceToken", "SrcImage", "DestImage", "ImageArch"} == {"ServiceTimeout"}
 
 
 def test_image_build_context_holds_only_training_and_planner(default_synth):
@@ -235,6 +260,89 @@ def test_log_delivery_is_granted_by_bucket_policy_not_acl(default_synth):
         assert "AccessControl" not in resource["Properties"]
 
 
+def _actions_granted(statement) -> list[str] | None:
+    """The actions an Allow statement grants (``None`` for NotAction: everything not listed)."""
+    if "NotAction" in statement:
+        return None
+    return as_list(statement["Action"])
+
+
+def _grants(statement, action: str) -> bool:
+    actions = _actions_granted(statement)
+    if actions is None:
+        return not any(fnmatch.fnmatchcase(action.lower(), p.lower()) for p in as_list(statement["NotAction"]))
+    return any(fnmatch.fnmatchcase(action.lower(), p.lower()) for p in actions)
+
+
+def allow_statements(synth) -> list[tuple[str, dict]]:
+    """``(owner logical ID, statement)`` of every Allow in an identity or bucket policy of the template."""
+    found = []
+    for logical_id, resource in synth.resources.items():
+        props = resource.get("Properties", {})
+        documents = []
+        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy"):
+            documents.append(props["PolicyDocument"])
+        if resource["Type"] in ("AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group"):
+            documents += [policy["PolicyDocument"] for policy in props.get("Policies", [])]
+        for document in documents:
+            found += [(logical_id, s) for s in as_list(document["Statement"]) if s["Effect"] == "Allow"]
+    return found
+
+
+AUTO_DELETE_ROLE = "CustomS3AutoDeleteObjectsCustomResourceProviderRole"
+
+
+def test_no_role_can_erase_the_version_history(default_synth, variant_synth):
+    """Object versions on the checkpoint and output buckets are the undo history: no role may delete them,
+    suspend versioning or expire them through a lifecycle change, by name or by wildcard (s3:DeleteObject*,
+    s3:*, *). CDK's own auto-delete custom resource (removalPolicy=destroy only) is the one exception."""
+    assert set(HISTORY_ERASING_ACTIONS) >= {"s3:DeleteObjectVersion", "s3:PutBucketVersioning"}
+    exempt = []
+    for synth in (default_synth, variant_synth):
+        for logical_id, statement in allow_statements(synth):
+            principal = json.dumps(statement.get("Principal", {}))
+            erasing = [a for a in HISTORY_ERASING_ACTIONS if _grants(statement, a)]
+            if AUTO_DELETE_ROLE in principal:
+                exempt.append(erasing)
+                continue
+            assert erasing == [], (logical_id, statement)
+        for logical_id, role in synth.of_type("AWS::IAM::Role").items():
+            for arn in role["Properties"].get("ManagedPolicyArns", []):
+                # CloudWatch Logs only: no managed policy brings S3 rights in
+                assert ":iam::aws:policy/service-role/AWSLambdaBasicExecutionRole" in json.dumps(arn), (logical_id, arn)
+    # the check is not vacuous: the exempted auto-delete grants (destroy only) would have failed it
+    assert len(exempt) == 4 and all("s3:DeleteObjectVersion" in e for e in exempt)
+    assert not any(AUTO_DELETE_ROLE in json.dumps(s) for _, s in allow_statements(default_synth))
+
+
+def test_the_history_check_catches_wildcards():
+    assert _grants({"Action": "s3:DeleteObject*"}, "s3:DeleteObjectVersion")
+    assert _grants({"Action": ["s3:GetObject", "s3:*"]}, "s3:DeleteObjectVersion")
+    assert _grants({"Action": "*"}, "s3:PutBucketVersioning")
+    assert _grants({"NotAction": "s3:GetObject"}, "s3:DeleteObjectVersion")
+    assert not _grants({"NotAction": "s3:Delete*"}, "s3:DeleteObjectVersion")
+    assert not _grants({"Action": ["s3:DeleteObject", "s3:PutObject"]}, "s3:DeleteObjectVersion")
+
+
+def test_checkpoint_and_output_writers_get_exactly_the_current_object_actions(default_synth):
+    ids = bucket_ids(default_synth)
+    key_arn = getatt_arn(default_synth.logical_id(default_synth.stack.buckets.encryption_key))
+    found = statements(default_synth, "ExecutionRole")
+    # the output bucket below the jobs' S3OutputPath only: the submitter's client-token records sit beside it
+    for name, prefix in (("checkpoints", ""), ("output", settings.TRAINING_JOB_OUTPUT_PREFIX)):
+        bucket_arn = getatt_arn(ids[name])
+        objects = {"Fn::Join": ["", [bucket_arn, f"/{prefix}*"]]}
+        on_bucket = {a for s in found if bucket_arn in as_list(s["Resource"]) for a in as_list(s["Action"])}
+        on_objects = {a for s in found if objects in as_list(s["Resource"]) for a in as_list(s["Action"])}
+        assert on_bucket == set(CURRENT_OBJECT_BUCKET_ACTIONS), name
+        assert on_objects == set(CURRENT_OBJECT_OBJECT_ACTIONS), name
+        assert {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= on_objects
+    on_key = {a for s in found if key_arn in as_list(s["Resource"]) for a in as_list(s["Action"])}
+    # kms:DescribeKey comes with the data bucket's read grant
+    assert on_key == set(CURRENT_OBJECT_KEY_ACTIONS) | {"kms:DescribeKey"}
+    assert not [a for a in on_key if "*" in a]
+
+
 def test_stateful_resources_are_retained_by_default(default_synth):
     for resource_type in ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::ECR::Repository"):
         for logical_id, resource in default_synth.of_type(resource_type).items():
@@ -342,9 +450,11 @@ def test_submitter_environment(default_synth):
     image = json.dumps(env[settings.ENV_TRAINER_IMAGE_URI])
     assert stack.trainer_image.image_tag in image and default_synth.logical_id(stack.trainer_image.repository) in image
     assert env[settings.ENV_DEFAULT_INSTANCE_TYPE] == "ml.p6-b200.48xlarge"
-    from planner.catalogue import INSTANCE_TYPES
+    from planner.catalogue import TRAINABLE_INSTANCE_TYPES
 
-    assert env[settings.ENV_ALLOWED_INSTANCE_TYPES].split(",") == list(INSTANCE_TYPES)
+    # every catalogue type the trainer image runs on but the GB200 UltraServers, which CreateTrainingJob does not accept
+    ultraservers = ("ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72")
+    assert env[settings.ENV_ALLOWED_INSTANCE_TYPES].split(",") == [t for t in TRAINABLE_INSTANCE_TYPES if t not in ultraservers]
     assert env[settings.ENV_CAPACITY_FALLBACK] == "training-plan,spot,on-demand"
     assert json.loads(env[settings.ENV_PLATFORM_TAGS]) == {
         "Project": "blackwell-training-platform",
@@ -361,6 +471,17 @@ def test_submitter_environment_follows_context(variant_synth):
     assert env[settings.ENV_ALLOWED_INSTANCE_TYPES] == "ml.p5.48xlarge,ml.p6-b200.48xlarge"
     assert env[settings.ENV_ALLOWED_INPUT_PREFIXES] == "s3://shared-datasets/tokenized/"
     assert json.loads(env[settings.ENV_PLATFORM_TAGS]) == {"Project": "llm-pretraining", "CostCenter": "cc-1234"}
+
+
+@pytest.mark.parametrize(("fixture", "reserved"), [("default_synth", DEFAULT_RESERVED_CONCURRENCY), ("variant_synth", 25)])
+def test_submitter_concurrency_is_reserved_from_context(request, fixture, reserved):
+    synth = request.getfixturevalue(fixture)
+    fn_id = synth.logical_id(synth.stack.submitter.function)
+    assert synth.resources[fn_id]["Properties"]["ReservedConcurrentExecutions"] == reserved
+    assert DEFAULT_RESERVED_CONCURRENCY == 10
+    # only the submitter reserves: the observability functions share the unreserved pool
+    reserving = [k for k, r in synth.of_type("AWS::Lambda::Function").items() if "ReservedConcurrentExecutions" in r["Properties"]]
+    assert reserving == [fn_id]
 
 
 def test_submitter_waits_for_the_image_copy(default_synth):
@@ -399,7 +520,8 @@ def test_submitter_role_sagemaker_permissions(default_synth):
         "Sid": "ListTrainingPlans",
     }
     parameter_id = default_synth.logical_id(default_synth.stack.training_plans.parameter)
-    reads = [s for s in found.values() if "ssm:GetParameter" in as_list(s["Action"])]
+    # statements without a Sid collide in `found`: search them all
+    reads = [s for s in statements(default_synth, "SubmitterRole") if "ssm:GetParameter" in as_list(s["Action"])]
     assert reads and parameter_id in json.dumps(reads)
 
 

@@ -117,3 +117,21 @@ def test_bad_context_exits_two_without_synthesizing(tmp_path):
 
 def test_missing_assembly_exits_two(tmp_path):
     assert synth_summary.run(parse(["--out", str(tmp_path), "--no-synth"])) == 2
+
+
+def test_render_prints_names_and_messages_as_they_are(tmp_path):
+    # rich read dynamic text as markup ("[/x]" raised MarkupError) and emoji codes (":x:" became an emoji)
+    from rich.console import Console
+
+    text = "a [/bold] closing tag, [red]markup[/red] and tags.aws:x: as written"
+    summary = synth_summary.SynthSummary(
+        assembly=tmp_path,
+        findings=[synth_summary.Finding("AwsSolutions", "AwsSolutions-S1", "error", text, (f"Stack/{text}",))],
+        acknowledgements=[synth_summary.Acknowledgement("/Stack/Bucket", "AwsSolutions-S10", text)],
+        lint=[synth_summary.LintResult("t.json", "E3012", "error", text, 7)],
+    )
+    buffer = io.StringIO()
+    synth_summary.render(summary, Console(file=buffer, width=400, color_system=None))
+    printed = buffer.getvalue()
+    assert printed.count(text) == 4 and "\N{CROSS MARK}" not in printed
+    assert "Synth checks: FAILED" in printed

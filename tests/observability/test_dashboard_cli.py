@@ -14,7 +14,9 @@ pytestmark = pytest.mark.xdist_group("observability")
 PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/b200-week"
 
 
-def test_cli_writes_json_and_png_and_lists_alarms_as_json(tmp_path, capsys):
+def test_cli_writes_json_and_png_and_lists_alarms_as_json(tmp_path, capsys, monkeypatch):
+    # the synth gets the region `cdk synth` would (trainctl.cdk_context): the plan's, whatever the shell says
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
     out = tmp_path / "dash" / "platform.json"
     assert main(["dashboard", "--out", str(out), "-c", f'trainingPlanArns=["{PLAN}"]', "-c", "idleCapacityAlarmHours=12", "--json-alarms"]) == 0
     body = json.loads(out.read_text())
@@ -23,7 +25,7 @@ def test_cli_writes_json_and_png_and_lists_alarms_as_json(tmp_path, capsys):
     assert "${AWS::Region}" in json.dumps(body)  # environment-agnostic: the region is rendered as a placeholder
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     alarms = {a["name"]: a for a in json.loads(capsys.readouterr().out)}
-    idle = alarms["TrainingPlatform-PlanIdleNearEnd-b200-week"]
+    idle = alarms["TrainingPlatform/PlanIdleNearEnd-b200-week"]
     assert idle["kind"] == "math" and "hours <= 12" in idle["watches"]
     assert idle["threshold"] == ">= 1 for 2 of 2 x 900 s (missing data: notBreaching)"
     assert idle["actions"] == ["ALARM -> SNS topic 'TrainingPlatform alarms'", "OK -> SNS topic 'TrainingPlatform alarms'"]

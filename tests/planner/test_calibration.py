@@ -11,9 +11,12 @@ gpt-1b (24 x 2048, 16 heads, FFN 6144), sequence 8192, mxfp8, one ml.p6-b200.48x
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from planner import estimate
+from planner.memory import estimate_memory
 from planner.plan import evaluate
 from planner.throughput import EFFICIENCY, FIRST_ITERATION_S, calibrate
 
@@ -111,9 +114,12 @@ def test_low_precision_uses_more_memory_than_bf16_by_default(make_input, model):
         plan = evaluate(make_input(precision=p, **kw))
         assert plan.memory_gb.total > bf16
         assert plan.memory_gb.quantized_weight_copies > 0
-        qmi = evaluate(make_input(precision=p, quantized_model_init=True, **kw))
-        assert qmi.memory_gb.total <= bf16
-        assert qmi.memory_gb.quantized_weight_copies == 0
+        # the memory model of quantized weights (the trainer image refuses them today: the resolved
+        # input is changed past resolve's refusal, to keep the guide's claim modelled)
+        stored = dataclasses.replace(plan.resolved, input=plan.resolved.input.replace(quantized_model_init=True))
+        qmi = estimate_memory(stored)
+        assert qmi.total <= bf16
+        assert qmi.quantized_weight_copies == 0
 
 
 def test_estimate_has_recommendations(make_input):

@@ -115,12 +115,25 @@ def test_communication_bound_multi_node_shards_less():
     assert rec.after.tokens_per_second > plan.tokens_per_second
 
 
-def test_quantized_weights_suggested_under_memory_pressure():
-    plan = estimate(full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5))
-    assert plan.fits and plan.memory_gb.headroom / plan.memory_gb.usable < 0.25
-    rec = next(r for r in plan.recommendations if r.kind == "memory")
-    assert rec.changes == {"quantized_model_init": True}
-    assert rec.after.memory_gb.total < plan.memory_gb.total
+def test_quantized_weights_never_recommended_while_the_trainer_refuses_them():
+    """The trainer image's TransformerEngine 2.10 cannot shard quantized weights: the trainer, the submitter
+    and the planner refuse quantized_model_init=true by one rule, and no recommendation leads to it."""
+    from training.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+
+    assert QUANTIZED_MODEL_INIT_REFUSAL is not None and "TransformerEngine 2.10" in QUANTIZED_MODEL_INIT_REFUSAL
+    # memory pressure (was: "Store weights quantized") and out of memory (was: the fit candidates' first choice)
+    for inp in (full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5),
+                full_input(model="gpt-8b", precision="fp8", seq_length=8192, batch_size=16, instance_type="ml.p5.48xlarge")):
+        plan = estimate(inp)
+        assert plan.recommendations
+        for rec in plan.recommendations:
+            assert "quantized_model_init" not in rec.changes, rec.title
+            assert rec.after is None or not rec.after.input.quantized_model_init, rec.title
+        tuned = auto_tune(inp)
+        assert tuned is None or not tuned[0].quantized_model_init
+    with pytest.raises(PlanInputError) as refused:
+        evaluate(full_input(precision="fp8", quantized_model_init=True))
+    assert refused.value.field == "quantized_model_init" and refused.value.expected == QUANTIZED_MODEL_INIT_REFUSAL
 
 
 def test_guide_default_request_plans():

@@ -95,6 +95,21 @@ def runtime() -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
+def local_config(runtime):
+    """A submitter configuration for tests that need no emulator (request parsing, rules, properties)."""
+    return runtime.config.SubmitterConfig(
+        trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
+        execution_role_arn="arn:aws:iam::123456789012:role/exec",
+        data_bucket="data",
+        checkpoint_bucket="ckpt",
+        output_bucket="out",
+        training_plan_arns_parameter="/plans",
+        allowed_input_prefixes=("s3://shared-datasets/public/",),
+        platform_tags={"platform": "tp"},
+    )
+
+
+@pytest.fixture(scope="session")
 def aws():
     with LocalAws(plans=PLANS) as emulator:
         yield emulator
@@ -124,6 +139,24 @@ def submit(runtime, clients, config):
         return runtime.service.submit(event, clients=clients, config=config)
 
     return _submit
+
+
+@pytest.fixture(scope="session")
+def token_jobs(aws):
+    """``token_jobs(client_token)`` -> sorted names of every job tagged with the token's SHA-256
+    (SageMaker ``Search`` on ``platform:client-token-sha256``; the emulator's is consistent)."""
+    import hashlib
+
+    def _jobs(token: str) -> list[str]:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        found = aws.client("sagemaker").search(
+            Resource="TrainingJob",
+            SearchExpression={"Filters": [{"Name": "Tags.platform:client-token-sha256", "Operator": "Equals", "Value": digest}]},
+            MaxResults=100,
+        )["Results"]
+        return sorted(r["TrainingJob"]["TrainingJobName"] for r in found)
+
+    return _jobs
 
 
 @pytest.fixture(autouse=True)

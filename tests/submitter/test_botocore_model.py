@@ -102,3 +102,29 @@ def test_adaptive_retry_mode_is_accepted(runtime, env):
     clients = runtime.aws.Clients.create(environ={**env, "AWS_RETRY_MODE": "adaptive"})
     assert clients.sagemaker.meta.config.retries["mode"] == "adaptive"
     assert isinstance(runtime.aws.client_config({}), Config)
+
+
+def test_the_emulators_search_finds_jobs_by_their_token_tag_and_fits_the_model(aws, submit, make_request):
+    """moto's Search (TrainingJob) handles the tag filter the submitter sends, so the emulator needs no
+    extension for it; its answers are checked against botocore's model here."""
+    import hashlib
+
+    request = make_request(capacity="on-demand")
+    response = submit(request)
+    digest = hashlib.sha256(request["client_token"].encode()).hexdigest()
+    params = {
+        "Resource": "TrainingJob",
+        "SearchExpression": {"Filters": [{"Name": "Tags.platform:client-token-sha256", "Operator": "Equals", "Value": digest}]},
+        "SortBy": "CreationTime",
+        "SortOrder": "Ascending",
+        "MaxResults": 10,
+    }
+    assert validate_input("sagemaker", "Search", params) == []
+    found = aws.client("sagemaker").search(**params)
+    assert validate_output("sagemaker", "Search", found) == []
+    (result,) = found["Results"]
+    job = result["TrainingJob"]
+    assert job["TrainingJobName"] == response["training_job_name"]
+    assert {"Key": "platform:client-token-sha256", "Value": digest} in job["Tags"]
+    other = dict(params, SearchExpression={"Filters": [{**params["SearchExpression"]["Filters"][0], "Value": "0" * 64}]})
+    assert aws.client("sagemaker").search(**other)["Results"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,19 +15,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.xdist_group("submitter")  # one test reads the emulator's environment
 
-
-@pytest.fixture(scope="module")
-def local_config(runtime):
-    return runtime.config.SubmitterConfig(
-        trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
-        execution_role_arn="arn:aws:iam::123456789012:role/exec",
-        data_bucket="data",
-        checkpoint_bucket="ckpt",
-        output_bucket="out",
-        training_plan_arns_parameter="/plans",
-        allowed_input_prefixes=("s3://shared-datasets/public/",),
-        platform_tags={"platform": "tp"},
-    )
 
 
 def test_defaults(runtime, local_config):
@@ -49,15 +37,69 @@ def test_inputs_resolve_under_the_data_bucket_or_allowed_prefixes(runtime, local
 
 def test_fingerprint_is_the_same_for_equivalent_requests(runtime, local_config):
     parse = runtime.request.parse_request
-    a = parse({"hyperparameters": {"batch_size": 8, "precision": "mxfp8"}, "inputs": {"train": "x/"}}, local_config)
-    b = parse(
-        {"hyperparameters": {"BATCH_SIZE": "8", "precision": "MXFP8"}, "inputs": {"train": "s3://data/x/"}, "dry_run": True,
-         "client_token": "other", "instance_count": 1.0},
+    a = parse(
+        {"hyperparameters": {"batch_size": 8, "precision": "mxfp8"}, "inputs": {"train": "x/"}, "instance_count": 1,
+         "max_runtime_hours": 24},
         local_config,
     )  # fmt: skip
-    c = parse({"hyperparameters": {"batch_size": 16}, "inputs": {"train": "x/"}}, local_config)
+    b = parse(
+        {"hyperparameters": {"BATCH_SIZE": "8", "precision": "MXFP8"}, "inputs": {"train": "s3://data/x/"}, "dry_run": True,
+         "client_token": "other", "job_name": "named", "instance_count": 1.0, "max_runtime_hours": 24.0, "tags": None},
+        local_config,
+    )  # fmt: skip
+    c = parse({"hyperparameters": {"batch_size": 16}, "inputs": {"train": "x/"}, "instance_count": 1}, local_config)
     assert a.fingerprint() == b.fingerprint()
     assert a.fingerprint() != c.fingerprint()
+
+
+# The fingerprint of the guide's default request (examples/guide-default-request.json's fields), as
+# stored in the platform:request-sha256-v2 tag of every job made from it. If this changes, retries of
+# stored jobs answer Conflict: change the algorithm only with a new tag version.
+GOLDEN_REQUEST = {
+    "instance_type": "ml.p6-b200.48xlarge",
+    "capacity": "training-plan",
+    "hyperparameters": {"model": "gpt-1b", "precision": "mxfp8", "num_layers": 10, "batch_size": 8, "seq_length": 2048},
+    "inputs": {"train": "datasets/guide/train/"},
+    "max_runtime_hours": 24,
+    "tags": {"team": "research"},
+}
+GOLDEN_FINGERPRINT = "5f641bd5a14e08d05b78b27d7392165de02aec7afd178d6448f505b51c7e30e9"
+
+
+def test_the_fingerprint_is_pinned(runtime, local_config):
+    request = runtime.request.parse_request(GOLDEN_REQUEST, local_config)
+    assert request.sent == {
+        "instance_type": "ml.p6-b200.48xlarge",
+        "capacity": "training-plan",
+        "hyperparameters": {"batch_size": "8", "model": "gpt-1b", "num_layers": "10", "precision": "mxfp8", "seq_length": "2048"},
+        "inputs": {"train": "s3://data/datasets/guide/train/"},
+        "max_runtime_hours": 24.0,
+        "tags": {"team": "research"},
+    }
+    assert request.fingerprint() == GOLDEN_FINGERPRINT
+
+
+def test_the_fingerprint_ignores_fields_not_sent(runtime, local_config):
+    """Adding an optional field with a default to the request model must not change stored fingerprints:
+    only what the caller sent is hashed (here: a request that omits every optional field)."""
+    parse = runtime.request.parse_request
+    minimal = parse({"hyperparameters": {"synthetic_data": True}}, local_config)
+    assert minimal.sent == {"hyperparameters": {"synthetic_data": "true"}}
+    assert minimal.fingerprint() == parse({"hyperparameters": {"synthetic_data": "TRUE"}, "auto_tune": None}, local_config).fingerprint()
+    # the same request under the previous version's algorithm still hashes every field, defaults filled in
+    assert minimal.legacy_fingerprint_v1(None) != minimal.legacy_fingerprint_v1("named")
+
+
+def test_hyperparameter_values_are_canonicalised_by_the_trainers_formatter(runtime, local_config):
+    from training.hyperparameters import format_value
+
+    parse = runtime.request.parse_request
+    base = {"inputs": {"train": "x/"}}
+    spellings = [{"learning_rate": 0.0003}, {"LEARNING-RATE": "3e-4"}, {"learning_rate": "0.00030"}]
+    prints = {parse({**base, "hyperparameters": hp}, local_config).fingerprint() for hp in spellings}
+    assert len(prints) == 1
+    sent = parse({**base, "hyperparameters": spellings[1]}, local_config).sent["hyperparameters"]
+    assert sent == {"learning_rate": format_value(0.0003)}
 
 
 def test_duplicate_spellings_of_a_hyperparameter_are_refused(runtime, local_config):
@@ -83,6 +125,84 @@ def test_job_names(runtime, local_config):
     assert derived.startswith("gpt-8b-fp8-")
     for name in (by_token, derived):
         assert runtime.request.JOB_NAME_RE.match(name)
+
+
+def test_the_derived_name_form_is_reserved_for_its_own_token(runtime, local_config):
+    """Review finding: token C could create ``job-<24 hex of sha256(D)>`` and squat token D's name.
+    A job_name of the derived form is refused unless it is the request's own token's derived name."""
+    parse = runtime.request.parse_request
+    base = {"hyperparameters": {"synthetic_data": True}}
+    own = runtime.request.derived_job_name("token-d")
+    assert own == "job-" + hashlib.sha256(b"token-d").hexdigest()[:24]
+    assert runtime.job.job_name_for(parse({**base, "client_token": "token-d"}, local_config)) == own
+    # the token's own derived name may be sent back (a retry echoing the name it was given): the same request
+    echoed = parse({**base, "client_token": "token-d", "job_name": own}, local_config)
+    assert echoed.fingerprint() == parse({**base, "client_token": "token-d"}, local_config).fingerprint()
+    for event, hint in [
+        ({"client_token": "token-c", "job_name": own}, "this request's client_token derives 'job-"),
+        ({"job_name": own}, "(this request has none)"),
+        ({"client_token": "token-d", "job_name": own.upper()}, "reserved for the names derived from a client_token"),
+        ({"client_token": "token-c", "job_name": "job-" + "0" * 24}, "reserved"),
+    ]:
+        with pytest.raises(runtime.errors.Refusal) as refused:
+            parse({**base, **event}, local_config)
+        assert (refused.value.code, refused.value.field) == ("InvalidRequest", "job_name")
+        assert hint in refused.value.message and "job-<24 hex digits>" in refused.value.message
+    # near misses are ordinary names
+    for name in ("job-" + "0" * 23, "job-" + "0" * 25, "job-" + "g" * 24, "myjob-" + "0" * 24):
+        assert parse({**base, "job_name": name}, local_config).job_name == name
+
+
+def test_a_null_hyperparameter_is_absent(runtime, local_config):
+    """Review finding: ``{"learning_rate": null}`` was refused while a top-level null means absent."""
+    parse = runtime.request.parse_request
+    base = {"inputs": {"train": "x/"}}
+    with_nulls = parse({**base, "hyperparameters": {"learning_rate": None, "num_layers": None, "batch_size": 4}}, local_config)
+    plain = parse({**base, "hyperparameters": {"batch_size": 4}}, local_config)
+    assert with_nulls.hyperparameters == plain.hyperparameters
+    assert with_nulls.hyperparameters.learning_rate == Hyperparameters().learning_rate
+    assert with_nulls.sent == plain.sent and with_nulls.fingerprint() == plain.fingerprint()
+    for hyperparameters, field in [({"no_such_thing": None}, "hyperparameters.no_such_thing"),
+                                   ({"seq_length": None, "SEQ-LENGTH": 4096}, "hyperparameters.seq_length")]:  # fmt: skip
+        with pytest.raises(runtime.errors.Refusal) as refused:
+            parse({**base, "hyperparameters": hyperparameters}, local_config)
+        assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("batch_size", "\u0668"), ("batch_size", "1_0"), ("batch_size", "\uff18"), ("learning_rate", "1_0"),
+     ("learning_rate", "\u0663e-4"), ("learning_rate", "0.000\u0663"), ("seed", "\U0001d7ff")],
+)  # fmt: skip
+def test_numbers_as_text_are_ascii_decimal(runtime, local_config, name, text):
+    """Review finding: Python's int()/float() read "\u0668" (Arabic-Indic 8) as 8 and "1_0" as 10."""
+    with pytest.raises(runtime.errors.Refusal) as refused:
+        runtime.request.parse_request({"inputs": {"train": "x/"}, "hyperparameters": {name: text}}, local_config)
+    assert refused.value.field == f"hyperparameters.{name}"
+
+
+def test_numbers_as_text_keep_their_ascii_forms(runtime, local_config):
+    parse = runtime.request.parse_request
+    hp = parse({"inputs": {"train": "x/"}, "hyperparameters": {"batch_size": " +08 ", "learning_rate": "3E-4", "seed": '"7"'}}, local_config)
+    assert (hp.hyperparameters.batch_size, hp.hyperparameters.learning_rate, hp.hyperparameters.seed) == (8, 3e-4, 7)
+
+
+@pytest.mark.parametrize("key", ["aws:x", "AWS:x", "Aws:cost", "aWs:", "platform:x", "Platform:x", "PLATFORM:request-sha256-v2"])
+def test_reserved_tag_prefixes_are_refused_in_any_letter_case(runtime, local_config, key):
+    """AWS reserves ``aws:`` in any case combination (AWS Batch User Guide, Tag restrictions); the
+    submitter's ``platform:`` bookkeeping keys likewise."""
+    with pytest.raises(runtime.errors.Refusal) as refused:
+        runtime.request.parse_request({"inputs": {"train": "x/"}, "tags": {key: "v"}}, local_config)
+    assert refused.value.field == f"tags.{key}" and "(reserved)" in refused.value.message
+    assert runtime.request.parse_request({"inputs": {"train": "x/"}, "tags": {"awsx": "v", "platformx": "v"}}, local_config).tags
+
+
+@pytest.mark.parametrize("key", ["platform", "Platform", "PLATFORM"])
+def test_a_platform_tag_key_is_refused_in_any_letter_case(runtime, local_config, key):
+    """Review finding: a caller's "Platform" tag was accepted next to the platform's own "platform" tag."""
+    with pytest.raises(runtime.errors.Refusal) as refused:
+        runtime.request.parse_request({"inputs": {"train": "x/"}, "tags": {key: "mine"}}, local_config)
+    assert refused.value.field == f"tags.{key}" and "the platform sets tag 'platform'" in refused.value.message
 
 
 def _params(runtime, local_config, **request):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import uuid
 
 import botocore.exceptions
@@ -73,7 +74,8 @@ def test_submission_on_a_plan_creates_the_job_as_specified(aws, submit, runtime,
     assert job["StoppingCondition"] == {"MaxRuntimeInSeconds": 24 * 3600}
     assert job["EnableManagedSpotTraining"] is False
     assert job["RetryStrategy"] == {"MaximumRetryAttempts": 3}
-    assert job["Environment"]["FI_PROVIDER"] == "efa"
+    # NCCL/EFA settings are the image's (training/Dockerfile): a job never pins its own over them
+    assert "Environment" not in job or not any(k.startswith(("FI_", "NCCL_", "GLOO_")) for k in job["Environment"])
     assert job["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == (
         f"s3://{aws.env['DATA_BUCKET']}/datasets/guide/train/"
     )
@@ -82,7 +84,10 @@ def test_submission_on_a_plan_creates_the_job_as_specified(aws, submit, runtime,
     assert tags["team"] == "research"
     assert tags["platform"] == "training-platform" and tags["environment"] == "local"
     assert tags["platform:capacity-type"] == "training-plan"
-    assert len(tags["platform:request-sha256"]) == 64
+    config = runtime.config.SubmitterConfig.from_environ(aws.env)
+    assert tags["platform:request-sha256-v2"] == runtime.request.parse_request(request, config).fingerprint()
+    assert "platform:request-sha256" not in tags  # the previous version's tag is read, never written
+    assert tags["platform:client-token-sha256"] == hashlib.sha256(request["client_token"].encode()).hexdigest()
 
     # the job now holds one of the plan's instances
     assert sm.describe_training_plan(TrainingPlanName="b200-soon")["AvailableInstanceCount"] == before - 1
@@ -113,7 +118,7 @@ def test_spot_submission(aws, submit, make_request):
 def test_on_demand_submission(aws, submit, make_request):
     response = submit(make_request(capacity="on-demand"))
     assert response["status"] == "submitted", response
-    assert response["capacity"] == {"type": "on-demand", "reason": "on-demand capacity requested"}
+    assert response["capacity"] == {"type": "on-demand", "rule": "requested", "reason": "on-demand capacity requested"}
     job = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
     assert job["EnableManagedSpotTraining"] is False
     assert "TrainingPlanArn" not in job["ResourceConfig"]

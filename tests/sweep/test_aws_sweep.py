@@ -12,7 +12,7 @@ import pytest
 from training.metric_lines import format_line
 from trainctl import cli
 from trainctl.report import build_report, write_report
-from trainctl.sweep import CONFIG_TAG, SWEEP_TAG, load_sweep, run_aws_sweep, wait_for_jobs
+from trainctl.sweep import CONFIG_TAG, SWEEP_TAG, SweepError, load_sweep, run_aws_sweep, wait_for_jobs
 
 from .conftest import P5_BASE_REQUEST
 
@@ -169,3 +169,62 @@ def test_cli_sweep_waits_times_out_resumes_and_validates(aws, env, tmp_path: Pat
     assert "hyperparameter 'batch_sise'" in err and "batch_size" in err
     assert cli.main(["sweep", "--name", "cli2", "--grid", "precision=bf17", "--dir", str(tmp_path)]) == 2
     assert "expected one of fp32, bf16, fp16, fp8, mxfp8, nvfp4" in capsys.readouterr().err
+
+
+# --- the in-process submitter runs only against the emulator; exit statuses ------------------------
+
+
+def _base_file(tmp_path: Path, **overrides) -> str:
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps({**P5_BASE_REQUEST, **overrides}))
+    return str(path)
+
+
+def test_in_process_sweep_refuses_real_aws(aws, env, tmp_path: Path, monkeypatch, capsys) -> None:
+    # credentials in the environment, no AWS_ENDPOINT_URL: the in-process submitter would create real jobs
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    calls = len(aws.calls())
+    args = ["sweep", "--name", "real", "--grid", "precision=bf16", "--base", _base_file(tmp_path), "--dir", str(tmp_path), "--no-progress"]
+    for extra in ([], ["--dry-run"]):
+        assert cli.main([*args, *extra]) == 2
+        assert capsys.readouterr().err.startswith(
+            "trainctl sweep: AWS_ENDPOINT_URL is not set; in-process submission runs only against the emulator"
+        )
+    assert not (tmp_path / "real").exists() and len(aws.calls()) == calls
+    with pytest.raises(SweepError, match="AWS_ENDPOINT_URL is not set"):
+        run_aws_sweep("real", {"precision": ["bf16"]}, P5_BASE_REQUEST, sweeps_dir=tmp_path,
+                      env={k: v for k, v in env.items() if k != "AWS_ENDPOINT_URL"}, wait=False, progress=False)
+    assert not (tmp_path / "real").exists()
+
+
+def test_a_dry_run_nothing_would_pass_and_an_all_skipped_grid_exit_1(aws, env, tmp_path: Path, monkeypatch, capsys) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    refused = _base_file(tmp_path, capacity="training-plan")  # the emulator has no plans
+    assert cli.main(["sweep", "--name", "dry", "--grid", "precision=bf16,fp8", "--base", refused, "--dir", str(tmp_path),
+                     "--no-progress", "--dry-run"]) == 1
+    last = capsys.readouterr().err.splitlines()[-1]  # after the submitter's JSON logs
+    assert last.startswith("trainctl sweep: 2 configuration(s) would not run; first: 01-bf16: NoCapacity: ")
+    # mxfp8 does not run on Hopper: nothing to run is not a success
+    assert cli.main(["sweep", "--name", "hopper", "--grid", "precision=mxfp8", "--base", _base_file(tmp_path), "--dir",
+                     str(tmp_path), "--no-progress", "--no-wait"]) == 1
+    assert capsys.readouterr().err == "trainctl sweep: every configuration of hopper was skipped (see the reasons above); nothing to run\n"
+
+
+def test_an_unreachable_emulator_stops_the_sweep_and_a_rerun_resumes(aws, env, tmp_path: Path, capsys) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    down = {**env, "AWS_ENDPOINT_URL": dead, "AWS_MAX_ATTEMPTS": "1"}
+    grid = {"precision": ["bf16", "fp8"]}
+    result = run_aws_sweep("down", grid, P5_BASE_REQUEST, sweeps_dir=tmp_path, env=down, wait=False, progress=False)
+    assert [c.status for c in result.configs] == ["SubmitError", "Pending"]
+    assert result.configs[0].reason.startswith(f"cannot reach AWS_ENDPOINT_URL {dead} (")
+    again = run_aws_sweep("down", grid, P5_BASE_REQUEST, sweeps_dir=tmp_path, env=env, wait=False, progress=False)
+    assert [c.status for c in again.configs] == ["InProgress", "InProgress"]
+    for c in again.configs:
+        aws.set_job_status(c.job_name, "Completed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from trainctl.cli import main
@@ -35,3 +36,72 @@ def test_train_lays_out_opt_ml_and_reports_a_bad_precision(tmp_path: Path, monke
     assert "'batch_size': got '-1'" in (base / "output" / "failure").read_text()
     hp = json.loads((base / "input" / "config" / "hyperparameters.json").read_text())
     assert hp["model"] == "gpt-tiny" and hp["precision"] == "fp32"
+
+
+def test_train_takes_its_base_dir_from_sagemaker_base_dir_once(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SAGEMAKER_BASE_DIR", raising=False)
+    assert main(["train", "--synthetic-data", "true"]) == 2
+    assert "no base directory: give --base-dir DIR or set SAGEMAKER_BASE_DIR" in capsys.readouterr().err
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", "jobs/ml")  # relative, as the container would read it
+    status = main(["train", "--synthetic-data", "true", "--model", "gpt-tiny", "--precision", "fp32", "--max-steps", "10"])
+    assert status == 1
+    # validation read the layout trainctl wrote, and the failure landed in the same folder
+    failure = (tmp_path / "jobs" / "ml" / "output" / "failure").read_text()
+    assert failure.strip() == (
+        "hyperparameter 'warmup_steps': got 100, expected <= max_steps (10); warmup_steps=100 is its default (not set)"
+    )
+
+
+def test_train_never_removes_the_data_it_is_given(tmp_path: Path, monkeypatch, capsys, pydocs_shards: Path) -> None:
+    """Regression: --data BASE/input/data/train deleted the shards and linked the folder to itself."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    base = tmp_path / "run"
+    train = base / "input" / "data" / "train"
+    shutil.copytree(pydocs_shards, train)
+    shards = sorted(p.name for p in train.iterdir())
+    flags = ["--model", "gpt-tiny", "--precision", "nvfp4"]  # fails validation, after the layout
+    assert main(["train", "--base-dir", str(base), "--data", str(train), *flags]) == 1
+    assert "'precision': got 'nvfp4'" in (base / "output" / "failure").read_text()  # the data was found and read
+    assert train.is_dir() and not train.is_symlink() and sorted(p.name for p in train.iterdir()) == shards
+    capsys.readouterr()
+    other = tmp_path / "other"
+    shutil.copytree(pydocs_shards, other)
+    assert main(["train", "--base-dir", str(base), "--data", str(other), *flags]) == 2  # a real folder in the way
+    err = capsys.readouterr().err
+    assert f"{train} is a folder of its own" in err and f"--data {train}" in err
+    assert not train.is_symlink() and sorted(p.name for p in train.iterdir()) == shards
+
+
+def test_a_malformed_earlier_hyperparameters_file_is_one_line_naming_it(tmp_path: Path, capsys) -> None:
+    """Regression: a raw JSONDecodeError traceback."""
+    config = tmp_path / "run" / "input" / "config"
+    config.mkdir(parents=True)
+    previous = config / "hyperparameters.json"
+    for text, detail in (('{"model": "gpt-tiny",', "not valid JSON (Expecting property name enclosed in double quotes "
+                                                  "at line 1)"),
+                         ('["gpt-tiny"]', "a JSON list, expected an object of names to values"),
+                         ("\udcff".encode("utf-8", "surrogateescape").decode("latin-1"), "not valid JSON")):
+        previous.write_text(text, encoding="latin-1")
+        assert main(["train", "--base-dir", str(tmp_path / "run"), "--synthetic-data", "true"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"trainctl train: {previous}: the previous run's hyperparameters are {detail}"), err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "fix the file, or remove it" in err
+        assert previous.read_text(encoding="latin-1") == text  # left as it was
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["input"]  # nothing else written
+
+
+def test_python_docs_checks_the_layout_before_writing_anything(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Regression: --python-docs wrote <base>/prepared/ before the layout was refused."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    base = tmp_path / "run"
+    train = base / "input" / "data" / "train"
+    train.mkdir(parents=True)
+    (train / "mine.txt").write_text("theirs")
+    assert main(["train", "--base-dir", str(base), "--python-docs", "--model", "gpt-tiny"]) == 2
+    err = capsys.readouterr().err
+    assert f"{train} is a folder of its own" in err
+    assert sorted(p.relative_to(base).as_posix() for p in base.rglob("*")) == [
+        "input", "input/data", "input/data/train", "input/data/train/mine.txt"]  # no prepared/, no config

@@ -35,7 +35,8 @@ def test_entrypoint_is_exec_form_and_runs_the_entry_point() -> None:
     entry = [rest for word, rest in _instructions() if word == "ENTRYPOINT"]
     assert len(entry) == 1
     argv = json.loads(entry[0])  # exec form is a JSON array
-    assert argv == ["python", "-m", "training.entrypoint"]
+    # chained through NVIDIA's start-up script (tests/training/test_gpu_readiness.py says why)
+    assert argv == ["/opt/nvidia/nvidia_entrypoint.sh", "python", "-m", "training.entrypoint"]
     cmd = [json.loads(rest) for word, rest in _instructions() if word == "CMD"]
     assert cmd == [["train"]]
     assert (REPO / "training" / "entrypoint.py").is_file()
@@ -51,12 +52,44 @@ def test_copy_sources_exist_relative_to_the_repo_root_context() -> None:
         assert src.split("/")[0] in ("training", "planner"), "the build context only holds training/ and planner/"
 
 
-def test_efa_installer_is_pinned_and_nccl_defaults_are_set() -> None:
+def _image_environment() -> dict[str, str]:
+    """Every ``ENV KEY=VALUE`` of the Dockerfile (the image's environment as a job sees it)."""
+    env: dict[str, str] = {}
+    for word, rest in _instructions():
+        if word == "ENV":
+            for item in rest.split():
+                key, _, value = item.partition("=")
+                env[key] = value
+    return env
+
+
+def test_efa_installer_is_pinned_and_the_runtime_defaults_are_set() -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     assert re.search(r"ARG EFA_INSTALLER_VERSION=\d+\.\d+\.\d+", text)
     assert "--skip-kmod" in text and "libnccl-net" in text
-    for var in ("FI_PROVIDER=efa", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=110", "/opt/amazon/ofi-nccl/lib"):
-        assert var in text
+    env = _image_environment()
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "110"
+    assert env["LD_LIBRARY_PATH"].startswith("/opt/amazon/ofi-nccl/lib:")
     requirements = (REPO / "training" / "requirements.txt").read_text(encoding="utf-8")
     pins = [line.split("#")[0].strip() for line in requirements.splitlines() if line.split("#")[0].strip()]
     assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.]+", p) for p in pins)
+
+
+def test_the_image_leaves_socket_interfaces_to_the_entry_point() -> None:
+    """Regression: the image set NCCL_SOCKET_IFNAME=^lo,docker (NCCL's own default), which looked like
+    the job's choice and left bootstrap to pick any interface; gloo had nothing at all."""
+    env = _image_environment()
+    assert not {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} & set(env)
+
+
+def test_efa_variables_follow_aws_guidance_for_the_installed_plugin() -> None:
+    """aws-ofi-nccl's EFA cheatsheet (cited in the Dockerfile): with libfabric >= 1.18 and aws-ofi-nccl >= 1.7
+    (the EFA installer has bundled the plugin since 1.38) none of these is needed, and RDMAV_* must not be set."""
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "https://github.com/aws/aws-ofi-nccl/blob/master/doc/efa-env-var.md" in text
+    version = re.search(r"ARG EFA_INSTALLER_VERSION=(\d+)\.(\d+)\.(\d+)", text)
+    assert version and (int(version.group(1)), int(version.group(2))) >= (1, 38)
+    env = _image_environment()
+    unneeded = {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE"}
+    assert not unneeded & set(env)
+    assert not [key for key in env if key.startswith("RDMAV_")]

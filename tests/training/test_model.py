@@ -60,7 +60,7 @@ def test_cpu_path_never_imports_transformer_engine(monkeypatch: pytest.MonkeyPat
     for p in ("fp32", "bf16"):
         precision.check_supported(p, torch.device("cpu"))
     assert precision.te_recipe("bf16") is None
-    with precision.autocast("bf16", None), precision.quantized_model_init(False, None):
+    with precision.autocast("bf16", None):
         pass
     assert finder.attempts == []
 

@@ -1,7 +1,11 @@
 """``trainctl dashboard --out FILE``: the platform dashboard as JSON, a PNG of its layout, and the alarms.
 
 Synthesizes the CDK app in-process (``cdk.json`` context plus ``-c`` overrides;
-cdk-nag and asset bundling off: ``trainctl synth-summary`` runs the checks), then
+cdk-nag and asset bundling off: ``trainctl synth-summary`` runs the checks) with
+the default environment ``cdk synth`` would give it
+(:func:`trainctl.cdk_context.synth_environment`: the region from ``AWS_REGION``,
+``AWS_DEFAULT_REGION``, the profile, else us-east-1), so it refuses what
+``npx cdk synth`` refuses, then
 
 * writes the dashboard body to ``FILE`` as plain JSON: CloudFormation
   intrinsics inside it are rendered readably, ``${LogicalId}`` for a ``Ref``,
@@ -361,10 +365,21 @@ def render_layout_png(body: Mapping[str, Any], path: str | Path, *, title: str =
 def synthesize_template(context: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]:
     """Synthesize the app (cdk-nag off, no asset bundling) into a temporary folder; returns ``(template, stack name)``.
 
+    Args:
+        context: context overrides on top of ``cdk.json``.
+        environ: the app's environment variables (account and region). Default: this
+            process's, as the CDK CLI would hand them to the app
+            (:func:`trainctl.cdk_context.synth_environment`).
+
     Raises:
         stacks.config.ConfigError: a context value is invalid.
+        trainctl.cdk_context.CdkEnvironmentError: the AWS config files cannot be read.
     """
     from stacks.platform_app import create_app
+    from trainctl.cdk_context import synth_environment
+
+    if environ is None:
+        environ = synth_environment()
 
     # Lambda packages are not needed to read the template: skip bundling them (CDK's own switch)
     merged = {"aws:cdk:bundling-stacks": [], **dict(context or {})}
@@ -387,11 +402,13 @@ def export_dashboard(
     Args:
         out_path: the JSON file (the PNG gets the same name with suffix ``.png``).
         context: context overrides on top of ``cdk.json`` (e.g. ``{"trainingPlanArns": [...]}``).
-        environ: environment for account/region. Default: ``os.environ``.
+        environ: environment for account/region. Default: this process's, as the CDK
+            CLI would hand them to the app (:func:`trainctl.cdk_context.synth_environment`).
         template: an already synthesized template to read instead of synthesizing.
 
     Raises:
         stacks.config.ConfigError: a context value is invalid.
+        trainctl.cdk_context.CdkEnvironmentError: the AWS config files cannot be read.
         ValueError: the template holds no dashboard, or more than one.
     """
     stack_name = "TrainingPlatform"
@@ -410,9 +427,10 @@ def export_dashboard(
 
 
 def print_alarms(alarms: Sequence[AlarmSummary], console: Any = None) -> None:
-    """The alarms as a rich table."""
+    """The alarms as a rich table (names and expressions as they are: never read as markup or emoji codes)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
     table = Table(title=f"{len(alarms)} alarms", title_justify="left", show_lines=True)
@@ -421,7 +439,8 @@ def print_alarms(alarms: Sequence[AlarmSummary], console: Any = None) -> None:
     table.add_column("Threshold", overflow="fold")
     table.add_column("Actions", overflow="fold")
     for alarm in alarms:
-        table.add_row(f"{alarm.name}\n[dim]{alarm.kind}[/dim]", alarm.watches, alarm.threshold, "\n".join(alarm.actions) or "-")
+        table.add_row(Text.assemble(alarm.name, "\n", (alarm.kind, "dim")), Text(alarm.watches), Text(alarm.threshold),
+                      Text("\n".join(alarm.actions) or "-"))  # fmt: skip
     console.print(table)
 
 
@@ -434,20 +453,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from rich.markup import escape
+
+    from trainctl.cdk_context import CdkEnvironmentError
+
     console = Console()
     context = dict(args.context)
     from stacks.config import ConfigError
 
     try:
         result = export_dashboard(args.out, context=context)
-    except ConfigError as exc:
-        console.print(f"[red]configuration error:[/red] {exc}")
+    except (ConfigError, CdkEnvironmentError) as exc:
+        console.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         return 2
     if args.json_alarms:
         print(json.dumps([a.to_dict() for a in result.alarms], indent=2))
         return 0
     body = json.loads(result.json_path.read_text())
-    console.print(f"dashboard body: {result.json_path} ({len(body['widgets'])} widgets)")
-    console.print(f"layout preview: {result.png_path}")
+    console.print(f"dashboard body: {result.json_path} ({len(body['widgets'])} widgets)", markup=False, emoji=False)
+    console.print(f"layout preview: {result.png_path}", markup=False, emoji=False)
     print_alarms(result.alarms, console)
     return 0

@@ -13,12 +13,13 @@ import json
 import sys
 from typing import Any
 
-from planner.catalogue import INSTANCE_TYPES
+from planner.catalogue import TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
 from training.hyperparameters import (
     ACTIVATION_CHECKPOINTING,
     GUIDE_DEFAULT_REQUEST,
     MODEL_PRESETS,
     PRECISIONS,
+    QUANTIZED_MODEL_INIT_REFUSAL,
     SHARDING_STRATEGIES,
 )
 
@@ -66,6 +67,30 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _instance_type(text: str) -> str:
+    """An instance type the trainer image runs on (the planner's one rule), normalised (``p5.48xlarge`` ->
+    ``ml.p5.48xlarge``); otherwise the types to use and, for a known one, why not."""
+    from planner import PlanInputError
+    from planner.catalogue import get_trainable_instance
+
+    try:
+        return get_trainable_instance(text).instance_type
+    except PlanInputError as exc:
+        detail = f" ({exc.detail})" if exc.detail else ""
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {exc.expected}{detail}") from None
+
+
+QUANTIZED_MODEL_INIT_HELP = (
+    "store block weights quantized (fp8, mxfp8, nvfp4)"
+    if QUANTIZED_MODEL_INIT_REFUSAL is None
+    else "store block weights quantized (fp8 family). REFUSED with the current trainer image (exit 2, no plan): "
+    + QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ")
+    + ". The flag mirrors the trainer's hyperparameter, so the planner answers with the reason and plans it "
+    "again once the image supports it"
+)
+"""``--quantized-model-init``'s help, from the trainer's one refusal rule."""
+
+
 def _bool(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "1", "yes", "on"):
@@ -97,9 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="full: FSDP over every GPU; hybrid: HSDP (default: %(default)s)")
     t.add_argument("--reshard-after-forward", type=_bool, default=True, metavar="{true,false}",
                    help="free gathered parameters after forward (default: true)")
-    t.add_argument("--quantized-model-init", action="store_true", help="store weights quantized (fp8 family)")
+    t.add_argument("--quantized-model-init", action="store_true", help=QUANTIZED_MODEL_INIT_HELP.replace("%", "%%"))
     h = parser.add_argument_group("hardware and budget")
-    h.add_argument("--instance-type", choices=INSTANCE_TYPES, default=DEFAULT_INSTANCE_TYPE, help="(default: %(default)s)")
+    h.add_argument("--instance-type", type=_instance_type, default=DEFAULT_INSTANCE_TYPE,
+                   metavar="{" + ",".join(TRAINABLE_INSTANCE_TYPES) + "}",
+                   help=f"an instance type the trainer image runs on ({', '.join(TRAINER_IMAGE_ARCHITECTURES)} hosts; "
+                        "planner.catalogue) (default: %(default)s)")
     h.add_argument("--instance-count", type=_positive_int, default=1, help="(default: %(default)s)")
     h.add_argument("--price-per-hour", type=_positive_float, default=None, help="USD per instance-hour (for cost)")
     h.add_argument("--tokens", type=_positive_float, default=None, help="training-token budget, e.g. 1e12")

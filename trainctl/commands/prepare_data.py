@@ -1,7 +1,9 @@
 """``trainctl prepare-data``: text or JSONL files -> token shards for the train channel.
 
 Shard format: :mod:`training.data` (``shard-NNNNN.bin`` raw little-endian
-uint16/uint32 tokens + ``shard-NNNNN.json`` header). Tokenizer: a local
+uint16/uint32 tokens + ``shard-NNNNN.json`` header with the shard's largest
+token id, so the trainer checks ids against the vocabulary without a scan).
+On an error the shards already in ``--output`` stay as they were. Tokenizer: a local
 ``tokenizer.json`` (Hugging Face ``tokenizers``), or byte-level (bytes 0-255
 + end-of-document 256) without ``--tokenizer``.
 
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
     print(
         f"wrote {len(result.shards)} shard(s) to {result.output_dir}: {result.num_tokens:,} tokens from "
-        f"{result.num_documents} documents, vocab_size {result.vocab_size} ({result.tokenizer})"
+        f"{result.num_documents} documents, vocab_size {result.vocab_size} ({result.tokenizer}), "
+        f"largest token id {result.max_token_id}"
     )
     return 0

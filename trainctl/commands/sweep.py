@@ -14,10 +14,19 @@ Examples::
 
 Running the same command again resumes: completed configurations and created
 jobs are kept (jobs are found by their deterministic names), the rest runs.
-``--name NAME`` alone resumes a sweep as it was defined. Exit status: 0 every
-configuration that was not skipped completed (AWS with ``--no-wait``:
-submitted); 1 some failed, were refused or stopped; 2 bad input; 3 jobs still
-running at ``--timeout``.
+``--name NAME`` alone resumes a sweep as it was defined.
+
+Without ``--local`` or ``--function`` the submitter runs in this process and
+creates jobs with the environment's credentials, so it runs only against the
+endpoint in ``AWS_ENDPOINT_URL`` (the emulator's); real AWS is reached only
+through the deployed function (``--function``).
+
+Exit status: 0 every configuration that was not skipped completed (AWS with
+``--no-wait``: submitted; ``--dry-run``: validated); 1 some failed, were
+refused, could not be submitted or stopped, or every configuration was skipped
+(nothing to run); 2 bad input, or no submitter to use (in process without
+``AWS_ENDPOINT_URL``; ``--function`` without a region or credentials); 3 jobs
+still running at ``--timeout``.
 """
 
 from __future__ import annotations
@@ -43,14 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", help="override a base hyperparameter (repeatable)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="run each configuration with the local trainer instead of SageMaker")
-    where.add_argument("--function", metavar="NAME", help="submit through the deployed submitter function NAME (default: in process)")
+    where.add_argument(
+        "--function", metavar="NAME",
+        help="submit through the deployed submitter function NAME or ARN (default: in process, against AWS_ENDPOINT_URL only)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="expand, prune and (AWS) validate each configuration; run nothing")
     parser.add_argument("--dir", type=Path, default=None, help="folder of sweep states (default .sweeps)")
     local = parser.add_argument_group("local runs")
     local.add_argument("--nproc", type=int, default=2, help="CPU processes per run when there is no GPU (default 2)")
     local.add_argument("--data", type=Path, help="token shards (trainctl prepare-data) instead of CPython's docs")
     jobs = parser.add_argument_group("training jobs")
-    jobs.add_argument("--region", help="AWS region (default: the environment's)")
+    jobs.add_argument("--region", help="AWS region (default: the function ARN's, else AWS_REGION, else AWS_DEFAULT_REGION)")
     jobs.add_argument("--no-wait", action="store_true", help="return after submitting")
     jobs.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the jobs (default 3600)")
     jobs.add_argument("--poll-interval", type=float, default=30.0, help="seconds between DescribeTrainingJob polls (default 30)")
@@ -63,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
 
     from training.hyperparameters import HyperparameterError
     from trainctl import sweep as sw
+    from trainctl.submitter_client import SubmitError
 
-    console = Console()
+    # Everything printed here is data (names, grid values, refusal reasons, paths): never rich markup or
+    # emoji codes, so a reason naming `tags.aws:x:` is printed as it is, not as an emoji.
+    console = Console(markup=False, emoji=False, highlight=False)
     sweeps_dir = args.dir or sw.DEFAULT_SWEEPS_DIR
     progress = False if args.no_progress else None
     try:
@@ -82,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 region=args.region, wait=not args.no_wait, timeout=args.timeout, poll_interval=args.poll_interval,
                 dry_run=args.dry_run, progress=progress,
             )
-    except (sw.SweepError, HyperparameterError) as exc:
+    except (sw.SweepError, HyperparameterError, SubmitError) as exc:
         print(f"trainctl sweep: {exc}", file=sys.stderr)
         return 2
 
@@ -99,7 +114,16 @@ def run(args: argparse.Namespace) -> int:
             status = "would run"
         table.add_row(config_id, title, status, detail)
     console.print(table)
+    if all(c.status == sw.SKIPPED for c in sweep.configs):
+        print(f"trainctl sweep: every configuration of {sweep.name} was skipped (see the reasons above); nothing to run",
+              file=sys.stderr)
+        return 1
     if args.dry_run:
+        unanswered = [a for a in result.answers if a["status"] in (sw.REJECTED, sw.SUBMIT_ERROR)]
+        if unanswered:
+            print(f"trainctl sweep: {len(unanswered)} configuration(s) would not run; first: "
+                  f"{unanswered[0]['config']}: {unanswered[0].get('reason')}", file=sys.stderr)
+            return 1
         return 0
     console.print(f"state: {sweep.state_file}   report: trainctl report {sweep.name}"
                   + (f" --dir {sweeps_dir}" if args.dir else "") + f" --out reports/{sweep.name}")
@@ -107,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainctl sweep: {len(result.still_active)} job(s) still running after {args.timeout:g} s; "
               "run the same command again to keep waiting", file=sys.stderr)
         return 3
-    if result.failed:
+    not_submitted = sweep.by_status(sw.SUBMIT_ERROR)
+    if not_submitted:
+        pending = sweep.by_status(sw.PENDING)
+        print(f"trainctl sweep: {len(not_submitted)} configuration(s) could not be submitted"
+              + (f" and {len(pending)} were not sent" if pending else "")
+              + f": {not_submitted[0].reason}; run the same command again to retry", file=sys.stderr)
+    if result.failed or sweep.by_status(sw.PENDING):
         return 1
     return 0

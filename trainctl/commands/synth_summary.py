@@ -1,7 +1,10 @@
 """``trainctl synth-summary``: synthesize the CDK app, run cdk-nag and cfn-lint, summarize.
 
 Synthesizes the app in-process into ``--out`` (or reads an existing cloud
-assembly with ``--no-synth``), then reports, per stack: resources by type,
+assembly with ``--no-synth``) with the default environment ``cdk synth`` would
+give it (:func:`trainctl.cdk_context.synth_environment`: the region from
+``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile, else us-east-1), so it
+refuses what ``npx cdk synth`` refuses; then reports, per stack: resources by type,
 outputs; for the app: cdk-nag ``AwsSolutions`` findings (from CDK's
 ``validation-report.json``; acknowledged ones from the construct metadata,
 with their reasons) and cfn-lint results for every template.
@@ -15,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainctl.cdk_context import add_context_argument
+from trainctl.cdk_context import CdkEnvironmentError, add_context_argument, synth_environment
 
 HELP = "Synthesize the CDK app, run cdk-nag (AwsSolutions) and cfn-lint, and summarize what would be deployed."
 
@@ -107,6 +111,7 @@ def summarize(
     synthesize: bool = True,
     context: dict[str, Any] | None = None,
     lint: bool = True,
+    environ: Mapping[str, str] | None = None,
 ) -> SynthSummary:
     """Synthesize (unless ``synthesize=False``) into ``out`` and collect the summary.
 
@@ -116,14 +121,18 @@ def summarize(
             read an assembly that ``cdk synth`` already wrote.
         context: context overrides on top of ``cdk.json`` (synthesis only).
         lint: run cfn-lint on every template.
+        environ: the app's environment variables (account and region: ``CDK_DEFAULT_*``).
+            Default: this process's, as the CDK CLI would hand them to the app
+            (:func:`trainctl.cdk_context.synth_environment`).
 
     Raises:
         stacks.config.ConfigError: a context value is invalid (synthesis only).
+        trainctl.cdk_context.CdkEnvironmentError: the AWS config files cannot be read (synthesis only).
         FileNotFoundError: ``out`` holds no cloud assembly (``manifest.json``).
     """
     assembly = Path(out).resolve()
     if synthesize:
-        _synthesize(assembly, context)
+        _synthesize(assembly, context, synth_environment() if environ is None else environ)
     manifest_path = assembly / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{manifest_path} not found: expected a cloud assembly (run `cdk synth` or drop --no-synth)")
@@ -149,10 +158,10 @@ def summarize(
     return summary
 
 
-def _synthesize(assembly: Path, context: dict[str, Any] | None) -> None:
+def _synthesize(assembly: Path, context: dict[str, Any] | None, environ: Mapping[str, str]) -> None:
     from stacks.platform_app import create_app
 
-    app, _ = create_app(context=context, outdir=assembly, nag=True, stack_traces=False)
+    app, _ = create_app(context=context, outdir=assembly, nag=True, environ=environ, stack_traces=False)
     stale = assembly / "validation-report.json"
     if stale.exists():
         stale.unlink()
@@ -250,56 +259,57 @@ def render_value(value: Any) -> str:
 
 
 def render(summary: SynthSummary, console: Any = None) -> None:
-    """Print the summary with rich."""
+    """Print the summary with rich. Names, reasons and messages from the assembly are printed as they are
+    (``rich.text.Text``): never read as markup or emoji codes."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
     for stack in summary.stacks:
-        table = Table(title=f"{stack.name}: {stack.resource_total} resources", title_justify="left")
+        table = Table(title=Text(f"{stack.name}: {stack.resource_total} resources"), title_justify="left")
         table.add_column("Resource type")
         table.add_column("Count", justify="right")
         for resource_type, count in sorted(stack.resource_counts.items()):
-            table.add_row(resource_type, str(count))
+            table.add_row(Text(resource_type), str(count))
         console.print(table)
 
-        outputs = Table(title=f"{stack.name}: outputs", title_justify="left")
+        outputs = Table(title=Text(f"{stack.name}: outputs"), title_justify="left")
         outputs.add_column("Output")
         outputs.add_column("Value")
         outputs.add_column("Description")
         for name, (description, value) in stack.outputs.items():
-            outputs.add_row(name, value, description)
+            outputs.add_row(Text(name), Text(value), Text(description))
         console.print(outputs)
 
     nag = summary.nag_findings
     other = [f for f in summary.findings if f.plugin != NAG_PLUGIN]
     style = "green" if not nag else "red"
-    console.print(
-        f"[bold]cdk-nag {NAG_PLUGIN}[/bold]: [{style}]{len(nag)} unacknowledged[/{style}], "
-        f"{len(summary.acknowledgements)} acknowledged"
-    )
+    console.print(Text.assemble((f"cdk-nag {NAG_PLUGIN}", "bold"), ": ", (f"{len(nag)} unacknowledged", style),
+                                f", {len(summary.acknowledgements)} acknowledged"))  # fmt: skip
     for finding in summary.findings:
-        console.print(f"  [red]{finding.severity.upper()}[/red] {finding.plugin} {finding.rule_id}: {finding.description}")
+        console.print(Text.assemble("  ", (finding.severity.upper(), "red"),
+                                    f" {finding.plugin} {finding.rule_id}: {finding.description}"))  # fmt: skip
         for path in finding.paths:
-            console.print(f"      at {path}")
+            console.print(Text(f"      at {path}"))
     grouped: dict[tuple[str, str], list[str]] = {}
     for ack in summary.acknowledgements:
         grouped.setdefault((ack.path, ack.reason), []).append(ack.rule_id)
     for (path, reason), rule_ids in grouped.items():
-        console.print(f"  [dim]{path.lstrip('/')}[/dim]: [cyan]{', '.join(rule_ids)}[/cyan]", overflow="fold")
-        console.print(f"      {reason}", highlight=False)
+        console.print(Text.assemble("  ", (path.lstrip("/"), "dim"), ": ", (", ".join(rule_ids), "cyan")), overflow="fold")
+        console.print(Text(f"      {reason}"))
     if other:
-        console.print(f"[red]{len(other)} finding(s) from other validation plugins[/red]")
+        console.print(Text(f"{len(other)} finding(s) from other validation plugins", "red"))
 
     errors = summary.lint_errors
     warnings = [m for m in summary.lint if m.severity == "warning"]
     style = "green" if not errors else "red"
-    console.print(f"[bold]cfn-lint[/bold]: [{style}]{len(errors)} errors[/{style}], {len(warnings)} warnings")
+    console.print(Text.assemble(("cfn-lint", "bold"), ": ", (f"{len(errors)} errors", style), f", {len(warnings)} warnings"))
     for match in summary.lint:
         colour = "red" if match.severity == "error" else "yellow"
-        console.print(f"  [{colour}]{match.rule_id}[/{colour}] {match.template}:{match.line} {match.message}")
-    verdict = "[green]OK[/green]" if summary.ok else "[red]FAILED[/red]"
-    console.print(f"[bold]Synth checks[/bold]: {verdict} (assembly: {summary.assembly})")
+        console.print(Text.assemble("  ", (match.rule_id, colour), f" {match.template}:{match.line} {match.message}"))
+    verdict = Text("OK", "green") if summary.ok else Text("FAILED", "red")
+    console.print(Text.assemble(("Synth checks", "bold"), ": ", verdict, f" (assembly: {summary.assembly})"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -315,6 +325,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console()
     context = dict(args.context)
@@ -322,11 +333,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         summary = summarize(args.out, synthesize=args.synthesize, context=context)
-    except ConfigError as exc:
-        console.print(f"[red]configuration error:[/red] {exc}")
+    except (ConfigError, CdkEnvironmentError) as exc:
+        console.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         return 2
     except FileNotFoundError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{escape(str(exc))}[/red]")
         return 2
     render(summary, console)
     return 0 if summary.ok else 1

@@ -140,7 +140,7 @@ def read_plan_arns(ssm: Any, parameter_name: str) -> list[str]:
     if not isinstance(arns, list):
         raise PlanMetricsError(f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs")
     for index, arn in enumerate(arns):
-        if not isinstance(arn, str) or not _PLAN_ARN.match(arn):
+        if not isinstance(arn, str) or not _PLAN_ARN.fullmatch(arn):
             raise PlanMetricsError(
                 f"SSM parameter {parameter_name}[{index}]: got {arn!r}; "
                 "expected arn:aws:sagemaker:<region>:<account>:training-plan/<name>"
@@ -153,7 +153,8 @@ def describe_plans(sagemaker: Any, arns: Sequence[str], now: datetime) -> tuple[
     plans, problems = [], []
     for arn in arns:
         try:
-            description = sagemaker.describe_training_plan(TrainingPlanName=arn.rsplit("/", 1)[-1])
+            # by ARN, never by name alone: another account may own a plan of the same name
+            description = sagemaker.describe_training_plan(TrainingPlanName=arn)
         except Exception as exc:  # botocore ClientError; anything else is a bug and propagates
             code = error_code(exc)
             if code is None:

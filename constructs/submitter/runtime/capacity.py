@@ -1,20 +1,59 @@
 """Capacity choice: which training plan (or spot / on-demand) a job runs on.
 
 Plan ARNs come from the SSM String parameter the stack writes (a JSON list of
-ARNs), cached for :data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. Each plan is then
-described (``DescribeTrainingPlan``, never cached: availability changes) and
-judged by :func:`judge_plan`. A plan is eligible when
+ARNs), cached for :data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. An entry that is
+not a training-plan ARN (an operator's edit with a trailing newline, a bare
+name) is skipped with the reason naming it, like a plan of another region or
+account (:mod:`.plan_arns`), which is skipped with the reason naming its ARN,
+and never described: a plan is identified by its full ARN, never by its
+name alone. Each other plan is described (``DescribeTrainingPlan`` with the
+ARN, never cached: availability changes) and judged by :func:`judge_plan`.
 
-* its status is ``Active`` or ``Scheduled`` (jobs wait in ``Pending`` until a
-  scheduled plan starts),
+**Blocks.** A plan reserves capacity in one or more blocks
+(``ReservedCapacitySummaries``, each with its own ``InstanceType``,
+``TotalInstanceCount``, ``StartTime``, ``EndTime`` and ``Status``), possibly with
+gaps between them. A job submitted to a plan runs in the block that is active
+when it starts: the current block when one is active now, else the job waits
+``Pending`` for the next block ("For plans with multiple discontinuous reserved
+capacities, the status reverts to Scheduled between active periods";
+"Training jobs associated with the plan remain in Pending status until the plan
+becomes Active",
+https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-details-using-api-cli-sdk.html).
+That block is judged, not the plan's outer ``StartTime`` / ``EndTime``. Its
+usable time ends :data:`training.capacity_block.CAPACITY_BLOCK_RECLAIM_S`
+(30 minutes) before its ``EndTime``, when SageMaker starts reclaiming its
+instances. A plan is **eligible** when
+
+* its status is ``Active`` or ``Scheduled``,
 * its ``TargetResources`` include ``training-job``,
-* it reserves the request's instance type (``ReservedCapacitySummaries[].InstanceType``),
-* ``AvailableInstanceCount`` >= the request's ``instance_count``,
-* its ``EndTime`` leaves room for ``max_runtime_hours`` after ``max(now, StartTime)``.
+* it has a block of the request's instance type whose usable time has not ended,
+* the job's block starts within :data:`PENDING_LIMIT_S` (2 days) of now,
+* the block's usable time from the job's start covers ``max_runtime_hours``.
 
-Among eligible plans the one that **expires first** wins (ties: the ARN), so
-reserved capacity is used before it lapses; the answer and the log say why,
-and list every skipped plan with its reason.
+The **job's block** is the first usable block (by start) with ``instance_count``
+instances: ``min(AvailableInstanceCount, TotalInstanceCount)`` for the block
+active now (``AvailableInstanceCount`` describes the plan now), the block's
+``TotalInstanceCount`` for a later one. A waiting job starts as soon as a block
+has its instances ("the job waits until it becomes available", see
+:data:`PENDING_LIMIT_S`'s page), so a block with enough instances but too
+little time is not skipped for a later one: the job would start there and be
+reclaimed, and the plan is refused. The verdict's reason names the block and
+the earlier blocks the job cannot start in.
+
+**Rules** (``capacity.rule`` in the response, with ``capacity.reason``; the
+log line ``capacity chosen`` carries both). Reserved capacity is meant to be
+used before it lapses, but never at the price of a wait while a plan can run
+the job at once:
+
+1. ``named-plan``: the request's ``training_plan_arn``, if eligible.
+2. ``starts-now-expires-first``: among the eligible plans whose block is active
+   now, the one whose block's usable time ends first (ties: the ARN).
+3. ``starts-soonest``: only when no plan can start the job now, the eligible
+   plan whose block starts first (ties: the earlier end, then the ARN); the
+   job waits ``Pending`` until then.
+4. ``fallback-order`` (``capacity: auto``): spot / on-demand in the configured
+   order; ``requested``: the request asked for spot or on-demand;
+   ``idempotent-replay``: a repeated request, answered with the job it created.
 
 ``capacity: auto`` yields candidates in the configured fallback order
 (``training-plan``, ``spot``, ``on-demand`` by default): the chosen plan if
@@ -29,12 +68,55 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from aws_lambda_powertools import Logger
+from training.capacity_block import CAPACITY_BLOCK_RECLAIM_S
+
 from .aws import PLAN_ARNS_MAX_AGE_S, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
-from .request import TRAINING_PLAN_ARN_RE, SubmitRequest
+from .plan_arns import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
+from .request import SubmitRequest
+from .settings import SERVICE_NAME
+
+logger = Logger(service=SERVICE_NAME, child=True)
 
 ELIGIBLE_STATUSES = ("Active", "Scheduled")
+"""Plan statuses a training job may use ("The training plan must be in the Scheduled or
+Active status to be used by a training job", see :data:`PENDING_LIMIT_S`'s page)."""
+
+UNUSABLE_BLOCK_STATUSES = ("Expired", "Failed")
+
+PENDING_LIMIT_S = 2 * 24 * 3600
+"""Longest wait (seconds) for a block to start that the submitter accepts: 2 days.
+
+"If the required capacity is not immediately available for a training job, the job
+waits until it becomes available, or until the StoppingCondition is met, or the job
+has been Pending for capacity for 2 days, whichever comes first. [...] If a job has
+been pending for 2 days, it is terminated with an InsufficientCapacityError."
+(https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html).
+The API reference of ``StoppingCondition.MaxPendingTimeInSeconds`` says that time
+spent waiting for a Scheduled plan's start does not count against that newer
+setting; the submitter keeps to the 2 days all the same, so that no job it
+places can be ended for waiting."""
+
+RULE_NAMED_PLAN = "named-plan"
+RULE_STARTS_NOW_EXPIRES_FIRST = "starts-now-expires-first"
+RULE_STARTS_SOONEST = "starts-soonest"
+RULE_FALLBACK_ORDER = "fallback-order"
+RULE_REQUESTED = "requested"
+RULE_IDEMPOTENT_REPLAY = "idempotent-replay"
+RULES = (
+    RULE_NAMED_PLAN,
+    RULE_STARTS_NOW_EXPIRES_FIRST,
+    RULE_STARTS_SOONEST,
+    RULE_FALLBACK_ORDER,
+    RULE_REQUESTED,
+    RULE_IDEMPOTENT_REPLAY,
+)
+"""Values of ``capacity.rule``: which rule decided (module docstring)."""
+
+_RECLAIM = timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S)
+_RECLAIM_TEXT = f"{CAPACITY_BLOCK_RECLAIM_S // 60} min"
 
 
 @dataclass(frozen=True)
@@ -45,13 +127,26 @@ class PlanVerdict:
         training_plan_arn: the plan.
         eligible: usable for this request.
         reason: why (or why not), one phrase.
-        end_time: the plan's ``EndTime`` (UTC), when known.
+        end_time: ``EndTime`` (UTC) of the block the job would run in, when known.
+        usable_end: ``end_time`` less the reclaim time (:data:`training.capacity_block.CAPACITY_BLOCK_RECLAIM_S`).
+        start_time: when the job would start (UTC): now, or the start of the block it waits for.
+        starts_now: the job's block is active now (the job does not wait).
     """
 
     training_plan_arn: str
     eligible: bool
     reason: str
     end_time: datetime | None = None
+    usable_end: datetime | None = None
+    start_time: datetime | None = None
+    starts_now: bool = False
+
+    @property
+    def name(self) -> str:
+        """The plan's name (the ARN's last part); a malformed list entry as ``repr`` (no raw control characters)."""
+        if TRAINING_PLAN_ARN_PATTERN.fullmatch(self.training_plan_arn):
+            return self.training_plan_arn.rsplit("/", 1)[-1]
+        return repr(self.training_plan_arn)
 
     def to_dict(self) -> dict[str, Any]:
         return {"training_plan_arn": self.training_plan_arn, "reason": self.reason}
@@ -66,28 +161,38 @@ class CapacityChoice:
         reason: why this capacity, one sentence.
         training_plan_arn: the plan, for ``training-plan``.
         skipped: plans considered and not used, each ``{"training_plan_arn", "reason"}``.
+        rule: which rule decided, one of :data:`RULES` (empty: not stated).
     """
 
     type: str
     reason: str
     training_plan_arn: str | None = None
     skipped: tuple[PlanVerdict, ...] = field(default_factory=tuple)
+    rule: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
         if self.training_plan_arn:
             out["training_plan_arn"] = self.training_plan_arn
+        if self.rule:
+            out["rule"] = self.rule
         out["reason"] = self.reason
         if self.skipped:
             out["skipped_plans"] = [v.to_dict() for v in self.skipped]
         return out
 
 
-def configured_plan_arns(clients: Any, config: SubmitterConfig) -> list[str]:
-    """The plan ARNs in the SSM parameter (cached briefly per warm function).
+def configured_plan_entries(clients: Any, config: SubmitterConfig) -> list[Any]:
+    """The entries of the SSM parameter's JSON list, duplicates dropped (cached briefly per warm function).
+
+    Entries are returned as they are: :func:`configured_plan_arns` keeps the
+    training-plan ARNs, and choosing a plan skips each other entry with a
+    reason naming it, so one malformed entry (a trailing newline, a name
+    without its ARN) blocks neither the other plans nor ``auto``'s spot and
+    on-demand fallback.
 
     Raises:
-        ConfigurationError: the parameter is missing or not a JSON list of plan ARNs.
+        ConfigurationError: the parameter is missing, not JSON, or not a JSON list.
         botocore.exceptions.ClientError: a transient fault that outlived botocore's retries.
     """
     from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError, TransformParameterError
@@ -102,19 +207,73 @@ def configured_plan_arns(clients: Any, config: SubmitterConfig) -> list[str]:
         raise ConfigurationError(f"SSM parameter {name!r} could not be read: {exc}") from None
     except TransformParameterError as exc:
         raise ConfigurationError(f"SSM parameter {name!r} is not JSON: {exc}") from None
-    if not isinstance(value, list) or not all(isinstance(a, str) and TRAINING_PLAN_ARN_RE.match(a) for a in value):
+    if not isinstance(value, list):
         raise ConfigurationError(f"SSM parameter {name!r}: expected a JSON list of training plan ARNs, got {value!r}")
-    return list(dict.fromkeys(value))
+    entries: list[Any] = []
+    for entry in value:
+        if entry not in entries:
+            entries.append(entry)
+    return entries
+
+
+def configured_plan_arns(clients: Any, config: SubmitterConfig) -> list[str]:
+    """The training-plan ARNs of the SSM parameter (other entries left out; see :func:`configured_plan_entries`).
+
+    Raises:
+        ConfigurationError: the parameter is missing, not JSON, or not a JSON list.
+    """
+    return [e for e in configured_plan_entries(clients, config) if malformed_entry_reason(e) is None]
+
+
+def malformed_entry_reason(entry: Any) -> str | None:
+    """Why an entry of the plan list is not a training-plan ARN, or ``None`` when it is one."""
+    if isinstance(entry, str) and TRAINING_PLAN_ARN_PATTERN.fullmatch(entry):
+        return None
+    return f"not a training-plan ARN: {entry!r} (expected {TRAINING_PLAN_ARN_FORMAT})"
 
 
 def describe_plan(clients: Any, arn: str) -> dict[str, Any] | None:
-    """``DescribeTrainingPlan`` for ``arn`` (by its name), or ``None`` if it does not exist."""
+    """``DescribeTrainingPlan`` for the full ``arn`` (never its name alone), or ``None`` if it does not exist.
+
+    ``TrainingPlanName`` accepts a name or an ARN (botocore's ``TrainingPlanNameOrArn``);
+    the ARN names the account and region, so a plan of the same name elsewhere is never
+    taken for this one.
+    """
     try:
-        return clients.sagemaker.describe_training_plan(TrainingPlanName=arn.rsplit("/", 1)[-1])
+        return clients.sagemaker.describe_training_plan(TrainingPlanName=arn)
     except Exception as exc:  # botocore ClientError; anything else propagates below
         if error_code(exc) in ("ResourceNotFound", "ValidationException"):
             return None
         raise
+
+
+@dataclass(frozen=True)
+class _Block:
+    start: datetime
+    end: datetime
+    total: int
+    arn: str | None
+
+    @property
+    def usable_end(self) -> datetime:
+        return self.end - _RECLAIM
+
+
+def _blocks(description: dict[str, Any], instance_type: str) -> tuple[list[_Block], list[str]]:
+    """The plan's blocks of ``instance_type`` by start, and notes on the ones that cannot be judged."""
+    plan_start, plan_end = _utc(description.get("StartTime")), _utc(description.get("EndTime"))
+    blocks, notes = [], []
+    for summary in description.get("ReservedCapacitySummaries") or []:
+        if summary.get("InstanceType") != instance_type or summary.get("Status") in UNUSABLE_BLOCK_STATUSES:
+            continue
+        start = _utc(summary.get("StartTime")) or plan_start
+        end = _utc(summary.get("EndTime")) or plan_end
+        if start is None or end is None:
+            notes.append(f"block {summary.get('ReservedCapacityArn', '?')} has no StartTime/EndTime")
+            continue
+        blocks.append(_Block(start, end, int(summary.get("TotalInstanceCount") or 0), summary.get("ReservedCapacityArn")))
+    blocks.sort(key=lambda b: (b.start, b.end))
+    return blocks, notes
 
 
 def judge_plan(
@@ -123,42 +282,86 @@ def judge_plan(
     """Apply the eligibility rules (module docstring) to one described plan."""
     if description is None:
         return PlanVerdict(arn, False, "not found (DescribeTrainingPlan: ResourceNotFound)")
+    described = description.get("TrainingPlanArn")
+    if described is not None and described != arn:
+        return PlanVerdict(arn, False, f"DescribeTrainingPlan answered for {described}, a different plan")
     status = description.get("Status")
-    end = _utc(description.get("EndTime"))
-    start = _utc(description.get("StartTime"))
     if status not in ELIGIBLE_STATUSES:
-        return PlanVerdict(arn, False, f"status is {status} (needs Active or Scheduled)", end)
+        return PlanVerdict(arn, False, f"status is {status} (needs Active or Scheduled)", _utc(description.get("EndTime")))
     targets = description.get("TargetResources") or []
     if "training-job" not in targets:
-        return PlanVerdict(arn, False, f"reserved for {', '.join(targets) or 'nothing'}, not training-job", end)
-    types = sorted({s.get("InstanceType") for s in description.get("ReservedCapacitySummaries") or [] if s.get("InstanceType")})
+        return PlanVerdict(arn, False, f"reserved for {', '.join(targets) or 'nothing'}, not training-job")
+    summaries = description.get("ReservedCapacitySummaries") or []
+    types = sorted({s.get("InstanceType") for s in summaries if s.get("InstanceType")})
     if request.instance_type not in types:
-        return PlanVerdict(
-            arn, False, f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}", end
-        )
-    available = int(description.get("AvailableInstanceCount") or 0)
-    if available < request.instance_count:
-        return PlanVerdict(
-            arn, False, f"{available} instance(s) available, request needs {request.instance_count}", end
-        )
-    if end is None:
-        return PlanVerdict(arn, False, "has no EndTime", end)
-    begins = max(now, start) if start else now
-    room = end - begins
-    needed = timedelta(seconds=request.max_runtime_seconds)
-    if room < needed:
-        hours = max(room.total_seconds(), 0) / 3600
+        return PlanVerdict(arn, False, f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}")
+
+    blocks, notes = _blocks(description, request.instance_type)
+    usable = [b for b in blocks if b.usable_end > now]
+    if not usable:
+        if blocks:
+            last = blocks[-1]
+            why = (
+                f"its last {request.instance_type} block ends {last.end.isoformat()}; instances are reclaimed "
+                f"{_RECLAIM_TEXT} before a block ends, so none is usable after now"
+            )
+        else:
+            why = "; ".join(notes) or f"no {request.instance_type} block is Active or Scheduled"
+        return PlanVerdict(arn, False, why, blocks[-1].end if blocks else None)
+
+    available_now = int(description.get("AvailableInstanceCount") or 0)
+    passed: list[str] = []  # blocks the job cannot start in (too few instances), each with why
+    for index, block in enumerate(usable):
+        later = usable[index + 1 :]
+        starts_now = block.start <= now
+        job_start = now if starts_now else block.start
+        window = f"block {block.start.isoformat()} to {block.end.isoformat()}"
+        before = "; ".join(passed) + "; " if passed else ""
+        if not starts_now and (job_start - now).total_seconds() > PENDING_LIMIT_S:
+            return PlanVerdict(
+                arn,
+                False,
+                f"{before}its next {request.instance_type} block starts {block.start.isoformat()}, "
+                f"{(job_start - now).total_seconds() / 86400:.1f} days from now; SageMaker ends a job that waits "
+                f"Pending on a plan for more than {PENDING_LIMIT_S // 86400} days (InsufficientCapacityError)",
+                block.end, block.usable_end, job_start,
+            )  # fmt: skip
+        # AvailableInstanceCount describes the plan now: it bounds the active block only; a later
+        # block starts with every instance it reserves
+        instances = min(available_now, block.total) if starts_now else block.total
+        if instances < request.instance_count:
+            where = "" if starts_now else f" in its {window}"
+            passed.append(f"{instances} instance(s) available{where}, request needs {request.instance_count}")
+            continue
+        # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
+        room = block.usable_end - job_start
+        if room < timedelta(seconds=request.max_runtime_seconds):
+            hours = max(room.total_seconds(), 0) / 3600
+            nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
+            return PlanVerdict(
+                arn,
+                False,
+                f"{before}{window}: instances are reclaimed {_RECLAIM_TEXT} before it ends, {hours:.1f} h after the "
+                f"job could start; request needs max_runtime_hours={request.max_runtime_hours:g}{nxt}",
+                block.end, block.usable_end, job_start, starts_now,
+            )  # fmt: skip
+        if starts_now:
+            when = f"active, {instances} {request.instance_type} available now"
+        else:
+            hours = (job_start - now).total_seconds() / 3600
+            when = (
+                f"scheduled: its block starts {block.start.isoformat()} ({hours:.1f} h from now; the job waits Pending), "
+                f"{instances} {request.instance_type} available"
+            )
+        earlier = f"; it cannot start in an earlier block: {'; '.join(passed)}" if passed else ""
         return PlanVerdict(
             arn,
-            False,
-            f"ends {end.isoformat()}, {hours:.1f} h after the job could start; request needs "
-            f"max_runtime_hours={request.max_runtime_hours:g}",
-            end,
-        )
-    when = "active" if status == "Active" else f"scheduled to start {start.isoformat() if start else '?'}"
-    return PlanVerdict(
-        arn, True, f"{when}, {available} {request.instance_type} available, ends {end.isoformat()}", end
-    )
+            True,
+            f"{when}, {window} (usable until {block.usable_end.isoformat()}){earlier}",
+            block.end, block.usable_end, job_start, starts_now,
+        )  # fmt: skip
+    last = usable[-1]
+    return PlanVerdict(arn, False, "; ".join(passed), last.end, last.usable_end)
 
 
 def choose_capacity(
@@ -171,14 +374,18 @@ def choose_capacity(
     """Candidate capacities for ``request``, best first (one entry unless ``capacity`` is ``auto``).
 
     Raises:
-        Refusal: ``InvalidRequest`` for a ``training_plan_arn`` that is not configured;
-            ``NoCapacity`` listing every configured plan and why it was skipped.
+        Refusal: ``InvalidRequest`` for a ``training_plan_arn`` that is not configured or
+            belongs to another region or account; ``NoCapacity`` listing every configured
+            plan and why it was skipped.
+        ConfigurationError: the SSM parameter is missing or not a JSON list (a malformed
+            entry in the list is skipped, with the reason naming it), or the function does
+            not know its region or account (so it cannot tell its own plans from others').
     """
     now = now or datetime.now(timezone.utc)
     if request.capacity == "spot":
-        return [CapacityChoice("spot", "spot capacity requested (managed spot training)")]
+        return [CapacityChoice("spot", "spot capacity requested (managed spot training)", rule=RULE_REQUESTED)]
     if request.capacity == "on-demand":
-        return [CapacityChoice("on-demand", "on-demand capacity requested")]
+        return [CapacityChoice("on-demand", "on-demand capacity requested", rule=RULE_REQUESTED)]
 
     order: Sequence[str] = ("training-plan",) if request.capacity == "training-plan" else config.capacity_fallback
     if request.training_plan_arn is not None and "training-plan" not in order:
@@ -192,30 +399,12 @@ def choose_capacity(
     for kind in order:
         if kind == "training-plan":
             verdicts = _judge_configured_plans(request, clients=clients, config=config, now=now)
-            eligible = sorted((v for v in verdicts if v.eligible), key=lambda v: (v.end_time, v.training_plan_arn))
-            if eligible:
-                best = eligible[0]
-                best_name = best.training_plan_arn.rsplit("/", 1)[-1]
-                skipped = tuple(
-                    v if not v.eligible else PlanVerdict(
-                        v.training_plan_arn, True, f"eligible, but expires after {best_name} ({v.reason})", v.end_time
-                    )
-                    for v in verdicts
-                    if v is not best
-                )
-                others = f"; {len(eligible) - 1} other eligible plan(s) expire later" if len(eligible) > 1 else ""
-                candidates.append(
-                    CapacityChoice(
-                        "training-plan",
-                        f"training plan {best.training_plan_arn.rsplit('/', 1)[-1]}: {best.reason} "
-                        f"(the eligible plan that expires first{others})",
-                        training_plan_arn=best.training_plan_arn,
-                        skipped=skipped,
-                    )
-                )
+            choice = _best_plan(request, verdicts)
+            if choice is not None:
+                candidates.append(choice)
         else:
             why = _fallback_reason(kind, verdicts, order)
-            candidates.append(CapacityChoice(kind, why, skipped=tuple(verdicts)))
+            candidates.append(CapacityChoice(kind, why, skipped=tuple(verdicts), rule=RULE_FALLBACK_ORDER))
     if not candidates:
         raise Refusal(
             "NoCapacity",
@@ -229,10 +418,90 @@ def choose_capacity(
     return candidates
 
 
+def _best_plan(request: SubmitRequest, verdicts: list[PlanVerdict]) -> CapacityChoice | None:
+    """The plan the rules (module docstring) pick among ``verdicts``, or ``None`` if none is eligible."""
+    eligible = [v for v in verdicts if v.eligible]
+    if not eligible:
+        return None
+    far = datetime.max.replace(tzinfo=timezone.utc)
+    now_plans = sorted((v for v in eligible if v.starts_now), key=lambda v: (v.usable_end or far, v.training_plan_arn))
+    waiting = sorted(
+        (v for v in eligible if not v.starts_now),
+        key=lambda v: (v.start_time or far, v.usable_end or far, v.training_plan_arn),
+    )
+    if request.training_plan_arn is not None:
+        best, rule = eligible[0], RULE_NAMED_PLAN
+        why = "the plan the request named"
+    elif now_plans:
+        best, rule = now_plans[0], RULE_STARTS_NOW_EXPIRES_FIRST
+        others = []
+        if len(now_plans) > 1:
+            others.append(f"{len(now_plans) - 1} other plan(s) that could start it now expire later")
+        if waiting:
+            others.append(f"{len(waiting)} scheduled plan(s) would make it wait")
+        why = "of the plans that can start the job now, the one whose block expires first" + (
+            f"; {'; '.join(others)}" if others else ""
+        )
+    else:
+        best, rule = waiting[0], RULE_STARTS_SOONEST
+        why = (
+            f"no configured plan can start the job now; its block starts soonest, within the "
+            f"{PENDING_LIMIT_S // 86400} days SageMaker keeps a job Pending"
+            + (f"; {len(waiting) - 1} other scheduled plan(s) start later" if len(waiting) > 1 else "")
+        )
+    skipped = tuple(v if not v.eligible else _passed_over(v, best) for v in verdicts if v is not best)
+    return CapacityChoice(
+        "training-plan",
+        f"training plan {best.name}: {best.reason} (rule {rule}: {why})",
+        training_plan_arn=best.training_plan_arn,
+        skipped=skipped,
+        rule=rule,
+    )
+
+
+def _passed_over(verdict: PlanVerdict, best: PlanVerdict) -> PlanVerdict:
+    """An eligible plan that lost to ``best``, with the reason it lost."""
+    if verdict.starts_now:
+        why = f"eligible, but expires after {best.name}"
+    elif best.starts_now:
+        start = verdict.start_time.isoformat() if verdict.start_time else "later"
+        why = f"eligible, but the job would wait Pending until {start}, while {best.name} can start it now"
+    else:
+        why = f"eligible, but starts after {best.name}"
+    return PlanVerdict(
+        verdict.training_plan_arn,
+        True,
+        f"{why} ({verdict.reason})",
+        verdict.end_time,
+        verdict.usable_end,
+        verdict.start_time,
+        verdict.starts_now,
+    )
+
+
 def _judge_configured_plans(
     request: SubmitRequest, *, clients: Any, config: SubmitterConfig, now: datetime
 ) -> list[PlanVerdict]:
-    arns = configured_plan_arns(clients, config)
+    if not config.region or not config.account_id:
+        raise ConfigurationError(
+            "the submitter does not know its region and account (AWS_REGION, PLATFORM_ACCOUNT_ID), so it cannot "
+            "tell its own training plans from another account's or region's"
+        )
+    if request.training_plan_arn is not None:
+        try:
+            reason = foreign_reason(request.training_plan_arn, region=config.region, account=config.account_id)
+        except ValueError:
+            raise invalid(
+                "training_plan_arn", request.training_plan_arn, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}"
+            ) from None
+        if reason is not None:
+            raise invalid(
+                "training_plan_arn",
+                request.training_plan_arn,
+                f"a plan of this platform's region {config.region} and account {config.account_id} ({reason})",
+            )
+    entries = configured_plan_entries(clients, config)
+    arns = [e for e in entries if malformed_entry_reason(e) is None]
     if request.training_plan_arn is not None:
         if request.training_plan_arn not in arns:
             raise invalid(
@@ -240,8 +509,34 @@ def _judge_configured_plans(
                 request.training_plan_arn,
                 "one of the configured plans: " + (", ".join(arns) or "(none configured)"),
             )
-        arns = [request.training_plan_arn]
-    return [judge_plan(arn, describe_plan(clients, arn), request, now) for arn in arns]
+        entries = arns = [request.training_plan_arn]
+    verdicts = []
+    for entry in entries:
+        malformed = malformed_entry_reason(entry)
+        if malformed is not None:
+            logger.warning(
+                "malformed entry in the training plan list skipped",
+                extra={"entry": repr(entry), "parameter": config.training_plan_arns_parameter},
+            )
+            verdicts.append(
+                PlanVerdict(
+                    entry if isinstance(entry, str) else repr(entry),
+                    False,
+                    f"{malformed}; skipped: correct it in SSM parameter {config.training_plan_arns_parameter}",
+                )
+            )
+            continue
+        arn = entry
+        reason = foreign_reason(arn, region=config.region, account=config.account_id)
+        if reason is not None:
+            logger.warning(
+                "training plan of another region or account skipped",
+                extra={"training_plan_arn": arn, "parameter": config.training_plan_arns_parameter, "reason": reason},
+            )
+            verdicts.append(PlanVerdict(arn, False, f"refused without describing it: {reason}"))
+            continue
+        verdicts.append(judge_plan(arn, describe_plan(clients, arn), request, now))
+    return verdicts
 
 
 def _fallback_reason(kind: str, verdicts: list[PlanVerdict], order: Sequence[str]) -> str:
@@ -257,7 +552,7 @@ def _no_capacity_message(request: SubmitRequest, verdicts: list[PlanVerdict]) ->
     head = f"no training plan can run {request.instance_count} x {request.instance_type} for {request.max_runtime_hours:g} h"
     if not verdicts:
         return head + ": no training plan is configured"
-    reasons = "; ".join(f"{v.training_plan_arn.rsplit('/', 1)[-1]}: {v.reason}" for v in verdicts)
+    reasons = "; ".join(f"{v.name}: {v.reason}" for v in verdicts)
     return f"{head}: {reasons}"
 
 
@@ -265,3 +560,17 @@ def _utc(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     return None
+
+
+__all__ = [
+    "ELIGIBLE_STATUSES",
+    "PENDING_LIMIT_S",
+    "RULES",
+    "CapacityChoice",
+    "PlanVerdict",
+    "choose_capacity",
+    "configured_plan_arns",
+    "configured_plan_entries",
+    "describe_plan",
+    "judge_plan",
+]

@@ -9,6 +9,7 @@ naming it, because a half-configured submitter must not start jobs.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -39,6 +40,15 @@ class SubmitterConfig:
         allowed_input_prefixes: extra ``s3://`` prefixes input channels may use.
         platform_tags: tags added to every job (win over nothing: request tags may not reuse these keys).
         volume_size_gb: ``ResourceConfig.VolumeSizeInGB``.
+        client_token_records: ``s3://bucket/prefix/`` of the client-token records
+            (:mod:`.idempotency`). Empty: not configured, and a request with a
+            ``client_token`` raises ConfigurationError.
+        region: the region the function runs in (``AWS_REGION``, set by Lambda); training
+            plans of other regions are refused. Empty: unknown, and choosing a plan raises
+            ConfigurationError.
+        account_id: the deployment's account (``PLATFORM_ACCOUNT_ID``, set by the construct
+            from ``Aws.ACCOUNT_ID``); training plans of other accounts are refused. Empty: as for
+            ``region``.
     """
 
     trainer_image_uri: str
@@ -53,6 +63,9 @@ class SubmitterConfig:
     allowed_input_prefixes: tuple[str, ...] = ()
     platform_tags: Mapping[str, str] = field(default_factory=dict)
     volume_size_gb: int = DEFAULT_VOLUME_SIZE_GB
+    client_token_records: str = ""
+    region: str = ""
+    account_id: str = ""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> SubmitterConfig:
@@ -95,6 +108,14 @@ class SubmitterConfig:
         if volume < 1:
             raise ConfigurationError(f"{settings.ENV_VOLUME_SIZE_GB}={raw_volume!r}: expected a positive integer (GB)")
 
+        account_id = required(settings.ENV_ACCOUNT_ID)
+        if not re.fullmatch(r"[0-9]{12}", account_id):
+            raise ConfigurationError(f"{settings.ENV_ACCOUNT_ID}={account_id!r}: expected a 12-digit AWS account ID")
+
+        records = required(settings.ENV_CLIENT_TOKEN_RECORDS)
+        if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(\S+/)?", records):
+            raise ConfigurationError(f"{settings.ENV_CLIENT_TOKEN_RECORDS}={records!r}: expected s3://<bucket>/<prefix>/")
+
         prefixes = csv(settings.ENV_ALLOWED_INPUT_PREFIXES)
         bad = [p for p in prefixes if not p.startswith("s3://") or len(p) <= len("s3://")]
         if bad:
@@ -113,6 +134,9 @@ class SubmitterConfig:
             allowed_input_prefixes=prefixes,
             platform_tags=dict(tags),
             volume_size_gb=volume,
+            client_token_records=records,
+            region=required(settings.ENV_REGION),
+            account_id=account_id,
         )
 
     def input_prefixes(self) -> tuple[str, ...]:

@@ -18,6 +18,13 @@ A malformed event is answered with an ``InvalidRequest`` refusal, never an
 exception; persistent AWS faults and a broken configuration raise (a function
 error the caller can retry or alarm on).
 
+Deadline: each invocation's AWS calls are bounded by the time Lambda gives it
+(``context.get_remaining_time_in_millis()``, :class:`.aws.Deadline`). When
+too little is left for the next call, the function answers with a function
+error of ``errorType`` ``DeadlineExceeded`` (:class:`.errors.DeadlineExceeded`)
+instead of being killed mid-call; it is retriable, and a retry with the same
+``client_token`` never creates a second job.
+
 Import cost is kept small for cold starts: boto3 clients are created on the
 first invocation, not at import.
 """
@@ -31,7 +38,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from . import settings
-from .aws import Clients
+from .aws import Clients, Deadline
 from .config import SubmitterConfig
 from .service import submit
 
@@ -49,11 +56,25 @@ def dependencies() -> tuple[Clients, SubmitterConfig]:
     return _dependencies
 
 
-def handle(event: Any, *, clients: Clients, config: SubmitterConfig, correlation_id: str | None = None) -> dict[str, Any]:
-    """Submit ``event`` with logging and metrics; what :func:`lambda_handler` and ``trainctl submit --local`` run."""
+def handle(
+    event: Any,
+    *,
+    clients: Clients,
+    config: SubmitterConfig,
+    correlation_id: str | None = None,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
+    """Submit ``event`` with logging and metrics; what :func:`lambda_handler` and ``trainctl submit --local`` run.
+
+    Args:
+        deadline: when the answer is due (the invocation's end); ``None``: no bound.
+
+    Raises:
+        DeadlineExceeded: too little time was left for an AWS call (retriable).
+    """
     token = event.get("client_token") if isinstance(event, dict) else None
     logger.set_correlation_id(token if isinstance(token, str) and token else correlation_id)
-    response = submit(event, clients=clients, config=config)
+    response = submit(event, clients=clients, config=config, deadline=deadline)
     record_metrics(response)
     logger.info(
         "submission answered",
@@ -83,5 +104,8 @@ def record_metrics(response: dict[str, Any]) -> None:
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
     """AWS Lambda handler: ``event`` is the request (synchronous ``Invoke``), the return value the response."""
+    deadline = Deadline.from_lambda_context(context)
     clients, config = dependencies()
-    return handle(event, clients=clients, config=config, correlation_id=getattr(context, "aws_request_id", None))
+    return handle(
+        event, clients=clients, config=config, correlation_id=getattr(context, "aws_request_id", None), deadline=deadline
+    )

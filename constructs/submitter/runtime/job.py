@@ -12,18 +12,27 @@ What every job gets:
   (job-unique, ending in ``/``) synced with ``/opt/ml/checkpoints``.
 * ``StoppingCondition``: ``MaxRuntimeInSeconds``; ``MaxWaitTimeInSeconds`` only
   with spot, together with ``EnableManagedSpotTraining``.
-* ``RetryStrategy``, ``Environment`` (EFA / NCCL settings), ``HyperParameters``
+* no ``Environment``: the NCCL/EFA settings live in the trainer image
+  (``training/Dockerfile``, which cites AWS's guidance for the installed
+  aws-ofi-nccl plugin) and the entry point, so the image deployed with this
+  code is their one home and a job never pins outdated values over it.
+* ``RetryStrategy``, ``HyperParameters``
   as strings (:meth:`training.hyperparameters.Hyperparameters.to_strings`),
   ``Tags`` = platform tags + request tags + the submitter's bookkeeping tags.
 
 SageMaker's limits are checked by :func:`check_limits` with errors naming the
-field: at most 100 hyperparameters of at most 2500 characters each, at most 50
-tags, and the job-name rule.
+field, each read from botocore's model of ``CreateTrainingJob``
+(:mod:`.sagemaker_rules`): the job-name rule, the number of hyperparameters
+and the length of their names and values, and the number of tags.
+
+Bookkeeping tags (``platform:``, reserved for the submitter):
+:data:`TAG_REQUEST_SHA256` (the request's fingerprint, version 2),
+:data:`TAG_CLIENT_TOKEN_SHA256`, :data:`TAG_CAPACITY_TYPE`, :data:`TAG_SUBMITTER`.
+Jobs created before version 2 carry :data:`TAG_REQUEST_SHA256_V1` instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from datetime import datetime, timezone
@@ -31,55 +40,46 @@ from typing import Any
 
 from training.metric_lines import METRIC_DEFINITIONS
 
+from . import sagemaker_rules as model
+from . import settings
 from .capacity import CapacityChoice
 from .config import SubmitterConfig
 from .errors import invalid
-from .request import JOB_NAME_RE, SubmitRequest
+from .request import SubmitRequest, derived_job_name, job_name_expected, token_digest
 
-MAX_HYPERPARAMETERS = 100
-MAX_HYPERPARAMETER_VALUE_CHARS = 2500
-MAX_TAGS = 50
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
-TAG_REQUEST_SHA256 = "platform:request-sha256"
-"""SHA-256 of the normalized request that created the job (idempotency check)."""
+TAG_REQUEST_SHA256 = "platform:request-sha256-v2"
+"""The request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent)."""
+TAG_REQUEST_SHA256_V1 = "platform:request-sha256"
+"""The fingerprint of jobs created before version 2 (every normalised field; read, never written)."""
 TAG_CLIENT_TOKEN_SHA256 = "platform:client-token-sha256"
-"""SHA-256 of the request's ``client_token`` (the token itself is not stored)."""
+"""SHA-256 of the request's ``client_token`` (the token itself is not stored); ``Search`` finds jobs by it."""
 TAG_CAPACITY_TYPE = "platform:capacity-type"
 TAG_SUBMITTER = "platform:submitted-by"
 
-EFA_ENVIRONMENT: dict[str, str] = {
-    "FI_PROVIDER": "efa",  # libfabric over EFA (OS-bypass RDMA, SRD)
-    "FI_EFA_USE_DEVICE_RDMA": "1",  # GPUDirect RDMA on P4d/P5/P6
-    "FI_EFA_FORK_SAFE": "1",  # data-loader workers fork after libfabric init
-    "NCCL_DEBUG": "WARN",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # fail fast on a lost peer instead of hanging
-}
-"""``Environment`` for every job: NCCL over the aws-ofi-nccl plugin on EFA."""
 
 
 def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
     """The training job name for ``request``.
 
     * ``job_name`` when given;
-    * else, with a ``client_token``: ``job-`` + 24 hex of SHA-256(token) -
-      a function of the token alone, so a retry with the same token finds its
-      first job by name even if the rest of the request changed (and is then
-      refused as a ``Conflict`` rather than creating a second job);
+    * else, with a ``client_token``: :func:`.request.derived_job_name`, ``job-`` +
+      24 hex of SHA-256(token) - a function of the token alone, so a retry with
+      the same token finds its first job by name even if the rest of the
+      request changed (and is then refused as a ``Conflict`` rather than
+      creating a second job); requests may not name a job of that form
+      unless it is their own token's;
     * else ``<model>-<precision>-<UTC yyyymmdd-HHMMSS>-<4 random hex>``.
     """
     if request.job_name:
         return request.job_name
     if request.client_token:
-        return f"job-{token_digest(request.client_token)[:24]}"
+        return derived_job_name(request.client_token)
     hp = request.hyperparameters
     stem = _slug(f"{hp.model}-{hp.precision}")[:32]
     now = now or datetime.now(timezone.utc)
     return f"{stem}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def build_create_training_job(
@@ -93,9 +93,9 @@ def build_create_training_job(
     """The keyword arguments of ``sagemaker.create_training_job`` (see module docstring).
 
     Args:
-        fingerprint: the value of the ``platform:request-sha256`` tag; default
-            ``request.fingerprint()`` (pass the caller's original request's
-            fingerprint when ``request`` was auto-tuned).
+        fingerprint: the value of the :data:`TAG_REQUEST_SHA256` tag; default
+            ``request.fingerprint()`` (equal for an auto-tuned request: it hashes
+            what the caller sent).
 
     Raises:
         Refusal: ``InvalidRequest`` when a SageMaker limit is exceeded (:func:`check_limits`).
@@ -121,7 +121,7 @@ def build_create_training_job(
         },
         "RoleArn": config.execution_role_arn,
         "HyperParameters": request.hyperparameters.to_strings(),
-        "OutputDataConfig": {"S3OutputPath": f"s3://{config.output_bucket}/training-jobs/"},
+        "OutputDataConfig": {"S3OutputPath": f"s3://{config.output_bucket}/{settings.TRAINING_JOB_OUTPUT_PREFIX}"},
         "ResourceConfig": resource,
         "StoppingCondition": stopping,
         "CheckpointConfig": {
@@ -129,7 +129,6 @@ def build_create_training_job(
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         },
         "RetryStrategy": {"MaximumRetryAttempts": request.max_retry_attempts},
-        "Environment": dict(EFA_ENVIRONMENT),
         "Tags": _tags(request, capacity, config, fingerprint or request.fingerprint()),
     }
     if request.inputs:
@@ -153,25 +152,28 @@ def build_create_training_job(
 
 
 def check_limits(params: dict[str, Any]) -> None:
-    """SageMaker's limits on ``CreateTrainingJob``, checked before the call.
+    """SageMaker's limits on ``CreateTrainingJob`` (from botocore's model), checked before the call.
 
     Raises:
         Refusal: ``InvalidRequest`` naming the field over the limit.
     """
     name = params.get("TrainingJobName", "")
-    if not JOB_NAME_RE.match(name):
-        raise invalid("job_name", name, "1-63 letters, digits and hyphens, starting and ending with a letter or digit")
+    if not model.string_rule("TrainingJobName").accepts(name):
+        raise invalid("job_name", name, job_name_expected())
     hps = params.get("HyperParameters", {})
-    if len(hps) > MAX_HYPERPARAMETERS:
-        raise invalid("hyperparameters", f"{len(hps)} entries", f"at most {MAX_HYPERPARAMETERS} (SageMaker's limit)")
+    most = model.bounds("HyperParameters")[1]
+    if most is not None and len(hps) > most:
+        raise invalid("hyperparameters", f"{len(hps)} entries", f"at most {most} (SageMaker's HyperParameters limit)")
+    key_rule, value_rule = model.string_rule("HyperParameters.key"), model.string_rule("HyperParameters.value")
     for key, value in hps.items():
-        if len(value) > MAX_HYPERPARAMETER_VALUE_CHARS:
-            raise invalid(
-                f"hyperparameters.{key}", f"{len(value)} characters", f"at most {MAX_HYPERPARAMETER_VALUE_CHARS} characters"
-            )
+        if not key_rule.accepts(key):
+            raise invalid(f"hyperparameters.{key}", key, f"a name of {key_rule.expected()}")
+        if not value_rule.accepts(value):
+            raise invalid(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}")
     tags = params.get("Tags", [])
-    if len(tags) > MAX_TAGS:
-        raise invalid("tags", f"{len(tags)} tags in all", f"at most {MAX_TAGS} (SageMaker's limit)")
+    most = model.bounds("Tags")[1]
+    if most is not None and len(tags) > most:
+        raise invalid("tags", f"{len(tags)} tags in all", f"at most {most} (SageMaker's Tags limit)")
 
 
 def _tags(
@@ -184,10 +186,11 @@ def _tags(
     merged[TAG_SUBMITTER] = "job-submitter"
     if request.client_token:
         merged[TAG_CLIENT_TOKEN_SHA256] = token_digest(request.client_token)
-    if len(merged) > MAX_TAGS:
+    most = model.bounds("Tags")[1]
+    if most is not None and len(merged) > most:
         own = len(merged) - len(request.tags)
         raise invalid(
-            "tags", f"{len(request.tags)} tags", f"at most {MAX_TAGS - own} (SageMaker allows {MAX_TAGS}; the platform sets {own})"
+            "tags", f"{len(request.tags)} tags", f"at most {most - own} (SageMaker allows {most}; the platform sets {own})"
         )
     return [{"Key": k, "Value": v} for k, v in merged.items()]
 

@@ -8,22 +8,53 @@ tests call. Steps, each able to refuse (nothing is created before the last):
    memory is refused with ``PredictedOutOfMemory`` (the estimate and the change
    that would fit), unless ``auto_tune`` is set: then the planner's change is
    applied and reported.
-3. **Idempotency**: with a ``client_token`` or ``job_name`` the job name is
-   deterministic (:func:`.job.job_name_for`). An existing job of that name is
-   returned when its ``platform:request-sha256`` tag equals this request's
-   fingerprint, and refused as ``Conflict`` otherwise. SageMaker's job-name
-   uniqueness (``ResourceInUse``) is the race-free lock for concurrent
-   duplicates: the loser describes the winner's job and answers with it.
-   This needs no table: the job itself records the request that made it.
+3. **Idempotency** (one request, at most one job; a token, at most one job, ever):
+
+   * with a ``client_token``: the token's record (:mod:`.idempotency`) names
+     its job. A job that exists there and is the token's (tagged
+     ``platform:client-token-sha256`` with it, or made without a token and
+     bound to it) is returned when its ``platform:request-sha256-v2`` tag
+     equals this request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`:
+     what the caller sent, so adding or dropping ``job_name``, or ``dry_run``,
+     is the same request) and refused as ``Conflict`` on ``client_token``
+     otherwise. A record whose job does not exist yet (its writer is in
+     flight, or was killed before ``CreateTrainingJob``) is finished by the
+     same request under the recorded name, and refused as ``Conflict`` for a
+     different one. A record that binds no job (released, or its name taken
+     by another request first) leaves the token free. Without a record, jobs
+     created by the previous version (no records then) are found with
+     ``Search`` on the token tag and compared with that version's fingerprint
+     (:meth:`~.request.SubmitRequest.legacy_fingerprint_v1`). Then the job
+     already holding the request's own name (its ``job_name``, else the name
+     derived from the token), if any: another token's is a ``Conflict`` on
+     ``job_name``; one made without a token by this same request is adopted
+     (the token's record is written naming it); else ``Conflict``. Else the
+     token is claimed by writing its record with an S3 conditional write,
+     right before ``CreateTrainingJob``: of concurrent requests exactly one
+     wins, the others settle against the winner's record;
+   * with a ``job_name`` alone: an existing job of that name is compared the
+     same way (the name is the key);
+   * SageMaker's job-name uniqueness (``ResourceInUse``) settles what is left:
+     the loser describes the winner's job and answers with it, by the same
+     rules of ownership.
+
+   A dry run takes the same path, so it answers as the submission would.
+
 4. **Capacity** (:func:`.capacity.choose_capacity`): ``NoCapacity`` lists every
    configured plan and why it was skipped.
 5. **Create** (``CreateTrainingJob``) or, for ``dry_run``, answer ``validated``
-   with the parameters that would be sent. ``ResourceLimitExceeded`` becomes
-   ``QuotaExceeded`` naming the quota (``capacity: auto`` first tries its next
-   candidate).
+   with the parameters that would be sent (a dry run writes nothing).
+   ``ResourceLimitExceeded`` becomes ``QuotaExceeded`` naming the quota
+   (``capacity: auto`` first tries its next candidate). When SageMaker refuses
+   the job, the token's record is marked released, so a corrected request may
+   use the token.
 
 Transient AWS faults are retried by botocore; when they persist the
-``ClientError`` propagates (a function error), so the caller retries.
+``ClientError`` propagates (a function error), so the caller retries. Every
+AWS call is bounded by the invocation's :class:`.aws.Deadline`: too little
+time left raises :class:`.errors.DeadlineExceeded` (a function error). After
+either, a retry with the same ``client_token`` is safe: it returns the job if
+one was created, or creates it.
 
 Response shapes: see :mod:`.errors` (refusals) and :func:`submit`.
 """
@@ -41,11 +72,19 @@ from aws_lambda_powertools import Logger
 from planner import catalogue
 from training import hyperparameters as hpmod
 
-from .aws import error_code, error_message
-from .capacity import CapacityChoice, choose_capacity
+from .aws import Deadline, current_deadline, deadline_scope, error_code, error_message
+from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
 from .config import SubmitterConfig
-from .errors import Refusal, invalid
-from .job import TAG_REQUEST_SHA256, build_create_training_job, job_name_for
+from .errors import ConfigurationError, DeadlineExceeded, Refusal, invalid
+from .idempotency import RELEASED, TokenRecord, TokenRecords
+from .job import (
+    TAG_CLIENT_TOKEN_SHA256,
+    TAG_REQUEST_SHA256,
+    TAG_REQUEST_SHA256_V1,
+    build_create_training_job,
+    job_name_for,
+    token_digest,
+)
 from .request import SubmitRequest, check_instance, parse_request
 from .settings import SERVICE_NAME
 
@@ -53,9 +92,21 @@ logger = Logger(service=SERVICE_NAME, child=True)
 
 _NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
 _QUOTA_RE = re.compile(r"limit '([^']+)'")
+SETTLE_ATTEMPTS = 5
+SETTLE_INTERVAL_S = 0.2
+"""After ``ResourceInUse`` the job exists; a describe that misses is retried this often, this far apart."""
+CLAIM_ATTEMPTS = 3
+"""Rounds of read-record / claim when other requests with the same token keep winning the claim."""
 
 
-def submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime | None = None) -> dict[str, Any]:
+def submit(
+    event: Any,
+    *,
+    clients: Any,
+    config: SubmitterConfig,
+    now: datetime | None = None,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
     """Validate ``event`` and create (or, for ``dry_run``, plan) one SageMaker training job.
 
     Args:
@@ -63,6 +114,8 @@ def submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime |
         clients: :class:`.aws.Clients`.
         config: :class:`.config.SubmitterConfig`.
         now: the current time (tests); default: the clock.
+        deadline: when the answer is due (the Lambda invocation's end); default:
+            the deadline already in scope, else none (no bound beyond the clients' timeouts).
 
     Returns:
         ``{"status": "submitted", "training_job_name", "training_job_arn",
@@ -73,74 +126,155 @@ def submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime |
         ``{"status": "rejected", "error": {"code", "message", "field"?, "details"?}}``.
 
     Raises:
+        DeadlineExceeded: too little of the invocation was left for an AWS call
+            (retriable; see :class:`.errors.DeadlineExceeded`).
         botocore.exceptions.ClientError: AWS faults that are not the caller's
             (throttling or 5xx after botocore's retries, access denied).
         ConfigurationError: the function's configuration is broken.
+        IdempotencyRecordError: the token's record in S3 is unreadable.
     """
-    try:
-        return _submit(event, clients=clients, config=config, now=now or datetime.now(timezone.utc))
-    except Refusal as refusal:
-        logger.info(
-            "request refused",
-            extra={"refusal": {"code": refusal.code, "field": refusal.field, "message": refusal.message}},
-        )
-        return refusal.to_response()
+    with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
+        try:
+            return _submit(event, clients=clients, config=config, now=now or datetime.now(timezone.utc))
+        except Refusal as refusal:
+            logger.info(
+                "request refused",
+                extra={"refusal": {"code": refusal.code, "field": refusal.field, "message": refusal.message}},
+            )
+            return refusal.to_response()
+        except DeadlineExceeded as exc:
+            logger.warning("deadline exceeded", extra={"operation": exc.operation, "remaining_s": round(exc.remaining_s, 3)})
+            raise
+        except Exception as exc:
+            if scoped is not None and scoped.error is not None:
+                # a library wrapped the DeadlineExceeded (Powertools' parameters): answer as what it is
+                logger.warning("deadline exceeded", extra={"operation": scoped.error.operation, "wrapped_in": type(exc).__name__})
+                raise scoped.error from exc
+            raise
 
 
 def _submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
     request = parse_request(event, config)
     check_instance(request, config, catalogue)
     tuned, estimate, tuning = preflight(request)
-
-    job_name = job_name_for(request, now)
     fingerprint = request.fingerprint()
-    if request.job_name or request.client_token:
-        existing = _existing_job(clients, job_name)
-        if existing is not None:
-            return _replay(request, existing, fingerprint, estimate, tuning)
+    records = _records(clients, config) if request.client_token else None
 
-    candidates = choose_capacity(tuned, clients=clients, config=config, now=now)
-    quota_refusals: list[Refusal] = []
-    for choice in candidates:
-        params = build_create_training_job(tuned, job_name=job_name, capacity=choice, config=config, fingerprint=fingerprint)
+    candidates: list[CapacityChoice] | None = None
+    for _ in range(CLAIM_ATTEMPTS):
+        slot = _resolve(request, fingerprint, clients=clients, records=records, now=now)
+        if slot.existing is not None:
+            if slot.adopt and records is not None and not request.dry_run:
+                adopted = records.claim(
+                    token_digest(request.client_token or ""), slot.job_name, fingerprint,
+                    replace=slot.record if slot.write == "replace" else None, adopted=True,
+                )  # fmt: skip
+                if adopted is None:
+                    logger.info("client token claimed concurrently; settling", extra={"training_job_name": slot.job_name})
+                    continue
+                logger.info("client token bound to a job made without one", extra={"training_job_name": slot.job_name})
+            return _replay(request, slot.existing, fingerprint, estimate, tuning, via=slot.via)
+        if candidates is None:
+            candidates = choose_capacity(tuned, clients=clients, config=config, now=now)
+        first = build_create_training_job(
+            tuned, job_name=slot.job_name, capacity=candidates[0], config=config, fingerprint=fingerprint
+        )
         logger.info(
             "capacity chosen",
-            extra={"training_job_name": job_name, "capacity": choice.to_dict(), "dry_run": request.dry_run},
+            extra={"training_job_name": slot.job_name, "capacity": candidates[0].to_dict(), "dry_run": request.dry_run},
         )
         if request.dry_run:
-            return _answer("validated", job_name, None, choice, estimate, tuning, create_training_job=params)
-        try:
-            created = clients.sagemaker.create_training_job(**params)
-        except Exception as exc:
-            code = error_code(exc)
-            if code == "ResourceInUse":
-                existing = _existing_job(clients, job_name, settle=True)
-                if existing is None:
-                    raise
-                return _replay(request, existing, fingerprint, estimate, tuning)
-            if code == "ResourceLimitExceeded":
-                quota_refusals.append(_quota_refusal(exc, tuned, choice))
-                if request.capacity == "auto":
-                    logger.warning("quota exceeded, trying the next capacity", extra={"capacity": choice.to_dict()})
-                    continue
-                raise quota_refusals[-1] from None
-            if code == "ValidationException":
-                raise Refusal(
-                    "InvalidRequest",
-                    f"SageMaker rejected the job: {error_message(exc)}",
-                    details={"sagemaker_error": code},
-                ) from None
-            raise
-        logger.info(
-            "training job created",
-            extra={"training_job_name": job_name, "training_job_arn": created["TrainingJobArn"], "capacity": choice.type},
+            return _answer("validated", slot.job_name, None, candidates[0], estimate, tuning, create_training_job=first)
+        if records is not None and slot.write:
+            claimed = records.claim(
+                token_digest(request.client_token or ""), slot.job_name, fingerprint,
+                replace=slot.record if slot.write == "replace" else None,
+            )  # fmt: skip
+            if claimed is None:
+                logger.info("client token claimed concurrently; settling", extra={"training_job_name": slot.job_name})
+                continue
+            slot = dataclasses.replace(slot, record=claimed, write=None)
+        return _create(
+            request, tuned, slot, candidates, fingerprint, estimate, tuning, clients=clients, records=records, config=config
         )
-        return _answer("submitted", job_name, created["TrainingJobArn"], choice, estimate, tuning)
-    last = quota_refusals[-1]
-    if len(quota_refusals) > 1:
-        last.details = dict(last.details or {}, quotas=[r.details["quota"] for r in quota_refusals if r.details])
-        last.message = "every capacity in the fallback order is over its quota: " + "; ".join(r.message for r in quota_refusals)
-    raise last
+    raise RuntimeError(
+        f"client_token: the claim on its record was lost {CLAIM_ATTEMPTS} times to concurrent requests; retry"
+    )
+
+
+def _create(
+    request: SubmitRequest,
+    tuned: SubmitRequest,
+    slot: _Slot,
+    candidates: list[CapacityChoice],
+    fingerprint: str,
+    estimate: dict[str, Any],
+    tuning: dict[str, Any] | None,
+    *,
+    clients: Any,
+    records: TokenRecords | None,
+    config: SubmitterConfig,
+) -> dict[str, Any]:
+    """``CreateTrainingJob`` on each candidate in turn (another only after ``ResourceLimitExceeded``).
+
+    When SageMaker refuses the job (quota, validation, the name held by another
+    request), the token's record is released. When the name turns out to hold
+    the token's own job (``ResourceInUse`` after a lost answer), that job
+    answers and the record stays.
+    """
+    job_name = slot.job_name
+    quota_refusals: list[Refusal] = []
+    own_job: dict[str, Any] | None = None
+    try:
+        for choice in candidates:
+            params = build_create_training_job(tuned, job_name=job_name, capacity=choice, config=config, fingerprint=fingerprint)
+            try:
+                created = clients.sagemaker.create_training_job(**params)
+            except Exception as exc:
+                code = error_code(exc)
+                if code == "ResourceInUse":
+                    existing = _existing_job(clients, job_name, settle=True)
+                    if existing is None:
+                        raise
+                    owner = _token_owner(request, existing)
+                    if owner == "this":
+                        own_job = existing
+                        break
+                    if owner == "another":
+                        raise _another_tokens_job(existing, derived=request.job_name is None) from None
+                    return _replay(request, existing, fingerprint, estimate, tuning, via="job_name")
+                if code == "ResourceLimitExceeded":
+                    quota_refusals.append(_quota_refusal(exc, tuned, choice))
+                    if request.capacity == "auto":
+                        logger.warning("quota exceeded, trying the next capacity", extra={"capacity": choice.to_dict()})
+                        continue
+                    raise quota_refusals[-1] from None
+                if code == "ValidationException":
+                    raise Refusal(
+                        "InvalidRequest",
+                        f"SageMaker rejected the job: {error_message(exc)}",
+                        details={"sagemaker_error": code},
+                    ) from None
+                raise
+            logger.info(
+                "training job created",
+                extra={"training_job_name": job_name, "training_job_arn": created["TrainingJobArn"], "capacity": choice.type},
+            )
+            return _answer("submitted", job_name, created["TrainingJobArn"], choice, estimate, tuning)
+        if own_job is None:
+            last = quota_refusals[-1]
+            if len(quota_refusals) > 1:
+                last.details = dict(last.details or {}, quotas=[r.details["quota"] for r in quota_refusals if r.details])
+                last.message = "every capacity in the fallback order is over its quota: " + "; ".join(
+                    r.message for r in quota_refusals
+                )
+            raise last
+    except Refusal as refusal:
+        if records is not None and slot.record is not None:
+            _release(records, slot.record, f"{refusal.code}: {refusal.message}")
+        raise
+    # the token's own job holds the name (an earlier attempt's answer was lost): it answers, the record stays
+    return _replay(request, own_job, fingerprint, estimate, tuning, via="client_token")
 
 
 # --- preflight -------------------------------------------------------------------------------
@@ -217,13 +351,201 @@ def _diff(before: Any, after: Any) -> dict[str, Any]:
 # --- idempotency -----------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """Where this request's job goes (or the job that already answers it).
+
+    ``existing``: a job that settles the request (replay or ``Conflict``), found
+    ``via`` ``client_token`` or ``job_name``. Else ``job_name`` is the name to
+    create under; ``record`` the token's record this invocation works under;
+    ``write``: ``"new"`` / ``"replace"`` when the token must still be claimed.
+    ``adopt``: ``existing`` was made without a client token by this same
+    request; the token is bound to it (its record written) before it answers.
+    """
+
+    job_name: str = ""
+    existing: dict[str, Any] | None = None
+    via: str = "job_name"
+    record: TokenRecord | None = None
+    write: str | None = None
+    adopt: bool = False
+
+
+def _records(clients: Any, config: SubmitterConfig) -> TokenRecords:
+    if not config.client_token_records:
+        raise ConfigurationError("the client-token records location (CLIENT_TOKEN_RECORDS_URI) is not configured")
+    if getattr(clients, "s3", None) is None:
+        raise ConfigurationError("the submitter's clients have no S3 client for the client-token records")
+    return TokenRecords(clients.s3, config.client_token_records)
+
+
+def _resolve(
+    request: SubmitRequest, fingerprint: str, *, clients: Any, records: TokenRecords | None, now: datetime
+) -> _Slot:
+    """Settle the request against what its token and name already stand for (reads only).
+
+    With a client token, in order: its record (the job it names, when that job
+    is the token's); a job of the previous version tagged with the token
+    (``Search``); the job, if any, already holding the request's own name (the
+    caller's ``job_name`` or the name derived from the token), which is the
+    token's when tagged with it, another token's (``Conflict`` on ``job_name``),
+    or one made without a token (adopted when it is this same request). A dry
+    run takes the same path and so answers as the submission would.
+    """
+    own_name = request.job_name or job_name_for(request, now)
+    if request.client_token is None or records is None:
+        if request.job_name:  # without a token the name is the key
+            existing = _existing_job(clients, request.job_name)
+            if existing is not None:
+                return _Slot(own_name, existing, "job_name")
+        return _Slot(own_name)
+    digest = token_digest(request.client_token)
+    record = records.lookup(digest)
+    if record is not None:
+        slot = _from_record(request, fingerprint, record, digest, clients)
+        if slot is not None:
+            return slot
+        return _by_own_name(request, fingerprint, digest, own_name, clients, record=record, write="replace")
+    legacy = _job_by_token_tag(clients, digest)  # a job of the previous version (no records then)
+    if legacy is not None:
+        return _Slot(legacy["description"]["TrainingJobName"], legacy, "client_token")
+    return _by_own_name(request, fingerprint, digest, own_name, clients, record=None, write="new")
+
+
+def _by_own_name(
+    request: SubmitRequest,
+    fingerprint: str,
+    digest: str,
+    own_name: str,
+    clients: Any,
+    *,
+    record: TokenRecord | None,
+    write: str,
+) -> _Slot:
+    """A token's request whose token binds no job yet: settle it against the job holding ``own_name``, if any."""
+    existing = _existing_job(clients, own_name)
+    if existing is None:
+        return _Slot(own_name, None, "client_token", record, write)
+    owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
+    if owner == digest:
+        return _Slot(own_name, existing, "client_token", record)  # the token's job (made before records existed)
+    if owner is not None:
+        raise _another_tokens_job(existing, derived=request.job_name is None)
+    same, _ = _same_request(request, existing["tags"], fingerprint, own_name)
+    return _Slot(own_name, existing, "job_name", record, write if same else None, adopt=same)
+
+
+def _from_record(
+    request: SubmitRequest, fingerprint: str, record: TokenRecord, digest: str, clients: Any
+) -> _Slot | None:
+    """What the token's record says: its job (replay or ``Conflict``), a name to finish under, or
+    ``None`` when the record binds no job (released, or its name is held by another request's job)."""
+    name = record.training_job_name
+    existing = _existing_job(clients, name)
+    if existing is not None:
+        if _record_owns(existing, record, digest):
+            return _Slot(name, existing, "client_token", record)  # the token's job
+        # another request (another token, or none) created the recorded name first: the token never got a job
+        logger.info(
+            "the job a client-token record names is another request's; the token binds no job",
+            extra={"training_job_name": name, "record": record.uri},
+        )
+        return None
+    if record.state == RELEASED:
+        return None
+    if record.request_sha256 == fingerprint:
+        # this request's first submission is in flight or was interrupted: finish it under the recorded name
+        return _Slot(name, None, "client_token", record)
+    raise Refusal(
+        "Conflict",
+        f"client_token was first used at {record.created} for a different request, whose job {name!r} has not "
+        "been created: that submission is in flight or was interrupted; retry that request to finish it, or use "
+        "a new client_token",
+        field="client_token",
+        details={"training_job_name": name, "client_token_record": record.uri},
+    )
+
+
+def _record_owns(existing: dict[str, Any], record: TokenRecord, digest: str) -> bool:
+    """Whether the job at a record's name is the token's: tagged with the token, or made without a
+    token and bound to it (adopted, or created by the very request the record holds)."""
+    owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
+    if owner is not None:
+        return owner == digest
+    return record.adopted or existing["tags"].get(TAG_REQUEST_SHA256) == record.request_sha256
+
+
+def _token_owner(request: SubmitRequest, existing: dict[str, Any]) -> str:
+    """``"this"`` / ``"another"`` / ``"none"``: whose client token the job ``existing`` carries,
+    relative to ``request`` (``"none"`` for a request without one, whatever the job's tag)."""
+    owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
+    if request.client_token is None or owner is None:
+        return "none"
+    return "this" if owner == token_digest(request.client_token) else "another"
+
+
+def _another_tokens_job(existing: dict[str, Any], *, derived: bool) -> Refusal:
+    """``Conflict`` on ``job_name``: the name is held by a job that another client token made."""
+    description = existing["description"]
+    name, arn = description["TrainingJobName"], description["TrainingJobArn"]
+    if derived:
+        advice = (
+            "it is the name derived from this client_token, taken by a job of an earlier version of the submitter, "
+            "which did not reserve derived names; send a job_name for this request"
+        )
+    else:
+        advice = "use another job_name"
+    return Refusal(
+        "Conflict",
+        f"training job {name!r} belongs to another client_token (its {TAG_CLIENT_TOKEN_SHA256} tag is another "
+        f"token's), so it cannot answer this one; {advice}",
+        field="job_name",
+        details={"training_job_name": name, "training_job_arn": arn},
+    )
+
+
+def _release(records: TokenRecords, record: TokenRecord, reason: str) -> None:
+    """Mark the token's record released after SageMaker refused its job (best effort: never masks the refusal)."""
+    try:
+        if not records.release(record, reason):
+            logger.info("client-token record changed since it was read; left as is", extra={"record": record.uri})
+    except Exception as exc:  # the refusal is the answer; an unreleased record only keeps the token bound
+        logger.warning("client-token record not released", extra={"record": record.uri, "error": repr(exc)})
+
+
+def _job_by_token_tag(clients: Any, digest: str) -> dict[str, Any] | None:
+    """The oldest job tagged with this token's digest (``Search``), as ``{"description", "tags"}``, or ``None``.
+
+    Finds jobs created before client-token records existed. ``Search`` is
+    eventually consistent: it is not the lock (the record is), only the
+    memory of jobs older than the upgrade.
+    """
+    response = clients.sagemaker.search(
+        Resource="TrainingJob",
+        SearchExpression={"Filters": [{"Name": f"Tags.{TAG_CLIENT_TOKEN_SHA256}", "Operator": "Equals", "Value": digest}]},
+        SortBy="CreationTime",
+        SortOrder="Ascending",
+        MaxResults=10,
+    )
+    jobs = [r["TrainingJob"] for r in response.get("Results") or [] if r.get("TrainingJob")]
+    if not jobs:
+        return None
+    if len(jobs) > 1:
+        logger.warning(
+            "several jobs carry one client token; answering with the oldest",
+            extra={"training_job_names": [j.get("TrainingJobName") for j in jobs]},
+        )
+    job = jobs[0]
+    return {"description": job, "tags": {t["Key"]: t["Value"] for t in job.get("Tags") or []}}
+
+
 def _existing_job(clients: Any, job_name: str, *, settle: bool = False) -> dict[str, Any] | None:
     """``DescribeTrainingJob`` + its tags, or ``None`` when no job has that name.
 
-    ``settle``: after a ``ResourceInUse`` the job exists; retry a not-found a
-    few times (0.2 s apart) in case the describe is not yet consistent.
+    ``settle``: after a ``ResourceInUse`` the job exists; retry a not-found
+    :data:`SETTLE_ATTEMPTS` times, :data:`SETTLE_INTERVAL_S` apart (within the deadline).
     """
-    attempts = 5 if settle else 1
+    attempts = SETTLE_ATTEMPTS if settle else 1
     for attempt in range(attempts):
         try:
             description = clients.sagemaker.describe_training_job(TrainingJobName=job_name)
@@ -233,11 +555,30 @@ def _existing_job(clients: Any, job_name: str, *, settle: bool = False) -> dict[
                 raise
             if attempt + 1 == attempts:
                 return None
-            time.sleep(0.2)
+            deadline = current_deadline()
+            if deadline is not None:
+                deadline.sleep(SETTLE_INTERVAL_S, "sagemaker.DescribeTrainingJob")
+            else:
+                time.sleep(SETTLE_INTERVAL_S)
     tags: dict[str, str] = {}
     for page in clients.sagemaker.get_paginator("list_tags").paginate(ResourceArn=description["TrainingJobArn"]):
         tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
     return {"description": description, "tags": tags}
+
+
+def _same_request(request: SubmitRequest, tags: dict[str, str], fingerprint: str, job_name: str) -> tuple[bool, str]:
+    """Whether the job with ``tags`` was created by this request, and how that was decided."""
+    if TAG_REQUEST_SHA256 in tags:
+        return tags[TAG_REQUEST_SHA256] == fingerprint, "its request fingerprint differs"
+    legacy = tags.get(TAG_REQUEST_SHA256_V1)
+    if legacy:
+        # the previous version hashed the job name too: the job's own name, or none (a derived name)
+        same = legacy in {request.legacy_fingerprint_v1(name) for name in (job_name, None)}
+        return same, (
+            f"it was created by an earlier version of the submitter and its {TAG_REQUEST_SHA256_V1} tag does not "
+            "match this request under that version's rules"
+        )
+    return False, "it was not created by the job submitter"
 
 
 def _replay(
@@ -246,18 +587,25 @@ def _replay(
     fingerprint: str,
     estimate: dict[str, Any],
     tuning: dict[str, Any] | None,
+    *,
+    via: str = "job_name",
 ) -> dict[str, Any]:
     description, tags = existing["description"], existing["tags"]
     name, arn = description["TrainingJobName"], description["TrainingJobArn"]
-    if tags.get(TAG_REQUEST_SHA256) != fingerprint:
-        field = "job_name" if request.job_name else "client_token"
-        raise Refusal(
-            "Conflict",
-            f"training job {name!r} already exists and was created by a different request; "
-            f"use another {field}",
-            field=field,
-            details={"training_job_name": name, "training_job_arn": arn},
-        )
+    same, why_not = _same_request(request, tags, fingerprint, name)
+    if not same:
+        if via == "client_token":
+            message = (
+                f"client_token already answers for training job {name!r}, created by a different request "
+                f"({why_not}); a client_token stands for one request: use a new client_token for this one"
+            )
+        else:
+            made_by = "" if TAG_CLIENT_TOKEN_SHA256 in tags else " without a client_token"
+            message = (
+                f"training job {name!r} already exists and was created{made_by} by a different request "
+                f"({why_not}); use another job_name"
+            )
+        raise Refusal("Conflict", message, field=via, details={"training_job_name": name, "training_job_arn": arn})
     resource = description.get("ResourceConfig") or {}
     if resource.get("TrainingPlanArn"):
         kind = "training-plan"
@@ -271,8 +619,9 @@ def _replay(
         kind,
         f"idempotent replay: the job was created by an identical request at {when}",
         training_plan_arn=resource.get("TrainingPlanArn"),
+        rule=RULE_IDEMPOTENT_REPLAY,
     )
-    logger.info("idempotent replay", extra={"training_job_name": name, "training_job_arn": arn})
+    logger.info("idempotent replay", extra={"training_job_name": name, "training_job_arn": arn, "via": via})
     status = "validated" if request.dry_run else "submitted"
     return _answer(
         status, name, arn, choice, estimate, tuning, replayed=True, training_job_status=description.get("TrainingJobStatus")

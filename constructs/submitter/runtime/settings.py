@@ -21,6 +21,21 @@ ENV_CAPACITY_FALLBACK = "CAPACITY_FALLBACK"  # comma-separated order for capacit
 ENV_ALLOWED_INPUT_PREFIXES = "ALLOWED_INPUT_PREFIXES"  # comma-separated extra s3:// prefixes; the data bucket is always allowed
 ENV_PLATFORM_TAGS = "PLATFORM_TAGS"  # JSON object of tags added to every job
 ENV_VOLUME_SIZE_GB = "TRAINING_VOLUME_SIZE_GB"
+ENV_CLIENT_TOKEN_RECORDS = "CLIENT_TOKEN_RECORDS_URI"  # s3://<output bucket>/<CLIENT_TOKEN_RECORDS_PREFIX>
+
+CLIENT_TOKEN_RECORDS_PREFIX = "submitter/client-tokens/"
+"""Key prefix, in the output bucket, of the client-token records (runtime/idempotency.py): the
+construct grants the function this prefix only; the records never expire."""
+TRAINING_JOB_OUTPUT_PREFIX = "training-jobs/"
+"""Key prefix, in the output bucket, of every job's ``OutputDataConfig.S3OutputPath`` (runtime/job.py):
+SageMaker writes a job's artifacts under ``<prefix><job name>/``, and the execution role may write
+the output bucket below this prefix only, never the client-token records."""
+ENV_ACCOUNT_ID = "PLATFORM_ACCOUNT_ID"  # the deployment's account (Aws.ACCOUNT_ID): plans of other accounts are refused
+ENV_REGION = "AWS_REGION"  # set by Lambda itself: plans of other regions are refused
+
+FUNCTION_TIMEOUT_S = 60
+"""The deployed function's default timeout, seconds (the construct's ``JobSubmitterProps.timeout``);
+``trainctl submit --local`` gives the handler the same deadline."""
 
 # CloudWatch custom metrics, emitted with EMF (aws-lambda-powertools Metrics).
 METRICS_NAMESPACE = "TrainingPlatform"

@@ -1,0 +1,935 @@
+"""The prepared GPU check: the trainer's GPU path, measured in one command whenever a GPU is lent.
+
+    benchmarks/gpu_check.sh                 # results in $OUT/results.json and $OUT/results.md
+    benchmarks/gpu_check.sh --dry-run       # the same steps on the CPU, tiny model, seconds (make test)
+    benchmarks/gpu_check_in_image.sh IMAGE  # inside the trainer image: the TransformerEngine path too
+
+Sized for the smallest machine it gets: one GPU (an H200, 139 GiB), 16 cores,
+PyTorch >= 2.10 preinstalled, no TransformerEngine, no network, only this
+repository brought in (no package is installed), a device session of 15
+minutes that the machine's start-up also counts against. The wrapper stops
+the run at ``GPU_CHECK_TIMEOUT_S`` (default 300 s; the expected run on an
+H200 without TransformerEngine is 2-3 minutes) and gives ``--budget-s`` 30 s
+less: a throughput configuration starts only while ``CONFIG_MARGIN_S`` of the
+budget is left. Run directly, ``gpu_check.py`` has no budget unless given one.
+Nothing large is written: the trainer runs in this process (its own
+``Trainer.setup`` / ``train_step`` / ``save`` / ``resume``: no export, and
+checkpoints only of the small resume models, in a temporary folder that is
+deleted).
+
+Steps, in this order (``results.json`` and ``results.md`` are rewritten
+atomically before and after each step, the step marked ``running`` first, so
+a run cut off still reports what it measured and where it stopped):
+
+1. ``environment``: PyTorch, CUDA, the GPU (name, compute capability, memory)
+   and its catalogue entry (:mod:`planner.catalogue`), TransformerEngine.
+   Without ``--dry-run`` and without a usable CUDA device this step fails and
+   the run ends: every other step is recorded as ``skipped: no usable CUDA``
+   and nothing is trained on the CPU.
+2. ``resume``: a DCP save at step 3 and a fresh trainer's resume continue
+   **bitwise** (losses, gradient norms and final parameters equal to the run
+   that did not stop; deterministic algorithms on, SDPA's math backend, and
+   ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` while the resume models are built:
+   TransformerEngine's ``DotProductAttention`` reads it when constructed,
+   TE 2.10 ``dot_product_attention.py``). The variable is restored afterwards:
+   left set, it would disable TE's fused attention on Blackwell in training
+   (TE 2.10 ``dot_product_attention/utils.py`` ``get_attention_backend``:
+   "Disabling FusedAttention for determinism reasons on Blackwell") and skew
+   every later measurement.
+3. ``transformer_engine``: when TE imports -- the API names and arguments the
+   trainer uses, a TE block against the torch block (same weights, both in
+   bf16, each against the torch block in fp32), fp8 with
+   current and delayed scaling (loss next to bf16's) and their resume
+   (``_extra_state`` restored bitwise); mxfp8/nvfp4 too on Blackwell.
+   Otherwise ``"skipped: TransformerEngine not installed"``.
+4. ``throughput``: gpt-1b (1.3B parameters) at sequence 8192 in bf16,
+   batch 1, 2, 4 with activation checkpointing off and full: tokens/s,
+   TFLOP/s and MFU (:mod:`planner.flops`, the trainer's own formulas, against
+   :func:`planner.catalogue.dense_peak_tflops`), peak allocated and reserved
+   memory, next to the planner's prediction for the same configuration on one
+   GPU of this type (:func:`planner.plan.evaluate_on_gpus`) and
+   measured/predicted. Every row names its ``backend``: first the
+   torch-native blocks (``backend=torch``, forced even where TE imports), then,
+   where TE imports, the same configurations with TE blocks (``backend=te``,
+   what the trainer picks on a GPU with TE) while the budget lasts.
+   Configurations the planner predicts not to fit are skipped with the
+   prediction; those the time budget leaves no room for, with the time left.
+
+``--dry-run``: every step on the CPU with gpt-tiny (2 blocks): the resume in
+fp32 at sequence 64, the throughput in bf16 at sequence 128, batch 1 and 2
+(predictions still for one H200, for the table's shape only).
+
+Exit status: 0 when every step that ran passed (skips are not failures); 1
+when a step failed (no usable CUDA included), the resume was not bitwise, or
+the run was cut off (SIGTERM/SIGINT: the running step and the files say
+``cut off``); 2 bad arguments. ``gpu_check.sh`` adds ``timeout``'s: 124 when
+its time limit cut the run off (the files say ``cut off``), 137 when the run
+did not stop within 15 s of that and was killed (the files are as of the last
+step boundary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS for the resume step
+
+SCHEMA = 1
+RESULTS = "results.json"
+REPORT = "results.md"
+GPU_SETUP = {"model": "gpt-1b", "seq_length": 8192, "precision": "bf16", "batches": (1, 2, 4), "steps": 6, "warmup": 2}
+DRY_SETUP = {"model": "gpt-tiny", "num_layers": 2, "seq_length": 128, "precision": "bf16", "batches": (1, 2),
+             "steps": 2, "warmup": 1}
+RESUME_SETUP = {"model": "gpt-tiny", "seq_length": 256, "batch_size": 4, "first": 3, "then": 3}
+"""The resume models: small (a few MB of checkpoint), the property does not depend on size."""
+CONFIG_MARGIN_S = 45.0
+"""Time kept free per remaining throughput configuration (model build, warm-up, release)."""
+SKIPPED_NO_TE = "skipped: TransformerEngine not installed"
+SKIPPED_DRY_RUN_TE = "skipped: the TransformerEngine checks need a GPU (dry run on the CPU)"
+NO_CUDA = "no usable CUDA"
+SKIPPED_NO_CUDA = f"skipped: {NO_CUDA}"
+DETERMINISTIC_TE_ATTENTION = ("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "0")
+"""Set only while the resume models are built (see the module docstring, step 2)."""
+
+
+class NoCuda(RuntimeError):
+    """A GPU measurement asked for where CUDA is not usable (the check never trains the GPU setup on the CPU)."""
+
+
+# ---------------------------------------------------------------------------
+# results.json and results.md, rewritten before and after every step
+
+
+class CutOff(BaseException):
+    """SIGTERM or SIGINT (the wrapper's time limit, or a person): stop measuring, say so, keep what was measured."""
+
+
+def _cut_off(signum: int, frame: Any) -> None:
+    raise CutOff(f"stopped by {signal.Signals(signum).name} (the run's time limit?)")
+
+
+def _install_cut_off() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _cut_off)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, fsync, rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class Results:
+    """The check's record; :meth:`write` replaces ``results.json`` and ``results.md`` (each atomically), so
+    both say what a run killed at any moment had measured (``running`` marks the step it was in)."""
+
+    def __init__(self, out: Path, *, mode: str, argv: Sequence[str]) -> None:
+        self.out = out
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.data: dict[str, Any] = {
+            "schema": SCHEMA, "mode": mode, "argv": list(argv), "status": "running",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "steps": {},
+        }
+        self.failed = False
+        self.cut_off = False
+        self.write()
+
+    def write(self) -> None:
+        _replace(self.out / RESULTS, json.dumps(self.data, indent=2, default=_json_default) + "\n")
+        _replace(self.out / REPORT, report(self.data))
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[dict[str, Any]]:
+        """Record one step: ``running`` first, then its result (or the failure), written either way."""
+        record: dict[str, Any] = {"status": "running"}
+        self.data["steps"][name] = record
+        self.write()
+        start = time.monotonic()
+        try:
+            yield record
+            if record["status"] == "running":
+                record["status"] = "passed"
+        except CutOff as exc:
+            record["status"] = "cut off"
+            record["error"] = str(exc)
+            self.cut_off = True
+            raise
+        except Exception as exc:  # noqa: BLE001 - one step failing must not lose the others
+            record["status"] = "failed"
+            record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            record["traceback"] = traceback.format_exc()[-4000:]
+        finally:
+            record["seconds"] = round(time.monotonic() - start, 2)
+            if record["status"] == "failed":
+                self.failed = True
+            self.write()
+
+    def skip(self, name: str, reason: str, **fields: Any) -> None:
+        """Record a step that will not run, with why."""
+        self.data["steps"][name] = {"status": "skipped", "reason": reason, **fields}
+        self.write()
+
+    def finish(self) -> None:
+        self.data["status"] = "cut off" if self.cut_off else "failed" if self.failed else "complete"
+        self.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.write()
+
+
+def _json_default(value: Any) -> Any:
+    return str(value)  # Path, torch.Size, dtypes ...: their text
+
+
+@contextlib.contextmanager
+def _environment_variable(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block; the previous value (or its absence) after it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+# ---------------------------------------------------------------------------
+# the trainer, in this process
+
+BACKENDS = ("torch", "te")
+"""The trainer's block implementations (:func:`training.model.build_model`)."""
+
+
+@contextlib.contextmanager
+def _forced_backend(backend: str | None) -> Iterator[None]:
+    """Make ``Trainer.setup`` pick ``backend`` (``None``: its own choice, TE on a GPU where TE imports).
+
+    The trainer has no setting for it; for ``"torch"`` its probe for TransformerEngine answers "no"
+    inside the block. :func:`_trainer` checks the outcome, so a renamed probe fails loudly instead of
+    measuring the other backend.
+    """
+    if backend in (None, "te"):
+        yield
+        return
+    if backend != "torch":
+        raise ValueError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    import training.train as train_module
+
+    probe = train_module.transformer_engine_available
+    train_module.transformer_engine_available = lambda: False
+    try:
+        yield
+    finally:
+        train_module.transformer_engine_available = probe
+
+
+def _trainer(values: dict[str, Any], base: Path, *, backend: str | None = None) -> Any:
+    """The trainer's own setup (model, FSDP2, optimizer, data) for ``values``; no file is written.
+
+    Raises:
+        RuntimeError: ``backend`` given and the trainer built the other one (TE asked for where it
+            does not import, or the forcing of :func:`_forced_backend` no longer works).
+    """
+    from training.environment import SageMakerPaths
+    from training.hyperparameters import parse
+    from training.train import Trainer
+
+    hp = parse({"synthetic_data": True, "max_steps": 1000, "warmup_steps": 2, "log_interval": 10**6,
+                "checkpoint_interval": 10**6, "keep_checkpoints": 1, **values})
+    trainer = Trainer(hp, SageMakerPaths(base), environ={})
+    with _forced_backend(backend):
+        trainer.setup()
+    _install_cut_off()  # the trainer's stop handlers would only record the signal and keep going
+    if backend is not None and trainer.backend != backend:
+        built = trainer.backend
+        _release(trainer)
+        raise RuntimeError(f"asked for backend={backend}, the trainer built backend={built}")
+    return trainer
+
+
+def _release(trainer: Any) -> None:
+    import torch
+
+    device = trainer.device
+    for name in ("model", "optimizer", "scheduler", "sampler", "checkpoints", "metrics"):
+        setattr(trainer, name, None)
+    del trainer
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _one_step(trainer: Any) -> tuple[float, float, float]:
+    """One optimizer step of the trainer; ``(seconds, loss, grad_norm)`` (synchronised)."""
+    _sync(trainer.device)
+    start = time.perf_counter()
+    loss, grad_norm, _ = trainer.train_step()
+    trainer.step += 1
+    loss_value, norm_value = float(loss), float(grad_norm)  # synchronises too
+    _sync(trainer.device)
+    return time.perf_counter() - start, loss_value, norm_value
+
+
+def _parameter_digest(model: Any) -> str:
+    """SHA-256 of every full parameter's bytes, in name order (collective under FSDP2)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    digest = hashlib.sha256()
+    for name, param in sorted(model.named_parameters(), key=lambda item: item[0]):
+        full = param.full_tensor() if isinstance(param, DTensor) else param
+        digest.update(name.encode())
+        digest.update(full.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _extra_state(model: Any) -> dict[str, dict[str, Any]]:
+    """Each TransformerEngine module's ``_extra_state``, unpickled (recipe, scales, amax history); {} without TE.
+
+    Compared by content (:func:`_same_extra_state`), not by bytes: the pickle's dict order may differ.
+    """
+    import pickle
+
+    import torch
+
+    out = {}
+    for name, module in model.named_modules():
+        if type(module).get_extra_state is not torch.nn.Module.get_extra_state:  # the modules that define one
+            state = module.get_extra_state()
+            if hasattr(state, "numel") and state.numel():
+                out[name] = pickle.loads(state.detach().cpu().numpy().tobytes())
+    return out
+
+
+def _same_extra_state(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> bool:
+    import torch
+
+    if a.keys() != b.keys():
+        return False
+    for name, state in a.items():
+        other = b[name]
+        if state.keys() != other.keys() or repr(state.get("recipe")) != repr(other.get("recipe")):
+            return False
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                if not torch.equal(value, other[key]):
+                    return False
+            elif key != "recipe" and value != other[key]:
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# step: environment
+
+
+def environment(dry_run: bool) -> dict[str, Any]:
+    import torch
+
+    from planner import catalogue
+    from training.model import transformer_engine_available
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(), "host": platform.node(),
+    }
+    if torch.cuda.is_available() and not dry_run:
+        props = torch.cuda.get_device_properties(0)
+        gpu = catalogue.gpu_for_device_name(props.name)
+        env.update({
+            "gpu": props.name, "gpu_count": torch.cuda.device_count(),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1), "gpu_memory_gb": round(props.total_memory / 1e9, 1),
+            "catalogue_gpu": gpu.name if gpu else None,
+            "catalogue_hbm_gb": gpu.hbm_gb if gpu else None,
+            "cudnn": torch.backends.cudnn.version(), "nccl": _nccl_version(), "driver": _driver_version(),
+        })
+        env["transformer_engine"] = _te_version() if transformer_engine_available() else None
+    else:
+        env["transformer_engine"] = None
+        if not dry_run:  # CUDA's own reason, as the trainer gives it (training.precision.require_cuda)
+            try:
+                torch.cuda.init()
+                env["cuda_error"] = "torch.cuda.is_available() is false"
+            except Exception as exc:  # noqa: BLE001 - CUDA's words are the diagnosis
+                env["cuda_error"] = " ".join(str(exc).split())[:300]
+    return env
+
+
+def _nccl_version() -> str | None:
+    try:
+        import torch
+
+        version = torch.cuda.nccl.version()
+        return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except Exception:  # noqa: BLE001 - a report field, never a failure
+        return None
+
+
+def _driver_version() -> str | None:
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30, check=False)
+        return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _te_version() -> str | None:
+    try:
+        import transformer_engine
+
+        return getattr(transformer_engine, "__version__", "unknown")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# ---------------------------------------------------------------------------
+# step: resume
+
+
+def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -> dict[str, Any]:
+    """Save at step ``first``, keep going ``then`` steps; a fresh trainer resumes and does the same: equal?
+
+    Returns the losses and gradient norms of both, whether they and the final
+    parameters (and TE's extra state) are bitwise equal, and the checkpoint's size.
+    """
+    import torch
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    base = work / "resume"
+    shutil.rmtree(base, ignore_errors=True)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    stack = contextlib.ExitStack()
+    # SDPA's math backend: the flash and memory-efficient backward kernels accumulate with atomics
+    stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+    # TE's attention picks a deterministic backend when built under it (both trainers are built inside)
+    stack.enter_context(_environment_variable(*DETERMINISTIC_TE_ATTENTION))
+    try:
+        a = _trainer(values, base)
+        a.resume()
+        before = [_one_step(a)[1:] for _ in range(first)]
+        a.save("gpu check")
+        saved_extra = _extra_state(a.model)
+        continuous = [_one_step(a)[1:] for _ in range(then)]
+        final_a = _parameter_digest(a.model)
+        backend = a.backend
+        _release(a)
+
+        b = _trainer(values, base)
+        b.resume()
+        resumed_at = b.step
+        restored_extra = _extra_state(b.model)
+        resumed = [_one_step(b)[1:] for _ in range(then)]
+        final_b = _parameter_digest(b.model)
+        _release(b)
+    finally:
+        stack.close()
+        torch.use_deterministic_algorithms(previous)
+    size = sum(f.stat().st_size for f in (base / "checkpoints").rglob("*") if f.is_file())
+    shutil.rmtree(base, ignore_errors=True)
+    diffs = [abs(x[0] - y[0]) for x, y in zip(continuous, resumed)]
+    extra_restored = _same_extra_state(saved_extra, restored_extra)
+    return {
+        "backend": backend, "resumed_at_step": resumed_at, "losses_before_save": [x[0] for x in before],
+        "continuous": continuous, "resumed": resumed, "max_abs_loss_difference": max(diffs) if diffs else None,
+        "parameters_equal": final_a == final_b, "extra_state_modules": len(saved_extra),
+        "extra_state_restored": extra_restored,
+        "bitwise": resumed_at == first and continuous == resumed and final_a == final_b and extra_restored,
+        "checkpoint_mb": round(size / 1e6, 2),
+    }
+
+
+# ---------------------------------------------------------------------------
+# step: throughput
+
+
+def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu_name: str | None, gpus: int) -> dict[str, Any]:
+    """The planner's figures for the configuration on ``gpus`` GPUs of the measured GPU's type (H200 when unknown)."""
+    from planner import PlanInput, catalogue
+    from planner.plan import evaluate_on_gpus
+
+    gpu = catalogue.gpu_for_device_name(gpu_name or "") or catalogue.GPUS["H200"]
+    instance = next(s for s in catalogue.INSTANCES.values() if s.gpu == gpu.name and s.gpus_per_instance >= gpus)
+    plan = evaluate_on_gpus(PlanInput(
+        model=setup["model"], num_layers=setup.get("num_layers"), precision=setup["precision"],
+        seq_length=setup["seq_length"], batch_size=batch, activation_checkpointing=ac,
+        instance_type=instance.instance_type, vocab_size=setup.get("vocab_size"),
+    ), gpus)
+    return {
+        "gpu": gpu.name, "instance_type": instance.instance_type, "gpus": gpus, "fits": plan.fits,
+        "memory_gb": round(plan.memory_gb.total, 2), "usable_gb": round(plan.memory_gb.usable, 2),
+        "tokens_per_second_per_gpu": round(plan.tokens_per_second_per_gpu, 1),
+        "tflops_per_gpu": round(plan.tflops_per_gpu, 1), "mfu": round(plan.mfu, 2),
+    }
+
+
+def measure(
+    work: Path, setup: dict[str, Any], batch: int, ac: str, *, steps: int, warmup: int,
+    backend: str | None = None, dry_run: bool = False,
+) -> dict[str, Any]:
+    """Median step of ``steps`` after ``warmup``: tokens/s, TFLOP/s, MFU, peak memory (GB, 10^9 B).
+
+    Args:
+        backend: ``"torch"`` or ``"te"`` blocks (None: the trainer's choice); the result names the one built.
+        dry_run: allow the CPU (the tiny dry-run setup); otherwise CUDA is required.
+
+    Raises:
+        NoCuda: not ``dry_run`` and CUDA is not usable, before anything is built (a GPU configuration,
+            gpt-1b at sequence 8192, would otherwise train on the CPU for hours).
+        torch.OutOfMemoryError: the configuration does not fit.
+    """
+    import torch
+
+    from planner.flops import flops_per_token, mfu_percent, model_tflops_per_second
+    from training.metrics import peak_memory_gb
+
+    if not dry_run and not torch.cuda.is_available():
+        raise NoCuda(f"{NO_CUDA}: {setup['model']} at sequence {setup['seq_length']} is measured on a GPU only "
+                     "(--dry-run measures the tiny setup on the CPU)")
+    values = {k: setup[k] for k in ("model", "seq_length", "precision") if k in setup}
+    values.update({"batch_size": batch, "activation_checkpointing": ac})
+    if setup.get("num_layers"):
+        values["num_layers"] = setup["num_layers"]
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    trainer = _trainer(values, work / f"b{batch}-{ac}", backend=backend)
+    try:
+        if not dry_run and trainer.device.type != "cuda":
+            raise NoCuda(f"{NO_CUDA}: the trainer chose device {trainer.device}")
+        times, losses = [], []
+        for _ in range(warmup + steps):
+            seconds, loss, _ = _one_step(trainer)
+            times.append(seconds)
+            losses.append(loss)
+        step_s = statistics.median(times[warmup:])
+        tokens_per_second = trainer.tokens_per_step / step_s
+        per_gpu = tokens_per_second / trainer.world_size
+        fpt = flops_per_token(trainer.config, trainer.hp.seq_length)
+        peak = trainer.metrics.info.peak_tflops
+        allocated, reserved = peak_memory_gb(trainer.device)
+        return {
+            "backend": trainer.backend, "world_size": trainer.world_size, "step_seconds": round(step_s, 4),
+            "tokens_per_second": round(tokens_per_second, 1), "tokens_per_second_per_gpu": round(per_gpu, 1),
+            "tflops_per_gpu": round(model_tflops_per_second(per_gpu, fpt), 2),
+            "mfu": round(mfu_percent(per_gpu, fpt, peak), 2) if peak else None,
+            "peak_allocated_gb": round(allocated, 2), "peak_reserved_gb": round(reserved, 2),
+            "losses": [round(x, 4) for x in losses],
+        }
+    finally:
+        _release(trainer)
+
+
+def free_accelerator_memory() -> None:
+    """Collect garbage and return PyTorch's cached CUDA blocks (after an out-of-memory error).
+
+    Call it after the ``except`` block that caught the error: inside it the exception's traceback
+    still holds the failed step's frames and, through them, its tensors.
+    """
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def throughput_name(backend: str, batch: int, ac: str) -> str:
+    """The step name of one throughput configuration in ``results.json``."""
+    return f"throughput backend={backend} batch={batch} activation_checkpointing={ac}"
+
+
+def throughput_configs(setup: dict[str, Any], backends: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``(step name, config)`` of every throughput configuration, in the order they run: every
+    torch-native one first, then the next backend's."""
+    out = []
+    for backend in backends:
+        for batch in setup["batches"]:
+            for ac in ("off", "full"):
+                config = {k: setup.get(k) for k in ("model", "num_layers", "seq_length", "precision")}
+                config.update({"backend": backend, "batch_size": batch, "activation_checkpointing": ac})
+                out.append((throughput_name(backend, batch, ac), config))
+    return out
+
+
+def measure_config(
+    record: dict[str, Any], work: Path, setup: dict[str, Any], config: dict[str, Any], *, gpu_name: str | None,
+    gpus: int = 1, dry_run: bool = False, left_s: float | None = None, run_unfit: bool = False,
+) -> None:
+    """One throughput configuration into ``record``: the prediction, then the measurement or why not.
+
+    ``record`` gets ``config``, ``predicted`` and then either ``measured`` and
+    ``measured_over_predicted``, or ``status`` ``"skipped"`` (predicted not to
+    fit, unless ``run_unfit`` or ``dry_run``; fewer than ``CONFIG_MARGIN_S``
+    seconds ``left_s``) or ``"out of memory"`` with the error's first line.
+
+    Raises:
+        ValueError: the planner refuses the configuration (e.g. mxfp8 on Hopper).
+        NoCuda: see :func:`measure`.
+        AssertionError: a loss that is not finite.
+    """
+    import torch
+
+    batch, ac = config["batch_size"], config["activation_checkpointing"]
+    record["config"] = dict(config)
+    predicted = prediction(setup, batch, ac, gpu_name=gpu_name, gpus=gpus)
+    record["predicted"] = predicted
+    if not predicted["fits"] and not (dry_run or run_unfit):
+        record["status"] = "skipped"
+        record["reason"] = (f"skipped: predicted {predicted['memory_gb']} GB of {predicted['usable_gb']} GB "
+                            f"usable on {predicted['gpu']}")
+        return
+    if left_s is not None and left_s < CONFIG_MARGIN_S:
+        record["status"] = "skipped"
+        record["reason"] = f"skipped: time budget ({max(left_s, 0.0):.0f} s left of --budget-s)"
+        return
+    out_of_memory = None
+    try:
+        measured = measure(work, setup, batch, ac, steps=setup["steps"], warmup=setup["warmup"],
+                           backend=config.get("backend"), dry_run=dry_run)
+    except torch.OutOfMemoryError as exc:
+        out_of_memory = str(exc).splitlines()[0][:300]
+    if out_of_memory is not None:
+        free_accelerator_memory()  # here, not in the except block: the traceback is gone now
+        record["status"] = "out of memory"
+        record["error"] = out_of_memory
+        return
+    record["measured"] = measured
+    record["measured_over_predicted"] = {
+        "tokens_per_second_per_gpu": _ratio(measured["tokens_per_second_per_gpu"], predicted["tokens_per_second_per_gpu"]),
+        "tflops_per_gpu": _ratio(measured["tflops_per_gpu"], predicted["tflops_per_gpu"]),
+        "mfu": _ratio(measured["mfu"], predicted["mfu"]),
+        "peak_allocated_gb": _ratio(measured["peak_allocated_gb"], predicted["memory_gb"]),
+    }
+    if not all(math.isfinite(x) for x in measured["losses"]):
+        raise AssertionError(f"non-finite loss: {measured['losses']}")
+
+
+def throughput(
+    results: Results, work: Path, setup: dict[str, Any], *, backends: Sequence[str], gpu_name: str | None,
+    deadline: float | None, dry_run: bool = False,
+) -> None:
+    """One step per configuration (backend x batch x activation checkpointing), each with the planner's prediction."""
+    for name, config in throughput_configs(setup, backends):
+        with results.step(name) as record:
+            left = None if deadline is None else deadline - time.monotonic()
+            measure_config(record, work, setup, config, gpu_name=gpu_name, dry_run=dry_run, left_s=left)
+
+
+def _ratio(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return float(f"{measured / predicted:.4g}")  # 4 significant digits
+
+
+# ---------------------------------------------------------------------------
+# step: TransformerEngine (only where it imports)
+
+
+def te_checks(results: Results, work: Path, *, cuda: bool) -> None:
+    """The TE checks (module docstring); a skip with the reason when TE cannot run here."""
+    from training.model import transformer_engine_available
+
+    if not cuda:  # the dry run (main() ends a GPU run without CUDA before this step)
+        results.skip("transformer_engine", SKIPPED_DRY_RUN_TE)
+        return
+    if not transformer_engine_available():
+        results.skip("transformer_engine", SKIPPED_NO_TE)
+        return
+    with results.step("transformer_engine api") as record:
+        record.update(te_api("cuda"))
+        if record.get("problems"):
+            raise AssertionError("; ".join(record["problems"]))
+    with results.step("transformer_engine block vs torch block") as record:
+        record.update(te_block_against_torch("cuda"))
+        if not record["passed"]:
+            raise AssertionError("the TE block is further from the fp32 torch block than twice the torch block's bf16 error")
+    import torch
+
+    from planner import catalogue
+
+    gpu = catalogue.gpu_for_device_name(torch.cuda.get_device_name(0))
+    recipes = [("fp8", "current"), ("fp8", "delayed")]
+    if gpu is not None and gpu.is_blackwell:
+        recipes += [("mxfp8", "current"), ("nvfp4", "current")]
+    bf16 = None
+    for precision, scaling in [("bf16", "current"), *recipes]:
+        name = f"transformer_engine {precision}" + (f" {scaling} scaling" if precision == "fp8" else "") + " + resume"
+        with results.step(name) as record:
+            values = {"model": RESUME_SETUP["model"], "seq_length": RESUME_SETUP["seq_length"],
+                      "batch_size": RESUME_SETUP["batch_size"], "precision": precision, "fp8_scaling": scaling}
+            outcome = resume_check(work, values, first=RESUME_SETUP["first"], then=RESUME_SETUP["then"])
+            record.update(outcome)
+            losses = outcome["losses_before_save"] + [x[0] for x in outcome["continuous"]]
+            if precision == "bf16":
+                bf16 = losses
+            elif bf16 is not None:
+                record["final_loss_vs_bf16"] = _ratio(losses[-1], bf16[-1])
+            if outcome["backend"] != "te" or not all(math.isfinite(x) for x in losses):
+                raise AssertionError(f"backend {outcome['backend']}, losses {losses}")
+            if not outcome["bitwise"] or not outcome["extra_state_restored"]:
+                raise AssertionError("the resumed run does not continue bitwise (see continuous / resumed)")
+
+
+def te_api(device: str) -> dict[str, Any]:
+    """The TE names and arguments the trainer uses, against the installed TE (``problems``: what is missing)."""
+    import inspect
+
+    import torch
+    import transformer_engine.pytorch as te
+
+    from training import precision as prec
+    from training.model import TEBlock
+    from training.presets import ModelConfig
+
+    problems = []
+    block = TEBlock(ModelConfig("t", 1, 256, 4, 512, 256), 1, device=device, params_dtype=torch.float32)  # our kwargs
+    names = sorted(n for n, _ in block.named_parameters())
+    autocast_params = set(inspect.signature(te.autocast).parameters)
+    for needed in ("enabled", "recipe", "amax_reduction_group"):
+        if needed not in autocast_params:
+            problems.append(f"te.autocast has no {needed!r} parameter")
+    if not callable(getattr(te, "checkpoint", None)):
+        problems.append("te.checkpoint is missing")
+    recipes = {}
+    for precision, scaling in (("fp8", "current"), ("fp8", "delayed"), ("mxfp8", "current"), ("nvfp4", "current")):
+        try:
+            recipes[f"{precision}/{scaling}"] = type(prec.te_recipe(precision, scaling)).__name__
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"recipe {precision}/{scaling}: {exc}")
+    from training.model import canonical_name
+
+    try:
+        for name in names:
+            canonical_name(f"layers.0.{name}")
+    except KeyError as exc:
+        problems.append(str(exc))
+    return {"parameters": names, "recipes": recipes, "autocast_parameters": sorted(autocast_params), "problems": problems}
+
+
+def te_block_against_torch(
+    device: str, seq: int = 512, batch: int = 2, *, hidden: int = 1024, heads: int = 8
+) -> dict[str, Any]:
+    """A TE block and the torch block, both bf16 with the same weights, against the torch block in fp32.
+
+    Relative L2 errors of the outputs and the input gradients (causal attention,
+    rotary angles); the TE block passes when its errors are at most twice the
+    torch block's own bf16 errors (or below 1e-3): bf16 rounding differs between
+    kernels, a wrong layout or rotation does not stay within that.
+    """
+    import torch
+
+    from training.model import TEBlock, TransformerBlock, canonical_name, rope_angles
+    from training.presets import ModelConfig
+
+    torch.manual_seed(0)
+    config = ModelConfig("t", 1, hidden, heads, 4 * hidden, 256)
+    reference = TransformerBlock(config).to(device=device, dtype=torch.float32)
+    torch_bf16 = TransformerBlock(config).to(device=device, dtype=torch.bfloat16)
+    te_block = TEBlock(config, 1, device=device, params_dtype=torch.bfloat16)
+    with torch.no_grad():
+        weights = dict(reference.named_parameters())
+        for name, param in torch_bf16.named_parameters():
+            param.copy_(weights[name])
+        for name, param in te_block.named_parameters():
+            param.copy_(weights[canonical_name(f"layers.0.{name}").removeprefix("layers.0.")])
+    angles = rope_angles(seq, config.head_dim, device)
+    x = torch.randn(batch, seq, config.hidden_size, device=device)
+    grad = torch.randn_like(x)
+    runs = {}
+    for label, block, rope, dtype in (
+        ("fp32", reference, (angles.cos(), angles.sin()), torch.float32),
+        ("torch_bf16", torch_bf16, (angles.cos(), angles.sin()), torch.bfloat16),
+        ("te_bf16", te_block, angles.view(seq, 1, 1, -1), torch.bfloat16),
+    ):
+        inp = x.detach().to(dtype).clone().requires_grad_(True)
+        y = block(inp, rope)
+        y.backward(grad.to(dtype))
+        runs[label] = (y.detach().float(), inp.grad.float())
+
+    def rel(a: Any, b: Any) -> float:
+        return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+    out = {"seq_length": seq, "batch_size": batch, "hidden_size": hidden}
+    for label in ("torch_bf16", "te_bf16"):
+        out[f"{label}_output_rel_error"] = rel(runs[label][0], runs["fp32"][0])
+        out[f"{label}_input_grad_rel_error"] = rel(runs[label][1], runs["fp32"][1])
+    out["passed"] = all(
+        out[f"te_bf16_{kind}_rel_error"] <= max(2.0 * out[f"torch_bf16_{kind}_rel_error"], 1e-3)
+        for kind in ("output", "input_grad")
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the report
+
+
+def report(data: dict[str, Any]) -> str:
+    """``results.md``: the environment, the throughput table (measured next to predicted), the other steps."""
+    env = data.get("environment", {})
+    lines = [f"# GPU check ({data.get('mode')}, {data.get('status')})", ""]
+    lines.append(", ".join(f"{k}: {v}" for k, v in env.items()) or "(environment not recorded)")
+    lines += ["", "| backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | MFU % (pred) | "
+              "peak alloc GB (pred) | peak rsvd GB | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, step in data.get("steps", {}).items():
+        if not name.startswith("throughput"):
+            continue
+        c, p, m = step.get("config", {}), step.get("predicted", {}), step.get("measured", {})
+        r = step.get("measured_over_predicted", {})
+        status = step.get("reason") or step.get("error") or step.get("status")
+        lines.append(
+            f"| {m.get('backend') or c.get('backend')} | {c.get('batch_size')} | {c.get('activation_checkpointing')} | "
+            f"{m.get('tokens_per_second_per_gpu', '-')} ({p.get('tokens_per_second_per_gpu', '-')}) | "
+            f"{r.get('tokens_per_second_per_gpu', '-')} | {m.get('tflops_per_gpu', '-')} ({p.get('tflops_per_gpu', '-')}) | "
+            f"{m.get('mfu', '-')} ({p.get('mfu', '-')}) | {m.get('peak_allocated_gb', '-')} ({p.get('memory_gb', '-')}) | "
+            f"{m.get('peak_reserved_gb', '-')} | {status} |"
+        )
+    lines.append("")
+    for name, step in data.get("steps", {}).items():
+        if name.startswith("throughput"):
+            continue
+        status, detail = step.get("status"), step.get("reason") or step.get("error") or ""
+        if name == "environment" and status == "passed":
+            continue
+        extra = f" bitwise={step['bitwise']}" if "bitwise" in step else ""
+        text = detail if detail.startswith(f"{status}:") else f"{status}{extra} {detail}".rstrip()
+        lines.append(f"- {name}: {text}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# main
+
+STEPS = ("resume", "te", "throughput")
+"""What ``--skip`` may name."""
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected seconds (a number > 0)") from None
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected seconds (a number > 0)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or Path(tempfile.gettempdir()) / "gpu-check"),
+                        help="folder for results.json and results.md (default: $OUT)")
+    parser.add_argument("--dry-run", action="store_true", help="every step on the CPU with a tiny model")
+    parser.add_argument("--budget-s", type=_budget, default=None,
+                        help="seconds from the start after which no further throughput configuration starts "
+                             "(gpu_check.sh: its time limit less 30 s; default here: no limit)")
+    parser.add_argument("--skip", default="", help=f"comma-separated steps to leave out: {', '.join(STEPS)}")
+    return parser
+
+
+def _skip_without_cuda(results: Results, skip: set[str]) -> None:
+    """A GPU run on a host without usable CUDA: every step after ``environment`` is recorded as not run."""
+    if "resume" not in skip:
+        results.skip("resume", SKIPPED_NO_CUDA)
+    if "te" not in skip:
+        results.skip("transformer_engine", SKIPPED_NO_CUDA)
+    if "throughput" not in skip:
+        for name, config in throughput_configs(GPU_SETUP, ("torch",)):
+            results.skip(name, SKIPPED_NO_CUDA, config=config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if skip - set(STEPS):
+        print(f"gpu_check: --skip {args.skip!r}: expected names from {', '.join(STEPS)}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path even where a GPU exists (before CUDA is touched)
+    deadline = None if args.budget_s is None else time.monotonic() + args.budget_s
+    results = Results(args.out, mode="dry-run" if args.dry_run else "gpu", argv=sys.argv[1:] if argv is None else argv)
+    results.data["budget_s"] = args.budget_s
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    import torch.distributed as dist
+
+    group_before = dist.is_available() and dist.is_initialized()  # a caller's group is left alone
+    _install_cut_off()
+    try:
+        with results.step("environment") as record:
+            env = environment(args.dry_run)
+            results.data["environment"] = env
+            record.update(env)
+            if not args.dry_run and not env["cuda_available"]:
+                raise NoCuda(f"{NO_CUDA} ({env.get('cuda_error')}): nothing is trained on the CPU; "
+                             "--dry-run checks the steps there with a tiny model")
+        env = results.data.get("environment", {})
+        cuda = not args.dry_run and bool(env.get("cuda_available"))
+        if not args.dry_run and not cuda:  # the environment step failed: the run ends here
+            _skip_without_cuda(results, skip)
+            return 1
+        gpu_name = env.get("gpu") if cuda else None
+        if "resume" not in skip:
+            with results.step("resume") as record:
+                values = {k: RESUME_SETUP[k] for k in ("model", "seq_length", "batch_size")}
+                values["precision"] = "bf16"
+                if args.dry_run:  # fp32: bf16 matmuls are slow on most CPUs, and the property is the same
+                    values.update({"seq_length": 64, "batch_size": 2, "num_layers": 2, "precision": "fp32"})
+                record.update(resume_check(work, values, first=RESUME_SETUP["first"], then=RESUME_SETUP["then"]))
+                if not record["bitwise"]:
+                    raise AssertionError("the resumed run does not continue bitwise (see continuous / resumed)")
+        if "te" not in skip:
+            te_checks(results, work, cuda=cuda)
+        if "throughput" not in skip:
+            backends = ("torch", "te") if cuda and env.get("transformer_engine") else ("torch",)
+            throughput(results, work, DRY_SETUP if args.dry_run else GPU_SETUP, backends=backends,
+                       gpu_name=gpu_name, deadline=deadline, dry_run=args.dry_run)
+    except CutOff as exc:
+        print(f"gpu_check: {exc}; results so far in {args.out / RESULTS}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        results.finish()
+        with contextlib.suppress(Exception):
+            if not group_before and dist.is_initialized():  # the trainers' group, made by this run
+                dist.destroy_process_group()
+        print(report(results.data))
+        print(f"results: {args.out / RESULTS} and {args.out / REPORT}")
+    return 1 if results.failed or results.cut_off else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The prepared GPU check inside the trainer image, on one GPU: the TransformerEngine path (TE 2.10, the
+# image's PyTorch, CUDA and NCCL) before a reserved week depends on it.
+#
+#   docker build -f training/Dockerfile -t trainer:dev .
+#   benchmarks/gpu_check_in_image.sh trainer:dev                # results in $OUT (default /tmp/gpu-check)
+#   benchmarks/gpu_check_in_image.sh trainer:dev --skip throughput
+#
+# The image holds training/ and planner/ only (the CDK asset's build context), and its ENTRYPOINT runs
+# `python -m training.entrypoint`, which would take `bash ...` as its own arguments. So this runs
+#
+#   docker run --rm --gpus 1 --shm-size 1g --entrypoint <the Dockerfile's ENTRYPOINT[0]> \
+#       -v <this checkout>:/src:ro -v "$OUT":/out -e OUT=/out -w /src IMAGE bash benchmarks/gpu_check.sh ARGS
+#
+# NVIDIA's start-up script (/opt/nvidia/nvidia_entrypoint.sh: the CUDA driver check and forward
+# compatibility) stays first, as in training; it then runs the check from the read-only checkout, whose
+# folder gpu_check.sh puts ahead of the image's PYTHONPATH (/opt/trainer), with the image's libraries.
+# The checkout should be the one the image was built from. Files in $OUT belong to the container's user
+# (root). DOCKER picks the client (default: docker); GPU_CHECK_TIMEOUT_S is passed on when set;
+# GPU_CHECK_GPUS is docker's --gpus value (default 1). Exit status: gpu_check.sh's (docker's own 125-127
+# when the container cannot start).
+set -euo pipefail
+if [[ $# -lt 1 || "$1" == -* ]]; then
+  echo "usage: benchmarks/gpu_check_in_image.sh IMAGE [gpu_check.py arguments...]" >&2
+  exit 2
+fi
+image="$1"
+shift
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+entrypoint="$(sed -n 's/^ENTRYPOINT[[:space:]]*\[[[:space:]]*"\([^"]*\)".*/\1/p' "$repo/training/Dockerfile")"
+if [[ -z "$entrypoint" ]]; then
+  echo "gpu_check_in_image.sh: no exec-form ENTRYPOINT in training/Dockerfile" >&2
+  exit 2
+fi
+out="${OUT:-${TMPDIR:-/tmp}/gpu-check}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+exec "${DOCKER:-docker}" run --rm --gpus "${GPU_CHECK_GPUS:-1}" --shm-size 1g --entrypoint "$entrypoint" \
+  -v "$repo:/src:ro" -v "$out:/out" -e OUT=/out ${GPU_CHECK_TIMEOUT_S:+-e "GPU_CHECK_TIMEOUT_S=$GPU_CHECK_TIMEOUT_S"} \
+  -w /src "$image" bash benchmarks/gpu_check.sh "$@"

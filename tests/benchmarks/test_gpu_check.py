@@ -1,0 +1,416 @@
+"""benchmarks/gpu_check.sh: the prepared GPU check runs end to end on the CPU (--dry-run), a GPU run
+without usable CUDA ends at once and says so, its results survive a failed step or a cut-off, its time
+limit and exit codes are the documented ones, its TE attention setting stays inside the resume step,
+and its TransformerEngine checks' own code runs (on the CPU stand-in of
+tests/training/fake_transformer_engine.py: a check of the check, not of TransformerEngine)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
+IN_IMAGE = REPO / "benchmarks" / "gpu_check_in_image.sh"
+_spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
+NVTE_NAME = gpu_check.DETERMINISTIC_TE_ATTENTION[0]
+
+
+def _stub(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.slow
+def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([str(SCRIPT), "--dry-run"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    assert data["mode"] == "dry-run" and data["status"] == "complete"
+    steps = data["steps"]
+    assert steps["environment"]["status"] == "passed" and steps["environment"]["torch"]
+
+    resume = steps["resume"]  # a DCP save at step 3, a fresh trainer's resume: the same steps, bitwise
+    assert resume["status"] == "passed" and resume["bitwise"] is True and resume["resumed_at_step"] == 3
+    assert resume["continuous"] == resume["resumed"] and len(resume["resumed"]) == 3
+    assert resume["parameters_equal"] is True and resume["max_abs_loss_difference"] == 0.0
+    assert 0 < resume["checkpoint_mb"] < 64
+
+    assert steps["transformer_engine"] == {"status": "skipped", "reason": gpu_check.SKIPPED_DRY_RUN_TE}
+
+    throughput = {name: step for name, step in steps.items() if name.startswith("throughput")}
+    assert list(throughput) == [f"throughput backend=torch batch={b} activation_checkpointing={ac}"
+                                for b in (1, 2) for ac in ("off", "full")]
+    for step in throughput.values():
+        assert step["status"] == "passed", step
+        measured, predicted = step["measured"], step["predicted"]
+        assert step["config"]["backend"] == measured["backend"] == "torch" and measured["world_size"] == 1
+        assert measured["tokens_per_second"] > 0 and measured["tflops_per_gpu"] >= 0 and measured["mfu"] is None  # CPU
+        assert measured["peak_allocated_gb"] > 0 and measured["peak_reserved_gb"] > 0
+        assert predicted["gpu"] == "H200" and predicted["gpus"] == 1 and predicted["fits"]
+        ratio = step["measured_over_predicted"]["tokens_per_second_per_gpu"]
+        assert ratio == pytest.approx(measured["tokens_per_second_per_gpu"] / predicted["tokens_per_second_per_gpu"], rel=1e-3)
+    report = (out / "results.md").read_text()
+    assert report == gpu_check.report(data)  # the last write of the run
+    assert "| backend | batch | act. ckpt |" in report and "| torch | 2 | full |" in report
+    assert "- resume: passed bitwise=True" in report and f"- transformer_engine: {gpu_check.SKIPPED_DRY_RUN_TE}" in report
+    assert not list(out.glob("**/*.distcp"))  # checkpoints stay out of $OUT (only results come back)
+
+
+def test_results_survive_a_failed_step_and_record_where_a_run_stopped(tmp_path: Path) -> None:
+    results = gpu_check.Results(tmp_path, mode="gpu", argv=[])
+    with results.step("first") as record:
+        record["value"] = 1
+    with results.step("broken"):
+        raise RuntimeError("CUDA error: an illegal memory access")
+    with results.step("cut off"):
+        # a run killed here leaves this on disk: complete JSON and Markdown, the step marked running
+        on_disk = json.loads((tmp_path / "results.json").read_text())
+        assert on_disk["status"] == "running" and on_disk["steps"]["cut off"] == {"status": "running"}
+        assert on_disk["steps"]["first"]["value"] == 1 and on_disk["steps"]["broken"]["status"] == "failed"
+        report = (tmp_path / "results.md").read_text()
+        assert report.startswith("# GPU check (gpu, running)") and "- cut off: running" in report
+        assert "- broken: failed RuntimeError: CUDA error: an illegal memory access" in report
+    results.finish()
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["status"] == "failed" and results.failed
+    assert "illegal memory access" in data["steps"]["broken"]["error"] and "Traceback" in data["steps"]["broken"]["traceback"]
+    assert data["steps"]["cut off"]["status"] == "passed" and not list(tmp_path.glob("*.tmp"))
+
+
+def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_check.main(["--out", str(tmp_path), "--skip", "everything"]) == 2
+    assert "--skip" in capsys.readouterr().err
+    for budget in ("0", "-5", "soon", "nan"):
+        with pytest.raises(SystemExit) as exited:
+            gpu_check.main(["--out", str(tmp_path), "--budget-s", budget])
+        assert exited.value.code == 2
+        assert f"argument --budget-s: got {budget!r}, expected seconds" in capsys.readouterr().err
+    assert not (tmp_path / "results.json").exists()  # refused before anything is recorded
+
+
+def test_the_transformer_engine_checks_code_runs_on_the_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only our check's code: the stand-in computes the torch block's math, so the errors are ~0."""
+    sys.path.insert(0, str(REPO / "tests" / "training"))
+    import fake_transformer_engine
+
+    fake_transformer_engine.install(monkeypatch)
+    api = gpu_check.te_api("cpu")
+    assert api["problems"] == [] and len(api["parameters"]) == 12
+    assert api["recipes"] == {"fp8/current": "Float8CurrentScaling", "fp8/delayed": "DelayedScaling",
+                              "mxfp8/current": "MXFP8BlockScaling", "nvfp4/current": "NVFP4BlockScaling"}
+    errors = gpu_check.te_block_against_torch("cpu", seq=32, batch=1, hidden=128, heads=2)
+    assert errors["passed"] and errors["te_bf16_output_rel_error"] < 2e-2 and errors["te_bf16_input_grad_rel_error"] < 2e-2
+
+
+def test_a_sigterm_cuts_the_run_off_and_the_file_says_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper's time limit sends SIGTERM: the running step and the run are marked cut off, nothing after runs."""
+    import signal
+
+    def environment(dry_run: bool) -> dict:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while this step runs
+        raise AssertionError("not reached: the signal interrupts the step")
+
+    ran = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # --dry-run sets it; restored after the test
+    monkeypatch.setattr(gpu_check, "environment", environment)
+    monkeypatch.setattr(gpu_check, "resume_check", lambda *a, **k: ran.append("resume"))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert gpu_check.main(["--out", str(tmp_path), "--dry-run"]) == 1
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["status"] == "cut off" and ran == []
+    assert data["steps"]["environment"]["status"] == "cut off" and "SIGTERM" in data["steps"]["environment"]["error"]
+    assert list(data["steps"]) == ["environment"]
+    report = (tmp_path / "results.md").read_text()
+    assert report.startswith("# GPU check (dry-run, cut off)") and "- environment: cut off stopped by SIGTERM" in report
+
+
+def test_the_resume_check_compares_transformer_engine_state_by_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's own comparison of TE extra state (on the stand-in): equal content is equal whatever the
+    pickle's key order; one amax differing is not."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "tests" / "training"))
+    import fake_transformer_engine
+
+    from training import precision as prec
+    from training.model import GPT, TEBlock
+    from training.presets import ModelConfig
+
+    fake_transformer_engine.install(monkeypatch)
+    config = ModelConfig("t", num_layers=1, hidden_size=64, num_attention_heads=2, ffn_hidden_size=128, vocab_size=128)
+    model = GPT(config, lambda i: TEBlock(config, i + 1, device="cpu", params_dtype=torch.float32), "te")
+    model.init_weights(1)
+    tokens = torch.randint(0, 128, (2, 17))
+    with prec.autocast("fp8", prec.te_recipe("fp8", "delayed")):
+        model(tokens[:, :-1], tokens[:, 1:]).backward()
+    state = gpu_check._extra_state(model)
+    assert len(state) == 4 and all("amax_history_fwd" in s for s in state.values())  # qkv, attention, proj, mlp
+    reordered = {name: dict(reversed(list(s.items()))) for name, s in state.items()}
+    assert gpu_check._same_extra_state(state, reordered)
+    changed = {name: {**s, "amax_history_fwd": s["amax_history_fwd"].clone()} for name, s in state.items()}
+    next(iter(changed.values()))["amax_history_fwd"][5, 0] = 1.0
+    assert not gpu_check._same_extra_state(state, changed)
+
+
+# ---------------------------------------------------------------------------
+# a GPU run without CUDA, measure() on the CPU
+
+
+def test_a_gpu_run_without_cuda_ends_after_the_environment_step_and_trains_nothing(tmp_path: Path) -> None:
+    """Without --dry-run on a host where CUDA is not usable: the environment step fails, every later step
+    is recorded as skipped (the throughput rows with their configurations), both files are complete, and
+    the exit status is 1 -- not a 1.3B model training on the CPU until the time limit kills it."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "",
+           "GPU_CHECK_TIMEOUT_S": "120"}
+    env.pop(NVTE_NAME, None)
+    done = subprocess.run([str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # not 124/137: it ended by itself
+    assert "[trainer]" not in done.stdout + done.stderr  # no trainer was set up
+    data = json.loads((out / "results.json").read_text())
+    assert data["mode"] == "gpu" and data["status"] == "failed" and data["budget_s"] == 90
+    steps = data["steps"]
+    names = [gpu_check.throughput_name("torch", b, ac) for b in (1, 2, 4) for ac in ("off", "full")]
+    assert list(steps) == ["environment", "resume", "transformer_engine", *names]
+    environment = steps["environment"]
+    assert environment["status"] == "failed" and environment["cuda_available"] is False
+    assert environment["error"].startswith("NoCuda: no usable CUDA (") and "nothing is trained on the CPU" in environment["error"]
+    for name in ("resume", "transformer_engine", *names):
+        assert steps[name]["status"] == "skipped" and steps[name]["reason"] == gpu_check.SKIPPED_NO_CUDA, name
+    assert steps[names[-1]]["config"] == {"model": "gpt-1b", "num_layers": None, "seq_length": 8192, "precision": "bf16",
+                                          "backend": "torch", "batch_size": 4, "activation_checkpointing": "full"}
+    report = (out / "results.md").read_text()
+    assert report.startswith("# GPU check (gpu, failed)") and report.count("| skipped: no usable CUDA |") == 6
+    assert "- resume: skipped: no usable CUDA" in report
+
+
+def test_measure_refuses_the_cpu_outside_the_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    built = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(gpu_check, "_trainer", lambda *a, **k: built.append(a))
+    with pytest.raises(gpu_check.NoCuda, match="no usable CUDA: gpt-1b at sequence 8192 is measured on a GPU only"):
+        gpu_check.measure(tmp_path, gpu_check.GPU_SETUP, 1, "off", steps=1, warmup=0)
+    assert built == []  # refused before the model was built
+
+
+def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner's "does not fit" skips the configuration whether or not the GPU's name is known (an
+    unknown name is planned as an H200); only the dry run's tiny model ignores it, and --no-skip."""
+    measured = []
+    monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: measured.append(k) or {"losses": [1.0]})
+    config = {"model": "gpt-1b", "num_layers": None, "seq_length": 8192, "precision": "bf16", "backend": "torch",
+              "batch_size": 64, "activation_checkpointing": "off"}
+    for gpu_name in ("NVIDIA H200", None, "a GPU the catalogue does not know"):
+        record: dict = {}
+        gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=gpu_name)
+        assert record["status"] == "skipped" and record["reason"].startswith("skipped: predicted ")
+        assert record["predicted"]["gpu"] == "H200" and not record["predicted"]["fits"]
+    assert measured == []
+    record = {}
+    with pytest.raises(KeyError):  # measured (the stub's result has no figures): the skip was not applied
+        gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=None, run_unfit=True)
+    assert measured == [{"steps": 6, "warmup": 2, "backend": "torch", "dry_run": False}]
+    budget: dict = {}
+    gpu_check.measure_config(budget, tmp_path, gpu_check.GPU_SETUP, {**config, "batch_size": 1}, gpu_name=None, left_s=-3.0)
+    assert budget["status"] == "skipped" and budget["reason"] == "skipped: time budget (0 s left of --budget-s)"
+
+
+class _Held:
+    """Stands for the failed step's tensors, reachable only from its frame."""
+
+
+def test_out_of_memory_frees_the_cache_only_after_the_error_and_its_frames_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    import torch
+
+    held: list[weakref.ref] = []
+    alive_at_free: list[bool] = []
+
+    def out_of_memory(*args, **kwargs):  # noqa: ANN002, ANN003
+        tensors = _Held()  # a local of the failing frame, as a step's activations are
+        held.append(weakref.ref(tensors))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nmore detail")
+
+    def free() -> None:
+        gc.collect()
+        alive_at_free.append(held[0]() is not None)
+
+    monkeypatch.setattr(gpu_check, "measure", out_of_memory)
+    monkeypatch.setattr(gpu_check, "free_accelerator_memory", free)
+    config = {"model": "gpt-1b", "num_layers": None, "seq_length": 8192, "precision": "bf16", "backend": "torch",
+              "batch_size": 1, "activation_checkpointing": "full"}
+    record: dict = {}
+    gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name="NVIDIA H200")
+    assert record["status"] == "out of memory" and record["error"] == "CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert alive_at_free == [False]  # freed after the except block: the traceback no longer holds the frame
+
+    trainer_gpu = _trainer_gpu(monkeypatch)
+    monkeypatch.setattr(trainer_gpu.gpu_check, "measure", out_of_memory)
+    monkeypatch.setattr(trainer_gpu.gpu_check, "free_accelerator_memory", free)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    held.clear()
+    rows = trainer_gpu.run(trainer_gpu.build_parser().parse_args(["--batches", "1", "--ac", "full"]))
+    assert [r["status"] for r in rows] == ["out of memory: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    assert rows[0]["backend"] == "auto" and rows[0]["predicted"]["gpu"] == "H200"
+    assert alive_at_free == [False, False]
+
+
+def _trainer_gpu(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
+    """benchmarks/trainer_gpu.py as a module (it imports gpu_check by name from its folder)."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    for name in ("gpu_check", "trainer_gpu"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import trainer_gpu
+
+    monkeypatch.setitem(sys.modules, "trainer_gpu", trainer_gpu)
+    monkeypatch.setitem(sys.modules, "gpu_check", trainer_gpu.gpu_check)
+    return trainer_gpu
+
+
+def test_trainer_gpu_refuses_a_host_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    trainer_gpu = _trainer_gpu(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(trainer_gpu, "run", lambda args: pytest.fail("nothing may run without CUDA"))
+    assert trainer_gpu.main([]) == 2
+    assert "trainer_gpu: no usable CUDA" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# TransformerEngine's attention setting; the backend of each row
+
+
+def test_the_deterministic_te_attention_setting_is_made_only_while_the_resume_models_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TE's DotProductAttention reads NVTE_ALLOW_NONDETERMINISTIC_ALGO when it is built; =0 disables fused
+    attention on Blackwell. The check sets it for the resume trainers only and puts the old value back."""
+    seen = []
+
+    def trainer(values, base, **kwargs):  # noqa: ANN001, ANN003
+        seen.append(os.environ.get(NVTE_NAME))
+        raise RuntimeError("stop after the first build")
+
+    monkeypatch.setattr(gpu_check, "_trainer", trainer)
+    for before in (None, "1"):
+        if before is None:
+            monkeypatch.delenv(NVTE_NAME, raising=False)
+        else:
+            monkeypatch.setenv(NVTE_NAME, before)
+        with pytest.raises(RuntimeError, match="stop after the first build"):
+            gpu_check.resume_check(tmp_path, {"model": "gpt-tiny"}, first=1, then=1)
+        assert os.environ.get(NVTE_NAME) == before
+    assert seen == ["0", "0"]
+    env = {k: v for k, v in os.environ.items() if k != NVTE_NAME}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import os, sys; sys.path.insert(0, 'benchmarks'); import gpu_check, trainer_gpu; "
+                               f"print(os.environ.get({NVTE_NAME!r}))"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+    )
+    assert imported.stdout.strip() == "None", imported.stderr  # importing the tools sets nothing
+
+
+def test_each_throughput_row_names_its_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch-native rows first, then TE's; the torch rows force the trainer's TE probe off (where TE imports
+    the trainer would otherwise build TE blocks), and the table has a backend column."""
+    sys.path.insert(0, str(REPO / "tests" / "training"))
+    import fake_transformer_engine
+
+    import training.train as train_module
+
+    fake_transformer_engine.install(monkeypatch)
+    assert train_module.transformer_engine_available()
+    with gpu_check._forced_backend("torch"):
+        assert not train_module.transformer_engine_available()
+    with gpu_check._forced_backend("te"), gpu_check._forced_backend(None):
+        assert train_module.transformer_engine_available()
+    assert train_module.transformer_engine_available()
+    with pytest.raises(ValueError, match="backend 'xla': expected one of torch, te"):
+        with gpu_check._forced_backend("xla"):
+            pass
+    names = [name for name, _ in gpu_check.throughput_configs(gpu_check.DRY_SETUP, ("torch", "te"))]
+    assert names == [gpu_check.throughput_name(b, n, ac) for b in ("torch", "te") for n in (1, 2) for ac in ("off", "full")]
+    data = {"mode": "gpu", "status": "complete", "steps": {
+        names[0]: {"status": "passed", "config": {"backend": "torch", "batch_size": 1, "activation_checkpointing": "off"},
+                   "measured": {"backend": "torch", "tokens_per_second_per_gpu": 10.0}},
+        names[4]: {"status": "skipped", "reason": "skipped: time budget (12 s left of --budget-s)",
+                   "config": {"backend": "te", "batch_size": 1, "activation_checkpointing": "off"}},
+    }}
+    rows = [line for line in gpu_check.report(data).splitlines() if line.startswith("| t")]
+    assert rows[0].startswith("| torch | 1 | off | 10.0 (-) |") and rows[1].startswith("| te | 1 | off | - (-) |")
+    assert rows[1].endswith("| skipped: time budget (12 s left of --budget-s) |")
+
+
+# ---------------------------------------------------------------------------
+# the wrappers: time limit, exit codes, the trainer image
+
+
+def test_the_wrapper_gives_the_budget_keeps_the_pythonpath_and_exits_124_when_it_cuts_the_run_off(tmp_path: Path) -> None:
+    record = tmp_path / "argv"
+    python = _stub(tmp_path, "python", 'printf "%s\\n" "PYTHONPATH=$PYTHONPATH" "$@" > "$STUB_RECORD"; exec sleep "$STUB_SLEEP"')
+    base = {**os.environ, "PYTHON": str(python), "STUB_RECORD": str(record), "OUT": str(tmp_path / "out"),
+            "PYTHONPATH": "/opt/trainer"}  # the trainer image's
+    base.pop("GPU_CHECK_TIMEOUT_S", None)
+
+    def run(**env: str) -> tuple[int, list[str]]:
+        done = subprocess.run([str(SCRIPT), "--skip", "te"], capture_output=True, text=True, env={**base, **env}, timeout=120)
+        return done.returncode, record.read_text().splitlines() if done.returncode != 2 else [done.stderr]
+
+    code, argv = run(STUB_SLEEP="0")  # the default limit: 300 s, so a budget of 270 s
+    assert code == 0
+    assert argv == [f"PYTHONPATH={REPO}:/opt/trainer", str(REPO / "benchmarks" / "gpu_check.py"),
+                    "--out", str(tmp_path / "out"), "--budget-s", "270", "--skip", "te"]
+    code, argv = run(STUB_SLEEP="60", GPU_CHECK_TIMEOUT_S="1")  # the limit passes: SIGTERM, exit 124
+    assert code == 124 and argv[4:6] == ["--budget-s", "1"]
+    assert run(STUB_SLEEP="0", GPU_CHECK_TIMEOUT_S="45")[1][4:6] == ["--budget-s", "23"]  # under 60 s: half
+    code, argv = run(STUB_SLEEP="0", GPU_CHECK_TIMEOUT_S="5m")
+    assert code == 2 and "GPU_CHECK_TIMEOUT_S=5m: expected whole seconds >= 1" in argv[0]
+
+
+def test_the_check_runs_inside_the_trainer_image_behind_nvidia_start_up(tmp_path: Path) -> None:
+    """The image holds training/ and planner/ only and its ENTRYPOINT runs the trainer's entry point, so
+    the wrapper replaces the ENTRYPOINT with its first element (NVIDIA's start-up script, which then execs
+    bash) and mounts this checkout read-only at the working directory; gpu_check.sh puts that folder ahead
+    of the image's PYTHONPATH (previous test)."""
+    record = tmp_path / "docker-argv"
+    docker = _stub(tmp_path, "docker", 'printf "%s\\n" "$@" > "$STUB_RECORD"')
+    out = tmp_path / "results"
+    env = {**os.environ, "DOCKER": str(docker), "STUB_RECORD": str(record), "OUT": str(out), "GPU_CHECK_TIMEOUT_S": "540"}
+    done = subprocess.run([str(IN_IMAGE), "trainer:dev", "--skip", "throughput"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    dockerfile = (REPO / "training" / "Dockerfile").read_text()
+    entrypoint = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT")).split(None, 1)[1])
+    assert entrypoint[1:] == ["python", "-m", "training.entrypoint"]  # what a plain `docker run IMAGE bash` would hit
+    assert record.read_text().splitlines() == [
+        "run", "--rm", "--gpus", "1", "--shm-size", "1g", "--entrypoint", entrypoint[0],
+        "-v", f"{REPO}:/src:ro", "-v", f"{out}:/out", "-e", "OUT=/out", "-e", "GPU_CHECK_TIMEOUT_S=540",
+        "-w", "/src", "trainer:dev", "bash", "benchmarks/gpu_check.sh", "--skip", "throughput",
+    ]
+    assert out.is_dir()  # made for the mount
+    assert "ENV PYTHONPATH=/opt/trainer" in dockerfile  # the image's; gpu_check.sh keeps it, after /src
+    usage = subprocess.run([str(IN_IMAGE)], capture_output=True, text=True, env=env, timeout=60)
+    assert usage.returncode == 2 and "usage: benchmarks/gpu_check_in_image.sh IMAGE" in usage.stderr

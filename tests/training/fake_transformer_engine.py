@@ -1,0 +1,599 @@
+"""A CPU stand-in for TransformerEngine 2.10's PyTorch API, for tests of OUR code only.
+
+THIS IS NOT TRANSFORMERENGINE, and a test passing with it says nothing about
+whether TransformerEngine works: no fp8 arithmetic happens here. It exists so
+that CPU tests can check the trainer's own logic around TE: FSDP2 input casting
+of the blocks (the rotary table must reach them in fp32), TE's ``_extra_state``
+across a DCP save and a fresh model's load (the recipe and delayed scaling's
+amax history must come back), and initial weights under sharding (TE's
+``reset_parameters`` fills each rank's shard from the same seed). The real
+library is exercised by ``benchmarks/gpu_check.py`` on a GPU.
+
+What is copied from TransformerEngine v2.10 (``git show v2.10:<path>`` in
+github.com/NVIDIA/TransformerEngine), so our calls meet the same names:
+
+* ``transformer_engine/pytorch/transformer.py``: ``TransformerLayer.__init__``'s
+  keyword parameters and defaults, ``forward``'s parameters; submodule and
+  parameter names (``self_attention.layernorm_qkv``, ``.core_attention``,
+  ``.proj``, ``layernorm_mlp`` with ``fc1_weight`` ...). Unknown keywords raise
+  ``TypeError`` as they would there.
+* ``transformer_engine/pytorch/module/base.py``: ``get_extra_state`` returns
+  ``torch.empty(0, dtype=torch.uint8)`` until the module has run under
+  ``autocast``, then a ``uint8`` tensor holding a pickle of ``{"recipe", ...,
+  "extra_fp8_variables"}`` with ``scale_fwd`` / ``amax_history_fwd`` /
+  ``scale_bwd`` / ``amax_history_bwd`` for delayed scaling;
+  ``set_extra_state`` ignores an empty tensor, else restores them;
+  ``reset_parameters`` initialises a DTensor parameter's local shard with the
+  module's ``init_method`` and re-wraps it.
+* ``transformer_engine/common/recipe``: ``Format`` (max values),
+  ``DelayedScaling(fp8_format, amax_history_len=1024, amax_compute_algo="max")``,
+  ``Float8CurrentScaling``, ``MXFP8BlockScaling``, ``NVFP4BlockScaling`` and
+  the ``delayed()`` / ``mxfp8()`` / ... predicates.
+* ``te.autocast(enabled, calibrating, recipe, amax_reduction_group, _graph)``
+  and ``te.checkpoint(function, *args, **kwargs)``.
+* The fp8 metadata life cycle of ``module/base.py``: ``init_fp8_metadata``
+  (each forward: ``fp8`` and ``fp8_checkpoint`` follow the autocast; nothing is
+  redone while the recipe is unchanged) and ``set_meta_tensor`` (returns early
+  only when the existing scaling state is of the recipe's kind, so a recipe
+  change -- including one restored by ``set_extra_state`` -- builds a fresh
+  state); ``reset_parameters`` re-creates every Parameter (a DTensor's from its
+  new local shard) and then sets TE's parallelism attributes on the new ones,
+  as ``LayerNormLinear`` / ``Linear`` / ``LayerNormMLP.reset_parameters`` do.
+* Activation recompute (``distributed.py``: ``checkpoint(..., use_reentrant=False)``'s
+  ``recompute_fn``): the recompute re-enters ``autocast`` with the forward's
+  fp8 setting and recipe, in TE's recompute phase, where ``prepare_forward``
+  uses (and afterwards restores) the forward's scaling state: a recompute
+  leaves the scaling state and ``fp8_checkpoint`` as the forward left them.
+
+The math is the torch-native block's (:class:`training.model.TransformerBlock`)
+in the input's dtype; "scaling" only records each input's amax into the amax
+history (roll, write row 0) and sets ``scale = fp8_max / max(history)``.
+
+Use :func:`install` (``monkeypatch``) to put ``transformer_engine``,
+``transformer_engine.pytorch`` and ``transformer_engine.common.recipe`` in
+``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pickle
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# ---------------------------------------------------------------------------
+# transformer_engine.common.recipe (v2.10)
+
+
+class _FormatHelper(NamedTuple):
+    max_fwd: float
+    max_bwd: float
+
+
+class Format(Enum):
+    E2M1 = _FormatHelper(max_fwd=6, max_bwd=6)
+    E4M3 = _FormatHelper(max_fwd=448, max_bwd=448)
+    E5M2 = _FormatHelper(max_fwd=57344, max_bwd=57344)
+    HYBRID = _FormatHelper(max_fwd=448, max_bwd=57344)
+
+
+class Recipe:
+    def nvfp4(self) -> bool:
+        return isinstance(self, NVFP4BlockScaling)
+
+    def mxfp8(self) -> bool:
+        return isinstance(self, MXFP8BlockScaling)
+
+    def delayed(self) -> bool:
+        return isinstance(self, DelayedScaling)
+
+    def float8_current_scaling(self) -> bool:
+        return isinstance(self, Float8CurrentScaling)
+
+    def float8_block_scaling(self) -> bool:
+        return False
+
+
+@dataclass()
+class DelayedScaling(Recipe):
+    fp8_format: Format = Format.HYBRID
+    amax_history_len: int = 1024
+    amax_compute_algo: Any = "max"
+
+
+@dataclass()
+class Float8CurrentScaling(Recipe):
+    fp8_format: Format = Format.HYBRID
+
+
+@dataclass()
+class MXFP8BlockScaling(Recipe):
+    fp8_format: Format = Format.E4M3
+
+
+@dataclass()
+class NVFP4BlockScaling(Recipe):
+    fp8_format: Format = Format.E4M3
+
+
+# ---------------------------------------------------------------------------
+# transformer_engine.pytorch: autocast, checkpoint
+
+
+class _GlobalState:
+    enabled = False
+    recipe: Recipe | None = None
+    group: Any = None
+    recompute_phase = False  # TE distributed.py: in_fp8_activation_recompute_phase()
+
+
+@contextlib.contextmanager
+def autocast(
+    enabled: bool = True,
+    calibrating: bool = False,
+    recipe: Recipe | None = None,
+    amax_reduction_group: Any = None,
+    _graph: bool = False,
+) -> Iterator[None]:
+    saved = (_GlobalState.enabled, _GlobalState.recipe, _GlobalState.group)
+    _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = enabled, recipe or DelayedScaling(), amax_reduction_group
+    try:
+        yield
+    finally:
+        _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = saved
+
+
+@contextlib.contextmanager
+def _recompute_phase(fp8: bool, recipe: Recipe | None) -> Iterator[None]:
+    """TE's ``recompute_fn`` context: ``autocast(enabled=fp8, recipe=fp8_recipe)`` of the forward, in the
+    recompute phase (``activation_recompute_forward(recompute_phase=True)``)."""
+    saved = _GlobalState.recompute_phase
+    _GlobalState.recompute_phase = True
+    try:
+        with autocast(enabled=fp8, recipe=recipe):
+            yield
+    finally:
+        _GlobalState.recompute_phase = saved
+
+
+def checkpoint(function: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``te.distributed.checkpoint`` v2.10, the non-reentrant path the trainer uses (``use_reentrant=False``):
+    the forward's fp8 setting and recipe are captured and re-entered around the recompute."""
+    use_reentrant = kwargs.pop("use_reentrant", True)
+    for name in ("distribute_saved_activations", "get_rng_state_tracker", "tp_group"):
+        kwargs.pop(name, None)
+    if use_reentrant:  # TE's _CheckpointFunction: not what the trainer calls, so not imitated here
+        raise NotImplementedError("the stand-in implements te.checkpoint(..., use_reentrant=False) only")
+    fp8, recipe = _GlobalState.enabled, (_GlobalState.recipe if _GlobalState.enabled else None)
+
+    def contexts() -> tuple[Any, Any]:
+        return contextlib.nullcontext(), _recompute_phase(fp8, recipe)
+
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# TransformerEngineBaseModule's fp8 metadata and extra state (v2.10 format)
+
+
+class _DelayedScalingState:
+    """``DelayedScalingRecipeState``: per-tensor scales and an amax history ``[history, tensors]``."""
+
+    def __init__(self, history: int, tensors: int) -> None:
+        self.scale = torch.ones(tensors, dtype=torch.float32)
+        self.amax_history = torch.zeros(history, tensors, dtype=torch.float32)
+
+
+class _RecipeState:
+    """The other recipes' states (``Float8CurrentScalingRecipeState``, ``MXFP8BlockScalingRecipeState``,
+    ``NVFP4BlockScalingRecipeState``): nothing that ``get_extra_state`` saves."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe_type = type(recipe)
+
+
+def _state_matches(recipe: Recipe, state: Any) -> bool:
+    """``set_meta_tensor``'s early return: the existing state is of the recipe's kind."""
+    if recipe.delayed():
+        return isinstance(state, _DelayedScalingState)
+    return isinstance(state, _RecipeState) and state.recipe_type is type(recipe)
+
+
+class _BaseModule(nn.Module):
+    """The parts of ``TransformerEngineBaseModule`` our code meets: fp8 metadata, extra state, reset."""
+
+    def __init__(self, num_gemms: int, init_method: Callable | None) -> None:
+        super().__init__()
+        self.fp8_meta: dict[str, Any] = {"fp8_checkpoint": False, "num_gemms": num_gemms}
+        self.fp8 = False
+        self.fp8_initialized = False
+        self.fp8_meta_tensors_initialized = False
+        self._init_method = init_method
+
+    # -- module/base.py: set_meta_tensor, init_fp8_meta_tensors, init_fp8_metadata, prepare_forward
+
+    def set_meta_tensor(self, fwd: bool, recipe: Recipe) -> None:
+        key = "scaling_fwd" if fwd else "scaling_bwd"
+        if self.fp8_meta_tensors_initialized and _state_matches(recipe, self.fp8_meta.get(key)):
+            if recipe.delayed():  # adjust_amax_history_length
+                state = self.fp8_meta[key]
+                length, current = recipe.amax_history_len, state.amax_history.shape[0]
+                if length < current:
+                    state.amax_history = state.amax_history[:length].clone()
+                elif length > current:
+                    state.amax_history = F.pad(state.amax_history, (0, 0, 0, length - current))
+            return
+        tensors = self.fp8_meta["num_gemms"] * (3 if fwd else 2)
+        if recipe.delayed():
+            self.fp8_meta[key] = _DelayedScalingState(recipe.amax_history_len, tensors)
+        else:
+            self.fp8_meta[key] = _RecipeState(recipe)
+
+    def init_fp8_meta_tensors(self, recipe: Recipe) -> None:
+        self.set_meta_tensor(True, recipe)
+        self.set_meta_tensor(False, recipe)
+        self.fp8_meta_tensors_initialized = True
+
+    def init_fp8_metadata(self) -> None:
+        """Each forward outside the recompute phase: follow the autocast; a new recipe gets its state."""
+        self.fp8 = _GlobalState.enabled
+        self.fp8_meta["fp8_checkpoint"] = self.fp8
+        if not self.fp8:
+            self.fp8_initialized = False
+            return
+        recipe = _GlobalState.recipe
+        assert recipe is not None
+        if self.fp8_initialized and recipe == self.fp8_meta.get("recipe"):
+            return
+        self.fp8_meta["recipe"] = recipe
+        if hasattr(recipe, "fp8_format"):
+            self.fp8_meta["fp8_max_fwd"] = recipe.fp8_format.value.max_fwd
+            self.fp8_meta["fp8_max_bwd"] = recipe.fp8_format.value.max_bwd
+        self.init_fp8_meta_tensors(recipe)
+        self.fp8_initialized = True
+
+    def _record(self, x: torch.Tensor) -> None:
+        """``prepare_forward``, and what the quantizers leave behind: delayed scaling's amax and scale."""
+        if self.fp8 and _GlobalState.recompute_phase:
+            # TE: get_old_fp8_meta_tensors_for_recompute(), then restore_fp8_meta_tensors() after the
+            # recompute: the forward's scaling state is used and left as it was
+            return
+        self.init_fp8_metadata()
+        if not self.fp8:
+            return
+        recipe = self.fp8_meta["recipe"]
+        if recipe.delayed():
+            with torch.no_grad():
+                state = self.fp8_meta["scaling_fwd"]
+                state.amax_history.copy_(torch.roll(state.amax_history, 1, dims=0))
+                state.amax_history[0].fill_(float(x.detach().abs().max()))
+                state.scale.fill_(recipe.fp8_format.value.max_fwd / max(float(state.amax_history.max()), 1e-12))
+
+    # -- extra state (v2.10 format)
+
+    def get_extra_state(self) -> torch.Tensor:
+        if not (self.fp8_meta["fp8_checkpoint"] or self.fp8):
+            return torch.empty(0, dtype=torch.uint8)
+        state: dict[str, Any] = {"recipe": self.fp8_meta["recipe"]}
+        if state["recipe"].delayed():
+            state["scale_fwd"] = self.fp8_meta["scaling_fwd"].scale.clone()
+            state["amax_history_fwd"] = self.fp8_meta["scaling_fwd"].amax_history.clone()
+            state["scale_bwd"] = self.fp8_meta["scaling_bwd"].scale.clone()
+            state["amax_history_bwd"] = self.fp8_meta["scaling_bwd"].amax_history.clone()
+        state["extra_fp8_variables"] = {
+            k: v for k, v in self.fp8_meta.items() if isinstance(v, (bool, int, float, str, tuple, list))
+        }
+        return torch.frombuffer(bytearray(pickle.dumps(state)), dtype=torch.uint8)
+
+    def set_extra_state(self, state: Any) -> None:
+        if state is None:
+            return
+        if isinstance(state, torch.Tensor):
+            if state.numel() == 0:
+                return
+            state = pickle.loads(state.detach().cpu().numpy().tobytes())
+        elif isinstance(state, io.BytesIO):
+            state.seek(0)
+            state = torch.load(state)
+        else:
+            raise RuntimeError("Unsupported checkpoint format.")
+        self.fp8_meta.update(state["extra_fp8_variables"])
+        self.fp8_meta["recipe"] = state["recipe"]
+        self.init_fp8_meta_tensors(self.fp8_meta["recipe"])
+        if self.fp8_meta["recipe"].delayed():
+            self.fp8_meta["scaling_fwd"].scale.copy_(state["scale_fwd"])
+            self.fp8_meta["scaling_fwd"].amax_history.copy_(state["amax_history_fwd"])
+            self.fp8_meta["scaling_bwd"].scale.copy_(state["scale_bwd"])
+            self.fp8_meta["scaling_bwd"].amax_history.copy_(state["amax_history_bwd"])
+
+    # -- parameters
+
+    def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
+        """What the subclass's ``reset_parameters`` sets on each new Parameter (``set_parallel_mode=False``)."""
+        return {}
+
+    def reset_parameters(self, defer_init: bool | None = False) -> None:
+        """TE 2.10's shape: each parameter (a DTensor's *local shard*) filled by ``init_method`` or ones/zeros,
+        wrapped in a new ``nn.Parameter`` (the old object is replaced), then TE's parallelism attributes."""
+        if defer_init:
+            return
+        from torch.distributed.tensor import DTensor
+
+        for name, param in list(self.named_parameters(recurse=False)):
+            dtensor = param if isinstance(param, DTensor) else None
+            local = param._local_tensor if dtensor is not None else param
+            if local.device.type == "meta":
+                local = torch.empty_like(local, device="cpu")  # TE: device="cuda"
+            with torch.no_grad():
+                if name.endswith("layer_norm_weight"):
+                    local.fill_(1.0)
+                elif name.endswith("bias"):
+                    local.zero_()
+                elif self._init_method is not None:
+                    self._init_method(local)
+            if dtensor is not None:
+                new = DTensor.from_local(local, device_mesh=dtensor.device_mesh, placements=dtensor.placements,
+                                         shape=dtensor.size(), stride=dtensor.stride())
+                setattr(self, name, nn.Parameter(new))
+            else:
+                setattr(self, name, nn.Parameter(local.detach()))
+        for name, attrs in self._parallelism_attributes().items():
+            param = getattr(self, name)
+            for key, value in attrs.items():
+                assert not hasattr(param, key)  # set_tensor_model_parallel_attributes asserts it too
+                setattr(param, key, value)
+
+
+def _tensor_parallel(dim: int) -> dict[str, Any]:
+    """``distributed.set_tensor_model_parallel_attributes(tensor, True, dim, 1)``."""
+    return {"tensor_model_parallel": True, "partition_dim": dim, "partition_stride": 1}
+
+
+_SEQUENCE_PARALLEL = {"sequence_parallel": False}
+
+
+def _param(*shape: int, dtype: torch.dtype, device: Any) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
+
+
+class LayerNormLinear(_BaseModule):
+    def __init__(self, in_features: int, out_features: int, eps: float, *, dtype: torch.dtype, device: Any,
+                 init_method: Callable | None) -> None:
+        super().__init__(1, init_method)
+        self.eps = eps
+        self.layer_norm_weight = _param(in_features, dtype=dtype, device=device)
+        self.layer_norm_bias = _param(in_features, dtype=dtype, device=device)
+        self.weight = _param(out_features, in_features, dtype=dtype, device=device)
+        self.bias = _param(out_features, dtype=dtype, device=device)
+
+    def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
+        return {"layer_norm_weight": _SEQUENCE_PARALLEL, "layer_norm_bias": _SEQUENCE_PARALLEL,
+                "weight": _tensor_parallel(0)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._record(x)
+        h = F.layer_norm(x, (x.shape[-1],), self.layer_norm_weight, self.layer_norm_bias, self.eps)
+        return F.linear(h, self.weight, self.bias)
+
+
+class Linear(_BaseModule):
+    def __init__(self, in_features: int, out_features: int, *, dtype: torch.dtype, device: Any,
+                 init_method: Callable | None) -> None:
+        super().__init__(1, init_method)
+        self.weight = _param(out_features, in_features, dtype=dtype, device=device)
+        self.bias = _param(out_features, dtype=dtype, device=device)
+
+    def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
+        return {"weight": _tensor_parallel(0)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._record(x)
+        return F.linear(x, self.weight, self.bias)
+
+
+class LayerNormMLP(_BaseModule):
+    def __init__(self, hidden: int, ffn: int, eps: float, *, dtype: torch.dtype, device: Any,
+                 init_method: Callable | None, output_layer_init_method: Callable | None) -> None:
+        super().__init__(2, init_method)
+        self.eps = eps
+        self._output_init = output_layer_init_method
+        self.layer_norm_weight = _param(hidden, dtype=dtype, device=device)
+        self.layer_norm_bias = _param(hidden, dtype=dtype, device=device)
+        self.fc1_weight = _param(ffn, hidden, dtype=dtype, device=device)
+        self.fc1_bias = _param(ffn, dtype=dtype, device=device)
+        self.fc2_weight = _param(hidden, ffn, dtype=dtype, device=device)
+        self.fc2_bias = _param(hidden, dtype=dtype, device=device)
+
+    def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
+        return {"layer_norm_weight": _SEQUENCE_PARALLEL, "layer_norm_bias": _SEQUENCE_PARALLEL,
+                "fc1_weight": _tensor_parallel(0), "fc2_weight": _tensor_parallel(1), "fc1_bias": _tensor_parallel(0)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._record(x)
+        h = F.layer_norm(x, (x.shape[-1],), self.layer_norm_weight, self.layer_norm_bias, self.eps)
+        return F.linear(F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh"), self.fc2_weight, self.fc2_bias)
+
+
+class DotProductAttention(_BaseModule):
+    def __init__(self) -> None:
+        super().__init__(1, None)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self._record(q)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _rotate(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """TE's fused RoPE on ``bshd`` input with ``[s, 1, 1, d]`` freqs (rotate-half, computed in fp32)."""
+    half = t.shape[-1] // 2
+    tf = t.float()
+    angles = freqs.float().transpose(0, 1)  # [1, s, 1, d]
+    rotated = torch.cat([-tf[..., half:], tf[..., :half]], dim=-1)
+    return (tf * angles.cos() + rotated * angles.sin()).to(t.dtype)
+
+
+class MultiheadAttention(nn.Module):
+    def __init__(self, hidden: int, heads: int, eps: float, *, dtype: torch.dtype, device: Any,
+                 init_method: Callable | None, output_layer_init_method: Callable | None) -> None:
+        super().__init__()
+        self.heads = heads
+        self.layernorm_qkv = LayerNormLinear(hidden, 3 * hidden, eps, dtype=dtype, device=device, init_method=init_method)
+        self.core_attention = DotProductAttention()
+        self.proj = Linear(hidden, hidden, dtype=dtype, device=device, init_method=output_layer_init_method)
+
+    def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.layernorm_qkv(x).split(h, dim=-1)  # qkv_weight_interleaved=False: [q; k; v]
+        q, k, v = (t.view(b, s, self.heads, h // self.heads) for t in (q, k, v))
+        if rotary_pos_emb is not None:
+            q, k = _rotate(q, rotary_pos_emb), _rotate(k, rotary_pos_emb)
+        out = self.core_attention(*(t.transpose(1, 2) for t in (q, k, v)))
+        return self.proj(out.transpose(1, 2).reshape(b, s, h))
+
+
+class TransformerLayer(nn.Module):
+    """``te.TransformerLayer`` v2.10: the same keyword parameters (and defaults); ``bshd`` only here."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        ffn_hidden_size: int,
+        num_attention_heads: int,
+        num_gqa_groups: int | None = None,
+        layernorm_epsilon: float = 1e-5,
+        hidden_dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        init_method: Callable | None = None,
+        output_layer_init_method: Callable | None = None,
+        layer_number: int | None = None,
+        kv_channels: int | None = None,
+        self_attn_mask_type: str = "causal",
+        window_size: tuple[int, int] | None = None,
+        enc_dec_attn_mask_type: str = "no_mask",
+        enc_dec_window_size: tuple[int, int] | None = None,
+        tp_group: Any = None,
+        tp_size: int = 1,
+        params_dtype: torch.dtype | None = None,
+        get_rng_state_tracker: Callable | None = None,
+        fuse_wgrad_accumulation: bool = False,
+        seq_length: int | None = None,
+        micro_batch_size: int | None = None,
+        sequence_parallel: bool = False,
+        apply_residual_connection_post_layernorm: bool = False,
+        output_layernorm: bool = False,
+        parallel_attention_mlp: bool = False,
+        layer_type: str = "encoder",
+        drop_path_rate: float = 0.0,
+        set_parallel_mode: bool = False,
+        fuse_qkv_params: bool = False,
+        rotary_pos_interleaved: bool = False,
+        zero_centered_gamma: bool = False,
+        qkv_weight_interleaved: bool = True,
+        ub_tp_comm_overlap: bool = False,
+        ub_overlap_ag: bool = True,
+        ub_overlap_rs: bool = True,
+        ub_overlap_rs_dgrad: bool = False,
+        ub_bulk_dgrad: bool = True,
+        ub_bulk_wgrad: bool = True,
+        bias: bool = True,
+        activation: str = "gelu",
+        activation_params: dict | None = None,
+        normalization: str = "LayerNorm",
+        device: torch.device | str = "cuda",
+        attn_input_format: str = "sbhd",
+        name: str | None = None,
+        qk_norm_type: str | None = None,
+        qk_norm_eps: float = 1e-6,
+        qk_norm_before_rope: bool = False,
+        softmax_type: str = "vanilla",
+    ) -> None:
+        super().__init__()
+        # what this stand-in implements (the trainer's configuration); anything else would be a silent lie
+        assert fuse_qkv_params and not qkv_weight_interleaved and bias and activation == "gelu"
+        assert normalization == "LayerNorm" and attn_input_format == "bshd" and self_attn_mask_type == "causal"
+        assert hidden_dropout == 0.0 and attention_dropout == 0.0
+        dtype = params_dtype or torch.float32
+        self.self_attention = MultiheadAttention(
+            hidden_size, num_attention_heads, layernorm_epsilon, dtype=dtype, device=device,
+            init_method=init_method, output_layer_init_method=output_layer_init_method,
+        )
+        self.layernorm_mlp = LayerNormMLP(
+            hidden_size, ffn_hidden_size, layernorm_epsilon, dtype=dtype, device=device,
+            init_method=init_method, output_layer_init_method=output_layer_init_method,
+        )
+        self.layernorm_mlp._init_method = init_method
+        if torch.device(device).type != "meta":  # TE initialises on construction unless deferred
+            for module in self.modules():
+                if isinstance(module, _BaseModule):
+                    module.reset_parameters()
+            if output_layer_init_method is not None:
+                with torch.no_grad():
+                    output_layer_init_method(self.layernorm_mlp.fc2_weight)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        self_attn_mask_type: str | None = None,
+        window_size: tuple[int, int] | None = None,
+        encoder_output: torch.Tensor | None = None,
+        enc_dec_attn_mask: Any = None,
+        enc_dec_attn_mask_type: str | None = None,
+        enc_dec_window_size: tuple[int, int] | None = None,
+        is_first_microbatch: bool | None = None,
+        checkpoint_core_attention: bool = False,
+        inference_params: Any = None,
+        rotary_pos_emb: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
+        core_attention_bias_type: str = "no_bias",
+        core_attention_bias: torch.Tensor | None = None,
+        alibi_slopes: torch.Tensor | None = None,
+        cu_seqlens_q: torch.Tensor | None = None,
+        cu_seqlens_kv: torch.Tensor | None = None,
+        cu_seqlens_q_padded: torch.Tensor | None = None,
+        cu_seqlens_kv_padded: torch.Tensor | None = None,
+        max_seqlen_q: int | None = None,
+        max_seqlen_kv: int | None = None,
+        fast_zero_fill: bool = True,
+        pad_between_seqs: bool | None = None,
+    ) -> torch.Tensor:
+        x = hidden_states + self.self_attention(hidden_states, rotary_pos_emb)
+        return x + self.layernorm_mlp(x)
+
+
+def te_modules(model: nn.Module) -> list[_BaseModule]:
+    """The stand-in's TE base modules of ``model`` (those with fp8 metadata and extra state)."""
+    return [m for m in model.modules() if isinstance(m, _BaseModule)]
+
+
+def install(monkeypatch: Any) -> types.ModuleType:
+    """Put this stand-in in ``sys.modules`` as ``transformer_engine`` (+ ``.pytorch``, ``.common.recipe``).
+
+    Returns the ``transformer_engine.pytorch`` module object.
+    """
+    root = types.ModuleType("transformer_engine")
+    common = types.ModuleType("transformer_engine.common")
+    recipe = types.ModuleType("transformer_engine.common.recipe")
+    for obj in (Format, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, NVFP4BlockScaling):
+        setattr(recipe, obj.__name__, obj)
+    pytorch = types.ModuleType("transformer_engine.pytorch")
+    distributed = types.ModuleType("transformer_engine.pytorch.distributed")
+    distributed.checkpoint = checkpoint  # type: ignore[attr-defined]
+    pytorch.TransformerLayer = TransformerLayer  # type: ignore[attr-defined]
+    pytorch.autocast = autocast  # type: ignore[attr-defined]
+    pytorch.checkpoint = checkpoint  # type: ignore[attr-defined]
+    pytorch.distributed = distributed  # type: ignore[attr-defined]
+    root.pytorch, root.common, common.recipe = pytorch, common, recipe  # type: ignore[attr-defined]
+    for name, module in (("transformer_engine", root), ("transformer_engine.common", common),
+                         ("transformer_engine.common.recipe", recipe), ("transformer_engine.pytorch", pytorch),
+                         ("transformer_engine.pytorch.distributed", distributed)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return pytorch

@@ -1,0 +1,484 @@
+"""The trainer's GPU path, pinned on the CPU (issue 12).
+
+* the rotary table reaches every block in fp32 under FSDP2's bf16 policy (both backends);
+* fp8 runs resume: TransformerEngine's ``_extra_state`` (recipe, delayed scaling's amax history)
+  survives a DCP save and a fresh model's load, with activation checkpointing too, and a resume
+  may change the recipe (fp8 current <-> delayed, fp8 -> bf16);
+* a sharded model starts equal to the unsharded one (1 vs 2 processes, both backends; HSDP's
+  (Replicate, Shard(0)) layout on a 2x2 mesh), and TE parameters keep their attributes;
+* a GPU instance never trains on the CPU (entry point and trainer), and the image keeps NVIDIA's
+  start-up script in its entry chain; the Dockerfile's EFA installer flags match their comments.
+
+The TE backend runs on :mod:`fake_transformer_engine`, a CPU stand-in with TransformerEngine 2.10's
+names and extra-state format: these tests check our code around TE, never TE itself (that is
+``benchmarks/gpu_check.py``'s job on a GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.device_mesh import init_device_mesh
+
+from training import precision as prec
+from training.checkpoint import CheckpointManager, size_extra_state
+from training.environment import (
+    ConfigError,
+    GPUUnavailable,
+    ResourceConfig,
+    SageMakerPaths,
+    check_gpus_visible,
+    expected_gpus,
+    read_resource_config,
+)
+from training.hyperparameters import Hyperparameters
+from training.model import GPT, TEBlock, TransformerBlock, build_model, rope_angles
+from training.parallelize import build_mesh, materialize, parallelize
+from training.presets import ModelConfig
+
+from . import fake_transformer_engine as fake_te
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = ModelConfig("small", num_layers=2, hidden_size=64, num_attention_heads=2, ffn_hidden_size=128, vocab_size=256)
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory: pytest.TempPathFactory):
+    """A one-process gloo group (FSDP2 and DCP need one), torn down after the module."""
+    if dist.is_initialized():  # pragma: no cover - another module left one behind
+        pytest.skip("a default process group already exists in this process")
+    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def _model(backend: str, monkeypatch: pytest.MonkeyPatch, seed: int = 7) -> GPT:
+    """A CPU model of either backend (TE: the stand-in), initialised from ``seed``."""
+    if backend == "te":
+        fake_te.install(monkeypatch)
+        factory = lambda i: TEBlock(CONFIG, i + 1, device="cpu", params_dtype=torch.float32)  # noqa: E731
+    else:
+        factory = lambda i: TransformerBlock(CONFIG)  # noqa: E731
+    model = GPT(CONFIG, factory, backend)
+    model.init_weights(seed)
+    return model
+
+
+def _tokens(seq: int = 33, batch: int = 2) -> torch.Tensor:
+    return torch.randint(0, CONFIG.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(3))
+
+
+# ---------------------------------------------------------------------------
+# 1. rotary angles in fp32 under the bf16 policy
+
+
+@pytest.mark.parametrize("activation_checkpointing", ["off", "full"])
+@pytest.mark.parametrize("backend", ["torch", "te"])
+def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
+    process_group, monkeypatch: pytest.MonkeyPatch, backend: str, activation_checkpointing: str
+) -> None:
+    model = _model(backend, monkeypatch)
+    seen: list[tuple[torch.dtype, list[torch.Tensor]]] = []
+
+    def capture(module, args, kwargs):  # noqa: ANN001
+        rope = kwargs["rotary_pos_emb"] if backend == "te" else args[1]
+        seen.append((args[0].dtype, list(rope) if isinstance(rope, tuple) else [rope]))
+
+    for block in model.layers:  # the modules that apply the rotation, inside the FSDP units
+        inner = block.layer if backend == "te" else block.attention
+        inner.register_forward_pre_hook(capture, with_kwargs=True)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    parallelize(model, mesh=mesh, precision=prec.plan("bf16"), activation_checkpointing=activation_checkpointing,
+                reshard_after_forward=True)
+    tokens = _tokens()
+    model(tokens[:, :-1], tokens[:, 1:]).backward()
+
+    assert len(seen) >= CONFIG.num_layers  # every block (and its recompute under checkpointing)
+    angles = rope_angles(32, CONFIG.head_dim, "cpu")
+    expected = [angles.view(32, 1, 1, -1)] if backend == "te" else [angles.cos(), angles.sin()]
+    for hidden_dtype, rope in seen:
+        assert hidden_dtype == torch.bfloat16  # the policy is in force: the block computes in bf16
+        assert [t.dtype for t in rope] == [torch.float32] * len(expected)
+        for got, want in zip(rope, expected):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_bf16_rounding_would_move_long_context_angles_by_radians() -> None:
+    """Why the table must stay fp32: at 8K positions bf16's spacing is 32, an error up to 16 radians."""
+    angles = rope_angles(8192, 128, "cpu")
+    error = (angles.to(torch.bfloat16).float() - angles).abs().max().item()
+    assert 8.0 < error <= 16.0
+
+
+# ---------------------------------------------------------------------------
+# 2. fp8 resume: TE's _extra_state
+
+
+def _train(model: GPT, optimizer: torch.optim.Optimizer, recipe, steps: int, precision: str = "fp8") -> list[float]:  # noqa: ANN001
+    losses = []
+    for step in range(steps):
+        tokens = _tokens(seq=17 + step)
+        with prec.autocast(precision, recipe):
+            loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+def _fsdp_te_model(monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off") -> tuple[GPT, torch.optim.Optimizer]:
+    model = _model("te", monkeypatch)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    parallelize(model, mesh=mesh, precision=prec.plan("fp8"), activation_checkpointing=activation_checkpointing,
+                reshard_after_forward=True)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+
+
+def _fp8_state(model: GPT) -> dict[str, dict]:
+    """Each stand-in TE module's recipe and, for delayed scaling, its amax histories and scales (names
+    without the activation-checkpoint wrapper, so runs with and without it compare)."""
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, fake_te._BaseModule):
+            meta = module.fp8_meta
+            delayed = [meta[k] for k in ("scaling_fwd", "scaling_bwd") if isinstance(meta.get(k), fake_te._DelayedScalingState)]
+            out[name.replace("_checkpoint_wrapped_module.", "")] = {
+                "recipe": meta.get("recipe"),
+                "history": [state.amax_history.clone() for state in delayed],
+                "scale": [state.scale.clone() for state in delayed],
+                "saved": module.get_extra_state().numel() > 0,
+            }
+    return out
+
+
+def _assert_same_fp8_state(got: dict[str, dict], want: dict[str, dict]) -> None:
+    assert got.keys() == want.keys()
+    for name, state in want.items():
+        assert got[name]["recipe"] == state["recipe"] and got[name]["saved"] == state["saved"], name
+        assert len(got[name]["history"]) == len(state["history"]), name
+        for a, b in zip(got[name]["history"] + got[name]["scale"], state["history"] + state["scale"]):
+            assert torch.equal(a, b), name  # delayed scaling's amax history and scales, bitwise
+
+
+@pytest.mark.parametrize(("scaling", "activation_checkpointing"), [("delayed", "off"), ("current", "off"), ("delayed", "full")])
+def test_an_fp8_run_resumes_with_its_transformer_engine_scaling_state(
+    process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scaling: str, activation_checkpointing: str
+) -> None:
+    fake_te.install(monkeypatch)
+    recipe = prec.te_recipe("fp8", scaling)
+    model, optimizer = _fsdp_te_model(monkeypatch, activation_checkpointing)
+    _train(model, optimizer, recipe, steps=3)
+    saved = _fp8_state(model)
+    assert len(saved) == 4 * CONFIG.num_layers  # qkv, attention, proj, mlp of every block ...
+    assert all(s["recipe"] == recipe and s["saved"] for s in saved.values())  # ... each with state to save
+    if scaling == "delayed":  # a history of 1024 steps with the 3 latest amaxes written
+        history = saved["layers.0.layer.self_attention.layernorm_qkv"]["history"][0]
+        assert history.shape == (1024, 3) and int((history[:, 0] > 0).sum()) == 3
+
+    manager = CheckpointManager(tmp_path, keep=2, rank=0, local_rank=0, world_size=1)
+    manager.save(3, model, optimizer, {"step": 3})
+    continued = _train(model, optimizer, recipe, steps=2)
+
+    fresh, fresh_optimizer = _fsdp_te_model(monkeypatch, activation_checkpointing)
+    assert all(m.get_extra_state().numel() == 0 for m in fake_te.te_modules(fresh))  # TE's fresh state: empty
+    resumed = manager.load_latest(fresh, fresh_optimizer)
+    assert resumed is not None and resumed.step == 3 and not resumed.skipped
+    _assert_same_fp8_state(_fp8_state(fresh), saved)
+    # and the run continues exactly as the uninterrupted one (CPU math is deterministic)
+    assert _train(fresh, fresh_optimizer, recipe, steps=2) == continued
+
+
+def test_activation_checkpointing_leaves_the_fp8_scaling_state_as_the_forward_left_it(
+    process_group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TE's non-reentrant recompute re-enters the forward's autocast and reuses (then restores) its
+    scaling state: training with full recompute leaves every module's recipe, amax history and
+    scales bitwise as training without it does, all of it still saved (``_extra_state`` not empty)."""
+    fake_te.install(monkeypatch)
+    recipe = prec.te_recipe("fp8", "delayed")
+    states, losses = {}, {}
+    for ac in ("off", "full"):
+        model, optimizer = _fsdp_te_model(monkeypatch, ac)
+        losses[ac] = _train(model, optimizer, recipe, steps=3)
+        states[ac] = _fp8_state(model)
+    assert len(states["full"]) == 4 * CONFIG.num_layers and all(s["saved"] for s in states["full"].values())
+    _assert_same_fp8_state(states["full"], states["off"])
+    assert losses["full"] == losses["off"]
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(("fp8", "current"), ("fp8", "delayed")), (("fp8", "delayed"), ("fp8", "current")), (("fp8", "delayed"), ("bf16", None))],
+    ids=["current-to-delayed", "delayed-to-current", "fp8-to-bf16"],
+)
+def test_a_resume_may_change_the_recipe(
+    process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, before: tuple, after: tuple
+) -> None:
+    """The resume rules allow a precision or fp8_scaling change (training/checkpoint.py). The saved
+    recipe comes back with the checkpoint, and the first step under the new recipe replaces it (TE's
+    set_meta_tensor builds a fresh scaling state for a recipe of another kind): no amax history is
+    carried into a recipe it does not belong to, and the next checkpoint holds the new recipe's state
+    (bf16: nothing, as a module that never ran under autocast)."""
+    fake_te.install(monkeypatch)
+    old_recipe = prec.te_recipe(*before)
+    model, optimizer = _fsdp_te_model(monkeypatch)
+    _train(model, optimizer, old_recipe, steps=3, precision=before[0])
+    manager = CheckpointManager(tmp_path, keep=3, rank=0, local_rank=0, world_size=1)
+    manager.save(3, model, optimizer, {"step": 3})
+
+    fresh, fresh_optimizer = _fsdp_te_model(monkeypatch)
+    assert manager.load_latest(fresh, fresh_optimizer).step == 3
+    assert all(s["recipe"] == old_recipe for s in _fp8_state(fresh).values())  # restored as saved
+    new_recipe = prec.te_recipe(*after) if after[0] != "bf16" else None
+    losses = _train(fresh, fresh_optimizer, new_recipe, steps=2, precision=after[0])
+    assert all(torch.isfinite(torch.tensor(losses)))
+    state = _fp8_state(fresh)
+    if new_recipe is None:  # bf16: the modules ran outside autocast, so there is no fp8 state to save
+        assert not any(s["saved"] for s in state.values())
+    else:
+        assert all(s["recipe"] == new_recipe and s["saved"] for s in state.values())
+        if after[1] == "delayed":  # a fresh history: the 2 steps since the resume, nothing older
+            history = state["layers.0.layer.self_attention.layernorm_qkv"]["history"][0]
+            assert int((history[:, 0] > 0).sum()) == 2
+        else:
+            assert all(s["history"] == [] for s in state.values())
+    manager.save(5, fresh, fresh_optimizer, {"step": 5})
+    again, again_optimizer = _fsdp_te_model(monkeypatch)
+    assert manager.load_latest(again, again_optimizer).step == 5
+    if new_recipe is None:  # an empty extra state restores nothing: the next fp8 step starts afresh
+        assert all(m.get_extra_state().numel() == 0 and "recipe" not in m.fp8_meta for m in fake_te.te_modules(again))
+    else:
+        _assert_same_fp8_state(_fp8_state(again), state)
+
+
+def test_size_extra_state_sizes_placeholders_and_leaves_out_what_the_checkpoint_lacks() -> None:
+    def tensor_meta(size: int) -> TensorStorageMetadata:
+        return TensorStorageMetadata(TensorProperties(dtype=torch.uint8), torch.Size([size]),
+                                     [ChunkStorageMetadata(torch.Size([0]), torch.Size([size]))])
+
+    metadata = Metadata(state_dict_metadata={
+        "model.a._extra_state": tensor_meta(2322),
+        "model.b._extra_state": BytesStorageMetadata(),  # an old TE's io.BytesIO extra state
+        "model.w": tensor_meta(4),
+    })
+    weight = torch.ones(4)
+    state = {"a._extra_state": torch.empty(0, dtype=torch.uint8), "b._extra_state": torch.empty(0, dtype=torch.uint8),
+             "c._extra_state": torch.empty(0, dtype=torch.uint8), "w": weight}
+    absent = size_extra_state(state, metadata)
+    assert absent == {"b._extra_state", "c._extra_state"}
+    assert state["a._extra_state"].shape == (2322,) and state["a._extra_state"].dtype == torch.uint8
+    assert state["w"] is weight  # only extra state is touched
+
+
+# ---------------------------------------------------------------------------
+# 3. identical initial weights: 1 process vs 2 processes
+
+
+@pytest.mark.slow
+def test_a_sharded_model_starts_equal_to_the_unsharded_one(
+    process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The trainer's build (meta device, checkpointing, FSDP2, materialize) on 1 process (here) and 2
+    gloo processes (torchrun), both backends (TE: the stand-in, whose reset_parameters fills every
+    rank's shard from the same seed as TE 2.10's does), against the unsharded torch-native model of
+    the same seed: bitwise."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    from init_weights_worker import CONFIG as ODD, SEED, full_weights, layouts
+
+    fake_te.install(monkeypatch)
+    runs = {1: {name: full_weights(backend, 1, strategy, per_node) for name, (backend, strategy, per_node) in layouts(1).items()}}
+    out = tmp_path / "world2.pt"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(Path(__file__).with_name("init_weights_worker.py")), str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs[2] = torch.load(out)
+    assert sorted(runs[2]) == ["te", "te hybrid 1x2", "te hybrid 2x1", "torch"]  # FSDP, and HSDP both ways
+    torch.manual_seed(SEED)
+    reference = build_model(ODD).state_dict()
+    for nproc, result in runs.items():
+        for backend, weights in result.items():
+            assert weights.keys() == reference.keys(), (nproc, backend)
+            for name, tensor in reference.items():
+                assert torch.equal(weights[name], tensor), (nproc, backend, name)
+    # a 2-way split of a weight is not two copies of one block (TE's own init would make it so)
+    qkv = runs[2]["te"]["layers.0.attention.qkv.weight"]
+    assert not torch.equal(qkv[: qkv.shape[0] // 2], qkv[qkv.shape[0] // 2 :])
+
+
+def test_hsdp_shards_start_equal_to_the_unsharded_init_on_a_2x2_mesh() -> None:
+    """HSDP's layout: (Replicate, Shard(0)) on a (dp_replicate=2, dp_shard=2) mesh, as FSDP2 shards
+    over build_mesh(..., "hybrid"). One process plays the four ranks (no process group: DeviceMesh's
+    ``_rank``, torch 2.13); each gets rank numbers of its own, because DTensor caches its sharding
+    decisions per mesh and meshes differing only in the local rank compare equal. Every rank's
+    ``init_weights`` keeps its shard of the full tensor: both replicas hold the same rows, and the two
+    shards (uneven: 301 embedding rows, 200 FFN rows) put together are the unsharded model, bitwise."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from .init_weights_worker import CONFIG as ODD, SEED
+
+    reference = build_model(ODD)
+    reference.init_weights(SEED)
+    shards: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+    for rank in range(4):
+        ranks = torch.arange(4).view(2, 2) + 4 * rank
+        mesh = DeviceMesh("cpu", ranks, mesh_dim_names=("dp_replicate", "dp_shard"), _init_backend=False,
+                          _rank=int(ranks.flatten()[rank]))
+        model = build_model(ODD, device="meta")
+        for module in model.modules():
+            for name, param in list(module.named_parameters(recurse=False)):
+                empty = torch.empty(param.shape, dtype=param.dtype)
+                layout = distribute_tensor(empty, mesh, [Replicate(), Shard(0)], src_data_rank=None)
+                setattr(module, name, torch.nn.Parameter(layout))
+        model.init_weights(SEED)
+        shards[mesh.get_coordinate()] = {name: p.to_local().clone() for name, p in model.named_parameters()}
+    assert sorted(shards) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert shards[(0, 0)]["tok_embeddings.weight"].shape[0] == 151 and shards[(0, 1)]["tok_embeddings.weight"].shape[0] == 150
+    for name, full in reference.state_dict().items():
+        for replica in (0, 1):
+            assert torch.equal(torch.cat([shards[(replica, 0)][name], shards[(replica, 1)][name]]), full), (replica, name)
+
+
+def test_te_parameters_keep_their_attributes_through_sharding_and_materialisation(
+    process_group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fully_shard and then TE's reset_parameters (in materialize) each replace every Parameter object.
+    The Parameters the optimizer gets -- and FSDP2 keeps after its lazy initialisation -- carry TE's
+    own parallelism attributes (set again by reset_parameters) and any attribute the block parameters
+    had before sharding."""
+    fake_te.install(monkeypatch)
+    torch.manual_seed(1)
+    model = build_model(CONFIG, backend="te", device="meta")
+    qkv = model.layers[0].layer.self_attention.layernorm_qkv
+    qkv.weight.marker = "set before sharding"  # an attribute a TE version (or another library) may rely on
+    parallelize(model, mesh=build_mesh("cpu", 1, 1, "full"), precision=prec.plan("bf16"),
+                activation_checkpointing="full", reshard_after_forward=True)
+    materialize(model, torch.device("cpu"), seed=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = _tokens()
+    model(tokens[:, :-1], tokens[:, 1:]).backward()  # FSDP2's lazy init adopts the module's Parameters
+    optimizer.step()
+    params = dict(model.named_parameters())
+    assert {id(p) for p in params.values()} == {id(p) for group in optimizer.param_groups for p in group["params"]}
+    weight = params["layers.0._checkpoint_wrapped_module.layer.self_attention.layernorm_qkv.weight"]
+    assert weight.marker == "set before sharding"
+    assert (weight.tensor_model_parallel, weight.partition_dim, weight.partition_stride) == (True, 0, 1)  # TE's own
+    fc2 = params["layers.1._checkpoint_wrapped_module.layer.layernorm_mlp.fc2_weight"]
+    assert fc2.partition_dim == 1 and not hasattr(fc2, "marker")
+    norm = params["layers.1._checkpoint_wrapped_module.layer.layernorm_mlp.layer_norm_weight"]
+    assert norm.sequence_parallel is False
+
+
+def test_initial_weights_depend_on_the_seed_and_the_name_only() -> None:
+    a, b = build_model(CONFIG), build_model(CONFIG)
+    a.init_weights(11)
+    b.init_weights(11)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    b.init_weights(12)
+    assert not torch.equal(a.tok_embeddings.weight, b.tok_embeddings.weight)
+    std = a.layers[0].attention.proj.weight.std().item()
+    assert std == pytest.approx(0.02 / (2 * CONFIG.num_layers) ** 0.5, rel=0.1)  # GPT-2 residual scaling
+    assert torch.equal(a.norm.weight, torch.ones(CONFIG.hidden_size)) and not a.layers[0].attention.qkv.bias.any()
+
+
+# ---------------------------------------------------------------------------
+# 5. a GPU instance never trains on the CPU
+
+
+def _base(tmp_path: Path, resource: dict) -> SageMakerPaths:
+    paths = SageMakerPaths(tmp_path / "opt_ml")
+    paths.config_dir.mkdir(parents=True)
+    paths.hyperparameters_file.write_text(json.dumps({"precision": "bf16", "synthetic_data": "true", "model": "gpt-tiny"}))
+    paths.resource_config_file.write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], **resource}))
+    return paths
+
+
+def test_resourceconfig_names_the_instance_type_and_its_gpus(tmp_path: Path) -> None:
+    paths = _base(tmp_path, {"current_instance_type": "ml.p5.48xlarge", "network_interface_name": "eth0"})
+    resource = read_resource_config(paths)
+    assert resource.current_instance_type == "ml.p5.48xlarge" and expected_gpus(resource) == 8
+    assert expected_gpus(ResourceConfig("algo-1", ("algo-1",))) is None  # local runs name no type
+    assert expected_gpus(ResourceConfig("algo-1", ("algo-1",), None, "ml.m5.xlarge")) is None  # not a catalogue GPU type
+    paths.resource_config_file.write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "current_instance_type": 5}))
+    with pytest.raises(ConfigError, match="'current_instance_type' must be an instance type"):
+        read_resource_config(paths)
+
+
+def test_the_entry_point_refuses_a_gpu_instance_without_visible_gpus(tmp_path: Path) -> None:
+    from training import entrypoint
+
+    resource = ResourceConfig("algo-1", ("algo-1",), None, "ml.p6-b200.48xlarge")
+    check_gpus_visible(resource, 8)
+    with pytest.raises(GPUUnavailable) as refused:
+        check_gpus_visible(resource, 0)
+    assert "ml.p6-b200.48xlarge with 8 NVIDIA GPUs" in str(refused.value)
+    assert "/opt/nvidia/nvidia_entrypoint.sh" in str(refused.value) and "CPU" in str(refused.value)
+
+    paths = _base(tmp_path, {"current_instance_type": "ml.p5.4xlarge"})
+    env = {"SAGEMAKER_BASE_DIR": str(paths.base_dir), "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible
+    assert entrypoint.main(["train"], env) == 1
+    reason = paths.failure_file.read_text()
+    assert "ml.p5.4xlarge with 1 NVIDIA GPU, but nvidia-smi lists no GPU" in reason
+    assert not paths.checkpoint_dir.exists()  # nothing was launched
+
+
+def test_the_trainer_refuses_to_fall_back_to_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from training.train import Trainer
+
+    paths = _base(tmp_path, {"current_instance_type": "ml.p5.48xlarge"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(GPUUnavailable) as refused:
+        Trainer(Hyperparameters(precision="bf16", synthetic_data=True), paths).setup()
+    reason = str(refused.value)
+    assert "ml.p5.48xlarge with 8 NVIDIA GPUs, but CUDA is not usable in this process" in reason
+    assert f"PyTorch {torch.__version__}" in reason
+    # without a GPU instance type (a local run) the CPU is the intended device
+    prec.require_cuda(ResourceConfig("algo-1", ("algo-1",)))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    prec.require_cuda(read_resource_config(paths))
+
+
+# ---------------------------------------------------------------------------
+# the image: NVIDIA's start-up script stays in the entry chain; EFA installer flags
+
+
+def _dockerfile() -> str:
+    return (REPO / "training" / "Dockerfile").read_text(encoding="utf-8")
+
+
+def test_the_image_keeps_nvidia_start_up_in_its_entry_chain() -> None:
+    text = _dockerfile()
+    entrypoints = re.findall(r"^ENTRYPOINT\s+(\[.*\])\s*$", text, flags=re.MULTILINE)
+    assert len(entrypoints) == 1
+    assert json.loads(entrypoints[0]) == ["/opt/nvidia/nvidia_entrypoint.sh", "python", "-m", "training.entrypoint"]
+    assert json.loads(re.search(r"^CMD\s+(\[.*\])\s*$", text, flags=re.MULTILINE).group(1)) == ["train"]
+    assert re.search(r"^RUN .*test -x /opt/nvidia/nvidia_entrypoint\.sh", text, flags=re.MULTILINE)  # fails the build
+
+
+def test_efa_installer_flags_are_the_ones_the_comment_explains() -> None:
+    text = _dockerfile()
+    command = re.search(r"\./efa_installer\.sh ([^\n\\&]+)", text).group(1).split()
+    assert command == ["-y", "--skip-kmod", "--skip-limit-conf", "--no-verify", "--mpi=openmpi4"]
+    # -d is --debug-packages and -g (--enable-gdr) is a no-op: neither is used, nor claimed
+    assert "-d (" not in text and "-g (" not in text
