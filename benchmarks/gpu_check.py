@@ -22,7 +22,7 @@ atomically before and after each step, the step marked ``running`` first, so
 a run cut off still reports what it measured and where it stopped):
 
 1. ``environment``: PyTorch, CUDA, the GPU (name, compute capability, memory)
-   and its catalogue entry (:mod:`planner.catalogue`), TransformerEngine.
+   and its catalogue entry (:mod:`platform_spec.catalogue`), TransformerEngine.
    Without ``--dry-run`` and without a usable CUDA device this step fails and
    the run ends: every other step is recorded as ``skipped: no usable CUDA``
    and nothing is trained on the CPU.
@@ -44,8 +44,9 @@ a run cut off still reports what it measured and where it stopped):
    Otherwise ``"skipped: TransformerEngine not installed"``.
 4. ``throughput``: gpt-1b (1.3B parameters) at sequence 8192 in bf16,
    batch 1, 2, 4 with activation checkpointing off and full: tokens/s,
-   TFLOP/s and MFU (:mod:`planner.flops`, the trainer's own formulas, against
-   :func:`planner.catalogue.dense_peak_tflops`), peak allocated and reserved
+   TFLOP/s and MFU (the model family's FLOPs per token and
+   :func:`platform_spec.models.mfu_percent`, the trainer's own formulas, against
+   :func:`platform_spec.catalogue.dense_peak_tflops`), peak allocated and reserved
    memory, next to the planner's prediction for the same configuration on one
    GPU of this type (:func:`planner.plan.evaluate_on_gpus`) and
    measured/predicted. Every row names its ``backend``: first the
@@ -256,8 +257,8 @@ def _trainer(values: dict[str, Any], base: Path, *, backend: str | None = None) 
         RuntimeError: ``backend`` given and the trainer built the other one (TE asked for where it
             does not import, or the forcing of :func:`_forced_backend` no longer works).
     """
+    from platform_spec.hyperparameters import parse
     from training.environment import SageMakerPaths
-    from training.hyperparameters import parse
     from training.train import Trainer
 
     hp = parse({"synthetic_data": True, "max_steps": 1000, "warmup_steps": 2, "log_interval": 10**6,
@@ -360,7 +361,7 @@ def _same_extra_state(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]
 def environment(dry_run: bool) -> dict[str, Any]:
     import torch
 
-    from planner import catalogue
+    from platform_spec import catalogue
     from training.model import transformer_engine_available
 
     env: dict[str, Any] = {
@@ -482,8 +483,9 @@ def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -
 
 def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu_name: str | None, gpus: int) -> dict[str, Any]:
     """The planner's figures for the configuration on ``gpus`` GPUs of the measured GPU's type (H200 when unknown)."""
-    from planner import PlanInput, catalogue
+    from planner import PlanInput
     from planner.plan import evaluate_on_gpus
+    from platform_spec import catalogue
 
     gpu = catalogue.gpu_for_device_name(gpu_name or "") or catalogue.GPUS["H200"]
     instance = next(s for s in catalogue.INSTANCES.values() if s.gpu == gpu.name and s.gpus_per_instance >= gpus)
@@ -517,7 +519,7 @@ def measure(
     """
     import torch
 
-    from planner.flops import flops_per_token, mfu_percent, model_tflops_per_second
+    from platform_spec.models import family_of, mfu_percent, model_tflops_per_second
     from training.metrics import peak_memory_gb
 
     if not dry_run and not torch.cuda.is_available():
@@ -541,7 +543,7 @@ def measure(
         step_s = statistics.median(times[warmup:])
         tokens_per_second = trainer.tokens_per_step / step_s
         per_gpu = tokens_per_second / trainer.world_size
-        fpt = flops_per_token(trainer.config, trainer.hp.seq_length)
+        fpt = family_of(trainer.hp.model).flops_per_token(trainer.config, trainer.hp.seq_length)
         peak = trainer.metrics.info.peak_tflops
         allocated, reserved = peak_memory_gb(trainer.device)
         return {
@@ -681,15 +683,21 @@ def te_checks(results: Results, work: Path, *, cuda: bool) -> None:
             raise AssertionError("the TE block is further from the fp32 torch block than twice the torch block's bf16 error")
     import torch
 
-    from planner import catalogue
+    from platform_spec.precisions import PRECISIONS
 
-    gpu = catalogue.gpu_for_device_name(torch.cuda.get_device_name(0))
-    recipes = [("fp8", "current"), ("fp8", "delayed")]
-    if gpu is not None and gpu.is_blackwell:
-        recipes += [("mxfp8", "current"), ("nvfp4", "current")]
+    # every TE recipe of the registry this GPU runs (its one hardware rule): fp8 current and delayed on Hopper,
+    # mxfp8 and nvfp4 too on Blackwell
+    capability = tuple(torch.cuda.get_device_capability(0))
+    recipes = [
+        (p.name, scaling)
+        for p in PRECISIONS
+        if p.uses_te and p.supported_by(capability)
+        for scaling in (p.scalings if len(p.scalings) > 1 else ("current",))  # fp8_scaling applies to fp8 only
+    ]
+    several = {p.name for p in PRECISIONS if len(p.scalings) > 1}
     bf16 = None
     for precision, scaling in [("bf16", "current"), *recipes]:
-        name = f"transformer_engine {precision}" + (f" {scaling} scaling" if precision == "fp8" else "") + " + resume"
+        name = f"transformer_engine {precision}" + (f" {scaling} scaling" if precision in several else "") + " + resume"
         with results.step(name) as record:
             values = {"model": RESUME_SETUP["model"], "seq_length": RESUME_SETUP["seq_length"],
                       "batch_size": RESUME_SETUP["batch_size"], "precision": precision, "fp8_scaling": scaling}
@@ -713,9 +721,9 @@ def te_api(device: str) -> dict[str, Any]:
     import torch
     import transformer_engine.pytorch as te
 
+    from model_families.gpt import ModelConfig
     from training import precision as prec
     from training.model import TEBlock
-    from training.presets import ModelConfig
 
     problems = []
     block = TEBlock(ModelConfig("t", 1, 256, 4, 512, 256), 1, device=device, params_dtype=torch.float32)  # our kwargs
@@ -727,7 +735,10 @@ def te_api(device: str) -> dict[str, Any]:
     if not callable(getattr(te, "checkpoint", None)):
         problems.append("te.checkpoint is missing")
     recipes = {}
-    for precision, scaling in (("fp8", "current"), ("fp8", "delayed"), ("mxfp8", "current"), ("nvfp4", "current")):
+    from platform_spec.precisions import PRECISIONS
+
+    every_recipe = [(p.name, s) for p in PRECISIONS if p.uses_te for s in (p.scalings if len(p.scalings) > 1 else ("current",))]
+    for precision, scaling in every_recipe:
         try:
             recipes[f"{precision}/{scaling}"] = type(prec.te_recipe(precision, scaling)).__name__
         except Exception as exc:  # noqa: BLE001
@@ -754,8 +765,8 @@ def te_block_against_torch(
     """
     import torch
 
+    from model_families.gpt import ModelConfig
     from training.model import TEBlock, TransformerBlock, canonical_name, rope_angles
-    from training.presets import ModelConfig
 
     torch.manual_seed(0)
     config = ModelConfig("t", 1, hidden, heads, 4 * hidden, 256)

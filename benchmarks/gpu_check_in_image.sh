@@ -6,7 +6,8 @@
 #   benchmarks/gpu_check_in_image.sh trainer:dev                # results in $OUT (default /tmp/gpu-check)
 #   benchmarks/gpu_check_in_image.sh trainer:dev --skip throughput
 #
-# The image holds training/ and planner/ only (the CDK asset's build context), and its ENTRYPOINT runs
+# The image holds training/, platform_spec/ and model_families/ only (the CDK asset's build context; the
+# check also imports planner/ from the checkout), and its ENTRYPOINT runs
 # `python -m training.entrypoint`, which would take `bash ...` as its own arguments. So this runs
 #
 #   docker run --rm --gpus 1 --shm-size 1g --entrypoint <the Dockerfile's ENTRYPOINT[0]> \

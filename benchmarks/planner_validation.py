@@ -22,7 +22,7 @@ communicates nothing, so memory and speed differ from the 8-GPU plan)::
 
 Log formats understood:
 
-* the trainer's ``[metrics]`` lines (:mod:`training.metric_lines`): peak
+* the trainer's ``[metrics]`` lines (:mod:`platform_spec.metric_lines`): peak
   allocated memory is the largest ``peak_mem_allocated_gb``; tokens/s per GPU
   and MFU are the medians over the lines after the first (warm-up);
 * TransformerEngine's ``fsdp.py``: ``Peak Memory Use: <MB>MBs`` (10^6 bytes)
@@ -44,8 +44,8 @@ from collections.abc import Sequence
 
 from planner import PlanInputError
 from planner.plan import evaluate, evaluate_on_gpus
+from platform_spec.metric_lines import parse_line
 from trainctl.commands import plan as plan_cmd
-from training.metric_lines import parse_line
 
 _TE_PEAK = re.compile(r"Peak Memory Use:\s*([0-9.eE+-]+)\s*MBs")
 _TE_ITER = re.compile(r"Avg\. Iter\. Time:\s*([0-9.eE+-]+)\s*s")

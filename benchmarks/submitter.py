@@ -5,7 +5,7 @@ Run: ``.venv/bin/python benchmarks/submitter.py [--repeats 15] [--requests 200] 
 1. **Package size**: the Lambda package built exactly as the construct builds
    it (:func:`platform_constructs.submitter.bundling.build_package`: pinned
    pure-Python requirements for arm64 / CPython 3.13 + ``runtime/`` +
-   ``training/`` pure modules + ``planner/``), unzipped and zipped (deflate),
+   ``platform_spec/`` + ``model_families/`` + ``planner/``), unzipped and zipped (deflate),
    with the largest top-level folders; Lambda's limits are 250 MB unzipped and
    50 MB zipped for a direct upload.
 2. **Import time** of ``runtime.handler`` (cold-start proxy) in a fresh
@@ -134,10 +134,10 @@ def import_times(bundle: Path, repeats: int) -> dict[str, Any]:
 
 def warm_latency(requests: int) -> dict[str, Any]:
     from planner import PlanInput, estimate
+    from platform_spec.hyperparameters import parse
 
     from trainctl.local_aws import LocalAws
     from trainctl.submitter_runtime import load
-    from training.hyperparameters import parse
 
     service, aws_mod, config_mod = load("service"), load("aws"), load("config")
     import logging

@@ -29,10 +29,10 @@ def plain_loop(shards: Path, *, steps: int, warmup: int, batch_size: int, seq_le
     """A single-process loop without FSDP, distributed, metrics or checkpoints: tokens/s after warmup."""
     import torch
 
+    from platform_spec.hyperparameters import Hyperparameters
+    from platform_spec.models import get_preset
     from training.data import DistributedSampler, TokenDataset, resolve_vocab_size
-    from training.hyperparameters import Hyperparameters
     from training.model import build_model
-    from training.presets import get_preset
 
     torch.set_num_threads(threads)
     torch.manual_seed(1234)

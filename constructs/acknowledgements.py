@@ -5,17 +5,18 @@ finding with ``Validations.of(scope).acknowledge(Acknowledgment(id, reason))``.
 Granular rules (``AwsSolutions-IAM4``/``IAM5``) name each finding
 ``RuleId[Action::<action>]``, ``RuleId[Resource::<resource>]`` or
 ``RuleId[Policy::<arn>]``, where a resource is rendered with intrinsics as
-``<LogicalId.Attr>``, ``<LogicalId>`` or ``<AWS::Region>``. The helpers here
-build those IDs from the CDK objects themselves, so an acknowledgement never
-hard-codes a logical ID, and always carries a reason.
+``<LogicalId.Attr>``, ``<LogicalId>`` or ``<AWS::Region>`` (rendered by
+:func:`platform_constructs.intrinsics.render`, the one renderer, in cdk-nag's
+notation). The helpers here build those IDs from the CDK objects themselves,
+so an acknowledgement never hard-codes a logical ID, and always carries a reason.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import aws_cdk as cdk
 from constructs import IConstruct
+
+from .intrinsics import ANGLE, BASIC_FUNCTIONS, render
 
 __all__ = ["IAM4", "IAM5", "acknowledge", "action", "managed_policy", "resource"]
 
@@ -43,26 +44,24 @@ def action(name: str) -> str:
 
 
 def managed_policy(scope: IConstruct, policy_arn: str) -> str:
-    """Granular finding for an AWS managed policy ARN (as ``ManagedPolicy.managed_policy_arn``)."""
-    return f"Policy::{_render(cdk.Stack.of(scope).resolve(policy_arn))}"
+    """Granular finding for an AWS managed policy ARN (as ``ManagedPolicy.managed_policy_arn``).
+
+    Raises:
+        ValueError: the ARN resolves to an intrinsic cdk-nag does not flatten itself.
+    """
+    return f"Policy::{_flatten(scope, policy_arn)}"
 
 
 def resource(scope: IConstruct, value: str) -> str:
-    """Granular finding for a resource (a string that may hold tokens), e.g. ``Resource::<Bucket.Arn>/*``."""
-    return f"Resource::{_render(cdk.Stack.of(scope).resolve(value))}"
+    """Granular finding for a resource (a string that may hold tokens), e.g. ``Resource::<Bucket.Arn>/*``.
+
+    Raises:
+        ValueError: ``value`` resolves to an intrinsic cdk-nag does not flatten itself.
+    """
+    return f"Resource::{_flatten(scope, value)}"
 
 
-def _render(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        (function, argument), = value.items()
-        if function == "Ref":
-            return f"<{argument}>"
-        if function == "Fn::GetAtt":
-            logical_id, attribute = argument
-            return f"<{logical_id}.{attribute}>"
-        if function == "Fn::Join":
-            separator, parts = argument
-            return separator.join(_render(part) for part in parts)
-    raise ValueError(f"cannot render {value!r} as a cdk-nag finding; expected a string, Ref, Fn::GetAtt or Fn::Join")
+def _flatten(scope: IConstruct, value: str) -> str:
+    """``value`` resolved in ``scope``'s stack and written as cdk-nag 3 writes it (``flattenCfnReference``)."""
+    return render(cdk.Stack.of(scope).resolve(value), notation=ANGLE, functions=BASIC_FUNCTIONS)
+

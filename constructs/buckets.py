@@ -117,7 +117,6 @@ class TrainingBuckets(Construct):
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         props = props or TrainingBucketsProps()
         _validate(props)
-        self.props = props
         destroy = props.removal_policy == cdk.RemovalPolicy.DESTROY
 
         if props.encryption_key is None:

@@ -104,7 +104,6 @@ class TrainingExecutionRole(Construct):
     def __init__(self, scope: Construct, id: str, props: TrainingExecutionRoleProps) -> None:
         super().__init__(scope, id)
         _validate(props)
-        self.props = props
         stack = cdk.Stack.of(self)
 
         training_jobs_arn = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")

@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import aws_cdk as cdk
 import cdk_ecr_deployment as ecr_deployment
@@ -30,20 +31,37 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from constructs import Construct
+from constructs import Construct, IDependable
 
-from planner.catalogue import TRAINER_IMAGE_ARCHITECTURES
+from platform_spec.catalogue import TRAINER_IMAGE_ARCHITECTURES
 
 from . import acknowledgements as nag
 
-__all__ = ["REPO_ROOT", "TrainerImage", "TrainerImageProps", "copy_settings_digest"]
+__all__ = ["REPO_ROOT", "ITrainerImage", "TrainerImage", "TrainerImageProps", "copy_settings_digest"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository root: the trainer image's Docker build context."""
 
 
+@runtime_checkable
+class ITrainerImage(Protocol):
+    """The trainer image as other constructs use it (implemented by :class:`TrainerImage`).
+
+    Attributes:
+        image_uri: the image as training jobs pull it, ``<registry>/<repository>:<tag>``.
+        deployment: what puts the image into that repository; a resource that
+            hands ``image_uri`` to SageMaker depends on it.
+    """
+
+    @property
+    def image_uri(self) -> str: ...
+
+    @property
+    def deployment(self) -> IDependable: ...
+
+
 def _default_platform() -> ecr_assets.Platform:
-    """``linux/<arch>`` of :data:`planner.catalogue.TRAINER_IMAGE_ARCHITECTURES`, the one home of the fact
+    """``linux/<arch>`` of :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, the one home of the fact
     (the planner, the submitter and the stack allow instance types by it).
 
     Raises:
@@ -52,7 +70,7 @@ def _default_platform() -> ecr_assets.Platform:
     """
     if len(TRAINER_IMAGE_ARCHITECTURES) != 1:
         raise ValueError(
-            f"planner.catalogue.TRAINER_IMAGE_ARCHITECTURES: got {list(TRAINER_IMAGE_ARCHITECTURES)}; expected one "
+            f"platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES: got {list(TRAINER_IMAGE_ARCHITECTURES)}; expected one "
             "architecture (TrainerImage builds one platform)"
         )
     return ecr_assets.Platform.custom(f"linux/{TRAINER_IMAGE_ARCHITECTURES[0]}")
@@ -68,10 +86,12 @@ class TrainerImageProps:
             Default: ``training/Dockerfile``.
         context_paths: top-level folders of the build context the image needs;
             everything else is excluded from the context and the asset hash
-            (``__pycache__`` and ``*.pyc`` too). Default: ``training`` and ``planner``.
+            (``__pycache__`` and ``*.pyc`` too). Default: ``training``, ``platform_spec``
+            and ``model_families`` (what ``training/Dockerfile`` copies: the trainer and
+            the pure packages it imports).
         build_args: ``docker build --build-arg`` values. Default: none.
         platform: image platform; its architecture must be one of
-            :data:`planner.catalogue.TRAINER_IMAGE_ARCHITECTURES`, by which the
+            :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, by which the
             planner, the submitter and the stack decide which instance types
             the image runs on. Default: ``linux/`` that architecture (today
             ``linux/amd64``: the GB200 types' arm64 hosts are refused).
@@ -93,7 +113,7 @@ class TrainerImageProps:
 
     build_context: Path = REPO_ROOT
     dockerfile: str = "training/Dockerfile"
-    context_paths: Sequence[str] = ("training", "planner")
+    context_paths: Sequence[str] = ("training", "platform_spec", "model_families")
     build_args: Mapping[str, str] = field(default_factory=dict)
     platform: ecr_assets.Platform = field(default_factory=_default_platform)
     image_retain_count: int = 20
@@ -140,6 +160,8 @@ class TrainerImage(Construct):
 
     Attributes:
         repository: the platform's trainer repository.
+        deployment: the copy into it (cdk-ecr-deployment); what uses ``image_uri`` depends on it
+            (:class:`ITrainerImage`).
         image_tag: ``<asset hash>-<copy settings digest>`` (64 + 1 + 8 characters).
         image_uri: ``<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>``.
         copy_function_timeout: the copy function's own timeout (set by cdk-ecr-deployment).
@@ -150,7 +172,6 @@ class TrainerImage(Construct):
         super().__init__(scope, id)
         props = props or TrainerImageProps()
         _validate(props)
-        self.props = props
 
         self.repository = ecr.Repository(
             self,
@@ -331,7 +352,7 @@ def _validate(props: TrainerImageProps) -> None:
         raise ValueError(
             f"TrainerImageProps.platform: got {props.platform.platform!r}; expected "
             + " or ".join(f"'linux/{a}'" for a in TRAINER_IMAGE_ARCHITECTURES)
-            + " (planner.catalogue.TRAINER_IMAGE_ARCHITECTURES decides which instance types jobs may use: "
+            + " (platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES decides which instance types jobs may use: "
             "add the architecture there first)"
         )
     context = Path(props.build_context)

@@ -6,7 +6,7 @@ at run time, so operators can point the platform at new plans with
 ``cdk deploy`` resets it to the ``trainingPlanArns`` context value.
 
 A plan is usable only in its own region and account (see
-:mod:`.submitter.runtime.plan_arns`, the one home of the ARN format). When the
+:mod:`platform_spec.training_plans`, the one home of the ARN format). When the
 stack knows its region and account at synth time, plans from elsewhere fail
 the synth. When it does not (an environment-agnostic stack), the plans must
 share one region and one account, and the template carries a CloudFormation
@@ -27,7 +27,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from .submitter.runtime.plan_arns import (
+from platform_spec.training_plans import (
     TRAINING_PLAN_ARN_FORMAT,
     TRAINING_PLAN_ARN_PATTERN,
     foreign_reason,

@@ -1,7 +1,9 @@
 """Training planner: will a configuration fit, how fast will it run, what will
 it cost, and what should change -- before any GPU hour is spent.
 
-Pure Python (no torch); the submitter Lambda imports it for its preflight check.
+Pure Python (no torch): it imports :mod:`platform_spec` and the model families'
+pure modules, never the trainer; the submitter Lambda imports it for its
+preflight check.
 
 Public API::
 
@@ -14,10 +16,13 @@ Public API::
     plan.to_dict()                   # JSON-able, documented in Plan.to_dict
     auto_tune(plan_input)            # (fitting PlanInput, [change descriptions]) or None
 
-Modules: :mod:`planner.catalogue` (GPUs, instances), :mod:`planner.flops`
-(FLOPs per token, MFU), :mod:`planner.memory`, :mod:`planner.throughput`,
-:mod:`planner.recommend` (the guide's rules). Errors are
-:class:`PlanInputError` (a ``ValueError`` with ``field``, ``value``, ``expected``).
+Modules: :mod:`planner.inputs`, :mod:`planner.memory`, :mod:`planner.throughput`,
+:mod:`planner.recommend` (the guide's rules). The hardware is
+:mod:`platform_spec.catalogue`'s, the precisions :mod:`platform_spec.precisions`',
+the model shapes and FLOPs per token the model family's (``model_families/``).
+Errors are :class:`platform_spec.errors.FieldError` s: :class:`PlanInputError`
+and the catalogue's refusals (each a ``ValueError`` with ``field``, ``value``,
+``expected``).
 """
 
 from planner.errors import PlanInputError

@@ -1,7 +1,7 @@
 """What the planner is asked about (:class:`PlanInput`) and its validated,
 resolved form (:class:`ResolvedInput`: model shape, hardware, parallel layout).
 
-Field names are the trainer's hyperparameter names (``training.hyperparameters``)
+Field names are the trainer's hyperparameter names (:mod:`platform_spec.hyperparameters`)
 plus the hardware: ``instance_type``, ``instance_count``; and the budget:
 ``price_per_hour`` (USD per instance-hour, an input: no price list is shipped)
 and ``tokens`` (a training-token budget).
@@ -14,7 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from planner.catalogue import (
+from model_families.gpt import ModelConfig
+from planner.errors import PlanInputError
+from platform_spec import hyperparameters as hpmod
+from platform_spec import models
+from platform_spec.catalogue import (
     GPUSpec,
     InstanceSpec,
     UnsupportedHostArchitectureError,
@@ -24,10 +28,7 @@ from planner.catalogue import (
     supported_precisions,
     supports_precision,
 )
-from planner.errors import PlanInputError
-from training import hyperparameters as hpmod
-from training.hyperparameters import HyperparameterError, Hyperparameters
-from training.presets import ModelConfig, get_preset
+from platform_spec.hyperparameters import HyperparameterError, Hyperparameters
 
 HYPERPARAMETER_FIELDS: tuple[str, ...] = (
     "model",
@@ -50,13 +51,14 @@ class PlanInput:
     """A training configuration to plan.
 
     Attributes:
-        model: preset name (``training.presets.PRESETS``), e.g. ``"gpt-8b"``.
+        model: preset name of a registered model family (:func:`platform_spec.models.preset_names`),
+            e.g. ``"gpt-8b"``.
         num_layers: transformer blocks; ``None``: the preset's.
-        precision: one of ``training.hyperparameters.PRECISIONS``.
+        precision: one of :data:`platform_spec.precisions.PRECISION_NAMES`.
         seq_length: tokens per sequence.
         batch_size: micro-batch, sequences per GPU.
         activation_checkpointing: ``"off"`` or ``"full"`` (recompute every block).
-        instance_type: a ``planner.catalogue.INSTANCES`` key.
+        instance_type: a :data:`platform_spec.catalogue.INSTANCES` key.
         instance_count: instances in the job.
         sharding_strategy: ``"full"`` (FSDP over every GPU) or ``"hybrid"``
             (HSDP: shard within an instance, replicate across instances).
@@ -104,7 +106,7 @@ class PlanInput:
     @classmethod
     def from_request(cls, values: dict[str, Any], *, instance_type: str, instance_count: int = 1, **kw: Any) -> PlanInput:
         """Like :meth:`from_hyperparameters` from raw (string) hyperparameters, e.g.
-        ``training.hyperparameters.GUIDE_DEFAULT_REQUEST``.
+        :data:`platform_spec.hyperparameters.GUIDE_DEFAULT_REQUEST`.
 
         Raises:
             PlanInputError: a value does not parse (names the field).
@@ -168,13 +170,15 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
     """Validate ``plan_input`` and look up its model and hardware.
 
     Raises:
-        PlanInputError: naming the field and the allowed values -- unknown model,
-            precision, instance type; a precision the instance's GPU cannot run
-            (:class:`planner.catalogue.UnsupportedPrecisionError`); an instance type
-            whose host CPUs the trainer image is not built for
-            (:class:`planner.catalogue.UnsupportedHostArchitectureError`); out-of-range
-            numbers; a combination the trainer refuses (:func:`training.hyperparameters.validate`:
-            ``quantized_model_init``).
+        platform_spec.errors.FieldError: naming the field and the allowed values --
+            :class:`PlanInputError` for an unknown model or precision, out-of-range
+            numbers or a combination the trainer refuses
+            (:func:`platform_spec.hyperparameters.validate`: ``quantized_model_init``);
+            the catalogue's :class:`~platform_spec.catalogue.UnknownInstanceTypeError`,
+            :class:`~platform_spec.catalogue.UnsupportedHostArchitectureError` (host CPUs
+            the trainer image is not built for) and
+            :class:`~platform_spec.catalogue.UnsupportedPrecisionError` (a precision the
+            instance's GPU cannot run).
     """
     p = plan_input
     for name in HYPERPARAMETER_FIELDS:
@@ -189,7 +193,7 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
         hpmod.validate(Hyperparameters(**p.hyperparameters()))
     except HyperparameterError as exc:
         raise PlanInputError(exc.field, exc.value, exc.expected) from exc
-    instance = get_instance(p.instance_type)  # UnknownInstanceTypeError (a PlanInputError)
+    instance = get_instance(p.instance_type)  # UnknownInstanceTypeError (a FieldError)
     if p.instance_type != instance.instance_type:
         p = dataclasses.replace(p, instance_type=instance.instance_type)
     problem = host_architecture_problem(instance.instance_type)
@@ -208,7 +212,7 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
     gpu = instance.gpu_spec
     if not supports_precision(gpu, p.precision):
         raise UnsupportedPrecisionError(p.precision, f"{gpu.name}, {instance.instance_type}", supported_precisions(gpu))
-    model = get_preset(p.model).with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
+    model = models.get_preset(p.model).with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
     world = p.instance_count * instance.gpus_per_instance
     shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_instance)
     return ResolvedInput(

@@ -23,10 +23,11 @@ Notation: ``L`` blocks, hidden ``h``, FFN ``f``, heads ``n``, vocabulary ``V``,
 ``T = b*s`` tokens per GPU per micro-batch, ``D`` the FSDP shard degree (every
 GPU for ``full``, the GPUs of one instance for ``hybrid``/HSDP), ``N`` the
 parameters of the modelled network, ``N_b`` per block, ``W = 4h^2 + 2hf`` the
-matmul weights per block. ``a`` = bytes per activation element (2; 4 for fp32),
-``q`` = bytes per quantized element including its scales: fp8 1 (one fp32
-scale per tensor), mxfp8 ``1 + 1/32`` (an E8M0 scale per 32 values), nvfp4
-``0.5 + 1/16`` (an E4M3 scale per 16 values).
+matmul weights per block. ``a`` = bytes per activation element (the precision's
+compute dtype: 2; 4 for fp32), ``q`` = bytes per quantized element including its
+scales: fp8 1 (one fp32 scale per tensor), mxfp8 ``1 + 1/32`` (an E8M0 scale per
+32 values), nvfp4 ``0.5 + 1/16`` (an E4M3 scale per 16 values). Both are the
+precision registry's (:mod:`platform_spec.precisions`, with their sources).
 
 Terms (each a key of :class:`MemoryBreakdown`)
 ----------------------------------------------
@@ -146,9 +147,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.catalogue import GPUSpec
+from model_families.gpt import ModelConfig
 from planner.inputs import ResolvedInput
-from training.presets import ModelConfig
+from platform_spec.catalogue import GPUSpec
+from platform_spec.precisions import get_precision
 
 GB = 1e9
 GIB = 2**30
@@ -174,7 +176,6 @@ def loss_chunk_tokens(vocab_size: int) -> int:
     """Tokens per chunk of the trainer's chunked cross-entropy: ``LOSS_CHUNK_ELEMENTS // V`` (at least 1)."""
     return max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
-LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 
 BREAKDOWN_TERMS: tuple[str, ...] = (
     "parameters",
@@ -191,23 +192,19 @@ BREAKDOWN_TERMS: tuple[str, ...] = (
 
 
 def activation_bytes(precision: str) -> float:
-    """Bytes per activation element ``a``: 4 for fp32, else 2 (bf16/fp16 activations)."""
-    return 4.0 if precision == "fp32" else 2.0
+    """Bytes per activation element ``a``: the precision's compute dtype (4 for fp32, else 2)."""
+    return float(get_precision(precision).compute_bytes)
 
 
 def quantized_bytes(precision: str) -> float | None:
-    """Bytes per quantized element ``q`` including block scales; ``None`` if not quantized."""
-    return {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}.get(precision)
+    """Bytes per quantized element ``q`` including block scales; ``None`` if not quantized (the registry's)."""
+    return get_precision(precision).quantized_bytes
 
 
 def weight_copy_bytes(precision: str, gpu: GPUSpec) -> float:
-    """Bytes per weight of TransformerEngine's quantized weight copy (rowwise + columnwise); 0 for bf16/fp16/fp32."""
-    q = quantized_bytes(precision)
-    if q is None:
-        return 0.0
-    if precision == "fp8":
-        return 1.0 if gpu.is_blackwell else 2.0
-    return 2.0 * q
+    """Bytes per weight of TransformerEngine's quantized weight copy (rowwise + columnwise); 0 for
+    bf16/fp16/fp32 (:meth:`platform_spec.precisions.Precision.weight_copy_bytes` at the GPU's compute capability)."""
+    return get_precision(precision).weight_copy_bytes(gpu.compute_capability)
 
 
 def block_activation_terms(model: ModelConfig, precision: str, *, dropout: bool = False) -> dict[str, float]:

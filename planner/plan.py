@@ -11,6 +11,7 @@ from planner.errors import PlanInputError
 from planner.inputs import PlanInput, ResolvedInput, resolve
 from planner.memory import MemoryBreakdown, estimate_memory
 from planner.throughput import ThroughputEstimate, estimate_throughput
+from platform_spec.precisions import get_precision
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ def notes(plan: Plan) -> list[str]:
             "full trainer: FSDP2, fp32 sharded parameters and AdamW moments, bf16 compute, chunked "
             "cross-entropy, no dropout; steady-state tokens/s"
         )
-    if plan.input.precision in ("fp8", "mxfp8", "nvfp4") and not plan.input.quantized_model_init:
+    if get_precision(plan.input.precision).quantized and not plan.input.quantized_model_init:
         out.append("TransformerEngine keeps high-precision weights plus quantized copies (quantized_weight_copies)")
     out.append("memory_gb.total is the predicted peak allocated memory; fits also counts the margins")
     return out

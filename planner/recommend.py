@@ -24,10 +24,15 @@ Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
 
 Nothing the trainer refuses is recommended: storing weights quantized
 (``quantized_model_init``) is suggested only while
-:data:`training.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None (the
+:data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None (the
 trainer image's TransformerEngine 2.10 cannot shard quantized weights), and
 every candidate goes through :func:`planner.inputs.resolve`, which applies the
 trainer's own rules.
+
+Which formats quantize, which are block-scaled and which GPU runs which are the
+precision registry's (:mod:`platform_spec.precisions`); the formats the guide
+names in its advice (fp8 as the balanced default, mxfp8's stability, nvfp4's
+recipe) are named here as the guide names them.
 
 Each recommendation carries the plan after its change.
 """
@@ -38,10 +43,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from planner.catalogue import supports_precision
-from planner.errors import PlanInputError
 from planner.inputs import PlanInput
-from training.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+from platform_spec.catalogue import supports_precision
+from platform_spec.errors import FieldError
+from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL, QUANTIZED_PRECISIONS
+from platform_spec.precisions import get_precision
 
 if TYPE_CHECKING:
     from planner.plan import Plan, Recommendation
@@ -53,6 +59,8 @@ MIN_GAIN = 0.05
 COMM_BOUND_FRACTION = 0.15
 """Exposed communication share of the step above which a plan counts as communication-bound."""
 MAX_BATCH = 4096
+GUIDE_DEFAULT_LOW_PRECISION = "fp8"
+"""The low-precision format the guide starts with (lowest quantization overhead; the balanced default at ~14B+)."""
 
 Evaluate = Callable[[PlanInput], "Plan"]
 
@@ -65,7 +73,7 @@ def _params(plan: Plan) -> int:
 def _try(evaluate: Evaluate, inp: PlanInput) -> Plan | None:
     try:
         return evaluate(inp)
-    except PlanInputError:
+    except FieldError:  # PlanInputError and the catalogue's refusals
         return None
 
 
@@ -208,8 +216,8 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
 
 def _quantized_init_available(inp: PlanInput) -> bool:
     """Whether ``quantized_model_init=true`` is a change the trainer accepts for ``inp`` (fp8 family, and
-    :data:`training.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None)."""
-    return QUANTIZED_MODEL_INIT_REFUSAL is None and inp.precision in ("fp8", "mxfp8", "nvfp4")
+    :data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None)."""
+    return QUANTIZED_MODEL_INIT_REFUSAL is None and inp.precision in QUANTIZED_PRECISIONS
 
 
 def _rec(title: str, reason: str, before: PlanInput, after: Plan | None, kind: str) -> Recommendation:
@@ -372,37 +380,40 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
 def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> list[Recommendation]:
     inp = plan.input
     gpu = plan.resolved.gpu
+    record = get_precision(inp.precision)
+    low = GUIDE_DEFAULT_LOW_PRECISION
     recs: list[Recommendation] = []
-    if inp.precision in ("fp32", "bf16", "fp16") and supports_precision(gpu, "fp8"):
-        p = _try(evaluate, inp.replace(precision="fp8"))
+    if not record.quantized and supports_precision(gpu, low):
+        p = _try(evaluate, inp.replace(precision=low))
         if p is not None and p.fits:
-            rule = ("at ~14B+ fp8 is the balanced default" if large
-                    else "below ~14B fp8/mxfp8/nvfp4 give similar, modest gains; start with fp8 (lowest overhead)")
+            rule = (f"at ~14B+ {low} is the balanced default" if large
+                    else f"below ~14B {'/'.join(QUANTIZED_PRECISIONS)} give similar, modest gains; "
+                    f"start with {low} (lowest overhead)")
             recs.append(_rec(
-                "Try precision fp8",
+                f"Try precision {low}",
                 f"{size}: {rule}; {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
                 f"{p.memory_gb.total:.1f} GB per GPU; validate the loss curve against {inp.precision} first",
                 inp, p, "precision",
             ))
-    elif inp.precision in ("mxfp8", "nvfp4") and not large:
-        p = _try(evaluate, inp.replace(precision="fp8"))
+    elif record.block_scaled and not large:
+        p = _try(evaluate, inp.replace(precision=low))
         if p is not None and p.fits and (
             p.tokens_per_second >= plan.tokens_per_second * (1 + MIN_GAIN / 2)
             or p.memory_gb.total <= plan.memory_gb.total * 0.95
         ):
             recs.append(_rec(
-                "Consider precision fp8",
-                f"{size}: below ~14B the low-precision formats give similar gains and fp8 has the lowest "
+                f"Consider precision {low}",
+                f"{size}: below ~14B the low-precision formats give similar gains and {low} has the lowest "
                 f"overhead: {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
                 f"{plan.memory_gb.total:.1f} -> {p.memory_gb.total:.1f} GB per GPU (smaller quantized weight copies)",
                 inp, p, "precision",
             ))
     elif inp.precision == "mxfp8" and large:
-        p = _try(evaluate, inp.replace(precision="fp8"))
+        p = _try(evaluate, inp.replace(precision=low))
         if p is not None and p.fits and p.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
             recs.append(_rec(
-                "Consider precision fp8",
-                f"{size}: fp8 is the balanced default ({_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s); "
+                f"Consider precision {low}",
+                f"{size}: {low} is the balanced default ({_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s); "
                 "keep mxfp8 if convergence stability matters more (its finer scaling holds accuracy better)",
                 inp, p, "precision",
             ))
@@ -413,7 +424,7 @@ def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> l
             "(Megatron Core); track loss curves against fp8/bf16 before production",
             inp, None, "advice",
         ))
-    elif inp.precision in ("fp8", "mxfp8"):
+    elif record.quantized:
         recs.append(_rec(
             "Validate convergence",
             "track loss curves across formats (e.g. against bf16) before production; if bf16 already meets "

@@ -11,7 +11,7 @@ Compute is a sum of three rooflines divided by one achieved-efficiency factor::
             ) / EFFICIENCY
 
 * ``gemm_flops = 6 * L * (4h^2 + 2hf) * T``; ``attn_flops = 6 * L * h * s * T``
-  (causal half, :mod:`planner.flops`); ``head_flops = 6 * h * V * T`` (8 when
+  (causal half, :mod:`model_families.gpt`); ``head_flops = 6 * h * V * T`` (8 when
   the chunked loss recomputes the head's forward, ``T > 2^26 / V``).
 * Elementwise traffic per token per block (``a`` activation bytes, ``q``
   quantized bytes): forward ``4ah`` (two LayerNorms, read + write)
@@ -72,7 +72,7 @@ The optimizer step is memory-bound (Adam reads and writes parameters and two
 moments, reads gradients) at HBM bandwidth.
 
 Outputs: step time, tokens/s per GPU and per job, model TFLOP/s per GPU and MFU
-in percent of the precision's dense peak (:func:`planner.catalogue.dense_peak_tflops`,
+in percent of the precision's dense peak (:func:`platform_spec.catalogue.dense_peak_tflops`,
 the same definition the trainer's ``mfu`` metric uses), and -- given a price
 per instance-hour and a token budget -- wall time and cost.
 """
@@ -82,10 +82,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.catalogue import dense_peak_tflops
-from planner.flops import flops_per_token, mfu_percent, model_tflops_per_second
 from planner.inputs import ResolvedInput
 from planner.memory import activation_bytes, loss_chunk_tokens, quantized_bytes, weight_copy_bytes
+from platform_spec.catalogue import dense_peak_tflops
+from platform_spec.models import family_of, mfu_percent, model_tflops_per_second
+from platform_spec.precisions import get_precision
 
 EFFICIENCY = 0.478
 """Achieved fraction of the roofline sum (fitted by :func:`calibrate`; see module docstring)."""
@@ -110,9 +111,9 @@ STEP_OVERHEAD_S = 0.005
 
 
 def attention_peak_tflops(r: ResolvedInput) -> float:
-    """Dense peak the fused attention runs at: bf16 under fp8 recipes (TE keeps attention in bf16), else the precision's."""
-    p = r.input.precision
-    return dense_peak_tflops(r.gpu, "bf16" if p in ("fp8", "mxfp8", "nvfp4") else p)
+    """Dense peak the fused attention runs at: the precision's high-precision format (bf16 under the TE
+    recipes, which keep attention in bf16; else the precision itself: :attr:`Precision.high_precision`)."""
+    return dense_peak_tflops(r.gpu, get_precision(r.input.precision).high_precision)
 
 
 def elementwise_bytes_per_token(r: ResolvedInput) -> tuple[float, float]:
@@ -166,7 +167,7 @@ def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> Compute
     T = r.tokens_per_microbatch
     W = 4 * h * h + 2 * h * f
     peak = dense_peak_tflops(r.gpu, p.precision) * 1e12
-    peak_bf16 = dense_peak_tflops(r.gpu, "bf16" if p.precision != "fp32" else "fp32") * 1e12
+    peak_bf16 = dense_peak_tflops(r.gpu, get_precision(p.precision).high_precision) * 1e12  # LM head's format
     peak_attn = attention_peak_tflops(r) * 1e12
     bw = r.gpu.hbm_bandwidth_tb_s * 1e12
     a = activation_bytes(p.precision)
@@ -287,7 +288,7 @@ class ThroughputEstimate:
     """Speed of one configuration.
 
     Attributes:
-        flops_per_token: model training FLOPs per token (:func:`planner.flops.flops_per_token`).
+        flops_per_token: model training FLOPs per token (the model family's ``flops_per_token``).
         compute: GPU compute per micro-batch by term.
         comm: FSDP communication per micro-batch.
         exposed_comm_s: communication not hidden behind compute, per micro-batch.
@@ -369,7 +370,7 @@ def estimate_throughput(r: ResolvedInput, *, efficiency: float = EFFICIENCY,
     step = gas * micro + optimizer_s + fixed
     tokens_per_gpu_step = gas * r.tokens_per_microbatch
     tps_gpu = tokens_per_gpu_step / step
-    fpt = flops_per_token(m, p.seq_length, include_embedding=not p.blocks_only)
+    fpt = family_of(p.model).flops_per_token(m, p.seq_length, include_embedding=not p.blocks_only)
     peak = dense_peak_tflops(r.gpu, p.precision)
     if c.launch_floor > c.gpu:
         bound = "launch"

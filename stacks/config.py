@@ -72,8 +72,10 @@ from platform_constructs.observability import MAX_IDLE_CAPACITY_HOURS, SlackChan
 from platform_constructs.observability.notifications import EMAIL_PATTERN, HTTPS_URL_PATTERN
 from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
 from platform_constructs.submitter.runtime import settings
-from platform_constructs.submitter.runtime.plan_arns import foreign_reason, shared_home
 from platform_constructs.training_plans import TRAINING_PLAN_ARN_FORMAT, parse_training_plan_arn
+from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.errors import FieldError
+from platform_spec.training_plans import foreign_reason, shared_home
 
 __all__ = ["CONTEXT_KEYS", "ConfigError", "PlatformConfig", "S3Location", "load_config"]
 
@@ -115,7 +117,7 @@ REMOVAL_POLICIES: dict[str, cdk.RemovalPolicy] = {
 def _catalogue_instance_types() -> tuple[str, ...]:
     """The planner catalogue's instance types that ``CreateTrainingJob`` accepts (UltraServer types
     such as ``ml.u-p6e-gb200x72`` are not training-job types)."""
-    from planner.catalogue import INSTANCE_TYPES
+    from platform_spec.catalogue import INSTANCE_TYPES
 
     from platform_constructs.submitter.runtime.sagemaker_rules import training_instance_types
 
@@ -125,8 +127,8 @@ def _catalogue_instance_types() -> tuple[str, ...]:
 
 def _trainable_instance_types() -> tuple[str, ...]:
     """The default of ``allowedInstanceTypes``: :func:`_catalogue_instance_types` whose host CPUs the
-    trainer image runs on (:data:`planner.catalogue.TRAINABLE_INSTANCE_TYPES`; not the arm64 GB200 hosts)."""
-    from planner.catalogue import TRAINABLE_INSTANCE_TYPES
+    trainer image runs on (:data:`platform_spec.catalogue.TRAINABLE_INSTANCE_TYPES`; not the arm64 GB200 hosts)."""
+    from platform_spec.catalogue import TRAINABLE_INSTANCE_TYPES
 
     return tuple(t for t in _catalogue_instance_types() if t in TRAINABLE_INSTANCE_TYPES)
 
@@ -134,7 +136,7 @@ def _trainable_instance_types() -> tuple[str, ...]:
 CONTEXT_KEYS: dict[str, Any] = {
     "stackName": "TrainingPlatform",
     "trainingPlanArns": [],
-    "defaultInstanceType": "ml.p6-b200.48xlarge",
+    "defaultInstanceType": DEFAULT_INSTANCE_TYPE,
     "allowedInstanceTypes": None,  # None: every catalogue type CreateTrainingJob accepts and the image runs on
     "capacityFallback": ["training-plan", "spot", "on-demand"],
     "allowedInputPrefixes": [],
@@ -153,14 +155,23 @@ CONTEXT_KEYS: dict[str, Any] = {
 """Every context key this app reads, with its default."""
 
 
-class ConfigError(ValueError):
-    """A bad context value: names the key, the value received and what was expected."""
+class ConfigError(FieldError):
+    """A bad context value: names the key, the value received and what was expected (a
+    :class:`platform_spec.errors.FieldError` whose ``field`` is the key).
+
+    Attributes:
+        key: the context key (also ``field``), e.g. ``"trainingPlanArns[2]"``.
+        value, expected: as for every :class:`FieldError`.
+
+    Message: ``"context key '<key>': got <value!r>; expected <expected>"``.
+    """
 
     def __init__(self, key: str, value: Any, expected: str) -> None:
         self.key = key
-        self.value = value
-        self.expected = expected
-        super().__init__(f"context key {key!r}: got {value!r}; expected {expected}")
+        super().__init__(key, value, expected)
+
+    def format_message(self) -> str:
+        return f"context key {self.field!r}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -340,7 +351,7 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         f"an instance type from the planner catalogue that CreateTrainingJob accepts "
         f"(SageMaker's TrainingInstanceType): {', '.join(trainable)}",
     )
-    from planner.catalogue import host_architecture_problem
+    from platform_spec.catalogue import host_architecture_problem
 
     for index, instance_type in enumerate(allowed):
         problem = host_architecture_problem(instance_type)
@@ -462,7 +473,7 @@ def _check_plan_homes(plan_arns: Sequence[str], *, region: str | None, account: 
     """Every plan in the deployment's region and account; where those are unknown, plans of one region and account.
 
     A training plan is usable only in its own region and account
-    (:mod:`platform_constructs.submitter.runtime.plan_arns`). An
+    (:mod:`platform_spec.training_plans`). An
     environment-agnostic stack deploys into one region and account that synth
     does not know: its template then asserts the plans' region and account
     (:class:`platform_constructs.training_plans.TrainingPlans`), which needs

@@ -1,4 +1,11 @@
-"""The training platform stack: composes the constructs and wires the grants between them."""
+"""The training platform stack: composes the constructs and wires the grants between them.
+
+Constructs take each other's resources through interfaces (``iam.IRole``,
+``s3.IBucket``, ``ecr.IRepository``, ``ssm.IStringParameter``, the trainer
+image's :class:`~platform_constructs.trainer_image.ITrainerImage` and the
+submitter's :class:`~platform_constructs.submitter.ISubmitterMetrics`), never
+each other's classes or props; this stack is where they meet.
+"""
 
 from __future__ import annotations
 
@@ -82,7 +89,7 @@ class TrainingPlatformStack(cdk.Stack):
                 data_bucket=self.buckets.data,
                 checkpoint_bucket=self.buckets.checkpoints,
                 output_bucket=self.buckets.output,
-                training_plans=self.training_plans,
+                plan_arns_parameter=self.training_plans.parameter,
                 default_instance_type=config.default_instance_type,
                 allowed_instance_types=config.allowed_instance_types,
                 capacity_fallback=config.capacity_fallback,
@@ -100,8 +107,9 @@ class TrainingPlatformStack(cdk.Stack):
             "Observability",
             PlatformObservabilityProps(
                 submitter=self.submitter,
-                buckets=self.buckets,
-                training_plans=self.training_plans,
+                instance_types=config.allowed_instance_types,
+                plan_arns_parameter=self.training_plans.parameter,
+                plan_arns=self.training_plans.plan_arns,
                 alarm_emails=config.alarm_emails,
                 alarm_https_endpoints=config.alarm_https_endpoints,
                 alarm_slack_channels=config.alarm_slack_channels,

@@ -142,7 +142,7 @@ def step_submit() -> None:
         shown["AlgorithmSpecification"] = {
             **shown.get("AlgorithmSpecification", {}),
             "MetricDefinitions": f"[{len(job['AlgorithmSpecification'].get('MetricDefinitions', []))} regexes "
-            f"from training/metric_lines.py]",
+            f"from platform_spec/metric_lines.py]",
         }
         console.print("[bold]The created job, as DescribeTrainingJob returns it[/] (abridged; full: "
                       f"{(out / 'describe-training-job.json').relative_to(REPO_ROOT)}):")

@@ -75,6 +75,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+
 DEFAULT_REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"
 """moto's default account (dummy credentials map to it)."""
@@ -125,7 +127,7 @@ def submitter_environment(endpoint: str, region: str, resources: StackResources)
         settings.ENV_CHECKPOINT_BUCKET: resources.checkpoint_bucket,
         settings.ENV_OUTPUT_BUCKET: resources.output_bucket,
         settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: resources.plan_arns_parameter,
-        settings.ENV_DEFAULT_INSTANCE_TYPE: "ml.p6-b200.48xlarge",
+        settings.ENV_DEFAULT_INSTANCE_TYPE: DEFAULT_INSTANCE_TYPE,
         settings.ENV_ALLOWED_INSTANCE_TYPES: _allowed_instance_types(),
         settings.ENV_CAPACITY_FALLBACK: ",".join(settings.CAPACITY_TYPES),
         settings.ENV_ALLOWED_INPUT_PREFIXES: "",
@@ -137,13 +139,13 @@ def submitter_environment(endpoint: str, region: str, resources: StackResources)
 
 
 def _allowed_instance_types() -> str:
-    """Every instance type the trainer image runs on (:data:`planner.catalogue.TRAINABLE_INSTANCE_TYPES`:
+    """Every instance type the trainer image runs on (:data:`platform_spec.catalogue.TRAINABLE_INSTANCE_TYPES`:
     not the arm64 GB200 hosts) that SageMaker training accepts: what the stack allows by default."""
     from trainctl.submitter_runtime import load
 
     enum = set(load("sagemaker_rules").training_instance_types())
     try:
-        from planner import catalogue
+        from platform_spec import catalogue
     except ImportError:
         return ""
     return ",".join(sorted(t for t in catalogue.TRAINABLE_INSTANCE_TYPES if t in enum))
@@ -443,7 +445,7 @@ def _fault(payload: Any) -> dict[str, Any]:
 def _limit_message(params: Mapping[str, Any]) -> str:
     """SageMaker's ResourceLimitExceeded wording, naming the quota for the request's instance type."""
     resource = params.get("ResourceConfig") or {}
-    instance_type = resource.get("InstanceType", "ml.p6-b200.48xlarge")
+    instance_type = resource.get("InstanceType", DEFAULT_INSTANCE_TYPE)
     count = resource.get("InstanceCount", 1)
     usage = "spot training job usage" if params.get("EnableManagedSpotTraining") else "training job usage"
     return (

@@ -18,7 +18,7 @@ writes to ``DIR``:
 Where the numbers come from
 ---------------------------
 * Local runs: the run's ``train.log`` (its ``[metrics]`` lines, read with
-  :func:`training.metric_lines.parse_line`).
+  :func:`platform_spec.metric_lines.parse_line`).
 * Training jobs: ``DescribeTrainingJob`` (status, ``FailureReason``,
   ``FinalMetricDataList``: SageMaker's last value of each ``MetricDefinitions``
   regex), and the job's log streams in CloudWatch Logs
@@ -61,7 +61,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from training.metric_lines import FIELDS, parse_line
+from platform_spec.metric_lines import FIELDS, parse_line
+from platform_spec.precisions import PRECISION_NAMES, PRECISIONS
 from trainctl.sweep import (
     ACTIVE_STATUSES,
     COMPLETED,
@@ -77,17 +78,11 @@ SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 METRIC_TO_FIELD: dict[str, str] = {metric: name for name, metric, _ in FIELDS}
 """SageMaker metric name (``train:loss``) -> metric-line field (``loss``)."""
 
-PRECISION_ORDER: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
-"""Baseline preference for the convergence check: the first present wins."""
+PRECISION_ORDER: tuple[str, ...] = PRECISION_NAMES
+"""Baseline preference for the convergence check (the registry's order): the first present wins."""
 
-PRECISION_COLORS: dict[str, str] = {
-    "fp32": "#4C72B0",
-    "bf16": "#55A868",
-    "fp16": "#8172B2",
-    "fp8": "#C44E52",
-    "mxfp8": "#DD8452",
-    "nvfp4": "#937860",
-}
+PRECISION_COLORS: dict[str, str] = {p.name: p.color for p in PRECISIONS}
+"""Each precision's colour in the figures (the registry's)."""
 MAX_SMOOTHING_WINDOW = 25
 
 
@@ -325,7 +320,7 @@ def collect_job(sweep: Sweep, config: SweepConfig, sagemaker: Any, logs: Any) ->
         result.source = f"FinalMetricDataList (no per-step log lines{logs_note or ' in CloudWatch Logs'})"
     else:
         result.source = "no metrics yet" + logs_note
-    from planner import catalogue
+    from platform_spec import catalogue
 
     try:
         gpu = catalogue.get_instance(instance_type).gpu_spec.name if instance_type else None

@@ -13,8 +13,8 @@ What happens, in order:
 
 1. **Expand** the grid over a base (a submitter request, or hyperparameters for
    ``--local``). Grid keys and values are checked with
-   :mod:`training.hyperparameters` (a bad one raises
-   :class:`~training.hyperparameters.HyperparameterError` naming the key and
+   :mod:`platform_spec.hyperparameters` (a bad one raises
+   :class:`~platform_spec.hyperparameters.HyperparameterError` naming the key and
    its allowed values); each configuration is validated as a whole (cross-field
    rules).
 2. **Prune**. AWS: the planner (:mod:`planner`) skips configurations the
@@ -68,7 +68,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from training import hyperparameters as hpmod
+from platform_spec import hyperparameters as hpmod
+from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.errors import FieldError
+from platform_spec.precisions import get_precision
 
 DEFAULT_SWEEPS_DIR = Path(".sweeps")
 """Where sweeps keep their state by default (relative to the working directory; git-ignored)."""
@@ -82,9 +85,6 @@ CONFIG_TAG = "sweep-config"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 NAME_EXPECTED = "1-40 letters, digits, '.', '_' or '-', starting with a letter or digit"
-
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
-"""Instance type for AWS sweeps whose base request names none (and no ``DEFAULT_INSTANCE_TYPE`` is set)."""
 
 LOCAL_BASE_HYPERPARAMETERS: dict[str, str] = {
     "model": "gpt-tiny",
@@ -490,11 +490,11 @@ def prediction_of(plan: Any) -> dict[str, Any]:
 def _trainable_instance(instance_type: str, where: str = "") -> Any:
     """The catalogue entry of an instance type the trainer image runs on; SweepError naming the types to use
     (and, for a known type it does not run on, why) otherwise: the planner's one rule."""
-    from planner import PlanInputError, catalogue
+    from platform_spec import catalogue
 
     try:
         return catalogue.get_trainable_instance(instance_type)
-    except PlanInputError as exc:
+    except FieldError as exc:
         detail = f" ({exc.detail})" if exc.detail else ""
         raise SweepError(f"{where}instance_type {instance_type!r}: expected {exc.expected}{detail}") from None
 
@@ -506,10 +506,10 @@ def prune_for_instance(configs: Sequence[SweepConfig], instance_type: str, insta
 
     Raises:
         SweepError: the instance type is not in the planner's catalogue, or the trainer image does not
-            run on it (:func:`planner.catalogue.get_trainable_instance`).
+            run on it (:func:`platform_spec.catalogue.get_trainable_instance`).
     """
     import planner
-    from planner import catalogue
+    from platform_spec import catalogue
 
     instance = _trainable_instance(instance_type)
     gpu = instance.gpu_spec
@@ -522,7 +522,7 @@ def prune_for_instance(configs: Sequence[SweepConfig], instance_type: str, insta
             config.mark(
                 SKIPPED,
                 f"hardware: {hp.precision} does not run on {gpu.name} ({instance.instance_type}); "
-                f"it supports {supported} (mxfp8 and nvfp4 need Blackwell, fp8 needs compute capability >= 8.9)",
+                f"it supports {supported} ({hp.precision} needs {get_precision(hp.precision).hardware})",
             )
             continue
         plan_input = planner.PlanInput.from_hyperparameters(hp, instance_type=instance.instance_type, instance_count=instance_count)
@@ -563,7 +563,7 @@ def local_device(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         name = out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
     except (OSError, subprocess.TimeoutExpired, IndexError):
         pass
-    from planner import catalogue
+    from platform_spec import catalogue
 
     spec = catalogue.gpu_for_device_name(name) if name else None
     return {"type": "cuda", "gpus": gpus, "name": name, "gpu": spec.name if spec else None}
@@ -581,7 +581,7 @@ def prune_for_local(configs: Sequence[SweepConfig], device: Mapping[str, Any]) -
                     f"runs {', '.join(hpmod.CPU_PRECISIONS)}",
                 )
         return
-    from planner import catalogue
+    from platform_spec import catalogue
 
     gpu = device.get("gpu")
     if gpu is None:
@@ -1091,7 +1091,7 @@ def run_local_configs(sweep: Sweep, *, data_dir: str | os.PathLike[str] | None =
 
 
 def _step_of(line: str) -> int | None:
-    from training.metric_lines import parse_line
+    from platform_spec.metric_lines import parse_line
 
     values = parse_line(line)
     return int(values["step"]) if values and "step" in values else None

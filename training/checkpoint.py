@@ -161,7 +161,7 @@ MOVED_ASIDE = ".moved-aside-"
 """Infix of the new name of a link or file that was in the way of a save (``step-6.moved-aside-20261130T165500Z``)."""
 
 MODEL_SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size")
-""":class:`training.presets.ModelConfig` fields that define the model's tensors."""
+""":class:`model_families.gpt.ModelConfig` fields that define the model's tensors."""
 DATA_STREAM_HYPERPARAMETERS = ("seq_length", "seed", "synthetic_data")
 """Hyperparameters that decide which tokens sample number ``g`` is (with the data fingerprint)."""
 REFUSED_HYPERPARAMETERS = ("quantized_model_init",)
@@ -592,7 +592,7 @@ def run_record(
     """What defines a run, as saved in ``trainer_state.json["run"]``.
 
     Args:
-        model_config: :class:`training.presets.ModelConfig` as a dict (the resolved shape).
+        model_config: :class:`model_families.gpt.ModelConfig` as a dict (the resolved shape).
         backend: ``"te"`` or ``"torch"`` (their parameter names differ).
         world_size: processes of the job.
         samples_per_step: sequences per optimizer step, all ranks (the global batch).

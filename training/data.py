@@ -80,7 +80,7 @@ from typing import Any
 
 import numpy as np
 
-from training.hyperparameters import HyperparameterError
+from platform_spec.hyperparameters import HyperparameterError
 
 FORMAT = "token-shard"
 VERSION = 1

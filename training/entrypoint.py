@@ -66,6 +66,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from platform_spec.hyperparameters import CPU_PRECISIONS, Hyperparameters, HyperparameterError
 from training.environment import (
     ConfigError,
     SageMakerPaths,
@@ -78,7 +79,6 @@ from training.environment import (
     socket_interface_environment,
     write_failure,
 )
-from training.hyperparameters import CPU_PRECISIONS, Hyperparameters, HyperparameterError
 from training.supervision import TrainerStatus, clear_status, guarded_output, read_status
 
 DEFAULT_CPU_PROCESSES = 2
@@ -149,7 +149,7 @@ def validate(
         )
     if not hp.synthetic_data:
         from training.data import TokenDataset, resolve_vocab_size
-        from training.presets import get_preset
+        from platform_spec.models import get_preset
 
         dataset = TokenDataset(paths.train_dir)
         resolve_vocab_size(hp, get_preset(hp.model).vocab_size, dataset.vocab_size)

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.catalogue import INSTANCES
-from training.capacity_block import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
-from training.hyperparameters import (
+from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.catalogue import INSTANCES
+from platform_spec.hyperparameters import (
     GUIDE_DEFAULT_REQUEST,
     HyperparameterError,
     coerce,
@@ -56,7 +56,7 @@ from training.hyperparameters import (
     normalise_name,
     parse,
 )
-from training.hyperparameters import Hyperparameters
+from platform_spec.hyperparameters import Hyperparameters
 
 DEFAULT_BASE_DIR = "/opt/ml"
 TRAIN_CHANNEL = "train"
@@ -218,7 +218,7 @@ def read_resource_config(paths: SageMakerPaths) -> ResourceConfig:
 
 
 def expected_gpus(resource: ResourceConfig) -> int | None:
-    """GPUs of this host's instance type (``current_instance_type`` in :data:`planner.catalogue.INSTANCES`),
+    """GPUs of this host's instance type (``current_instance_type`` in :data:`platform_spec.catalogue.INSTANCES`),
     or None when the file names no type or the catalogue does not know it."""
     spec = INSTANCES.get((resource.current_instance_type or "").strip().lower())
     return None if spec is None else spec.gpus_per_instance
@@ -346,7 +346,7 @@ def raw_hyperparameters(
 ) -> dict[str, Any]:
     """Raw values by hyperparameter name: ``hyperparameters.json`` overlaid with ``SM_HP_*`` variables.
 
-    Keys may use any spelling :func:`training.hyperparameters.normalise_name`
+    Keys may use any spelling :func:`platform_spec.hyperparameters.normalise_name`
     accepts (``num_layers``, ``num-layers``, ``NUM_LAYERS``; ``SM_HP_NUM_LAYERS``,
     ``SM_HP_num_layers``); the result is keyed by the snake_case name. The
     ``SM_HP_*`` variables win where both name a hyperparameter: they are what
@@ -358,7 +358,7 @@ def raw_hyperparameters(
             (``PRECISION``, ``NUM_LAYERS``, ``BATCH_SIZE``, ``SEQ_LENGTH``,
             ``MODEL``; :data:`GUIDE_VARIABLES`). Order, strongest first:
             ``SM_HP_*``, the guide's variables, the file, then the guide's
-            defaults (:data:`training.hyperparameters.GUIDE_DEFAULT_REQUEST`:
+            defaults (:data:`platform_spec.hyperparameters.GUIDE_DEFAULT_REQUEST`:
             ``num_layers=10`` applies only when no spelling sets ``num_layers``).
 
     Raises:

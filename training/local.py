@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from platform_spec.hyperparameters import format_value
+from platform_spec.metric_lines import parse_line
 from training.entrypoint import DELIVERED_AS, STOP_SIGNALS
 from training.environment import SageMakerPaths, host_interfaces
-from training.hyperparameters import format_value
-from training.metric_lines import parse_line
 from training.supervision import TrainerStatus, clear_status, read_status
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Training metrics: one ``[metrics]`` line every ``log_interval`` steps.
 
-The line is rendered by :func:`training.metric_lines.format_line`, whose
+The line is rendered by :func:`platform_spec.metric_lines.format_line`, whose
 module also holds the SageMaker ``MetricDefinitions`` regexes (one source).
 Values:
 
@@ -12,11 +12,11 @@ Values:
   the interval since the previous line (checkpoint time excluded);
   ``tokens_per_sec_per_gpu``: that divided by the world size (per CPU
   process on CPU).
-* ``tflops_per_gpu``: model FLOPs (:func:`planner.flops.flops_per_token`:
-  ``6N + 6Lhs``, causal attention, recompute not counted) times per-GPU
-  tokens/s.
+* ``tflops_per_gpu``: model FLOPs (the model family's ``flops_per_token``,
+  :func:`model_families.gpt.flops_per_token`: ``6N + 6Lhs``, causal attention,
+  recompute not counted) times per-GPU tokens/s.
 * ``mfu``: percent of the GPU's dense peak for the precision in use
-  (:func:`planner.catalogue.dense_peak_tflops`: fp32 -> TF32, fp8/mxfp8 ->
+  (:func:`platform_spec.catalogue.dense_peak_tflops`: fp32 -> TF32, fp8/mxfp8 ->
   fp8, nvfp4 -> fp4). ``nan`` on CPU (no vendor dense peak exists for a CPU;
   measured CPU peaks depend on SKU, threads and clocks, so we print none) and
   on GPUs missing from the catalogue (no wrong MFU).
@@ -43,7 +43,8 @@ from typing import Any, TextIO
 
 import torch
 
-from training.metric_lines import format_line
+from platform_spec import catalogue
+from platform_spec.metric_lines import format_line
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,6 @@ class DeviceInfo:
             import platform
 
             return cls("cpu", platform.processor() or platform.machine() or "cpu", None)
-        from planner import catalogue
-
         name = torch.cuda.get_device_name(device)
         gpu = catalogue.gpu_for_device_name(name)
         peak = None
@@ -85,7 +84,7 @@ class MetricsLogger:
     Args:
         tokens_per_step: tokens of the whole job per optimizer step.
         world_size: ranks (GPUs or CPU processes).
-        flops_per_token: training FLOPs per token (:func:`planner.flops.flops_per_token`).
+        flops_per_token: training FLOPs per token (the model family's ``flops_per_token``).
         device: this rank's device (for peak memory) and ``info`` its peak.
         metrics_file: JSON-lines file for unrounded values (rank 0), or None.
     """

@@ -25,7 +25,7 @@ a final LayerNorm and an untied output head (no bias); those three are torch
 modules on both backends, so the head runs in bf16 outside the FP8 region
 (its quantisation error would go straight into the loss).
 
-Parameter count = :attr:`training.presets.ModelConfig.num_params`
+Parameter count = :attr:`model_families.gpt.ModelConfig.num_params`
 (``L * (4h^2 + 2hf + 9h + f) + 2Vh + 2h``).
 
 The loss is computed inside ``forward`` (so FSDP's root hooks cover the head)
@@ -69,7 +69,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from training.presets import ModelConfig
+from model_families.gpt import ModelConfig
 
 ROPE_BASE = 10000.0
 LAYERNORM_EPS = 1e-5

@@ -16,15 +16,21 @@ nvfp4       bf16 (fp32 ms)   TE ``NVFP4BlockScaling`` (Blackwell)
 "fp32 ms": fp32 master shards kept by FSDP2 (the optimizer steps them);
 gradients are reduced in fp32.
 
-Device rules, checked before step 1 (:func:`check_supported`): on CPU only
-fp32 and bf16 run; on CUDA the GPU must support the precision
-(:func:`planner.catalogue.supports_precision` for catalogue GPUs; otherwise
-compute capability: fp8 >= 8.9, mxfp8/nvfp4 10.x), and fp8/mxfp8/nvfp4 need
-TransformerEngine. TE API names follow TransformerEngine 2.10, the version
+Every fact in the table is the precision registry's
+(:mod:`platform_spec.precisions`): the dtypes, the recipe class and its
+arguments, whether the CPU path runs a format, the hardware rule, the GEMM
+shape multiple. This module turns them into torch dtypes and TE objects.
+
+Device rules, checked before step 1 (:func:`check_supported`): on CPU only the
+registry's CPU formats (fp32, bf16) run; on CUDA the GPU's compute capability
+must pass the format's one hardware rule
+(:meth:`platform_spec.precisions.Precision.supported_by`: fp8 >= 8.9,
+mxfp8/nvfp4 10.x or 11.x), and fp8/mxfp8/nvfp4 need TransformerEngine. TE API
+names follow TransformerEngine 2.10, the version
 of the trainer image (``transformer_engine.common.recipe``, ``te.autocast``;
 the older ``fp8_autocast`` is used when ``autocast`` is absent). Weights are
 never stored quantized: TE 2.10 cannot train FSDP2-sharded quantized weights
-(:data:`training.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL`).
+(:data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL`).
 
 Resuming a TE precision: each TE module's ``_extra_state`` (the recipe and,
 for delayed scaling, the scales and amax history) is saved with the model and
@@ -46,11 +52,15 @@ from typing import Any
 
 import torch
 
+from platform_spec import precisions as registry
+from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError
+from platform_spec.precisions import PRECISION_NAMES, Precision, names_where, supported_names
 from training.environment import GPUUnavailable, ResourceConfig, expected_gpus, gpus_missing_reason
-from training.hyperparameters import CPU_PRECISIONS, HyperparameterError
 
-TE_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
-BLOCK_SCALED = ("mxfp8", "nvfp4")
+TE_PRECISIONS: tuple[str, ...] = names_where(lambda p: p.uses_te)
+"""Precisions that are TransformerEngine recipes (the registry's): fp8, mxfp8, nvfp4."""
+BLOCK_SCALED: tuple[str, ...] = names_where(lambda p: p.block_scaled)
+"""Block-scaled formats (the registry's): mxfp8, nvfp4."""
 
 
 class PrecisionError(HyperparameterError):
@@ -73,29 +83,32 @@ class PrecisionPlan:
         return self.param_dtype != torch.float32
 
 
+def _record(precision: str) -> Precision:
+    """The registry's record of ``precision``.
+
+    Raises:
+        PrecisionError: unknown precision (names the known ones).
+    """
+    try:
+        return registry.get_precision(precision)
+    except registry.UnknownPrecisionError:
+        raise PrecisionError("precision", precision, "one of " + ", ".join(PRECISION_NAMES)) from None
+
+
 def plan(precision: str) -> PrecisionPlan:
-    """The :class:`PrecisionPlan` of ``precision``.
+    """The :class:`PrecisionPlan` of ``precision`` (the registry's dtypes, recipe and loss scaling).
 
     Raises:
         PrecisionError: unknown precision.
     """
-    if precision == "fp32":
-        return PrecisionPlan("fp32", torch.float32, torch.float32, False, False)
-    if precision == "bf16":
-        return PrecisionPlan("bf16", torch.bfloat16, torch.float32, False, False)
-    if precision == "fp16":
-        return PrecisionPlan("fp16", torch.float16, torch.float32, False, True)
-    if precision in TE_PRECISIONS:
-        return PrecisionPlan(precision, torch.bfloat16, torch.float32, True, False)
-    raise PrecisionError("precision", precision, "one of fp32, bf16, fp16, fp8, mxfp8, nvfp4")
-
-
-def _capability_supports(cc: tuple[int, int], precision: str) -> bool:
-    if precision in ("fp32", "bf16", "fp16"):
-        return True
-    if precision == "fp8":
-        return cc >= (8, 9)
-    return (10, 0) <= cc < (12, 0)  # mxfp8 / nvfp4: TE's own block-scaling check
+    record = _record(precision)
+    return PrecisionPlan(
+        record.name,
+        getattr(torch, record.compute_dtype),
+        getattr(torch, record.reduce_dtype),
+        record.uses_te,
+        record.loss_scaling,
+    )
 
 
 def check_supported(
@@ -111,52 +124,45 @@ def check_supported(
     Args:
         te_available: whether TransformerEngine imports (CUDA only; probed when None).
         seq_length, batch_size: checked against the TE GEMM shape rules
-            (tokens per micro-batch divisible by 16 for fp8, 32 for mxfp8/nvfp4).
+            (tokens per micro-batch divisible by the registry's ``gemm_multiple``:
+            16 for fp8, 32 for mxfp8/nvfp4).
 
     Raises:
         PrecisionError: naming the precision, the device and what would run.
     """
-    plan(precision)
+    record = _record(precision)
     if device.type == "cpu":
-        if precision not in CPU_PRECISIONS:
+        if not record.cpu:
             raise PrecisionError(
                 "precision", precision,
                 f"one of {', '.join(CPU_PRECISIONS)} on CPU ({precision} needs an NVIDIA GPU"
-                + (" with TransformerEngine)" if precision in TE_PRECISIONS else ")"),
+                + (" with TransformerEngine)" if record.uses_te else ")"),
             )
         return
     if device.type != "cuda":
         raise PrecisionError("precision", precision, f"a CPU or CUDA device (got {device.type})")
     name = torch.cuda.get_device_name(device)
-    cc = torch.cuda.get_device_capability(device)
-    from planner import catalogue
-
-    gpu = catalogue.gpu_for_device_name(name)
-    if gpu is not None:
-        ok = catalogue.supports_precision(gpu, precision)
-        allowed = catalogue.supported_precisions(gpu)
-    else:
-        ok = _capability_supports(cc, precision)
-        allowed = tuple(p for p in ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4") if _capability_supports(cc, p))
-    if not ok:
-        need = "compute capability >= 8.9 (Ada, Hopper, Blackwell)" if precision == "fp8" else "Blackwell (compute capability 10.x)"
+    cc = tuple(torch.cuda.get_device_capability(device))
+    if not record.supported_by(cc):
         raise PrecisionError(
             "precision", precision,
-            f"one of {', '.join(allowed)} on {name} (compute capability {cc[0]}.{cc[1]}); {precision} needs {need}",
+            f"one of {', '.join(supported_names(cc))} on {name} (compute capability {cc[0]}.{cc[1]}); "
+            f"{precision} needs {record.hardware}",
         )
-    if precision in TE_PRECISIONS:
+    if record.uses_te:
         if te_available is None:
             from training.model import transformer_engine_available
 
             te_available = transformer_engine_available()
         if not te_available:
+            without_te = [p for p in supported_names(cc) if not registry.get_precision(p).uses_te]
             raise PrecisionError(
                 "precision", precision,
-                "bf16, fp16 or fp32 here: TransformerEngine is not installed in this environment "
+                f"one of {', '.join(without_te)} here: TransformerEngine is not installed in this environment "
                 "(use the trainer image, which ships it)",
             )
-        if seq_length is not None and batch_size is not None:
-            multiple = 16 if precision == "fp8" else 32
+        multiple = record.gemm_multiple
+        if seq_length is not None and batch_size is not None and multiple:
             if (seq_length * batch_size) % multiple:
                 raise PrecisionError(
                     "seq_length", seq_length,
@@ -165,7 +171,8 @@ def check_supported(
 
 
 def te_recipe(precision: str, fp8_scaling: str = "current") -> Any:
-    """The TransformerEngine recipe object for ``precision`` (None for fp32/bf16/fp16).
+    """The TransformerEngine recipe object for ``precision`` (None for fp32/bf16/fp16): the registry's
+    :class:`~platform_spec.precisions.TERecipe` built from ``transformer_engine.common.recipe``.
 
     fp8: ``Float8CurrentScaling(fp8_format=Format.HYBRID)`` or
     ``DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=1024, amax_compute_algo="max")``;
@@ -175,44 +182,39 @@ def te_recipe(precision: str, fp8_scaling: str = "current") -> Any:
     Raises:
         PrecisionError: the installed TE lacks the recipe (too old).
     """
-    if precision not in TE_PRECISIONS:
+    spec = _record(precision).te_recipe(fp8_scaling)
+    if spec is None:
         return None
     from transformer_engine.common import recipe as te_recipes
 
-    names = {
-        ("fp8", "current"): "Float8CurrentScaling",
-        ("fp8", "delayed"): "DelayedScaling",
-        ("mxfp8", None): "MXFP8BlockScaling",
-        ("nvfp4", None): "NVFP4BlockScaling",
-    }
-    key = (precision, fp8_scaling if precision == "fp8" else None)
-    cls = getattr(te_recipes, names[key], None)
+    cls = getattr(te_recipes, spec.class_name, None)
     if cls is None:
         raise PrecisionError(
             "precision", precision,
-            f"a TransformerEngine with transformer_engine.common.recipe.{names[key]} (installed TE is too old)",
+            f"a TransformerEngine with transformer_engine.common.recipe.{spec.class_name} (installed TE is too old)",
         )
-    if precision == "fp8" and fp8_scaling == "delayed":
-        return cls(fp8_format=te_recipes.Format.HYBRID, amax_history_len=1024, amax_compute_algo="max")
-    if precision == "fp8":
-        return cls(fp8_format=te_recipes.Format.HYBRID)
-    return cls()
+    kwargs = dict(spec.kwargs)
+    if "fp8_format" in kwargs:
+        kwargs["fp8_format"] = getattr(te_recipes.Format, kwargs["fp8_format"])
+    return cls(**kwargs)
 
 
 def autocast(precision: str, recipe: Any, *, amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
     """The forward context: ``te.autocast(recipe=...)`` for TE precisions, else a no-op.
 
-    nvfp4 additionally runs under ``torch.autocast(bf16)`` (TE's NVFP4 kernels
-    need bf16 activations in forward and backward). fp32/bf16/fp16 need no
-    context: FSDP2's MixedPrecisionPolicy already casts parameters and inputs.
+    nvfp4 additionally runs under ``torch.autocast(bf16)`` (the registry's
+    ``autocast_dtype``: TE's NVFP4 kernels need bf16 activations in forward and
+    backward). fp32/bf16/fp16 need no context: FSDP2's MixedPrecisionPolicy
+    already casts parameters and inputs.
     """
     if recipe is None:
         return contextlib.nullcontext()
     import transformer_engine.pytorch as te
 
     stack = contextlib.ExitStack()
-    if precision == "nvfp4":
-        stack.enter_context(torch.autocast(device_type="cuda", dtype=torch.bfloat16))
+    autocast_dtype = _record(precision).autocast_dtype
+    if autocast_dtype is not None:
+        stack.enter_context(torch.autocast(device_type="cuda", dtype=getattr(torch, autocast_dtype)))
     if hasattr(te, "autocast"):
         kwargs: dict[str, Any] = {"enabled": True, "recipe": recipe}
         if amax_reduction_group is not None:

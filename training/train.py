@@ -1,7 +1,7 @@
 """The training loop (one process per GPU, or per CPU process), launched by torchrun.
 
 ``python -m training.train --base-dir /opt/ml --precision bf16 --num-layers 4 ...``:
-every hyperparameter of :mod:`training.hyperparameters` as ``--kebab-case``
+every hyperparameter of :mod:`platform_spec.hyperparameters` as ``--kebab-case``
 (the guide's trainer interface); :mod:`training.entrypoint` passes them all.
 Without torchrun's environment (``RANK``...) it runs as a single process.
 
@@ -66,6 +66,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from platform_spec.hyperparameters import SPECS, Hyperparameters, HyperparameterError, parse
+from platform_spec.models import family_of, get_preset
 from training import precision as prec
 from training.checkpoint import TRAINER_STATE, CheckpointError, CheckpointManager, ResumeRefused, export_model, run_record
 from training.data import DataError, DistributedSampler, SyntheticSampler, TokenDataset, resolve_vocab_size
@@ -79,11 +81,9 @@ from training.environment import (
     read_resource_config,
     write_failure,
 )
-from training.hyperparameters import SPECS, Hyperparameters, HyperparameterError, parse
 from training.metrics import DeviceInfo, MetricsLogger
 from training.model import GPT, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
-from training.presets import get_preset
 from training.supervision import TrainerStatus, guarded_output, write_status
 
 
@@ -306,7 +306,7 @@ class Trainer:
         self.plan = prec.plan(hp.precision)
         self.recipe = prec.te_recipe(hp.precision, hp.fp8_scaling) if self.plan.uses_te_recipe else None
         if cuda and hp.precision == "fp32":
-            torch.backends.cuda.matmul.allow_tf32 = True  # fp32 peak convention of planner.catalogue: TF32
+            torch.backends.cuda.matmul.allow_tf32 = True  # fp32 peak convention of platform_spec.catalogue: TF32
             torch.backends.cudnn.allow_tf32 = True
         if not cuda and "OMP_NUM_THREADS" not in self.environ:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.local_world_size))
@@ -364,11 +364,9 @@ class Trainer:
             world_size=self.world_size, process_group=self.control_group, log=self.log,
         )
         self.tokens_per_step = hp.batch_size * hp.seq_length * hp.gradient_accumulation_steps * self.world_size
-        from planner.flops import flops_per_token
-
         self.metrics = MetricsLogger(
             tokens_per_step=self.tokens_per_step, world_size=self.world_size,
-            flops_per_token=flops_per_token(self.config, hp.seq_length), device=device,
+            flops_per_token=family_of(hp.model).flops_per_token(self.config, hp.seq_length), device=device,
             info=DeviceInfo.detect(device, hp.precision), rank=self.rank, metrics_file=self.paths.metrics_file,
         )
         self.log(

@@ -16,7 +16,10 @@ Composes:
 * the alarms (:attr:`PlatformObservability.alarms`).
 
 Widgets and alarms are built from the constructs' ``metric_*`` methods, the
-runtime settings and ``training.metric_lines``, never from hand-typed names.
+runtime settings and ``platform_spec.metric_lines``, never from hand-typed names.
+Other resources come in through interfaces: the submitter as its metrics
+(:class:`~platform_constructs.submitter.ISubmitterMetrics`), the plan list as
+an ``ssm.IStringParameter`` and the ARNs configured at synth time.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from ..buckets import TrainingBuckets
-from ..submitter import JobSubmitter
+from ..submitter import ISubmitterMetrics
 from ..submitter.runtime import settings as submitter_settings
-from ..training_plans import TrainingPlans, parse_training_plan_arn
+from ..training_plans import parse_training_plan_arn
 from . import widgets
 from .functions import JobStateHandler, JobStateHandlerProps, PlanMetricsPublisher, PlanMetricsPublisherProps
 from .notifications import AlarmTopic, AlarmTopicProps, SlackChannel
@@ -47,12 +50,21 @@ class PlatformObservabilityProps:
     """Properties of :class:`PlatformObservability`.
 
     Attributes:
-        submitter: the job submitter whose metrics the dashboard shows and alarms watch.
-        training_plans: the training-plan parameter the plan-metrics publisher
-            reads on every run; its ARNs at synth time (the configured plans) get a
-            dashboard tile and an idle-capacity alarm each. Default: no plan-metrics
-            publisher, plan section or plan alarms.
-        buckets: the platform buckets. Default: no bucket widgets.
+        submitter: the job submitter's metrics, which the dashboard shows and the alarms
+            watch (a :class:`~platform_constructs.submitter.JobSubmitter`, or anything
+            with its ``metric_*`` methods).
+        instance_types: the instance types training jobs may use (the submitter's
+            ``allowed_instance_types``); the Fleet section's GPU graphs mark
+            100 % x the GPUs of each one's host. Default: no host size is marked
+            (the section notes 100 % per GPU).
+        plan_arns_parameter: the SSM String parameter holding the training-plan ARNs
+            (:class:`~platform_constructs.training_plans.TrainingPlans`' ``parameter``),
+            which the plan-metrics publisher reads on every run. Default: no
+            plan-metrics publisher, plan section or plan alarms.
+        plan_arns: the training plans configured at synth time (the parameter's value
+            then); each gets a dashboard tile and an idle-capacity alarm. Needs
+            ``plan_arns_parameter``. Default: none (the plan section shows the
+            plans the publisher reports, without tiles).
         alarm_emails: addresses notified by the alarms (e-mail subscriptions).
             Default: nobody is notified by e-mail.
         alarm_https_endpoints: ``https://`` endpoints subscribed to the alarm
@@ -68,9 +80,10 @@ class PlatformObservabilityProps:
             and the topic key when they leave the stack. Default: they are retained.
     """
 
-    submitter: JobSubmitter
-    training_plans: TrainingPlans | None = None
-    buckets: TrainingBuckets | None = None
+    submitter: ISubmitterMetrics
+    instance_types: Sequence[str] = ()
+    plan_arns_parameter: ssm.IStringParameter | None = None
+    plan_arns: Sequence[str] = ()
     alarm_emails: Sequence[str] = ()
     alarm_https_endpoints: Sequence[str] = ()
     alarm_slack_channels: Sequence[SlackChannel] = ()
@@ -89,7 +102,8 @@ class PlatformObservability(Construct):
         alarm_topic: the :class:`AlarmTopic` every alarm notifies.
         alarm_name_prefix: the common prefix of every alarm's name (``<stack name>/``),
             the one the topic's policies let publish.
-        plan_metrics: the :class:`PlanMetricsPublisher` (``None`` without ``training_plans``).
+        plan_metrics: the :class:`PlanMetricsPublisher` (``None`` without ``plan_arns_parameter``).
+        plan_names: the names of the plans configured at synth time (from ``plan_arns``).
         job_outcomes: the :class:`JobStateHandler`.
         alarms: every alarm by its short name (``SubmitterErrors``,
             ``TrainingJobFailed``, ``PlanIdleNearEnd-<plan>``, ``ReservedCapacityExhausted``
@@ -100,7 +114,8 @@ class PlatformObservability(Construct):
     def __init__(self, scope: Construct, id: str, props: PlatformObservabilityProps) -> None:
         super().__init__(scope, id)
         _validate(props)
-        self.props = props
+        self.plan_names: list[str] = _plan_names(props.plan_arns)
+        gpus_per_host = _gpus_per_host(props.instance_types)
         stack = cdk.Stack.of(self)
 
         self.alarm_topic = AlarmTopic(
@@ -120,12 +135,12 @@ class PlatformObservability(Construct):
                 self,
                 "PlanMetrics",
                 PlanMetricsPublisherProps(
-                    training_plans=props.training_plans,
+                    plan_arns_parameter=props.plan_arns_parameter,
                     log_retention=props.log_retention,
                     removal_policy=props.removal_policy,
                 ),
             )
-            if props.training_plans is not None
+            if props.plan_arns_parameter is not None
             else None
         )
         self.job_outcomes = JobStateHandler(
@@ -134,7 +149,7 @@ class PlatformObservability(Construct):
             JobStateHandlerProps(log_retention=props.log_retention, removal_policy=props.removal_policy),
         )
         self.alarms: dict[str, cloudwatch.AlarmBase] = {}
-        self._create_alarms()
+        self._create_alarms(props.submitter, props.idle_capacity_hours)
 
         # Dashboard names are unique per account across regions: include the region.
         name = props.dashboard_name or f"{stack.stack_name}-{stack.region}"
@@ -144,17 +159,10 @@ class PlatformObservability(Construct):
             dashboard_name=name,
             default_interval=cdk.Duration.days(1),
         )
-        for row in self._rows():
+        for row in self._rows(props.submitter, gpus_per_host, props.period):
             self.dashboard.add_widgets(*row)
 
     # -- alarms -------------------------------------------------------------------------------
-
-    @property
-    def plan_names(self) -> list[str]:
-        """Names of the configured training plans (from the ARNs given at synth time)."""
-        if self.props.training_plans is None:
-            return []
-        return [parse_training_plan_arn(arn)["name"] for arn in self.props.training_plans.plan_arns]
 
     def _alarm(self, key: str, construct_id: str, *, notify_ok: bool = True, actions: bool = True, **props) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(self, construct_id, alarm_name=f"{self.alarm_name_prefix}{key}", **props)
@@ -165,8 +173,7 @@ class PlatformObservability(Construct):
         self.alarms[key] = alarm
         return alarm
 
-    def _create_alarms(self) -> None:
-        props, submitter = self.props, self.props.submitter
+    def _create_alarms(self, submitter: ISubmitterMetrics, idle_capacity_hours: int) -> None:
         gte = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
         quiet = cloudwatch.TreatMissingData.NOT_BREACHING
         five = cdk.Duration.minutes(5)
@@ -224,7 +231,7 @@ class PlatformObservability(Construct):
 
         if self.plan_metrics is None:
             return
-        publisher, hours = self.plan_metrics, props.idle_capacity_hours
+        publisher, hours = self.plan_metrics, idle_capacity_hours
         window = cdk.Duration.minutes(15)
         for name in self.plan_names:
             self._alarm(
@@ -294,8 +301,9 @@ class PlatformObservability(Construct):
 
     # -- dashboard ------------------------------------------------------------------------------
 
-    def _rows(self) -> list[list[cloudwatch.IWidget]]:
-        props, period = self.props, self.props.period
+    def _rows(
+        self, submitter: ISubmitterMetrics, gpus_per_host: Sequence[int], period: cdk.Duration
+    ) -> list[list[cloudwatch.IWidget]]:
         rows: list[list[cloudwatch.IWidget]] = [
             [
                 cloudwatch.TextWidget(
@@ -318,54 +326,14 @@ class PlatformObservability(Construct):
                 )
             ],
         ]
-        gpus = _gpus_per_host(props.submitter.props.allowed_instance_types)
-        rows += widgets.fleet_rows(gpus, period)
+        rows += widgets.fleet_rows(gpus_per_host, period)
         rows += widgets.training_progress_rows(period)
-        rows += self._submitter_rows(period)
+        rows += _submitter_rows(submitter, period)
         if self.plan_metrics is not None:
             rows += widgets.training_plan_rows(self.plan_metrics, self.plan_names, period)
         rows += widgets.job_outcome_rows(self.job_outcomes, period)
         rows += widgets.log_rows()
         return rows
-
-    def _submitter_rows(self, period: cdk.Duration) -> list[list[cloudwatch.IWidget]]:
-        submitter = self.props.submitter
-        return [
-            widgets.header("Job submitter", "Requests to the submitter function and what it answered."),
-            [
-                cloudwatch.GraphWidget(
-                    title="Invocations, errors, throttles",
-                    left=[
-                        submitter.metric_invocations(period=period),
-                        submitter.metric_errors(period=period),
-                        submitter.metric_throttles(period=period),
-                    ],
-                    width=12,
-                ),
-                cloudwatch.GraphWidget(
-                    title="Duration (ms)",
-                    left=[
-                        submitter.metric_duration(period=period, statistic="p50", label="p50"),
-                        submitter.metric_duration(period=period, statistic="p99", label="p99"),
-                    ],
-                    width=12,
-                ),
-            ],
-            [
-                cloudwatch.GraphWidget(
-                    title="Submissions by capacity type",
-                    left=[submitter.metric_submissions(c, period=period, label=c) for c in submitter_settings.CAPACITY_TYPES],
-                    stacked=True,
-                    width=12,
-                ),
-                cloudwatch.GraphWidget(
-                    title="Refusals by error code",
-                    left=[submitter.metric_refusals(e, period=period, label=e) for e in submitter_settings.ERROR_CODES],
-                    stacked=True,
-                    width=12,
-                ),
-            ],
-        ]
 
     @property
     def dashboard_name(self) -> str:
@@ -376,20 +344,100 @@ class PlatformObservability(Construct):
         return self.alarm_topic.topic_arn
 
 
-def _gpus_per_host(instance_types: Sequence[str]) -> list[int]:
-    """GPU counts of one host of each instance type (UltraServers are made of 4-GPU GB200 hosts)."""
-    from planner.catalogue import INSTANCES
+def _submitter_rows(submitter: ISubmitterMetrics, period: cdk.Duration) -> list[list[cloudwatch.IWidget]]:
+    return [
+        widgets.header("Job submitter", "Requests to the submitter function and what it answered."),
+        [
+            cloudwatch.GraphWidget(
+                title="Invocations, errors, throttles",
+                left=[
+                    submitter.metric_invocations(period=period),
+                    submitter.metric_errors(period=period),
+                    submitter.metric_throttles(period=period),
+                ],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Duration (ms)",
+                left=[
+                    submitter.metric_duration(period=period, statistic="p50", label="p50"),
+                    submitter.metric_duration(period=period, statistic="p99", label="p99"),
+                ],
+                width=12,
+            ),
+        ],
+        [
+            cloudwatch.GraphWidget(
+                title="Submissions by capacity type",
+                left=[submitter.metric_submissions(c, period=period, label=c) for c in submitter_settings.CAPACITY_TYPES],
+                stacked=True,
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Refusals by error code",
+                left=[submitter.metric_refusals(e, period=period, label=e) for e in submitter_settings.ERROR_CODES],
+                stacked=True,
+                width=12,
+            ),
+        ],
+    ]
 
+
+def _gpus_per_host(instance_types: Sequence[str]) -> list[int]:
+    """GPU counts of one host of each instance type (UltraServers are made of 4-GPU GB200 hosts).
+
+    Raises:
+        ValueError: an instance type is not in the catalogue.
+    """
+    from platform_spec.catalogue import INSTANCES
+
+    unknown = [t for t in instance_types if t not in INSTANCES]
+    if unknown:
+        raise ValueError(
+            f"PlatformObservabilityProps.instance_types: got {unknown}, not in the instance catalogue; "
+            f"expected some of {', '.join(INSTANCES)}"
+        )
     counts = set()
     for instance_type in instance_types:
-        spec = INSTANCES.get(instance_type)
-        if spec is None:
-            continue
+        spec = INSTANCES[instance_type]
         counts.add(spec.gpus_per_instance if spec.gpus_per_instance <= 8 else INSTANCES["ml.p6e-gb200.36xlarge"].gpus_per_instance)
     return sorted(counts)
 
 
+def _plan_names(plan_arns: Sequence[str]) -> list[str]:
+    """The plans' names, in order.
+
+    Raises:
+        ValueError: an ARN is not a training-plan ARN, or two plans share a name (each
+            gets a tile and an alarm named after it).
+    """
+    names = []
+    for index, arn in enumerate(plan_arns):
+        try:
+            names.append(parse_training_plan_arn(arn)["name"])
+        except ValueError as exc:
+            raise ValueError(f"PlatformObservabilityProps.plan_arns[{index}]: {exc}") from None
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"PlatformObservabilityProps.plan_arns: plan names {repeated} occur more than once; expected each "
+            "plan once (its dashboard tile and idle-capacity alarm are named after it)"
+        )
+    return names
+
+
 def _validate(props: PlatformObservabilityProps) -> None:
+    if not isinstance(props.submitter, ISubmitterMetrics):
+        raise ValueError(
+            f"PlatformObservabilityProps.submitter: got {type(props.submitter).__name__}; expected the submitter's "
+            "metrics (ISubmitterMetrics: metric_invocations, metric_errors, metric_throttles, metric_duration, "
+            "metric_submissions, metric_refusals), e.g. a JobSubmitter"
+        )
+    if props.plan_arns and props.plan_arns_parameter is None:
+        raise ValueError(
+            f"PlatformObservabilityProps.plan_arns: got {len(props.plan_arns)} plan(s) without plan_arns_parameter; "
+            "expected the parameter too (the plan-metrics publisher reads it, and the tiles and alarms chart what it publishes)"
+        )
     hours = props.idle_capacity_hours
     if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_IDLE_CAPACITY_HOURS:
         raise ValueError(

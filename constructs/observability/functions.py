@@ -19,12 +19,12 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .. import acknowledgements as nag
 from ..submitter import ARCHITECTURE, RUNTIME
 from ..submitter.bundling import REPO_ROOT, LambdaPackage
-from ..training_plans import TrainingPlans
 from .runtime import settings
 
 __all__ = [
@@ -42,9 +42,11 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 PACKAGE = LambdaPackage(
     runtime_dir=RUNTIME_DIR,
     requirements=RUNTIME_DIR / "requirements.txt",
+    folders=("platform_spec",),
     display_name="observability functions package",
 )
-"""``runtime/`` + boto3 + Powertools (no training or planner code)."""
+"""``runtime/`` + ``platform_spec/`` (the training-plan ARN rule) + boto3 + Powertools (no training or
+planner code)."""
 
 PLAN_METRICS_HANDLER = "runtime.plan_metrics.lambda_handler"
 JOB_EVENTS_HANDLER = "runtime.job_events.lambda_handler"
@@ -132,7 +134,8 @@ class PlanMetricsPublisherProps:
     """Properties of :class:`PlanMetricsPublisher`.
 
     Attributes:
-        training_plans: the SSM parameter with the plan ARNs (read on every run).
+        plan_arns_parameter: the SSM String parameter holding the plan ARNs as a JSON list
+            (:class:`~platform_constructs.training_plans.TrainingPlans`' ``parameter``), read on every run.
         schedule: how often the plans are described and published. Default:
             every 5 minutes (:data:`.runtime.settings.PUBLISH_SCHEDULE_MINUTES`).
         log_retention: retention of the function's log group. Default: three months.
@@ -140,7 +143,7 @@ class PlanMetricsPublisherProps:
             Default: it is retained.
     """
 
-    training_plans: TrainingPlans
+    plan_arns_parameter: ssm.IStringParameter
     schedule: cdk.Duration = cdk.Duration.minutes(settings.PUBLISH_SCHEDULE_MINUTES)
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
@@ -164,7 +167,6 @@ class PlanMetricsPublisher(Construct):
         minutes = props.schedule.to_minutes()
         if minutes < 1 or minutes != int(minutes):
             raise ValueError(f"PlanMetricsPublisherProps.schedule: got {minutes} minutes; expected whole minutes, at least 1")
-        self.props = props
         stack = cdk.Stack.of(self)
         fn = _ObservabilityFunction(
             self,
@@ -172,7 +174,7 @@ class PlanMetricsPublisher(Construct):
             handler=PLAN_METRICS_HANDLER,
             description="Publishes training-plan capacity (available, in use, total instances, hours until end)",
             service=settings.PLAN_METRICS_SERVICE,
-            environment={settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: props.training_plans.parameter_name},
+            environment={settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: props.plan_arns_parameter.parameter_name},
             metrics_namespace=settings.PLAN_METRICS_NAMESPACE,
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,
@@ -180,7 +182,7 @@ class PlanMetricsPublisher(Construct):
             retry_attempts=0,  # the next scheduled run is the retry
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
-        props.training_plans.grant_read(self.role)
+        props.plan_arns_parameter.grant_read(self.role)
         plans = stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
         self.role.add_to_principal_policy(
             iam.PolicyStatement(sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[plans])
@@ -276,7 +278,6 @@ class JobStateHandler(Construct):
         ttl_s = int(props.idempotency_ttl.to_seconds())
         if ttl_s < 3600:
             raise ValueError(f"JobStateHandlerProps.idempotency_ttl: got {ttl_s} s; expected at least 1 hour")
-        self.props = props
         self.table = dynamodb.Table(
             self,
             "IdempotencyTable",

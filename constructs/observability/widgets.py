@@ -3,7 +3,7 @@
 Every metric name comes from its source: SageMaker's instance metrics are
 named here once (:data:`INSTANCE_METRICS`, as SageMaker publishes them in
 ``/aws/sagemaker/TrainingJobs`` with dimension ``Host`` = ``<job>/algo-<n>``);
-the trainer's from :data:`training.metric_lines.METRIC_DEFINITIONS`
+the trainer's from :data:`platform_spec.metric_lines.METRIC_DEFINITIONS`
 (dimension ``TrainingJobName``); the platform's own from the constructs'
 ``metric_*`` methods and :mod:`.runtime.settings`.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
-from training.metric_lines import FIELDS, METRIC_DEFINITIONS
+from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS
 
 from ..execution_role import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 from .runtime import settings
@@ -92,7 +92,7 @@ def trainer_metric(field: str) -> str:
     """The SageMaker metric name of a trainer log field (e.g. ``loss`` -> ``train:loss``).
 
     Raises:
-        KeyError: ``field`` is not in ``training.metric_lines.FIELDS``, or has no
+        KeyError: ``field`` is not in ``platform_spec.metric_lines.FIELDS``, or has no
             ``MetricDefinitions`` entry (so the metric would never be published).
     """
     names = {f: metric for f, metric, _ in FIELDS}

@@ -4,7 +4,11 @@ Its logic lives in :mod:`platform_constructs.submitter.runtime` (packaged as
 ``runtime/`` with handler ``runtime.handler.lambda_handler``); this construct
 deploys it with its own least-privilege role, its environment (names from
 :mod:`.runtime.settings`), a log group with a retention period, and exposes
-``grant_invoke`` and ``metric_*`` methods for the dashboard and alarms.
+``grant_invoke`` and ``metric_*`` methods for the dashboard and alarms
+(:class:`ISubmitterMetrics`, what observability takes). It takes the other
+resources through interfaces: the image as an
+:class:`~platform_constructs.trainer_image.ITrainerImage`, the role, buckets
+and plan parameter as ``iam.IRole``, ``s3.IBucket`` and ``ssm.IStringParameter``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, runtime_checkable
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -20,15 +24,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .. import acknowledgements as nag
-from ..trainer_image import TrainerImage
+from ..trainer_image import ITrainerImage
 from . import bundling
 from .runtime import settings
-
-if TYPE_CHECKING:  # training_plans imports this package's runtime (plan_arns): no import cycle at run time
-    from ..training_plans import TrainingPlans
 
 __all__ = [
     "AUTO_DELETE_PROVIDER_ID",
@@ -36,6 +38,7 @@ __all__ = [
     "HANDLER",
     "MAX_RESERVED_CONCURRENCY",
     "RECORD_WRITE_ACTIONS",
+    "ISubmitterMetrics",
     "JobSubmitter",
     "JobSubmitterProps",
 ]
@@ -69,12 +72,41 @@ runaway caller is throttled instead of creating jobs without bound; it takes onl
 the account's unreserved pool."""
 
 
+@runtime_checkable
+class ISubmitterMetrics(Protocol):
+    """The submitter's metrics, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`).
+
+    Each method returns a ``cloudwatch.Metric``; keyword arguments are
+    ``cloudwatch.MetricOptions`` (``period``, ``statistic``, ``label``, ...)
+    overriding its defaults. Lambda's standard metrics of the function
+    (namespace ``AWS/Lambda``): ``Invocations``, ``Errors``, ``Throttles``
+    (sums) and ``Duration`` (milliseconds). The function's own (namespace
+    :data:`.runtime.settings.METRICS_NAMESPACE`): ``Submissions`` by capacity
+    type and ``Refusals`` by error code (sums; values from
+    :data:`.runtime.settings.CAPACITY_TYPES` and :data:`.runtime.settings.ERROR_CODES`,
+    others raise ``ValueError``).
+    """
+
+    def metric_invocations(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_errors(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_throttles(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_duration(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_submissions(self, capacity_type: str, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_refusals(self, error_code: str, **props: Any) -> cloudwatch.Metric: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobSubmitterProps:
     """Properties of :class:`JobSubmitter`.
 
     Attributes:
-        trainer_image: the trainer image; its URI (content-derived tag) is what jobs run.
+        trainer_image: the trainer image; its URI (content-derived tag) is what jobs run,
+            and the function is created after the image is in its repository.
         execution_role: the SageMaker execution role passed to ``CreateTrainingJob``
             (``iam:PassRole`` is granted on it only, to SageMaker only).
         data_bucket: training data (its name is given to the function).
@@ -83,17 +115,19 @@ class JobSubmitterProps:
             client-token records under ``settings.CLIENT_TOKEN_RECORDS_PREFIX``
             (the function may read, write and list that prefix only; its
             lifecycle rules must not expire current objects).
-        training_plans: the SSM parameter with the training-plan ARNs (read at run time).
+        plan_arns_parameter: the SSM String parameter holding the training-plan ARNs as a
+            JSON list (:class:`~platform_constructs.training_plans.TrainingPlans`' ``parameter``);
+            the function reads it at run time.
         default_instance_type: instance type of requests that name none.
         allowed_instance_types: instance types requests may name; each must be
-            in the planner catalogue (``planner.catalogue.INSTANCE_TYPES``).
+            in the planner catalogue (``platform_spec.catalogue.INSTANCE_TYPES``).
         capacity_fallback: order tried for ``capacity=auto`` (values from
             ``settings.CAPACITY_TYPES``). Default: training plan, then spot, then on-demand.
         allowed_input_prefixes: extra ``s3://`` input prefixes requests may
             use; the data bucket is always allowed. Default: none.
         platform_tags: tags added to every training job. Default: none.
-        volume_size_gb: training volume size per instance. Default: the
-            function's own default.
+        volume_size_gb: training volume size per instance, GB. Default: the
+            function's own default (:data:`.runtime.config.DEFAULT_VOLUME_SIZE_GB`).
         log_retention: retention of the function's log group. Default: three months.
         removal_policy: what happens to the log group when it leaves the stack.
             Default: it is retained.
@@ -110,12 +144,12 @@ class JobSubmitterProps:
             from). Default: :data:`DEFAULT_RESERVED_CONCURRENCY`.
     """
 
-    trainer_image: TrainerImage
+    trainer_image: ITrainerImage
     execution_role: iam.IRole
     data_bucket: s3.IBucket
     checkpoint_bucket: s3.IBucket
     output_bucket: s3.IBucket
-    training_plans: TrainingPlans
+    plan_arns_parameter: ssm.IStringParameter
     default_instance_type: str
     allowed_instance_types: Sequence[str]
     capacity_fallback: Sequence[str] = ("training-plan", "spot", "on-demand")
@@ -141,7 +175,6 @@ class JobSubmitter(Construct):
     def __init__(self, scope: Construct, id: str, props: JobSubmitterProps) -> None:
         super().__init__(scope, id)
         _validate(props)
-        self.props = props
         stack = cdk.Stack.of(self)
 
         self.log_group = logs.LogGroup(
@@ -193,7 +226,7 @@ class JobSubmitter(Construct):
             resource_arns=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
         )
-        props.training_plans.grant_read(self.role)
+        props.plan_arns_parameter.grant_read(self.role)
 
         # Client-token records (runtime/idempotency.py): read and conditionally write objects under one
         # prefix of the output bucket, and list that prefix only (GetObject of a missing key answers 403,
@@ -315,7 +348,7 @@ class JobSubmitter(Construct):
             settings.ENV_DATA_BUCKET: props.data_bucket.bucket_name,
             settings.ENV_CHECKPOINT_BUCKET: props.checkpoint_bucket.bucket_name,
             settings.ENV_OUTPUT_BUCKET: props.output_bucket.bucket_name,
-            settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: props.training_plans.parameter_name,
+            settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: props.plan_arns_parameter.parameter_name,
             settings.ENV_DEFAULT_INSTANCE_TYPE: props.default_instance_type,
             settings.ENV_ALLOWED_INSTANCE_TYPES: ",".join(props.allowed_instance_types),
             settings.ENV_CAPACITY_FALLBACK: ",".join(props.capacity_fallback),
@@ -393,7 +426,7 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
 
 
 def _validate(props: JobSubmitterProps) -> None:
-    from planner.catalogue import INSTANCE_TYPES
+    from platform_spec.catalogue import INSTANCE_TYPES
 
     allowed = list(props.allowed_instance_types)
     if not allowed:
@@ -441,4 +474,9 @@ def _validate(props: JobSubmitterProps) -> None:
         raise ValueError(
             f"JobSubmitterProps.reserved_concurrent_executions: got {reserved!r}; expected an integer from 1 to "
             f"{MAX_RESERVED_CONCURRENCY}, or None for no reservation (0 would throttle every invocation)"
+        )
+    if not isinstance(props.trainer_image, ITrainerImage):
+        raise ValueError(
+            f"JobSubmitterProps.trainer_image: got {type(props.trainer_image).__name__}; expected an ITrainerImage "
+            "(image_uri and deployment), e.g. a TrainerImage"
         )

@@ -5,9 +5,10 @@ that becomes the top-level package ``runtime/``, optional pure modules of this
 repository copied beside it, and a pinned requirements file. The job
 submitter's package (:data:`SUBMITTER`) is::
 
-    runtime/    <- constructs/submitter/runtime/ (the handler package)
-    training/   <- training/{__init__,hyperparameters,presets,metric_lines,capacity_block}.py (pure contracts)
-    planner/    <- planner/ (pure Python)
+    runtime/         <- constructs/submitter/runtime/ (the handler package)
+    platform_spec/   <- platform_spec/ (the pure contracts: hyperparameters, precisions, catalogue, ...)
+    model_families/  <- model_families/ (the families' pure shape and FLOP terms)
+    planner/         <- planner/ (pure Python)
     boto3/, botocore/, aws_lambda_powertools/, ...  <- runtime/requirements.txt
 
 The observability functions use their own :class:`LambdaPackage` (see
@@ -52,8 +53,8 @@ CACHE_DIR = REPO_ROOT / ".cache" / "submitter-deps"
 
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_aarch64"
-TRAINING_MODULES = ("__init__.py", "hyperparameters.py", "presets.py", "metric_lines.py", "capacity_block.py")
-"""The pure modules of ``training/`` the submitter needs (never the torch trainer)."""
+PURE_PACKAGES = ("platform_spec", "model_families", "planner")
+"""The repository's pure packages the submitter's runtime imports (never the torch trainer)."""
 
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", "tests"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
@@ -95,7 +96,7 @@ class LambdaPackage:
         requirements: the pinned requirements (pure-Python wheels only), installed
             with ``--no-deps`` for :data:`PIP_PLATFORM` / CPython :data:`PYTHON_VERSION`.
         files: repository-relative files copied at the same relative path
-            (e.g. ``training/presets.py``). Default: none.
+            (e.g. ``model_families/gpt/__init__.py``). Default: none.
         folders: repository-relative folders copied whole (e.g. ``planner``). Default: none.
         display_name: the asset's name in CDK's output. Default: ``Lambda package``.
     """
@@ -245,8 +246,7 @@ class LocalPackageBundler:
 SUBMITTER = LambdaPackage(
     runtime_dir=RUNTIME_DIR,
     requirements=REQUIREMENTS,
-    files=tuple(f"training/{name}" for name in TRAINING_MODULES),
-    folders=("planner",),
+    folders=PURE_PACKAGES,
     display_name="job submitter package",
 )
 """The job submitter's package."""

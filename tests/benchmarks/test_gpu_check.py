@@ -152,7 +152,7 @@ def test_the_resume_check_compares_transformer_engine_state_by_content(monkeypat
 
     from training import precision as prec
     from training.model import GPT, TEBlock
-    from training.presets import ModelConfig
+    from model_families.gpt import ModelConfig
 
     fake_transformer_engine.install(monkeypatch)
     config = ModelConfig("t", num_layers=1, hidden_size=64, num_attention_heads=2, ffn_hidden_size=128, vocab_size=128)
@@ -392,7 +392,7 @@ def test_the_wrapper_gives_the_budget_keeps_the_pythonpath_and_exits_124_when_it
 
 
 def test_the_check_runs_inside_the_trainer_image_behind_nvidia_start_up(tmp_path: Path) -> None:
-    """The image holds training/ and planner/ only and its ENTRYPOINT runs the trainer's entry point, so
+    """The image holds training/, platform_spec/ and model_families/ only and its ENTRYPOINT runs the trainer's entry point, so
     the wrapper replaces the ENTRYPOINT with its first element (NVIDIA's start-up script, which then execs
     bash) and mounts this checkout read-only at the working directory; gpu_check.sh puts that folder ahead
     of the image's PYTHONPATH (previous test)."""

@@ -35,7 +35,7 @@ def test_cdk_json_documents_every_key_with_its_default():
         assert key in context, key
         if default is not None:
             assert context[key] == default, key
-    from planner.catalogue import INSTANCE_TYPES, TRAINABLE_INSTANCE_TYPES
+    from platform_spec.catalogue import INSTANCE_TYPES, TRAINABLE_INSTANCE_TYPES
 
     # every catalogue type but the GB200 UltraServers, which CreateTrainingJob does not accept, and the
     # arm64 GB200 host, whose CPUs the trainer image is not built for

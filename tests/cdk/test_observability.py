@@ -18,7 +18,7 @@ from platform_constructs.observability import functions as obs_functions
 from platform_constructs.observability import widgets
 from platform_constructs.observability.runtime import settings
 from platform_constructs.submitter.runtime import settings as submitter_settings
-from training.metric_lines import METRIC_DEFINITIONS
+from platform_spec.metric_lines import METRIC_DEFINITIONS
 from trainctl.commands.dashboard import alarm_summaries, dashboard_bodies, export_dashboard
 
 pytestmark = pytest.mark.xdist_group("cdk")

@@ -32,9 +32,11 @@ def test_package_layout(package):
     assert (package / "runtime" / "__init__.py").is_file()
     assert (package / "runtime" / "settings.py").is_file()
     assert (package / "runtime" / "requirements.txt").is_file()
-    assert sorted(p.name for p in (package / "training").iterdir()) == sorted(bundling.TRAINING_MODULES)
-    assert (package / "training" / "hyperparameters.py").is_file()
-    assert (package / "planner" / "__init__.py").is_file() and (package / "planner" / "catalogue.py").is_file()
+    assert not (package / "training").exists()  # the torch trainer never ships; its contracts are platform_spec's
+    for folder in bundling.PURE_PACKAGES:
+        assert (package / folder / "__init__.py").is_file(), folder
+    assert (package / "platform_spec" / "hyperparameters.py").is_file() and (package / "platform_spec" / "catalogue.py").is_file()
+    assert (package / "model_families" / "gpt" / "__init__.py").is_file()
     for dependency in ("boto3", "botocore", "aws_lambda_powertools"):
         assert (package / dependency / "__init__.py").is_file(), dependency
 
@@ -69,11 +71,12 @@ def test_package_imports_on_its_own(package):
     code = (
         "import importlib, sys\n"
         f"sys.path[:0] = [{str(package)!r}]\n"
-        "import boto3, aws_lambda_powertools, training.hyperparameters, planner.catalogue, runtime.settings\n"
+        "import boto3, aws_lambda_powertools, platform_spec.hyperparameters, platform_spec.catalogue, planner, runtime.settings\n"
         "assert boto3.__file__.startswith(sys.path[0]), boto3.__file__\n"
         "import runtime.handler as handler\n"
         "assert callable(handler.lambda_handler)\n"
-        "assert 'torch' not in sys.modules\n"
+        "assert 'torch' not in sys.modules and 'training' not in sys.modules\n"
+        "assert platform_spec.hyperparameters.MODEL_PRESETS[:2] == ('gpt-tiny', 'gpt-1b')  # families found in the package\n"
     )
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -94,10 +97,9 @@ def test_asset_hash_tracks_sources_and_requirements(tmp_path):
     root = tmp_path / "repo"
     runtime_rel = bundling.RUNTIME_DIR.relative_to(bundling.REPO_ROOT)
     shutil.copytree(bundling.RUNTIME_DIR, root / runtime_rel, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(bundling.REPO_ROOT / "planner", root / "planner", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in bundling.PURE_PACKAGES:
+        shutil.copytree(bundling.REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "training").mkdir()
-    for name in bundling.TRAINING_MODULES:
-        shutil.copy2(bundling.REPO_ROOT / "training" / name, root / "training" / name)
 
     original = bundling.asset_hash(root)
     assert original == bundling.asset_hash(bundling.REPO_ROOT)  # same content, same hash
@@ -105,7 +107,7 @@ def test_asset_hash_tracks_sources_and_requirements(tmp_path):
     (root / "planner" / "__pycache__").mkdir()
     (root / "planner" / "__pycache__" / "x.pyc").write_bytes(b"\0")
     assert bundling.asset_hash(root) == original
-    with (root / "training" / "hyperparameters.py").open("a") as handle:
+    with (root / "platform_spec" / "hyperparameters.py").open("a") as handle:
         handle.write("\n# changed\n")
     assert bundling.asset_hash(root) != original
 

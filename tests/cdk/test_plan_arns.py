@@ -12,8 +12,8 @@ import pytest
 from aws_cdk.assertions import Template
 
 from platform_constructs.submitter.runtime import settings
-from platform_constructs.submitter.runtime.plan_arns import TRAINING_PLAN_ARN_PATTERN, foreign_reason, shared_home
 from platform_constructs.training_plans import TrainingPlans, TrainingPlansProps
+from platform_spec.training_plans import TRAINING_PLAN_ARN_PATTERN, foreign_reason, shared_home
 from stacks.config import ConfigError, load_config
 
 pytestmark = pytest.mark.xdist_group("cdk")

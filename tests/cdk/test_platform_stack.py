@@ -121,13 +121,14 @@ def test_image_copy_fails_fast_with_a_service_timeout_above_the_copy_function_ti
     assert set(copy["Properties"]) - {"ServiceToken", "SrcImage", "DestImage", "ImageArch"} == {"ServiceTimeout"}
 
 
-def test_image_build_context_holds_only_training_and_planner(default_synth):
+def test_image_build_context_holds_only_the_trainer_and_its_pure_packages(default_synth):
     assets = json.loads((default_synth.outdir / "TrainingPlatform.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
     context = default_synth.outdir / image["source"]["directory"]
-    assert sorted(p.name for p in context.iterdir()) == ["planner", "training"]
+    assert sorted(p.name for p in context.iterdir()) == ["model_families", "platform_spec", "training"]
     assert (context / "training" / "Dockerfile").is_file()
-    assert (context / "planner" / "catalogue.py").is_file()
+    assert (context / "platform_spec" / "catalogue.py").is_file()
+    assert (context / "model_families" / "gpt" / "__init__.py").is_file()
     assert not list(context.rglob("__pycache__")) and not list(context.rglob("*.pyc"))
 
 
@@ -450,7 +451,7 @@ def test_submitter_environment(default_synth):
     image = json.dumps(env[settings.ENV_TRAINER_IMAGE_URI])
     assert stack.trainer_image.image_tag in image and default_synth.logical_id(stack.trainer_image.repository) in image
     assert env[settings.ENV_DEFAULT_INSTANCE_TYPE] == "ml.p6-b200.48xlarge"
-    from planner.catalogue import TRAINABLE_INSTANCE_TYPES
+    from platform_spec.catalogue import TRAINABLE_INSTANCE_TYPES
 
     # every catalogue type the trainer image runs on but the GB200 UltraServers, which CreateTrainingJob does not accept
     ultraservers = ("ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72")

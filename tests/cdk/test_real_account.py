@@ -6,12 +6,10 @@ constructs are built and their L1 properties read.
 
 from __future__ import annotations
 
-import dataclasses
-
 import aws_cdk as cdk
 import pytest
 
-from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY, JobSubmitter
+from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY, JobSubmitter, JobSubmitterProps
 from platform_constructs.trainer_image import TrainerImage, TrainerImageProps, copy_settings_digest
 from stacks.config import CONTEXT_KEYS, ConfigError, load_config
 from stacks.platform_app import cdk_json_context, create_app
@@ -67,7 +65,7 @@ def test_misspelled_key_is_caught():
 
 def test_reserved_concurrency_reaches_the_function(app_and_stack):
     _, stack = app_and_stack
-    assert stack.submitter.props.reserved_concurrent_executions == 10
+    assert stack.config.submitter_reserved_concurrency == 10
     assert reserved_of(stack) == 10
 
 
@@ -79,7 +77,17 @@ def test_none_leaves_the_function_in_the_unreserved_pool():
 @pytest.mark.parametrize("bad", [0, -1, 901, True])
 def test_submitter_props_refuse_a_reservation_lambda_would_refuse(app_and_stack, bad):
     _, stack = app_and_stack
-    props = dataclasses.replace(stack.submitter.props, reserved_concurrent_executions=bad)
+    props = JobSubmitterProps(
+        trainer_image=stack.trainer_image,
+        execution_role=stack.execution_role.role,
+        data_bucket=stack.buckets.data,
+        checkpoint_bucket=stack.buckets.checkpoints,
+        output_bucket=stack.buckets.output,
+        plan_arns_parameter=stack.training_plans.parameter,
+        default_instance_type=stack.config.default_instance_type,
+        allowed_instance_types=stack.config.allowed_instance_types,
+        reserved_concurrent_executions=bad,
+    )
     with pytest.raises(ValueError, match=rf"JobSubmitterProps.reserved_concurrent_executions: got {bad!r}; expected an integer from 1 to 900"):
         JobSubmitter(stack, f"Refused{bad}", props)
     assert not stack.node.find_child(f"Refused{bad}").node.children  # nothing was built

@@ -75,7 +75,7 @@ def test_no_lifecycle_rule_expires_a_current_record(default_synth):
 
 
 def test_the_default_allows_no_type_training_jobs_refuse(default_synth):
-    from planner.catalogue import INSTANCE_TYPES
+    from platform_spec.catalogue import INSTANCE_TYPES
 
     config = load_config(cdk.App().node, environ={})
     assert "ml.u-p6e-gb200x72" in INSTANCE_TYPES and "ml.u-p6e-gb200x72" not in config.allowed_instance_types

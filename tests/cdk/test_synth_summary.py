@@ -45,11 +45,35 @@ def test_summary_of_an_existing_assembly(default_synth, default_summary):
     assert set(stack.outputs) == set(default_synth.template_json["Outputs"])
     description, value = stack.outputs["ExecutionRoleArn"]
     assert value == f"<{default_synth.logical_id(default_synth.stack.execution_role.role)}.Arn>"
+    image = default_synth.stack.trainer_image
+    assert stack.outputs["TrainerImageUri"][1] == (
+        f"<AWS::AccountId>.dkr.ecr.<AWS::Region>.<AWS::URLSuffix>/<{default_synth.logical_id(image.repository)}>:{image.image_tag}"
+    )
     assert summary.findings == [] and summary.lint_errors == []
     rules = {a.rule_id for a in summary.acknowledgements}
     assert "AwsSolutions-S1" in rules and "AwsSolutions-IAM5[Resource::*]" in rules
     assert all(a.reason for a in summary.acknowledgements)
     assert summary.ok
+
+
+def test_outputs_of_any_template_are_written_readably(default_synth, tmp_path):
+    """Outputs are rendered by the one renderer (platform_constructs.intrinsics) in cdk-nag's notation; what
+    it does not know (e.g. a condition's Fn::If) is written as compact JSON, never dropped or fatal."""
+    assembly = copy_assembly(default_synth, tmp_path / "assembly")
+    template_path = assembly / f"{default_synth.stack.stack_name}.template.json"
+    template = json.loads(template_path.read_text())
+    template["Outputs"] = {
+        "Sub": {"Value": {"Fn::Sub": ["${AWS::Region}/${Name}/${!Literal}", {"Name": {"Ref": "Queue1"}}]}},
+        "Picked": {"Value": {"Fn::Select": [1, {"Fn::Split": [",", {"Ref": "List1"}]}]}},
+        "Conditional": {"Value": {"Fn::If": ["IsProd", "a", {"Ref": "B"}]}, "Description": "kept"},
+    }
+    template_path.write_text(json.dumps(template))
+    (stack,) = synth_summary.summarize(assembly, synthesize=False, lint=False).stacks
+    assert stack.outputs == {
+        "Sub": ("", "<AWS::Region>/<Queue1>/${Literal}"),
+        "Picked": ("", "<select 1 of <split <List1> on ','>>"),
+        "Conditional": ("kept", '{"Fn::If":["IsProd","a",{"Ref":"B"}]}'),
+    }
 
 
 def test_render_prints_counts_outputs_and_verdict(default_summary):

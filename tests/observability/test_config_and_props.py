@@ -7,6 +7,7 @@ import pytest
 
 import re
 
+from platform_constructs.intrinsics import render
 from platform_constructs.observability import SlackChannel
 from platform_constructs.observability.notifications import (
     ALARM_NAME_SEPARATOR,
@@ -95,8 +96,8 @@ def test_a_sibling_stacks_alarms_cannot_publish_to_the_topic():
     app = cdk.App()
     topics = {name: AlarmTopic(cdk.Stack(app, name, env=env), "Alarms")
               for name in ("TrainingPlatform", "TrainingPlatform-Dev", "Training")}  # fmt: skip
-    patterns = {name: cdk.Stack.of(t).resolve(t.alarm_arn_pattern)["Fn::Join"][1] for name, t in topics.items()}
-    patterns = {name: "".join(p if isinstance(p, str) else "aws" for p in parts) for name, parts in patterns.items()}
+    patterns = {name: render(cdk.Stack.of(t).resolve(t.alarm_arn_pattern)) for name, t in topics.items()}
+    patterns = {name: pattern.replace("<AWS::Partition>", "aws") for name, pattern in patterns.items()}
     for name, topic in topics.items():
         own = f"arn:aws:cloudwatch:us-west-2:123456789012:alarm:{topic.alarm_name_prefix}SubmitterErrors"
         for other, pattern in patterns.items():

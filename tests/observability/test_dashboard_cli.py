@@ -44,5 +44,9 @@ def test_render_intrinsic():
         "arn:aws:cloudwatch:${AWS::Region}:${AWS::AccountId}:alarm:P-Errors"
     )
     assert render_intrinsic({"Fn::Join": ["", ["a-", {"Ref": "X"}]]}) == "a-${X}"
-    with pytest.raises(ValueError, match="cannot render"):
-        render_intrinsic({"Fn::If": ["c", "a", "b"]})
+    assert render_intrinsic({"Fn::Sub": ["${A}-${!B}-${Alarm1.Arn}", {"A": {"Ref": "X"}}]}, {"Alarm1": "P-Errors"}) == (
+        "${X}-${B}-arn:aws:cloudwatch:${AWS::Region}:${AWS::AccountId}:alarm:P-Errors"
+    )
+    for value in ({"Fn::If": ["c", "a", "b"]}, {"Fn::Select": [0, ["a"]]}):  # what the body holds is never guessed
+        with pytest.raises(ValueError, match="cannot render"):
+            render_intrinsic(value)

@@ -173,7 +173,7 @@ def test_throttled_describe_is_retried_by_botocore(aws, names, seeded):
     [
         ("not json", r"got 'not json'; expected a JSON list of training-plan ARNs"),
         ('{"arn": 1}', r"expected a JSON list"),
-        ('["arn:aws:s3:::bucket"]', r"\[0\]: got 'arn:aws:s3:::bucket'; expected arn:aws:sagemaker:"),
+        ('["arn:aws:s3:::bucket"]', r"\[0\]: got 'arn:aws:s3:::bucket'; expected a SageMaker training-plan ARN arn:aws\[-partition\]:sagemaker:"),
     ],
 )
 def test_a_malformed_parameter_names_the_parameter_and_value(aws, value, message):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from planner import PlanInput
 from planner.plan import evaluate
-from planner.catalogue import INSTANCES, TRAINABLE_INSTANCE_TYPES, supported_precisions
+from platform_spec.catalogue import INSTANCES, TRAINABLE_INSTANCE_TYPES, supported_precisions
 
 MODELS = ("gpt-tiny", "gpt-1b", "gpt-3b", "gpt-8b", "gpt-14b", "gpt-32b")
 

@@ -6,7 +6,9 @@ import pytest
 
 from planner import PlanInput, PlanInputError, auto_tune, estimate
 from planner.plan import evaluate
-from training.hyperparameters import GUIDE_DEFAULT_REQUEST, HyperparameterError, Hyperparameters, parse
+from platform_spec.catalogue import UnknownInstanceTypeError, UnsupportedPrecisionError
+from platform_spec.errors import FieldError
+from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, HyperparameterError, Hyperparameters, parse
 
 
 def full_input(**changes) -> PlanInput:
@@ -118,7 +120,7 @@ def test_communication_bound_multi_node_shards_less():
 def test_quantized_weights_never_recommended_while_the_trainer_refuses_them():
     """The trainer image's TransformerEngine 2.10 cannot shard quantized weights: the trainer, the submitter
     and the planner refuse quantized_model_init=true by one rule, and no recommendation leads to it."""
-    from training.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+    from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
 
     assert QUANTIZED_MODEL_INIT_REFUSAL is not None and "TransformerEngine 2.10" in QUANTIZED_MODEL_INIT_REFUSAL
     # memory pressure (was: "Store weights quantized") and out of memory (was: the fit candidates' first choice)
@@ -155,21 +157,24 @@ def test_from_hyperparameters_overrides():
 
 
 @pytest.mark.parametrize(
-    ("changes", "field"),
+    ("changes", "field", "kind"),
     [
-        ({"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"}, "precision"),
-        ({"instance_type": "ml.p4d.24xlarge"}, "instance_type"),
-        ({"model": "gpt-2t"}, "model"),
-        ({"batch_size": 0}, "batch_size"),
-        ({"activation_checkpointing": "selective"}, "activation_checkpointing"),
-        ({"precision": "bf16", "quantized_model_init": True}, "quantized_model_init"),
-        ({"instance_count": 0}, "instance_count"),
-        ({"tokens": -1}, "tokens"),
+        ({"precision": "mxfp8", "instance_type": "ml.p5.48xlarge"}, "precision", UnsupportedPrecisionError),
+        ({"instance_type": "ml.p4d.24xlarge"}, "instance_type", UnknownInstanceTypeError),
+        ({"model": "gpt-2t"}, "model", PlanInputError),
+        ({"batch_size": 0}, "batch_size", PlanInputError),
+        ({"activation_checkpointing": "selective"}, "activation_checkpointing", PlanInputError),
+        ({"precision": "bf16", "quantized_model_init": True}, "quantized_model_init", PlanInputError),
+        ({"instance_count": 0}, "instance_count", PlanInputError),
+        ({"tokens": -1}, "tokens", PlanInputError),
     ],
 )
-def test_bad_input_names_the_field(changes, field):
-    with pytest.raises(PlanInputError) as info:
+def test_bad_input_names_the_field(changes, field, kind):
+    """Every refusal is a FieldError naming the field: the planner's own (PlanInputError) and the
+    catalogue's (platform_spec.catalogue, which the planner does not own)."""
+    with pytest.raises(FieldError) as info:
         estimate(full_input(**changes))
+    assert type(info.value) is kind
     assert info.value.field == field
     assert isinstance(info.value, ValueError)
     assert info.value.expected

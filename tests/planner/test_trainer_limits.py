@@ -10,12 +10,13 @@ import aws_cdk as cdk
 import pytest
 
 from planner import PlanInput, PlanInputError, estimate
-from planner import catalogue
 from planner.plan import evaluate, evaluate_on_gpus
+from platform_spec import catalogue
+from platform_spec import hyperparameters as hpmod
+from platform_spec.errors import FieldError
 from stacks.config import ConfigError, load_config
 from stacks.platform_app import cdk_json_context
 from trainctl.submitter_runtime import load
-from training import hyperparameters as hpmod
 
 GB200 = "ml.p6e-gb200.36xlarge"
 
@@ -43,7 +44,7 @@ def test_the_planner_refuses_gb200_naming_the_field_and_the_reason() -> None:
     with pytest.raises(catalogue.UnsupportedHostArchitectureError) as refused:
         estimate(_input(instance_type=GB200, precision="mxfp8"))
     error = refused.value
-    assert isinstance(error, PlanInputError) and error.field == "instance_type" and error.value == GB200
+    assert isinstance(error, FieldError) and error.field == "instance_type" and error.value == GB200
     assert "arm64 host CPUs" in str(error) and GB200 not in error.expected
     assert error.expected == "one of " + ", ".join(catalogue.TRAINABLE_INSTANCE_TYPES)
 
@@ -77,7 +78,7 @@ def test_the_configuration_refuses_gb200_naming_the_key() -> None:
 @pytest.mark.parametrize("precision", ["fp8", "mxfp8", "nvfp4", "bf16"])
 def test_quantized_model_init_is_refused_by_one_rule(precision: str) -> None:
     """The trainer (parse), the entry point (parse), the submitter (parse) and the planner (resolve) apply
-    training.hyperparameters.validate; bf16 keeps its own, earlier reason."""
+    platform_spec.hyperparameters.validate; bf16 keeps its own, earlier reason."""
     with pytest.raises(hpmod.HyperparameterError) as trainer:
         hpmod.parse({"precision": precision, "quantized_model_init": "true"})
     with pytest.raises(PlanInputError) as planner:
@@ -209,4 +210,4 @@ def test_the_trainer_image_is_built_for_the_catalogue_architecture_only() -> Non
     with pytest.raises(ValueError) as refused:
         TrainerImage(stack, "Arm", TrainerImageProps(platform=ecr_assets.Platform.LINUX_ARM64))
     assert str(refused.value).startswith("TrainerImageProps.platform: got 'linux/arm64'; expected 'linux/amd64'")
-    assert "planner.catalogue.TRAINER_IMAGE_ARCHITECTURES" in str(refused.value)
+    assert "platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES" in str(refused.value)

@@ -12,7 +12,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from training.metric_lines import format_line
+from platform_spec.metric_lines import format_line
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, event as note_event, given, settings
 from hypothesis import strategies as st
 
-from training.hyperparameters import SPECS
+from platform_spec.hyperparameters import SPECS
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

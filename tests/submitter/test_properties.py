@@ -12,9 +12,9 @@ from botocore.validate import ParamValidator
 from hypothesis import HealthCheck, event as label, given, note, settings
 from hypothesis import strategies as st
 
-from planner import catalogue
+from platform_spec import catalogue
+from platform_spec.hyperparameters import SPECS
 from trainctl.aws_shapes import operation_model, validate_input
-from training.hyperparameters import SPECS
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

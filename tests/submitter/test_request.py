@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from training.hyperparameters import Hyperparameters
+from platform_spec.hyperparameters import Hyperparameters
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,7 +91,7 @@ def test_the_fingerprint_ignores_fields_not_sent(runtime, local_config):
 
 
 def test_hyperparameter_values_are_canonicalised_by_the_trainers_formatter(runtime, local_config):
-    from training.hyperparameters import format_value
+    from platform_spec.hyperparameters import format_value
 
     parse = runtime.request.parse_request
     base = {"inputs": {"train": "x/"}}

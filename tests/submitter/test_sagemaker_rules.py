@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from planner import catalogue
+from platform_spec import catalogue
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

@@ -9,8 +9,8 @@ import uuid
 import botocore.exceptions
 import pytest
 
-from training.hyperparameters import parse
-from training.metric_lines import METRIC_DEFINITIONS
+from platform_spec.hyperparameters import parse
+from platform_spec.metric_lines import METRIC_DEFINITIONS
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

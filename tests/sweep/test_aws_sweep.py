@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.metric_lines import format_line
+from platform_spec.metric_lines import format_line
 from trainctl import cli
 from trainctl.report import build_report, write_report
 from trainctl.sweep import CONFIG_TAG, SWEEP_TAG, SweepError, load_sweep, run_aws_sweep, wait_for_jobs

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from training.hyperparameters import HyperparameterError
+from platform_spec.hyperparameters import HyperparameterError
 from trainctl.submitter_runtime import load
 from trainctl.sweep import (
     SKIPPED,

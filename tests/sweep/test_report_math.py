@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from training.metric_lines import format_line
+from platform_spec.metric_lines import format_line
 from trainctl.report import ConfigResult, divergences, metrics_by_step, smooth, smoothing_window, summarise
 from trainctl.sweep import SweepConfig
 

@@ -24,10 +24,10 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 
 import fake_transformer_engine  # noqa: E402
 
+from model_families.gpt import ModelConfig  # noqa: E402
 from training import precision as prec  # noqa: E402
 from training.model import build_model, canonical_state_dict  # noqa: E402
 from training.parallelize import build_mesh, materialize, parallelize  # noqa: E402
-from training.presets import ModelConfig  # noqa: E402
 
 CONFIG = ModelConfig("odd", num_layers=2, hidden_size=96, num_attention_heads=3, ffn_hidden_size=200, vocab_size=301)
 """Odd sizes: 301 embedding rows and 200 FFN rows split unevenly over 2 ranks."""

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from platform_spec.hyperparameters import Hyperparameters
+from platform_spec.models import get_preset
 from training.checkpoint import (
     COMPLETE_MARKER,
     TRAINER_STATE,
@@ -24,9 +26,7 @@ from training.checkpoint import (
     step_dirs,
     verify_checkpoint,
 )
-from training.hyperparameters import Hyperparameters
 from training.model import build_model
-from training.presets import get_preset
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -556,7 +556,7 @@ def test_a_state_the_caller_cannot_restore_is_a_failure_to_load(six_steps) -> No
 def test_the_trainer_restores_scheduler_and_data_position_or_refuses_the_state(tmp_path: Path) -> None:
     from training.data import SyntheticSampler
     from training.environment import SageMakerPaths
-    from training.hyperparameters import parse
+    from platform_spec.hyperparameters import parse
     from training.train import Trainer, learning_rate
 
     hp = parse({"precision": "fp32", "max_steps": 20, "warmup_steps": 2})

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from platform_spec.hyperparameters import HyperparameterError, Hyperparameters
 from training.corpus import python_docs_corpus, python_docs_topics
 from training.data import (
     BYTE_LEVEL_EOD,
@@ -22,7 +23,6 @@ from training.data import (
     prepare_data,
     resolve_vocab_size,
 )
-from training.hyperparameters import HyperparameterError, Hyperparameters
 
 
 def test_byte_level_shards_round_trip(tmp_path: Path) -> None:

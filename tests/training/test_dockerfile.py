@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,14 +44,21 @@ def test_entrypoint_is_exec_form_and_runs_the_entry_point() -> None:
     assert (REPO / "training" / "entrypoint.py").is_file()
 
 
-def test_copy_sources_exist_relative_to_the_repo_root_context() -> None:
+IMAGE_FOLDERS = ("training", "platform_spec", "model_families")
+"""The build context's folders (the CDK asset's ``TrainerImageProps.context_paths``)."""
+
+
+def _copied_folders() -> set[str]:
     copies = [rest.split() for word, rest in _instructions() if word == "COPY"]
-    assert copies
-    sources = {src for parts in copies for src in parts[:-1] if not src.startswith("--")}
-    assert {"training/", "planner/", "training/requirements.txt"} <= sources
+    return {src for parts in copies for src in parts[:-1] if not src.startswith("--")}
+
+
+def test_copy_sources_exist_relative_to_the_repo_root_context() -> None:
+    sources = _copied_folders()
+    assert {"training/", "platform_spec/", "model_families/", "training/requirements.txt"} <= sources
     for src in sources:
         assert (REPO / src).exists(), src
-        assert src.split("/")[0] in ("training", "planner"), "the build context only holds training/ and planner/"
+        assert src.split("/")[0] in IMAGE_FOLDERS, f"the build context only holds {', '.join(IMAGE_FOLDERS)}"
 
 
 def _image_environment() -> dict[str, str]:
@@ -93,3 +102,16 @@ def test_efa_variables_follow_aws_guidance_for_the_installed_plugin() -> None:
     unneeded = {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE"}
     assert not unneeded & set(env)
     assert not [key for key in env if key.startswith("RDMAV_")]
+
+
+def test_the_image_copies_exactly_the_packages_the_trainer_imports() -> None:
+    """The trainer's own packages (what ``training.entrypoint`` and ``training.train`` import, transitively)
+    are the Dockerfile's COPY'd folders: nothing missing (the job would fail to import) and nothing more
+    (the planner, which the trainer never imports, stays out of the image)."""
+    code = "import sys, training.entrypoint, training.train\nprint(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    ours = {name for name in result.stdout.split() if (REPO / name / "__init__.py").is_file()}
+    copied = {src.rstrip("/") for src in _copied_folders() if src.endswith("/")}
+    assert ours == copied == set(IMAGE_FOLDERS)
+    assert "planner" not in ours

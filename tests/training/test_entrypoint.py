@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.hyperparameters import HyperparameterError, parse
 from training import entrypoint
-from training.capacity_block import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
 from training.environment import (
     FAILURE_REASON_LIMIT,
     GUIDE_VARIABLES,
@@ -33,7 +34,6 @@ from training.environment import (
     socket_interface_environment,
     write_failure,
 )
-from training.hyperparameters import HyperparameterError, parse
 from training.local import follow, kill_tree, prepare_base_dir, read_failure, start_local
 from training.supervision import TrainerStatus, read_status, write_status
 

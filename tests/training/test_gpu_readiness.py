@@ -35,6 +35,8 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.device_mesh import init_device_mesh
 
+from model_families.gpt import ModelConfig
+from platform_spec.hyperparameters import Hyperparameters
 from training import precision as prec
 from training.checkpoint import CheckpointManager, size_extra_state
 from training.environment import (
@@ -46,10 +48,8 @@ from training.environment import (
     expected_gpus,
     read_resource_config,
 )
-from training.hyperparameters import Hyperparameters
 from training.model import GPT, TEBlock, TransformerBlock, build_model, rope_angles
 from training.parallelize import build_mesh, materialize, parallelize
-from training.presets import ModelConfig
 
 from . import fake_transformer_engine as fake_te
 

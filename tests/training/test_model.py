@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from model_families.gpt import PRESETS, ModelConfig
 from training import model as model_mod
 from training.model import GPT, build_model, canonical_name, chunked_cross_entropy
-from training.presets import PRESETS, ModelConfig
 
 
 @pytest.mark.parametrize("config", [

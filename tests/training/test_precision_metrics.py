@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from planner import catalogue, flops
+from model_families import gpt
+from model_families.gpt import PRESETS
+from platform_spec import catalogue, models
+from platform_spec.hyperparameters import Hyperparameters
+from platform_spec.precisions import PRECISIONS
+from platform_spec.metric_lines import METRIC_DEFINITIONS, parse_line
 from training import precision
-from training.hyperparameters import Hyperparameters
-from training.metric_lines import METRIC_DEFINITIONS, parse_line
 from training.metrics import DeviceInfo, MetricsLogger, peak_memory_gb
-from training.presets import PRESETS
 from training.train import StopController, learning_rate, oom_reason
 
 
@@ -35,10 +37,55 @@ def test_precision_plans() -> None:
     for name in ("fp8", "mxfp8", "nvfp4"):
         p = precision.plan(name)
         assert p.uses_te_recipe and p.param_dtype == torch.bfloat16 and p.reduce_dtype == torch.float32
-    # the capability rule used for GPUs missing from the catalogue agrees with the catalogue's
-    for gpu in catalogue.GPUS.values():
-        for name in ("fp32", "bf16", "fp8", "mxfp8", "nvfp4"):
-            assert precision._capability_supports(gpu.compute_capability, name) == catalogue.supports_precision(gpu, name)
+    for record in PRECISIONS:  # every registry dtype is a torch dtype the plan carries
+        assert precision.plan(record.name).param_dtype == getattr(torch, record.compute_dtype)
+    assert precision.TE_PRECISIONS == ("fp8", "mxfp8", "nvfp4") and precision.BLOCK_SCALED == ("mxfp8", "nvfp4")
+    with pytest.raises(precision.PrecisionError, match=r"'precision': got 'fp64', expected one of fp32, bf16, fp16, fp8, mxfp8, nvfp4"):
+        precision.plan("fp64")
+
+
+def _cuda_device(monkeypatch: pytest.MonkeyPatch, name: str, capability: tuple[int, int]) -> torch.device:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    return torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize(
+    ("capability", "name", "runs"),
+    [
+        ((11, 0), "mxfp8", True),  # Thor: TransformerEngine runs the block-scaled formats (the old catalogue rule said no)
+        ((11, 0), "nvfp4", True),
+        ((12, 0), "mxfp8", False),  # GeForce/workstation Blackwell: TE refuses mxfp8
+        ((12, 0), "nvfp4", False),
+        ((10, 3), "nvfp4", True),
+        ((9, 0), "fp8", True),
+        ((8, 6), "fp8", False),
+        ((7, 5), "bf16", False),  # below Ampere PyTorch only emulates bfloat16
+        ((7, 5), "fp16", True),
+    ],
+)
+def test_the_trainer_applies_the_registry_hardware_rule(monkeypatch, capability, name, runs) -> None:
+    """Regression: the trainer's rule for GPUs missing from the catalogue and the catalogue's disagreed for
+    11.x; the trainer now asks the registry, by the device's own compute capability."""
+    device = _cuda_device(monkeypatch, "NVIDIA Some GPU", capability)
+    if runs:
+        precision.check_supported(name, device, te_available=True, seq_length=2048, batch_size=8)
+        return
+    with pytest.raises(precision.PrecisionError) as refused:
+        precision.check_supported(name, device, te_available=True, seq_length=2048, batch_size=8)
+    message = str(refused.value)
+    assert f"on NVIDIA Some GPU (compute capability {capability[0]}.{capability[1]}); {name} needs " in message
+    assert refused.value.field == "precision" and "fp32" in refused.value.expected
+
+
+def test_the_gemm_multiple_and_the_missing_transformer_engine_come_from_the_registry(monkeypatch) -> None:
+    device = _cuda_device(monkeypatch, "NVIDIA B200", (10, 0))
+    with pytest.raises(precision.PrecisionError, match=r"divisible by 32 for mxfp8") as odd:
+        precision.check_supported("mxfp8", device, te_available=True, seq_length=8, batch_size=3)
+    assert odd.value.field == "seq_length"
+    precision.check_supported("fp8", device, te_available=True, seq_length=8, batch_size=2)  # 16 for fp8
+    with pytest.raises(precision.PrecisionError, match=r"one of fp32, bf16, fp16 here: TransformerEngine is not installed"):
+        precision.check_supported("fp8", device, te_available=False)
 
 
 def test_dynamic_loss_scaler() -> None:
@@ -91,7 +138,7 @@ def test_oom_reason_names_the_settings_to_change() -> None:
 
 def test_metric_values_use_the_planner_flops_and_peak(tmp_path: Path) -> None:
     config = PRESETS["gpt-1b"]
-    fpt = flops.flops_per_token(config, 8192)
+    fpt = gpt.flops_per_token(config, 8192)
     peak = catalogue.dense_peak_tflops("B200", "mxfp8")
     stream = io.StringIO()
     logger = MetricsLogger(
@@ -103,8 +150,8 @@ def test_metric_values_use_the_planner_flops_and_peak(tmp_path: Path) -> None:
     logger.step_done()
     values = logger.values(step=1, loss=2.5, lr=1e-4, grad_norm=0.5)
     assert values["tokens_per_sec_per_gpu"] == pytest.approx(values["tokens_per_sec"] / 8)
-    assert values["tflops_per_gpu"] == pytest.approx(flops.model_tflops_per_second(values["tokens_per_sec_per_gpu"], fpt))
-    assert values["mfu"] == pytest.approx(flops.mfu_percent(values["tokens_per_sec_per_gpu"], fpt, peak))
+    assert values["tflops_per_gpu"] == pytest.approx(models.model_tflops_per_second(values["tokens_per_sec_per_gpu"], fpt))
+    assert values["mfu"] == pytest.approx(models.mfu_percent(values["tokens_per_sec_per_gpu"], fpt, peak))
     line = logger.log(values)
     assert stream.getvalue().strip() == line
     record = json.loads((tmp_path / "m.jsonl").read_text())

@@ -28,13 +28,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from platform_spec.models import get_preset
 from trainctl.cli import main
 from training.checkpoint import CheckpointManager, complete_steps, verify_checkpoint
 from training.environment import SageMakerPaths
 from training.local import prepare_base_dir, read_failure, read_metrics, run_local
-from training.supervision import read_status
 from training.model import build_model, load_pretrained
-from training.presets import get_preset
+from training.supervision import read_status
 
 from .conftest import REFERENCE_HP
 

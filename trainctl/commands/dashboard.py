@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from platform_constructs import intrinsics
 from trainctl.cdk_context import add_context_argument
 
 HELP = "Write the platform dashboard body as JSON, render a PNG preview of its layout, and list the alarms."
@@ -90,31 +91,25 @@ class DashboardExport(NamedTuple):
 
 
 def render_intrinsic(value: Any, names: Mapping[str, str] | None = None) -> str:
-    """A CloudFormation value as readable text (see the module docstring).
+    """A CloudFormation value as readable text (see the module docstring), by
+    :func:`platform_constructs.intrinsics.render` in ``Fn::Sub`` notation.
 
-    ``names`` maps logical IDs to readable names (e.g. alarm logical ID -> ``AlarmName``);
-    ``Fn::GetAtt [id, Arn]`` of such an alarm renders as its ARN.
+    Args:
+        value: a template value: a string, a number, ``Ref``, ``Fn::GetAtt``, ``Fn::Join`` or ``Fn::Sub``.
+        names: alarm logical ID -> ``AlarmName``; ``Fn::GetAtt [id, Arn]`` of such an
+            alarm renders as its ARN. Default: no alarm is known by name.
+
+    Raises:
+        ValueError: another intrinsic (e.g. ``Fn::If``), which the deployed value depends on.
     """
-    names = names or {}
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, dict) and len(value) == 1:
-        ((function, argument),) = value.items()
-        if function == "Ref":
-            return "${" + str(argument) + "}"
-        if function == "Fn::GetAtt":
-            logical_id, attribute = argument if isinstance(argument, list) else str(argument).split(".", 1)
-            if attribute == "Arn" and logical_id in names:
-                return f"arn:aws:cloudwatch:${{AWS::Region}}:${{AWS::AccountId}}:alarm:{names[logical_id]}"
-            return "${" + f"{logical_id}.{attribute}" + "}"
-        if function == "Fn::Join":
-            separator, parts = argument
-            return separator.join(render_intrinsic(part, names) for part in parts)
-        if function == "Fn::Sub":
-            return argument if isinstance(argument, str) else argument[0]
-    raise ValueError(f"cannot render {value!r}; expected a string, Ref, Fn::GetAtt, Fn::Join or Fn::Sub")
+    names = dict(names or {})
+
+    def alarm_arn(logical_id: str, attribute: str) -> str | None:
+        if attribute == "Arn" and logical_id in names:
+            return f"arn:aws:cloudwatch:${{AWS::Region}}:${{AWS::AccountId}}:alarm:{names[logical_id]}"
+        return None
+
+    return intrinsics.render(value, notation=intrinsics.SUB, get_att=alarm_arn, functions=intrinsics.BASIC_FUNCTIONS)
 
 
 def _alarm_names(template: Mapping[str, Any]) -> dict[str, str]:

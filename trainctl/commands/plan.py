@@ -13,8 +13,9 @@ import json
 import sys
 from typing import Any
 
-from planner.catalogue import TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
-from training.hyperparameters import (
+from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
+from platform_spec.errors import FieldError
+from platform_spec.hyperparameters import (
     ACTIVATION_CHECKPOINTING,
     GUIDE_DEFAULT_REQUEST,
     MODEL_PRESETS,
@@ -24,8 +25,6 @@ from training.hyperparameters import (
 )
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
-
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 
 _FLAGS = {
     "model": "--model",
@@ -70,12 +69,11 @@ def _positive_float(text: str) -> float:
 def _instance_type(text: str) -> str:
     """An instance type the trainer image runs on (the planner's one rule), normalised (``p5.48xlarge`` ->
     ``ml.p5.48xlarge``); otherwise the types to use and, for a known one, why not."""
-    from planner import PlanInputError
-    from planner.catalogue import get_trainable_instance
+    from platform_spec.catalogue import get_trainable_instance
 
     try:
         return get_trainable_instance(text).instance_type
-    except PlanInputError as exc:
+    except FieldError as exc:
         detail = f" ({exc.detail})" if exc.detail else ""
         raise argparse.ArgumentTypeError(f"got {text!r}, expected {exc.expected}{detail}") from None
 
@@ -127,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     h.add_argument("--instance-type", type=_instance_type, default=DEFAULT_INSTANCE_TYPE,
                    metavar="{" + ",".join(TRAINABLE_INSTANCE_TYPES) + "}",
                    help=f"an instance type the trainer image runs on ({', '.join(TRAINER_IMAGE_ARCHITECTURES)} hosts; "
-                        "planner.catalogue) (default: %(default)s)")
+                        "platform_spec.catalogue) (default: %(default)s)")
     h.add_argument("--instance-count", type=_positive_int, default=1, help="(default: %(default)s)")
     h.add_argument("--price-per-hour", type=_positive_float, default=None, help="USD per instance-hour (for cost)")
     h.add_argument("--tokens", type=_positive_float, default=None, help="training-token budget, e.g. 1e12")
@@ -267,11 +265,11 @@ def render_plan(plan: Any, console: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner import PlanInputError, estimate
+    from planner import estimate
 
     try:
         plan = estimate(plan_input_from_args(args))
-    except PlanInputError as exc:
+    except FieldError as exc:  # PlanInputError and the catalogue's refusals
         flag = _FLAGS.get(exc.field, exc.field)
         detail = f" ({exc.detail})" if exc.detail else ""
         print(f"trainctl plan: error: argument {flag}: got {exc.value!r}, expected {exc.expected}{detail}", file=sys.stderr)

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from training.hyperparameters import HyperparameterError
+    from platform_spec.hyperparameters import HyperparameterError
     from trainctl import sweep as sw
     from trainctl.submitter_client import SubmitError
 

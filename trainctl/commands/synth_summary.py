@@ -5,7 +5,8 @@ assembly with ``--no-synth``) with the default environment ``cdk synth`` would
 give it (:func:`trainctl.cdk_context.synth_environment`: the region from
 ``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile, else us-east-1), so it
 refuses what ``npx cdk synth`` refuses; then reports, per stack: resources by type,
-outputs; for the app: cdk-nag ``AwsSolutions`` findings (from CDK's
+outputs (intrinsics written ``<LogicalId>``, ``<LogicalId.Attr>`` by
+:func:`platform_constructs.intrinsics.render`, anything else as compact JSON); for the app: cdk-nag ``AwsSolutions`` findings (from CDK's
 ``validation-report.json``; acknowledged ones from the construct metadata,
 with their reasons) and cfn-lint results for every template.
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from platform_constructs import intrinsics
 from trainctl.cdk_context import CdkEnvironmentError, add_context_argument, synth_environment
 
 HELP = "Synthesize the CDK app, run cdk-nag (AwsSolutions) and cfn-lint, and summarize what would be deployed."
@@ -146,7 +148,7 @@ def summarize(
         template = json.loads(template_path.read_text())
         counts = Counter(resource["Type"] for resource in template.get("Resources", {}).values())
         outputs = {
-            name: (output.get("Description", ""), render_value(output.get("Value")))
+            name: (output.get("Description", ""), intrinsics.render(output.get("Value"), fallback=intrinsics.compact_json))
             for name, output in template.get("Outputs", {}).items()
         }
         summary.stacks.append(StackSummary(artifact_id, template_path, counts, outputs))
@@ -235,27 +237,6 @@ def _region(environment: str) -> str:
     # "aws://<account>/<region>", with "unknown-account"/"unknown-region" when agnostic
     region = environment.rsplit("/", 1)[-1] if environment else ""
     return region if region and not region.startswith("unknown") else DEFAULT_LINT_REGION
-
-
-def render_value(value: Any) -> str:
-    """Render a CloudFormation value with intrinsics shortened: ``<Logical.Attr>``, ``<Ref>``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        (function, argument), = value.items()
-        if function == "Ref":
-            return f"<{argument}>"
-        if function == "Fn::GetAtt":
-            return f"<{'.'.join(argument) if isinstance(argument, list) else argument}>"
-        if function == "Fn::Join":
-            return argument[0].join(render_value(part) for part in argument[1])
-        if function == "Fn::Select":
-            return f"<select {argument[0]} of {render_value(argument[1])}>"
-        if function == "Fn::Split":
-            return f"<split {render_value(argument[1])} on {argument[0]!r}>"
-        if function == "Fn::Sub":
-            return argument if isinstance(argument, str) else argument[0]
-    return json.dumps(value, separators=(",", ":"))
 
 
 def render(summary: SynthSummary, console: Any = None) -> None:

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from training.hyperparameters import SPECS, Hyperparameters, normalise_name
+from platform_spec.hyperparameters import SPECS, Hyperparameters, normalise_name
 
 if TYPE_CHECKING:
     from training.local import LocalRun

@@ -27,20 +27,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from aws_lambda_powertools import Logger
+from platform_spec.training_plans import PlanArn, TrainingPlanArnError
 
 from . import settings
 from .aws import client, error_code, put_metric_data
 
 logger = Logger(service=settings.PLAN_METRICS_SERVICE)
 
-_PLAN_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$")
 
 
 class PlanMetricsError(RuntimeError):
@@ -140,11 +139,10 @@ def read_plan_arns(ssm: Any, parameter_name: str) -> list[str]:
     if not isinstance(arns, list):
         raise PlanMetricsError(f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs")
     for index, arn in enumerate(arns):
-        if not isinstance(arn, str) or not _PLAN_ARN.fullmatch(arn):
-            raise PlanMetricsError(
-                f"SSM parameter {parameter_name}[{index}]: got {arn!r}; "
-                "expected arn:aws:sagemaker:<region>:<account>:training-plan/<name>"
-            )
+        try:  # the platform's one ARN rule (platform_spec.training_plans)
+            PlanArn.parse(arn)
+        except TrainingPlanArnError as exc:
+            raise PlanMetricsError(f"SSM parameter {parameter_name}[{index}]: {exc.reason}") from None
     return list(dict.fromkeys(arns))  # each plan once, order kept
 
 

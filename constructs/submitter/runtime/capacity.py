@@ -4,7 +4,7 @@ Plan ARNs come from the SSM String parameter the stack writes (a JSON list of
 ARNs), cached for :data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. An entry that is
 not a training-plan ARN (an operator's edit with a trailing newline, a bare
 name) is skipped with the reason naming it, like a plan of another region or
-account (:mod:`.plan_arns`), which is skipped with the reason naming its ARN,
+account (:mod:`platform_spec.training_plans`), which is skipped with the reason naming its ARN,
 and never described: a plan is identified by its full ARN, never by its
 name alone. Each other plan is described (``DescribeTrainingPlan`` with the
 ARN, never cached: availability changes) and judged by :func:`judge_plan`.
@@ -20,14 +20,14 @@ capacities, the status reverts to Scheduled between active periods";
 becomes Active",
 https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-details-using-api-cli-sdk.html).
 That block is judged, not the plan's outer ``StartTime`` / ``EndTime``. Its
-usable time ends :data:`training.capacity_block.CAPACITY_BLOCK_RECLAIM_S`
+usable time ends :data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S`
 (30 minutes) before its ``EndTime``, when SageMaker starts reclaiming its
 instances. A plan is **eligible** when
 
 * its status is ``Active`` or ``Scheduled``,
 * its ``TargetResources`` include ``training-job``,
 * it has a block of the request's instance type whose usable time has not ended,
-* the job's block starts within :data:`PENDING_LIMIT_S` (2 days) of now,
+* the job's block starts within :data:`platform_spec.capacity.PENDING_LIMIT_S` (2 days) of now,
 * the block's usable time from the job's start covers ``max_runtime_hours``.
 
 The **job's block** is the first usable block (by start) with ``instance_count``
@@ -35,7 +35,7 @@ instances: ``min(AvailableInstanceCount, TotalInstanceCount)`` for the block
 active now (``AvailableInstanceCount`` describes the plan now), the block's
 ``TotalInstanceCount`` for a later one. A waiting job starts as soon as a block
 has its instances ("the job waits until it becomes available", see
-:data:`PENDING_LIMIT_S`'s page), so a block with enough instances but too
+:data:`~platform_spec.capacity.PENDING_LIMIT_S`'s page), so a block with enough instances but too
 little time is not skipped for a later one: the job would start there and be
 reclaimed, and the plan is refused. The verdict's reason names the block and
 the earlier blocks the job cannot start in.
@@ -69,12 +69,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from training.capacity_block import CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S
+from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
 
 from .aws import PLAN_ARNS_MAX_AGE_S, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
-from .plan_arns import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
 from .request import SubmitRequest
 from .settings import SERVICE_NAME
 
@@ -82,22 +82,10 @@ logger = Logger(service=SERVICE_NAME, child=True)
 
 ELIGIBLE_STATUSES = ("Active", "Scheduled")
 """Plan statuses a training job may use ("The training plan must be in the Scheduled or
-Active status to be used by a training job", see :data:`PENDING_LIMIT_S`'s page)."""
+Active status to be used by a training job", see :data:`~platform_spec.capacity.PENDING_LIMIT_S`'s page)."""
 
 UNUSABLE_BLOCK_STATUSES = ("Expired", "Failed")
 
-PENDING_LIMIT_S = 2 * 24 * 3600
-"""Longest wait (seconds) for a block to start that the submitter accepts: 2 days.
-
-"If the required capacity is not immediately available for a training job, the job
-waits until it becomes available, or until the StoppingCondition is met, or the job
-has been Pending for capacity for 2 days, whichever comes first. [...] If a job has
-been pending for 2 days, it is terminated with an InsufficientCapacityError."
-(https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html).
-The API reference of ``StoppingCondition.MaxPendingTimeInSeconds`` says that time
-spent waiting for a Scheduled plan's start does not count against that newer
-setting; the submitter keeps to the 2 days all the same, so that no job it
-places can be ended for waiting."""
 
 RULE_NAMED_PLAN = "named-plan"
 RULE_STARTS_NOW_EXPIRES_FIRST = "starts-now-expires-first"
@@ -128,7 +116,7 @@ class PlanVerdict:
         eligible: usable for this request.
         reason: why (or why not), one phrase.
         end_time: ``EndTime`` (UTC) of the block the job would run in, when known.
-        usable_end: ``end_time`` less the reclaim time (:data:`training.capacity_block.CAPACITY_BLOCK_RECLAIM_S`).
+        usable_end: ``end_time`` less the reclaim time (:data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S`).
         start_time: when the job would start (UTC): now, or the start of the block it waits for.
         starts_now: the job's block is active now (the job does not wait).
     """
@@ -564,7 +552,6 @@ def _utc(value: Any) -> datetime | None:
 
 __all__ = [
     "ELIGIBLE_STATUSES",
-    "PENDING_LIMIT_S",
     "RULES",
     "CapacityChoice",
     "PlanVerdict",

@@ -13,10 +13,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+
 from . import settings
 from .errors import ConfigurationError
 
-DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 DEFAULT_CAPACITY_FALLBACK: tuple[str, ...] = ("training-plan", "spot", "on-demand")
 DEFAULT_VOLUME_SIZE_GB = 500
 """EBS volume per instance in GB when ``TRAINING_VOLUME_SIZE_GB`` is unset (SageMaker

@@ -4,7 +4,7 @@ What every job gets:
 
 * ``AlgorithmSpecification``: the trainer image, ``TrainingInputMode=FastFile``
   (channels stream from S3 behind the usual ``/opt/ml/input/data/<channel>``
-  paths), and ``MetricDefinitions`` = :data:`training.metric_lines.METRIC_DEFINITIONS`
+  paths), and ``MetricDefinitions`` = :data:`platform_spec.metric_lines.METRIC_DEFINITIONS`
   (the same regexes the trainer's log lines are written for).
 * ``ResourceConfig``: instance type and count, volume, and ``TrainingPlanArn``
   on a training plan.
@@ -17,7 +17,7 @@ What every job gets:
   aws-ofi-nccl plugin) and the entry point, so the image deployed with this
   code is their one home and a job never pins outdated values over it.
 * ``RetryStrategy``, ``HyperParameters``
-  as strings (:meth:`training.hyperparameters.Hyperparameters.to_strings`),
+  as strings (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`),
   ``Tags`` = platform tags + request tags + the submitter's bookkeeping tags.
 
 SageMaker's limits are checked by :func:`check_limits` with errors naming the
@@ -38,7 +38,7 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any
 
-from training.metric_lines import METRIC_DEFINITIONS
+from platform_spec.metric_lines import METRIC_DEFINITIONS
 
 from . import sagemaker_rules as model
 from . import settings

@@ -24,7 +24,7 @@ Rules come from their homes: SageMaker's limits (job name, channel names,
 S3 URIs, tags, counts, retry attempts, instance types) from botocore's model
 of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`, matched whole-string and by
 exact length); the trainer's hyperparameters from
-:mod:`training.hyperparameters`, so the submitter never accepts what the
+:mod:`platform_spec.hyperparameters`, so the submitter never accepts what the
 trainer or SageMaker would reject; the platform's own rules (the client token,
 the data bucket, reserved tag prefixes, the runtime ceiling) here.
 
@@ -39,8 +39,8 @@ checks rather than pydantic keep the function's cold start short.
 adding an optional field with a default to this model never changes the
 fingerprint of a stored job. Fields absent or ``null`` are left out (defaults
 are never filled in); values are canonicalised so that equal values compare
-equal (hyperparameter names through :func:`training.hyperparameters.normalise_name`
-and values through the trainer's own :func:`~training.hyperparameters.format_value`,
+equal (hyperparameter names through :func:`platform_spec.hyperparameters.normalise_name`
+and values through the trainer's own :func:`~platform_spec.hyperparameters.format_value`,
 numbers by value, input keys resolved to ``s3://`` URIs, maps sorted).
 ``dry_run``, ``client_token`` and ``job_name`` are not part of what the job is.
 A field sent with its default value counts as sent; a field (or hyperparameter)
@@ -73,12 +73,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from training import hyperparameters as hpmod
+from platform_spec import hyperparameters as hpmod
+from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN
 
 from . import sagemaker_rules as model
 from .config import SubmitterConfig
 from .errors import invalid
-from .plan_arns import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN
 from .settings import CAPACITY_TYPES
 
 CAPACITY_CHOICES: tuple[str, ...] = CAPACITY_TYPES + ("auto",)
@@ -143,7 +143,7 @@ class SubmitRequest:
     """A validated request with defaults applied.
 
     Attributes:
-        hyperparameters: the trainer's hyperparameters (:class:`training.hyperparameters.Hyperparameters`).
+        hyperparameters: the trainer's hyperparameters (:class:`platform_spec.hyperparameters.Hyperparameters`).
         instance_type: SageMaker ML instance type, e.g. ``ml.p6-b200.48xlarge``.
         instance_count: instances (nodes) for the job, >= 1.
         capacity: ``training-plan`` | ``spot`` | ``on-demand`` | ``auto``.
@@ -259,7 +259,7 @@ V1_HYPERPARAMETER_DEFAULTS: Mapping[str, str | None] = MappingProxyType({
 """The trainer's hyperparameters when fingerprint version 1 was written, with their defaults as
 SageMaker strings (``None``: left out), frozen: the names and defaults of ``Hyperparameters`` at
 the last commit of that version (``git show fb12a67:training/hyperparameters.py``). Not the
-trainer's definitions (:mod:`training.hyperparameters` is their home): a record of the past, which
+trainer's definitions (:mod:`platform_spec.hyperparameters` is their home): a record of the past, which
 must not follow them."""
 
 _V1_DEFAULTS: Mapping[str, Any] = MappingProxyType({
@@ -281,7 +281,7 @@ _FIELD_HELP: dict[str, str] = {
     "instance_count": f"instances (nodes), 1-{MAX_INSTANCE_COUNT}",
     "capacity": "training-plan (default), spot, on-demand, or auto (plan, then spot, then on-demand as configured)",
     "training_plan_arn": "a configured training plan to use (capacity training-plan or auto)",
-    "hyperparameters": "the trainer's hyperparameters (see training/hyperparameters.py); null is absent (the default)",
+    "hyperparameters": "the trainer's hyperparameters (see platform_spec/hyperparameters.py); null is absent (the default)",
     "inputs": "channel name -> s3:// URI under the data bucket, or a key prefix relative to it",
     "max_runtime_hours": f"hours before SageMaker stops the job, > 0 and <= {MAX_RUNTIME_HOURS:g}",
     "max_wait_hours": "spot only: hours to wait for spot capacity plus run, >= max_runtime_hours",
@@ -405,7 +405,7 @@ def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
 def allowed_instance_types(config: SubmitterConfig, catalogue: Any) -> tuple[str, ...]:
     """Instance types requests may use: the configured ones (default: the planner catalogue's)
     that ``CreateTrainingJob`` accepts (:func:`.sagemaker_rules.training_instance_types`) and
-    whose host CPUs the trainer image runs on (:func:`planner.catalogue.host_architecture_problem`)."""
+    whose host CPUs the trainer image runs on (:func:`platform_spec.catalogue.host_architecture_problem`)."""
     accepted = set(model.training_instance_types())
     configured = config.allowed_instance_types or tuple(sorted(catalogue.INSTANCES))
     return tuple(t for t in configured if t in accepted and catalogue.host_architecture_problem(t) is None)
@@ -415,7 +415,7 @@ def check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: A
     """Check the instance type against ``CreateTrainingJob``, the configuration and the planner's catalogue.
 
     Args:
-        catalogue: :mod:`planner.catalogue` (``get_instance``, ``supports_precision``).
+        catalogue: :mod:`platform_spec.catalogue` (``get_instance``, ``supports_precision``).
 
     Returns:
         The catalogue's instance entry.
@@ -449,7 +449,7 @@ def check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: A
     gpu_name = _gpu_name(instance)
     precision = request.hyperparameters.precision
     if gpu_name is not None and not catalogue.supports_precision(gpu_name, precision):
-        supported = [p for p in hpmod.PRECISIONS if catalogue.supports_precision(gpu_name, p)]
+        supported = catalogue.supported_precisions(gpu_name)
         raise invalid(
             "hyperparameters.precision",
             precision,

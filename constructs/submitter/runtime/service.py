@@ -69,8 +69,8 @@ from typing import Any
 
 import planner
 from aws_lambda_powertools import Logger
-from planner import catalogue
-from training import hyperparameters as hpmod
+from platform_spec import catalogue
+from platform_spec import hyperparameters as hpmod
 
 from .aws import Deadline, current_deadline, deadline_scope, error_code, error_message
 from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity

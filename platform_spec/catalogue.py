@@ -1,8 +1,11 @@
 """GPU and instance catalogue: the one source of hardware figures.
 
-The trainer (MFU denominator), the submitter (instance and precision checks)
-and the planner (memory verdicts, time at peak, communication) all read these
-tables. Pure Python, no torch.
+The trainer (MFU denominator), the submitter (instance and precision checks),
+the stack (allowed instance types, the image's platform) and the planner
+(memory verdicts, time at peak, communication) all read these tables. Which
+format a GPU runs and which of its peaks applies are the precision registry's
+(:mod:`platform_spec.precisions`); this module applies them to its GPUs. Pure
+Python, standard library only.
 
 Every figure carries its source in ``sources``:
 
@@ -32,8 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from planner.errors import PlanInputError
-from training.hyperparameters import PRECISIONS
+from platform_spec.errors import FieldError
+from platform_spec.precisions import PRECISION_NAMES, get_precision
 
 DIGEST = "seed-digest.md (building-blocks survey hardware tables)"
 DIGEST_LEAD = "seed-digest.md, marked *lead* (public spec value, to be checked)"
@@ -55,20 +58,17 @@ AWS_GB200_GRACE = (
 )
 
 
-class UnknownInstanceTypeError(PlanInputError, KeyError):
-    """An instance type that is not in :data:`INSTANCES` (a ``ValueError`` and a
-    ``KeyError``; names the types to use instead: :data:`TRAINABLE_INSTANCE_TYPES`)."""
+class UnknownInstanceTypeError(FieldError, KeyError):
+    """An instance type that is not in :data:`INSTANCES` (a :class:`FieldError` on ``instance_type``, so a
+    ``ValueError``, and a ``KeyError``; names the types to use instead: :data:`TRAINABLE_INSTANCE_TYPES`)."""
 
     def __init__(self, instance_type: str) -> None:
         super().__init__("instance_type", instance_type, "one of " + ", ".join(TRAINABLE_INSTANCE_TYPES))
 
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0])
 
-
-class UnsupportedHostArchitectureError(PlanInputError):
-    """An instance type whose host CPUs the trainer image is not built for (a ``ValueError``; names
-    the type, its architecture and the types the image runs on)."""
+class UnsupportedHostArchitectureError(FieldError):
+    """An instance type whose host CPUs the trainer image is not built for (a :class:`FieldError` on
+    ``instance_type``; names the type, its architecture and the types the image runs on)."""
 
     def __init__(self, instance_type: str, problem: str) -> None:
         super().__init__(
@@ -76,9 +76,9 @@ class UnsupportedHostArchitectureError(PlanInputError):
         )
 
 
-class UnsupportedPrecisionError(PlanInputError):
-    """A precision the GPU's tensor cores cannot run (a ``ValueError``; names the
-    GPU and the precisions it supports)."""
+class UnsupportedPrecisionError(FieldError):
+    """A precision the GPU cannot run (a :class:`FieldError` on ``precision``; names the GPU and the
+    precisions it supports; ``gpu`` holds the GPU's name)."""
 
     def __init__(self, precision: str, gpu: str, allowed: tuple[str, ...]) -> None:
         self.gpu = gpu
@@ -99,7 +99,8 @@ class GPUSpec:
         bf16_tflops: dense bf16/fp16 TFLOP/s.
         fp8_tflops: dense fp8 TFLOP/s (also mxfp8 on Blackwell); ``None`` if unsupported.
         fp4_tflops: dense fp4 TFLOP/s (nvfp4); ``None`` if unsupported.
-        compute_capability: ``(major, minor)`` as ``torch.cuda.get_device_capability`` reports.
+        compute_capability: ``(major, minor)`` as ``torch.cuda.get_device_capability`` reports;
+            which precisions it runs is :meth:`platform_spec.precisions.Precision.supported_by`.
         device_names: regular expressions matched (case-insensitive) against
             ``torch.cuda.get_device_name()``.
         sources: where each figure comes from.
@@ -120,11 +121,6 @@ class GPUSpec:
     def fp16_tflops(self) -> float:
         """Dense fp16 TFLOP/s (equal to bf16 on these GPUs)."""
         return self.bf16_tflops
-
-    @property
-    def is_blackwell(self) -> bool:
-        """Compute capability 10.x (B200, B300, GB200)."""
-        return self.compute_capability[0] == 10
 
 
 @dataclass(frozen=True)
@@ -349,6 +345,10 @@ INSTANCES: dict[str, InstanceSpec] = {
 }
 """SageMaker instance types (and GB200 UltraServers) by name."""
 
+DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
+"""The instance type of a request that names none, and the default of ``trainctl plan``, sweeps and the
+``defaultInstanceType`` context key: the guide's B200 instance (8x B200, 1440 GB HBM; digest)."""
+
 INSTANCE_TYPES: tuple[str, ...] = tuple(INSTANCES)
 """Every catalogue instance type (argparse choices); see :data:`TRAINABLE_INSTANCE_TYPES`."""
 
@@ -422,63 +422,41 @@ def get_gpu(gpu: str | GPUSpec) -> GPUSpec:
     return spec
 
 
-def _check_precision_name(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise PlanInputError("precision", precision, "one of " + ", ".join(PRECISIONS))
-
-
 def supports_precision(gpu: str | GPUSpec, precision: str) -> bool:
-    """Whether ``gpu`` runs ``precision`` on its tensor cores.
-
-    Rules (compute capability ``cc``): fp32/bf16/fp16 need ``cc >= 8.0``;
-    fp8 (TransformerEngine per-tensor scaling) needs ``cc >= 8.9`` (Ada,
-    Hopper, Blackwell); mxfp8 and nvfp4 (block-scaled formats) need
-    Blackwell data-centre parts, ``cc`` 10.x.
+    """Whether ``gpu`` runs ``precision``: the registry's one hardware rule
+    (:meth:`platform_spec.precisions.Precision.supported_by`) at the GPU's compute capability.
 
     Raises:
-        ValueError: ``precision`` is not one of ``training.hyperparameters.PRECISIONS``.
+        platform_spec.precisions.UnknownPrecisionError: (a :class:`FieldError`) not a known precision.
         KeyError: unknown GPU name.
     """
-    _check_precision_name(precision)
-    cc = get_gpu(gpu).compute_capability
-    if precision in ("fp32", "bf16", "fp16"):
-        return cc >= (8, 0)
-    if precision == "fp8":
-        return cc >= (8, 9)
-    return cc[0] == 10  # mxfp8, nvfp4
+    record = get_precision(precision)
+    return record.supported_by(get_gpu(gpu).compute_capability)
 
 
 def supported_precisions(gpu: str | GPUSpec) -> tuple[str, ...]:
-    """The precisions of ``PRECISIONS`` that ``gpu`` supports, in catalogue order."""
-    return tuple(p for p in PRECISIONS if supports_precision(gpu, p))
+    """The precisions ``gpu`` runs, in registry order."""
+    cc = get_gpu(gpu).compute_capability
+    return tuple(p for p in PRECISION_NAMES if get_precision(p).supported_by(cc))
 
 
 def dense_peak_tflops(gpu_name: str | GPUSpec, precision: str) -> float:
-    """Dense tensor-core peak TFLOP/s of one GPU at ``precision`` (the MFU denominator).
-
-    fp32 -> TF32 dense; bf16/fp16 -> bf16 dense; fp8 and mxfp8 -> fp8 dense;
-    nvfp4 -> fp4 dense.
+    """Dense tensor-core peak TFLOP/s of one GPU at ``precision`` (the MFU denominator): the
+    GPU figure the registry names (:attr:`platform_spec.precisions.Precision.dense_peak`: fp32 -> TF32
+    dense; bf16/fp16 -> bf16 dense; fp8 and mxfp8 -> fp8 dense; nvfp4 -> fp4 dense).
 
     Raises:
-        UnsupportedPrecisionError: (a ``ValueError``) the GPU cannot run ``precision``
+        UnsupportedPrecisionError: (a ``FieldError``) the GPU cannot run ``precision``
             (e.g. mxfp8 on H100), naming the GPU and its supported precisions.
-        ValueError: unknown precision.
+        platform_spec.precisions.UnknownPrecisionError: unknown precision.
         KeyError: unknown GPU name.
     """
     spec = get_gpu(gpu_name)
-    if not supports_precision(spec, precision):
+    record = get_precision(precision)
+    value = getattr(spec, record.dense_peak) if record.supported_by(spec.compute_capability) else None
+    if value is None:  # not supported, or a catalogue GPU without that figure
         raise UnsupportedPrecisionError(precision, spec.name, supported_precisions(spec))
-    value = {
-        "fp32": spec.tf32_tflops,
-        "bf16": spec.bf16_tflops,
-        "fp16": spec.bf16_tflops,
-        "fp8": spec.fp8_tflops,
-        "mxfp8": spec.fp8_tflops,
-        "nvfp4": spec.fp4_tflops,
-    }[precision]
-    if value is None:  # pragma: no cover - catalogue inconsistency
-        raise UnsupportedPrecisionError(precision, spec.name, supported_precisions(spec))
-    return value
+    return float(value)
 
 
 def gpu_for_device_name(device_name: str) -> GPUSpec | None:
@@ -499,6 +477,7 @@ def gpu_for_device_name(device_name: str) -> GPUSpec | None:
 
 
 __all__ = [
+    "DEFAULT_INSTANCE_TYPE",
     "GPUS",
     "INSTANCES",
     "INSTANCE_TYPES",

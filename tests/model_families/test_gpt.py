@@ -1,11 +1,12 @@
-"""FLOPs per token: 6N + causal attention, and MFU (one definition for trainer and planner)."""
+"""The GPT family: FLOPs per token (6N + causal attention), MFU, and its registration by name."""
 
 from __future__ import annotations
 
 import pytest
 
-from planner.flops import flops_per_token, mfu_percent, model_tflops_per_second
-from training.presets import PRESETS
+from model_families.gpt import FAMILY, PRESETS, ModelConfig, flops_per_token
+from platform_spec import models
+from platform_spec.models import mfu_percent, model_tflops_per_second
 
 GPT1B = PRESETS["gpt-1b"]
 
@@ -34,3 +35,14 @@ def test_tflops_and_mfu():
         mfu_percent(1, fpt, 0)
     with pytest.raises(ValueError):
         flops_per_token(GPT1B, 0)
+
+
+def test_the_family_is_registered_by_name_with_its_presets_and_flops():
+    assert "gpt" in models.family_names() and models.get_family("gpt") is FAMILY
+    assert models.preset_names()[: len(PRESETS)] == tuple(PRESETS)
+    assert models.get_preset("gpt-1b") is GPT1B and models.family_of("gpt-8b") is FAMILY
+    assert FAMILY.flops_per_token is flops_per_token and FAMILY.shape_type is ModelConfig
+    assert isinstance(GPT1B, models.ModelShape)  # the shape offers what the registry promises
+    # the guide's 1B shape: 24 blocks of 41.97M parameters
+    assert (GPT1B.num_layers, GPT1B.hidden_size, GPT1B.num_attention_heads, GPT1B.ffn_hidden_size) == (24, 2048, 16, 6144)
+    assert GPT1B.block_params == pytest.approx(1.007e9, rel=1e-3)

@@ -1,7 +1,8 @@
 """The trainer's hyperparameters: names, types, allowed values and defaults.
 
 This module is the single source of truth for what the trainer accepts. It is
-pure Python (no torch) so that the same definitions are used by
+pure Python (standard library and :mod:`platform_spec` only) so that the same
+definitions are used by
 
 * the container entry point (``/opt/ml/input/config/hyperparameters.json`` and
   ``SM_HP_*`` variables),
@@ -18,8 +19,13 @@ Values arrive as strings (SageMaker sends every hyperparameter as a string;
 older SageMaker SDKs JSON-quote them, e.g. ``"\\"mxfp8\\""``): :func:`parse`
 accepts both, plus native JSON types from a submitter request.
 
-Errors: :class:`HyperparameterError` names the field, the value received and
-what was expected.
+Allowed values that are facts of their own come from their homes: precisions
+and the CPU path's from :mod:`platform_spec.precisions`, fp8 scalings from the
+fp8 record's TransformerEngine recipes, model names from the registered model
+families (:mod:`platform_spec.models`).
+
+Errors: :class:`HyperparameterError` (a :class:`platform_spec.errors.FieldError`)
+names the field, the value received and what was expected.
 """
 
 from __future__ import annotations
@@ -32,17 +38,22 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
-"""Training precisions. fp8/mxfp8/nvfp4 are TransformerEngine recipes on top of
-bf16 parameters; fp8 needs compute capability >= 8.9, mxfp8 and nvfp4 need
-Blackwell (10.x)."""
+from platform_spec import models, precisions
+from platform_spec.errors import FieldError
 
-CPU_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
-"""Precisions the torch-native CPU path runs."""
+PRECISIONS: tuple[str, ...] = precisions.PRECISION_NAMES
+"""Training precisions (:data:`platform_spec.precisions.PRECISIONS`: each format's dtype, recipe and
+hardware rule). fp8/mxfp8/nvfp4 are TransformerEngine recipes on top of bf16 parameters."""
 
-FP8_SCALINGS: tuple[str, ...] = ("current", "delayed")
-"""TransformerEngine fp8 scaling for ``precision=fp8``: per-tensor current
+CPU_PRECISIONS: tuple[str, ...] = precisions.CPU_PRECISIONS
+"""Precisions the torch-native CPU path runs (the registry's ``cpu`` flag)."""
+
+FP8_SCALINGS: tuple[str, ...] = precisions.get_precision("fp8").scalings
+"""TransformerEngine fp8 scaling for ``precision=fp8`` (the fp8 record's recipes): per-tensor current
 scaling (default) or delayed scaling with an amax history."""
+
+QUANTIZED_PRECISIONS: tuple[str, ...] = precisions.names_where(lambda p: p.quantized)
+"""Precisions whose block weights could be stored quantized (``quantized_model_init``): the fp8 family."""
 
 QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
     "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "
@@ -60,32 +71,27 @@ SHARDING_STRATEGIES: tuple[str, ...] = ("full", "hybrid")
 """``full``: FSDP over all ranks. ``hybrid``: HSDP, shard within a node and
 replicate across nodes (the guide's "simplified sharding")."""
 
-MODEL_PRESETS: tuple[str, ...] = (
-    "gpt-tiny",
-    "gpt-1b",
-    "gpt-3b",
-    "gpt-8b",
-    "gpt-14b",
-    "gpt-32b",
-    "gpt-64b",
-)
-"""Named model sizes; their shapes live in :mod:`training.presets`."""
+MODEL_PRESETS: tuple[str, ...] = models.preset_names()
+"""Named model sizes of every registered model family (:func:`platform_spec.models.preset_names`);
+their shapes live in the family's folder (``model_families/<family>/``)."""
 
 
-class HyperparameterError(ValueError):
+class HyperparameterError(FieldError):
     """A hyperparameter is missing, unknown or out of range.
 
     Attributes:
         field: the hyperparameter name (snake_case), e.g. ``"batch_size"``.
         value: the value received (as received).
         expected: a human description of the allowed values.
+
+    Message: ``"hyperparameter '<field>': got <value!r>, expected <expected>"``.
     """
 
     def __init__(self, field: str, value: Any, expected: str) -> None:
-        self.field = field
-        self.value = value
-        self.expected = expected
-        super().__init__(f"hyperparameter {field!r}: got {value!r}, expected {expected}")
+        super().__init__(field, value, expected)
+
+    def format_message(self) -> str:
+        return f"hyperparameter {self.field!r}: got {self.value!r}, expected {self.expected}"
 
 
 @dataclass(frozen=True)
@@ -364,12 +370,18 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> No
         raise HyperparameterError(
             "warmup_steps", hp.warmup_steps, f"<= max_steps ({hp.max_steps})" + defaulted("warmup_steps", "max_steps")
         )
-    if hp.quantized_model_init and hp.precision not in ("fp8", "mxfp8", "nvfp4"):
+    if hp.quantized_model_init and hp.precision not in QUANTIZED_PRECISIONS:
         raise HyperparameterError(
-            "quantized_model_init", True, f"false unless precision is fp8, mxfp8 or nvfp4 (got precision={hp.precision})"
+            "quantized_model_init", True,
+            f"false unless precision is {_or(QUANTIZED_PRECISIONS)} (got precision={hp.precision})",
         )
     if hp.quantized_model_init and QUANTIZED_MODEL_INIT_REFUSAL is not None:
         raise HyperparameterError("quantized_model_init", True, QUANTIZED_MODEL_INIT_REFUSAL)
+
+
+def _or(names: tuple[str, ...]) -> str:
+    """``("a", "b", "c")`` -> ``"a, b or c"``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def normalise_name(key: str) -> str:
@@ -417,6 +429,7 @@ __all__ = [
     "MODEL_PRESETS",
     "PRECISIONS",
     "QUANTIZED_MODEL_INIT_REFUSAL",
+    "QUANTIZED_PRECISIONS",
     "SHARDING_STRATEGIES",
     "SPECS",
     "Hyperparameters",

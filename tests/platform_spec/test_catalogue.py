@@ -6,17 +6,18 @@ import dataclasses
 
 import pytest
 
-from planner import PlanInputError
-from planner.catalogue import (
+from platform_spec.catalogue import (
     GPUS,
     INSTANCES,
     UnsupportedPrecisionError,
     dense_peak_tflops,
     get_instance,
     gpu_for_device_name,
+    supported_precisions,
     supports_precision,
 )
-from training.hyperparameters import PRECISIONS
+from platform_spec.errors import FieldError
+from platform_spec.precisions import PRECISION_NAMES, UnknownPrecisionError
 
 REQUIRED_INSTANCES = {
     "ml.p5.4xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge",
@@ -81,13 +82,27 @@ def test_precision_rules(gpu, precision, ok):
 
 def test_precision_rules_follow_compute_capability():
     for gpu in GPUS.values():
-        for p in PRECISIONS:
+        for p in PRECISION_NAMES:
             cc = gpu.compute_capability
-            expected = {"fp8": cc >= (8, 9), "mxfp8": cc[0] == 10, "nvfp4": cc[0] == 10}.get(p, True)
+            expected = {"fp8": cc >= (8, 9), "mxfp8": (10, 0) <= cc < (12, 0), "nvfp4": (10, 0) <= cc < (12, 0)}.get(p, True)
             assert supports_precision(gpu, p) is expected
         # a made-up Ada-class part: fp8 yes, block-scaled formats no
     ada = dataclasses.replace(GPUS["H100"], name="L40S", compute_capability=(8, 9))
     assert supports_precision(ada, "fp8") and not supports_precision(ada, "mxfp8")
+
+
+def test_the_catalogue_applies_the_registry_rule_at_compute_capability_11_and_12():
+    """Regression: the catalogue's rule (block-scaled formats on 10.x only) and the trainer's (10.0 <= cc < 12.0)
+    disagreed for 11.x. TransformerEngine runs mxfp8/nvfp4 on 11.x (Thor) and not on 12.x; one rule now."""
+    thor = dataclasses.replace(GPUS["B200"], name="Thor", compute_capability=(11, 0))
+    assert supports_precision(thor, "mxfp8") and supports_precision(thor, "nvfp4")
+    assert supported_precisions(thor) == PRECISION_NAMES
+    workstation = dataclasses.replace(GPUS["B200"], name="RTX", compute_capability=(12, 0))
+    assert supported_precisions(workstation) == ("fp32", "bf16", "fp16", "fp8")
+    volta = dataclasses.replace(GPUS["H100"], name="V100", compute_capability=(7, 0))
+    assert supported_precisions(volta) == ("fp32", "fp16")  # bf16 from 8.0: PyTorch only emulates it below
+    with pytest.raises(UnsupportedPrecisionError, match="nvfp4 is not supported on RTX"):
+        dense_peak_tflops(workstation, "nvfp4")
 
 
 def test_dense_peak_by_precision():
@@ -102,8 +117,9 @@ def test_unsupported_precision_names_gpu_and_precision():
         dense_peak_tflops("H100", "mxfp8")
     assert isinstance(info.value, ValueError)
     assert "mxfp8" in str(info.value) and "H100" in str(info.value) and "fp8" in info.value.expected
-    with pytest.raises(PlanInputError, match="precision"):
+    with pytest.raises(UnknownPrecisionError, match="precision") as unknown:
         supports_precision("B200", "int8")
+    assert isinstance(unknown.value, FieldError) and unknown.value.expected == "one of " + ", ".join(PRECISION_NAMES)
 
 
 def test_unknown_instance_lists_allowed():

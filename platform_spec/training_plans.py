@@ -1,7 +1,8 @@
 """SageMaker training-plan ARNs: their format, and whether one belongs to a deployment.
 
-Pure Python (``re`` only), the one home of these facts: the submitter's
-runtime judges configured and requested plans with it, and the CDK side
+Pure Python (standard library only), the one home of these facts: the
+submitter's runtime judges configured and requested plans with it, the
+plan-metrics function reads the SSM parameter with it, and the CDK side
 (:mod:`platform_constructs.training_plans`, ``stacks.config``) validates
 ``trainingPlanArns`` with it at synth time.
 
@@ -20,10 +21,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from platform_spec.errors import FieldError
+
 __all__ = [
     "TRAINING_PLAN_ARN_FORMAT",
     "TRAINING_PLAN_ARN_PATTERN",
     "PlanArn",
+    "TrainingPlanArnError",
     "foreign_reason",
     "parse_training_plan_arn",
     "shared_home",
@@ -42,6 +46,22 @@ pattern in botocore's SageMaker model). No named groups, so the pattern is also 
 valid JSON Schema (ECMA-262) ``pattern``."""
 
 
+class TrainingPlanArnError(FieldError):
+    """Not a training-plan ARN (a :class:`FieldError`, so a ``ValueError``).
+
+    Its message leaves the field out, ``"got <value!r>; expected a SageMaker training-plan ARN <format>"``:
+    an ARN arrives in a list or a props attribute that the caller names (``trainingPlanArns[2]``,
+    ``TrainingPlansProps.plan_arns[1]``); :attr:`field` is the name the caller passed (default
+    ``training_plan_arn``, the request field).
+    """
+
+    def __init__(self, value: object, *, field: str = "training_plan_arn") -> None:
+        super().__init__(field, value, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
+
+    def format_message(self) -> str:
+        return self.reason
+
+
 @dataclass(frozen=True)
 class PlanArn:
     """A parsed training-plan ARN."""
@@ -53,15 +73,16 @@ class PlanArn:
     name: str
 
     @classmethod
-    def parse(cls, arn: object) -> PlanArn:
+    def parse(cls, arn: object, *, field: str = "training_plan_arn") -> PlanArn:
         """Parse ``arn``.
 
         Raises:
-            ValueError: not a training-plan ARN; the message gives the value and the format.
+            TrainingPlanArnError: (a ``ValueError``) not a training-plan ARN; the message gives the value
+                and the format, ``field`` names where it came from.
         """
         match = TRAINING_PLAN_ARN_PATTERN.fullmatch(arn) if isinstance(arn, str) else None
         if match is None:
-            raise ValueError(f"got {arn!r}; expected a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
+            raise TrainingPlanArnError(arn, field=field)
         partition, region, account, name = match.groups()
         return cls(arn=str(arn), partition=partition, region=region, account=account, name=name)
 
@@ -70,7 +91,7 @@ def parse_training_plan_arn(arn: object) -> dict[str, str]:
     """Split a training-plan ARN into ``partition``, ``region``, ``account``, ``name``.
 
     Raises:
-        ValueError: ``arn`` is not a training-plan ARN (the message gives the format).
+        TrainingPlanArnError: ``arn`` is not a training-plan ARN (the message gives the format).
     """
     parsed = PlanArn.parse(arn)
     return {"partition": parsed.partition, "region": parsed.region, "account": parsed.account, "name": parsed.name}
@@ -83,7 +104,7 @@ def foreign_reason(arn: str, *, region: str | None, account: str | None) -> str 
     The reason names the ARN, where it is and where the deployment is.
 
     Raises:
-        ValueError: ``arn`` is not a training-plan ARN.
+        TrainingPlanArnError: ``arn`` is not a training-plan ARN.
     """
     plan = PlanArn.parse(arn)
     wrong = []
@@ -106,7 +127,7 @@ def shared_home(arns: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
         naming the values and the ARNs that hold them.
 
     Raises:
-        ValueError: an entry is not a training-plan ARN.
+        TrainingPlanArnError: an entry is not a training-plan ARN.
     """
     plans = [PlanArn.parse(arn) for arn in arns]
     shared: dict[str, str] = {}

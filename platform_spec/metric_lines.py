@@ -13,7 +13,8 @@ A line looks like (one line, fields separated by single spaces)::
       tokens_per_sec_per_gpu=6404.3 tflops_per_gpu=412.31 mfu=18.32
       peak_mem_allocated_gb=22.810 peak_mem_reserved_gb=24.102
 
-Pure Python (no torch); the Lambda bundles it.
+Pure Python, standard library only: the trainer, the submitter's Lambda and
+``trainctl`` import it.
 """
 
 from __future__ import annotations

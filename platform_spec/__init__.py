@@ -1,0 +1,20 @@
+"""The platform's facts, one home each: a pure package (standard library only) that the trainer, the
+planner, the Lambda functions, the CDK app and ``trainctl`` all import.
+
+Modules:
+
+* :mod:`platform_spec.errors` -- :class:`~platform_spec.errors.FieldError`, the one field-level error type.
+* :mod:`platform_spec.precisions` -- the precision registry (dtype, TE recipe, bytes, peak, hardware rule).
+* :mod:`platform_spec.catalogue` -- GPUs and SageMaker instance types, every figure with its source;
+  the default instance type; which types the trainer image runs on.
+* :mod:`platform_spec.hyperparameters` -- the trainer's hyperparameter specs.
+* :mod:`platform_spec.metric_lines` -- the trainer's metric lines and SageMaker's regexes for them.
+* :mod:`platform_spec.capacity` -- training-plan capacity facts (reclaim window, pending limit).
+* :mod:`platform_spec.training_plans` -- the training-plan ARN rule.
+* :mod:`platform_spec.models` -- the model-family interface and registry (families live in
+  ``model_families/``).
+
+Nothing here imports torch, numpy, boto3, botocore, the CDK or any other package of this repository
+(``model_families`` is found by name at the registry's first lookup: :mod:`platform_spec.models`);
+``tests/test_layers.py`` enforces it.
+"""
