@@ -722,8 +722,8 @@ def te_api(device: str) -> dict[str, Any]:
     import transformer_engine.pytorch as te
 
     from model_families.gpt import ModelConfig
+    from model_families.gpt.te_block import TEBlock
     from training import precision as prec
-    from training.model import TEBlock
 
     problems = []
     block = TEBlock(ModelConfig("t", 1, 256, 4, 512, 256), 1, device=device, params_dtype=torch.float32)  # our kwargs
@@ -766,7 +766,9 @@ def te_block_against_torch(
     import torch
 
     from model_families.gpt import ModelConfig
-    from training.model import TEBlock, TransformerBlock, canonical_name, rope_angles
+    from model_families.gpt.te_block import TEBlock
+    from model_families.gpt.torch_block import TransformerBlock, rope_angles
+    from training.model import canonical_name
 
     torch.manual_seed(0)
     config = ModelConfig("t", 1, hidden, heads, 4 * hidden, 256)

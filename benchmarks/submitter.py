@@ -3,12 +3,12 @@
 Run: ``.venv/bin/python benchmarks/submitter.py [--repeats 15] [--requests 200] [--json OUT]``
 
 1. **Package size**: the Lambda package built exactly as the construct builds
-   it (:func:`platform_constructs.submitter.bundling.build_package`: pinned
-   pure-Python requirements for arm64 / CPython 3.13 + ``runtime/`` +
-   ``platform_spec/`` + ``model_families/`` + ``planner/``), unzipped and zipped (deflate),
+   it (``platform_constructs.submitter.bundling.SUBMITTER.build``: pinned
+   pure-Python requirements for arm64 / CPython 3.13 + the modules the handler
+   imports, under their import names), unzipped and zipped (deflate),
    with the largest top-level folders; Lambda's limits are 250 MB unzipped and
    50 MB zipped for a direct upload.
-2. **Import time** of ``runtime.handler`` (cold-start proxy) in a fresh
+2. **Import time** of the handler module (cold-start proxy) in a fresh
    interpreter with only the package and the standard library on the path
    (``python -S``), against ``import boto3`` alone under the same conditions
    (the floor any boto3 function pays). Medians of interleaved runs; ratio =
@@ -41,6 +41,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
+"""The module Lambda imports (``bundling.SUBMITTER.handlers``), as the package lays it out."""
 
 PLANS = [
     {"TrainingPlanName": "bench-active", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
@@ -65,8 +67,8 @@ def build_bundle(target: Path) -> str:
     """Build the function package into ``target``; returns how."""
     from platform_constructs.submitter import bundling
 
-    bundling.build_package(target)
-    return "platform_constructs.submitter.bundling.build_package (as the construct)"
+    bundling.SUBMITTER.build(target)
+    return "platform_constructs.submitter.bundling.SUBMITTER.build (as the construct)"
 
 
 def package_size(bundle: Path) -> dict[str, Any]:
@@ -96,7 +98,7 @@ def package_size(bundle: Path) -> dict[str, Any]:
 
 
 def import_times(bundle: Path, repeats: int) -> dict[str, Any]:
-    """Fresh-interpreter import of runtime.handler vs boto3, interleaved, package + stdlib only.
+    """Fresh-interpreter import of the handler module vs boto3, interleaved, package + stdlib only.
 
     Measured twice: without bytecode (what the construct's package gives a cold
     Lambda: pip ``--no-compile`` and a read-only file system, so every cold start
@@ -117,10 +119,10 @@ def import_times(bundle: Path, repeats: int) -> dict[str, Any]:
     results: dict[str, Any] = {"repeats": repeats}
     for label, bytecode in (("no_pyc", False), ("with_pyc", True)):
         if bytecode:  # write the caches once
-            once("runtime.handler", bytecode=True)
+            once(HANDLER_MODULE, bytecode=True)
         handler, boto3 = [], []
         for _ in range(repeats):
-            handler.append(once("runtime.handler", bytecode=bytecode))
+            handler.append(once(HANDLER_MODULE, bytecode=bytecode))
             boto3.append(once("boto3", bytecode=bytecode))
         h, b = statistics.median(handler), statistics.median(boto3)
         results[label] = {
@@ -137,9 +139,9 @@ def warm_latency(requests: int) -> dict[str, Any]:
     from platform_spec.hyperparameters import parse
 
     from trainctl.local_aws import LocalAws
-    from trainctl.submitter_runtime import load
-
-    service, aws_mod, config_mod = load("service"), load("aws"), load("config")
+    from platform_constructs.submitter.runtime import aws as aws_mod
+    from platform_constructs.submitter.runtime import config as config_mod
+    from platform_constructs.submitter.runtime import service
     import logging
 
     logging.getLogger("job-submitter").setLevel(logging.WARNING)  # keep log formatting out of the figures

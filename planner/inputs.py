@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from model_families.gpt import ModelConfig
 from planner.errors import PlanInputError
 from platform_spec import hyperparameters as hpmod
 from platform_spec import models
@@ -29,6 +28,7 @@ from platform_spec.catalogue import (
     supports_precision,
 )
 from platform_spec.hyperparameters import HyperparameterError, Hyperparameters
+from platform_spec.models import ModelFamily, ModelShape
 
 HYPERPARAMETER_FIELDS: tuple[str, ...] = (
     "model",
@@ -133,6 +133,7 @@ class ResolvedInput:
     Attributes:
         input: the plan input.
         model: the model shape (overrides applied).
+        family: the model's family (its per-block terms: :attr:`platform_spec.models.ModelFamily.terms`).
         instance: the instance spec.
         gpu: the GPU spec.
         world_size: GPUs in the job.
@@ -142,7 +143,8 @@ class ResolvedInput:
     """
 
     input: PlanInput
-    model: ModelConfig
+    model: ModelShape
+    family: ModelFamily
     instance: InstanceSpec
     gpu: GPUSpec
     world_size: int
@@ -212,12 +214,16 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
     gpu = instance.gpu_spec
     if not supports_precision(gpu, p.precision):
         raise UnsupportedPrecisionError(p.precision, f"{gpu.name}, {instance.instance_type}", supported_precisions(gpu))
-    model = models.get_preset(p.model).with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
+    family = models.family_of(p.model)
+    if family.terms is None:
+        raise PlanInputError("model", p.model, f"a model whose family declares planner terms (family {family.name!r} has none)")
+    model = family.presets[p.model].with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
     world = p.instance_count * instance.gpus_per_instance
     shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_instance)
     return ResolvedInput(
         input=p,
         model=model,
+        family=family,
         instance=instance,
         gpu=gpu,
         world_size=world,

@@ -19,11 +19,19 @@ the root with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
 fp32 sharded parameters (they are the AdamW master weights), fp32 gradients,
 AdamW moments in fp32.
 
-Notation: ``L`` blocks, hidden ``h``, FFN ``f``, heads ``n``, vocabulary ``V``,
+Notation: ``L`` blocks, hidden ``h`` (the residual stream), vocabulary ``V``,
 ``T = b*s`` tokens per GPU per micro-batch, ``D`` the FSDP shard degree (every
 GPU for ``full``, the GPUs of one instance for ``hybrid``/HSDP), ``N`` the
-parameters of the modelled network, ``N_b`` per block, ``W = 4h^2 + 2hf`` the
-matmul weights per block. ``a`` = bytes per activation element (the precision's
+parameters of the modelled network, ``N_b`` per block, ``W`` the matmul weights
+per block (the model family's ``matmul_weights_per_block``; GPT: ``4h^2 + 2hf``
+with FFN ``f``).
+
+The per-block terms come from the model's family, looked up by name
+(:attr:`platform_spec.models.ModelFamily.terms`; the GPT family's derivations
+are in ``model_families/gpt/__init__.py``): ``W``, the bytes a block saves for
+backward per token (``S``), the transient of its backward; this module adds
+the skeleton every family shares (embedding, final norm, head, loss), FSDP and
+the optimizer. ``a`` = bytes per activation element (the precision's
 compute dtype: 2; 4 for fp32), ``q`` = bytes per quantized element including its
 scales: fp8 1 (one fp32 scale per tensor), mxfp8 ``1 + 1/32`` (an E8M0 scale per
 32 values), nvfp4 ``0.5 + 1/16`` (an E4M3 scale per 16 values). Both are the
@@ -65,16 +73,14 @@ Terms (each a key of :class:`MemoryBreakdown`)
     without checkpointing, the one block being recomputed with it. This is why
     the guide says low precision uses *more* memory than bf16 by default.
 ``activations``
-    Saved for backward, per token per block (fused attention never stores the
-    ``s x s`` scores; see :func:`block_activation_terms` for each tensor):
-    LayerNorm inputs ``2ah``, the four GEMM inputs (``a`` bytes for bf16, else
-    the columnwise quantized copy the weight-gradient GEMM reads, ``q`` bytes;
-    for bf16 the output-projection input is the attention output itself), Q K V
-    ``3ah``, attention output ``ah``, the softmax log-sum-exp ``4n``, the FC1
-    output before GELU ``af``, the GELU output ``(q or a)f``, and in the
-    blocks-only benchmark two hidden-dropout masks ``2h`` (1-byte booleans; our
-    trainer uses no dropout). For ``gpt-1b`` in mxfp8 (blocks-only) this is
-    ``~26.2h`` bytes (53.6 KB) per token per block.
+    Saved for backward, ``S`` bytes per token per block (the family's
+    ``block_activation_terms``, by tensor; with the blocks-only benchmark's
+    hidden-dropout masks, our trainer has no dropout). GPT: LayerNorm inputs
+    ``2ah``, the four GEMM inputs (``a`` or their quantized columnwise copies
+    ``q``), Q K V ``3ah``, attention output ``ah``, the softmax log-sum-exp ``4n``,
+    the FC1 output ``af``, the GELU output ``(q or a)f`` (fused attention never
+    stores the ``s x s`` scores); ``~26.2h`` bytes (53.6 KB) per token per block
+    for ``gpt-1b`` in mxfp8 (blocks-only).
     Without checkpointing all ``L`` blocks' tensors are live when backward
     starts, plus the output ``ah`` (full model: also the final-norm output).
     With full activation checkpointing each block keeps only its input
@@ -89,9 +95,10 @@ Terms (each a key of :class:`MemoryBreakdown`)
     ``16 V * min(T, 2^26 / V)`` bytes, at most ~1.07 GB.
 ``transient``
     The largest short-lived allocation of the peak phase. In a block's
-    backward: the incoming gradient ``ah``, FC2's data gradient ``af`` and
-    the GELU-backward output (``2qf`` rowwise + columnwise quantized, or
-    ``af``), minus the GELU output freed by then; or, at the end of that
+    backward: the family's ``block_backward_transient_bytes_per_token`` (GPT:
+    the incoming gradient ``ah``, FC2's data gradient ``af`` and the
+    GELU-backward output, ``2qf`` rowwise + columnwise quantized or ``af``,
+    minus the GELU output freed by then); or, at the end of that
     block's backward (its recomputed activations freed), FSDP's unsharded
     gradient and its fp32 reduce-scatter copy ``(2 + 4) * N_b``. At the
     optimizer step: one parameter-sized temporary of the example's foreach
@@ -147,9 +154,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model_families.gpt import ModelConfig
 from planner.inputs import ResolvedInput
 from platform_spec.catalogue import GPUSpec
+from platform_spec.models import LOSS_CHUNK_ELEMENTS
 from platform_spec.precisions import get_precision
 
 GB = 1e9
@@ -163,17 +170,14 @@ RUNTIME_OVERHEAD_GB = 2.0
 """CUDA context, NCCL buffers, library handles outside the PyTorch allocator (estimate)."""
 SAFETY_FRACTION = 0.05
 """Share of HBM held back in the out-of-memory verdict."""
-DROPOUT_MASK_BYTES = 1.0
-"""Bytes per element of a saved dropout mask (torch bool)."""
-LOSS_CHUNK_ELEMENTS = 1 << 26
-"""Logits per loss chunk: mirrors ``training.model.LOSS_CHUNK_ELEMENTS`` (a test keeps them equal)."""
 LOSS_PEAK_BYTES_PER_LOGIT = 16.0
 """Bytes per logit live in the loss's backward: bf16 logits 2, fp32 copy 4, saved fp32
 log-softmax 4, its fp32 gradient 4, the bf16 gradient 2."""
 
 
 def loss_chunk_tokens(vocab_size: int) -> int:
-    """Tokens per chunk of the trainer's chunked cross-entropy: ``LOSS_CHUNK_ELEMENTS // V`` (at least 1)."""
+    """Tokens per chunk of the trainer's chunked cross-entropy: ``LOSS_CHUNK_ELEMENTS // V`` (at least 1;
+    :data:`platform_spec.models.LOSS_CHUNK_ELEMENTS`, the trainer's)."""
     return max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
 
@@ -207,53 +211,18 @@ def weight_copy_bytes(precision: str, gpu: GPUSpec) -> float:
     return get_precision(precision).weight_copy_bytes(gpu.compute_capability)
 
 
-def block_activation_terms(model: ModelConfig, precision: str, *, dropout: bool = False) -> dict[str, float]:
-    """Bytes saved for backward per token in one block, by tensor (see the module docstring).
-
-    Args:
-        dropout: the block applies hidden dropout (TE's default 0.1, as in the
-            guide's benchmark) and saves two boolean masks; our trainer uses none.
-
-    Returns:
-        ``{tensor: bytes per token}``; the sum is the block's saved activations.
-    """
-    h, f, n = model.hidden_size, model.ffn_hidden_size, model.num_attention_heads
-    a = activation_bytes(precision)
-    q = quantized_bytes(precision)
-    gemm_in = q if q is not None else a
-    return {
-        "ln1_input": a * h,
-        "qkv_gemm_input": gemm_in * h,
-        "q_k_v": 3 * a * h,
-        "attention_output": a * h,
-        "softmax_lse": 4.0 * n,
-        "proj_gemm_input": (q * h) if q is not None else 0.0,
-        "dropout_masks": 2 * DROPOUT_MASK_BYTES * h if dropout else 0.0,
-        "ln2_input": a * h,
-        "fc1_gemm_input": gemm_in * h,
-        "fc1_output": a * f,
-        "fc2_gemm_input": gemm_in * f,
-    }
+def _bytes(r: ResolvedInput) -> dict[str, float | None]:
+    """The family terms' byte arguments for the plan's precision: ``activation_bytes`` ``a`` and
+    ``quantized_bytes`` ``q``."""
+    return {"activation_bytes": activation_bytes(r.input.precision), "quantized_bytes": quantized_bytes(r.input.precision)}
 
 
-def block_activation_bytes_per_token(model: ModelConfig, precision: str, *, dropout: bool = False) -> float:
-    """Sum of :func:`block_activation_terms`: bytes per token saved by one block."""
-    return sum(block_activation_terms(model, precision, dropout=dropout).values())
-
-
-def block_backward_transient_bytes_per_token(model: ModelConfig, precision: str) -> float:
-    """Extra bytes per token live in a block's backward (at the GELU backward).
-
-    Incoming gradient ``ah`` + FC2 data gradient ``af`` + GELU-backward output
-    (``2qf`` quantized rowwise and columnwise, or ``af``) - the GELU output
-    (``qf`` or ``af``) already freed by FC2's weight gradient.
-    """
-    h, f = model.hidden_size, model.ffn_hidden_size
-    a = activation_bytes(precision)
-    q = quantized_bytes(precision)
-    if q is None:
-        return a * h + a * f
-    return a * h + a * f + 2 * q * f - q * f
+def block_activation_bytes_per_token(r: ResolvedInput) -> float:
+    """``S``: bytes per token one block saves for backward (the family's ``block_activation_terms``,
+    summed; with the blocks-only benchmark's dropout masks)."""
+    terms = r.family.terms
+    assert terms is not None  # resolve() refuses a family without terms
+    return sum(terms.block_activation_terms(r.model, **_bytes(r), dropout=r.input.blocks_only).values())
 
 
 @dataclass(frozen=True)
@@ -323,13 +292,15 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
     """The per-GPU memory breakdown of a resolved plan input (module docstring)."""
     p = r.input
     m = r.model
+    terms = r.family.terms
+    assert terms is not None  # resolve() refuses a family without terms
     L, h, V = m.num_layers, m.hidden_size, m.vocab_size
     D = r.shard_degree
     T = r.tokens_per_microbatch
     a = activation_bytes(p.precision)
     q = quantized_bytes(p.precision)
     qmi = p.quantized_model_init and q is not None
-    W = 4 * h * h + 2 * h * m.ffn_hidden_size
+    W = terms.matmul_weights_per_block(m)
     Nb = m.params_per_block
     blocks_only = p.blocks_only
     N = m.block_params if blocks_only else m.num_params
@@ -360,7 +331,7 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
     qcopies = wc * W * (1 if ckpt else L)
 
     # --- activations -----------------------------------------------------------
-    S = block_activation_bytes_per_token(m, p.precision, dropout=blocks_only)
+    S = block_activation_bytes_per_token(r)
     tail = a * h if blocks_only else 2 * a * h  # output (+ final-norm output feeding the head)
     if ckpt:
         saved_fwd = (L * a * h + tail) * T  # block inputs + output
@@ -368,7 +339,7 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
     else:
         saved_fwd = (L * S + tail) * T
         recomputed = 0.0
-    act_transient = block_backward_transient_bytes_per_token(m, p.precision) * T
+    act_transient = terms.block_backward_transient_bytes_per_token(m, activation_bytes=a, quantized_bytes=q) * T
     grad_reduce = 6.0 * Nb
     logits = 0.0 if blocks_only else LOSS_PEAK_BYTES_PER_LOGIT * V * min(T, loss_chunk_tokens(V))
     # gradient accumulation: FSDP skips the reduce-scatter on all but the last micro-batch and
@@ -434,8 +405,6 @@ __all__ = [
     "MemoryBreakdown",
     "activation_bytes",
     "block_activation_bytes_per_token",
-    "block_activation_terms",
-    "block_backward_transient_bytes_per_token",
     "capacity_gb",
     "estimate_memory",
     "quantized_bytes",

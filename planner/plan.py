@@ -106,7 +106,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able description of the plan.
 
-        Keys: ``input`` (the plan input's fields), ``model`` (shape and parameter
+        Keys: ``input`` (the plan input's fields), ``model`` (the shape's fields and parameter
         counts), ``hardware`` (instance, GPU, world size, shard/replicate
         degrees), ``fits`` (bool), ``memory_gb`` (per GPU, GB: ``total``, every
         term of ``planner.memory.BREAKDOWN_TERMS``, ``peak_phase``,
@@ -137,11 +137,7 @@ class Plan:
             "input": {k: getattr(self.input, k) for k in self.input.__dataclass_fields__},
             "model": {
                 "name": m.name,
-                "num_layers": m.num_layers,
-                "hidden_size": m.hidden_size,
-                "num_attention_heads": m.num_attention_heads,
-                "ffn_hidden_size": m.ffn_hidden_size,
-                "vocab_size": m.vocab_size,
+                **{f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "name"},
                 "block_params": m.block_params,
                 "num_params": m.num_params,
                 "modelled_params": m.block_params if self.input.blocks_only else m.num_params,

@@ -10,25 +10,29 @@ Compute is a sum of three rooflines divided by one achieved-efficiency factor::
             + elementwise_bytes / hbm_bandwidth     # norms, dropout, residuals, GELU, quantize/cast
             ) / EFFICIENCY
 
-* ``gemm_flops = 6 * L * (4h^2 + 2hf) * T``; ``attn_flops = 6 * L * h * s * T``
-  (causal half, :mod:`model_families.gpt`); ``head_flops = 6 * h * V * T`` (8 when
-  the chunked loss recomputes the head's forward, ``T > 2^26 / V``).
+The block terms are the model family's, looked up by name
+(:attr:`platform_spec.models.ModelFamily.terms`; the GPT family's derivations
+are in ``model_families/gpt/__init__.py``); the embedding, head and loss are the
+skeleton every family shares.
+
+* ``gemm_flops = 6 * L * W * T`` (``W``: the family's matmul weights per block,
+  GPT ``4h^2 + 2hf``); ``attn_flops``: the family's attention FLOPs per token
+  times ``T`` (GPT: ``6 * L * h * s``, the causal half); ``head_flops = 6 * h * V * T``
+  (8 when the chunked loss recomputes the head's forward, ``T > 2^26 / V``).
 * Elementwise traffic per token per block (``a`` activation bytes, ``q``
-  quantized bytes): forward ``4ah`` (two LayerNorms, read + write)
-  ``+ 2(3a + 1)h`` (two bias-dropout-residual adds with their masks; ``2(3a)h``
-  for our trainer, which has no dropout)
-  ``+ 2af`` (GELU); backward twice the forward. fp8 recipes add the casts of the
-  four GEMM inputs, rowwise + columnwise, ``(a + 2q)(3h + f)`` forward and of
-  the four output gradients ``(a + 2q)(5h + f)`` backward, plus casting every
-  weight once per micro-batch. This term is why fp8/mxfp8/nvfp4 give only a
-  modest speed-up over bf16 for small models (the guide's observation): it
-  scales with ``h`` while the matmuls scale with ``h^2``.
+  quantized bytes): the family's ``block_elementwise_bytes_per_token``, forward
+  and backward (GPT: LayerNorms, residual adds with the benchmark's dropout
+  masks, GELU, and for the quantized formats the rowwise + columnwise casts of
+  the GEMM inputs and output gradients), plus casting every weight once per
+  micro-batch. This term is why fp8/mxfp8/nvfp4 give only a modest speed-up
+  over bf16 for small models (the guide's observation): it scales with ``h``
+  while the matmuls scale with ``h^2``.
 * Full activation checkpointing adds one forward of every block (its
   matmuls, attention and elementwise forward work): ~+33% of block compute.
   The guide's 10-30% is wall-clock, where communication and fixed costs
   dilute it; :attr:`ThroughputEstimate.recompute_overhead_pct` reports ours.
 * Small micro-batches under-use the GPU: the step cannot run faster than the
-  CPU can launch its kernels, ``KERNELS_PER_BLOCK`` per block at
+  CPU can launch its kernels, the family's ``kernels_per_block`` per block at
   ``LAUNCH_S`` each (``t_compute = max(t_gpu, launch floor)``).
 
 ``EFFICIENCY`` = 0.478 is fitted (:func:`calibrate`) to the guide's two
@@ -94,8 +98,6 @@ FIRST_ITERATION_S = 6.5
 """One-off cost of the TE example's first timed iteration, seconds (fitted by :func:`calibrate`)."""
 TIMED_ITERATIONS = 5
 """``fsdp.py --num-iters`` default: iterations averaged in the example's timing."""
-KERNELS_PER_BLOCK = 60
-"""CUDA kernels (and FSDP hook work) per block per forward+backward (estimate)."""
 LAUNCH_S = 5e-6
 """CPU time to launch one kernel through PyTorch and TransformerEngine, seconds (estimate)."""
 NVLINK_EFFICIENCY = 0.75
@@ -117,18 +119,15 @@ def attention_peak_tflops(r: ResolvedInput) -> float:
 
 
 def elementwise_bytes_per_token(r: ResolvedInput) -> tuple[float, float]:
-    """HBM bytes per token per block of the non-matmul work: ``(forward, backward)`` (module docstring)."""
-    m = r.model
-    h, f = m.hidden_size, m.ffn_hidden_size
-    a = activation_bytes(r.input.precision)
-    q = quantized_bytes(r.input.precision)
-    mask = 1.0 if r.input.blocks_only else 0.0  # hidden-dropout masks: the benchmark's TE default, not our trainer
-    fwd = 4 * a * h + 2 * (3 * a + mask) * h + 2 * a * f
-    bwd = 2 * fwd
-    if q is not None:
-        fwd += (a + 2 * q) * (3 * h + f)
-        bwd += (a + 2 * q) * (5 * h + f)
-    return fwd, bwd
+    """HBM bytes per token per block of the non-matmul work: ``(forward, backward)``, the family's
+    ``block_elementwise_bytes_per_token`` (hidden-dropout masks in the blocks-only benchmark, TE's
+    default, not in our trainer)."""
+    terms = r.family.terms
+    assert terms is not None  # resolve() refuses a family without terms
+    return terms.block_elementwise_bytes_per_token(
+        r.model, activation_bytes=activation_bytes(r.input.precision),
+        quantized_bytes=quantized_bytes(r.input.precision), dropout=r.input.blocks_only,
+    )
 
 
 @dataclass(frozen=True)
@@ -162,10 +161,13 @@ class ComputeTime:
 def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> ComputeTime:
     """GPU compute time of one micro-batch on one GPU (see the module docstring)."""
     p, m = r.input, r.model
-    L, h, f, V = m.num_layers, m.hidden_size, m.ffn_hidden_size, m.vocab_size
+    terms = r.family.terms
+    assert terms is not None  # resolve() refuses a family without terms
+    L, h, V = m.num_layers, m.hidden_size, m.vocab_size
     s = p.seq_length
     T = r.tokens_per_microbatch
-    W = 4 * h * h + 2 * h * f
+    W = terms.matmul_weights_per_block(m)
+    attn_per_token = terms.attention_flops_per_token(m, s)  # forward + backward, every block
     peak = dense_peak_tflops(r.gpu, p.precision) * 1e12
     peak_bf16 = dense_peak_tflops(r.gpu, get_precision(p.precision).high_precision) * 1e12  # LM head's format
     peak_attn = attention_peak_tflops(r) * 1e12
@@ -173,7 +175,7 @@ def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> Compute
     a = activation_bytes(p.precision)
 
     gemm = 6.0 * L * W * T / peak
-    attn = 6.0 * L * h * s * T / peak_attn
+    attn = attn_per_token * T / peak_attn
     fwd_b, bwd_b = elementwise_bytes_per_token(r)
     elem_bytes = L * (fwd_b + bwd_b) * T
     wc = weight_copy_bytes(p.precision, r.gpu)
@@ -187,8 +189,8 @@ def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> Compute
 
     recompute = 0.0
     if r.checkpointing:
-        recompute = (2.0 * L * W * T / peak + 2.0 * L * h * s * T / peak_attn + L * fwd_b * T / bw) / efficiency
-    kernels = KERNELS_PER_BLOCK * L * (4 / 3 if r.checkpointing else 1.0)
+        recompute = (2.0 * L * W * T / peak + attn_per_token / 3.0 * T / peak_attn + L * fwd_b * T / bw) / efficiency
+    kernels = terms.kernels_per_block * L * (4 / 3 if r.checkpointing else 1.0)
     return ComputeTime(
         gemm=gemm / efficiency,
         attention=attn / efficiency,

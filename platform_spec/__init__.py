@@ -8,9 +8,12 @@ Modules:
 * :mod:`platform_spec.catalogue` -- GPUs and SageMaker instance types, every figure with its source;
   the default instance type; which types the trainer image runs on.
 * :mod:`platform_spec.hyperparameters` -- the trainer's hyperparameter specs.
-* :mod:`platform_spec.metric_lines` -- the trainer's metric lines and SageMaker's regexes for them.
+* :mod:`platform_spec.metric_lines` -- the trainer's metric lines and SageMaker's regexes for them, and its
+  ``[run]`` records (how a run began and ended, on which device).
 * :mod:`platform_spec.capacity` -- training-plan capacity facts (reclaim window, pending limit).
 * :mod:`platform_spec.training_plans` -- the training-plan ARN rule.
+* :mod:`platform_spec.request_fields` -- the job submitter's request fields, one row each (parsing,
+  the JSON Schema and the README's request table derive from them).
 * :mod:`platform_spec.models` -- the model-family interface and registry (families live in
   ``model_families/``).
 

@@ -111,10 +111,16 @@ class TERecipe:
             ``transformer_engine.common.recipe.Format`` is given as that member's
             name under the key ``fp8_format`` (e.g. ``"HYBRID"``: E4M3 forward,
             E5M2 backward).
+        amax_reduction: the recipe reduces its amax history over a process group
+            (``DelayedScaling``'s ``reduce_amax``, on by default in TE: "the amax
+            value for FP8 tensors is reduced across the fp8_group specified in the
+            autocast call"), so the trainer passes its data-parallel group to
+            ``te.autocast`` as ``amax_reduction_group`` and every rank's scales agree.
     """
 
     class_name: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    amax_reduction: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +181,13 @@ class Precision:
     def uses_te(self) -> bool:
         """Whether the format is a TransformerEngine recipe (needs TE and a GPU)."""
         return bool(self.te_recipes)
+
+    @property
+    def matmul_tf32(self) -> bool:
+        """Whether the format's fp32 matmuls run on TF32 tensor cores (the trainer sets
+        ``torch.backends.cuda.matmul.allow_tf32`` and cuDNN's): its dense peak, the MFU denominator, is
+        TF32's, so the trainer runs what it is measured against."""
+        return self.dense_peak == "tf32_tflops"
 
     @property
     def quantized(self) -> bool:
@@ -273,6 +286,7 @@ PRECISIONS: tuple[Precision, ...] = (
             delayed=TERecipe(
                 "DelayedScaling",
                 MappingProxyType({"fp8_format": "HYBRID", "amax_history_len": 1024, "amax_compute_algo": "max"}),
+                amax_reduction=True,
             ),
         ),
         quantized_bytes=1.0,

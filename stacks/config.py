@@ -68,9 +68,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 from constructs import Node
 
-from platform_constructs.observability import MAX_IDLE_CAPACITY_HOURS, SlackChannel
+from platform_constructs.observability.construct import MAX_IDLE_CAPACITY_HOURS, SlackChannel
 from platform_constructs.observability.notifications import EMAIL_PATTERN, HTTPS_URL_PATTERN
-from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
+from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
 from platform_constructs.submitter.runtime import settings
 from platform_constructs.training_plans import TRAINING_PLAN_ARN_FORMAT, parse_training_plan_arn
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
@@ -127,10 +127,11 @@ def _catalogue_instance_types() -> tuple[str, ...]:
 
 def _trainable_instance_types() -> tuple[str, ...]:
     """The default of ``allowedInstanceTypes``: :func:`_catalogue_instance_types` whose host CPUs the
-    trainer image runs on (:data:`platform_spec.catalogue.TRAINABLE_INSTANCE_TYPES`; not the arm64 GB200 hosts)."""
-    from platform_spec.catalogue import TRAINABLE_INSTANCE_TYPES
+    trainer image runs on (the runtime's :func:`~platform_constructs.submitter.runtime.config.default_allowed_instance_types`,
+    which the emulator uses too; not the arm64 GB200 hosts)."""
+    from platform_constructs.submitter.runtime.config import default_allowed_instance_types
 
-    return tuple(t for t in _catalogue_instance_types() if t in TRAINABLE_INSTANCE_TYPES)
+    return default_allowed_instance_types()
 
 
 CONTEXT_KEYS: dict[str, Any] = {

@@ -3,7 +3,7 @@
 Constructs take each other's resources through interfaces (``iam.IRole``,
 ``s3.IBucket``, ``ecr.IRepository``, ``ssm.IStringParameter``, the trainer
 image's :class:`~platform_constructs.trainer_image.ITrainerImage` and the
-submitter's :class:`~platform_constructs.submitter.ISubmitterMetrics`), never
+submitter's :class:`~platform_constructs.submitter.construct.ISubmitterMetrics`), never
 each other's classes or props; this stack is where they meet.
 """
 
@@ -18,8 +18,8 @@ from constructs import Construct
 
 from platform_constructs.buckets import TrainingBuckets, TrainingBucketsProps
 from platform_constructs.execution_role import InputLocation, TrainingExecutionRole, TrainingExecutionRoleProps
-from platform_constructs.observability import PlatformObservability, PlatformObservabilityProps
-from platform_constructs.submitter import JobSubmitter, JobSubmitterProps
+from platform_constructs.observability.construct import PlatformObservability, PlatformObservabilityProps
+from platform_constructs.submitter.construct import JobSubmitter, JobSubmitterProps
 from platform_constructs.trainer_image import TrainerImage, TrainerImageProps
 from platform_constructs.training_plans import TrainingPlans, TrainingPlansProps
 

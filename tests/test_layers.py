@@ -29,11 +29,22 @@ def _lint(cwd: Path, config: Path, pythonpath: str | None = None) -> subprocess.
 
 def test_the_contracts_cover_the_floor_plan() -> None:
     """The layers arch13.md item 8 names, each as a contract (a renamed or dropped one fails here)."""
-    assert set(CONTRACTS) == {"pure-spec", "pure-families", "planner-training", "lambda-runtimes", "trainctl-commands"}
+    assert set(CONTRACTS) == {"pure-spec", "pure-families", "pure-planner", "planner-training", "lambda-runtimes",
+                              "runtime-parents", "trainctl-commands"}
     assert {"torch", "numpy", "boto3", "botocore", "aws_cdk", "planner", "training"} <= set(CONTRACTS["pure-spec"]["forbidden_modules"])
     assert CONTRACTS["planner-training"]["type"] == "independence"
     assert {"aws_cdk", "constructs", "jsii", "torch"} <= set(CONTRACTS["lambda-runtimes"]["forbidden_modules"])
+    # importing a runtime runs its parent packages: they import nothing (the constructs are construct.py)
+    assert {"aws_cdk", "constructs", "jsii", "platform_constructs.submitter.construct"} <= set(CONTRACTS["runtime-parents"]["forbidden_modules"])
+    assert CONTRACTS["runtime-parents"]["as_packages"] is False
     assert "torch" in CONTRACTS["pure-families"]["forbidden_modules"]
+    # only a family's block modules may import torch (and TE); the planner none of them
+    assert all(i.split(" -> ")[0] in ("model_families.*.torch_block", "model_families.*.te_block")
+               for i in CONTRACTS["pure-families"]["ignore_imports"])
+    assert {"torch", "model_families.*.torch_block", "model_families.*.te_block"} <= set(CONTRACTS["pure-planner"]["forbidden_modules"])
+    # no library of trainctl is exempt, the demo included: it calls libraries, as every command does
+    assert CONTRACTS["trainctl-commands"]["source_modules"] == ["trainctl.*"]
+    assert not CONTRACTS["trainctl-commands"].get("ignore_imports")
 
 
 def test_the_tree_keeps_every_contract() -> None:
@@ -48,8 +59,10 @@ VIOLATIONS = {
     "training/metrics.py": "def _planned():\n    from planner import estimate\n    return estimate\n",
     "platform_spec/errors.py": "def _heavy():\n    import numpy\n    return numpy\n",
     "model_families/gpt/__init__.py": "def _block():\n    import torch\n    return torch\n",
+    "planner/memory.py": "def _blocks():\n    from model_families.gpt import torch_block\n    return torch_block\n",
     "platform_constructs/submitter/runtime/settings.py": "def _cdk():\n    import aws_cdk\n    return aws_cdk\n",
-    "trainctl/report.py": "def _command():\n    from trainctl.commands import plan\n    return plan\n",
+    "platform_constructs/observability/__init__.py": "from .construct import PlatformObservability\n",
+    "trainctl/reports/markdown.py": "def _command():\n    from trainctl.commands import plan\n    return plan\n",
 }
 
 
@@ -74,8 +87,10 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
         "training.metrics -> planner",
         "platform_spec.errors -> numpy",
         "model_families.gpt -> torch",
+        "planner.memory -> model_families.gpt.torch_block",
         "platform_constructs.submitter.runtime.settings -> aws_cdk",
-        "trainctl.report -> trainctl.commands",
+        "platform_constructs.observability -> platform_constructs.observability.construct",
+        "trainctl.reports.markdown -> trainctl.commands",
     ):
         assert expected in out, expected
 

@@ -56,7 +56,7 @@ class DemoError(RuntimeError):
 
 
 def step_infrastructure() -> None:
-    from trainctl.commands.synth_summary import render, summarize
+    from trainctl.synth_summary import render, summarize
 
     summary = summarize(str(DEMO_DIR / "cdk.out"))
     render(summary)
@@ -69,7 +69,7 @@ def step_infrastructure() -> None:
 
 def step_plan() -> None:
     import planner
-    from trainctl.commands.plan import guide_default_input, render_plan
+    from trainctl.plans import guide_default_input, render_plan
 
     render_plan(planner.estimate(guide_default_input()), console)
 
@@ -247,8 +247,11 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
     run = run_local(base_dir, DEMO_HYPERPARAMETERS, data_dir=data_dir, nproc=2, echo=echo)
     if run.returncode != 0:
         raise DemoError(f"the restart on a damaged checkpoint failed: {read_failure(base_dir)}")
-    if f"skipping checkpoint step-{newest}" not in run.output:
-        raise DemoError(f"the damaged step-{newest} was not skipped")
+    # what the trainer did, from its status record (training.supervision), not from its log lines
+    if run.status is None or newest not in run.status.skipped:
+        raise DemoError(f"the damaged step-{newest} was not skipped (status record: {run.status})")
+    if run.status.resumed_from is None or run.status.resumed_from >= newest:
+        raise DemoError(f"the restart did not resume from a checkpoint before step-{newest} (status record: {run.status})")
     if not verify_checkpoint(checkpoints / f"step-{newest}", newest).ok:
         raise DemoError(f"step-{newest} was not written again whole")
     console.print(f"Skipped, resumed from the checkpoint before it, step-{newest} written again whole. "
@@ -264,7 +267,7 @@ DEMO_PLAN_ARNS = [
 
 
 def step_observe() -> None:
-    from trainctl.commands.dashboard import export_dashboard, print_alarms
+    from trainctl.dashboard.export import export_dashboard, print_alarms
 
     exported = export_dashboard(
         DEMO_DIR / "dashboard" / "platform-dashboard.json",
@@ -287,8 +290,8 @@ DEMO_SWEEP_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [4, 16]}
 def step_sweep() -> None:
     from rich.markdown import Markdown
 
-    from trainctl.report import write_report
-    from trainctl.sweep import run_local_sweep
+    from trainctl.reports.writer import write_report
+    from trainctl.sweeps.runner import run_local_sweep
 
     sweeps = DEMO_DIR / "sweeps"
     shutil.rmtree(sweeps, ignore_errors=True)

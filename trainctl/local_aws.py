@@ -1,6 +1,10 @@
 """``trainctl local-aws``: an AWS *emulator* for tests and demos (moto + training plans).
 
-It is not AWS. It runs moto's server on ``127.0.0.1`` with the extensions in
+It is not AWS, and it is a development tool: moto is the project's optional
+extra ``local`` (``pip install .[local]``, which ``make test`` and ``make
+demo`` install), imported only when the emulator starts; without it,
+:class:`LocalAws` and ``trainctl local-aws`` fail with one line saying so
+(:class:`EmulatorUnavailable`). It runs moto's server on ``127.0.0.1`` with the extensions in
 :mod:`trainctl.local_aws_sagemaker` (training-plan operations checked against
 botocore's service model; training jobs described as they were sent, with a
 lifecycle tests drive), and creates what the deployed stack would:
@@ -13,8 +17,9 @@ lifecycle tests drive), and creates what the deployed stack would:
   :meth:`~trainctl.local_aws_sagemaker.SageMakerExtension.seed_plans`).
 
 ``--env-file FILE`` receives ``export`` lines (endpoint, region, dummy
-credentials, and every ``settings.ENV_*`` of the submitter) under which
-``trainctl submit --local`` runs against the emulator.
+credentials, and the function's environment, :func:`function_environment`:
+what the construct sets on the deployed function, from the same function)
+under which ``trainctl submit --local`` runs against the emulator.
 
 Emulator-only admin endpoints under ``/_local-aws/`` (JSON):
 
@@ -71,7 +76,7 @@ import urllib.request
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +94,7 @@ DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 
 @dataclass(frozen=True)
 class StackResources:
-    """Names of what the emulator creates in place of the deployed stack."""
+    """Names of what the emulator creates in place of the deployed stack, and the tags its jobs get."""
 
     data_bucket: str = "training-platform-data-local"
     checkpoint_bucket: str = "training-platform-checkpoints-local"
@@ -97,7 +102,9 @@ class StackResources:
     plan_arns_parameter: str = "/training-platform/local/training-plan-arns"
     execution_role_name: str = "training-platform-sagemaker-execution"
     trainer_repository: str = "training-platform/trainer"
-    platform_tags: str = '{"platform": "training-platform", "environment": "local"}'
+    platform_tags: Mapping[str, str] = field(
+        default_factory=lambda: {"platform": "training-platform", "environment": "local"}
+    )
 
     def execution_role_arn(self) -> str:
         return f"arn:aws:iam::{ACCOUNT_ID}:role/{self.execution_role_name}"
@@ -106,49 +113,46 @@ class StackResources:
         return f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{self.trainer_repository}:local"
 
 
+def function_environment(region: str, resources: StackResources) -> dict[str, str]:
+    """The submitter function's environment in the emulator.
+
+    What the deployed function gets, from the same function the construct calls
+    (:func:`platform_constructs.submitter.runtime.settings.function_environment`), with the
+    emulator's resources, its account, and the stack's defaults: the default instance type
+    (:data:`platform_spec.catalogue.DEFAULT_INSTANCE_TYPE`), the allowed instance types
+    (:func:`platform_constructs.submitter.runtime.config.default_allowed_instance_types`) and the
+    capacity order (:data:`~platform_constructs.submitter.runtime.config.DEFAULT_CAPACITY_FALLBACK`).
+    """
+    from platform_constructs.submitter.runtime import config, settings
+
+    return settings.function_environment(
+        trainer_image_uri=resources.trainer_image_uri(region),
+        execution_role_arn=resources.execution_role_arn(),
+        data_bucket=resources.data_bucket,
+        checkpoint_bucket=resources.checkpoint_bucket,
+        output_bucket=resources.output_bucket,
+        plan_arns_parameter=resources.plan_arns_parameter,
+        account_id=ACCOUNT_ID,
+        default_instance_type=DEFAULT_INSTANCE_TYPE,
+        allowed_instance_types=config.default_allowed_instance_types(),
+        capacity_fallback=config.DEFAULT_CAPACITY_FALLBACK,
+        platform_tags=resources.platform_tags,
+    )
+
+
 def submitter_environment(endpoint: str, region: str, resources: StackResources) -> dict[str, str]:
     """Environment for the submitter (and any boto3 code) against the emulator.
 
-    Holds ``AWS_ENDPOINT_URL``, the region, dummy credentials and every
-    ``ENV_*`` variable of the submitter's settings.
+    ``AWS_ENDPOINT_URL``, the region (``AWS_REGION``, which Lambda sets, and
+    ``AWS_DEFAULT_REGION``), dummy credentials, then :func:`function_environment`.
     """
-    from trainctl.submitter_runtime import load
-
-    settings = load("settings")
-
     return {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_DEFAULT_REGION": region,
         "AWS_REGION": region,
         **DUMMY_CREDENTIALS,
-        settings.ENV_TRAINER_IMAGE_URI: resources.trainer_image_uri(region),
-        settings.ENV_EXECUTION_ROLE_ARN: resources.execution_role_arn(),
-        settings.ENV_DATA_BUCKET: resources.data_bucket,
-        settings.ENV_CHECKPOINT_BUCKET: resources.checkpoint_bucket,
-        settings.ENV_OUTPUT_BUCKET: resources.output_bucket,
-        settings.ENV_TRAINING_PLAN_ARNS_PARAMETER: resources.plan_arns_parameter,
-        settings.ENV_DEFAULT_INSTANCE_TYPE: DEFAULT_INSTANCE_TYPE,
-        settings.ENV_ALLOWED_INSTANCE_TYPES: _allowed_instance_types(),
-        settings.ENV_CAPACITY_FALLBACK: ",".join(settings.CAPACITY_TYPES),
-        settings.ENV_ALLOWED_INPUT_PREFIXES: "",
-        settings.ENV_PLATFORM_TAGS: resources.platform_tags,
-        settings.ENV_VOLUME_SIZE_GB: "500",
-        settings.ENV_CLIENT_TOKEN_RECORDS: f"s3://{resources.output_bucket}/{settings.CLIENT_TOKEN_RECORDS_PREFIX}",
-        settings.ENV_ACCOUNT_ID: ACCOUNT_ID,
+        **function_environment(region, resources),
     }
-
-
-def _allowed_instance_types() -> str:
-    """Every instance type the trainer image runs on (:data:`platform_spec.catalogue.TRAINABLE_INSTANCE_TYPES`:
-    not the arm64 GB200 hosts) that SageMaker training accepts: what the stack allows by default."""
-    from trainctl.submitter_runtime import load
-
-    enum = set(load("sagemaker_rules").training_instance_types())
-    try:
-        from platform_spec import catalogue
-    except ImportError:
-        return ""
-    return ",".join(sorted(t for t in catalogue.TRAINABLE_INSTANCE_TYPES if t in enum))
 
 
 def write_env_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> None:
@@ -174,6 +178,36 @@ def write_env_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> None
 
 class ListenError(OSError):
     """The emulator cannot listen on the address it was given (port in use, not an address of this machine)."""
+
+
+MOTO_MISSING = (
+    "the AWS emulator needs moto, which is not installed: it is a development tool, "
+    "installed with the project's extra `local` (pip install .[local]; make test and make demo do it)"
+)
+
+
+class EmulatorUnavailable(ImportError):
+    """moto (the project's optional extra ``local``) cannot be imported, so the emulator cannot run.
+
+    An ``ImportError`` (a missing optional dependency) whose message is one line naming
+    ``pip install .[local]``.
+    """
+
+
+def require_moto() -> None:
+    """Check that moto can be found, without importing it (that takes half a second).
+
+    Raises:
+        EmulatorUnavailable: moto is not installed (the extra ``local`` is missing).
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("moto") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise EmulatorUnavailable(MOTO_MISSING)
 
 
 # --- the WSGI layer: admin endpoints, fault injection, call log ----------------------------------
@@ -503,6 +537,7 @@ def serve(
     ``training_plan_arns``), and a human summary on stderr.
 
     Raises:
+        EmulatorUnavailable: moto (the extra ``local``) is not installed.
         ListenError: it cannot listen on ``host:port`` (in use, not an address of this machine).
         OSError: ``env_file`` cannot be written.
     """
@@ -510,11 +545,15 @@ def serve(
     import signal
     import socket
 
+    require_moto()
     os.environ.update(DUMMY_CREDENTIALS)  # moto maps these to its default account
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server, select_address_family
+    try:  # moto and its server's dependencies are the extra `local`, imported only here
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server, select_address_family
 
-    from trainctl.local_aws_sagemaker import install
+        from trainctl.local_aws_sagemaker import install
+    except ImportError as exc:
+        raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
 
     install()
     if quiet:
@@ -584,11 +623,13 @@ class LocalAws:
     Attributes (after start):
         endpoint: ``http://127.0.0.1:PORT``.
         env: the submitter's environment (see :func:`submitter_environment`).
-        resources: bucket / parameter / role names.
+        resources: bucket / parameter / role names and the platform tags (:class:`StackResources` as a dict).
         training_plan_arns: ARNs of the seeded plans.
         log_path: the child's stderr (request log, errors).
 
     Raises:
+        EmulatorUnavailable: moto (the extra ``local``) is not installed (raised by ``start``,
+            before any process is started).
         RuntimeError: the emulator did not start (with the tail of its log).
     """
 
@@ -611,7 +652,7 @@ class LocalAws:
         self.process: subprocess.Popen[str] | None = None
         self.endpoint = ""
         self.env: dict[str, str] = {}
-        self.resources: dict[str, str] = {}
+        self.resources: dict[str, Any] = {}
         self.training_plan_arns: list[str] = []
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.log_path: Path | None = None
@@ -624,6 +665,7 @@ class LocalAws:
         self.stop()
 
     def start(self) -> None:
+        require_moto()  # before starting anything
         self._tmp = tempfile.TemporaryDirectory(prefix="local-aws-")
         tmp = Path(self._tmp.name)
         args = ["--host", self.host, "--port", str(self.port), "--region", self.region, "--quiet"]

@@ -32,7 +32,9 @@ process only) so that
 * ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping``.
 
 This is an emulator for tests and demos, not SageMaker: there is no
-scheduling, no container, no billing.
+scheduling, no container, no billing. It needs moto (the project's extra
+``local``); without it, importing this module raises
+:class:`trainctl.local_aws.EmulatorUnavailable` naming ``pip install .[local]``.
 """
 
 from __future__ import annotations
@@ -46,13 +48,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from moto.core.exceptions import ServiceException
-from moto.core.responses import ActionResult, EmptyResult
-from moto.sagemaker.exceptions import ResourceInUseException, ResourceNotFound, ValidationError
-from moto.sagemaker.models import sagemaker_backends
-from moto.sagemaker.responses import SageMakerResponse
-
 from trainctl.aws_shapes import operation_model, validate_input, validate_output, validate_shape
+from trainctl.local_aws import MOTO_MISSING, EmulatorUnavailable
+
+try:  # moto is the extra `local`: this module is imported only once the emulator starts
+    from moto.core.exceptions import ServiceException
+    from moto.core.responses import ActionResult, EmptyResult
+    from moto.sagemaker.exceptions import ResourceInUseException, ResourceNotFound, ValidationError
+    from moto.sagemaker.models import sagemaker_backends
+    from moto.sagemaker.responses import SageMakerResponse
+except ImportError as exc:
+    raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 ACTIVE_STATUSES = ("InProgress", "Stopping")

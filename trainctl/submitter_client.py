@@ -407,15 +407,13 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
     """
     import botocore.exceptions
 
-    from trainctl.submitter_runtime import load
+    from platform_constructs.submitter.runtime import aws, config, errors, handler, settings
 
     endpoint = require_local_endpoint(env)
-    handler, aws, settings = load("handler"), load("aws"), load("settings")
     deadline = aws.Deadline(settings.FUNCTION_TIMEOUT_S if timeout_s is None else timeout_s)
     key = tuple(sorted(env.items()))
     try:
         if key not in _LOCAL_CACHE:
-            config = load("config")
             submitter_config = config.SubmitterConfig.from_environ(env)  # the clearer error first: a missing setting
             try:
                 _LOCAL_CACHE[key] = (aws.Clients.create(environ=env), submitter_config)
@@ -460,7 +458,7 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
     except SubmitError:
         raise
     except Exception as exc:
-        if type(exc).__name__ == "ConfigurationError":  # the runtime's: a broken setting (callers name the fix)
+        if isinstance(exc, errors.ConfigurationError):  # a broken setting (callers name the fix)
             raise
         # What the deployed function reports as a function error (errorType: errorMessage), in one line.
         message = " ".join(str(exc).split())

@@ -159,9 +159,6 @@ _STEP_RE = re.compile(r"step-(0|[1-9][0-9]*)", re.ASCII)
 """The only folder name this trainer writes (:meth:`CheckpointManager.step_dir`): ASCII digits, no leading zeros."""
 MOVED_ASIDE = ".moved-aside-"
 """Infix of the new name of a link or file that was in the way of a save (``step-6.moved-aside-20261130T165500Z``)."""
-
-MODEL_SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size")
-""":class:`model_families.gpt.ModelConfig` fields that define the model's tensors."""
 DATA_STREAM_HYPERPARAMETERS = ("seq_length", "seed", "synthetic_data")
 """Hyperparameters that decide which tokens sample number ``g`` is (with the data fingerprint)."""
 REFUSED_HYPERPARAMETERS = ("quantized_model_init",)
@@ -170,6 +167,13 @@ _COMPARED_ELSEWHERE = (
     "model", "num_layers", "vocab_size", "batch_size", "gradient_accumulation_steps", "allow_data_change",
     *DATA_STREAM_HYPERPARAMETERS, *REFUSED_HYPERPARAMETERS,
 )
+
+
+def model_shape_fields(*models: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields that define the model's tensors in run records' ``model`` (a model family's shape
+    dataclass as a dict, :class:`platform_spec.models.ModelShape`): every field but ``name``, in order,
+    over all of ``models`` (a field one record lacks differs)."""
+    return tuple(dict.fromkeys(k for model in models for k in model if k != "name"))
 
 
 class CheckpointError(RuntimeError):
@@ -389,8 +393,8 @@ def _record_problems(
     if model is not None:
         if not isinstance(model, dict):
             bad("model", "an object (the model's configuration)")
-        elif any(name in model and not _is_int(model[name]) for name in MODEL_SHAPE_FIELDS):
-            bad("model", f"integers for {', '.join(MODEL_SHAPE_FIELDS)}")
+        elif any(not _is_int(model[name]) for name in model_shape_fields(model)):
+            bad("model", "integers for every field but 'name' (the model family's shape)")
     hp = record.get("hyperparameters")
     if hp is not None and not (isinstance(hp, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hp.items())):
         bad("hyperparameters", "an object of strings (Hyperparameters.to_strings())")
@@ -592,7 +596,8 @@ def run_record(
     """What defines a run, as saved in ``trainer_state.json["run"]``.
 
     Args:
-        model_config: :class:`model_families.gpt.ModelConfig` as a dict (the resolved shape).
+        model_config: the model family's shape (:class:`platform_spec.models.ModelShape`) as a dict
+            (the resolved shape; every field but ``name`` is an integer).
         backend: ``"te"`` or ``"torch"`` (their parameter names differ).
         world_size: processes of the job.
         samples_per_step: sequences per optimizer step, all ranks (the global batch).
@@ -696,7 +701,7 @@ def compare_runs(trainer_state: Mapping[str, Any], current: Mapping[str, Any], *
     # Model shape and vocabulary: refuse.
     saved_model, model = saved.get("model"), current["model"]
     if isinstance(saved_model, dict):
-        for name in MODEL_SHAPE_FIELDS:
+        for name in model_shape_fields(model, saved_model):
             if saved_model.get(name) != model.get(name):
                 out.refusals.append(f"model {name}: {saved_model.get(name)} in the checkpoint, {model.get(name)} in this run")
                 out.model_refused = True

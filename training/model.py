@@ -1,50 +1,49 @@
-"""The decoder-only transformer, written for one device.
+"""The causal language model, written for one device, around a model family's blocks.
 
 Parallelism (activation checkpointing, FSDP2) is applied afterwards in
 :mod:`training.parallelize`; precision recipes in :mod:`training.precision`.
 
-Two implementations of the same block, with the same parameters (count,
-shapes, math), chosen by :func:`build_model`:
+This module is family-independent: the skeleton every family shares
+(:class:`CausalLM`) is a token embedding ``tok_embeddings``, the family's
+blocks ``layers.<i>``, the family's final norm ``norm``, an untied output head
+``output`` (no bias) and the loss. The family (:mod:`platform_spec.models`,
+found from the shape's type) supplies the blocks of each backend, what every
+block receives besides the hidden state (e.g. rotary angles), the names,
+initialisation and export facts of its parameters:
 
-* ``backend="te"`` (CUDA with TransformerEngine installed): each block is a
-  ``transformer_engine.pytorch.TransformerLayer`` (fused LayerNorm+QKV,
-  fused attention, LayerNorm+MLP), so fp8 / mxfp8 / nvfp4 recipes apply.
-* ``backend="torch"`` (CPU, or CUDA without TransformerEngine): the
-  torch-native equivalent below. TransformerEngine is never imported here.
+* ``backend="te"`` (CUDA with TransformerEngine installed): the family's
+  TransformerEngine blocks (``model_families/<family>/te_block.py``), so
+  fp8 / mxfp8 / nvfp4 recipes apply.
+* ``backend="torch"`` (CPU, or CUDA without TransformerEngine): the family's
+  torch-native blocks (``torch_block.py``). TransformerEngine is never imported
+  then.
 
-Block (pre-LayerNorm, ``te.TransformerLayer``'s structure)::
-
-    x = x + proj(causal_attention(rope(qkv(LayerNorm(x)))))
-    x = x + fc2(gelu_tanh(fc1(LayerNorm(x))))
-
-QKV has a bias and is laid out ``[q; k; v]`` (TE ``qkv_weight_interleaved=False``),
-GELU is the tanh approximation (TE's ``gelu``), LayerNorm eps 1e-5, no
-dropout. Positions: rotary embeddings (RoPE, base 10000, rotate-half layout,
-TE's default), which add no parameters. Around the blocks: a token embedding,
-a final LayerNorm and an untied output head (no bias); those three are torch
-modules on both backends, so the head runs in bf16 outside the FP8 region
-(its quantisation error would go straight into the loss).
-
-Parameter count = :attr:`model_families.gpt.ModelConfig.num_params`
-(``L * (4h^2 + 2hf + 9h + f) + 2Vh + 2h``).
+Both backends of a family have the same parameters (count, shapes, math); the
+embedding, final norm and head are torch modules on both, so the head runs in
+bf16 outside the FP8 region (its quantisation error would go straight into the
+loss). Parameter count = the shape's ``num_params``.
 
 The loss is computed inside ``forward`` (so FSDP's root hooks cover the head)
 in chunks of tokens whose logits are recomputed in backward: at most
-``LOSS_CHUNK_ELEMENTS`` fp32 logits are alive at once instead of
-``batch * seq * vocab``.
+:data:`platform_spec.models.LOSS_CHUNK_ELEMENTS` fp32 logits are alive at once
+instead of ``batch * seq * vocab`` (the planner counts the same chunk).
 
-Canonical parameter names (the torch-native names) are what the final
-safetensors export uses; :func:`canonical_name` maps TE names to them.
+Canonical parameter names (the torch-native block's) are what the final
+safetensors export uses and what initialisation is keyed on;
+:func:`canonical_name` maps another backend's names to them with the family's
+:attr:`~platform_spec.models.ModelFamily.parameter_names`.
 
-Rotary angles reach every block in fp32: ``GPT.forward`` computes them in
-fp32 and passes them to each block as an argument, and
-:mod:`training.parallelize` tells FSDP2 not to cast the blocks' forward
-inputs (its ``MixedPrecisionPolicy`` would otherwise round them to bf16: at
-position 8191 bf16's spacing is 32, so an angle could move by up to 16
-radians). The hidden state needs no cast: it comes out of the token
-embedding, whose weight FSDP2 already all-gathers in the compute dtype.
+The blocks' second input (the family's ``block_input``, e.g. rotary angles)
+reaches every block as the family computed it (fp32 for the GPT family's
+angles): ``CausalLM.forward`` computes it once per sequence length and passes
+it to each block as an argument, and :mod:`training.parallelize` tells FSDP2
+not to cast the blocks' forward inputs (its ``MixedPrecisionPolicy`` would
+otherwise round them to bf16: at position 8191 bf16's spacing is 32, so an
+angle could move by up to 16 radians). The hidden state needs no cast: it comes
+out of the token embedding, whose weight FSDP2 already all-gathers in the
+compute dtype.
 
-Initial weights (:meth:`GPT.init_weights`) are a function of the seed and
+Initial weights (:meth:`CausalLM.init_weights`) are a function of the seed and
 each parameter's canonical name only: every parameter is drawn whole from its
 own generator (seeded from ``(seed, canonical name)``) and each rank keeps its
 shard of it. So a model sharded over any number of ranks starts equal to the
@@ -54,13 +53,12 @@ backends start from the same values.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
-from collections.abc import Callable, Mapping
-from functools import partial
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,89 +67,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from model_families.gpt import ModelConfig
+from platform_spec.models import (
+    LOSS_CHUNK_ELEMENTS,
+    ModelFamily,
+    ModelShape,
+    family_names,
+    family_of_shape,
+    get_family,
+)
 
-ROPE_BASE = 10000.0
-LAYERNORM_EPS = 1e-5
-INIT_STD = 0.02
-LOSS_CHUNK_ELEMENTS = 1 << 26
-"""fp32 logits alive at once in the loss (64 Mi elements = 256 MiB)."""
-
-
-# ---------------------------------------------------------------------------
-# Rotary position embedding
-
-
-def rope_angles(seq_length: int, head_dim: int, device: torch.device | str) -> torch.Tensor:
-    """Rotary angles ``[seq_length, head_dim]`` (fp32): ``cat(freqs, freqs)``, ``freqs = pos * base^(-2i/d)``."""
-    inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    positions = torch.arange(seq_length, device=device, dtype=torch.float32)
-    freqs = torch.outer(positions, inv_freq)
-    return torch.cat([freqs, freqs], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[batch, heads, seq, head_dim]`` by the angles (rotate-half layout), in fp32."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
-    return (xf * cos + rotated * sin).type_as(x)
-
-
-# ---------------------------------------------------------------------------
-# Torch-native block
-
-
-class Attention(nn.Module):
-    """Causal multi-head self-attention: fused QKV (with bias) + SDPA + output projection."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.head_dim
-        h = config.hidden_size
-        self.qkv = nn.Linear(h, 3 * h, bias=True)
-        self.proj = nn.Linear(h, h, bias=True)
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        b, s, h = x.shape
-        q, k, v = self.qkv(x).split(h, dim=-1)
-        q, k, v = (t.view(b, s, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        cos, sin = rope
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(out.transpose(1, 2).reshape(b, s, h))
-
-
-class FeedForward(nn.Module):
-    """``fc2(gelu_tanh(fc1(x)))`` with biases."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=True)
-        self.fc2 = nn.Linear(config.ffn_hidden_size, config.hidden_size, bias=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
-
-
-class TransformerBlock(nn.Module):
-    """Pre-LayerNorm decoder block (torch-native)."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=LAYERNORM_EPS)
-        self.attention = Attention(config)
-        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=LAYERNORM_EPS)
-        self.feed_forward = FeedForward(config)
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), rope)
-        return x + self.feed_forward(self.ffn_norm(x))
-
-
-# ---------------------------------------------------------------------------
-# TransformerEngine block (imported lazily; only on CUDA)
+BACKENDS: tuple[str, ...] = ("torch", "te")
+"""The block implementations the trainer knows: torch-native, TransformerEngine (a family offers one or both)."""
 
 
 def transformer_engine_available() -> bool:
@@ -163,121 +89,128 @@ def transformer_engine_available() -> bool:
     return True
 
 
-class TEBlock(nn.Module):
-    """One ``te.TransformerLayer`` configured to match :class:`TransformerBlock`.
+# ---------------------------------------------------------------------------
+# Canonical parameter names
 
-    ``params_dtype`` is fp32: FSDP2 keeps fp32 master shards and all-gathers
-    bf16 copies (MixedPrecisionPolicy), so TE sees bf16 weights and inputs.
-    """
-
-    def __init__(self, config: ModelConfig, layer_number: int, *, device: str | torch.device, params_dtype: torch.dtype) -> None:
-        super().__init__()
-        import transformer_engine.pytorch as te
-
-        std_out = INIT_STD / math.sqrt(2.0 * config.num_layers)
-        self.layer = te.TransformerLayer(
-            config.hidden_size,
-            config.ffn_hidden_size,
-            config.num_attention_heads,
-            layernorm_epsilon=LAYERNORM_EPS,
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
-            init_method=partial(nn.init.normal_, mean=0.0, std=INIT_STD),
-            output_layer_init_method=partial(nn.init.normal_, mean=0.0, std=std_out),
-            layer_number=layer_number,
-            self_attn_mask_type="causal",
-            params_dtype=params_dtype,
-            fuse_qkv_params=True,
-            qkv_weight_interleaved=False,
-            bias=True,
-            activation="gelu",
-            normalization="LayerNorm",
-            attn_input_format="bshd",
-            device=device,
-        )
-
-    def forward(self, x: torch.Tensor, rope_angles_sb11d: torch.Tensor) -> torch.Tensor:
-        """``x`` ``[batch, seq, hidden]`` (compute dtype); ``rope_angles_sb11d`` ``[seq, 1, 1, head_dim]`` fp32 radians."""
-        return self.layer(x, rotary_pos_emb=rope_angles_sb11d)
-
-
-# TE parameter names (fuse_qkv_params=True, LayerNorm, bias) -> canonical names.
-_TE_TO_CANONICAL: tuple[tuple[str, str], ...] = (
-    ("layer.self_attention.layernorm_qkv.layer_norm_weight", "attention_norm.weight"),
-    ("layer.self_attention.layernorm_qkv.layer_norm_bias", "attention_norm.bias"),
-    ("layer.self_attention.layernorm_qkv.weight", "attention.qkv.weight"),
-    ("layer.self_attention.layernorm_qkv.bias", "attention.qkv.bias"),
-    ("layer.self_attention.proj.weight", "attention.proj.weight"),
-    ("layer.self_attention.proj.bias", "attention.proj.bias"),
-    ("layer.layernorm_mlp.layer_norm_weight", "ffn_norm.weight"),
-    ("layer.layernorm_mlp.layer_norm_bias", "ffn_norm.bias"),
-    ("layer.layernorm_mlp.fc1_weight", "feed_forward.fc1.weight"),
-    ("layer.layernorm_mlp.fc1_bias", "feed_forward.fc1.bias"),
-    ("layer.layernorm_mlp.fc2_weight", "feed_forward.fc2.weight"),
-    ("layer.layernorm_mlp.fc2_bias", "feed_forward.fc2.bias"),
-)
 _WRAPPER_PARTS = re.compile(r"(_checkpoint_wrapped_module|_fsdp_wrapped_module|_orig_mod)\.")
+_BLOCK_PARAMETER = re.compile(r"(layers\.\d+\.)(.*)$")
+EXTRA_STATE = "_extra_state"
 
 
-def canonical_name(name: str) -> str | None:
-    """The torch-native name of a parameter of either backend; None for TE's ``_extra_state``.
+def _block_canonical(rest: str, family: ModelFamily, *, named_only: bool) -> str | None:
+    """The canonical name of a block parameter ``rest`` (its name inside the block) of ``family``, or
+    None when no backend of the family names a parameter so. A family without
+    :attr:`~platform_spec.models.ModelFamily.parameter_names` (its only names are the canonical ones)
+    takes every name, unless ``named_only`` (a search over families: only names a family lists count)."""
+    mappings = list(family.parameter_names.values())
+    if not mappings:
+        return None if named_only else rest
+    for mapping in mappings:
+        if rest in mapping:
+            return mapping[rest]
+    if any(rest in mapping.values() for mapping in mappings):
+        return rest
+    return None
+
+
+def canonical_name(name: str, family: ModelFamily | None = None) -> str | None:
+    """The canonical name of a parameter of either backend; None for TransformerEngine's ``_extra_state``.
+
+    Activation-checkpoint, FSDP and ``torch.compile`` wrapper parts are dropped; skeleton names
+    (``tok_embeddings``, ``norm``, ``output``) are canonical already; a block's parameter is mapped
+    through the family's :attr:`~platform_spec.models.ModelFamily.parameter_names`.
+
+    Args:
+        family: the model's family; default: the registered family whose parameter names list the name
+            (a family without ``parameter_names`` must be given).
 
     Raises:
-        KeyError: a TE parameter this mapping does not know (TE renamed something).
+        KeyError: a block parameter the family's names do not know (TE renamed something, or a block
+            gained a parameter its other backend lacks), or one several families map differently.
     """
     name = _WRAPPER_PARTS.sub("", name)
-    if name.endswith("_extra_state"):
+    if name.endswith(EXTRA_STATE):
         return None
-    match = re.match(r"(layers\.\d+\.)(layer\..*)$", name)
+    match = _BLOCK_PARAMETER.match(name)
     if not match:
         return name
     prefix, rest = match.groups()
-    for te_name, canonical in _TE_TO_CANONICAL:
-        if rest == te_name:
-            return prefix + canonical
-    raise KeyError(f"unknown TransformerEngine parameter {name!r}; update training.model._TE_TO_CANONICAL")
+    families = [family] if family is not None else [get_family(n) for n in family_names()]
+    found = {c for c in (_block_canonical(rest, f, named_only=family is None) for f in families) if c is not None}
+    if len(found) == 1:
+        return prefix + found.pop()
+    where = f"model family {family.name!r}" if family is not None else "the registered model families"
+    if not found:
+        raise KeyError(f"unknown block parameter {name!r} in {where}; update its parameter_names (model_families/)")
+    raise KeyError(f"block parameter {name!r} is named differently by {where}: {sorted(found)}; pass the family")
+
+
+def canonical_state_dict(state_dict: Mapping[str, torch.Tensor], family: ModelFamily | None = None) -> dict[str, torch.Tensor]:
+    """Rename a full state dict of either backend to canonical names (drops TE ``_extra_state``)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        canonical = canonical_name(name, family)
+        if canonical is None or not isinstance(tensor, torch.Tensor):
+            continue
+        out[canonical] = tensor
+    return out
 
 
 # ---------------------------------------------------------------------------
 # The model
 
 
-class GPT(nn.Module):
-    """Decoder-only language model.
+class CausalLM(nn.Module):
+    """Decoder-only language model: embedding, the family's blocks, final norm, LM head, loss.
 
     ``forward(tokens [batch, seq] int64, targets [batch, seq] int64 | None)``
     returns the mean cross-entropy (fp32 scalar, nats/token) when ``targets``
-    is given, else logits ``[batch, seq, vocab]``.
+    is given, else logits ``[batch, seq, vocab]`` (fp32).
+
+    Args:
+        config: a shape of a registered model family (its ``ModelShape``); the family is found from its type.
+        backend: one of the family's :attr:`~platform_spec.models.ModelFamily.blocks` (``"torch"``, ``"te"``).
+        device: where the parameters are created (``"meta"``: no memory; see :func:`build_model`).
+            Parameters are not initialised here: call :meth:`init_weights`.
+
+    Raises:
+        platform_spec.models.UnknownModelError: ``config`` is no registered family's shape.
+        platform_spec.errors.FieldError: the family has no ``backend`` blocks.
     """
 
-    def __init__(self, config: ModelConfig, block_factory: Callable[[int], nn.Module], backend: str) -> None:
+    def __init__(self, config: ModelShape, *, backend: str = "torch", device: str | torch.device = "cpu") -> None:
         super().__init__()
+        family = family_of_shape(config)
+        blocks = family.block_module(backend)
         self.config = config
         self.backend = backend
-        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([block_factory(i) for i in range(config.num_layers)])
-        self.norm = nn.LayerNorm(config.hidden_size, eps=LAYERNORM_EPS)
-        self.output = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self._rope_cache: dict[tuple[int, str], Any] = {}
+        self.family_name = family.name
+        with torch.device(device):
+            self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.layers = nn.ModuleList([blocks.build_block(config, i + 1, device=device) for i in range(config.num_layers)])
+            self.norm = family.block_module("torch").build_final_norm(config)
+            self.output = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._block_inputs: dict[tuple[int, str], Any] = {}
 
-    def _rope(self, seq_length: int, device: torch.device) -> Any:
-        """The blocks' rotary input, fp32: TE ``[s, 1, 1, d]`` angles, or torch ``(cos, sin)`` ``[s, d]``."""
+    @property
+    def family(self) -> ModelFamily:
+        """The model's family (looked up by name: the record is not part of the module's state)."""
+        return get_family(self.family_name)
+
+    def _block_input(self, seq_length: int, device: torch.device) -> Any:
+        """What every block receives besides the hidden state (the family's ``block_input``), cached per length."""
         key = (seq_length, str(device))
-        cached = self._rope_cache.get(key)
+        cached = self._block_inputs.get(key)
         if cached is None:
-            angles = rope_angles(seq_length, self.config.head_dim, device)
-            if self.backend == "te":
-                cached = angles.view(seq_length, 1, 1, -1)  # TE's [s, 1, 1, d] angle layout
-            else:
-                cached = (angles.cos(), angles.sin())
-            self._rope_cache[key] = cached
+            cached = self.family.block_module(self.backend).block_input(self.config, seq_length, device)
+            self._block_inputs[key] = cached
         return cached
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         h = self.tok_embeddings(tokens)
-        rope = self._rope(tokens.shape[1], tokens.device)
+        block_input = self._block_input(tokens.shape[1], tokens.device)
         for block in self.layers:
-            h = block(h, rope)
+            h = block(h, block_input)
         h = self.norm(h)
         if targets is None:
             return self.output(h).float()
@@ -287,26 +220,25 @@ class GPT(nn.Module):
     def init_weights(self, seed: int | None = None) -> None:
         """Initialise every parameter (also after ``to_empty`` from the meta device, and after sharding).
 
-        Linear weights N(0, 0.02), residual output projections (attention
-        ``proj``, ``fc2``) N(0, 0.02 / sqrt(2 L)) (GPT-2), biases 0, LayerNorm
-        1/0, embedding and head N(0, 0.02), on both backends (TE blocks by
-        canonical name). Each parameter is drawn whole, in fp32, from a
-        generator on its device seeded by :func:`parameter_seed` ``(seed,
-        canonical name)``, then cast to its dtype; a sharded parameter
-        (DTensor, FSDP2/HSDP) keeps this rank's shard of that full tensor. The
-        values therefore do not depend on the number of ranks, the sharding or
-        the order of initialisation. Transient memory: one full parameter.
+        The family's :attr:`~platform_spec.models.ModelFamily.init_rule` says, by canonical name,
+        ones, zeros or a normal draw's standard deviation (the GPT family: weights N(0, 0.02),
+        residual output projections N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm 1/0), on both
+        backends. Each parameter is drawn whole, in fp32, from a generator on its device seeded by
+        :func:`parameter_seed` ``(seed, canonical name)``, then cast to its dtype; a sharded parameter
+        (DTensor, FSDP2/HSDP) keeps this rank's shard of that full tensor. The values therefore do not
+        depend on the number of ranks, the sharding or the order of initialisation. Transient memory:
+        one full parameter.
 
         Args:
-            seed: the run's seed. Default: ``torch.initial_seed()`` (what
-                ``torch.manual_seed`` set).
+            seed: the run's seed. Default: ``torch.initial_seed()`` (what ``torch.manual_seed`` set).
         """
         base = torch.initial_seed() if seed is None else int(seed)
-        std_out = INIT_STD / math.sqrt(2.0 * self.config.num_layers)
+        family = self.family
+        assert family.init_rule is not None, f"model family {family.name!r} declares no init_rule"
         for name, param in self.named_parameters():
-            canonical = canonical_name(name)
+            canonical = canonical_name(name, family)
             assert canonical is not None  # _extra_state is not a parameter
-            _fill_parameter(param, _init_rule(canonical, std_out), parameter_seed(base, canonical))
+            _fill_parameter(param, family.init_rule(canonical, self.config), parameter_seed(base, canonical))
 
     def num_parameters(self) -> int:
         """Parameters (DTensor-aware: counts the full, unsharded sizes)."""
@@ -320,31 +252,21 @@ def parameter_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-_ONES = "ones"
-_ZEROS = "zeros"
-
-
-def _init_rule(canonical: str, std_out: float) -> str | float:
-    """``"ones"``, ``"zeros"`` or the standard deviation of the normal init of a canonical parameter name."""
-    leaf = canonical.rsplit(".", 2)
-    module, kind = (leaf[-2] if len(leaf) > 1 else ""), leaf[-1]
-    if module in ("norm", "attention_norm", "ffn_norm"):
-        return _ONES if kind == "weight" else _ZEROS
-    if kind == "bias":
-        return _ZEROS
-    if module in ("proj", "fc2"):
-        return std_out
-    return INIT_STD  # tok_embeddings, output, qkv, fc1
-
-
 def _fill_parameter(param: torch.Tensor, rule: str | float, seed: int) -> None:
-    """Write the full-tensor init ``rule`` into ``param`` (its local shard when it is a DTensor)."""
-    if rule == _ONES:
+    """Write the full-tensor init ``rule`` (``"ones"``, ``"zeros"`` or a std) into ``param`` (its local
+    shard when it is a DTensor).
+
+    Raises:
+        ValueError: a rule that is neither ``"ones"``, ``"zeros"`` nor a number.
+    """
+    if rule == "ones":
         param.fill_(1.0)
         return
-    if rule == _ZEROS:
+    if rule == "zeros":
         param.zero_()
         return
+    if isinstance(rule, bool) or not isinstance(rule, (int, float)):
+        raise ValueError(f"init rule {rule!r}: expected 'ones', 'zeros' or a standard deviation")
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     device = param.device
@@ -386,31 +308,23 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     return total / n
 
 
-def build_model(
-    config: ModelConfig,
-    *,
-    backend: str = "torch",
-    device: str | torch.device = "cpu",
-) -> GPT:
-    """Build the model on ``device`` (``"meta"`` for deferred init; see :meth:`GPT.init_weights`).
+def build_model(config: ModelShape, *, backend: str = "torch", device: str | torch.device = "cpu") -> CausalLM:
+    """Build the model of ``config``'s family on ``device`` (``"meta"`` for deferred init; see
+    :meth:`CausalLM.init_weights`, called here on any other device).
 
     Args:
         backend: ``"torch"`` (native) or ``"te"`` (TransformerEngine blocks, CUDA/meta only;
             fp32 ``params_dtype``: FSDP2 keeps fp32 master shards).
 
     Raises:
-        ValueError: unknown backend, or ``te`` on a CPU device.
+        ValueError: a backend the trainer or the model's family does not have, or ``te`` on a CPU device.
     """
-    if backend == "torch":
-        factory: Callable[[int], nn.Module] = lambda i: TransformerBlock(config)  # noqa: E731
-    elif backend == "te":
-        if torch.device(device).type == "cpu":
-            raise ValueError("backend='te' needs a CUDA (or meta) device; use backend='torch' on CPU")
-        factory = lambda i: TEBlock(config, i + 1, device=device, params_dtype=torch.float32)  # noqa: E731
-    else:
-        raise ValueError(f"backend {backend!r}: expected 'torch' or 'te'")
-    with torch.device(device):
-        model = GPT(config, factory, backend)
+    offered = tuple(family_of_shape(config).blocks)
+    if backend not in BACKENDS or backend not in offered:
+        raise ValueError(f"backend {backend!r}: expected one of {', '.join(b for b in BACKENDS if b in offered)}")
+    if backend == "te" and torch.device(device).type == "cpu":
+        raise ValueError("backend='te' needs a CUDA (or meta) device; use backend='torch' on CPU")
+    model = CausalLM(config, backend=backend, device=device)
     if torch.device(device).type != "meta":
         model.init_weights()
     return model
@@ -421,54 +335,44 @@ def build_model(
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-FORMAT_NAME = "gpt-decoder"
 
 
-def canonical_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename a full state dict of either backend to canonical names (drops TE ``_extra_state``)."""
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in state_dict.items():
-        canonical = canonical_name(name)
-        if canonical is None or not isinstance(tensor, torch.Tensor):
-            continue
-        out[canonical] = tensor
-    return out
+def _shape_fields(config: ModelShape) -> dict[str, Any]:
+    """The shape dataclass's fields other than ``name`` (what defines the tensors), in field order."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "name"}
 
 
 def save_pretrained(
     directory: str | os.PathLike[str],
     state_dict: Mapping[str, torch.Tensor],
-    config: ModelConfig,
+    config: ModelShape,
     *,
     dtype: torch.dtype,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``model.safetensors`` (canonical names, ``dtype``) and ``config.json``.
 
-    ``config.json`` holds the :class:`ModelConfig` fields, the format, the
-    dtype and ``extra`` (e.g. tokenizer and training step).
+    ``config.json`` holds the family's export format (``"format"``; ``"gpt-decoder"`` for GPT), the
+    preset name (``"model"``), the shape's fields, the parameter count, the dtype, the family's
+    :attr:`~platform_spec.models.ModelFamily.export_metadata` and ``extra`` (e.g. tokenizer and
+    training step).
     """
     from safetensors.torch import save_file
 
+    family = family_of_shape(config)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in canonical_state_dict(state_dict).items()}
+    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in canonical_state_dict(state_dict, family).items()}
     tmp = out / (WEIGHTS_FILE + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out / WEIGHTS_FILE)
     meta = {
-        "format": FORMAT_NAME,
+        "format": family.format_name,
         "model": config.name,
-        "num_layers": config.num_layers,
-        "hidden_size": config.hidden_size,
-        "num_attention_heads": config.num_attention_heads,
-        "ffn_hidden_size": config.ffn_hidden_size,
-        "vocab_size": config.vocab_size,
+        **_shape_fields(config),
         "num_params": config.num_params,
         "dtype": str(dtype).removeprefix("torch."),
-        "rope_base": ROPE_BASE,
-        "layernorm_eps": LAYERNORM_EPS,
-        "activation": "gelu_tanh",
+        **family.export_metadata,
         "weights": WEIGHTS_FILE,
         **(dict(extra) if extra else {}),
     }
@@ -476,44 +380,39 @@ def save_pretrained(
     return out / WEIGHTS_FILE
 
 
-def load_pretrained(directory: str | os.PathLike[str], *, dtype: torch.dtype = torch.float32) -> GPT:
+def load_pretrained(directory: str | os.PathLike[str], *, dtype: torch.dtype = torch.float32) -> CausalLM:
     """Load a :func:`save_pretrained` directory into a single-device torch-native model (CPU).
 
     Raises:
         FileNotFoundError: missing ``config.json`` or weights.
+        ValueError: a ``format`` no registered model family exports.
         RuntimeError: weights that do not match the config (strict load).
     """
     from safetensors.torch import load_file
 
     src = Path(directory)
     meta = json.loads((src / CONFIG_FILE).read_text(encoding="utf-8"))
-    config = ModelConfig(
-        meta["model"],
-        num_layers=meta["num_layers"],
-        hidden_size=meta["hidden_size"],
-        num_attention_heads=meta["num_attention_heads"],
-        ffn_hidden_size=meta["ffn_hidden_size"],
-        vocab_size=meta["vocab_size"],
-    )
-    with torch.device("meta"):
-        model = GPT(config, lambda i: TransformerBlock(config), "torch")
+    formats = {get_family(name).format_name: get_family(name) for name in family_names()}
+    family = formats.get(meta.get("format"))
+    if family is None:
+        raise ValueError(f"{src / CONFIG_FILE}: format {meta.get('format')!r}; expected one of {', '.join(formats)}")
+    fields = [f.name for f in dataclasses.fields(family.shape_type) if f.name != "name"]
+    config = family.shape_type(meta["model"], **{name: meta[name] for name in fields if name in meta})
+    model = CausalLM(config, backend="torch", device="meta")
     state = load_file(str(src / meta.get("weights", WEIGHTS_FILE)))
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
     return model
 
 
 __all__ = [
-    "GPT",
-    "TEBlock",
-    "TransformerBlock",
-    "apply_rope",
+    "BACKENDS",
+    "CausalLM",
     "build_model",
     "canonical_name",
     "canonical_state_dict",
     "chunked_cross_entropy",
     "load_pretrained",
     "parameter_seed",
-    "rope_angles",
     "save_pretrained",
     "transformer_engine_available",
 ]

@@ -11,8 +11,9 @@ head stay in the root's FSDP unit).
 * FSDP2 mixed precision: parameters all-gathered in the precision's compute
   dtype (bf16/fp16), gradients reduce-scattered in fp32, fp32 sharded master
   parameters (what AdamW steps). fp32: no cast. The blocks' forward inputs are
-  not cast (``cast_forward_inputs=False``): their second input is the rotary
-  table, which must stay fp32 (:mod:`training.model`), and their hidden state
+  not cast (``cast_forward_inputs=False``): their second input is the
+  family's block input (the GPT family's rotary table), which must stay fp32
+  (:mod:`training.model`), and their hidden state
   already is in the compute dtype (it comes from the embedding, whose weight
   the root unit all-gathers in that dtype).
 * ``reshard_after_forward``: free the gathered parameters after each block's
@@ -25,7 +26,7 @@ head stay in the root's FSDP unit).
   all-reduce crosses EFA.
 * Materialisation (:func:`materialize`): the model is built on the meta device,
   sharded, then allocated and initialised shard by shard
-  (:meth:`training.model.GPT.init_weights`: each rank keeps its shard of the
+  (:meth:`training.model.CausalLM.init_weights`: each rank keeps its shard of the
   full initial tensor, so the sharded model equals the unsharded one).
 * Python attributes on TE parameters: ``fully_shard`` replaces every
   Parameter object (a DTensor shard), and so does TE's ``reset_parameters``
@@ -48,7 +49,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.model import GPT
+from training.model import CausalLM
 from training.precision import PrecisionPlan
 
 
@@ -71,7 +72,7 @@ def build_mesh(device_type: str, world_size: int, local_world_size: int, shardin
     return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
 
 
-def apply_activation_checkpointing(model: GPT, mode: str) -> None:
+def apply_activation_checkpointing(model: CausalLM, mode: str) -> None:
     """Wrap every block for full recompute in backward (``mode="full"``); ``"off"`` does nothing."""
     if mode == "off":
         return
@@ -130,7 +131,7 @@ def root_policy(precision: PrecisionPlan) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype)
 
 
-def apply_fsdp(model: GPT, mesh: DeviceMesh, precision: PrecisionPlan, *, reshard_after_forward: bool) -> GPT:
+def apply_fsdp(model: CausalLM, mesh: DeviceMesh, precision: PrecisionPlan, *, reshard_after_forward: bool) -> CausalLM:
     """``fully_shard`` each block (:func:`block_policy`), then the root (:func:`root_policy`)."""
     attrs = _custom_param_attrs(model) if model.backend == "te" else {}
     last = len(model.layers) - 1
@@ -146,19 +147,19 @@ def apply_fsdp(model: GPT, mesh: DeviceMesh, precision: PrecisionPlan, *, reshar
 
 
 def parallelize(
-    model: GPT,
+    model: CausalLM,
     *,
     mesh: DeviceMesh,
     precision: PrecisionPlan,
     activation_checkpointing: str,
     reshard_after_forward: bool,
-) -> GPT:
+) -> CausalLM:
     """Activation checkpointing, then FSDP2 (see the module docstring)."""
     apply_activation_checkpointing(model, activation_checkpointing)
     return apply_fsdp(model, mesh, precision, reshard_after_forward=reshard_after_forward)
 
 
-def materialize(model: GPT, device: torch.device, *, seed: int | None = None) -> None:
+def materialize(model: CausalLM, device: torch.device, *, seed: int | None = None) -> None:
     """Allocate a meta-device model's (sharded) parameters on ``device`` and initialise them.
 
     Torch modules: ``to_empty``. TransformerEngine blocks: each TE module's own
@@ -166,7 +167,7 @@ def materialize(model: GPT, device: torch.device, *, seed: int | None = None) ->
     TransformerEngine's FSDP2 tests do); it also fills them from the same seed
     on every rank, so every shard would start as the same rows, and it replaces
     the Parameter objects, so the attributes :func:`apply_fsdp` recorded are
-    set again on the new ones. Then :meth:`GPT.init_weights` writes every
+    set again on the new ones. Then :meth:`CausalLM.init_weights` writes every
     parameter's values (each rank its shard of the full tensor), on both
     backends.
 

@@ -19,17 +19,24 @@ gradients are reduced in fp32.
 Every fact in the table is the precision registry's
 (:mod:`platform_spec.precisions`): the dtypes, the recipe class and its
 arguments, whether the CPU path runs a format, the hardware rule, the GEMM
-shape multiple. This module turns them into torch dtypes and TE objects.
+shape multiple, loss scaling, the extra ``torch.autocast``, TF32. This module
+turns a registry record into the trainer's converter for it (torchtitan's
+model converters: one object per numeric format that owns its device check
+and what the format changes in training), :class:`PrecisionPlan`, or
+:class:`TransformerEnginePlan` for a format that is a TransformerEngine
+recipe. Nothing here names a format: adding one is its registry entry (plus,
+for a TE format, the recipe in the trainer image's TransformerEngine).
 
-Device rules, checked before step 1 (:func:`check_supported`): on CPU only the
-registry's CPU formats (fp32, bf16) run; on CUDA the GPU's compute capability
-must pass the format's one hardware rule
+Device rules, checked before step 1 (:meth:`PrecisionPlan.check`): on CPU only
+the registry's CPU formats (fp32, bf16) run; on CUDA the GPU's compute
+capability must pass the format's one hardware rule
 (:meth:`platform_spec.precisions.Precision.supported_by`: fp8 >= 8.9,
-mxfp8/nvfp4 10.x or 11.x), and fp8/mxfp8/nvfp4 need TransformerEngine. TE API
-names follow TransformerEngine 2.10, the version
-of the trainer image (``transformer_engine.common.recipe``, ``te.autocast``;
-the older ``fp8_autocast`` is used when ``autocast`` is absent). Weights are
-never stored quantized: TE 2.10 cannot train FSDP2-sharded quantized weights
+mxfp8/nvfp4 10.x or 11.x), and the TE formats need TransformerEngine and
+micro-batches whose tokens are a multiple of the format's GEMM multiple. TE API
+names follow TransformerEngine 2.10, the version of the trainer image
+(``transformer_engine.common.recipe``, ``te.autocast``; the older
+``fp8_autocast`` is used when ``autocast`` is absent). Weights are never stored
+quantized: TE 2.10 cannot train FSDP2-sharded quantized weights
 (:data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL`).
 
 Resuming a TE precision: each TE module's ``_extra_state`` (the recipe and,
@@ -47,14 +54,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from platform_spec import precisions as registry
-from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError
-from platform_spec.precisions import PRECISION_NAMES, Precision, names_where, supported_names
+from platform_spec.hyperparameters import HyperparameterError
+from platform_spec.precisions import Precision, names_where, supported_names
 from training.environment import GPUUnavailable, ResourceConfig, expected_gpus, gpus_missing_reason
 
 TE_PRECISIONS: tuple[str, ...] = names_where(lambda p: p.uses_te)
@@ -67,48 +73,201 @@ class PrecisionError(HyperparameterError):
     """The precision cannot run on this device (names ``precision`` and what would run)."""
 
 
-@dataclass(frozen=True)
 class PrecisionPlan:
-    """How a precision maps onto FSDP2 and TransformerEngine."""
+    """The trainer's converter of one registry format: how it maps onto FSDP2, torch and the device.
 
-    name: str
-    param_dtype: torch.dtype
-    reduce_dtype: torch.dtype
-    uses_te_recipe: bool
-    loss_scaling: bool
+    The base class serves the formats torch runs by itself (fp32, bf16, fp16);
+    :class:`TransformerEnginePlan` the TransformerEngine recipes. Build one with :func:`plan`.
+
+    Attributes:
+        record: the registry's :class:`~platform_spec.precisions.Precision`.
+        name: the format's name.
+        param_dtype: dtype FSDP2 all-gathers parameters in (the record's ``compute_dtype``).
+        reduce_dtype: dtype of the gradient reduce-scatter (the record's ``reduce_dtype``).
+        uses_te_recipe: whether the format is a TransformerEngine recipe.
+        loss_scaling: whether training needs dynamic loss scaling (:meth:`loss_scaler`).
+    """
+
+    def __init__(self, record: Precision) -> None:
+        self.record = record
+        self.name = record.name
+        self.param_dtype: torch.dtype = getattr(torch, record.compute_dtype)
+        self.reduce_dtype: torch.dtype = getattr(torch, record.reduce_dtype)
+        self.uses_te_recipe = record.uses_te
+        self.loss_scaling = record.loss_scaling
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, param_dtype={self.param_dtype}, reduce_dtype={self.reduce_dtype})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.record == self.record  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.name))
 
     @property
     def mixed(self) -> bool:
         """Whether FSDP casts parameters for compute (a MixedPrecisionPolicy is needed)."""
         return self.param_dtype != torch.float32
 
+    def _refuse(self, expected: str) -> PrecisionError:
+        return PrecisionError("precision", self.name, expected)
 
-def _record(precision: str) -> Precision:
-    """The registry's record of ``precision``.
+    # -- the device check ------------------------------------------------------------------------
+    def check(
+        self,
+        device: torch.device,
+        *,
+        te_available: bool | None = None,
+        seq_length: int | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        """Fail before step 1 when the format cannot run on ``device`` (see :func:`check_supported`).
+
+        Raises:
+            PrecisionError: naming the precision, the device and what would run.
+        """
+        record = self.record
+        if device.type == "cpu":
+            if not record.cpu:
+                cpu = names_where(lambda p: p.cpu)
+                raise self._refuse(
+                    f"one of {', '.join(cpu)} on CPU ({self.name} needs an NVIDIA GPU"
+                    + (" with TransformerEngine)" if record.uses_te else ")")
+                )
+            return
+        if device.type != "cuda":
+            raise self._refuse(f"a CPU or CUDA device (got {device.type})")
+        name = torch.cuda.get_device_name(device)
+        cc = tuple(torch.cuda.get_device_capability(device))
+        if not record.supported_by(cc):
+            raise self._refuse(
+                f"one of {', '.join(supported_names(cc))} on {name} (compute capability {cc[0]}.{cc[1]}); "
+                f"{self.name} needs {record.hardware}"
+            )
+        self._check_cuda(cc, te_available=te_available, seq_length=seq_length, batch_size=batch_size)
+
+    def _check_cuda(self, cc: tuple[int, ...], *, te_available: bool | None, seq_length: int | None,
+                    batch_size: int | None) -> None:
+        """What the format needs on a CUDA GPU that runs it, beyond the hardware rule: nothing here."""
+
+    # -- what the format changes in training ---------------------------------------------------------
+    def configure_backends(self, device: torch.device) -> None:
+        """Set the process-wide torch switches the format needs on ``device``: TF32 tensor cores for
+        fp32 matmuls and convolutions where the registry says so (:attr:`Precision.matmul_tf32`: the
+        format's MFU peak is TF32's); nothing on CPU."""
+        if device.type == "cuda" and self.record.matmul_tf32:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+
+    def recipe(self, fp8_scaling: str | None = None) -> Any:
+        """The TransformerEngine recipe object of the format: None (not a TE format)."""
+        return None
+
+    def reduces_amax(self, fp8_scaling: str | None = None) -> bool:
+        """Whether the format's recipe reduces its amax over the data-parallel group (pass the group to
+        :meth:`autocast`): the registry's :attr:`~platform_spec.precisions.TERecipe.amax_reduction`."""
+        spec = self.record.te_recipe(fp8_scaling)
+        return spec is not None and spec.amax_reduction
+
+    def autocast(self, recipe: Any = None, *, device_type: str = "cuda",
+                 amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
+        """The forward context: ``torch.autocast`` to the registry's ``autocast_dtype`` where the format
+        has one, else a no-op (FSDP2's MixedPrecisionPolicy already casts parameters and inputs)."""
+        if self.record.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=getattr(torch, self.record.autocast_dtype))
+
+    def loss_scaler(self) -> DynamicLossScaler | None:
+        """A fresh :class:`DynamicLossScaler` where the format needs loss scaling (fp16), else None."""
+        return DynamicLossScaler() if self.loss_scaling else None
+
+
+class TransformerEnginePlan(PrecisionPlan):
+    """The converter of a format that is a TransformerEngine recipe (fp8, mxfp8, nvfp4): TE must import,
+    micro-batch tokens must be a multiple of the format's GEMM multiple, and the forward runs under
+    ``te.autocast`` with the recipe the registry names (plus the registry's ``torch.autocast``, nvfp4's bf16)."""
+
+    def _check_cuda(self, cc: tuple[int, ...], *, te_available: bool | None, seq_length: int | None,
+                    batch_size: int | None) -> None:
+        if te_available is None:
+            from training.model import transformer_engine_available
+
+            te_available = transformer_engine_available()
+        if not te_available:
+            without_te = names_where(lambda p: p.supported_by(cc) and not p.uses_te)
+            raise self._refuse(
+                f"one of {', '.join(without_te)} here: TransformerEngine is not installed in this environment "
+                "(use the trainer image, which ships it)"
+            )
+        multiple = self.record.gemm_multiple
+        if seq_length is not None and batch_size is not None and multiple and (seq_length * batch_size) % multiple:
+            raise PrecisionError(
+                "seq_length", seq_length,
+                f"batch_size * seq_length divisible by {multiple} for {self.name} (TransformerEngine GEMM shapes)",
+            )
+
+    def recipe(self, fp8_scaling: str | None = None) -> Any:
+        """The TransformerEngine recipe object: the registry's :class:`~platform_spec.precisions.TERecipe`
+        for ``fp8_scaling`` (formats with one recipe ignore it) built from
+        ``transformer_engine.common.recipe``, e.g. fp8:
+        ``Float8CurrentScaling(fp8_format=Format.HYBRID)`` or
+        ``DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=1024, amax_compute_algo="max")``;
+        mxfp8: ``MXFP8BlockScaling()``; nvfp4: ``NVFP4BlockScaling()``.
+
+        Raises:
+            PrecisionError: the installed TE lacks the recipe class (too old).
+            platform_spec.errors.FieldError: ``fp8_scaling`` names no recipe of a format with several.
+        """
+        spec = self.record.te_recipe(fp8_scaling)
+        assert spec is not None  # a TE format has at least one recipe
+        from transformer_engine.common import recipe as te_recipes
+
+        cls = getattr(te_recipes, spec.class_name, None)
+        if cls is None:
+            raise self._refuse(
+                f"a TransformerEngine with transformer_engine.common.recipe.{spec.class_name} (installed TE is too old)"
+            )
+        kwargs = dict(spec.kwargs)
+        if "fp8_format" in kwargs:
+            kwargs["fp8_format"] = getattr(te_recipes.Format, kwargs["fp8_format"])
+        return cls(**kwargs)
+
+    def autocast(self, recipe: Any = None, *, device_type: str = "cuda",
+                 amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
+        """``te.autocast(recipe=...)`` (with ``amax_reduction_group`` where TE takes one), inside the
+        registry's ``torch.autocast`` where the format has one (nvfp4: bf16, TE's NVFP4 kernels need bf16
+        activations in forward and backward); a no-op without a recipe (a step outside the format)."""
+        if recipe is None:
+            return contextlib.nullcontext()
+        import transformer_engine.pytorch as te
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(super().autocast(recipe, device_type=device_type))
+        if hasattr(te, "autocast"):
+            kwargs: dict[str, Any] = {"enabled": True, "recipe": recipe}
+            if amax_reduction_group is not None:
+                params = inspect.signature(te.autocast).parameters
+                group_kw = next((k for k in ("amax_reduction_group", "group") if k in params), None)
+                if group_kw is not None:
+                    kwargs[group_kw] = amax_reduction_group
+            stack.enter_context(te.autocast(**kwargs))
+        else:  # TE < 2.9
+            stack.enter_context(te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=amax_reduction_group))
+        return stack
+
+
+def plan(precision: str) -> PrecisionPlan:
+    """The converter of ``precision``, from the registry (:class:`TransformerEnginePlan` for a TE recipe).
 
     Raises:
         PrecisionError: unknown precision (names the known ones).
     """
     try:
-        return registry.get_precision(precision)
+        record = registry.get_precision(precision)
     except registry.UnknownPrecisionError:
-        raise PrecisionError("precision", precision, "one of " + ", ".join(PRECISION_NAMES)) from None
-
-
-def plan(precision: str) -> PrecisionPlan:
-    """The :class:`PrecisionPlan` of ``precision`` (the registry's dtypes, recipe and loss scaling).
-
-    Raises:
-        PrecisionError: unknown precision.
-    """
-    record = _record(precision)
-    return PrecisionPlan(
-        record.name,
-        getattr(torch, record.compute_dtype),
-        getattr(torch, record.reduce_dtype),
-        record.uses_te,
-        record.loss_scaling,
-    )
+        raise PrecisionError("precision", precision, "one of " + ", ".join(registry.PRECISION_NAMES)) from None
+    return (TransformerEnginePlan if record.uses_te else PrecisionPlan)(record)
 
 
 def check_supported(
@@ -119,7 +278,7 @@ def check_supported(
     seq_length: int | None = None,
     batch_size: int | None = None,
 ) -> None:
-    """Fail before step 1 when ``precision`` cannot run on ``device``.
+    """Fail before step 1 when ``precision`` cannot run on ``device`` (:meth:`PrecisionPlan.check`).
 
     Args:
         te_available: whether TransformerEngine imports (CUDA only; probed when None).
@@ -130,102 +289,24 @@ def check_supported(
     Raises:
         PrecisionError: naming the precision, the device and what would run.
     """
-    record = _record(precision)
-    if device.type == "cpu":
-        if not record.cpu:
-            raise PrecisionError(
-                "precision", precision,
-                f"one of {', '.join(CPU_PRECISIONS)} on CPU ({precision} needs an NVIDIA GPU"
-                + (" with TransformerEngine)" if record.uses_te else ")"),
-            )
-        return
-    if device.type != "cuda":
-        raise PrecisionError("precision", precision, f"a CPU or CUDA device (got {device.type})")
-    name = torch.cuda.get_device_name(device)
-    cc = tuple(torch.cuda.get_device_capability(device))
-    if not record.supported_by(cc):
-        raise PrecisionError(
-            "precision", precision,
-            f"one of {', '.join(supported_names(cc))} on {name} (compute capability {cc[0]}.{cc[1]}); "
-            f"{precision} needs {record.hardware}",
-        )
-    if record.uses_te:
-        if te_available is None:
-            from training.model import transformer_engine_available
-
-            te_available = transformer_engine_available()
-        if not te_available:
-            without_te = [p for p in supported_names(cc) if not registry.get_precision(p).uses_te]
-            raise PrecisionError(
-                "precision", precision,
-                f"one of {', '.join(without_te)} here: TransformerEngine is not installed in this environment "
-                "(use the trainer image, which ships it)",
-            )
-        multiple = record.gemm_multiple
-        if seq_length is not None and batch_size is not None and multiple:
-            if (seq_length * batch_size) % multiple:
-                raise PrecisionError(
-                    "seq_length", seq_length,
-                    f"batch_size * seq_length divisible by {multiple} for {precision} (TransformerEngine GEMM shapes)",
-                )
+    plan(precision).check(device, te_available=te_available, seq_length=seq_length, batch_size=batch_size)
 
 
 def te_recipe(precision: str, fp8_scaling: str = "current") -> Any:
-    """The TransformerEngine recipe object for ``precision`` (None for fp32/bf16/fp16): the registry's
-    :class:`~platform_spec.precisions.TERecipe` built from ``transformer_engine.common.recipe``.
-
-    fp8: ``Float8CurrentScaling(fp8_format=Format.HYBRID)`` or
-    ``DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=1024, amax_compute_algo="max")``;
-    mxfp8: ``MXFP8BlockScaling()`` (E4M3, 32-element blocks);
-    nvfp4: ``NVFP4BlockScaling()``.
+    """The TransformerEngine recipe object for ``precision`` (None for fp32/bf16/fp16):
+    :meth:`TransformerEnginePlan.recipe`.
 
     Raises:
-        PrecisionError: the installed TE lacks the recipe (too old).
+        PrecisionError: unknown precision, or the installed TE lacks the recipe (too old).
     """
-    spec = _record(precision).te_recipe(fp8_scaling)
-    if spec is None:
-        return None
-    from transformer_engine.common import recipe as te_recipes
-
-    cls = getattr(te_recipes, spec.class_name, None)
-    if cls is None:
-        raise PrecisionError(
-            "precision", precision,
-            f"a TransformerEngine with transformer_engine.common.recipe.{spec.class_name} (installed TE is too old)",
-        )
-    kwargs = dict(spec.kwargs)
-    if "fp8_format" in kwargs:
-        kwargs["fp8_format"] = getattr(te_recipes.Format, kwargs["fp8_format"])
-    return cls(**kwargs)
+    return plan(precision).recipe(fp8_scaling)
 
 
-def autocast(precision: str, recipe: Any, *, amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
-    """The forward context: ``te.autocast(recipe=...)`` for TE precisions, else a no-op.
-
-    nvfp4 additionally runs under ``torch.autocast(bf16)`` (the registry's
-    ``autocast_dtype``: TE's NVFP4 kernels need bf16 activations in forward and
-    backward). fp32/bf16/fp16 need no context: FSDP2's MixedPrecisionPolicy
-    already casts parameters and inputs.
-    """
-    if recipe is None:
-        return contextlib.nullcontext()
-    import transformer_engine.pytorch as te
-
-    stack = contextlib.ExitStack()
-    autocast_dtype = _record(precision).autocast_dtype
-    if autocast_dtype is not None:
-        stack.enter_context(torch.autocast(device_type="cuda", dtype=getattr(torch, autocast_dtype)))
-    if hasattr(te, "autocast"):
-        kwargs: dict[str, Any] = {"enabled": True, "recipe": recipe}
-        if amax_reduction_group is not None:
-            params = inspect.signature(te.autocast).parameters
-            group_kw = next((k for k in ("amax_reduction_group", "group") if k in params), None)
-            if group_kw is not None:
-                kwargs[group_kw] = amax_reduction_group
-        stack.enter_context(te.autocast(**kwargs))
-    else:  # TE < 2.9
-        stack.enter_context(te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=amax_reduction_group))
-    return stack
+def autocast(precision: str, recipe: Any, *, device_type: str = "cuda",
+             amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
+    """The forward context of ``precision`` with ``recipe`` (:meth:`PrecisionPlan.autocast`):
+    ``te.autocast(recipe=...)`` for TE precisions (nvfp4 also under ``torch.autocast(bf16)``), else a no-op."""
+    return plan(precision).autocast(recipe, device_type=device_type, amax_reduction_group=amax_reduction_group)
 
 
 def require_cuda(resource: ResourceConfig) -> None:
@@ -307,6 +388,7 @@ __all__ = [
     "PrecisionError",
     "PrecisionPlan",
     "TE_PRECISIONS",
+    "TransformerEnginePlan",
     "autocast",
     "check_supported",
     "plan",

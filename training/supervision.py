@@ -8,13 +8,16 @@ The trainer's status record
 ``<base>/output/data/trainer-status.json`` (:func:`status_file`) is a
 declared record of what the trainer did, so the entry point and
 ``trainctl train`` report a stop from what really happened rather than from
-folder markers or log lines. The trainer's node-local rank 0 writes it
+folder markers or log lines. Its states are the run states of the
+metric-line contract (:data:`platform_spec.metric_lines.RUN_STATES`), and the
+trainer prints each change of state as a ``[run]`` line too
+(:meth:`TrainerStatus.run_record`), for readers of its output. The trainer's node-local rank 0 writes it
 atomically (a temporary file, then ``os.replace``) after the resume decision,
 when the loop starts, after every checkpoint it saves, and when it ends; the
 entry point removes a stale one before it launches the workers. One JSON
 object::
 
-    {"state": "stopped",          # one of STATES, below
+    {"state": "stopped",          # one of platform_spec.metric_lines.RUN_STATES
      "step": 7,                   # optimizer steps done
      "resumed_from": 6,           # the checkpoint step this run started from (null: step 0)
      "skipped": {"9": "why"},     # newer complete checkpoints that could not be loaded
@@ -46,19 +49,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from platform_spec.metric_lines import RUN_STATES, RunRecord
 from training.environment import SageMakerPaths
 
 STATUS_FILE_NAME = "trainer-status.json"
-
-STATES: dict[str, str] = {
-    "starting": "set up and resume decided; no step run yet",
-    "training": "in the training loop: a stop now finishes the step and saves a checkpoint",
-    "finished": "reached max_steps (and saved it)",
-    "stopped": "stopped on a signal or the capacity-block deadline",
-    "refused": "the newest loadable checkpoint belongs to another run; nothing loaded, pruned or written",
-    "failed": "any other failure (the reason is also in output/failure)",
-}
-"""The ``state`` values of the record and what each means."""
 
 
 class StatusError(ValueError):
@@ -77,8 +71,8 @@ class TrainerStatus:
     reason: str | None = None
 
     def __post_init__(self) -> None:
-        if self.state not in STATES:
-            raise StatusError(f"state: got {self.state!r}, expected one of {', '.join(STATES)}")
+        if self.state not in RUN_STATES:
+            raise StatusError(f"state: got {self.state!r}, expected one of {', '.join(RUN_STATES)}")
 
     @property
     def stopped_after(self) -> int | None:
@@ -86,6 +80,14 @@ class TrainerStatus:
         if self.state == "stopped" and self.saved is not None and self.saved == self.step:
             return self.step
         return None
+
+    def run_record(self, *, device: str | None = None, device_name: str | None = None, world_size: int | None = None) -> RunRecord:
+        """This status as the run's declared ``[run]`` line (:class:`platform_spec.metric_lines.RunRecord`), with
+        the device it trains on when known: what the trainer prints when its state changes."""
+        return RunRecord(
+            self.state, step=self.step, device=device, device_name=device_name, world_size=world_size,
+            resumed_from=self.resumed_from, saved=self.saved, reason=self.reason,
+        )
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -118,7 +120,7 @@ class TrainerStatus:
             raise StatusError(f"reason: got {reason!r}, expected a string or null")
         state = data.get("state")
         if not isinstance(state, str):
-            raise StatusError(f"state: got {state!r}, expected one of {', '.join(STATES)}")
+            raise StatusError(f"state: got {state!r}, expected one of {', '.join(RUN_STATES)}")
         return cls(
             state=state, step=step("step", False) or 0, resumed_from=step("resumed_from", True),
             skipped={int(k): v for k, v in skipped.items()}, saved=step("saved", True), reason=reason,
@@ -227,7 +229,6 @@ def guarded_output() -> Iterator[None]:
 
 
 __all__ = [
-    "STATES",
     "STATUS_FILE_NAME",
     "ReaderGoneStream",
     "StatusError",

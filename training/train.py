@@ -38,8 +38,12 @@ setting to change) and exit status 1. The failure file's folder comes from
 Status: each node's local rank 0 keeps the status record
 (:mod:`training.supervision`: resumed from, skipped, last saved, stopped,
 finished, refused or failed) up to date, so the entry point and ``trainctl
-train`` report what the trainer really did. stdout and stderr outlive their
-reader: a closed terminal or a killed ``trainctl`` does not end the run.
+train`` report what the trainer really did; rank 0 prints each change of
+state as a ``[run]`` record (:class:`platform_spec.metric_lines.RunRecord`:
+state, step, device, world size), so readers of the output learn how the run
+ended and where without matching ``[trainer]`` lines. stdout and stderr
+outlive their reader: a closed terminal or a killed ``trainctl`` does not end
+the run.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ import torch
 import torch.distributed as dist
 
 from platform_spec.hyperparameters import SPECS, Hyperparameters, HyperparameterError, parse
+from platform_spec.metric_lines import format_run_record
 from platform_spec.models import family_of, get_preset
 from training import precision as prec
 from training.checkpoint import TRAINER_STATE, CheckpointError, CheckpointManager, ResumeRefused, export_model, run_record
@@ -82,7 +87,7 @@ from training.environment import (
     write_failure,
 )
 from training.metrics import DeviceInfo, MetricsLogger
-from training.model import GPT, build_model, transformer_engine_available
+from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
 from training.supervision import TrainerStatus, guarded_output, write_status
 
@@ -276,16 +281,25 @@ class Trainer:
         """Write the status record (:mod:`training.supervision`) on each node's local rank 0."""
         if state is not None:
             self.state = state
-        if self.local_rank != 0:
-            return
         status = TrainerStatus(
             self.state, step=self.step, resumed_from=self.resumed_from, skipped=dict(self.skipped),
             saved=self.saved_step, reason=reason,
         )
+        if state is not None and self.rank == 0:  # each change of state, declared in the output too
+            print(format_run_record(status.run_record(**self.device_fields())), flush=True)
+        if self.local_rank != 0:
+            return
         try:
             write_status(self.paths, status)
         except OSError as exc:  # the record informs the supervisor; it never stops training
             self.log(f"could not write the status record: {exc}")
+
+    def device_fields(self) -> dict[str, Any]:
+        """The device of the run's ``[run]`` records once set up (:class:`platform_spec.metric_lines.RunRecord`)."""
+        metrics = getattr(self, "metrics", None)
+        if metrics is None:
+            return {}
+        return {"device": metrics.info.type, "device_name": metrics.info.name, "world_size": self.world_size}
 
     # -- setup -----------------------------------------------------------------
     def setup(self) -> None:
@@ -298,16 +312,15 @@ class Trainer:
         self.stopper = StopController(capacity_block_deadline(self.environ), self.control_group, self.world_size)
         self.stopper.install()
 
-        self.backend = "te" if cuda and transformer_engine_available() else "torch"
-        # The GPU / precision check, before anything is built or any step runs.
-        prec.check_supported(
-            hp.precision, device, te_available=self.backend == "te", seq_length=hp.seq_length, batch_size=hp.batch_size
-        )
+        # TransformerEngine blocks where TE imports on a GPU and the model's family has them
+        self.backend = "te" if cuda and "te" in family_of(hp.model).blocks and transformer_engine_available() else "torch"
+        # The precision's converter (the registry's format) and its GPU check, before anything is built or any
+        # step runs; then its recipe, amax reduction and process-wide switches (TF32 for fp32).
         self.plan = prec.plan(hp.precision)
-        self.recipe = prec.te_recipe(hp.precision, hp.fp8_scaling) if self.plan.uses_te_recipe else None
-        if cuda and hp.precision == "fp32":
-            torch.backends.cuda.matmul.allow_tf32 = True  # fp32 peak convention of platform_spec.catalogue: TF32
-            torch.backends.cudnn.allow_tf32 = True
+        self.plan.check(device, te_available=self.backend == "te", seq_length=hp.seq_length, batch_size=hp.batch_size)
+        self.recipe = self.plan.recipe(hp.fp8_scaling)
+        self.amax_group = dist.group.WORLD if self.plan.reduces_amax(hp.fp8_scaling) else None
+        self.plan.configure_backends(device)
         if not cuda and "OMP_NUM_THREADS" not in self.environ:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.local_world_size))
 
@@ -339,7 +352,7 @@ class Trainer:
         # initialised shard by shard (the same initial weights whatever the number of ranks).
         model = build_model(self.config, backend=self.backend, device="meta")
         mesh = build_mesh(device.type, self.world_size, self.local_world_size, hp.sharding_strategy)
-        self.model: GPT = parallelize(
+        self.model: CausalLM = parallelize(
             model, mesh=mesh, precision=self.plan, activation_checkpointing=hp.activation_checkpointing,
             reshard_after_forward=hp.reshard_after_forward,
         )
@@ -356,7 +369,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda e: learning_rate(e + 1, hp) / peak if peak > 0 else 0.0
         )
-        self.scaler = prec.DynamicLossScaler() if self.plan.loss_scaling else None
+        self.scaler = self.plan.loss_scaler()
 
         # Checkpoints and metrics.
         self.checkpoints = CheckpointManager(
@@ -370,9 +383,9 @@ class Trainer:
             info=DeviceInfo.detect(device, hp.precision), rank=self.rank, metrics_file=self.paths.metrics_file,
         )
         self.log(
-            f"model={self.config.name} layers={self.config.num_layers} hidden={self.config.hidden_size} "
-            f"heads={self.config.num_attention_heads} ffn={self.config.ffn_hidden_size} vocab={self.config.vocab_size} "
-            f"params={self.model.num_parameters():,} backend={self.backend} device={device.type} "
+            f"model={self.config.name} ({self.model.family_name}: "
+            + " ".join(f"{k}={v}" for k, v in asdict(self.config).items() if k != "name")
+            + f") params={self.model.num_parameters():,} backend={self.backend} device={device.type} "
             f"({self.metrics.info.name}) world_size={self.world_size} precision={hp.precision} "
             f"sharding={hp.sharding_strategy} activation_checkpointing={hp.activation_checkpointing}"
         )
@@ -476,11 +489,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
         accum = hp.gradient_accumulation_steps
-        group = dist.group.WORLD if hp.fp8_scaling == "delayed" else None
         for micro in range(accum):
             self.model.set_requires_gradient_sync(micro == accum - 1)
             inputs, targets = self._batch(micro)
-            with prec.autocast(hp.precision, self.recipe, amax_reduction_group=group):
+            with self.plan.autocast(self.recipe, device_type=self.device.type, amax_reduction_group=self.amax_group):
                 loss = self.model(inputs, targets)
             scaled = loss / accum
             if self.scaler is not None:
@@ -643,6 +655,8 @@ def _main(argv: Sequence[str] | None) -> int:
         elif int(os.environ.get("LOCAL_RANK", "0")) == 0:
             with contextlib.suppress(OSError):
                 write_status(paths, TrainerStatus("failed", reason=reason))
+        if trainer is None and int(os.environ.get("RANK", "0")) == 0:
+            print(format_run_record(TrainerStatus("failed", reason=reason).run_record()), flush=True)
         traceback.print_exc()
         print(f"[trainer] FAILED: {reason}", file=sys.stderr, flush=True)
         return 1

@@ -1,6 +1,7 @@
 """The observability functions: the training-plan metrics publisher and the job-state handler.
 
-Both run the code in ``runtime/`` (one Lambda package, :data:`PACKAGE`), each
+Both run the code in ``runtime/`` (one Lambda package, :data:`PACKAGE`: what
+their handlers import, laid out under its import names), each
 with its own least-privilege role and log group, and expose ``metric_*``
 methods named after the metrics they publish (names from
 :mod:`.runtime.settings`), for the dashboard and the alarms.
@@ -23,8 +24,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from .. import acknowledgements as nag
-from ..submitter import ARCHITECTURE, RUNTIME
-from ..submitter.bundling import REPO_ROOT, LambdaPackage
+from ..submitter.bundling import ARCHITECTURE, RUNTIME, LambdaPackage
 from .runtime import settings
 
 __all__ = [
@@ -38,28 +38,15 @@ __all__ = [
     "job_state_event_pattern",
 ]
 
-RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+PLAN_METRICS_HANDLER = "platform_constructs.observability.runtime.plan_metrics.lambda_handler"
+JOB_EVENTS_HANDLER = "platform_constructs.observability.runtime.job_events.lambda_handler"
 PACKAGE = LambdaPackage(
-    runtime_dir=RUNTIME_DIR,
-    requirements=RUNTIME_DIR / "requirements.txt",
-    folders=("platform_spec",),
+    handlers=(PLAN_METRICS_HANDLER, JOB_EVENTS_HANDLER),
+    requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="observability functions package",
 )
-"""``runtime/`` + ``platform_spec/`` (the training-plan ARN rule) + boto3 + Powertools (no training or
-planner code)."""
-
-PLAN_METRICS_HANDLER = "runtime.plan_metrics.lambda_handler"
-JOB_EVENTS_HANDLER = "runtime.job_events.lambda_handler"
-
-
-def _code() -> lambda_.Code:
-    return lambda_.Code.from_asset(
-        str(REPO_ROOT),
-        asset_hash=PACKAGE.asset_hash(),
-        asset_hash_type=cdk.AssetHashType.CUSTOM,
-        bundling=PACKAGE.bundling_options(),
-        display_name=PACKAGE.display_name,
-    )
+"""Both functions' package: their runtime modules, what those import of ``platform_spec`` (the
+training-plan ARN rule), boto3 and Powertools; no planner or trainer code."""
 
 
 class _ObservabilityFunction(Construct):
@@ -110,7 +97,7 @@ class _ObservabilityFunction(Construct):
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
             handler=handler,
-            code=_code(),
+            code=PACKAGE.code(),
             role=self.role,
             memory_size=256,
             timeout=timeout,

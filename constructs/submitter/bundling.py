@@ -1,18 +1,38 @@
-"""Packages the platform's Python Lambda functions without Docker.
+"""The platform's Python Lambda packages, derived from what each handler imports, built without Docker.
 
-A :class:`LambdaPackage` describes one deployment package: a runtime folder
-that becomes the top-level package ``runtime/``, optional pure modules of this
-repository copied beside it, and a pinned requirements file. The job
-submitter's package (:data:`SUBMITTER`) is::
+A :class:`LambdaPackage` names its handlers (``module.function``) and a pinned
+requirements file. Its code is the transitive closure of the handlers'
+imports inside this repository (:func:`import_closure`), each module laid out
+under its import name, so Lambda imports the same modules the tests do. The
+job submitter's package (:data:`SUBMITTER`) is::
 
-    runtime/         <- constructs/submitter/runtime/ (the handler package)
-    platform_spec/   <- platform_spec/ (the pure contracts: hyperparameters, precisions, catalogue, ...)
-    model_families/  <- model_families/ (the families' pure shape and FLOP terms)
-    planner/         <- planner/ (pure Python)
-    boto3/, botocore/, aws_lambda_powertools/, ...  <- runtime/requirements.txt
+    platform_constructs/submitter/__init__.py      (the construct is construct.py, never bundled)
+    platform_constructs/submitter/runtime/*.py     (the handler and what it imports)
+    platform_spec/*.py                             (the pure contracts the runtime reads)
+    model_families/__init__.py, gpt/__init__.py    (the families' pure terms, not their torch blocks)
+    planner/*.py
+    boto3/, botocore/, aws_lambda_powertools/, ... <- runtime/requirements.txt
 
-The observability functions use their own :class:`LambdaPackage` (see
-``platform_constructs.observability.functions``).
+and the observability functions' (``platform_constructs.observability.functions.PACKAGE``)
+is their runtime and the training-plan ARN rule of ``platform_spec``.
+
+What counts as an import (:func:`import_closure`): ``import a.b``, ``from a
+import b`` (``a.b`` too when it is a module), relative imports, at module level
+or inside functions (a lazy import still runs in Lambda); and
+``importlib.import_module`` / ``__import__`` of a name known without running
+the code: string literals, module-level string constants, names a ``for``
+loop binds to the items of a module-level tuple of strings, ``__name__`` and
+``__package__``, joined by f-strings or ``+`` (the model-family registry
+loads ``model_families`` and each registered family so). Imports under ``if
+TYPE_CHECKING:`` never run and are not followed, nor are imports of a name
+computed otherwise (a family's torch block, which only the trainer loads, is
+named by an attribute of its family record). Importing ``a.b.c`` runs ``a``
+and ``a.b`` too, so their ``__init__`` modules are in the closure.
+Modules of this repository are the top-level packages (folders with an
+``__init__.py``) and modules at its root, plus pyproject.toml's
+``[tool.setuptools] package-dir`` mappings (``platform_constructs`` ->
+``constructs/``); everything else (standard library, the pinned requirements)
+is outside and not followed.
 
 The pinned requirements are pure Python, so ``pip install --platform
 manylinux2014_aarch64 --python-version 3.13 --only-binary=:all:`` on any
@@ -22,16 +42,15 @@ requirement lines and the pip target, so packages with the same pins share
 one install), and copied into each bundle with hard links where the file
 system allows, so repeated synths (tests) cost milliseconds after the first.
 
-The asset hash is computed here from the same inputs (sources, requirements,
-target), so CDK skips bundling entirely when ``cdk.out`` already holds the
-asset, and the hash changes whenever the package would.
-
-The module-level functions (:func:`asset_hash`, :func:`build_package`,
-:func:`bundling_options`, ...) are the submitter's package, as before.
+The asset hash is computed here from the same inputs (the closure's paths and
+contents, the dependency key), so CDK skips bundling entirely when
+``cdk.out`` already holds the asset, and the hash changes whenever the
+package would: when a module the handlers import changes, not when another does.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import shlex
@@ -39,38 +58,356 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import tomllib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import aws_cdk as cdk
 import jsii
 from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+
+__all__ = [
+    "ARCHITECTURE",
+    "CACHE_DIR",
+    "PIP_PLATFORM",
+    "PYTHON_VERSION",
+    "REPO_ROOT",
+    "RUNTIME",
+    "SUBMITTER",
+    "ImportClosure",
+    "LambdaPackage",
+    "LocalPackageBundler",
+    "SourceModule",
+    "import_closure",
+    "package_dirs",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
-REQUIREMENTS = RUNTIME_DIR / "requirements.txt"
 CACHE_DIR = REPO_ROOT / ".cache" / "submitter-deps"
 
 PYTHON_VERSION = "3.13"
 PIP_PLATFORM = "manylinux2014_aarch64"
-PURE_PACKAGES = ("platform_spec", "model_families", "planner")
-"""The repository's pure packages the submitter's runtime imports (never the torch trainer)."""
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+"""The functions' runtime: the CPython version the dependencies are installed for (:data:`PYTHON_VERSION`)."""
+ARCHITECTURE = lambda_.Architecture.ARM_64
+"""The functions' architecture: the platform the dependencies are installed for (:data:`PIP_PLATFORM`)."""
 
-_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", "tests"}
-_SKIP_SUFFIXES = {".pyc", ".pyo"}
+
+# -- the import closure ------------------------------------------------------------------------
 
 
-def _tree(root: Path, prefix: str) -> Iterator[tuple[Path, str]]:
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for filename in filenames:
-            path = Path(dirpath) / filename
-            if path.suffix in _SKIP_SUFFIXES:
+@dataclass(frozen=True, order=True)
+class SourceModule:
+    """One module of this repository in a package.
+
+    Attributes:
+        name: its import name (``platform_constructs.submitter.runtime.handler``).
+        path: its source file in the repository.
+        is_package: whether it is a package's ``__init__.py``.
+    """
+
+    name: str
+    path: Path
+    is_package: bool
+
+    @property
+    def package_path(self) -> str:
+        """Its path inside the deployment package, from the import name (``platform_spec/errors.py``)."""
+        parts = self.name.split(".")
+        return "/".join(parts) + ("/__init__.py" if self.is_package else ".py")
+
+
+@dataclass(frozen=True)
+class ImportClosure:
+    """What a set of modules imports inside this repository, transitively.
+
+    Attributes:
+        modules: the modules (the roots included), sorted by import name.
+        external: top-level names imported from outside the repository (standard library and
+            third-party packages), by any module of the closure.
+    """
+
+    modules: tuple[SourceModule, ...]
+    external: frozenset[str] = field(default_factory=frozenset)
+
+    def names(self) -> tuple[str, ...]:
+        """The modules' import names, sorted."""
+        return tuple(m.name for m in self.modules)
+
+    def package_paths(self) -> tuple[str, ...]:
+        """The modules' paths inside the deployment package, sorted."""
+        return tuple(sorted(m.package_path for m in self.modules))
+
+
+def package_dirs(repo_root: Path = REPO_ROOT) -> dict[str, str]:
+    """Import name -> folder, from pyproject.toml's ``[tool.setuptools] package-dir``.
+
+    ``{"platform_constructs": "constructs"}`` here; ``{}`` when there is no pyproject.toml.
+    """
+    pyproject = repo_root / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    mapping = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    return {name: folder for name, folder in mapping.items() if name}
+
+
+@dataclass(frozen=True)
+class _Located:
+    kind: str  # "package", "module" or "namespace"
+    path: Path  # the file (package: its __init__.py), or the folder of a namespace portion
+
+
+class _Repository:
+    """Finds modules of the repository at ``root`` by import name, as Python's path finder would."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mapped = package_dirs(root)
+        self._found: dict[str, _Located | None] = {}
+
+    def owns(self, top: str) -> bool:
+        """Whether top-level name ``top`` is a module or package of this repository."""
+        return self.locate(top) is not None
+
+    def locate(self, name: str) -> _Located | None:
+        if name not in self._found:
+            self._found[name] = self._locate(name)
+        return self._found[name]
+
+    def _locate(self, name: str) -> _Located | None:
+        parent, _, last = name.rpartition(".")
+        if not parent:
+            if name in self.mapped:
+                folder = self.root / self.mapped[name]
+                init = folder / "__init__.py"
+                if init.is_file():
+                    return _Located("package", init)
+                return _Located("namespace", folder) if folder.is_dir() else None
+            if name in self.mapped.values() or not name.isidentifier():
+                return None  # a folder importable only under its mapped name (constructs/ is platform_constructs)
+            init = self.root / name / "__init__.py"
+            if init.is_file():
+                return _Located("package", init)
+            module = self.root / f"{name}.py"
+            return _Located("module", module) if module.is_file() else None  # a bare folder (tests/) is not ours
+        above = self.locate(parent)
+        if above is None or above.kind == "module":
+            return None
+        folder = above.path if above.kind == "namespace" else above.path.parent
+        if (folder / last / "__init__.py").is_file():
+            return _Located("package", folder / last / "__init__.py")
+        if (folder / f"{last}.py").is_file():
+            return _Located("module", folder / f"{last}.py")
+        if (folder / last).is_dir():
+            return _Located("namespace", folder / last)
+        return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in ``body`` and the blocks nested in it (functions, classes, if/try/with/for/match),
+    except the bodies of ``if TYPE_CHECKING:``, which never run."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.If) and _is_type_checking(statement.test):
+            yield from _statements(statement.orelse)
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(statement, name, None)
+            if isinstance(block, list):
+                yield from _statements(block)
+        for nested in getattr(statement, "handlers", ()) or getattr(statement, "cases", ()):
+            yield from _statements(nested.body)
+
+
+_MAX_NAMES = 256
+"""The most names one dynamic import may evaluate to (a product of loops over long tuples is not followed)."""
+
+
+class _Constants:
+    """What a module's string-valued names can hold, for evaluating the names of dynamic imports.
+
+    Module-level assignments of a string, or of a tuple or list of strings; names bound by ``for``
+    loops (anywhere in the module) over such a value; ``__name__`` and ``__package__``.
+    """
+
+    def __init__(self, tree: ast.Module, module: str, package: str) -> None:
+        self.values: dict[str, set[str]] = {"__name__": {module}, "__package__": {package}}
+        for statement in tree.body:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                target, value = statement.targets[0], statement.value
+            elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+                target, value = statement.target, statement.value
+            else:
                 continue
-            files.append(path)
-    for path in sorted(files):
-        yield path, f"{prefix}/{path.relative_to(root).as_posix()}"
+            if isinstance(target, ast.Name):
+                strings = self._literal(value)
+                if strings is not None:
+                    self.values[target.id] = strings
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
+                strings = self.evaluate(node.iter, allow_sequences=True)
+                if strings:
+                    self.values.setdefault(node.target.id, set()).update(strings)
+
+    @staticmethod
+    def _literal(value: ast.expr) -> set[str] | None:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return {value.value}
+        if isinstance(value, (ast.Tuple, ast.List)) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts
+        ):
+            return {e.value for e in value.elts}  # type: ignore[union-attr]
+        return None
+
+    def evaluate(self, node: ast.expr, *, allow_sequences: bool = False) -> set[str] | None:
+        """The strings ``node`` can be, or ``None`` when they cannot be known statically."""
+        if isinstance(node, ast.Constant):
+            return {node.value} if isinstance(node.value, str) else None
+        if isinstance(node, ast.Name):
+            return set(self.values[node.id]) if node.id in self.values else None
+        if allow_sequences and isinstance(node, (ast.Tuple, ast.List)):
+            return self._literal(node)
+        if isinstance(node, ast.JoinedStr):  # f"{__name__}.{family}"
+            results = {""}
+            for part in node.values:
+                if isinstance(part, ast.FormattedValue):
+                    if part.conversion != -1 or part.format_spec is not None:
+                        return None
+                    values = self.evaluate(part.value)
+                else:
+                    values = self.evaluate(part)
+                if not values:
+                    return None
+                results = {left + right for left in results for right in values}
+                if len(results) > _MAX_NAMES:
+                    return None
+            return results
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self.evaluate(node.left), self.evaluate(node.right)
+            if not left or not right or len(left) * len(right) > _MAX_NAMES:
+                return None
+            return {a + b for a in left for b in right}
+        return None
+
+
+def _dynamic_imports(tree: ast.Module) -> Iterator[ast.Call]:
+    """``importlib.import_module(...)``, ``import_module(...)`` and ``__import__(...)`` calls."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        if (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+            isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
+        ):
+            yield node
+
+
+def _resolve_name(name: str, package: str) -> str | None:
+    """``importlib.util.resolve_name`` without raising: ``None`` for a relative name beyond ``package``."""
+    stripped = name.lstrip(".")
+    level = len(name) - len(stripped)
+    if not level:
+        return name
+    parts = package.split(".") if package else []
+    if not parts or level - 1 >= len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join([*base, stripped] if stripped else base)
+
+
+def _imported_names(source: SourceModule) -> list[str]:
+    """Absolute names ``source``'s code may import (see :func:`import_closure` for the rules)."""
+    text = source.path.read_bytes()
+    tree = ast.parse(text, filename=str(source.path))
+    package = source.name if source.is_package else source.name.rpartition(".")[0]
+
+    names: list[str] = []
+    for statement in _statements(tree.body):
+        if isinstance(statement, ast.Import):
+            names.extend(alias.name for alias in statement.names)
+        elif isinstance(statement, ast.ImportFrom):
+            base = _resolve_name("." * statement.level + (statement.module or ""), package)
+            if base is not None:
+                names.append(base)
+                # `from a import b` imports module a.b when b is one; attributes resolve to nothing
+                names.extend(f"{base}.{alias.name}" for alias in statement.names if alias.name != "*")
+    if b"import_module" in text or b"__import__" in text:
+        constants = _Constants(tree, source.name, package)
+        for call in _dynamic_imports(tree):
+            targets = constants.evaluate(call.args[0])
+            if not targets:
+                continue  # a computed name (e.g. a family's torch block, loaded by the trainer): not followed
+            anchors = {""}
+            if not (isinstance(call.func, ast.Name) and call.func.id == "__import__"):  # import_module(name, package)
+                keyword = next((k.value for k in call.keywords if k.arg == "package"), None)
+                anchor = call.args[1] if len(call.args) > 1 else keyword
+                if anchor is not None:
+                    anchors = constants.evaluate(anchor) or set()
+            for target in targets:
+                for anchor_package in anchors:
+                    resolved = _resolve_name(target, anchor_package)
+                    if resolved:
+                        names.append(resolved)
+    return names
+
+
+def import_closure(modules: Iterable[str], repo_root: Path = REPO_ROOT) -> ImportClosure:
+    """The modules of the repository at ``repo_root`` that importing ``modules`` may import.
+
+    Args:
+        modules: import names of the roots (a package's handler modules).
+        repo_root: the repository (its pyproject.toml gives the ``package-dir`` mappings).
+
+    Returns:
+        The closure: every root, every module they import (transitively, lazily or not; see the
+        module docstring for the rules) with the packages above each, and the top-level names
+        imported from outside the repository.
+
+    Raises:
+        ValueError: a root is not a module of the repository.
+        SyntaxError: a module of the closure does not parse.
+    """
+    repo = _Repository(Path(repo_root))
+    pending = list(modules)
+    for root in pending:
+        located = repo.locate(root)
+        if located is None or located.kind == "namespace":
+            raise ValueError(
+                f"module {root!r}: not a module of the repository at {repo_root}; expected a .py file under it"
+            )
+    seen: set[str] = set()
+    found: dict[str, SourceModule] = {}
+    external: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        top = name.partition(".")[0]
+        if not repo.owns(top):
+            external.add(top)
+            continue
+        parts = name.split(".")
+        pending.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # importing a.b.c runs a and a.b
+        located = repo.locate(name)
+        if located is None or located.kind == "namespace":
+            continue  # an attribute (`from a import function`), or a namespace portion (no code)
+        source = SourceModule(name=name, path=located.path, is_package=located.kind == "package")
+        found[name] = source
+        pending.extend(_imported_names(source))
+    return ImportClosure(modules=tuple(sorted(found.values())), external=frozenset(external))
+
+
+# -- packages ------------------------------------------------------------------------------------
 
 
 def _requirement_lines(requirements: Path) -> list[str]:
@@ -91,32 +428,49 @@ class LambdaPackage:
     """One Python Lambda deployment package built from this repository.
 
     Attributes:
-        runtime_dir: the handler package (absolute path inside the repository);
-            it becomes the top-level package ``runtime/``.
+        handlers: the functions' handlers, ``module.function`` with the module's import name
+            (``platform_constructs.submitter.runtime.handler.lambda_handler``); the package holds
+            what their modules import (:func:`import_closure`).
         requirements: the pinned requirements (pure-Python wheels only), installed
             with ``--no-deps`` for :data:`PIP_PLATFORM` / CPython :data:`PYTHON_VERSION`.
-        files: repository-relative files copied at the same relative path
-            (e.g. ``model_families/gpt/__init__.py``). Default: none.
-        folders: repository-relative folders copied whole (e.g. ``planner``). Default: none.
         display_name: the asset's name in CDK's output. Default: ``Lambda package``.
+
+    Raises:
+        ValueError: a handler is not ``module.function`` of Python identifiers, or none is given.
     """
 
-    runtime_dir: Path
+    handlers: tuple[str, ...]
     requirements: Path
-    files: Sequence[str] = ()
-    folders: Sequence[str] = ()
     display_name: str = "Lambda package"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.handlers, str) or not self.handlers:
+            raise ValueError(
+                f"LambdaPackage.handlers: got {self.handlers!r}; expected a non-empty tuple of 'module.function'"
+            )
+        for handler in self.handlers:
+            parts = handler.split(".")
+            if len(parts) < 2 or not all(part.isidentifier() for part in parts):
+                raise ValueError(
+                    f"LambdaPackage.handlers: got {handler!r}; expected 'module.function' of Python identifiers, "
+                    "e.g. 'platform_constructs.submitter.runtime.handler.lambda_handler'"
+                )
+
+    def handler_modules(self) -> tuple[str, ...]:
+        """The handlers' modules (the closure's roots), without duplicates, in order."""
+        return tuple(dict.fromkeys(handler.rpartition(".")[0] for handler in self.handlers))
 
     # -- inputs ---------------------------------------------------------------
 
-    def sources(self, repo_root: Path = REPO_ROOT) -> Iterator[tuple[Path, str]]:
-        """Yield ``(source file, path inside the package)`` for our own code, sorted."""
-        runtime = repo_root / self.runtime_dir.relative_to(REPO_ROOT)
-        yield from _tree(runtime, "runtime")
-        for name in self.files:
-            yield repo_root / name, Path(name).as_posix()
-        for folder in self.folders:
-            yield from _tree(repo_root / folder, Path(folder).as_posix())
+    def closure(self, repo_root: Path = REPO_ROOT) -> ImportClosure:
+        """What the handlers import inside ``repo_root`` (see :func:`import_closure`)."""
+        return import_closure(self.handler_modules(), repo_root)
+
+    def sources(self, repo_root: Path = REPO_ROOT, closure: ImportClosure | None = None) -> Iterator[tuple[Path, str]]:
+        """Yield ``(source file, path inside the package)`` for our own code, sorted by the latter."""
+        closure = closure or self.closure(repo_root)
+        for module in sorted(closure.modules, key=lambda m: m.package_path):
+            yield module.path, module.package_path
 
     def pip_arguments(self, target: Path) -> list[str]:
         return [
@@ -128,7 +482,7 @@ class LambdaPackage:
             "--python-version", PYTHON_VERSION,
             "--implementation", "cp",
             "--only-binary=:all:",
-        ]
+        ]  # fmt: skip
 
     def dependencies_key(self) -> str:
         """Cache key of the installed dependencies: the requirement lines + the pip target."""
@@ -137,10 +491,10 @@ class LambdaPackage:
         digest.update(f"|{PIP_PLATFORM}|{PYTHON_VERSION}|cp|no-deps".encode())
         return digest.hexdigest()[:32]
 
-    def asset_hash(self, repo_root: Path = REPO_ROOT) -> str:
-        """Content hash of the whole package (sources + dependency key)."""
+    def asset_hash(self, repo_root: Path = REPO_ROOT, closure: ImportClosure | None = None) -> str:
+        """Content hash of the whole package: the dependency key, then each module's package path and bytes."""
         digest = hashlib.sha256(self.dependencies_key().encode())
-        for source, name in self.sources(repo_root):
+        for source, name in self.sources(repo_root, closure):
             digest.update(name.encode() + b"\0")
             digest.update(source.read_bytes() + b"\0")
         return digest.hexdigest()
@@ -182,9 +536,15 @@ class LambdaPackage:
                 shutil.rmtree(staging, ignore_errors=True)
         return final
 
-    def build(self, output_dir: Path, repo_root: Path = REPO_ROOT) -> None:
-        """Write the complete deployment package into ``output_dir`` (which may exist, empty)."""
+    def build(self, output_dir: Path, repo_root: Path = REPO_ROOT, closure: ImportClosure | None = None) -> None:
+        """Write the complete deployment package into ``output_dir`` (which may exist, empty).
+
+        Raises:
+            RuntimeError: pip failed (see :meth:`installed_dependencies`).
+            ValueError: a handler's module is not in the repository.
+        """
         output_dir = Path(output_dir)
+        closure = closure or self.closure(repo_root)
         dependencies = self.installed_dependencies()
         shutil.copytree(
             dependencies,
@@ -193,36 +553,41 @@ class LambdaPackage:
             copy_function=_link_or_copy,
             ignore=shutil.ignore_patterns(".complete", "__pycache__"),
         )
-        for source, name in self.sources(repo_root):
+        for source, name in self.sources(repo_root, closure):
             destination = output_dir / name
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)  # our sources are copied, never linked
             os.chmod(destination, 0o644)
         os.chmod(output_dir, 0o755)
 
-    def bundling_options(self) -> BundlingOptions:
+    def bundling_options(self, closure: ImportClosure | None = None) -> BundlingOptions:
         """Bundling options for ``lambda.Code.from_asset(str(REPO_ROOT), ...)``.
 
         Local bundling always runs (it raises on failure rather than silently
         falling back). The Docker image and command are CDK's required fallback
         description and produce the same layout from the repo root.
         """
-        runtime_rel = self.runtime_dir.relative_to(REPO_ROOT).as_posix()
+        closure = closure or self.closure()
         requirements_rel = self.requirements.relative_to(REPO_ROOT).as_posix()
-        steps = [
-            f"pip install --no-deps -r {shlex.quote(requirements_rel)} -t /asset-output",
-            f"cp -r {shlex.quote(runtime_rel)} /asset-output/runtime",
-        ]
-        for name in self.files:
-            parent = Path(name).parent.as_posix()
-            steps.append(f"mkdir -p /asset-output/{parent} && cp {shlex.quote(name)} /asset-output/{shlex.quote(name)}")
-        for folder in self.folders:
-            steps.append(f"cp -r {shlex.quote(folder)} /asset-output/{shlex.quote(folder)}")
-        steps.append("find /asset-output -name __pycache__ -prune -exec rm -rf {} +")
+        steps = [f"pip install --no-deps -r {shlex.quote(requirements_rel)} -t /asset-output"]
+        for source, name in self.sources(closure=closure):
+            rel = source.relative_to(REPO_ROOT).as_posix()
+            steps.append(f"install -D -m 644 {shlex.quote(rel)} {shlex.quote('/asset-output/' + name)}")
         return BundlingOptions(
             image=DockerImage.from_registry(f"public.ecr.aws/sam/build-python{PYTHON_VERSION}:latest-arm64"),
             command=["bash", "-c", " && ".join(steps)],
-            local=LocalPackageBundler(self),
+            local=LocalPackageBundler(self, closure),
+        )
+
+    def code(self) -> lambda_.Code:
+        """The package as a function's ``code``: an asset of the repository root, hashed and bundled here."""
+        closure = self.closure()
+        return lambda_.Code.from_asset(
+            str(REPO_ROOT),
+            asset_hash=self.asset_hash(closure=closure),
+            asset_hash_type=cdk.AssetHashType.CUSTOM,
+            bundling=self.bundling_options(closure),
+            display_name=self.display_name,
         )
 
 
@@ -231,59 +596,24 @@ class LocalPackageBundler:
     """CDK local bundling: builds a :class:`LambdaPackage` with this Python's pip (no Docker).
 
     Args:
-        package: the package to build. Default: the submitter's (:data:`SUBMITTER`).
+        package: the package to build.
+        closure: the modules to put in it (the ones its asset hash was computed from).
+            Default: the package's closure at bundling time.
     """
 
-    def __init__(self, package: LambdaPackage | None = None) -> None:
+    def __init__(self, package: LambdaPackage, closure: ImportClosure | None = None) -> None:
         self.package = package
+        self.closure = closure
 
     def try_bundle(self, output_dir: str, *_options: object, **_keyword_options: object) -> bool:
         # jsii passes the BundlingOptions struct positionally; the package needs none of it.
-        (self.package or SUBMITTER).build(Path(output_dir))
+        self.package.build(Path(output_dir), closure=self.closure)
         return True
 
 
 SUBMITTER = LambdaPackage(
-    runtime_dir=RUNTIME_DIR,
-    requirements=REQUIREMENTS,
-    folders=PURE_PACKAGES,
+    handlers=("platform_constructs.submitter.runtime.handler.lambda_handler",),
+    requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="job submitter package",
 )
 """The job submitter's package."""
-
-
-# -- the submitter's package, as module-level functions ------------------------
-
-
-def package_sources(repo_root: Path = REPO_ROOT) -> Iterator[tuple[Path, str]]:
-    """Yield ``(source file, path inside the package)`` for the submitter's own code, sorted."""
-    return SUBMITTER.sources(repo_root)
-
-
-def pip_arguments(target: Path) -> list[str]:
-    return SUBMITTER.pip_arguments(target)
-
-
-def dependencies_key() -> str:
-    """Cache key of the submitter's installed dependencies."""
-    return SUBMITTER.dependencies_key()
-
-
-def asset_hash(repo_root: Path = REPO_ROOT) -> str:
-    """Content hash of the submitter's whole package (sources + dependency key)."""
-    return SUBMITTER.asset_hash(repo_root)
-
-
-def installed_dependencies() -> Path:
-    """The cached pip install of the submitter's requirements (see :meth:`LambdaPackage.installed_dependencies`)."""
-    return SUBMITTER.installed_dependencies()
-
-
-def build_package(output_dir: Path, repo_root: Path = REPO_ROOT) -> None:
-    """Write the submitter's complete deployment package into ``output_dir``."""
-    SUBMITTER.build(output_dir, repo_root)
-
-
-def bundling_options() -> BundlingOptions:
-    """Bundling options of the submitter's package (see :meth:`LambdaPackage.bundling_options`)."""
-    return SUBMITTER.bundling_options()

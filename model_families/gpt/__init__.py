@@ -1,10 +1,13 @@
-"""The GPT family: decoder-only transformer shapes, their size presets, parameter counts and FLOP terms.
+"""The GPT family: decoder-only transformer shapes, their size presets, parameter counts, FLOP terms,
+the planner's per-block memory and speed terms, and its parameters' names, initialisation and export facts.
 
 Pure Python (imports :mod:`platform_spec` only): the trainer builds its model
-from these shapes (``training/model.py`` holds the torch-native and
-TransformerEngine blocks for now), the planner counts parameters, FLOPs and
-activations from them, and the submitter validates requests against them. The
-family registers itself by name in ``model_families/__init__.py``.
+from these shapes around the family's blocks (``torch_block.py``, the
+torch-native block; ``te_block.py``, the TransformerEngine block; both
+imported only when the trainer asks :data:`FAMILY` for them), the planner
+counts parameters, FLOPs, activations and memory traffic from them, and the
+submitter validates requests against them. The family registers itself by
+name when imported (``model_families/__init__.py`` imports it).
 
 Shapes
 ------
@@ -63,18 +66,66 @@ as it should).
 
 Softmax, LayerNorm, GELU, residual adds and the loss are ``O(s*h)`` elementwise
 work, below 1% here, and are left out as in every MFU convention.
+
+The planner's per-block terms (:data:`FAMILY` ``.terms``)
+---------------------------------------------------------
+``a`` is the precision's activation bytes, ``q`` its quantized bytes per element
+with scales (``None``: not quantized), both from the precision registry;
+``W = 4h^2 + 2hf`` the matmul weights of a block (:func:`matmul_weights_per_block`).
+
+Saved for backward, per token per block (:func:`block_activation_terms`; fused
+attention never stores the ``s x s`` scores): LayerNorm inputs ``2ah``, the four
+GEMM inputs (``a`` bytes for bf16, else the columnwise quantized copy the
+weight-gradient GEMM reads, ``q`` bytes; for bf16 the output-projection input is
+the attention output itself), Q K V ``3ah``, attention output ``ah``, the softmax
+log-sum-exp ``4n``, the FC1 output before GELU ``af``, the GELU output
+``(q or a)f``, and in TransformerEngine's FSDP example (the guide's benchmark)
+two hidden-dropout masks ``2h`` (1-byte booleans; the trainer's blocks have no
+dropout). For ``gpt-1b`` in mxfp8 (blocks-only) this is ``~26.2h`` bytes
+(53.6 KB) per token per block.
+
+Backward transient (:func:`block_backward_transient_bytes_per_token`), at the
+GELU backward: the incoming gradient ``ah``, FC2's data gradient ``af`` and the
+GELU-backward output (``2qf`` rowwise + columnwise quantized, or ``af``), minus
+the GELU output (``qf`` or ``af``) already freed by FC2's weight gradient.
+
+Elementwise HBM traffic per token per block
+(:func:`block_elementwise_bytes_per_token`): forward ``4ah`` (two LayerNorms,
+read + write) ``+ 2(3a + m)h`` (two bias-dropout-residual adds, ``m`` = 1 byte
+of dropout mask in the benchmark, 0 in the trainer) ``+ 2af`` (GELU); backward
+twice the forward. Quantized formats add the casts of the four GEMM inputs,
+rowwise + columnwise, ``(a + 2q)(3h + f)`` forward and of the four output
+gradients ``(a + 2q)(5h + f)`` backward. This term is why fp8/mxfp8/nvfp4 give
+only a modest speed-up over bf16 for small models (the guide's observation): it
+scales with ``h`` while the matmuls scale with ``h^2``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from platform_spec.models import ModelFamily
+from platform_spec.models import ModelFamily, ShapeTerms, register_family
 
 DEFAULT_VOCAB_SIZE = 50304
 """GPT-2's 50257 tokens padded to a multiple of 128 (synthetic data and the
 parameter counts in the table below)."""
+ROPE_BASE = 10000.0
+"""Rotary position embedding base (RoPE, rotate-half layout: TransformerEngine's default)."""
+LAYERNORM_EPS = 1e-5
+"""LayerNorm epsilon of the blocks and the final norm (``te.TransformerLayer``'s default)."""
+ACTIVATION = "gelu_tanh"
+"""The MLP's activation: GELU, tanh approximation (TransformerEngine's ``gelu``)."""
+INIT_STD = 0.02
+"""Standard deviation of the normal initialisation of weights (GPT-2); residual output projections use
+``INIT_STD / sqrt(2 * num_layers)``."""
+DROPOUT_MASK_BYTES = 1.0
+"""Bytes per element of a saved dropout mask (torch bool), in TransformerEngine's FSDP example."""
+KERNELS_PER_BLOCK = 60
+"""CUDA kernels (and FSDP hook work) per block per forward + backward (estimate; the planner's launch floor)."""
 
 
 @dataclass(frozen=True)
@@ -208,22 +259,165 @@ def flops_per_token(
     )
 
 
-FAMILY = ModelFamily(
+# ---------------------------------------------------------------------------
+# The planner's per-block terms (module docstring)
+
+
+def matmul_weights_per_block(model: ModelConfig) -> int:
+    """``W = 4h^2 + 2hf``: the weights one block's GEMMs read (QKV, output projection, FC1, FC2)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    return 4 * h * h + 2 * h * f
+
+
+def block_activation_terms(
+    model: ModelConfig, *, activation_bytes: float, quantized_bytes: float | None, dropout: bool = False
+) -> dict[str, float]:
+    """Bytes saved for backward per token in one block, by tensor (module docstring).
+
+    Args:
+        activation_bytes: ``a``, bytes per element of the precision's compute dtype.
+        quantized_bytes: ``q``, bytes per quantized element with its scales; ``None``: not quantized.
+        dropout: the block applies hidden dropout (TE's default 0.1, as in the guide's benchmark) and
+            saves two boolean masks; the trainer's blocks use none.
+
+    Returns:
+        ``{tensor: bytes per token}``; the sum is the block's saved activations, ``ln1_input`` its input.
+    """
+    h, f, n = model.hidden_size, model.ffn_hidden_size, model.num_attention_heads
+    a, q = activation_bytes, quantized_bytes
+    gemm_in = q if q is not None else a
+    return {
+        "ln1_input": a * h,
+        "qkv_gemm_input": gemm_in * h,
+        "q_k_v": 3 * a * h,
+        "attention_output": a * h,
+        "softmax_lse": 4.0 * n,
+        "proj_gemm_input": (q * h) if q is not None else 0.0,
+        "dropout_masks": 2 * DROPOUT_MASK_BYTES * h if dropout else 0.0,
+        "ln2_input": a * h,
+        "fc1_gemm_input": gemm_in * h,
+        "fc1_output": a * f,
+        "fc2_gemm_input": gemm_in * f,
+    }
+
+
+def block_backward_transient_bytes_per_token(
+    model: ModelConfig, *, activation_bytes: float, quantized_bytes: float | None
+) -> float:
+    """Extra bytes per token alive in a block's backward, at the GELU backward (module docstring)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    a, q = activation_bytes, quantized_bytes
+    if q is None:
+        return a * h + a * f
+    return a * h + a * f + 2 * q * f - q * f
+
+
+def block_elementwise_bytes_per_token(
+    model: ModelConfig, *, activation_bytes: float, quantized_bytes: float | None, dropout: bool = False
+) -> tuple[float, float]:
+    """HBM bytes per token per block of the non-matmul work, ``(forward, backward)`` (module docstring)."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    a, q = activation_bytes, quantized_bytes
+    mask = DROPOUT_MASK_BYTES if dropout else 0.0
+    fwd = 4 * a * h + 2 * (3 * a + mask) * h + 2 * a * f
+    bwd = 2 * fwd
+    if q is not None:
+        fwd += (a + 2 * q) * (3 * h + f)
+        bwd += (a + 2 * q) * (5 * h + f)
+    return fwd, bwd
+
+
+# ---------------------------------------------------------------------------
+# Parameters: canonical names, initialisation, export
+
+TE_PARAMETER_NAMES: Mapping[str, str] = MappingProxyType({
+    # ``te_block.TEBlock`` (``te.TransformerLayer`` with fuse_qkv_params=True, LayerNorm, bias) -> the
+    # torch-native block's names (``torch_block.TransformerBlock``), the canonical ones
+    "layer.self_attention.layernorm_qkv.layer_norm_weight": "attention_norm.weight",
+    "layer.self_attention.layernorm_qkv.layer_norm_bias": "attention_norm.bias",
+    "layer.self_attention.layernorm_qkv.weight": "attention.qkv.weight",
+    "layer.self_attention.layernorm_qkv.bias": "attention.qkv.bias",
+    "layer.self_attention.proj.weight": "attention.proj.weight",
+    "layer.self_attention.proj.bias": "attention.proj.bias",
+    "layer.layernorm_mlp.layer_norm_weight": "ffn_norm.weight",
+    "layer.layernorm_mlp.layer_norm_bias": "ffn_norm.bias",
+    "layer.layernorm_mlp.fc1_weight": "feed_forward.fc1.weight",
+    "layer.layernorm_mlp.fc1_bias": "feed_forward.fc1.bias",
+    "layer.layernorm_mlp.fc2_weight": "feed_forward.fc2.weight",
+    "layer.layernorm_mlp.fc2_bias": "feed_forward.fc2.bias",
+})
+"""TransformerEngine block parameter names -> canonical names (a model export's names)."""
+
+_NORMS = ("norm", "attention_norm", "ffn_norm")
+_RESIDUAL_OUTPUTS = ("proj", "fc2")
+
+
+def residual_init_std(model: ModelConfig) -> float:
+    """``INIT_STD / sqrt(2 L)``: the residual output projections' initial standard deviation (GPT-2)."""
+    return INIT_STD / math.sqrt(2.0 * model.num_layers)
+
+
+def init_rule(canonical: str, model: ModelConfig) -> str | float:
+    """How the trainer initialises the parameter called ``canonical``: ``"ones"``, ``"zeros"`` or the
+    standard deviation of a normal draw.
+
+    LayerNorm weights 1, biases 0, residual output projections (attention ``proj``, ``fc2``)
+    N(0, :func:`residual_init_std`), every other weight (token embedding, LM head, QKV, FC1) N(0, 0.02).
+    """
+    parts = canonical.rsplit(".", 2)
+    module, kind = (parts[-2] if len(parts) > 1 else ""), parts[-1]
+    if module in _NORMS:
+        return "ones" if kind == "weight" else "zeros"
+    if kind == "bias":
+        return "zeros"
+    if module in _RESIDUAL_OUTPUTS:
+        return residual_init_std(model)
+    return INIT_STD
+
+
+FAMILY = register_family(ModelFamily(
     name="gpt",
     shape_type=ModelConfig,
     presets=PRESETS,
     flops_per_token=flops_per_token,
     description="decoder-only transformer, pre-LayerNorm blocks, untied LM head (the guide's 1B shape and larger)",
-)
-"""The GPT family's registry record (registered in ``model_families/__init__.py``)."""
+    terms=ShapeTerms(
+        matmul_weights_per_block=matmul_weights_per_block,
+        attention_flops_per_token=attention_flops_per_token,
+        block_activation_terms=block_activation_terms,
+        block_backward_transient_bytes_per_token=block_backward_transient_bytes_per_token,
+        block_elementwise_bytes_per_token=block_elementwise_bytes_per_token,
+        kernels_per_block=KERNELS_PER_BLOCK,
+    ),
+    package=__name__,
+    blocks=MappingProxyType({"torch": ".torch_block", "te": ".te_block"}),
+    parameter_names=MappingProxyType({"te": TE_PARAMETER_NAMES}),
+    init_rule=init_rule,
+    export_format="gpt-decoder",
+    export_metadata=MappingProxyType({"rope_base": ROPE_BASE, "layernorm_eps": LAYERNORM_EPS, "activation": ACTIVATION}),
+))
+"""The GPT family's registry record, registered when this module is imported (``model_families/__init__.py``
+imports it)."""
 
 __all__ = [
+    "ACTIVATION",
     "DEFAULT_VOCAB_SIZE",
     "FAMILY",
+    "INIT_STD",
+    "KERNELS_PER_BLOCK",
+    "LAYERNORM_EPS",
     "PRESETS",
+    "ROPE_BASE",
+    "TE_PARAMETER_NAMES",
     "ModelConfig",
     "attention_flops_per_token",
+    "block_activation_terms",
+    "block_backward_transient_bytes_per_token",
+    "block_elementwise_bytes_per_token",
     "flops_per_token",
+    "init_rule",
     "matmul_params",
+    "matmul_weights_per_block",
     "preset_table",
+    "residual_init_std",
 ]

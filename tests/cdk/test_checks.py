@@ -69,7 +69,7 @@ def test_nag_is_active_and_fails_synth_on_a_new_finding(tmp_path):
 
 @pytest.mark.parametrize(("fixture", "region"), [("default_synth", "us-east-1"), ("variant_synth", "us-west-2")])
 def test_cfn_lint_has_no_errors(request, fixture, region):
-    from trainctl.commands.synth_summary import lint_template
+    from trainctl.synth_summary import lint_template
 
     synth = request.getfixturevalue(fixture)
     matches = lint_template(synth.outdir / f"{synth.stack.stack_name}.template.json", region)
@@ -77,7 +77,7 @@ def test_cfn_lint_has_no_errors(request, fixture, region):
 
 
 def test_cfn_lint_catches_a_broken_template(tmp_path, default_synth):
-    from trainctl.commands.synth_summary import lint_template
+    from trainctl.synth_summary import lint_template
 
     template = json.loads(json.dumps(default_synth.template_json))
     fn_id = default_synth.logical_id(default_synth.stack.submitter.function)

@@ -21,9 +21,10 @@ from aws_cdk import aws_ssm as ssm
 from aws_cdk.assertions import Template
 from constructs import Construct
 
-from platform_constructs import buckets, execution_role, submitter, trainer_image, training_plans
-from platform_constructs import observability
+from platform_constructs import buckets, execution_role, trainer_image, training_plans
+from platform_constructs.observability import construct as observability
 from platform_constructs.observability import functions, notifications
+from platform_constructs.submitter import construct as submitter
 from platform_constructs.submitter.runtime import settings
 
 pytestmark = pytest.mark.xdist_group("cdk")

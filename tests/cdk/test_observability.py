@@ -19,7 +19,8 @@ from platform_constructs.observability import widgets
 from platform_constructs.observability.runtime import settings
 from platform_constructs.submitter.runtime import settings as submitter_settings
 from platform_spec.metric_lines import METRIC_DEFINITIONS
-from trainctl.commands.dashboard import alarm_summaries, dashboard_bodies, export_dashboard
+from trainctl.dashboard.export import export_dashboard
+from trainctl.dashboard.template import alarm_summaries, dashboard_bodies
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -541,7 +542,7 @@ def test_default_stack_has_a_topic_and_no_subscriptions(default_synth):
 
 
 def test_alarm_synth_is_nag_and_cfn_lint_clean(alarm_synth):
-    from trainctl.commands.synth_summary import lint_template
+    from trainctl.synth_summary import lint_template
 
     _, _, outdir = alarm_synth  # app.synth() raised on any unacknowledged cdk-nag finding
     report = json.loads((outdir / "validation-report.json").read_text())
@@ -672,14 +673,17 @@ def test_observability_package_is_lean_and_imports_on_its_own(default_synth):
     assets = json.loads((default_synth.outdir / "TrainingPlatform.assets.json").read_text())
     package = default_synth.outdir / assets["files"][key.removesuffix(".zip")]["source"]["path"]
     top = {p.name for p in package.iterdir()}
-    assert {"runtime", "boto3", "botocore", "aws_lambda_powertools"} <= top
-    assert not {"training", "planner", "torch", "aws_cdk", "moto"} & top
+    assert {"platform_constructs", "platform_spec", "boto3", "botocore", "aws_lambda_powertools"} <= top
+    assert not {"training", "planner", "model_families", "torch", "aws_cdk", "moto"} & top
+    assert sorted(p.name for p in (package / "platform_constructs").iterdir()) == ["observability"]  # no submitter code
     code = (
         "import sys\n"
         f"sys.path[:0] = [{str(package)!r}]\n"
-        "import runtime.plan_metrics as p, runtime.job_events as j\n"
+        "import platform_constructs.observability.runtime.plan_metrics as p\n"
+        "import platform_constructs.observability.runtime.job_events as j\n"
         "assert callable(p.lambda_handler) and callable(j.lambda_handler)\n"
         "from aws_lambda_powertools.utilities.idempotency import idempotent_function\n"
+        "assert not {'aws_cdk', 'jsii', 'constructs', 'torch'} & set(sys.modules), sorted(sys.modules)\n"
     )
     env = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": REGION}
     result = subprocess.run([sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, env=env, cwd=package, timeout=120)

@@ -1,19 +1,26 @@
-"""The submitter's Lambda package: built without Docker, lean, importable, content-hashed."""
+"""The Lambda packages: what the handlers import (and nothing else), under their import names, built
+without Docker, lean, importable on their own, content-hashed; the runtimes import without the CDK."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from platform_constructs.submitter import bundling
+from platform_constructs.submitter.bundling import SUBMITTER, LambdaPackage, import_closure
 
 pytestmark = pytest.mark.xdist_group("cdk")
+
+HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
+OURS = ("platform_constructs", "platform_spec", "model_families", "planner", "training", "stacks", "trainctl")
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +35,183 @@ def package(default_synth) -> Path:
     return path
 
 
-def test_package_layout(package):
-    assert (package / "runtime" / "__init__.py").is_file()
-    assert (package / "runtime" / "settings.py").is_file()
-    assert (package / "runtime" / "requirements.txt").is_file()
-    assert not (package / "training").exists()  # the torch trainer never ships; its contracts are platform_spec's
-    for folder in bundling.PURE_PACKAGES:
-        assert (package / folder / "__init__.py").is_file(), folder
-    assert (package / "platform_spec" / "hyperparameters.py").is_file() and (package / "platform_spec" / "catalogue.py").is_file()
-    assert (package / "model_families" / "gpt" / "__init__.py").is_file()
-    for dependency in ("boto3", "botocore", "aws_lambda_powertools"):
-        assert (package / dependency / "__init__.py").is_file(), dependency
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+# -- the runtimes are plain packages ----------------------------------------------------------------
+
+NO_CDK = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class Refuse(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"aws_cdk", "jsii", "constructs", "cdk_nag", "torch"}:
+                raise ImportError(f"blocked: {name}")
+            return None
+
+    sys.meta_path.insert(0, Refuse())
+    import platform_constructs.submitter.runtime.handler as handler
+    import platform_constructs.observability.runtime.job_events as job_events
+    import platform_constructs.observability.runtime.plan_metrics as plan_metrics
+    from platform_constructs.submitter.runtime import config, settings
+
+    assert callable(handler.lambda_handler) and callable(job_events.lambda_handler) and callable(plan_metrics.lambda_handler)
+    assert config.default_allowed_instance_types() and settings.function_environment  # lazy paths too
+    constructs_modules = sorted(m for m in sys.modules if m.startswith("platform_constructs.") and ".runtime" not in m)
+    print(constructs_modules)
+    """
+)
+
+
+def test_the_runtimes_import_without_the_cdk() -> None:
+    """Importing a handler runs no construct code: the CDK, jsii, the constructs library and torch are refused
+    (the blocker raises on any attempt), and of ``platform_constructs`` only the runtimes' parent packages load."""
+    result = subprocess.run([sys.executable, "-c", NO_CDK], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['platform_constructs.observability', 'platform_constructs.submitter']"
+
+
+def test_the_cdk_blocker_does_refuse() -> None:
+    """The proof above can fail: the same harness refuses the construct module."""
+    code = NO_CDK.split("import platform_constructs")[0] + "import platform_constructs.submitter.construct\n"
+    result = subprocess.run([sys.executable, "-c", code], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "ImportError: blocked: aws_cdk" in result.stderr
+
+
+# -- the closure's rules ----------------------------------------------------------------------------
+
+TOY_FILES = {
+    "pyproject.toml": '[tool.setuptools]\npackage-dir = { "mapped" = "src" }\n',
+    "src/app/__init__.py": "",
+    "src/app/handler.py": textwrap.dedent(
+        """
+        from __future__ import annotations
+
+        import importlib
+        import json
+        from typing import TYPE_CHECKING
+
+        import pure.deep.leaf
+        from pure import helpers
+        from . import settings
+        from .sub import thing
+
+        if TYPE_CHECKING:
+            from heavy import torchy  # never runs
+
+        REGISTRY = "plugins"
+
+
+        def lazy():
+            import boto3
+            from .lazy_mod import value
+            return boto3, value
+
+
+        def registered():
+            return importlib.import_module(REGISTRY)
+
+
+        def computed(name):
+            return importlib.import_module(f"plugins.{name}")  # a computed name: not followed
+        """
+    ),
+    "src/app/settings.py": "NAME = 'x'\n",
+    "src/app/sub/__init__.py": "thing = 1\n",
+    "src/app/lazy_mod.py": "from .. import other\nvalue = other\n",
+    "src/app/unused.py": "import heavy\n",
+    "src/other.py": "",
+    "src/construct.py": "import aws_cdk\n",
+    "pure/__init__.py": "",
+    "pure/helpers.py": "",
+    "pure/unused.py": "",
+    "pure/deep/__init__.py": "",
+    "pure/deep/leaf.py": "from ..helpers import *\n",
+    "heavy/__init__.py": "import torch\n",
+    "heavy/torchy.py": "",
+    "plugins/__init__.py": textwrap.dedent(
+        """
+        import importlib
+
+        KINDS = ("alpha",)
+        for _kind in KINDS:  # a registration list
+            importlib.import_module(f"{__name__}.{_kind}")
+        importlib.import_module(".beta", __name__)
+
+
+        def block(kind):
+            return importlib.import_module(f".{kind}_part", __name__)  # a computed name: not followed
+        """
+    ),
+    "plugins/alpha.py": "",
+    "plugins/beta.py": "",
+    "plugins/torch_part.py": "import torch\n",
+    "tests/test_x.py": "",
+}
+
+
+def _toy(root: Path) -> Path:
+    for name, text in TOY_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_closure_follows_every_import_that_can_run_and_nothing_else(tmp_path: Path) -> None:
+    closure = import_closure(["mapped.app.handler"], _toy(tmp_path))
+    assert closure.names() == (
+        "mapped.app", "mapped.app.handler", "mapped.app.lazy_mod", "mapped.app.settings", "mapped.app.sub",
+        "mapped.other", "plugins", "plugins.alpha", "plugins.beta", "pure", "pure.deep", "pure.deep.leaf", "pure.helpers",
+    )  # fmt: skip
+    assert closure.package_paths() == (
+        "mapped/app/__init__.py", "mapped/app/handler.py", "mapped/app/lazy_mod.py", "mapped/app/settings.py",
+        "mapped/app/sub/__init__.py", "mapped/other.py", "plugins/__init__.py", "plugins/alpha.py", "plugins/beta.py",
+        "pure/__init__.py",
+        "pure/deep/__init__.py", "pure/deep/leaf.py", "pure/helpers.py",
+    )  # laid out under import names: src/ is `mapped`  # fmt: skip
+    assert closure.external == {"__future__", "boto3", "importlib", "json", "typing"}
+    paths = {m.name: m.path for m in closure.modules}
+    assert paths["mapped.app.sub"] == tmp_path / "src/app/sub/__init__.py"
+
+
+def test_a_root_outside_the_repository_is_refused(tmp_path: Path) -> None:
+    _toy(tmp_path)
+    for root in ("mapped.app.missing", "src.app.handler", "tests.test_x", "json"):
+        with pytest.raises(ValueError, match=rf"module '{root}': not a module of the repository"):
+            import_closure([root], tmp_path)
+    with pytest.raises(ValueError, match="LambdaPackage.handlers: got 'handler'; expected 'module.function'"):
+        LambdaPackage(handlers=("handler",), requirements=tmp_path / "r.txt")
+    with pytest.raises(ValueError, match="expected a non-empty tuple"):
+        LambdaPackage(handlers=(), requirements=tmp_path / "r.txt")
+
+
+def test_the_submitters_closure_is_the_runtime_and_the_pure_packages_it_reads() -> None:
+    closure = SUBMITTER.closure()
+    names = set(closure.names())
+    assert {HANDLER_MODULE, "platform_constructs.submitter", "platform_constructs.submitter.runtime",
+            "platform_constructs.submitter.runtime.service", "platform_spec.hyperparameters", "platform_spec.models",
+            "model_families", "model_families.gpt", "planner", "planner.recommend"} <= names  # fmt: skip
+    assert not {n for n in names if n.split(".")[0] in ("training", "stacks", "trainctl")}
+    assert not {"platform_constructs.submitter.construct", "platform_constructs.submitter.bundling"} & names
+    assert not {n for n in names if n.startswith("platform_constructs.observability")}
+    assert not {n for n in names if n.endswith(("torch_block", "te_block"))}  # a family's torch blocks are the trainer's
+    # every library it imports is the standard library's or a pinned requirement's (installed in the package)
+    third_party = closure.external - set(sys.stdlib_module_names)
+    installed = {p.name for p in SUBMITTER.installed_dependencies().iterdir()}
+    assert third_party and third_party <= installed, third_party - installed
+
+
+# -- the built package ------------------------------------------------------------------------------
+
+
+def test_the_package_holds_exactly_the_handlers_import_closure(package):
+    dependencies = _files(SUBMITTER.installed_dependencies()) - {".complete"}
+    ours = _files(package) - dependencies
+    assert ours == set(SUBMITTER.closure().package_paths())
+    assert "platform_constructs/submitter/runtime/handler.py" in ours and "platform_constructs/submitter/__init__.py" in ours
+    assert not {p.name for p in package.iterdir()} & {"runtime", "training", "stacks", "trainctl", "constructs"}
 
 
 def test_package_is_lean(package):
@@ -53,7 +226,7 @@ def test_package_is_lean(package):
 
 def test_dependencies_match_the_pinned_requirements(package):
     pins = {}
-    for line in bundling.REQUIREMENTS.read_text().splitlines():
+    for line in SUBMITTER.requirements.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             name, version = line.split("==")
@@ -67,16 +240,34 @@ def test_dependencies_match_the_pinned_requirements(package):
 
 
 def test_package_imports_on_its_own(package):
-    """The handler module imports with nothing but the package and the standard library on sys.path."""
-    code = (
-        "import importlib, sys\n"
-        f"sys.path[:0] = [{str(package)!r}]\n"
-        "import boto3, aws_lambda_powertools, platform_spec.hyperparameters, platform_spec.catalogue, planner, runtime.settings\n"
-        "assert boto3.__file__.startswith(sys.path[0]), boto3.__file__\n"
-        "import runtime.handler as handler\n"
-        "assert callable(handler.lambda_handler)\n"
-        "assert 'torch' not in sys.modules and 'training' not in sys.modules\n"
-        "assert platform_spec.hyperparameters.MODEL_PRESETS[:2] == ('gpt-tiny', 'gpt-1b')  # families found in the package\n"
+    """The handler, as Lambda names it, imports and works with nothing but the package and the standard library
+    on sys.path, through its lazy paths too (the model-family registry, the planner's recommendations, botocore's
+    model), and every module of ours it loads is in the package (no torch, no CDK)."""
+    module, _, function = SUBMITTER.handlers[0].rpartition(".")
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, sys
+        sys.path[:0] = [{str(package)!r}]
+        handler = importlib.import_module({module!r})
+        assert callable(getattr(handler, {function!r}))
+        import boto3, planner
+        from platform_spec import hyperparameters
+        from platform_constructs.submitter.runtime import config, request, sagemaker_rules
+        assert boto3.__file__.startswith(sys.path[0]), boto3.__file__
+        assert hyperparameters.MODEL_PRESETS[:2] == ("gpt-tiny", "gpt-1b")  # families found in the package
+        guide = planner.PlanInput.from_request(dict(hyperparameters.GUIDE_DEFAULT_REQUEST), instance_type="ml.p6-b200.48xlarge")
+        assert planner.estimate(guide).recommendations is not None and planner.auto_tune(guide) is not None
+        assert "ml.p6-b200.48xlarge" in sagemaker_rules.training_instance_types()
+        cfg = config.SubmitterConfig(trainer_image_uri="i", execution_role_arn="arn:aws:iam::123456789012:role/r",
+                                     data_bucket="data-bucket", checkpoint_bucket="ckpt-bucket", output_bucket="out-bucket",
+                                     training_plan_arns_parameter="/p")
+        request.parse_request({{"inputs": {{"train": "x/"}}, "hyperparameters": {{"model": "gpt-1b"}}}}, cfg)
+        ours = sorted(name for name, m in sys.modules.items() if name.split(".")[0] in {OURS!r})
+        assert all(sys.modules[n].__file__ is None or sys.modules[n].__file__.startswith(sys.path[0]) for n in ours
+                   if getattr(sys.modules[n], "__file__", None)), ours
+        assert not {{"torch", "aws_cdk", "jsii", "constructs", "training"}} & set(sys.modules)
+        print(json.dumps(ours))
+        """
     )
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -91,29 +282,67 @@ def test_package_imports_on_its_own(package):
         [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, env=env, cwd=package, timeout=120
     )
     assert result.returncode == 0, result.stderr
+    loaded = set(json.loads(result.stdout)) - {"platform_constructs"}  # a namespace package: no file
+    assert loaded <= set(SUBMITTER.closure().names()), loaded - set(SUBMITTER.closure().names())
 
 
-def test_asset_hash_tracks_sources_and_requirements(tmp_path):
-    root = tmp_path / "repo"
-    runtime_rel = bundling.RUNTIME_DIR.relative_to(bundling.REPO_ROOT)
-    shutil.copytree(bundling.RUNTIME_DIR, root / runtime_rel, ignore=shutil.ignore_patterns("__pycache__"))
-    for folder in bundling.PURE_PACKAGES:
-        shutil.copytree(bundling.REPO_ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+# -- the asset hash ---------------------------------------------------------------------------------
+
+
+def _copy_of_the_closure(root: Path) -> Path:
+    """The files the submitter's package is made of, at their repository paths, plus pyproject.toml."""
+    for module in SUBMITTER.closure().modules:
+        target = root / module.path.relative_to(bundling.REPO_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(module.path, target)
+    shutil.copy2(bundling.REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_asset_hash_tracks_what_the_handler_imports(tmp_path: Path) -> None:
+    root = _copy_of_the_closure(tmp_path / "repo")
+    original = SUBMITTER.asset_hash(root)
+    assert original == SUBMITTER.asset_hash(bundling.REPO_ROOT)  # same content, same hash
+
+    # modules the handler does not import: the trainer, a family's torch block, the construct, a new fact
     (root / "training").mkdir()
-
-    original = bundling.asset_hash(root)
-    assert original == bundling.asset_hash(bundling.REPO_ROOT)  # same content, same hash
-    (root / "training" / "data.py").write_text("import torch\n")  # not part of the package
+    (root / "training" / "__init__.py").write_text("import torch\n")
+    (root / "model_families" / "gpt" / "torch_block.py").write_text("import torch\n")
+    (root / "constructs" / "submitter" / "construct.py").write_text("import aws_cdk\n")
+    (root / "platform_spec" / "new_fact.py").write_text("FACT = 1\n")
     (root / "planner" / "__pycache__").mkdir()
     (root / "planner" / "__pycache__" / "x.pyc").write_bytes(b"\0")
-    assert bundling.asset_hash(root) == original
-    with (root / "platform_spec" / "hyperparameters.py").open("a") as handle:
-        handle.write("\n# changed\n")
-    assert bundling.asset_hash(root) != original
+    assert SUBMITTER.asset_hash(root) == original
+
+    # an imported module changes
+    hyperparameters = root / "platform_spec" / "hyperparameters.py"
+    text = hyperparameters.read_text()
+    hyperparameters.write_text(text + "\n# changed\n")
+    changed = SUBMITTER.asset_hash(root)
+    assert changed != original
+    hyperparameters.write_text(text)
+    assert SUBMITTER.asset_hash(root) == original
+
+    # a module becomes imported (lazily): it joins the package and the hash
+    settings = root / "constructs" / "submitter" / "runtime" / "settings.py"
+    settings.write_text(settings.read_text() + "\n\ndef _fact():\n    from platform_spec import new_fact\n    return new_fact\n")
+    assert "platform_spec.new_fact" in SUBMITTER.closure(root).names()
+    assert SUBMITTER.asset_hash(root) not in (original, changed)
+
+
+def test_asset_hash_tracks_the_requirements(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(SUBMITTER.requirements.read_text())
+    same = dataclasses.replace(SUBMITTER, requirements=requirements)
+    assert same.asset_hash() == SUBMITTER.asset_hash()
+    requirements.write_text(SUBMITTER.requirements.read_text() + "\n# a comment changes nothing\n")
+    assert same.asset_hash() == SUBMITTER.asset_hash()
+    requirements.write_text(SUBMITTER.requirements.read_text().replace("six==1.17.0", "six==1.16.0"))
+    assert same.asset_hash() != SUBMITTER.asset_hash()
 
 
 def test_dependency_cache_is_reused():
-    first = bundling.installed_dependencies()
+    first = SUBMITTER.installed_dependencies()
     assert first.parent == bundling.CACHE_DIR and (first / ".complete").is_file()
-    assert bundling.installed_dependencies() == first
-    assert first.name == bundling.dependencies_key()
+    assert SUBMITTER.installed_dependencies() == first
+    assert first.name == SUBMITTER.dependencies_key()

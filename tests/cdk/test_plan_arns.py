@@ -183,7 +183,7 @@ def test_trainctl_commands_refuse_a_plan_of_another_account(command, tmp_path, c
 )
 def test_the_platform_template_asserts_what_synth_does_not_know_of_the_plans_home(environ, asserted, tmp_path):
     from trainctl.cdk_context import synth_environment
-    from trainctl.commands.dashboard import synthesize_template
+    from trainctl.dashboard.export import synthesize_template
 
     if environ:  # no profile file of this machine may name a region
         environ = synth_environment({**environ, "AWS_CONFIG_FILE": str(tmp_path / "none"),

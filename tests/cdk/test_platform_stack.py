@@ -15,7 +15,7 @@ from platform_constructs.buckets import (
     CURRENT_OBJECT_OBJECT_ACTIONS,
     HISTORY_ERASING_ACTIONS,
 )
-from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, HANDLER
+from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, HANDLER
 from platform_constructs.trainer_image import copy_settings_digest
 from platform_constructs.submitter.runtime import settings
 
@@ -433,7 +433,8 @@ def test_submitter_function_runtime_arch_handler(default_synth):
             "LoggingConfig": Match.object_like({"LogFormat": "JSON"}),
         },
     )
-    assert HANDLER == "runtime.handler.lambda_handler"
+    # the bundle lays modules out under their import names: Lambda imports the module the tests import
+    assert HANDLER == "platform_constructs.submitter.runtime.handler.lambda_handler"
 
 
 def test_submitter_environment(default_synth):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 
-from platform_constructs.submitter import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY, JobSubmitter, JobSubmitterProps
+from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY, JobSubmitter, JobSubmitterProps
 from platform_constructs.trainer_image import TrainerImage, TrainerImageProps, copy_settings_digest
 from stacks.config import CONTEXT_KEYS, ConfigError, load_config
 from stacks.platform_app import cdk_json_context, create_app

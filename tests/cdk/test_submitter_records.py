@@ -11,7 +11,7 @@ import re
 import aws_cdk as cdk
 import pytest
 
-from platform_constructs.submitter import RECORD_WRITE_ACTIONS
+from platform_constructs.submitter.construct import RECORD_WRITE_ACTIONS
 from platform_constructs.submitter.runtime import settings
 from stacks.config import ConfigError, load_config
 
@@ -97,7 +97,7 @@ def test_configuration_refuses_a_type_create_training_job_does_not_accept(ultras
 def test_the_construct_refuses_a_type_create_training_job_does_not_accept():
     import dataclasses
 
-    from platform_constructs.submitter import JobSubmitterProps, _validate
+    from platform_constructs.submitter.construct import JobSubmitterProps, _validate
 
     fields = {f.name: None for f in dataclasses.fields(JobSubmitterProps) if f.default is dataclasses.MISSING
               and f.default_factory is dataclasses.MISSING}  # fmt: skip

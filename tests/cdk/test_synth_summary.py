@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from trainctl.commands import synth_summary
+from trainctl import synth_summary
+from trainctl.commands import synth_summary as synth_summary_command
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -24,7 +25,7 @@ def copy_assembly(synth, destination):
 
 def parse(argv):
     parser = argparse.ArgumentParser()
-    synth_summary.add_arguments(parser)
+    synth_summary_command.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -90,7 +91,7 @@ def test_render_prints_counts_outputs_and_verdict(default_summary):
 
 
 def test_exit_status_zero_when_clean(default_synth):
-    assert synth_summary.run(parse(["--out", str(default_synth.outdir), "--no-synth"])) == 0
+    assert synth_summary_command.run(parse(["--out", str(default_synth.outdir), "--no-synth"])) == 0
 
 
 def test_exit_status_one_on_an_unacknowledged_finding(default_synth, tmp_path):
@@ -119,7 +120,7 @@ def test_exit_status_one_on_an_unacknowledged_finding(default_synth, tmp_path):
         ("AwsSolutions-S10", ("TrainingPlatform/Buckets/Data/Resource",))
     ]
     assert not summary.ok
-    assert synth_summary.run(parse(["--out", str(assembly), "--no-synth"])) == 1
+    assert synth_summary_command.run(parse(["--out", str(assembly), "--no-synth"])) == 1
 
 
 def test_exit_status_one_on_a_cfn_lint_error(default_synth, tmp_path):
@@ -130,17 +131,17 @@ def test_exit_status_one_on_a_cfn_lint_error(default_synth, tmp_path):
     template_path.write_text(json.dumps(template))
     summary = synth_summary.summarize(assembly, synthesize=False)
     assert summary.lint_errors and not summary.ok
-    assert synth_summary.run(parse(["--out", str(assembly), "--no-synth"])) == 1
+    assert synth_summary_command.run(parse(["--out", str(assembly), "--no-synth"])) == 1
 
 
 def test_bad_context_exits_two_without_synthesizing(tmp_path):
     args = parse(["--out", str(tmp_path / "out"), "-c", "removalPolicy=snapshot"])
-    assert synth_summary.run(args) == 2
+    assert synth_summary_command.run(args) == 2
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_missing_assembly_exits_two(tmp_path):
-    assert synth_summary.run(parse(["--out", str(tmp_path), "--no-synth"])) == 2
+    assert synth_summary_command.run(parse(["--out", str(tmp_path), "--no-synth"])) == 2
 
 
 def test_render_prints_names_and_messages_as_they_are(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import re
 
 from platform_constructs.intrinsics import render
-from platform_constructs.observability import SlackChannel
+from platform_constructs.observability.construct import SlackChannel
 from platform_constructs.observability.notifications import (
     ALARM_NAME_SEPARATOR,
     SLACK_CONFIGURATION_NAME_MAX_LENGTH,

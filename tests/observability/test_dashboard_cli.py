@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainctl.cli import main
-from trainctl.commands.dashboard import render_intrinsic
+from trainctl.dashboard.template import render_intrinsic
 
 pytestmark = pytest.mark.xdist_group("observability")
 

@@ -201,8 +201,9 @@ def test_plan_capacity_from_a_description():
 
 
 def test_statuses_match_the_submitters_eligible_plans():
-    from trainctl.submitter_runtime import load
+    from platform_constructs.submitter.runtime import capacity as submitter_capacity
+    from platform_constructs.submitter.runtime import settings as submitter_settings
 
-    assert settings.USABLE_PLAN_STATUSES == load("capacity").ELIGIBLE_STATUSES
-    assert settings.CAPACITY_TYPES == load("settings").CAPACITY_TYPES
-    assert settings.ENV_TRAINING_PLAN_ARNS_PARAMETER == load("settings").ENV_TRAINING_PLAN_ARNS_PARAMETER
+    assert settings.USABLE_PLAN_STATUSES == submitter_capacity.ELIGIBLE_STATUSES
+    assert settings.CAPACITY_TYPES == submitter_settings.CAPACITY_TYPES
+    assert settings.ENV_TRAINING_PLAN_ARNS_PARAMETER == submitter_settings.ENV_TRAINING_PLAN_ARNS_PARAMETER

@@ -126,8 +126,14 @@ def test_estimate_has_recommendations(make_input):
     assert estimate(make_input()).recommendations
 
 
-def test_loss_chunk_mirrors_the_trainer():
-    from planner.memory import LOSS_CHUNK_ELEMENTS
+def test_the_logits_term_is_one_chunk_of_the_trainers_loss(make_input):
+    """The trainer's loss chunk has one home (platform_spec.models.LOSS_CHUNK_ELEMENTS, which the trainer's
+    chunked cross-entropy reads): the planner's logits_and_loss is 16 bytes per logit of one such chunk,
+    ``2^26 // 50304 = 1334`` tokens: all of a 512-token micro-batch, 1334 of an 8192-token one."""
+    from platform_spec.models import LOSS_CHUNK_ELEMENTS
 
-    model = pytest.importorskip("training.model")
-    assert model.LOSS_CHUNK_ELEMENTS == LOSS_CHUNK_ELEMENTS
+    assert LOSS_CHUNK_ELEMENTS // 50304 == 1334
+    for seq_length, tokens in ((512, 512), (8192, 1334)):
+        plan = evaluate(make_input(blocks_only=False, seq_length=seq_length, activation_checkpointing="full"))
+        assert plan.memory_gb.peak_phase == "loss"
+        assert plan.memory_gb.logits_and_loss == pytest.approx(16 * 50304 * tokens / 1e9)

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from planner import estimate
 from trainctl.cli import main
-from trainctl.commands.plan import render_plan
+from trainctl.plans import render_plan
 
 
 def run_json(capsys, *argv):

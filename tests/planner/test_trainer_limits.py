@@ -11,12 +11,15 @@ import pytest
 
 from planner import PlanInput, PlanInputError, estimate
 from planner.plan import evaluate, evaluate_on_gpus
+from platform_constructs.submitter.runtime import config as runtime_config
+from platform_constructs.submitter.runtime import errors as runtime_errors
+from platform_constructs.submitter.runtime import request as runtime_request
+from platform_constructs.submitter.runtime import sagemaker_rules as runtime_sagemaker_rules
 from platform_spec import catalogue
 from platform_spec import hyperparameters as hpmod
 from platform_spec.errors import FieldError
 from stacks.config import ConfigError, load_config
 from stacks.platform_app import cdk_json_context
-from trainctl.submitter_runtime import load
 
 GB200 = "ml.p6e-gb200.36xlarge"
 
@@ -50,7 +53,7 @@ def test_the_planner_refuses_gb200_naming_the_field_and_the_reason() -> None:
 
 
 def test_the_submitter_refuses_gb200_before_anything_is_created() -> None:
-    request_mod, config_mod, errors = load("request"), load("config"), load("errors")
+    request_mod, config_mod, errors = runtime_request, runtime_config, runtime_errors
     config = config_mod.SubmitterConfig(
         trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
         execution_role_arn="arn:aws:iam::123456789012:role/exec", data_bucket="data", checkpoint_bucket="ckpt",
@@ -87,7 +90,7 @@ def test_quantized_model_init_is_refused_by_one_rule(precision: str) -> None:
     assert trainer.value.expected == planner.value.expected
     if precision != "bf16":
         assert trainer.value.expected == hpmod.QUANTIZED_MODEL_INIT_REFUSAL
-    request_mod, config_mod, errors = load("request"), load("config"), load("errors")
+    request_mod, config_mod, errors = runtime_request, runtime_config, runtime_errors
     config = config_mod.SubmitterConfig(
         trainer_image_uri="i", execution_role_arn="arn:aws:iam::123456789012:role/exec", data_bucket="data",
         checkpoint_bucket="ckpt", output_bucket="out", training_plan_arns_parameter="/plans",
@@ -175,7 +178,9 @@ def test_unknown_types_are_answered_with_the_types_to_use() -> None:
 
 
 def test_trainctl_sweep_refuses_gb200_with_the_reason_and_lists_only_trainable_types(tmp_path) -> None:
-    from trainctl.sweep import SweepError, plan_sweep, prune_for_instance
+    from trainctl.sweeps.planning import plan_sweep
+    from trainctl.sweeps.pruning import prune_for_instance
+    from trainctl.sweeps.state import SweepError
 
     base = {"instance_type": GB200, "inputs": {"train": "s3://data/tokens/"}, "hyperparameters": {"model": "gpt-tiny"}}
     expected = "expected one of " + ", ".join(catalogue.TRAINABLE_INSTANCE_TYPES)
@@ -191,11 +196,13 @@ def test_trainctl_sweep_refuses_gb200_with_the_reason_and_lists_only_trainable_t
 
 
 def test_the_emulator_allows_what_the_stack_allows_by_default() -> None:
-    from trainctl.local_aws import _allowed_instance_types
+    from platform_constructs.submitter.runtime.settings import ENV_ALLOWED_INSTANCE_TYPES
+    from trainctl.local_aws import StackResources, function_environment
 
-    allowed = _allowed_instance_types().split(",")
-    enum = set(load("sagemaker_rules").training_instance_types())
-    assert allowed == sorted(t for t in catalogue.TRAINABLE_INSTANCE_TYPES if t in enum)
+    allowed = function_environment("us-east-1", StackResources())[ENV_ALLOWED_INSTANCE_TYPES].split(",")
+    enum = set(runtime_sagemaker_rules.training_instance_types())
+    assert allowed == [t for t in catalogue.INSTANCE_TYPES if t in enum and t in catalogue.TRAINABLE_INSTANCE_TYPES]
+    assert allowed == list(runtime_config.default_allowed_instance_types())  # the stack's default, one home
     assert "ml.p6-b200.48xlarge" in allowed and not any(catalogue.host_architecture_problem(t) for t in allowed)
     assert GB200 in enum and GB200 not in allowed  # training jobs accept it; the image does not run on it
 

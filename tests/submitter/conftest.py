@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
+from platform_constructs.submitter.runtime import aws as _aws
+from platform_constructs.submitter.runtime import capacity as _capacity
+from platform_constructs.submitter.runtime import config as _config
+from platform_constructs.submitter.runtime import errors as _errors
+from platform_constructs.submitter.runtime import handler as _handler
+from platform_constructs.submitter.runtime import job as _job
+from platform_constructs.submitter.runtime import request as _request
+from platform_constructs.submitter.runtime import service as _service
+from platform_constructs.submitter.runtime import settings as _settings
 from trainctl.local_aws import LocalAws
-from trainctl.submitter_runtime import load
 
 PLANS: list[dict[str, Any]] = [
     {   # eligible, expires last
@@ -80,17 +88,17 @@ def make_request():
 
 @pytest.fixture(scope="session")
 def runtime() -> SimpleNamespace:
-    """The submitter's runtime modules, loaded as the Lambda bundle has them (package ``submitter_runtime``)."""
+    """The submitter's runtime modules (``platform_constructs.submitter.runtime``, as Lambda imports them)."""
     return SimpleNamespace(
-        service=load("service"),
-        handler=load("handler"),
-        request=load("request"),
-        config=load("config"),
-        aws=load("aws"),
-        job=load("job"),
-        capacity=load("capacity"),
-        errors=load("errors"),
-        settings=load("settings"),
+        service=_service,
+        handler=_handler,
+        request=_request,
+        config=_config,
+        aws=_aws,
+        job=_job,
+        capacity=_capacity,
+        errors=_errors,
+        settings=_settings,
     )
 
 

@@ -13,6 +13,7 @@ import botocore.exceptions
 import pytest
 
 from platform_spec.metric_lines import format_line
+from trainctl.local_aws import StackResources, function_environment
 
 pytestmark = pytest.mark.xdist_group("submitter")
 
@@ -115,7 +116,13 @@ def test_cli_env_file_drives_trainctl_submit_local(runtime, tmp_path):
         )
         settings = runtime.settings
         names = {getattr(settings, n) for n in dir(settings) if n.startswith("ENV_")}
-        assert names | {"AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(exports)
+        # the deployed function's variables (one function sets both; the optional ones are left out unless
+        # configured, as the stack leaves them out by default), plus the emulator's endpoint and credentials
+        optional = {settings.ENV_ALLOWED_INPUT_PREFIXES, settings.ENV_VOLUME_SIZE_GB}
+        function_env = function_environment("us-east-1", StackResources())
+        emulator = {"AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        assert set(exports) == emulator | set(function_env)
+        assert names - optional <= set(exports) and not optional & set(exports)
 
         sourced = subprocess.run(
             ["bash", "-c", f"source {env_file} && {sys.executable} -m trainctl.cli submit --local {REPO / 'examples' / 'guide-default-request.json'}"

@@ -482,10 +482,10 @@ def test_a_conditional_write_that_lost_is_not_a_claim(runtime, code, status):
     """412: another writer's record exists; 409: a concurrent conditional write to the key is in flight."""
     from botocore.stub import Stubber
 
-    from trainctl.submitter_runtime import load
+    from platform_constructs.submitter.runtime import idempotency
 
     s3 = runtime.aws.Clients.create(environ={"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}).s3
-    records = load("idempotency").TokenRecords(s3, "s3://out-bucket/submitter/client-tokens/")
+    records = idempotency.TokenRecords(s3, "s3://out-bucket/submitter/client-tokens/")
     with Stubber(s3) as stub:
         stub.add_client_error("put_object", service_error_code=code, http_status_code=status)
         assert records.claim("ab" * 32, "job-1", "f" * 64) is None
@@ -496,10 +496,10 @@ def test_a_conditional_write_that_lost_is_not_a_claim(runtime, code, status):
 
 @pytest.mark.parametrize("location", ["s3://out-bucket/submitter/client-tokens", "out-bucket/prefix/", "s3://Bad_Bucket/p/", ""])
 def test_a_malformed_records_location_is_a_configuration_error(runtime, location):
-    from trainctl.submitter_runtime import load
+    from platform_constructs.submitter.runtime import idempotency
 
     with pytest.raises(runtime.errors.ConfigurationError, match="client-token records location"):
-        load("idempotency").TokenRecords(object(), location)
+        idempotency.TokenRecords(object(), location)
 
 
 def test_the_records_location_is_required_by_the_configuration(runtime, env):

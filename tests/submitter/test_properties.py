@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import math
 import string
 import uuid
 
+import jsonschema
 import pytest
 from botocore.validate import ParamValidator
 from hypothesis import HealthCheck, event as label, given, note, settings
 from hypothesis import strategies as st
 
-from platform_spec import catalogue
+from platform_spec import catalogue, request_fields
 from platform_spec.hyperparameters import SPECS
 from trainctl.aws_shapes import operation_model, validate_input
 
@@ -118,6 +120,72 @@ def test_every_request_the_submitter_validates_passes_botocore_validation(runtim
         assert validate_input("sagemaker", "CreateTrainingJob", params) == []
         # and what the platform adds beyond the model: no control characters anywhere it writes
         assert not any(ord(c) < 32 for c in json.dumps(params, ensure_ascii=False) if c not in "\n")
+
+
+# --- the JSON Schema and the parser, both derived from the one table, agree ----------------------------
+
+SCALAR_ROWS = [row for row in request_fields.FIELDS if row.type != "object"]
+PLAN_ARNS = [PLAN, PLAN + "\n", PLAN.replace("b200-soon", "x" * 70), "arn:aws:sagemaker:us-east-1:1:training-plan/x", "b200-soon"]
+any_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 300), st.just(10**400), st.text(max_size=12),
+    st.floats(allow_nan=True, allow_infinity=True), st.floats(-1, 700),
+)  # fmt: skip
+field_values = {
+    "job_name": st.one_of(job_names, st.just("job-" + "0" * 24)),
+    "client_token": tokens,
+    "instance_type": instance_types,
+    "capacity": st.sampled_from(["training-plan", "spot", "on-demand", "auto", "SPOT", "cheap", ""]),
+    "training_plan_arn": st.sampled_from(PLAN_ARNS),
+    "max_runtime_hours": st.sampled_from([0, 1e-4, 0.001, 672, 672.0000001, 673, 24]),
+    "max_wait_hours": st.sampled_from([0, 24, 672, 672.0000001, 48.5]),
+}
+
+
+def _refused_by_the_parser_alone(row, value) -> bool:
+    """What only the parser can know: the deployment's instance types, the derived-name reservation,
+    and durations that round to under a second or that are shorter than the run (cross-field)."""
+    if row.name == "instance_type" or (row.name == "job_name" and isinstance(value, str) and value.lower().startswith("job-")):
+        return True
+    return row.unit == "hours" and isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0.01
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_schema_and_the_parser_agree_on_every_scalar_field(runtime, local_config, data):
+    """Both come from platform_spec/request_fields.py: the schema takes every value the parser takes and,
+    but for what only the deployment or another field decides, refuses every value the parser refuses."""
+    row = data.draw(st.sampled_from(SCALAR_ROWS), label="field")
+    value = data.draw(st.one_of(field_values.get(row.name, any_scalar), any_scalar), label="value")
+    event = {"inputs": {"train": "x/"}, "hyperparameters": {"precision": "bf16"}, "capacity": "auto", "max_runtime_hours": 0.005,
+             row.name: value}  # fmt: skip
+    try:
+        request = runtime.request.parse_request(event, local_config)
+        runtime.request.check_instance(request, local_config, catalogue)
+        accepted = True
+    except runtime.errors.Refusal as refusal:
+        assert refusal.field == row.name, refusal.message
+        accepted = False
+    if isinstance(value, float) and not math.isfinite(value):
+        # not JSON (RFC 8259 has no NaN or Infinity; Python's json reads them): refused, beyond the schema's domain
+        assert not accepted, (row.name, value)
+        return
+    absent = value is None or (row.blank_is_absent and value == "")
+    valid = _request_validator(runtime).is_valid({k: v for k, v in event.items() if not (absent and k == row.name)})
+    label(f"{row.name}: {'accepted' if accepted else 'refused'}")
+    if accepted:
+        assert valid, (row.name, value)
+    elif not _refused_by_the_parser_alone(row, value):
+        assert not valid, (row.name, value)
+
+
+_VALIDATORS: dict[int, jsonschema.Draft202012Validator] = {}
+
+
+def _request_validator(runtime) -> jsonschema.Draft202012Validator:
+    key = id(runtime.request)
+    if key not in _VALIDATORS:
+        _VALIDATORS[key] = jsonschema.Draft202012Validator(runtime.request.request_json_schema())
+    return _VALIDATORS[key]
 
 
 # --- any sequence of retries with one client_token leaves at most one job --------------------------------

@@ -15,9 +15,9 @@ pytestmark = pytest.mark.xdist_group("submitter")
 
 @pytest.fixture(scope="module")
 def rules(runtime):
-    from trainctl.submitter_runtime import load
+    from platform_constructs.submitter.runtime import sagemaker_rules
 
-    return load("sagemaker_rules")
+    return sagemaker_rules
 
 
 
@@ -139,17 +139,16 @@ def test_limits_come_from_the_model(rules, runtime, local_config):
 def test_the_model_loads_lazily_and_once(runtime, env):
     """Importing the runtime loads no model; after the clients exist, reading a rule parses nothing again."""
     code = (
-        "import sys; from trainctl.submitter_runtime import load\n"
-        "load('handler'); rules = load('sagemaker_rules')\n"
+        "import sys; import platform_constructs.submitter.runtime.handler\n"
+        "from platform_constructs.submitter.runtime import sagemaker_rules as rules\n"
         "assert rules.service_model.cache_info().currsize == 0, 'loaded at import'\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
 
-    from trainctl.submitter_runtime import load
+    from platform_constructs.submitter.runtime import sagemaker_rules as rules
 
-    rules = load("sagemaker_rules")
     runtime.aws.Clients.create(environ=env)  # loads the SageMaker model through the shared loader
     loader = rules.shared_loader()
     reads: list[tuple] = []

@@ -359,7 +359,7 @@ def test_submit_local_leaves_no_closed_stream_behind(env, tmp_path):
     """A caller may close the stderr it called with; the next call must not touch that stream."""
     import contextlib
 
-    from trainctl.commands.submit import submit_local
+    from trainctl.submitter_client import submit_local
 
     request = {"dry_run": True, "capacity": "on-demand", "inputs": {"train": "datasets/x/"}}
     log_path = tmp_path / "first.log"

@@ -65,8 +65,9 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
     """
     import fcntl
 
-    from trainctl.report import write_report
-    from trainctl.sweep import SweepResult, load_sweep, run_local_sweep
+    from trainctl.reports.writer import write_report
+    from trainctl.sweeps.runner import SweepResult, run_local_sweep
+    from trainctl.sweeps.state import load_sweep
 
     report_dir = shared_dir / "report"
     with open(shared_dir / "local-sweep.lock", "w") as lock:
@@ -92,7 +93,7 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
             first_failures = json.loads((shared_dir / "first-attempt-failures.json").read_text())
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    from trainctl.report import ReportPaths
+    from trainctl.reports.writer import ReportPaths
 
     paths = ReportPaths(
         directory=report_dir, markdown=report_dir / "report.md", throughput_memory=report_dir / "throughput_memory.png",

@@ -11,8 +11,11 @@ import pytest
 
 from platform_spec.metric_lines import format_line
 from trainctl import cli
-from trainctl.report import build_report, write_report
-from trainctl.sweep import CONFIG_TAG, SWEEP_TAG, SweepError, load_sweep, run_aws_sweep, wait_for_jobs
+from trainctl.reports.writer import build_report, write_report
+from trainctl.sweeps.jobs import wait_for_jobs
+from trainctl.sweeps.runner import run_aws_sweep
+from trainctl.sweeps.state import SweepError, load_sweep
+from trainctl.sweeps.submission import CONFIG_TAG, SWEEP_TAG
 
 from .conftest import P5_BASE_REQUEST
 

@@ -6,23 +6,15 @@ import re
 
 import pytest
 
+from platform_constructs.submitter.runtime import request as request_module
 from platform_spec.hyperparameters import HyperparameterError
-from trainctl.submitter_runtime import load
-from trainctl.sweep import (
-    SKIPPED,
-    SweepError,
-    client_token_for,
-    expand,
-    job_name_for,
-    parse_grid,
-    plan_sweep,
-)
+from trainctl.sweeps.grid import client_token_for, expand, job_name_for, parse_grid
+from trainctl.sweeps.planning import plan_sweep
+from trainctl.sweeps.state import SKIPPED, SweepError
 
 from .conftest import P5_BASE_REQUEST
 
 pytestmark = pytest.mark.xdist_group("sweep")
-
-request_module = load("request")
 
 
 def test_grid_text_and_mapping_parse_to_the_same_normalised_strings() -> None:

@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from platform_spec.metric_lines import run_records
 from training.local import read_metrics
 from trainctl import cli
-from trainctl.sweep import SweepError, load_sweep, run_local_sweep
+from trainctl.reports.collection import device_of
+from trainctl.sweeps.local_runs import RunOutput, outcome
+from trainctl.sweeps.runner import run_local_sweep
+from trainctl.sweeps.state import SweepError, load_sweep
 
 from .conftest import LOCAL_GRID, LOCAL_SET
 
@@ -37,6 +41,13 @@ def test_the_sweep_ran_the_cpu_configs_and_skipped_fp8(local_sweep) -> None:
     for c in configs[:4]:
         log = local_sweep.result.directory / c.run_dir / "train.log"
         assert "training finished at step 12" in log.read_text()
+        # the trainer declared it: a [run] record of each change of state, the last one "finished at step 12 on
+        # 2 CPU processes" (a resumed run's records follow the first attempt's in the same log)
+        records = run_records(log.read_text().splitlines())
+        assert {r.state for r in records} >= {"starting", "training", "finished"}
+        end = records[-1]
+        assert (end.state, end.step, end.saved, end.device, end.world_size) == ("finished", 12, 12, "cpu", 2)
+        assert end.device_name and records[0].state == "starting"
     # a run that failed at its first attempt did so after training finished (a worker dying at
     # shutdown: the trainer's exit status is non-zero), was reported so, and resumed to completion
     for config_id, reason in local_sweep.first_failures.items():
@@ -70,6 +81,23 @@ def test_the_report_has_one_row_per_config_with_real_numbers(local_sweep) -> Non
         assert row["predicted"] is None and row["tokens_per_sec_measured_over_predicted"] is None
     for row in rows[4:]:
         assert row["tokens_per_sec"] is None and row["final_loss"] is None and row["curve"] == []
+
+
+def test_the_readers_use_the_records_not_the_trainers_words(local_sweep, tmp_path: Path) -> None:
+    """The real trainer output with every free-text line reworded (the old readers matched "training finished at
+    step N" and "device=cpu (...) world_size=N"): the sweep and the report read the same from it."""
+    sweep = local_sweep.result.sweep
+    rows = {r["id"]: r for r in _rows(local_sweep)}
+    for config in sweep.configs[:4]:
+        lines = (sweep.directory / config.run_dir / "train.log").read_text().splitlines()
+        reworded = [f"[trainer] (reworded line {i})" if line.startswith("[trainer]") else line for i, line in enumerate(lines)]
+        assert not any("training finished" in line or "world_size=" in line for line in reworded if not line.startswith("[run]"))
+        assert RunOutput.of(reworded).finished.step == 12
+        assert outcome(0, RunOutput.of(reworded), failure=None, log=tmp_path / "train.log") == ("Completed", None)
+        assert device_of(reworded) == rows[config.id]["device"] == device_of(lines)
+        # and the free text alone no longer decides anything
+        unrecorded = [line for line in lines if not line.startswith("[run]")]
+        assert RunOutput.of(unrecorded).finished is None and device_of(unrecorded) is None
 
 
 def test_tokens_per_second_is_the_steady_state_median_of_the_run(local_sweep) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 from trainctl.cdk_context import context_item
 from trainctl.cli import COMMANDS, build_parser
 
-GUIDE_REQUEST = str(Path(__file__).resolve().parents[2] / "examples" / "guide-default-request.json")
+REPO = Path(__file__).resolve().parents[2]
+GUIDE_REQUEST = str(REPO / "examples" / "guide-default-request.json")
 
 
 def test_every_listed_subcommand_is_registered():
@@ -29,6 +31,25 @@ def test_help_does_not_import_heavy_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# local-aws: the emulator's command (its own work item) still handles the emulator's errors itself
+ARGUMENTS_AND_ONE_CALL_EXCEPT = {"local-aws"}
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - ARGUMENTS_AND_ONE_CALL_EXCEPT))
+def test_a_command_parses_its_arguments_and_makes_one_library_call(name: str) -> None:
+    """``run(args)`` imports one function from a trainctl library (never another command) and returns its
+    answer: the command's behaviour lives in the library, where the demo and tests call it too."""
+    path = REPO / (COMMANDS[name].replace(".", "/") + ".py")
+    run = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "run")
+    *imports, answer = run.body
+    assert len(imports) == 1 and isinstance(imports[0], ast.ImportFrom), ast.unparse(run)
+    library = imports[0].module or ""
+    assert library.startswith("trainctl.") and not library.startswith("trainctl.commands"), library
+    assert isinstance(answer, ast.Return) and isinstance(answer.value, ast.Call), ast.unparse(run)
+    callee = answer.value.func
+    assert isinstance(callee, ast.Name) and [alias.name for alias in imports[0].names] == [callee.id], ast.unparse(run)
 
 
 @pytest.mark.parametrize(

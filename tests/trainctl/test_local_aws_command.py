@@ -76,3 +76,80 @@ def test_write_env_file_creates_its_folder_and_replaces_the_file_whole(tmp_path:
     write_env_file(path, {"AWS_ENDPOINT_URL": "http://127.0.0.1:2"})
     assert path.read_text().splitlines()[1:] == ["export AWS_ENDPOINT_URL=http://127.0.0.1:2"]
     assert sorted(p.name for p in path.parent.iterdir()) == ["aws.env"]  # no partial file left beside it
+
+
+# -- moto is the extra `local`: without it, one line naming the install, exit 2, nothing started --------
+
+WITHOUT_MOTO = """
+import importlib.abc, sys
+
+class NoMoto(importlib.abc.MetaPathFinder):  # moto not installed: `pip install .` without the extra
+    def find_spec(self, name, path=None, target=None):
+        if name == "moto" or name.startswith("moto."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoMoto())
+"""
+
+
+def _without_moto(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_MOTO + code, *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_local_aws_without_moto_says_how_to_install_it_and_exits_2(tmp_path: Path) -> None:
+    from trainctl.local_aws import MOTO_MISSING
+
+    env_file = tmp_path / "new" / "aws.env"
+    code = "from trainctl.cli import main; sys.exit(main(sys.argv[1:]))\n"
+    done = _without_moto(code, "local-aws", "--port", "0", "--plans", "examples/plans.json", "--env-file", str(env_file))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"trainctl local-aws: {MOTO_MISSING}\n"  # one line, no traceback
+    assert "pip install .[local]" in done.stderr
+    assert done.stdout == "" and not env_file.parent.exists()  # nothing created, nothing listening
+
+
+def test_the_emulator_modules_import_moto_only_when_it_starts() -> None:
+    """Without moto: the CLI and the emulator's module import (moto is imported lazily); LocalAws refuses
+    before starting a process, and the moto extension module names the install, as an ImportError."""
+    code = (
+        "import json, subprocess\n"
+        "import trainctl.cli, trainctl.local_aws, trainctl.commands.local_aws, trainctl.submitter_client\n"
+        "from trainctl.local_aws import EmulatorUnavailable, LocalAws, MOTO_MISSING\n"
+        "started = []\n"
+        "subprocess.Popen = lambda *a, **k: started.append(a)  # LocalAws must not get this far\n"
+        "aws = LocalAws(plans=[])\n"
+        "try:\n"
+        "    aws.start()\n"
+        "except EmulatorUnavailable as exc:\n"
+        "    api = str(exc)\n"
+        "try:\n"
+        "    import trainctl.local_aws_sagemaker\n"
+        "except ImportError as exc:\n"
+        "    extension = (type(exc).__name__, str(exc))\n"
+        "print(json.dumps({'api': api, 'extension': extension, 'started': len(started), 'process': aws.process is None,\n"
+        "                  'moto': sorted(m for m in sys.modules if m.split('.')[0] == 'moto'), 'missing': MOTO_MISSING}))\n"
+    )
+    done = _without_moto(code)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["api"] == result["missing"] and "pip install .[local]" in result["api"]
+    assert result["started"] == 0 and result["process"] is True and result["moto"] == []
+    kind, message = result["extension"]
+    assert kind == "EmulatorUnavailable" and message.startswith(result["missing"]) and "No module named 'moto" in message
+
+
+def test_moto_is_the_pinned_extra_local_that_make_installs() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    (moto,) = project["optional-dependencies"]["local"]
+    assert moto.startswith("moto[server]==")  # pinned, like every requirement
+    assert not project["dependencies"]  # the platform itself needs no emulator
+    for name in ("requirements.txt", "requirements-dev.txt"):
+        lines = [line.split("#", 1)[0].strip() for line in (REPO / name).read_text().splitlines()]
+        assert not [line for line in lines if line.startswith("moto")], name
+    install = [line for line in (REPO / "Makefile").read_text().splitlines() if "pip install" in line and " -e " in line]
+    assert install and all('-e ".[local]"' in line and "--no-deps" not in line for line in install), install

@@ -17,8 +17,11 @@ from typing import Any
 
 import pytest
 
+from platform_constructs.submitter.runtime import handler as runtime_handler
+from platform_constructs.submitter.runtime import request as runtime_request
+from platform_constructs.submitter.runtime import settings as runtime_settings
 from trainctl.cli import main
-from trainctl.commands.submit import EXIT_FAILED, EXIT_REJECTED, EXIT_SUBMITTED
+from trainctl.submit_request import EXIT_FAILED, EXIT_REJECTED, EXIT_SUBMITTED
 from trainctl.submitter_client import (
     DEFAULT_INVOKE_READ_TIMEOUT_S,
     GENERATED_TOKEN_PREFIX,
@@ -27,7 +30,6 @@ from trainctl.submitter_client import (
     submit_local,
     with_client_token,
 )
-from trainctl.submitter_runtime import load
 
 from .conftest import Reply, error_reply
 
@@ -118,7 +120,7 @@ def test_the_lambda_client_makes_one_attempt_and_outwaits_any_function(lambda_en
 def test_a_client_token_is_generated_only_for_requests_without_an_idempotency_key() -> None:
     request, token = with_client_token(REQUEST)
     assert token is not None and request["client_token"] == token and "client_token" not in REQUEST
-    assert load("request").CLIENT_TOKEN_RE.match(token)  # the submitter accepts it
+    assert runtime_request.CLIENT_TOKEN_RE.match(token)  # the submitter accepts it
     assert with_client_token(REQUEST)[1] != token  # one per request
     assert with_client_token({**REQUEST, "job_name": "my-job"}) == ({**REQUEST, "job_name": "my-job"}, None)
     assert with_client_token({**REQUEST, "client_token": "t-1"}) == ({**REQUEST, "client_token": "t-1"}, None)
@@ -422,12 +424,12 @@ def test_an_empty_client_token_is_sent_as_given_never_replaced() -> None:
 def test_the_local_deadline_is_the_deployed_functions_timeout(aws, monkeypatch) -> None:
     import dataclasses
 
-    from platform_constructs.submitter import JobSubmitterProps
+    from platform_constructs.submitter.construct import JobSubmitterProps
 
-    settings = load("settings")
+    settings = runtime_settings
     default = next(f.default for f in dataclasses.fields(JobSubmitterProps) if f.name == "timeout")
     assert default.to_seconds() == settings.FUNCTION_TIMEOUT_S == 60  # the construct's default, from one home
-    handler, seen = load("handler"), {}
+    handler, seen = runtime_handler, {}
 
     def handle(event, *, deadline=None, **kwargs):
         seen["remaining"] = deadline.remaining()
@@ -446,7 +448,7 @@ def test_local_a_stalled_endpoint_ends_at_the_deadline_in_one_line(aws, tmp_path
         stalled.listen(16)
         endpoint = f"http://127.0.0.1:{stalled.getsockname()[1]}"
         _aws_environ(monkeypatch, {**aws.env, "AWS_ENDPOINT_URL": endpoint})
-        monkeypatch.setattr(load("settings"), "FUNCTION_TIMEOUT_S", 4)  # the deployed function's timeout, shortened
+        monkeypatch.setattr(runtime_settings, "FUNCTION_TIMEOUT_S", 4)  # the deployed function's timeout, shortened
         assert main(["submit", "--local", _file(tmp_path), "--client-token", "stalled-1"]) == EXIT_FAILED
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("trainctl submit --local: the submitter failed: DeadlineExceeded: ")
@@ -459,7 +461,7 @@ def test_local_an_unreadable_token_record_is_one_line_and_creates_nothing(aws, t
     # a garbage record at the token's key printed IdempotencyRecordError's traceback and exited 1 ("rejected")
     import hashlib
 
-    settings = load("settings")
+    settings = runtime_settings
     token = f"garbage-record-{tmp_path.name}"
     key = f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}{hashlib.sha256(token.encode()).hexdigest()}.json"
     aws.client("s3").put_object(Bucket=aws.env[settings.ENV_OUTPUT_BUCKET], Key=key, Body=b"{trunc")
@@ -494,7 +496,7 @@ def test_local_an_empty_client_token_is_refused_naming_the_field(aws, tmp_path, 
 
 @pytestmark_aws
 def test_the_jobs_output_path_is_the_prefix_the_execution_role_may_write(aws) -> None:
-    settings = load("settings")
+    settings = runtime_settings
     response = submit_local({**REQUEST, "dry_run": True}, aws.env)
     assert response["create_training_job"]["OutputDataConfig"] == {
         "S3OutputPath": f"s3://{aws.env[settings.ENV_OUTPUT_BUCKET]}/{settings.TRAINING_JOB_OUTPUT_PREFIX}"

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from trainctl.cli import main
-from trainctl.sweep import client_token_for, load_sweep
+from trainctl.sweeps.grid import client_token_for
+from trainctl.sweeps.state import load_sweep
 
 from .conftest import Reply, error_reply
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
 from training.corpus import python_docs_corpus
 from training.data import prepare_data
@@ -52,3 +53,14 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory, pydocs_shards: Path)
     run = run_local(base, REFERENCE_HP, data_dir=pydocs_shards, nproc=2, timeout=600)
     assert run.returncode == 0, run.output[-4000:]
     return base, run
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory: pytest.TempPathFactory):
+    """A one-process gloo group (FSDP2 and DCP need one), torn down after the module."""
+    if dist.is_initialized():  # pragma: no cover - another module left one behind
+        pytest.skip("a default process group already exists in this process")
+    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """The trainer's GPU path, pinned on the CPU (issue 12).
 
-* the rotary table reaches every block in fp32 under FSDP2's bf16 policy (both backends);
+* the rotary table reaches every block in fp32 under FSDP2's bf16 policy (both backends; why it must:
+  tests/model_families/test_gpt_blocks.py);
 * fp8 runs resume: TransformerEngine's ``_extra_state`` (recipe, delayed scaling's amax history)
   survives a DCP save and a fresh model's load, with activation checkpointing too, and a resume
   may change the recipe (fp8 current <-> delayed, fp8 -> bf16);
@@ -25,7 +26,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
@@ -36,6 +36,7 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.device_mesh import init_device_mesh
 
 from model_families.gpt import ModelConfig
+from model_families.gpt.torch_block import rope_angles
 from platform_spec.hyperparameters import Hyperparameters
 from training import precision as prec
 from training.checkpoint import CheckpointManager, size_extra_state
@@ -48,7 +49,7 @@ from training.environment import (
     expected_gpus,
     read_resource_config,
 )
-from training.model import GPT, TEBlock, TransformerBlock, build_model, rope_angles
+from training.model import CausalLM, build_model
 from training.parallelize import build_mesh, materialize, parallelize
 
 from . import fake_transformer_engine as fake_te
@@ -57,25 +58,11 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = ModelConfig("small", num_layers=2, hidden_size=64, num_attention_heads=2, ffn_hidden_size=128, vocab_size=256)
 
 
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory: pytest.TempPathFactory):
-    """A one-process gloo group (FSDP2 and DCP need one), torn down after the module."""
-    if dist.is_initialized():  # pragma: no cover - another module left one behind
-        pytest.skip("a default process group already exists in this process")
-    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield dist.group.WORLD
-    dist.destroy_process_group()
-
-
-def _model(backend: str, monkeypatch: pytest.MonkeyPatch, seed: int = 7) -> GPT:
-    """A CPU model of either backend (TE: the stand-in), initialised from ``seed``."""
+def _model(backend: str, monkeypatch: pytest.MonkeyPatch, seed: int = 7) -> CausalLM:
+    """A CPU model of either backend (TE: the stand-in; build_model refuses TE on the CPU), initialised from ``seed``."""
     if backend == "te":
         fake_te.install(monkeypatch)
-        factory = lambda i: TEBlock(CONFIG, i + 1, device="cpu", params_dtype=torch.float32)  # noqa: E731
-    else:
-        factory = lambda i: TransformerBlock(CONFIG)  # noqa: E731
-    model = GPT(CONFIG, factory, backend)
+    model = CausalLM(CONFIG, backend=backend, device="cpu")
     model.init_weights(seed)
     return model
 
@@ -119,18 +106,11 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_bf16_rounding_would_move_long_context_angles_by_radians() -> None:
-    """Why the table must stay fp32: at 8K positions bf16's spacing is 32, an error up to 16 radians."""
-    angles = rope_angles(8192, 128, "cpu")
-    error = (angles.to(torch.bfloat16).float() - angles).abs().max().item()
-    assert 8.0 < error <= 16.0
-
-
 # ---------------------------------------------------------------------------
 # 2. fp8 resume: TE's _extra_state
 
 
-def _train(model: GPT, optimizer: torch.optim.Optimizer, recipe, steps: int, precision: str = "fp8") -> list[float]:  # noqa: ANN001
+def _train(model: CausalLM, optimizer: torch.optim.Optimizer, recipe, steps: int, precision: str = "fp8") -> list[float]:  # noqa: ANN001
     losses = []
     for step in range(steps):
         tokens = _tokens(seq=17 + step)
@@ -143,7 +123,7 @@ def _train(model: GPT, optimizer: torch.optim.Optimizer, recipe, steps: int, pre
     return losses
 
 
-def _fsdp_te_model(monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off") -> tuple[GPT, torch.optim.Optimizer]:
+def _fsdp_te_model(monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off") -> tuple[CausalLM, torch.optim.Optimizer]:
     model = _model("te", monkeypatch)
     mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
     parallelize(model, mesh=mesh, precision=prec.plan("fp8"), activation_checkpointing=activation_checkpointing,
@@ -151,7 +131,7 @@ def _fsdp_te_model(monkeypatch: pytest.MonkeyPatch, activation_checkpointing: st
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 
 
-def _fp8_state(model: GPT) -> dict[str, dict]:
+def _fp8_state(model: CausalLM) -> dict[str, dict]:
     """Each stand-in TE module's recipe and, for delayed scaling, its amax histories and scales (names
     without the activation-checkpoint wrapper, so runs with and without it compare)."""
     out = {}

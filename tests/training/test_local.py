@@ -164,9 +164,9 @@ def _status(state: str, step: int, saved: int | None, resumed_from: int | None =
     ],
 )
 def test_reports_name_the_step_the_trainer_really_stopped_after(run: LocalRun, expected: str | None) -> None:
-    from trainctl.commands.train import report
+    from trainctl.local_train import end_summary
 
-    assert report(run, failure=None) == expected
+    assert end_summary(run, failure=None) == expected
 
 
 def test_a_refused_runs_settings_are_put_back(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""The single-device model: parameter count, structure, loss, export names; TE never imported on CPU."""
+"""The single-device model skeleton around a family's blocks: parameter count, structure, loss, export
+names and round trip; TE never imported on CPU. (The GPT blocks' own tests: tests/model_families/.)"""
 
 from __future__ import annotations
 
 import importlib.abc
+import json
 import math
 import sys
 
@@ -10,9 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model_families.gpt import PRESETS, ModelConfig
+from model_families.gpt import FAMILY, PRESETS, ModelConfig
+from platform_spec.models import UnknownModelError
 from training import model as model_mod
-from training.model import GPT, build_model, canonical_name, chunked_cross_entropy
+from training.model import CausalLM, build_model, canonical_name, chunked_cross_entropy
 
 
 @pytest.mark.parametrize("config", [
@@ -96,21 +99,32 @@ def test_chunked_cross_entropy_matches_full_loss_and_gradients(monkeypatch: pyte
         torch.testing.assert_close(a, b)
 
 
-def test_canonical_names_cover_every_transformer_engine_parameter() -> None:
-    te_names = [
-        "self_attention.layernorm_qkv.layer_norm_weight", "self_attention.layernorm_qkv.layer_norm_bias",
-        "self_attention.layernorm_qkv.weight", "self_attention.layernorm_qkv.bias",
-        "self_attention.proj.weight", "self_attention.proj.bias",
-        "layernorm_mlp.layer_norm_weight", "layernorm_mlp.layer_norm_bias",
-        "layernorm_mlp.fc1_weight", "layernorm_mlp.fc1_bias", "layernorm_mlp.fc2_weight", "layernorm_mlp.fc2_bias",
-    ]
-    native = {n for n in build_model(PRESETS["gpt-tiny"].with_overrides(num_layers=1)).state_dict() if n.startswith("layers.0.")}
-    mapped = {canonical_name(f"layers.0._checkpoint_wrapped_module.layer.{n}") for n in te_names}
-    assert mapped == native
-    assert canonical_name("layers.3.layer.self_attention.core_attention._extra_state") is None
-    assert canonical_name("tok_embeddings.weight") == "tok_embeddings.weight"
-    with pytest.raises(KeyError, match="unknown TransformerEngine parameter"):
-        canonical_name("layers.0.layer.self_attention.new_thing")
+def test_canonical_names_of_the_skeleton_and_the_wrappers() -> None:
+    """Wrapper parts go, skeleton names stay, a block's names go through its family's (``gpt``: TE's names;
+    the mapping itself is pinned in tests/model_families/test_gpt_blocks.py); with or without the family."""
+    family = FAMILY
+    for fam in (family, None):
+        assert canonical_name("layers.0._checkpoint_wrapped_module.layer.layernorm_mlp.fc2_weight", fam) == (
+            "layers.0.feed_forward.fc2.weight")
+        assert canonical_name("_orig_mod.layers.2._fsdp_wrapped_module.attention.qkv.bias", fam) == "layers.2.attention.qkv.bias"
+        assert canonical_name("layers.3.layer.self_attention.core_attention._extra_state", fam) is None
+        assert canonical_name("tok_embeddings.weight", fam) == "tok_embeddings.weight"
+        with pytest.raises(KeyError, match="unknown block parameter 'layers.0.layer.self_attention.new_thing'"):
+            canonical_name("layers.0.layer.self_attention.new_thing", fam)
+    # a torch-native name the other backend does not have is refused too: both blocks must match
+    with pytest.raises(KeyError, match="unknown block parameter"):
+        canonical_name("layers.0.attention.extra.weight", family)
+
+
+def test_the_model_is_built_from_its_family_and_refuses_a_backend_it_lacks() -> None:
+    model = build_model(PRESETS["gpt-tiny"].with_overrides(num_layers=1))
+    assert model.family is FAMILY and model.backend == "torch" and type(model.norm) is torch.nn.LayerNorm
+    with pytest.raises(ValueError, match=r"backend 'tpu': expected one of torch, te"):
+        build_model(PRESETS["gpt-tiny"], backend="tpu")
+    with pytest.raises(ValueError, match=r"backend='te' needs a CUDA \(or meta\) device"):
+        build_model(PRESETS["gpt-tiny"], backend="te")
+    with pytest.raises(UnknownModelError, match="a shape of a registered family"):
+        build_model(object())
 
 
 def test_save_and_load_pretrained_round_trip(tmp_path) -> None:
@@ -118,6 +132,20 @@ def test_save_and_load_pretrained_round_trip(tmp_path) -> None:
     model = build_model(config)
     model_mod.save_pretrained(tmp_path, model.state_dict(), config, dtype=torch.float32, extra={"step": 7})
     loaded = model_mod.load_pretrained(tmp_path)
-    assert isinstance(loaded, GPT) and loaded.config == config
+    assert isinstance(loaded, CausalLM) and loaded.config == config
     tokens = torch.randint(0, config.vocab_size, (2, 9))
     torch.testing.assert_close(loaded(tokens), model(tokens))
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert list(meta)[:9] == ["format", "model", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                              "vocab_size", "num_params", "dtype"]  # the export's layout before families existed
+    assert (meta["format"], meta["rope_base"], meta["layernorm_eps"], meta["activation"], meta["step"]) == (
+        "gpt-decoder", 10000.0, 1e-5, "gelu_tanh", 7)
+
+
+def test_load_pretrained_refuses_a_format_no_family_exports(tmp_path) -> None:
+    config = PRESETS["gpt-tiny"].with_overrides(num_layers=1)
+    model_mod.save_pretrained(tmp_path, build_model(config).state_dict(), config, dtype=torch.float32)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**meta, "format": "llama"}))
+    with pytest.raises(ValueError, match=r"format 'llama'; expected one of gpt-decoder"):
+        model_mod.load_pretrained(tmp_path)

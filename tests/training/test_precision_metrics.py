@@ -1,26 +1,38 @@
-"""Precision rules, loss scaling, the LR schedule, stop decisions, metric values, failure reasons."""
+"""Precision rules (the registry-driven converters, and adding a format), loss scaling, the LR schedule, stop
+decisions, metric values, failure reasons."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import io
 import json
 import math
 import re
 import time
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import torch
+from torch.distributed.device_mesh import init_device_mesh
 
 from model_families import gpt
 from model_families.gpt import PRESETS
 from platform_spec import catalogue, models
+from platform_spec import precisions as registry
 from platform_spec.hyperparameters import Hyperparameters
-from platform_spec.precisions import PRECISIONS
 from platform_spec.metric_lines import METRIC_DEFINITIONS, parse_line
+from platform_spec.precisions import PRECISIONS, Precision, TERecipe
 from training import precision
 from training.metrics import DeviceInfo, MetricsLogger, peak_memory_gb
+from training.model import build_model
+from training.parallelize import parallelize
 from training.train import StopController, learning_rate, oom_reason
+
+from . import fake_transformer_engine as fake_te
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["fp16", "fp8", "mxfp8", "nvfp4"])
@@ -86,6 +98,133 @@ def test_the_gemm_multiple_and_the_missing_transformer_engine_come_from_the_regi
     precision.check_supported("fp8", device, te_available=True, seq_length=8, batch_size=2)  # 16 for fp8
     with pytest.raises(precision.PrecisionError, match=r"one of fp32, bf16, fp16 here: TransformerEngine is not installed"):
         precision.check_supported("fp8", device, te_available=False)
+
+
+def test_fp32_turns_on_tf32_on_a_gpu_and_nothing_else_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TF32 switch is the registry's (fp32's dense peak, its MFU denominator, is TF32's), not a name test."""
+    for name in registry.PRECISION_NAMES:
+        monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+        precision.plan(name).configure_backends(torch.device("cpu"))
+        assert not torch.backends.cuda.matmul.allow_tf32  # never on the CPU
+        precision.plan(name).configure_backends(torch.device("cuda", 0))
+        tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        assert tf32 == ((True, True) if name == "fp32" else (False, False)), name
+
+
+def test_delayed_scaling_alone_reduces_its_amax_over_the_ranks() -> None:
+    assert precision.plan("fp8").reduces_amax("delayed") and not precision.plan("fp8").reduces_amax("current")
+    assert not any(precision.plan(p).reduces_amax("delayed") for p in ("fp32", "bf16", "fp16", "mxfp8", "nvfp4"))
+
+
+def _registry_with(monkeypatch: pytest.MonkeyPatch, *added: Precision) -> None:
+    """The precision registry with ``added`` appended: what adding an entry to ``PRECISIONS`` gives (every
+    table the registry module derives from it, recomputed); nothing else is changed."""
+    records = (*registry.PRECISIONS, *added)
+    monkeypatch.setattr(registry, "PRECISIONS", records)
+    monkeypatch.setattr(registry, "PRECISION_NAMES", tuple(p.name for p in records))
+    monkeypatch.setattr(registry, "_BY_NAME", MappingProxyType({p.name: p for p in records}))
+    monkeypatch.setattr(registry, "CPU_PRECISIONS", tuple(p.name for p in records if p.cpu))
+
+
+FP16_CPU = Precision(
+    name="fp16-cpu", compute_dtype="float16", dense_peak="fp16_tflops", high_precision="fp16", cpu=True,
+    loss_scaling=True, hardware="any CUDA GPU", capability_source="test", color="#000000",
+)
+"""A format the CPU path runs that the trainer has never heard of: fp16 compute with loss scaling."""
+
+
+def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(monkeypatch: pytest.MonkeyPatch, process_group) -> None:
+    """Adding a format is its registry entry: the trainer's CPU path checks it, gathers FSDP2 parameters in its
+    dtype, keeps fp32 masters, scales the loss, and trains a step -- with no edit to training/."""
+    _registry_with(monkeypatch, FP16_CPU)
+    plan = precision.plan("fp16-cpu")
+    assert type(plan) is precision.PrecisionPlan and plan.mixed and plan.recipe("current") is None
+    assert (plan.param_dtype, plan.reduce_dtype, plan.uses_te_recipe) == (torch.float16, torch.float32, False)
+    assert isinstance(plan.loss_scaler(), precision.DynamicLossScaler) and not plan.reduces_amax("delayed")
+    precision.check_supported("fp16-cpu", torch.device("cpu"))
+    with pytest.raises(precision.PrecisionError, match=r"expected one of fp32, bf16, fp16-cpu on CPU \(fp16 needs"):
+        precision.check_supported("fp16", torch.device("cpu"))  # the refusal names the new CPU format too
+    with pytest.raises(precision.PrecisionError, match=r"one of fp32, bf16, fp16, fp8, mxfp8, nvfp4, fp16-cpu"):
+        precision.plan("fp64")
+
+    torch.manual_seed(0)
+    model = build_model(PRESETS["gpt-tiny"].with_overrides(num_layers=1, vocab_size=64))
+    seen = []
+    model.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    parallelize(model, mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",)), precision=plan,
+                activation_checkpointing="off", reshard_after_forward=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    scaler = plan.loss_scaler()
+    tokens = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(1))
+    with plan.autocast(plan.recipe(), device_type="cpu"):
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+    scaler.scale_loss(loss).backward()
+    params = [p for p in model.parameters() if p.grad is not None]
+    grads = [p.grad.full_tensor().clone() for p in params]
+    scaler.unscale_(params)
+    assert all(torch.allclose(p.grad.full_tensor() * scaler.scale, g) for p, g in zip(params, grads))  # unscaled
+    assert scaler.update(float(torch.stack([p.grad.full_tensor().norm() for p in params]).norm()))
+    optimizer.step()
+    assert seen == [torch.float16] and math.isfinite(loss.item())  # the block computed in the new format's dtype
+    assert {p.to_local().dtype for p in model.parameters()} == {torch.float32}  # fp32 master shards
+
+
+FP8_E4M3 = Precision(
+    name="fp8-e4m3", compute_dtype="bfloat16",
+    te_recipes=MappingProxyType({"current": TERecipe("Float8CurrentScaling", MappingProxyType({"fp8_format": "E4M3"}))}),
+    quantized_bytes=1.0, dense_peak="fp8_tflops", high_precision="bf16", min_capability=(8, 9),
+    hardware="compute capability >= 8.9 (test)", capability_source="test", gemm_multiple=16, color="#000001",
+)
+"""A TransformerEngine format the trainer has never heard of: its entry names its recipe."""
+
+
+def test_a_new_transformer_engine_format_is_its_registry_entry_plus_its_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TE format is its registry entry plus its recipe in TransformerEngine (here the CPU stand-in's): the
+    trainer builds the recipe, applies the hardware rule and the GEMM multiple, and refuses it on the CPU."""
+    fake_te.install(monkeypatch)
+    missing = dataclasses.replace(FP8_E4M3, name="fp8-next", te_recipes=MappingProxyType({"block": TERecipe("Float8NextScaling")}))
+    _registry_with(monkeypatch, FP8_E4M3, missing)
+    plan = precision.plan("fp8-e4m3")
+    assert type(plan) is precision.TransformerEnginePlan and plan.param_dtype == torch.bfloat16
+    assert plan.recipe("current") == fake_te.Float8CurrentScaling(fp8_format=fake_te.Format.E4M3)
+    assert precision.te_recipe("fp8-e4m3") == plan.recipe()
+    with pytest.raises(precision.PrecisionError, match=r"needs an NVIDIA GPU with TransformerEngine"):
+        plan.check(torch.device("cpu"))
+    precision.check_supported("fp8-e4m3", _cuda_device(monkeypatch, "NVIDIA H100", (9, 0)), te_available=True,
+                              seq_length=8, batch_size=2)
+    with pytest.raises(precision.PrecisionError, match=r"divisible by 16 for fp8-e4m3"):
+        plan.check(_cuda_device(monkeypatch, "NVIDIA H100", (9, 0)), te_available=True, seq_length=5, batch_size=3)
+    with pytest.raises(precision.PrecisionError, match=r"fp8-e4m3 needs compute capability >= 8.9 \(test\)"):
+        plan.check(_cuda_device(monkeypatch, "NVIDIA A100", (8, 0)), te_available=True)
+    with pytest.raises(precision.PrecisionError, match=r"recipe.Float8NextScaling \(installed TE is too old\)"):
+        precision.te_recipe("fp8-next")
+
+
+def _precision_literal_comparisons(source: str, where: str) -> list[str]:
+    """``x == "fp32"`` / ``x in ("fp8", ...)`` / ``x != "delayed"``: comparisons with a precision or scaling name."""
+    names = set(registry.PRECISION_NAMES) | {s for p in registry.PRECISIONS for s in p.scalings}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            if any(isinstance(i, ast.Constant) and i.value in names for i in items):
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_trainer_compares_no_precision_name() -> None:
+    """The precision seam: the trainer's code asks the registry (through its converters) and never tests a
+    format's or a scaling's name (``hp.precision == "fp32"`` chose TF32, ``fp8_scaling == "delayed"`` the
+    amax group, before)."""
+    found = [hit for path in sorted((REPO / "training").glob("*.py"))
+             for hit in _precision_literal_comparisons(path.read_text(encoding="utf-8"), path.name)]
+    assert found == []
+    before = 'if cuda and hp.precision == "fp32":\n    pass\ngroup = WORLD if hp.fp8_scaling == "delayed" else None\n'
+    assert _precision_literal_comparisons(before, "train.py") == [  # what the scan finds where there is one
+        "train.py:1: hp.precision == 'fp32'", "train.py:3: hp.fp8_scaling == 'delayed'"]
 
 
 def test_dynamic_loss_scaler() -> None:

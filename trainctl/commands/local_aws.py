@@ -1,6 +1,8 @@
 """``trainctl local-aws``: run the AWS emulator (moto + training plans) in the foreground.
 
-See :mod:`trainctl.local_aws` for what it emulates and its admin endpoints.
+See :mod:`trainctl.local_aws` for what it emulates and its admin endpoints. It needs
+moto, the project's extra ``local``: without it the command prints one line naming
+``pip install .[local]`` and exits 2.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trainctl.local_aws import ListenError, load_plans, serve
+    from trainctl.local_aws import EmulatorUnavailable, ListenError, load_plans, require_moto, serve
 
+    try:
+        require_moto()  # first: nothing else matters without it
+    except EmulatorUnavailable as exc:
+        print(f"trainctl local-aws: {exc}", file=sys.stderr)
+        return 2
     try:
         plans = load_plans(args.plans)
     except (OSError, ValueError) as exc:
@@ -63,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
         return serve(
             host=args.host, port=args.port, plans=plans, region=args.region, env_file=args.env_file, quiet=args.quiet
         )
+    except EmulatorUnavailable as exc:  # moto found but not importable (a dependency of its server missing)
+        print(f"trainctl local-aws: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:  # a plan that does not fit DescribeTrainingPlan's shape
         print(f"trainctl local-aws: {exc}", file=sys.stderr)
         return 2

@@ -3,15 +3,14 @@ and recommend changes (the planner, :mod:`planner`).
 
 Without flags it plans the guide's default request (``GUIDE_DEFAULT_REQUEST``:
 gpt-1b with 10 layers, mxfp8, batch 8, sequence 2048) on one
-``ml.p6-b200.48xlarge``. ``--json`` prints :meth:`planner.Plan.to_dict`.
+``ml.p6-b200.48xlarge``. ``--json`` prints :meth:`planner.Plan.to_dict`. This module
+parses the arguments; :mod:`trainctl.plans` estimates and prints.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
 from platform_spec.errors import FieldError
@@ -23,6 +22,9 @@ from platform_spec.hyperparameters import (
     QUANTIZED_MODEL_INIT_REFUSAL,
     SHARDING_STRATEGIES,
 )
+
+if TYPE_CHECKING:
+    from planner import PlanInput
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
 
@@ -132,152 +134,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (planner.Plan.to_dict)")
 
 
-def plan_input_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`planner.PlanInput` for parsed ``trainctl plan`` arguments."""
-    from planner import PlanInput
-
+def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`planner.PlanInput`'s keyword arguments for parsed ``trainctl plan`` arguments (no flag: the
+    guide's default request's model and layers)."""
     model = args.model
     num_layers = args.num_layers
     if model is None:
         model = GUIDE_DEFAULT_REQUEST["model"]
         if num_layers is None:
             num_layers = int(GUIDE_DEFAULT_REQUEST["num_layers"])
-    return PlanInput(
-        model=model,
-        num_layers=num_layers,
-        precision=args.precision,
-        seq_length=args.seq_length,
-        batch_size=args.batch_size,
-        activation_checkpointing=args.activation_checkpointing,
-        instance_type=args.instance_type,
-        instance_count=args.instance_count,
-        sharding_strategy=args.sharding_strategy,
-        reshard_after_forward=args.reshard_after_forward,
-        quantized_model_init=args.quantized_model_init,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        vocab_size=args.vocab_size,
-        blocks_only=args.blocks_only,
-        price_per_hour=args.price_per_hour,
-        tokens=args.tokens,
-    )
+    return {
+        "model": model,
+        "num_layers": num_layers,
+        "precision": args.precision,
+        "seq_length": args.seq_length,
+        "batch_size": args.batch_size,
+        "activation_checkpointing": args.activation_checkpointing,
+        "instance_type": args.instance_type,
+        "instance_count": args.instance_count,
+        "sharding_strategy": args.sharding_strategy,
+        "reshard_after_forward": args.reshard_after_forward,
+        "quantized_model_init": args.quantized_model_init,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "vocab_size": args.vocab_size,
+        "blocks_only": args.blocks_only,
+        "price_per_hour": args.price_per_hour,
+        "tokens": args.tokens,
+    }
 
 
-def guide_default_input(instance_type: str = DEFAULT_INSTANCE_TYPE) -> Any:
-    """The :class:`planner.PlanInput` of the guide's default request (``GUIDE_DEFAULT_REQUEST``) on one
-    ``instance_type`` -- what ``trainctl plan`` plans without flags (for ``make demo``)."""
+def plan_input_from_args(args: argparse.Namespace) -> PlanInput:
+    """The :class:`planner.PlanInput` for parsed ``trainctl plan`` arguments.
+
+    Raises:
+        planner.PlanInputError: a field the planner refuses.
+    """
     from planner import PlanInput
 
-    return PlanInput.from_request(GUIDE_DEFAULT_REQUEST, instance_type=instance_type)
-
-
-def _num(v: float, digits: int = 1) -> str:
-    return f"{v:,.{digits}f}"
-
-
-def _tps(v: float) -> str:
-    return f"{v / 1000:,.1f}K" if v >= 1000 else f"{v:,.0f}"
-
-
-def render_plan(plan: Any, console: Any) -> None:
-    """Print ``plan`` (a :class:`planner.Plan`) as rich tables on ``console`` (a ``rich.console.Console``):
-    configuration, memory breakdown and verdict, throughput, cost, recommendations with before/after."""
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from planner.memory import BREAKDOWN_TERMS
-
-    p, r, mem, t = plan.input, plan.resolved, plan.memory_gb, plan.throughput
-    m = r.model
-    params = m.block_params if p.blocks_only else m.num_params
-    config = (
-        f"[bold]{m.name}[/bold] ({m.num_layers} layers, hidden {m.hidden_size}, {params / 1e9:.2f}B parameters"
-        f"{', blocks only' if p.blocks_only else ''})  |  {p.precision}"
-        f"{' + quantized weights' if p.quantized_model_init else ''}  |  seq {p.seq_length} x batch {p.batch_size}"
-        f"{f' x {p.gradient_accumulation_steps} accumulation' if p.gradient_accumulation_steps > 1 else ''}"
-        f"  |  checkpointing {p.activation_checkpointing}\n"
-        f"{p.instance_count} x {r.instance.instance_type} = {r.world_size} x {r.gpu.name} ({r.gpu.hbm_gb:g} GB)  |  "
-        f"FSDP {p.sharding_strategy} (shard {r.shard_degree}, replicas {r.replicate_degree})"
-        f"{'' if p.reshard_after_forward else ', no reshard after forward'}"
-    )
-    console.print(Panel(config, title="trainctl plan", expand=False))
-
-    mt = Table(title="Memory per GPU (GB)", show_header=True, header_style="bold")
-    mt.add_column("term")
-    mt.add_column("GB", justify="right")
-    for term in BREAKDOWN_TERMS:
-        value = mem.terms[term]
-        if value > 0:
-            mt.add_row(term.replace("_", " "), _num(value, 2))
-    mt.add_row("[bold]total (peak allocated)[/bold]", f"[bold]{_num(mem.total, 2)}[/bold]", end_section=True)
-    mt.add_row("fragmentation margin (estimate)", _num(mem.fragmentation_margin, 2))
-    mt.add_row("CUDA context + NCCL (estimate)", _num(mem.runtime_overhead, 2))
-    mt.add_row("required", _num(mem.required, 2))
-    mt.add_row(f"usable ({r.gpu.hbm_gb:g} GiB = {mem.capacity:.0f} GB, less 5%)", _num(mem.usable, 2))
-    verdict = "[green]fits[/green]" if mem.fits else "[red]OUT OF MEMORY[/red]"
-    mt.add_row("verdict", f"{verdict} ({mem.headroom:+.1f} GB)")
-    mt.caption = f"peak at: {mem.peak_phase.replace('_', ' ')}"
-    console.print(mt)
-
-    tt = Table(title="Throughput", show_header=True, header_style="bold")
-    tt.add_column("figure")
-    tt.add_column("value", justify="right")
-    tt.add_row("step time", f"{t.step_time_s:.3f} s")
-    tt.add_row("tokens/s (job)", _num(t.tokens_per_second, 0))
-    tt.add_row("tokens/s per GPU", _num(t.tokens_per_second_per_gpu, 0))
-    tt.add_row("model TFLOP/s per GPU", _num(t.tflops_per_gpu, 1))
-    tt.add_row("MFU", f"{t.mfu:.1f}% of {t.peak_tflops:g} TFLOP/s ({p.precision} dense)")
-    tt.add_row("bound by", t.bound)
-    tt.add_row("exposed communication", f"{t.comm_fraction * 100:.1f}% of the step ({t.comm.link})")
-    if t.compute.recompute:
-        tt.add_row("checkpointing recompute", f"+{t.recompute_overhead_pct:.0f}% step time")
-    console.print(tt)
-
-    if t.cost is not None:
-        ct = Table(title="Cost", show_header=True, header_style="bold")
-        ct.add_column("figure")
-        ct.add_column("value", justify="right")
-        ct.add_row("tokens", f"{t.cost.tokens:.3g}")
-        ct.add_row("wall time", f"{t.cost.wall_time_hours:,.1f} h ({t.cost.wall_time_hours / 24:,.1f} days)")
-        ct.add_row("instance-hours", _num(t.cost.instance_hours, 1))
-        if t.cost.cost is not None:
-            ct.add_row("cost", f"${t.cost.cost:,.0f} at ${p.price_per_hour:g}/instance-hour")
-        console.print(ct)
-
-    if plan.recommendations:
-        rt = Table(title="Recommendations", show_header=True, header_style="bold", show_lines=True)
-        rt.add_column("#", justify="right")
-        rt.add_column("change")
-        rt.add_column("why")
-        rt.add_column("before -> after")
-        for i, rec in enumerate(plan.recommendations, 1):
-            if rec.after is None:
-                ba = "-"
-            else:
-                a = rec.after
-                ba = (
-                    f"tokens/s {_tps(plan.tokens_per_second)} -> {_tps(a.tokens_per_second)}\n"
-                    f"MFU {plan.mfu:.1f}% -> {a.mfu:.1f}%\n"
-                    f"memory {plan.memory_gb.total:.1f} -> {a.memory_gb.total:.1f} GB\n"
-                    f"{'fits' if plan.fits else 'OOM'} -> {'fits' if a.fits else 'OOM'}"
-                )
-            rt.add_row(str(i), rec.title, rec.reason, ba)
-        console.print(rt)
+    return PlanInput(**plan_fields(args))
 
 
 def run(args: argparse.Namespace) -> int:
-    from planner import estimate
+    from trainctl.plans import plan_and_print
 
-    try:
-        plan = estimate(plan_input_from_args(args))
-    except FieldError as exc:  # PlanInputError and the catalogue's refusals
-        flag = _FLAGS.get(exc.field, exc.field)
-        detail = f" ({exc.detail})" if exc.detail else ""
-        print(f"trainctl plan: error: argument {flag}: got {exc.value!r}, expected {exc.expected}{detail}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
-        return 0
-    from rich.console import Console
-
-    render_plan(plan, Console())
-    return 0
+    return plan_and_print(plan_fields(args), as_json=args.json, flags=_FLAGS)

@@ -11,13 +11,13 @@ Examples::
 
     trainctl prepare-data --output data/pydocs --python-docs
     trainctl prepare-data --output data/mine --tokenizer tokenizer.json corpus/*.jsonl
+
+This module parses the arguments; :mod:`trainctl.shards` tokenizes.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 from pathlib import Path
 
 HELP = "Tokenize text or JSONL files into token shards for the trainer's train channel."
@@ -36,27 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from training.corpus import python_docs_corpus
-    from training.data import DEFAULT_SHARD_TOKENS, DataError, prepare_data
+    from trainctl.shards import prepare_shards
 
-    files = list(args.files)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.python_docs:
-            files.append(python_docs_corpus(Path(tmp) / "python-docs.jsonl"))
-        if not files:
-            print("trainctl prepare-data: give input files or --python-docs", file=sys.stderr)
-            return 2
-        try:
-            result = prepare_data(
-                args.output, files, args.tokenizer, eod_token=args.eod_token,
-                shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS,
-            )
-        except DataError as exc:
-            print(f"trainctl prepare-data: {exc}", file=sys.stderr)
-            return 1
-    print(
-        f"wrote {len(result.shards)} shard(s) to {result.output_dir}: {result.num_tokens:,} tokens from "
-        f"{result.num_documents} documents, vocab_size {result.vocab_size} ({result.tokenizer}), "
-        f"largest token id {result.max_token_id}"
+    return prepare_shards(
+        args.output, args.files, tokenizer=args.tokenizer, eod_token=args.eod_token, shard_tokens=args.shard_tokens,
+        python_docs=args.python_docs,
     )
-    return 0

@@ -7,13 +7,12 @@ configuration), ``loss_curves.png`` (loss per precision, divergence from the
 baseline format stated) and ``report.json``; prints the table. For sweeps of
 training jobs the metrics come from ``DescribeTrainingJob`` and CloudWatch Logs
 of the environment's AWS endpoint (``AWS_ENDPOINT_URL`` honoured). See
-:mod:`trainctl.report`.
+:mod:`trainctl.reports`, which this module calls.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 HELP = "Write a sweep's report: Markdown table, tokens/s + peak memory chart, loss curves per precision."
@@ -27,16 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainctl.report import write_report
-    from trainctl.sweep import DEFAULT_SWEEPS_DIR, SweepError
+    from trainctl.reports.writer import write_and_print
 
-    try:
-        paths = write_report(args.name, args.out, sweeps_dir=args.dir or DEFAULT_SWEEPS_DIR, region=args.region)
-    except SweepError as exc:
-        print(f"trainctl report: {exc}", file=sys.stderr)
-        return 2
-    text = paths.markdown.read_text(encoding="utf-8")
-    table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
-    print(table)
-    print(f"\nwrote {paths.markdown}, {paths.throughput_memory}, {paths.loss_curves}, {paths.data}")
-    return 0
+    return write_and_print(args.name, args.out, sweeps_dir=args.dir, region=args.region)

@@ -20,8 +20,9 @@ first one created instead of creating a second (see
 :mod:`trainctl.submitter_client`).
 
 Prints the response JSON on stdout (logs and EMF metrics of ``--local`` go to
-stderr); every failure is one line on stderr. Exit status
-(:data:`EXIT_SUBMITTED`, :data:`EXIT_REJECTED`, :data:`EXIT_FAILED`):
+stderr); every failure is one line on stderr. This module parses the
+arguments; :mod:`trainctl.submit_request` sends and prints. Exit status
+(:data:`trainctl.submit_request.EXIT_SUBMITTED`, ``EXIT_REJECTED``, ``EXIT_FAILED``):
 
 * 0: submitted, or validated (``--dry-run``);
 * 1: rejected by the submitter (the response says why; nothing was created);
@@ -36,19 +37,8 @@ stderr); every failure is one line on stderr. Exit status
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from pathlib import Path
-from typing import Any
-
-# The client functions live in a library (commands are not imported by libraries); kept importable from here.
-from trainctl.submitter_client import FunctionError, SubmitError, invoke_function, submit_local  # noqa: F401
 
 HELP = "Submit a training job request (JSON) to the job submitter: the deployed function or, with --local, in-process."
-
-EXIT_SUBMITTED = 0
-EXIT_REJECTED = 1
-EXIT_FAILED = 2
 
 
 def _read_timeout(text: str) -> float:
@@ -98,80 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def read_request(source: str) -> dict[str, Any]:
-    """The request in file ``source`` (``-``: stdin): a JSON object in UTF-8 (a BOM is allowed).
-
-    Raises:
-        ValueError: one line naming the file and what is wrong with it.
-    """
-    name = "stdin" if source == "-" else source
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read {name}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected a JSON object") from None
-    try:
-        request = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(request, dict):
-        raise ValueError(f"{name}: expected a JSON object (a submit request), got a JSON {type(request).__name__}")
-    return request
-
-
 def run(args: argparse.Namespace) -> int:
-    import os
+    from trainctl.submit_request import submit_and_print
 
-    from trainctl.submitter_client import with_client_token
-
-    prog = "trainctl submit" + (" --local" if args.local else "")
-    try:
-        request = read_request(args.request)
-    except ValueError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if args.dry_run:
-        request["dry_run"] = True
-    try:
-        request, generated = with_client_token(request, args.client_token)
-    except ValueError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if generated:
-        # before sending: a person who loses the answer (or this process) still has the token
-        print(f"{prog}: client_token {generated} (generated; to retry this request without a second job, "
-              f"add --client-token {generated})", file=sys.stderr, flush=True)
-    try:
-        if args.local:
-            response = submit_local(request, dict(os.environ))
-        else:
-            response = invoke_function(args.function, request, region=args.region, read_timeout=args.read_timeout)
-    except SubmitError as exc:
-        print(f"{prog}: {exc}{_retry_hint(exc, request)}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as exc:
-        if type(exc).__name__ != "ConfigurationError":  # the runtime's: a setting missing from the environment
-            raise
-        print(f"{prog}: {exc} (source the env file of `trainctl local-aws`)", file=sys.stderr)
-        return EXIT_FAILED
-    print(json.dumps(response, indent=2))
-    status = response.get("status")
-    if status in ("submitted", "validated"):
-        return EXIT_SUBMITTED
-    if status == "rejected":
-        return EXIT_REJECTED
-    print(f"{prog}: the submitter answered status {status!r}; expected submitted, validated or rejected", file=sys.stderr)
-    return EXIT_FAILED
-
-
-def _retry_hint(exc: Any, request: dict[str, Any]) -> str:
-    if not exc.may_have_run or request.get("dry_run") is True:
-        return ""
-    if request.get("client_token"):
-        return f"; retry with --client-token {request['client_token']} to get its job, never a second one"
-    if request.get("job_name"):
-        return f"; retrying the same request is safe: its job_name {request['job_name']} finds the job if one was created"
-    return ""
+    return submit_and_print(
+        args.request, local=args.local, function=args.function, dry_run=args.dry_run, client_token=args.client_token,
+        region=args.region, read_timeout=args.read_timeout,
+    )

@@ -27,12 +27,14 @@ refused, could not be submitted or stopped, or every configuration was skipped
 (nothing to run); 2 bad input, or no submitter to use (in process without
 ``AWS_ENDPOINT_URL``; ``--function`` without a region or credentials); 3 jobs
 still running at ``--timeout``.
+
+This module parses the arguments; :mod:`trainctl.sweeps` runs the sweep
+(:func:`trainctl.sweeps.summary.sweep_and_summarise`).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 HELP = "Run a grid of training configurations (precision x batch size x ...) as jobs or local runs; prune with the planner."
@@ -70,73 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from trainctl.sweeps.summary import sweep_and_summarise
 
-    from platform_spec.hyperparameters import HyperparameterError
-    from trainctl import sweep as sw
-    from trainctl.submitter_client import SubmitError
-
-    # Everything printed here is data (names, grid values, refusal reasons, paths): never rich markup or
-    # emoji codes, so a reason naming `tags.aws:x:` is printed as it is, not as an emoji.
-    console = Console(markup=False, emoji=False, highlight=False)
-    sweeps_dir = args.dir or sw.DEFAULT_SWEEPS_DIR
-    progress = False if args.no_progress else None
-    try:
-        if args.local:
-            if args.dry_run:
-                sweep = sw.plan_sweep(args.name, args.grid, mode="local", base=args.base, set_values=args.set,
-                                      sweeps_dir=sweeps_dir, nproc=args.nproc, data_dir=args.data)
-                result = sw.SweepResult(sweep=sweep, directory=sweep.directory)
-            else:
-                result = sw.run_local_sweep(args.name, args.grid, args.base, sweeps_dir=sweeps_dir, set_values=args.set,
-                                            nproc=args.nproc, data_dir=args.data, progress=progress)
-        else:
-            result = sw.run_aws_sweep(
-                args.name, args.grid, args.base, sweeps_dir=sweeps_dir, set_values=args.set, function=args.function,
-                region=args.region, wait=not args.no_wait, timeout=args.timeout, poll_interval=args.poll_interval,
-                dry_run=args.dry_run, progress=progress,
-            )
-    except (sw.SweepError, HyperparameterError, SubmitError) as exc:
-        print(f"trainctl sweep: {exc}", file=sys.stderr)
-        return 2
-
-    sweep = result.sweep
-    answers = {a["config"]: a for a in result.answers}
-    table = Table(title=f"sweep {sweep.name} ({sweep.mode}{', dry run' if args.dry_run else ''})")
-    for column in ("config", "grid values", "status", "job / run / reason"):
-        table.add_column(column, overflow="fold")
-    for config_id, title, status, detail in sw.iter_rows(sweep):
-        answer = answers.get(config_id)
-        if args.dry_run and answer:
-            status, detail = answer["status"], answer.get("reason") or f"{answer.get('training_job_name')} ({(answer.get('capacity') or {}).get('type', '')})"
-        elif args.dry_run and status == sw.PENDING:
-            status = "would run"
-        table.add_row(config_id, title, status, detail)
-    console.print(table)
-    if all(c.status == sw.SKIPPED for c in sweep.configs):
-        print(f"trainctl sweep: every configuration of {sweep.name} was skipped (see the reasons above); nothing to run",
-              file=sys.stderr)
-        return 1
-    if args.dry_run:
-        unanswered = [a for a in result.answers if a["status"] in (sw.REJECTED, sw.SUBMIT_ERROR)]
-        if unanswered:
-            print(f"trainctl sweep: {len(unanswered)} configuration(s) would not run; first: "
-                  f"{unanswered[0]['config']}: {unanswered[0].get('reason')}", file=sys.stderr)
-            return 1
-        return 0
-    console.print(f"state: {sweep.state_file}   report: trainctl report {sweep.name}"
-                  + (f" --dir {sweeps_dir}" if args.dir else "") + f" --out reports/{sweep.name}")
-    if result.timed_out:
-        print(f"trainctl sweep: {len(result.still_active)} job(s) still running after {args.timeout:g} s; "
-              "run the same command again to keep waiting", file=sys.stderr)
-        return 3
-    not_submitted = sweep.by_status(sw.SUBMIT_ERROR)
-    if not_submitted:
-        pending = sweep.by_status(sw.PENDING)
-        print(f"trainctl sweep: {len(not_submitted)} configuration(s) could not be submitted"
-              + (f" and {len(pending)} were not sent" if pending else "")
-              + f": {not_submitted[0].reason}; run the same command again to retry", file=sys.stderr)
-    if result.failed or sweep.by_status(sw.PENDING):
-        return 1
-    return 0
+    return sweep_and_summarise(
+        args.name, args.grid, base=args.base, set_values=args.set, local=args.local, function=args.function,
+        dry_run=args.dry_run, sweeps_dir=args.dir, nproc=args.nproc, data_dir=args.data, region=args.region,
+        wait=not args.no_wait, timeout=args.timeout, poll_interval=args.poll_interval,
+        progress=False if args.no_progress else None,
+    )

@@ -70,6 +70,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S
+from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
 
 from .aws import PLAN_ARNS_MAX_AGE_S, error_code
@@ -377,11 +378,11 @@ def choose_capacity(
 
     order: Sequence[str] = ("training-plan",) if request.capacity == "training-plan" else config.capacity_fallback
     if request.training_plan_arn is not None and "training-plan" not in order:
-        raise invalid(
+        raise invalid(FieldError(
             "training_plan_arn",
             request.training_plan_arn,
             f"no plan: capacity auto tries {', '.join(order)} here (training plans are not in the fallback order)",
-        )
+        ))
     verdicts: list[PlanVerdict] = []
     candidates: list[CapacityChoice] = []
     for kind in order:
@@ -480,23 +481,23 @@ def _judge_configured_plans(
             reason = foreign_reason(request.training_plan_arn, region=config.region, account=config.account_id)
         except ValueError:
             raise invalid(
-                "training_plan_arn", request.training_plan_arn, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}"
+                FieldError("training_plan_arn", request.training_plan_arn, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
             ) from None
         if reason is not None:
-            raise invalid(
+            raise invalid(FieldError(
                 "training_plan_arn",
                 request.training_plan_arn,
                 f"a plan of this platform's region {config.region} and account {config.account_id} ({reason})",
-            )
+            ))
     entries = configured_plan_entries(clients, config)
     arns = [e for e in entries if malformed_entry_reason(e) is None]
     if request.training_plan_arn is not None:
         if request.training_plan_arn not in arns:
-            raise invalid(
+            raise invalid(FieldError(
                 "training_plan_arn",
                 request.training_plan_arn,
                 "one of the configured plans: " + (", ".join(arns) or "(none configured)"),
-            )
+            ))
         entries = arns = [request.training_plan_arn]
     verdicts = []
     for entry in entries:

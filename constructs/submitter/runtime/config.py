@@ -143,3 +143,21 @@ class SubmitterConfig:
     def input_prefixes(self) -> tuple[str, ...]:
         """``s3://`` prefixes input channels may use: the data bucket, then the configured extras."""
         return (f"s3://{self.data_bucket}/",) + self.allowed_input_prefixes
+
+
+def default_allowed_instance_types() -> tuple[str, ...]:
+    """The instance types a deployment allows when it names none (``allowedInstanceTypes``' default).
+
+    The planner catalogue's types (:data:`platform_spec.catalogue.INSTANCE_TYPES`, in its order)
+    that ``CreateTrainingJob`` accepts (botocore's ``TrainingInstanceType``: not the GB200
+    UltraServer types) and whose host CPUs the trainer image runs on
+    (:data:`platform_spec.catalogue.TRAINABLE_INSTANCE_TYPES`: not the arm64 GB200 hosts). The stack's
+    configuration and the emulator (``trainctl local-aws``) both take it from here; it reads
+    botocore's model, so it is not evaluated at import.
+    """
+    from platform_spec.catalogue import INSTANCE_TYPES, TRAINABLE_INSTANCE_TYPES
+
+    from .sagemaker_rules import training_instance_types
+
+    accepted = set(training_instance_types())
+    return tuple(t for t in INSTANCE_TYPES if t in accepted and t in TRAINABLE_INSTANCE_TYPES)

@@ -9,7 +9,9 @@ documented response shape::
                "details": {...}}}
 
 ``field`` (a dotted path into the request, e.g. ``hyperparameters.batch_size``)
-and ``details`` appear only when they carry information. A refusal is raised
+and ``details`` appear only when they carry information. An ``InvalidRequest``
+is built by :func:`invalid` from one :class:`platform_spec.errors.FieldError`,
+the platform's one field-error type, which request parsing raises. A refusal is raised
 before anything is created, so refusing is always side-effect free.
 
 Faults that are not the caller's (throttling, 5xx, access denied, a broken
@@ -22,6 +24,8 @@ applies.
 from __future__ import annotations
 
 from typing import Any
+
+from platform_spec.errors import FieldError
 
 from .settings import ERROR_CODES
 
@@ -55,11 +59,24 @@ class Refusal(Exception):
         return {"status": "rejected", "error": error}
 
 
-def invalid(field: str | None, value: Any, expected: str, *, details: dict[str, Any] | None = None) -> Refusal:
-    """An ``InvalidRequest`` refusal naming ``field``, the value received and what was expected."""
-    shown = _short_repr(value)
-    where = f"{field}: " if field else ""
-    return Refusal("InvalidRequest", f"{where}got {shown}, expected {expected}", field=field, details=details)
+def invalid(error: FieldError, *, details: dict[str, Any] | None = None) -> Refusal:
+    """The ``InvalidRequest`` refusal of one :class:`platform_spec.errors.FieldError`.
+
+    Args:
+        error: the field (a dotted path into the request, e.g. ``hyperparameters.batch_size``;
+            ``""`` for the request as a whole, which names no field), the value received and
+            what was expected (and a detail, when there is one).
+        details: JSON-serialisable detail for the response.
+
+    Returns:
+        A :class:`Refusal` with ``field`` = ``error.field`` (``None`` for ``""``) and the message
+        ``"<field>: got <value>, expected <expected>[ (<detail>)]"``, the value's ``repr`` cut to
+        120 characters.
+    """
+    expected = f"{error.expected} ({error.detail})" if error.detail else error.expected
+    where = f"{error.field}: " if error.field else ""
+    message = f"{where}got {_short_repr(error.value)}, expected {expected}"
+    return Refusal("InvalidRequest", message, field=error.field or None, details=details)
 
 
 class DeadlineExceeded(RuntimeError):

@@ -1,4 +1,4 @@
-"""Lambda entry point of the job submitter (``runtime.handler.lambda_handler``).
+"""Lambda entry point of the job submitter (``platform_constructs.submitter.runtime.handler.lambda_handler``).
 
 A thin adapter: it sets up structured logging (Powertools ``Logger``: JSON,
 Lambda context, a correlation id = the request's ``client_token`` or the

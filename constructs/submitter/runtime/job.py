@@ -20,6 +20,18 @@ What every job gets:
   as strings (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`),
   ``Tags`` = platform tags + request tags + the submitter's bookkeeping tags.
 
+Each request field (a row of :data:`platform_spec.request_fields.FIELDS`) maps
+here: ``job_name`` -> ``TrainingJobName`` (:func:`job_name_for`);
+``instance_type``, ``instance_count`` -> ``ResourceConfig``; ``capacity`` and
+``training_plan_arn`` -> ``ResourceConfig.TrainingPlanArn`` or
+``EnableManagedSpotTraining``, through the :class:`.capacity.CapacityChoice`;
+``hyperparameters`` -> ``HyperParameters``; ``inputs`` -> ``InputDataConfig``;
+``max_runtime_hours``, ``max_wait_hours`` -> ``StoppingCondition`` (seconds);
+``max_retry_attempts`` -> ``RetryStrategy``; ``tags`` and ``client_token`` ->
+``Tags``; ``auto_tune`` and ``dry_run`` act before (:mod:`.service`). A field
+added to the table is mapped in :func:`build_create_training_job`, reading its
+value with ``request.value("<name>")``.
+
 SageMaker's limits are checked by :func:`check_limits` with errors naming the
 field, each read from botocore's model of ``CreateTrainingJob``
 (:mod:`.sagemaker_rules`): the job-name rule, the number of hyperparameters
@@ -38,6 +50,7 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any
 
+from platform_spec.errors import FieldError
 from platform_spec.metric_lines import METRIC_DEFINITIONS
 
 from . import sagemaker_rules as model
@@ -159,21 +172,21 @@ def check_limits(params: dict[str, Any]) -> None:
     """
     name = params.get("TrainingJobName", "")
     if not model.string_rule("TrainingJobName").accepts(name):
-        raise invalid("job_name", name, job_name_expected())
+        raise invalid(FieldError("job_name", name, job_name_expected()))
     hps = params.get("HyperParameters", {})
     most = model.bounds("HyperParameters")[1]
     if most is not None and len(hps) > most:
-        raise invalid("hyperparameters", f"{len(hps)} entries", f"at most {most} (SageMaker's HyperParameters limit)")
+        raise invalid(FieldError("hyperparameters", f"{len(hps)} entries", f"at most {most} (SageMaker's HyperParameters limit)"))
     key_rule, value_rule = model.string_rule("HyperParameters.key"), model.string_rule("HyperParameters.value")
     for key, value in hps.items():
         if not key_rule.accepts(key):
-            raise invalid(f"hyperparameters.{key}", key, f"a name of {key_rule.expected()}")
+            raise invalid(FieldError(f"hyperparameters.{key}", key, f"a name of {key_rule.expected()}"))
         if not value_rule.accepts(value):
-            raise invalid(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}")
+            raise invalid(FieldError(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}"))
     tags = params.get("Tags", [])
     most = model.bounds("Tags")[1]
     if most is not None and len(tags) > most:
-        raise invalid("tags", f"{len(tags)} tags in all", f"at most {most} (SageMaker's Tags limit)")
+        raise invalid(FieldError("tags", f"{len(tags)} tags in all", f"at most {most} (SageMaker's Tags limit)"))
 
 
 def _tags(
@@ -190,7 +203,7 @@ def _tags(
     if most is not None and len(merged) > most:
         own = len(merged) - len(request.tags)
         raise invalid(
-            "tags", f"{len(request.tags)} tags", f"at most {most - own} (SageMaker allows {most}; the platform sets {own})"
+            FieldError("tags", f"{len(request.tags)} tags", f"at most {most - own} (SageMaker allows {most}; the platform sets {own})")
         )
     return [{"Key": k, "Value": v} for k, v in merged.items()]
 

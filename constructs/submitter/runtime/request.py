@@ -1,4 +1,4 @@
-"""The submission request: a typed, validated model of the function's event.
+"""The submission request: a typed, validated model of the function's event, derived from one table.
 
 A request is a JSON object (the Lambda event)::
 
@@ -20,27 +20,41 @@ A request is a JSON object (the Lambda event)::
       "dry_run": false
     }
 
-Rules come from their homes: SageMaker's limits (job name, channel names,
-S3 URIs, tags, counts, retry attempts, instance types) from botocore's model
-of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`, matched whole-string and by
-exact length); the trainer's hyperparameters from
-:mod:`platform_spec.hyperparameters`, so the submitter never accepts what the
-trainer or SageMaker would reject; the platform's own rules (the client token,
-the data bucket, reserved tag prefixes, the runtime ceiling) here.
+**One table.** The fields are the rows of :data:`platform_spec.request_fields.FIELDS`
+(name, JSON type, default, help, constraints, rule reference, fingerprint or
+not, JSON-Schema fragment). This module derives from them the parsing
+(:func:`parse_request`), the unknown-field check, the fingerprint's domain,
+the JSON Schema (:func:`request_json_schema`) and the README's request table
+(:func:`readme_table`; ``python -m platform_constructs.submitter.runtime.request
+--readme`` rewrites it). It binds what the pure table only names:
 
-:func:`parse_request` checks every field and returns a frozen
-:class:`SubmitRequest` with defaults filled in, or raises an
-``InvalidRequest`` :class:`.errors.Refusal` naming the first bad field (dotted
+* ``rule="sagemaker:<path>"`` -> the limit of botocore's model of
+  ``CreateTrainingJob`` at ``<path>`` (:mod:`.sagemaker_rules`, matched
+  whole-string and by exact length): a string's lengths and pattern, an
+  integer's range;
+* the named rules of :data:`RULES` (the deployment's default instance type, the
+  capacity types of :mod:`.settings`, and the parsers of ``hyperparameters``
+  (the trainer's own :mod:`platform_spec.hyperparameters`), ``inputs`` and
+  ``tags``);
+* the named cross-field checks of :data:`CHECKS`.
+
+So the submitter never accepts what the trainer or SageMaker would reject.
+
+:func:`parse_request` checks the fields in the table's order and returns a
+frozen :class:`SubmitRequest` with defaults filled in, or raises an
+``InvalidRequest`` :class:`.errors.Refusal` built from one
+:class:`platform_spec.errors.FieldError`, naming the first bad field (dotted
 path), the value received and what was expected. Dataclasses and explicit
 checks rather than pydantic keep the function's cold start short.
 
 **Fingerprint** (:meth:`SubmitRequest.fingerprint`, tag
-``platform:request-sha256-v2``): SHA-256 of what the caller *sent*, so that
-adding an optional field with a default to this model never changes the
-fingerprint of a stored job. Fields absent or ``null`` are left out (defaults
-are never filled in); values are canonicalised so that equal values compare
-equal (hyperparameter names through :func:`platform_spec.hyperparameters.normalise_name`
-and values through the trainer's own :func:`~platform_spec.hyperparameters.format_value`,
+``platform:request-sha256-v2``): SHA-256 of what the caller *sent* of the rows
+marked ``fingerprint``, so that adding an optional field with a default to the
+table never changes the fingerprint of a stored job. Fields absent or ``null``
+are left out (defaults are never filled in; an empty object counts as absent);
+values are canonicalised so that equal values compare equal (hyperparameter
+names through :func:`platform_spec.hyperparameters.normalise_name` and values
+through the trainer's own :func:`~platform_spec.hyperparameters.format_value`,
 numbers by value, input keys resolved to ``s3://`` URIs, maps sorted).
 ``dry_run``, ``client_token`` and ``job_name`` are not part of what the job is.
 A field sent with its default value counts as sent; a field (or hyperparameter)
@@ -58,23 +72,31 @@ will derive.
 that version's algorithm over that version's hyperparameter names and defaults
 (:data:`V1_HYPERPARAMETER_DEFAULTS`), so that retries of those jobs keep
 matching whatever the trainer's definitions become.
-
-:func:`request_json_schema` renders the same rules as a JSON Schema for docs
-and clients.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from platform_spec import hyperparameters as hpmod
-from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN
+from platform_spec import request_fields
+from platform_spec.errors import FieldError
+from platform_spec.request_fields import (
+    CLIENT_TOKEN_PATTERN,
+    DERIVED_JOB_NAME_PATTERN,
+    MAX_RUNTIME_HOURS,
+    RESERVED_TAG_PREFIXES,
+    SECONDS_PER_UNIT,
+    RequestField,
+)
 
 from . import sagemaker_rules as model
 from .config import SubmitterConfig
@@ -82,39 +104,23 @@ from .errors import invalid
 from .settings import CAPACITY_TYPES
 
 CAPACITY_CHOICES: tuple[str, ...] = CAPACITY_TYPES + ("auto",)
+"""The ``capacity`` field's values (its rule ``capacity``): the capacity types, or ``auto`` (the
+configured fallback order)."""
 
-CLIENT_TOKEN_RE = re.compile(r"[A-Za-z0-9._:/=+@-]{1,128}\Z")
-"""The platform's client-token rule: 1-128 of ``A-Z a-z 0-9 . _ : / = + @ -`` (no spaces, no
-control characters). ``\\Z`` anchors it, so ``match`` and ``fullmatch`` agree."""
+CLIENT_TOKEN_RE = re.compile(rf"(?:{CLIENT_TOKEN_PATTERN})\Z")
+"""The ``client_token`` row's pattern, compiled. ``\\Z`` anchors it, so ``match`` and ``fullmatch`` agree."""
 S3_URI_RE = re.compile(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(.*)\Z", re.DOTALL)
-
-MAX_RUNTIME_HOURS = 28 * 24.0
-"""``StoppingCondition.MaxRuntimeInSeconds`` ceiling: "The maximum value is 28 days"
-(SageMaker API Reference, StoppingCondition). The model has no ``max`` for it."""
-DEFAULT_MAX_RUNTIME_HOURS = 24.0
-DEFAULT_MAX_RETRY_ATTEMPTS = 3
-MAX_INSTANCE_COUNT = 256
-"""The largest ``InstanceCount`` a training plan offering reserves. The model has no ``max``,
-and its ``min`` is 0 (instance groups); a job here needs at least one instance."""
-RESERVED_TAG_PREFIXES: tuple[str, ...] = ("aws:", "platform:")
-"""Tag key prefixes requests may not use, in any letter case: AWS's own ("Don't use ``aws:``,
-``AWS:``, or any upper or lowercase combination of such as a prefix", AWS Batch User Guide, Tag
-restrictions, https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html) and the
-submitter's bookkeeping tags (``platform:``, held to the same rule)."""
-DERIVED_JOB_NAME_RE = re.compile(r"job-[0-9a-f]{24}\Z", re.IGNORECASE)
+DERIVED_JOB_NAME_RE = re.compile(rf"(?:{DERIVED_JOB_NAME_PATTERN})\Z", re.IGNORECASE)
 """The form of the job names derived from a ``client_token`` (:func:`derived_job_name`), matched in
 any letter case: reserved for them."""
-FINGERPRINT_FIELDS: tuple[str, ...] = (
-    "instance_type", "instance_count", "capacity", "training_plan_arn", "hyperparameters", "inputs",
-    "max_runtime_hours", "max_wait_hours", "max_retry_attempts", "tags", "auto_tune",
-)  # fmt: skip
-"""Request fields that are part of what the job is (the fingerprint's domain)."""
 
 
 def __getattr__(name: str) -> Any:
     # JOB_NAME_RE is derived from botocore's model on first use, not at import (cold start)
     if name == "JOB_NAME_RE":
         return model.string_rule("TrainingJobName").regex()
+    if name == "REQUEST_FIELDS":
+        return request_fields.names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -130,17 +136,13 @@ def derived_job_name(client_token: str) -> str:
 
 
 def job_name_expected() -> str:
-    """What a job name must be, with the model's limits."""
-    rule = model.string_rule("TrainingJobName")
-    return (
-        f"{rule.min_length}-{rule.max_length} letters, digits and hyphens, starting and ending with a letter "
-        f"or digit (SageMaker's {rule.name})"
-    )
+    """What a job name must be, with the model's limits (the ``job_name`` row's expectation)."""
+    return expected_text(request_fields.get_field("job_name"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SubmitRequest:
-    """A validated request with defaults applied.
+    """A validated request with defaults applied: one attribute per field of the table.
 
     Attributes:
         hyperparameters: the trainer's hyperparameters (:class:`platform_spec.hyperparameters.Hyperparameters`).
@@ -150,32 +152,47 @@ class SubmitRequest:
         training_plan_arn: the plan to use, or ``None`` to choose among the configured ones.
         inputs: channel name -> ``s3://`` URI (resolved; relative keys are made absolute under the data bucket).
         max_runtime_hours: ``StoppingCondition.MaxRuntimeInSeconds`` / 3600.
-        max_wait_hours: spot only: ``MaxWaitTimeInSeconds`` / 3600 (>= ``max_runtime_hours``).
+        max_wait_hours: spot only: ``MaxWaitTimeInSeconds`` / 3600 (>= ``max_runtime_hours``), or ``None``.
         max_retry_attempts: ``RetryStrategy.MaximumRetryAttempts``.
         tags: caller's tags (merged with the platform's).
         job_name: the caller's job name, or ``None`` to derive one.
         client_token: idempotency key, or ``None``.
         auto_tune: apply the planner's change when the configuration is predicted not to fit.
         dry_run: validate, choose capacity and estimate, but create nothing.
-        sent: the fields of :data:`FINGERPRINT_FIELDS` the caller sent (not ``null``),
-            canonicalised; what :meth:`fingerprint` hashes.
+        extras: the values of table rows this class has no attribute for (fields added to the table
+            since); read them, like any field, with :meth:`value`.
+        sent: the ``fingerprint`` rows the caller sent (not ``null``), canonicalised; what
+            :meth:`fingerprint` hashes.
     """
 
     hyperparameters: hpmod.Hyperparameters
     instance_type: str
-    instance_count: int = 1
-    capacity: str = "training-plan"
-    training_plan_arn: str | None = None
-    inputs: Mapping[str, str] = field(default_factory=dict)
-    max_runtime_hours: float = DEFAULT_MAX_RUNTIME_HOURS
-    max_wait_hours: float | None = None
-    max_retry_attempts: int = DEFAULT_MAX_RETRY_ATTEMPTS
-    tags: Mapping[str, str] = field(default_factory=dict)
-    job_name: str | None = None
-    client_token: str | None = None
-    auto_tune: bool = False
-    dry_run: bool = False
+    instance_count: int
+    capacity: str
+    training_plan_arn: str | None
+    inputs: Mapping[str, str]
+    max_runtime_hours: float
+    max_wait_hours: float | None
+    max_retry_attempts: int
+    tags: Mapping[str, str]
+    job_name: str | None
+    client_token: str | None
+    auto_tune: bool
+    dry_run: bool
+    extras: Mapping[str, Any] = field(default_factory=dict)
     sent: Mapping[str, Any] = field(default_factory=dict)
+
+    def value(self, name: str) -> Any:
+        """The parsed value (default filled in) of the request field ``name``.
+
+        Raises:
+            KeyError: no such field.
+        """
+        if name in self.extras:
+            return self.extras[name]
+        if name in _FIELD_ATTRIBUTES:
+            return getattr(self, name)
+        raise KeyError(f"no request field {name!r} in this request")
 
     @property
     def max_runtime_seconds(self) -> int:
@@ -267,139 +284,447 @@ _V1_DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "max_retry_attempts": 3,
 })  # fmt: skip
 """Request defaults of fingerprint version 1, frozen for :meth:`SubmitRequest.legacy_fingerprint_v1`
-(today's live in the constants above and may change)."""
+(today's live in :mod:`platform_spec.request_fields` and may change)."""
+
+_FIELD_ATTRIBUTES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(SubmitRequest)) - {"extras", "sent"}
+
+
+# --- what the table names, bound ----------------------------------------------------------------
+
+Parser = Callable[[Mapping[str, Any], SubmitterConfig], tuple[Any, Any]]
+"""A structured field's parser: ``(the JSON object, configuration) -> (value, canonical form)``;
+raises :class:`FieldError` naming the (dotted) field."""
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """What the runtime adds to a row whose ``rule`` names it (each part optional).
+
+    Attributes:
+        string_rule: a string's SageMaker rule (lengths, pattern), checked after the row's own pattern.
+        bounds: an integer's or number's ``(min, max)``; the stricter of these and the row's apply.
+        choices: the allowed strings.
+        default: the value of an absent field, from the configuration.
+        parse: a structured (object) field's :data:`Parser`.
+        schema: a JSON-Schema fragment merged into the field's.
+        limits: the bound limits in words, for the README (structured fields).
+    """
+
+    string_rule: Callable[[], model.StringRule] | None = None
+    bounds: Callable[[], tuple[int | None, int | None]] | None = None
+    choices: Callable[[], tuple[str, ...]] | None = None
+    default: Callable[[SubmitterConfig], Any] | None = None
+    parse: Parser | None = None
+    schema: Callable[[], dict[str, Any]] | None = None
+    limits: Callable[[], str] | None = None
+
+
+Check = Callable[[Mapping[str, Any], SubmitterConfig], None]
+"""A cross-field check: ``(values parsed so far, configuration)``; raises :class:`FieldError`."""
+
+SAGEMAKER_RULE_PREFIX = "sagemaker:"
+_NO_RULE = FieldRule()
+
+
+def bound_rule(row: RequestField) -> FieldRule:
+    """The runtime's rule for ``row`` (:data:`RULES`, or a ``sagemaker:<path>`` limit of botocore's model).
+
+    Raises:
+        LookupError: the row names a rule the runtime does not bind.
+    """
+    if row.rule is None:
+        return _NO_RULE
+    if row.rule.startswith(SAGEMAKER_RULE_PREFIX):
+        path = row.rule[len(SAGEMAKER_RULE_PREFIX) :]
+        if row.type == "string":
+            return FieldRule(string_rule=lambda: model.string_rule(path))
+        if row.type in ("integer", "number"):
+            return FieldRule(bounds=lambda: model.bounds(path))
+        raise LookupError(f"request field {row.name!r}: a SageMaker rule applies to strings and numbers, not {row.type}")
+    try:
+        return RULES[row.rule]
+    except KeyError:
+        raise LookupError(
+            f"request field {row.name!r} names rule {row.rule!r}, which the runtime does not bind "
+            f"(bound: {', '.join(sorted(RULES))}, or {SAGEMAKER_RULE_PREFIX}<CreateTrainingJob member>)"
+        ) from None
+
+
+def _range(row: RequestField, rule: FieldRule) -> tuple[float | None, float | None]:
+    low, high = row.minimum, row.maximum
+    if rule.bounds is not None:
+        model_low, model_high = rule.bounds()
+        if model_low is not None:
+            low = model_low if low is None else max(low, model_low)
+        if model_high is not None:
+            high = model_high if high is None else min(high, model_high)
+    return low, high
+
+
+def _choices(row: RequestField, rule: FieldRule) -> tuple[str, ...]:
+    return rule.choices() if rule.choices is not None else row.choices
+
+
+def expected_text(row: RequestField, rule: FieldRule | None = None) -> str:
+    """What ``row``'s value must be, in words: the refusals' "expected ..." and the README's rule.
+
+    Integers: ``"an integer from 1 to 256"``; numbers: ``"a number of hours > 0 and <= 672"``;
+    booleans: ``"true or false"``; strings: ``"one of ..."``, else the row's ``expected`` (with a
+    SageMaker rule's ``{length}`` and ``{shape}``), else the rule's own; objects: the row's ``expected``.
+    """
+    rule = bound_rule(row) if rule is None else rule
+    if row.type == "boolean":
+        return "true or false"
+    if row.type in ("integer", "number"):
+        low, high = _range(row, rule)
+        if row.type == "integer":
+            if low is not None and high is not None:
+                return f"an integer from {_number_text(low)} to {_number_text(high)}"
+            kind = "an integer"
+        else:
+            kind = f"a number of {row.unit}" if row.unit else "a number"
+        parts = []
+        if low is not None:
+            parts.append(f"{'>' if row.exclusive_minimum else '>='} {_number_text(low)}")
+        if high is not None:
+            parts.append(f"<= {_number_text(high)}")
+        return " ".join([kind, " and ".join(parts)]) if parts else kind
+    if row.type == "object":
+        return row.expected or "a JSON object"
+    choices = _choices(row, rule)
+    if choices:
+        return "one of " + ", ".join(choices)
+    string_rule = rule.string_rule() if rule.string_rule is not None else None
+    if row.expected:
+        if string_rule is None:
+            return row.expected
+        most = string_rule.max_length
+        length = f"{string_rule.min_length}-{most}" if most is not None else f"{string_rule.min_length} or more"
+        return row.expected.replace("{length}", length).replace("{shape}", string_rule.name)
+    return string_rule.expected() if string_rule is not None else "a string"
+
+
+def _number_text(number: float) -> str:
+    """``2419200``, ``672``, ``0.5``: integral values without exponent or ``.0``, others exactly."""
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
 # --- parsing -----------------------------------------------------------------------------------
 
-_FIELD_HELP: dict[str, str] = {
-    "job_name": "SageMaker training job name (SageMaker's TrainingJobName: letters, digits, hyphens); default "
-    "derived from client_token (job-<24 hex digits>, a form reserved for those names), or from model, precision and time",
-    "client_token": "idempotency key: the same token returns the first job (1-128 characters of A-Z a-z 0-9 . _ : / = + @ -)",
-    "instance_type": "ML instance type (CreateTrainingJob's TrainingInstanceType, allowed by configuration); "
-    "default from configuration",
-    "instance_count": f"instances (nodes), 1-{MAX_INSTANCE_COUNT}",
-    "capacity": "training-plan (default), spot, on-demand, or auto (plan, then spot, then on-demand as configured)",
-    "training_plan_arn": "a configured training plan to use (capacity training-plan or auto)",
-    "hyperparameters": "the trainer's hyperparameters (see platform_spec/hyperparameters.py); null is absent (the default)",
-    "inputs": "channel name -> s3:// URI under the data bucket, or a key prefix relative to it",
-    "max_runtime_hours": f"hours before SageMaker stops the job, > 0 and <= {MAX_RUNTIME_HOURS:g}",
-    "max_wait_hours": "spot only: hours to wait for spot capacity plus run, >= max_runtime_hours",
-    "max_retry_attempts": "SageMaker RetryStrategy.MaximumRetryAttempts (its range in botocore's model)",
-    "tags": "tags for the job, merged with the platform's (SageMaker's Tags limit counts both)",
-    "auto_tune": "apply the planner's change when the configuration is predicted not to fit",
-    "dry_run": "validate, choose capacity and estimate, but create nothing",
-}
-
-REQUEST_FIELDS: tuple[str, ...] = tuple(_FIELD_HELP)
-
 
 def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
-    """Validate ``event`` and apply defaults.
+    """Validate ``event`` field by field, in the table's order, and apply defaults.
 
     Instance types are checked against the configuration, ``CreateTrainingJob``'s
     enum and the planner's catalogue later (:func:`check_instance`), because
     that needs the catalogue.
 
     Raises:
-        Refusal: code ``InvalidRequest``, naming the first bad field.
+        Refusal: code ``InvalidRequest``, naming the first bad field (:func:`.errors.invalid`).
+        LookupError: the table names a rule or check the runtime does not bind (a programming error).
     """
+    try:
+        return _parse(event, config, request_fields.FIELDS)
+    except FieldError as error:
+        raise invalid(error) from None
+
+
+_ABSENT = object()
+_CHECKED_TABLE: list[Sequence[RequestField] | None] = [None]
+
+
+def _parse(event: Any, config: SubmitterConfig, rows: Sequence[RequestField]) -> SubmitRequest:
     if not isinstance(event, Mapping):
-        raise invalid(None, type(event).__name__, "a JSON object with the request fields")
+        raise FieldError("", type(event).__name__, "a JSON object with the request fields")
+    if rows is not _CHECKED_TABLE[0]:  # once per table (tests may patch in another), not per request
+        request_fields.check_table(rows)
+        _CHECKED_TABLE[0] = rows
+    known = request_fields.names(rows)
     for key in event:
-        if not isinstance(key, str) or key not in _FIELD_HELP:
-            raise invalid(str(key), event[key], "a known request field (one of: " + ", ".join(REQUEST_FIELDS) + ")")
+        if not isinstance(key, str) or key not in known:
+            raise FieldError(str(key), event[key], "a known request field (one of: " + ", ".join(known) + ")")
+    values: dict[str, Any] = {}
     sent: dict[str, Any] = {}
+    pending = [(row.name, check) for row in rows for check in row.checks]
+    for row in rows:
+        value, canonical = _parse_field(row, event.get(row.name), values, config)
+        values[row.name] = value
+        if row.fingerprint and canonical is not _ABSENT:
+            sent[row.name] = canonical
+        ready = [(name, check) for name, check in pending if name in values and all(n in values for n in check.needs)]
+        for item in ready:
+            pending.remove(item)
+            _bound_check(item[1].name)(values, config)
+    attributes = {k: v for k, v in values.items() if k in _FIELD_ATTRIBUTES}
+    extras = {k: v for k, v in values.items() if k not in _FIELD_ATTRIBUTES}
+    return SubmitRequest(**attributes, extras=MappingProxyType(extras), sent=sent)
 
-    job_name = _optional_str(event, "job_name")
-    if job_name is not None and not model.string_rule("TrainingJobName").accepts(job_name):
-        raise invalid("job_name", job_name, job_name_expected())
-    client_token = _optional_str(event, "client_token")
-    if client_token is not None and not CLIENT_TOKEN_RE.fullmatch(client_token):
-        raise invalid("client_token", client_token, "1-128 characters of A-Z a-z 0-9 . _ : / = + @ -")
-    if job_name is not None and DERIVED_JOB_NAME_RE.fullmatch(job_name):
-        own = derived_job_name(client_token) if client_token is not None else None
-        if job_name != own:
-            raise invalid(
-                "job_name", job_name,
-                "a name not of the form job-<24 hex digits>, which is reserved for the names derived from a "
-                + (f"client_token (this request's client_token derives {own!r}; leave job_name out to use it)"
-                   if own else "client_token (this request has none)"),
-            )  # fmt: skip
 
-    instance_type = _optional_str(event, "instance_type")
-    if instance_type:
-        sent["instance_type"] = instance_type
-    instance_type = instance_type or config.default_instance_type
-    instance_count = _int(event, "instance_count", 1, minimum=1, maximum=MAX_INSTANCE_COUNT)
-    if event.get("instance_count") is not None:
-        sent["instance_count"] = instance_count
+def _bound_check(name: str) -> Check:
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise LookupError(f"request check {name!r} is not bound by the runtime (bound: {', '.join(sorted(CHECKS))})") from None
 
-    capacity = _optional_str(event, "capacity")
-    if capacity:
-        sent["capacity"] = capacity
-    capacity = capacity or "training-plan"
-    if capacity not in CAPACITY_CHOICES:
-        raise invalid("capacity", capacity, "one of " + ", ".join(CAPACITY_CHOICES))
-    plan_arn = _optional_str(event, "training_plan_arn")
-    if plan_arn is not None:
-        if capacity not in ("training-plan", "auto"):
-            raise invalid("training_plan_arn", plan_arn, f"no plan with capacity {capacity!r} (plans need training-plan or auto)")
-        arn_rule = model.string_rule("ResourceConfig.TrainingPlanArn")
-        if not TRAINING_PLAN_ARN_PATTERN.fullmatch(plan_arn) or not arn_rule.accepts(plan_arn):
-            raise invalid(
-                "training_plan_arn", plan_arn, f"a SageMaker training plan ARN {TRAINING_PLAN_ARN_FORMAT}"
-            )
-        sent["training_plan_arn"] = plan_arn
 
-    hp, hp_sent = _hyperparameters(event.get("hyperparameters"))
-    if hp_sent:
-        sent["hyperparameters"] = hp_sent
-    inputs = _inputs(event.get("inputs"), config)
-    if not hp.synthetic_data and "train" not in inputs:
-        raise invalid("inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)")
-    if inputs:
-        sent["inputs"] = dict(sorted(inputs.items()))
+def _parse_field(row: RequestField, raw: Any, values: Mapping[str, Any], config: SubmitterConfig) -> tuple[Any, Any]:
+    """``(value, canonical form for the fingerprint, or _ABSENT)`` of one row. Raises FieldError."""
+    rule = bound_rule(row)
+    name = row.name
+    if row.type == "object":
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise FieldError(name, raw, expected_text(row, rule))
+        if rule.parse is None:
+            raise LookupError(f"request field {name!r} is an object; its rule {row.rule!r} has no parser")
+        value, canonical = rule.parse(raw, config)
+        return value, (canonical if canonical else _ABSENT)
+    if raw is None or (row.blank_is_absent and raw == ""):
+        return (rule.default(config) if rule.default is not None else row.default), _ABSENT
+    value = _typed(row, rule, raw)
+    if row.only_with is not None:
+        other = values[row.only_with.field]
+        if other not in row.only_with.values:
+            allowed = " or ".join(row.only_with.values)
+            raise FieldError(name, raw, f"no {row.only_with.noun} with {row.only_with.field} {other!r} ({allowed} only)")
+    _constrain(row, rule, raw, value)
+    return value, value
 
-    max_runtime = _number(event, "max_runtime_hours", DEFAULT_MAX_RUNTIME_HOURS, maximum=MAX_RUNTIME_HOURS)
-    if event.get("max_runtime_hours") is not None:
-        sent["max_runtime_hours"] = max_runtime
-    max_wait = None
-    if event.get("max_wait_hours") is not None:
-        if capacity not in ("spot", "auto"):
-            raise invalid("max_wait_hours", event["max_wait_hours"], f"no value with capacity {capacity!r} (spot or auto only)")
-        max_wait = _number(event, "max_wait_hours", None, maximum=MAX_RUNTIME_HOURS)
-        if max_wait < max_runtime:
-            raise invalid("max_wait_hours", max_wait, f">= max_runtime_hours ({max_runtime:g})")
-        sent["max_wait_hours"] = max_wait
-    lo, hi = model.bounds("RetryStrategy.MaximumRetryAttempts")
-    retries = _int(event, "max_retry_attempts", DEFAULT_MAX_RETRY_ATTEMPTS, minimum=lo or 1, maximum=hi or 1)
-    if event.get("max_retry_attempts") is not None:
-        sent["max_retry_attempts"] = retries
-    tags = _tags(event.get("tags"), config)
-    if tags:
-        sent["tags"] = dict(sorted(tags.items()))
-    auto_tune = _bool(event, "auto_tune")
-    if event.get("auto_tune") is not None:
-        sent["auto_tune"] = auto_tune
 
-    return SubmitRequest(
-        hyperparameters=hp,
-        instance_type=instance_type,
-        instance_count=instance_count,
-        capacity=capacity,
-        training_plan_arn=plan_arn,
-        inputs=inputs,
-        max_runtime_hours=max_runtime,
-        max_wait_hours=max_wait,
-        max_retry_attempts=retries,
-        tags=tags,
-        job_name=job_name,
-        client_token=client_token,
-        auto_tune=auto_tune,
-        dry_run=_bool(event, "dry_run"),
-        sent=sent,
+def _typed(row: RequestField, rule: FieldRule, raw: Any) -> Any:
+    """``raw`` as the row's JSON type (an integral number as an integer). Raises FieldError."""
+    if row.type == "string":
+        if not isinstance(raw, str):
+            raise FieldError(row.name, raw, "a string")
+        return raw
+    if row.type == "boolean":
+        if not isinstance(raw, bool):
+            raise FieldError(row.name, raw, "true or false")
+        return raw
+    if row.type == "integer":
+        value = int(raw) if isinstance(raw, float) and raw.is_integer() else raw
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FieldError(row.name, value, expected_text(row, rule))
+        return value
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise FieldError(row.name, raw, expected_text(row, rule))
+    try:
+        return float(raw)
+    except OverflowError:  # an integer beyond a float's range
+        raise FieldError(row.name, raw, expected_text(row, rule)) from None
+
+
+def _constrain(row: RequestField, rule: FieldRule, raw: Any, value: Any) -> None:
+    """The row's range, choices, pattern and bound rule. Raises FieldError."""
+    if row.type in ("integer", "number"):
+        low, high = _range(row, rule)
+        fine = isinstance(value, int) or math.isfinite(value)  # math.isfinite(10**400) overflows
+        if fine and low is not None:
+            fine = value > low if row.exclusive_minimum else value >= low
+        if fine and high is not None:
+            fine = value <= high
+        if fine and row.unit in SECONDS_PER_UNIT:
+            fine = round(value * SECONDS_PER_UNIT[row.unit]) >= 1  # SageMaker counts whole seconds
+        if not fine:
+            raise FieldError(row.name, value if row.type == "integer" else raw, expected_text(row, rule))
+    elif row.type == "string":
+        choices = _choices(row, rule)
+        fine = (not choices or value in choices) and (row.pattern is None or re.fullmatch(row.pattern, value) is not None)
+        if fine and rule.string_rule is not None:
+            fine = rule.string_rule().accepts(value)
+        if not fine:
+            raise FieldError(row.name, value, expected_text(row, rule))
+
+
+# --- checks across fields (named in the table) ----------------------------------------------------
+
+
+def _derived_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """A ``job_name`` of the derived form is only the request's own token's (module docstring)."""
+    job_name, client_token = values["job_name"], values["client_token"]
+    if job_name is None or not DERIVED_JOB_NAME_RE.fullmatch(job_name):
+        return
+    own = derived_job_name(client_token) if client_token is not None else None
+    if job_name != own:
+        raise FieldError(
+            "job_name", job_name,
+            "a name not of the form job-<24 hex digits>, which is reserved for the names derived from a "
+            + (f"client_token (this request's client_token derives {own!r}; leave job_name out to use it)"
+               if own else "client_token (this request has none)"),
+        )  # fmt: skip
+
+
+def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """The trainer reads the ``train`` channel unless it makes synthetic data."""
+    if not values["hyperparameters"].synthetic_data and "train" not in values["inputs"]:
+        raise FieldError("inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)")
+
+
+def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """SageMaker's ``MaxWaitTimeInSeconds`` counts the run too: at least ``MaxRuntimeInSeconds``."""
+    wait, runtime = values["max_wait_hours"], values["max_runtime_hours"]
+    if wait is not None and wait < runtime:
+        raise FieldError("max_wait_hours", wait, f">= max_runtime_hours ({runtime:g})")
+
+
+# --- the structured fields --------------------------------------------------------------------------
+
+
+def _hyperparameters(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[hpmod.Hyperparameters, dict[str, str]]:
+    """The parsed hyperparameters and the canonical form of those sent (name -> ``format_value``)."""
+    values: dict[str, Any] = {}
+    nulls: set[str] = set()
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            raise FieldError("hyperparameters", key, "string keys")
+        name = hpmod.normalise_name(key)
+        where = f"hyperparameters.{name}"
+        if name in values or name in nulls:
+            raise FieldError(where, key, f"{name!r} given once (it appears under two spellings)")
+        if value is None:
+            # null is absent, as for the request's own fields (a known name all the same)
+            if name not in hpmod.SPECS:
+                raise FieldError(where, key, "a known hyperparameter: " + ", ".join(sorted(hpmod.SPECS)))
+            nulls.add(name)
+            continue
+        if not isinstance(value, (str, int, float, bool)):
+            expected = hpmod.SPECS[name].expected() if name in hpmod.SPECS else "a known hyperparameter"
+            raise FieldError(where, value, expected)
+        try:
+            values[name] = hpmod.coerce(name, value)
+        except hpmod.HyperparameterError as exc:
+            raise FieldError(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
+        except (OverflowError, ValueError, TypeError):
+            # e.g. an integer too large for a float field
+            raise FieldError(where, value, hpmod.SPECS[name].expected()) from None
+    try:
+        parsed = hpmod.parse(values)
+    except hpmod.HyperparameterError as exc:
+        raise FieldError(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
+    canonical = {name: hpmod.format_value(value) for name, value in sorted(values.items()) if value is not None}
+    return parsed, canonical
+
+
+def _hyperparameters_schema() -> dict[str, Any]:
+    return {k: v for k, v in hpmod.json_schema().items() if k != "$schema"}
+
+
+def _inputs(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """Channel -> ``s3://`` URI, keys resolved under the data bucket; canonical: sorted."""
+    most = model.bounds("InputDataConfig")[1]
+    if most is not None and len(raw) > most:
+        raise FieldError("inputs", f"{len(raw)} channels", f"at most {most} channels (SageMaker's InputDataConfig limit)")
+    channel_rule = model.string_rule("InputDataConfig.member.ChannelName")
+    uri_rule = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
+    prefixes = config.input_prefixes()
+    resolved: dict[str, str] = {}
+    for channel, uri in raw.items():
+        if not isinstance(channel, str) or not channel_rule.accepts(channel):
+            raise FieldError("inputs", channel, f"channel names of {channel_rule.expected()}")
+        where = f"inputs.{channel}"
+        if not isinstance(uri, str) or not uri.strip():
+            raise FieldError(where, uri, "an s3:// URI or a key prefix under the data bucket")
+        if not uri.startswith("s3://"):
+            if "://" in uri:
+                raise FieldError(where, uri, "an s3:// URI or a key prefix under the data bucket")
+            uri = f"s3://{config.data_bucket}/{uri.lstrip('/')}"
+        if S3_URI_RE.fullmatch(uri) is None or any(ord(c) < 32 or ord(c) == 127 for c in uri) or not uri_rule.accepts(uri):
+            raise FieldError(where, uri, f"an s3://bucket/key URI without control characters, {uri_rule.length_text()}")
+        if not any(uri.startswith(p) for p in prefixes):
+            raise FieldError(where, uri, "a URI under " + " or ".join(prefixes))
+        resolved[channel] = uri
+    return resolved, dict(sorted(resolved.items()))
+
+
+def _inputs_schema() -> dict[str, Any]:
+    channel = model.string_rule("InputDataConfig.member.ChannelName")
+    uri = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
+    return {
+        "maxProperties": model.bounds("InputDataConfig")[1],
+        "propertyNames": {
+            "minLength": channel.min_length, "maxLength": channel.max_length, "pattern": _whole_string_pattern(channel.pattern or ".*"),
+        },
+        "additionalProperties": {"type": "string", "maxLength": uri.max_length},
+    }
+
+
+def _inputs_limits() -> str:
+    channel = model.string_rule("InputDataConfig.member.ChannelName")
+    uri = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
+    return (
+        f"at most {model.bounds('InputDataConfig')[1]} channels (SageMaker's InputDataConfig), named with "
+        f"{channel.length_text()} matching `{channel.pattern}` (SageMaker's {channel.name}); URIs of "
+        f"{uri.length_text()} without control characters"
     )
+
+
+_TAG_TEXT = "letters, digits, spaces and _ . : / = + - @"
+
+
+def _tags(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The caller's tags; canonical: sorted."""
+    key_rule, value_rule = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
+    tags: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key_rule.accepts(key):
+            raise FieldError("tags", key, f"tag keys of {key_rule.length_text()}: {_TAG_TEXT} (SageMaker's {key_rule.name})")
+        where = f"tags.{key}"
+        if key.lower().startswith(RESERVED_TAG_PREFIXES):
+            raise FieldError(where, key, "a key not starting with " + " or ".join(RESERVED_TAG_PREFIXES) + " (reserved)")
+        taken = next((k for k in config.platform_tags if k.lower() == key.lower()), None)
+        if taken is not None:
+            # tag keys are case-sensitive: "project" next to the platform's "Project" would split reports by it
+            raise FieldError(where, value, f"no value: the platform sets tag {taken!r} (keys are compared in any letter case)")
+        if not isinstance(value, str) or not value_rule.accepts(value):
+            raise FieldError(where, value, f"a string of {value_rule.length_text()}: {_TAG_TEXT} (SageMaker's {value_rule.name})")
+        tags[key] = value
+    return tags, dict(sorted(tags.items()))
+
+
+def _any_case(prefix: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in prefix)
+
+
+def _tags_schema() -> dict[str, Any]:
+    key, value = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
+    reserved = "^(?:" + "|".join(_any_case(p) for p in RESERVED_TAG_PREFIXES) + ")"
+    return {
+        "maxProperties": model.bounds("Tags")[1],
+        "propertyNames": {"minLength": key.min_length, "maxLength": key.max_length, "not": {"pattern": reserved}},
+        "additionalProperties": {"type": "string", "maxLength": value.max_length},
+    }
+
+
+def _tags_limits() -> str:
+    key, value = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
+    return (
+        f"keys of {key.length_text()}, values of {value.length_text()}: {_TAG_TEXT} (SageMaker's {key.name} and "
+        f"{value.name}); at most {model.bounds('Tags')[1]} tags in all, the platform's included"
+    )
+
+
+RULES: Mapping[str, FieldRule] = MappingProxyType({
+    "instance_type": FieldRule(
+        default=lambda config: config.default_instance_type,
+        schema=lambda: {"enum": list(model.training_instance_types())},
+    ),
+    "capacity": FieldRule(choices=lambda: CAPACITY_CHOICES),
+    "hyperparameters": FieldRule(parse=_hyperparameters, schema=_hyperparameters_schema),
+    "inputs": FieldRule(parse=_inputs, schema=_inputs_schema, limits=_inputs_limits),
+    "tags": FieldRule(parse=_tags, schema=_tags_schema, limits=_tags_limits),
+})  # fmt: skip
+"""The named rules the table's rows reference (besides ``sagemaker:<path>``)."""
+
+CHECKS: Mapping[str, Check] = MappingProxyType({
+    "derived_job_name_reserved": _derived_job_name_reserved,
+    "train_channel": _train_channel,
+    "wait_covers_runtime": _wait_covers_runtime,
+})  # fmt: skip
+"""The named cross-field checks the table's rows reference."""
+
+
+# --- instance types (need the catalogue) ---------------------------------------------------------
 
 
 def allowed_instance_types(config: SubmitterConfig, catalogue: Any) -> tuple[str, ...]:
@@ -426,34 +751,40 @@ def check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: A
         not allowed / unknown to the planner) or
         ``hyperparameters.precision`` (the instance's GPU cannot run it).
     """
-    if request.instance_type not in model.training_instance_types():
-        raise invalid(
-            "instance_type", request.instance_type, "an instance type CreateTrainingJob accepts (SageMaker's TrainingInstanceType)"
+    try:
+        return _check_instance(request, config, catalogue)
+    except FieldError as error:
+        raise invalid(error) from None
+
+
+def _check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: Any) -> Any:
+    instance_type = request.instance_type
+    if instance_type not in model.training_instance_types():
+        raise FieldError(
+            "instance_type", instance_type, "an instance type CreateTrainingJob accepts (SageMaker's TrainingInstanceType)"
         )
-    architecture = catalogue.host_architecture_problem(request.instance_type)
+    architecture = catalogue.host_architecture_problem(instance_type)
     if architecture is not None:
-        raise invalid(
-            "instance_type", request.instance_type,
+        raise FieldError(
+            "instance_type", instance_type,
             f"an instance type the trainer image runs on ({architecture}): one of "
             + ", ".join(allowed_instance_types(config, catalogue)),
-        )
+        )  # fmt: skip
     allowed = allowed_instance_types(config, catalogue)
-    if request.instance_type not in allowed:
-        raise invalid("instance_type", request.instance_type, "one of the allowed types: " + ", ".join(allowed))
+    if instance_type not in allowed:
+        raise FieldError("instance_type", instance_type, "one of the allowed types: " + ", ".join(allowed))
     try:
-        instance = catalogue.get_instance(request.instance_type)
+        instance = catalogue.get_instance(instance_type)
     except KeyError:
-        raise invalid(
-            "instance_type", request.instance_type, "an instance type the planner knows: " + ", ".join(sorted(catalogue.INSTANCES))
+        raise FieldError(
+            "instance_type", instance_type, "an instance type the planner knows: " + ", ".join(sorted(catalogue.INSTANCES))
         ) from None
     gpu_name = _gpu_name(instance)
     precision = request.hyperparameters.precision
     if gpu_name is not None and not catalogue.supports_precision(gpu_name, precision):
         supported = catalogue.supported_precisions(gpu_name)
-        raise invalid(
-            "hyperparameters.precision",
-            precision,
-            f"a precision {gpu_name} on {request.instance_type} supports: {', '.join(supported)}",
+        raise FieldError(
+            "hyperparameters.precision", precision, f"a precision {gpu_name} on {instance_type} supports: {', '.join(supported)}"
         )
     return instance
 
@@ -466,200 +797,191 @@ def _gpu_name(instance: Any) -> str | None:
     return name if isinstance(name, str) else getattr(instance, "gpu_name", None)
 
 
-def _optional_str(event: Mapping[str, Any], name: str) -> str | None:
-    value = event.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise invalid(name, value, "a string")
-    return value
-
-
-def _int(event: Mapping[str, Any], name: str, default: int, *, minimum: int, maximum: int) -> int:
-    value = event.get(name)
-    if value is None:
-        return default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise invalid(name, value, f"an integer from {minimum} to {maximum}")
-    return value
-
-
-def _number(event: Mapping[str, Any], name: str, default: float | None, *, maximum: float) -> float:
-    value = event.get(name)
-    if value is None and default is not None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(name, value, f"a number of hours > 0 and <= {maximum:g}")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise invalid(name, value, f"a number of hours > 0 and <= {maximum:g}") from None
-    if not 0 < number <= maximum or round(number * 3600) < 1:
-        raise invalid(name, value, f"a number of hours > 0 and <= {maximum:g}")
-    return number
-
-
-def _bool(event: Mapping[str, Any], name: str) -> bool:
-    value = event.get(name, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise invalid(name, value, "true or false")
-    return value
-
-
-def _hyperparameters(raw: Any) -> tuple[hpmod.Hyperparameters, dict[str, str]]:
-    """The parsed hyperparameters and the canonical form of those sent (name -> ``format_value``)."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise invalid("hyperparameters", raw, "a JSON object of the trainer's hyperparameters")
-    values: dict[str, Any] = {}
-    nulls: set[str] = set()
-    for key, value in raw.items():
-        if not isinstance(key, str):
-            raise invalid("hyperparameters", key, "string keys")
-        name = hpmod.normalise_name(key)
-        where = f"hyperparameters.{name}"
-        if name in values or name in nulls:
-            raise invalid(where, key, f"{name!r} given once (it appears under two spellings)")
-        if value is None:
-            # null is absent, as for the request's own fields (a known name all the same)
-            if name not in hpmod.SPECS:
-                raise invalid(where, key, "a known hyperparameter: " + ", ".join(sorted(hpmod.SPECS)))
-            nulls.add(name)
-            continue
-        if not isinstance(value, (str, int, float, bool)):
-            expected = hpmod.SPECS[name].expected() if name in hpmod.SPECS else "a known hyperparameter"
-            raise invalid(where, value, expected)
-        try:
-            values[name] = hpmod.coerce(name, value)
-        except hpmod.HyperparameterError as exc:
-            raise invalid(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
-        except (OverflowError, ValueError, TypeError):
-            # e.g. an integer too large for a float field
-            raise invalid(where, value, hpmod.SPECS[name].expected()) from None
-    try:
-        parsed = hpmod.parse(values)
-    except hpmod.HyperparameterError as exc:
-        raise invalid(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
-    canonical = {name: hpmod.format_value(value) for name, value in sorted(values.items()) if value is not None}
-    return parsed, canonical
-
-
-def _inputs(raw: Any, config: SubmitterConfig) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise invalid("inputs", raw, "a JSON object: channel name -> s3:// URI")
-    most = model.bounds("InputDataConfig")[1]
-    if most is not None and len(raw) > most:
-        raise invalid("inputs", f"{len(raw)} channels", f"at most {most} channels (SageMaker's InputDataConfig limit)")
-    channel_rule = model.string_rule("InputDataConfig.member.ChannelName")
-    uri_rule = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
-    prefixes = config.input_prefixes()
-    resolved: dict[str, str] = {}
-    for channel, uri in raw.items():
-        if not isinstance(channel, str) or not channel_rule.accepts(channel):
-            raise invalid("inputs", channel, f"channel names of {channel_rule.expected()}")
-        where = f"inputs.{channel}"
-        if not isinstance(uri, str) or not uri.strip():
-            raise invalid(where, uri, "an s3:// URI or a key prefix under the data bucket")
-        if not uri.startswith("s3://"):
-            if "://" in uri:
-                raise invalid(where, uri, "an s3:// URI or a key prefix under the data bucket")
-            uri = f"s3://{config.data_bucket}/{uri.lstrip('/')}"
-        if S3_URI_RE.fullmatch(uri) is None or any(ord(c) < 32 or ord(c) == 127 for c in uri) or not uri_rule.accepts(uri):
-            raise invalid(where, uri, f"an s3://bucket/key URI without control characters, {uri_rule.length_text()}")
-        if not any(uri.startswith(p) for p in prefixes):
-            raise invalid(where, uri, "a URI under " + " or ".join(prefixes))
-        resolved[channel] = uri
-    return resolved
-
-
-_TAG_TEXT = "letters, digits, spaces and _ . : / = + - @"
-
-
-def _tags(raw: Any, config: SubmitterConfig) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise invalid("tags", raw, "a JSON object of string tag values")
-    key_rule, value_rule = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
-    tags: dict[str, str] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or not key_rule.accepts(key):
-            raise invalid("tags", key, f"tag keys of {key_rule.length_text()}: {_TAG_TEXT} (SageMaker's {key_rule.name})")
-        where = f"tags.{key}"
-        if key.lower().startswith(RESERVED_TAG_PREFIXES):
-            raise invalid(where, key, "a key not starting with " + " or ".join(RESERVED_TAG_PREFIXES) + " (reserved)")
-        taken = next((k for k in config.platform_tags if k.lower() == key.lower()), None)
-        if taken is not None:
-            # tag keys are case-sensitive: "project" next to the platform's "Project" would split reports by it
-            raise invalid(where, value, f"no value: the platform sets tag {taken!r} (keys are compared in any letter case)")
-        if not isinstance(value, str) or not value_rule.accepts(value):
-            raise invalid(where, value, f"a string of {value_rule.length_text()}: {_TAG_TEXT} (SageMaker's {value_rule.name})")
-        tags[key] = value
-    return tags
+# --- the JSON Schema and the README table ------------------------------------------------------------
 
 
 def request_json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of the request, for the README and clients.
+    """JSON Schema (draft 2020-12) of the request, generated from the table, for the README and clients.
 
-    SageMaker's limits are filled in from botocore's model. Rules that need
-    the deployment (allowed instance types, the data bucket, the configured
-    plans) are described in the ``description`` fields.
+    SageMaker's limits are filled in from botocore's model; a field accepted only with another
+    field's values is a ``dependentSchemas`` entry. Rules that need the deployment (allowed
+    instance types, the data bucket, the configured plans) and the cross-field checks are
+    described in the ``description`` fields.
     """
-    help_ = _FIELD_HELP
-    job = model.string_rule("TrainingJobName")
-    channel = model.string_rule("InputDataConfig.member.ChannelName")
-    key, value = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
-    retries = model.bounds("RetryStrategy.MaximumRetryAttempts")
-    props: dict[str, Any] = {
-        "job_name": {"type": "string", "minLength": job.min_length, "maxLength": job.max_length,
-                     "pattern": job.ecma_pattern(), "description": help_["job_name"]},
-        "client_token": {"type": "string", "pattern": "^[A-Za-z0-9._:/=+@-]{1,128}$", "description": help_["client_token"]},
-        "instance_type": {"enum": list(model.training_instance_types()), "description": help_["instance_type"]},
-        "instance_count": {"type": "integer", "minimum": 1, "maximum": MAX_INSTANCE_COUNT, "default": 1,
-                           "description": help_["instance_count"]},
-        "capacity": {"enum": list(CAPACITY_CHOICES), "default": "training-plan", "description": help_["capacity"]},
-        "training_plan_arn": {"type": "string", "pattern": TRAINING_PLAN_ARN_PATTERN.pattern,
-                              "description": help_["training_plan_arn"]},
-        "hyperparameters": hpmod.json_schema() | {"description": help_["hyperparameters"]},
-        "inputs": {
-            "type": "object",
-            "maxProperties": model.bounds("InputDataConfig")[1],
-            "propertyNames": {
-                "minLength": channel.min_length, "maxLength": channel.max_length, "pattern": channel.ecma_pattern()
-            },
-            "additionalProperties": {"type": "string", "maxLength": model.string_rule(
-                "InputDataConfig.member.DataSource.S3DataSource.S3Uri").max_length},
-            "description": help_["inputs"],
-        },
-        "max_runtime_hours": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RUNTIME_HOURS,
-                              "default": DEFAULT_MAX_RUNTIME_HOURS, "description": help_["max_runtime_hours"]},
-        "max_wait_hours": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RUNTIME_HOURS,
-                           "description": help_["max_wait_hours"]},
-        "max_retry_attempts": {"type": "integer", "minimum": retries[0], "maximum": retries[1],
-                               "default": DEFAULT_MAX_RETRY_ATTEMPTS, "description": help_["max_retry_attempts"]},
-        "tags": {
-            "type": "object",
-            "maxProperties": model.bounds("Tags")[1],
-            "propertyNames": {"minLength": key.min_length, "maxLength": key.max_length,
-                              "not": {"pattern": "^([Aa][Ww][Ss]|[Pp][Ll][Aa][Tt][Ff][Oo][Rr][Mm]):"}},
-            "additionalProperties": {"type": "string", "maxLength": value.max_length},
-            "description": help_["tags"],
-        },
-        "auto_tune": {"type": "boolean", "default": False, "description": help_["auto_tune"]},
-        "dry_run": {"type": "boolean", "default": False, "description": help_["dry_run"]},
-    }
-    props["hyperparameters"].pop("$schema", None)
-    return {
+    rows = request_fields.FIELDS
+    properties = {row.name: _field_schema(row) for row in rows}
+    schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Training job submission request",
         "type": "object",
-        "properties": props,
+        "properties": properties,
         "additionalProperties": False,
     }
+    dependent = {}
+    for row in rows:
+        if row.only_with is not None:
+            other = request_fields.get_field(row.only_with.field, rows)
+            condition: dict[str, Any] = {"properties": {other.name: {"enum": list(row.only_with.values)}}}
+            if other.default not in row.only_with.values:
+                condition["required"] = [other.name]  # absent, it takes its default, which is not allowed
+            dependent[row.name] = condition
+    if dependent:
+        schema["dependentSchemas"] = dependent
+    return schema
+
+
+def _field_schema(row: RequestField) -> dict[str, Any]:
+    rule = bound_rule(row)
+    out: dict[str, Any] = {"type": row.type}
+    choices = _choices(row, rule)
+    if choices:
+        out["enum"] = list(choices)
+    if row.type in ("integer", "number"):
+        low, high = _range(row, rule)
+        if low is not None:
+            out["exclusiveMinimum" if row.exclusive_minimum else "minimum"] = low
+        if high is not None:
+            out["maximum"] = high
+    if row.type == "string":
+        string_rule = rule.string_rule() if rule.string_rule is not None else None
+        if string_rule is not None:
+            out["minLength"] = string_rule.min_length
+            if string_rule.max_length is not None:
+                out["maxLength"] = string_rule.max_length
+        if row.pattern is not None:
+            out["pattern"] = _whole_string_pattern(row.pattern)
+        elif string_rule is not None and string_rule.pattern is not None and string_rule.ecma_pattern() is not None:
+            out["pattern"] = _whole_string_pattern(string_rule.pattern)
+    if row.default is not None:
+        out["default"] = row.default
+    if rule.schema is not None:
+        _merge(out, rule.schema())
+    _merge(out, row.schema)
+    out["description"] = row.help + (f"; {row.notes}" if row.notes else "")
+    return out
+
+
+def _whole_string_pattern(pattern: str) -> str:
+    """A whole-string pattern for JSON Schema, whose ``pattern`` searches: ``^(?:...)(?![\\s\\S])``.
+
+    The end is a look-ahead for no character rather than ``$``, which Python's ``re`` (the
+    ``jsonschema`` package's engine) also matches before a trailing newline; it means the same in
+    ECMA-262. A pattern already anchored with ``^...$`` is re-anchored so.
+    """
+    body = pattern[1:-1] if pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    return f"^(?:{body})(?![\\s\\S])"
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def accepted_markdown(row: RequestField) -> str:
+    """The README's "accepted" cell of ``row``: its expectation, bound limits, ``only_with`` and notes."""
+    rule = bound_rule(row)
+    parts = [expected_text(row, rule)]
+    if rule.limits is not None:
+        parts.append(rule.limits())
+    if row.only_with is not None:
+        parts.append(f"only with `{row.only_with.field}` " + " or ".join(f"`{v}`" for v in row.only_with.values))
+    if row.notes:
+        parts.append(row.notes)
+    return "; ".join(parts)
+
+
+def readme_table() -> str:
+    """The README's request table (Markdown), one row per field of the table, in its order."""
+    lines = ["| field | default | meaning | accepted |", "|---|---|---|---|"]
+    for row in request_fields.FIELDS:
+        cells = (f"`{row.name}`", row.default_markdown(), row.help, accepted_markdown(row))
+        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_HTML_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def _markdown_cell(text: str) -> str:
+    """``text`` as one Markdown table cell: pipes escaped, and outside code spans a ``<`` that would
+    open an HTML tag (``<region>``)."""
+    pieces = text.replace("\n", " ").split("`")
+    for i in range(0, len(pieces), 2):  # even pieces are outside code spans
+        pieces[i] = _HTML_TAG_START.sub(r"\\<", pieces[i])
+    return "`".join(pieces).replace("|", "\\|")
+
+
+def render_readme(text: str) -> str:
+    """``text`` (a README) with the request table between the markers replaced by :func:`readme_table`.
+
+    Raises:
+        ValueError: the markers (:data:`platform_spec.request_fields.README_BEGIN` / ``README_END``)
+            are missing, repeated or out of order; nothing is replaced.
+    """
+    begin, end = request_fields.README_BEGIN, request_fields.README_END
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"expected one {begin!r} line before one {end!r} line around the request table")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{readme_table()}{end}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m platform_constructs.submitter.runtime.request``: regenerate or check the README's
+    request table, or print the request's JSON Schema. Exit status: 0 done (or up to date),
+    1 ``--check`` found the table out of date, 2 the README is unreadable or has no markers."""
+    import argparse
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    default = Path(__file__).resolve().parents[3] / "README.md"
+    parser = argparse.ArgumentParser(
+        prog="python -m platform_constructs.submitter.runtime.request",
+        description="The submitter's request table (platform_spec/request_fields.py) as README Markdown or JSON Schema.",
+    )
+    parser.add_argument("--readme", nargs="?", const=str(default), metavar="PATH",
+                        help=f"rewrite the request table between the markers of PATH (default: {default})")
+    parser.add_argument("--check", action="store_true", help="with --readme: change nothing; exit 1 when the table is out of date")
+    parser.add_argument("--schema", action="store_true", help="print the request's JSON Schema")
+    args = parser.parse_args(argv)  # fmt: skip
+    if args.schema:
+        print(json.dumps(request_json_schema(), indent=2))
+    if args.readme is None:
+        if not args.schema:
+            parser.print_usage(sys.stderr)
+            return 2
+        return 0
+    path = Path(args.readme)
+    try:
+        text = path.read_text(encoding="utf-8")
+        updated = render_readme(text)
+    except (OSError, ValueError) as exc:
+        print(f"{parser.prog}: {path}: {exc}", file=sys.stderr)
+        return 2
+    if updated == text:
+        print(f"{path}: the request table is up to date")
+        return 0
+    if args.check:
+        print(f"{path}: the request table is out of date; run {parser.prog} --readme", file=sys.stderr)
+        return 1
+    # write beside it and rename: a reader (or a kill mid-write) never sees half a README
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(updated)
+        os.chmod(temporary, path.stat().st_mode & 0o777)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    print(f"{path}: request table rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

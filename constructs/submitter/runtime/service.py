@@ -71,6 +71,7 @@ import planner
 from aws_lambda_powertools import Logger
 from platform_spec import catalogue
 from platform_spec import hyperparameters as hpmod
+from platform_spec.errors import FieldError
 
 from .aws import Deadline, current_deadline, deadline_scope, error_code, error_message
 from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
@@ -300,9 +301,8 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
     except ValueError as exc:  # planner.errors.PlanInputError names the field
         field = getattr(exc, "field", None)
         where = f"hyperparameters.{field}" if field in hpmod.SPECS else (field or "hyperparameters")
-        raise invalid(
-            where, getattr(exc, "value", None), getattr(exc, "expected", f"a configuration the planner can estimate ({exc})")
-        ) from None
+        expected = getattr(exc, "expected", f"a configuration the planner can estimate ({exc})")
+        raise invalid(FieldError(where, getattr(exc, "value", None), expected)) from None
     if plan.fits:
         return request, plan.to_dict(), None
 

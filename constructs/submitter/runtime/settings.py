@@ -1,14 +1,17 @@
 """Names shared by the submitter's runtime and the construct that deploys it.
 
-The construct sets these environment variables on the function and builds its
-``metric_*`` methods from the metric names below, so neither side hand-types
-them.
+The construct sets the function's environment with :func:`function_environment`
+(the emulator, ``trainctl local-aws``, calls the same function with its own
+resources) and builds its ``metric_*`` methods from the metric names below, so
+no side hand-types them.
 """
 
 from __future__ import annotations
 
-# Environment variables the function reads (set by the construct, or by
-# `trainctl local-aws --env-file` for local runs).
+import json
+from collections.abc import Mapping, Sequence
+
+# Environment variables the function reads (set through function_environment()).
 ENV_TRAINER_IMAGE_URI = "TRAINER_IMAGE_URI"
 ENV_EXECUTION_ROLE_ARN = "EXECUTION_ROLE_ARN"
 ENV_DATA_BUCKET = "DATA_BUCKET"
@@ -47,3 +50,68 @@ DIMENSION_ERROR_CODE = "ErrorCode"
 
 CAPACITY_TYPES = ("training-plan", "spot", "on-demand")
 ERROR_CODES = ("InvalidRequest", "NoCapacity", "PredictedOutOfMemory", "QuotaExceeded", "Conflict")
+
+
+def function_environment(
+    *,
+    trainer_image_uri: str,
+    execution_role_arn: str,
+    data_bucket: str,
+    checkpoint_bucket: str,
+    output_bucket: str,
+    plan_arns_parameter: str,
+    account_id: str,
+    default_instance_type: str,
+    allowed_instance_types: Sequence[str],
+    capacity_fallback: Sequence[str],
+    allowed_input_prefixes: Sequence[str] = (),
+    platform_tags: Mapping[str, str] | None = None,
+    volume_size_gb: int | None = None,
+) -> dict[str, str]:
+    """The function's environment variables: what ``config.SubmitterConfig.from_environ`` reads.
+
+    The one mapping from a deployment's resources and settings to the variables: the construct
+    calls it with CloudFormation tokens (bucket names, the role ARN, ``Aws.ACCOUNT_ID``), the
+    emulator (``trainctl local-aws``) with its own names. ``AWS_REGION`` is not among them:
+    Lambda sets it itself.
+
+    Args:
+        trainer_image_uri: the ECR image every job runs.
+        execution_role_arn: the SageMaker execution role jobs assume.
+        data_bucket / checkpoint_bucket / output_bucket: bucket names.
+        plan_arns_parameter: name of the SSM String parameter holding the plan ARNs (a JSON list).
+        account_id: the deployment's account; plans of other accounts are refused.
+        default_instance_type: instance type of requests that name none.
+        allowed_instance_types: instance types requests may name (written comma-separated).
+        capacity_fallback: order tried for ``capacity=auto`` (values from :data:`CAPACITY_TYPES`).
+        allowed_input_prefixes: extra ``s3://`` input prefixes. Default: none (the variable is
+            left out; the data bucket is always allowed).
+        platform_tags: tags added to every job. Default: none (``{}``).
+        volume_size_gb: ``ResourceConfig.VolumeSizeInGB``. Default: the variable is left out
+            and the function uses ``config.DEFAULT_VOLUME_SIZE_GB``.
+
+    Returns:
+        Variable name -> value (strings; tokens stay tokens).
+    """
+    env = {
+        ENV_TRAINER_IMAGE_URI: trainer_image_uri,
+        ENV_EXECUTION_ROLE_ARN: execution_role_arn,
+        ENV_DATA_BUCKET: data_bucket,
+        ENV_CHECKPOINT_BUCKET: checkpoint_bucket,
+        ENV_OUTPUT_BUCKET: output_bucket,
+        ENV_TRAINING_PLAN_ARNS_PARAMETER: plan_arns_parameter,
+        ENV_DEFAULT_INSTANCE_TYPE: default_instance_type,
+        ENV_ALLOWED_INSTANCE_TYPES: ",".join(allowed_instance_types),
+        ENV_CAPACITY_FALLBACK: ",".join(capacity_fallback),
+        ENV_PLATFORM_TAGS: json.dumps(dict(platform_tags or {}), sort_keys=True),
+        ENV_CLIENT_TOKEN_RECORDS: f"s3://{output_bucket}/{CLIENT_TOKEN_RECORDS_PREFIX}",
+        ENV_ACCOUNT_ID: account_id,
+        # Powertools' own variables: the EMF namespace and the `service` dimension.
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+    }
+    if allowed_input_prefixes:
+        env[ENV_ALLOWED_INPUT_PREFIXES] = ",".join(allowed_input_prefixes)
+    if volume_size_gb is not None:
+        env[ENV_VOLUME_SIZE_GB] = str(volume_size_gb)
+    return env

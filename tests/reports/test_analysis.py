@@ -7,10 +7,10 @@ import math
 import pytest
 
 from platform_spec.metric_lines import format_line
-from trainctl.report import ConfigResult, divergences, metrics_by_step, smooth, smoothing_window, summarise
-from trainctl.sweep import SweepConfig
-
-pytestmark = pytest.mark.xdist_group("sweep")
+from trainctl.reports.analysis import divergences, smooth, smoothing_window, summarise
+from trainctl.reports.collection import metrics_by_step
+from trainctl.reports.results import ConfigResult
+from trainctl.sweeps.state import SweepConfig
 
 
 def _config(index: int, precision: str, batch: str = "4") -> SweepConfig:

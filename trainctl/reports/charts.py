@@ -1,0 +1,206 @@
+"""A sweep report's figures: tokens/s and peak memory per configuration (the guide's figure), and the loss
+curves per precision with each format's divergence from its baseline. Drawn with matplotlib (Agg), imported
+when a figure is drawn."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from platform_spec.precisions import PRECISIONS
+from trainctl.reports.analysis import PRECISION_ORDER, Divergence, group_key, group_label, smooth, smoothing_window
+from trainctl.reports.results import ConfigResult, format_tokens_per_second
+from trainctl.sweeps.state import SKIPPED, Sweep
+
+PRECISION_COLORS: dict[str, str] = {p.name: p.color for p in PRECISIONS}
+"""Each precision's colour in the figures (the registry's)."""
+
+
+def _status_words(status: str) -> str:
+    """``InProgress`` -> ``in progress``."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", status).lower()
+
+
+def _precision_rank(precision: str) -> int:
+    return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else len(PRECISION_ORDER)
+
+
+def _color(precision: str) -> str:
+    return PRECISION_COLORS.get(precision, "#7F7F7F")
+
+
+def _memory_label(sweep: Sweep) -> str:
+    if sweep.mode == "local" and (sweep.target.get("device") or {}).get("type") != "cuda":
+        return "peak memory per process (GB, RSS)"
+    return "peak memory per GPU (GB)"
+
+
+def _device_caption(sweep: Sweep, results: Sequence[ConfigResult]) -> str:
+    devices = sorted({r.device for r in results if r.device})
+    if devices:
+        return ", ".join(devices)
+    if sweep.mode == "aws":
+        return f"{sweep.target.get('instance_count', 1)}x {sweep.target.get('instance_type')}"
+    return str((sweep.target.get("device") or {}).get("type", "local"))
+
+
+def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: Path) -> Path:
+    """Bars of tokens/s (left axis, coloured by precision) and a line of peak memory (right axis)
+    per configuration; configurations without a measurement are labelled with their status."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    n = len(results)
+    fig, ax = plt.subplots(figsize=(max(7.5, 0.95 * n + 3.5), 5.4), dpi=130)
+    xs = list(range(n))
+    tps = [r.tokens_per_sec for r in results]
+    finite_tps = [v for v in tps if math.isfinite(v)]
+    preds = [(r.predicted or {}).get("tokens_per_second") if r.predicted else None for r in results]
+    top = max(finite_tps + [p for p in preds if isinstance(p, (int, float)) and sweep.mode == "aws"] or [1.0])
+    for x, r in zip(xs, results):
+        if math.isfinite(r.tokens_per_sec):
+            ax.bar(x, r.tokens_per_sec, width=0.65, color=_color(r.config.precision), edgecolor="black", linewidth=0.4)
+            if r.tokens_per_sec > top * 0.12:  # inside the bar, clear of the memory line's labels
+                ax.text(x, r.tokens_per_sec - top * 0.015, format_tokens_per_second(r.tokens_per_sec), ha="center", va="top", fontsize=8,
+                        color="white", fontweight="bold")
+            else:
+                ax.text(x, r.tokens_per_sec + top * 0.015, format_tokens_per_second(r.tokens_per_sec), ha="center", va="bottom", fontsize=8)
+        else:
+            ax.bar(x, top * 0.04, width=0.65, color="none", edgecolor="#999999", hatch="///", linewidth=0.6)
+            ax.text(x, top * 0.06, _status_words(r.status), ha="center", va="bottom", rotation=90, fontsize=8, color="#555555")
+    has_pred = False
+    if sweep.mode == "aws":
+        for x, p, r in zip(xs, preds, results):
+            if isinstance(p, (int, float)) and (r.predicted or {}).get("fits"):  # no speed for a config that does not fit
+                ax.plot([x - 0.32, x + 0.32], [p, p], color="black", linestyle="--", linewidth=1.2)
+                has_pred = True
+    ax.set_ylim(0, top * 1.6)
+    ax.set_ylabel("throughput (tokens/s, whole job)")
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_xticks(xs)
+    ax.set_xticklabels([r.config.label for r in results], rotation=30, ha="right", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+    ax2 = ax.twinx()
+    mem_x = [x for x, r in zip(xs, results) if math.isfinite(r.peak_memory_gb)]
+    mem_y = [r.peak_memory_gb for r in results if math.isfinite(r.peak_memory_gb)]
+    if mem_y:
+        # NaN breaks the line at configurations without a measurement
+        ax2.plot(xs, [r.peak_memory_gb for r in results], color="#222222", marker="o", linewidth=1.6, markersize=5)
+        for x, y in zip(mem_x, mem_y):
+            ax2.annotate(f"{y:.2f} GB" if y < 10 else f"{y:.1f} GB", (x, y), textcoords="offset points", xytext=(0, 7),
+                         ha="center", fontsize=7.5, color="#222222")
+        # memory lives in the upper band (64-94 % of the height), clear of the bars (<= 62.5 %)
+        high = max(mem_y) * 1.2
+        ax2.set_ylim(-2.17 * max(mem_y), high)
+        from matplotlib.ticker import MaxNLocator
+
+        ticks = [t for t in MaxNLocator(nbins=4).tick_values(0, max(mem_y)) if 0 <= t <= high]
+        ax2.set_yticks(ticks)
+    else:
+        ax2.set_ylim(0, 1)
+    ax2.set_ylabel(_memory_label(sweep))
+
+    precisions = [p for p in PRECISION_ORDER if any(r.config.precision == p and math.isfinite(r.tokens_per_sec) for r in results)]
+    handles = [Patch(facecolor=_color(p), edgecolor="black", linewidth=0.4, label=f"tokens/s ({p})") for p in precisions]
+    handles.append(Line2D([], [], color="#222222", marker="o", label="peak memory"))
+    if has_pred:
+        handles.append(Line2D([], [], color="black", linestyle="--", label="planner prediction (tokens/s)"))
+    if any(not math.isfinite(r.tokens_per_sec) for r in results):
+        handles.append(Patch(facecolor="none", edgecolor="#999999", hatch="///", label="not measured (status)"))
+    fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=min(len(handles), 4), frameon=False)
+    ax.set_title(f"Sweep {sweep.name}: throughput and peak memory per configuration\n{_device_caption(sweep, results)}", fontsize=11)
+    rows = math.ceil(len(handles) / min(len(handles), 4))
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.02, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_loss_curves(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequence[Divergence], path: Path) -> Path:
+    """Loss against step, one panel per combination of the non-precision grid values, one line per
+    precision (thin: raw, bold: smoothed), with the divergences from the baseline on each panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple[tuple[str, str], ...], list[ConfigResult]] = {}
+    for r in results:
+        groups.setdefault(group_key(r.config), []).append(r)
+    # a panel per group with anything run or submitted; groups skipped entirely are named below
+    all_skipped = [k for k, members in groups.items() if all(r.status == SKIPPED for r in members)]
+    keys = [k for k in groups if k not in all_skipped] or list(groups)[:1]
+    ncols = min(3, len(keys))
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.3 * nrows), dpi=130, squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.axis("off")
+    for ax, key in zip(axes.flat, keys):
+        label = group_label(key)
+        drawn = False
+        styles = iter(["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))])
+        for r in sorted(groups[key], key=lambda r: _precision_rank(r.config.precision)):
+            color = _color(r.config.precision)
+            if r.curve:
+                steps = [s for s, _ in r.curve]
+                losses = [v for _, v in r.curve]
+                window = smoothing_window(len(losses))
+                style = next(styles, "-")
+                if window > 1:
+                    ax.plot(steps, losses, color=color, alpha=0.25, linewidth=0.8)
+                ax.plot(steps, smooth(losses, window), color=color, linewidth=1.8, linestyle=style,
+                        label=f"{r.config.precision} ({r.config.id})" + (f", avg of {window}" if window > 1 else ""))
+                drawn = True
+            elif math.isfinite(r.final_loss):
+                ax.scatter([r.final_step or 0], [r.final_loss], color=color, marker="D", zorder=3,
+                           label=f"{r.config.precision} final ({r.config.id})")
+                drawn = True
+        notes = [d for d in divs if d.group == label]
+        text = "\n".join(
+            f"{d.precision} vs {d.baseline}: mean |Δ| {d.mean_abs:.3f}, max {d.max_abs:.3f}" if d.basis == "curves"
+            else f"{d.precision} vs {d.baseline}: final |Δ| {d.max_abs:.3f} (final values only)"
+            for d in notes
+        )
+        absent = [r for r in groups[key] if not r.curve and not math.isfinite(r.final_loss)]
+        if drawn and absent:
+            text = "\n".join(filter(None, [text, "not plotted: " + ", ".join(f"{r.config.precision} ({_status_words(r.status)})" for r in absent)]))
+        if not drawn:
+            statuses = ", ".join(f"{r.config.precision}: {_status_words(r.status)}" for r in groups[key])
+            ax.text(0.5, 0.5, f"no loss data\n{statuses}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        else:
+            ax.legend(fontsize=8, loc="upper right")
+            ax.set_xlabel("step")
+            ax.set_ylabel("training loss (nats/token)")
+            ax.grid(alpha=0.3)
+        if text:
+            ax.text(0.02, 0.03, text, transform=ax.transAxes, fontsize=8, va="bottom",
+                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#cccccc"})
+        ax.set_title("all configurations" if label == "all" else label, fontsize=10)
+    fig.suptitle(f"Sweep {sweep.name}: loss per precision (convergence check; Δ in nats/token, smoothed)", fontsize=11)
+    skipped_groups = [group_label(k) for k in all_skipped if k in groups and k not in keys]
+    if skipped_groups:
+        fig.text(0.5, 0.005, "no panel (every configuration skipped): " + ", ".join(skipped_groups), ha="center",
+                 va="bottom", fontsize=8, color="#555555")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+    else:
+        fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["PRECISION_COLORS", "plot_loss_curves", "plot_throughput_memory"]

@@ -1,0 +1,106 @@
+"""One configuration's result in a sweep report: its measurements next to the planner's prediction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainctl.sweeps.state import SweepConfig
+
+
+@dataclass
+class ConfigResult:
+    """One configuration's measurements and the planner's prediction.
+
+    Attributes:
+        config: the sweep configuration.
+        status: its status now (for jobs: ``DescribeTrainingJob``'s, else the sweep state's).
+        reason: why it was skipped / refused / failed (``FailureReason`` for jobs).
+        source: where the numbers come from (e.g. ``"train.log (60 metric lines)"``).
+        curve: ``[(step, loss)]`` from metric lines (empty with final values only).
+        final_step: the last step logged or reported.
+        tokens_per_sec: whole job, steady state (see the module docstring); NaN if unknown.
+        tokens_per_sec_per_gpu: per GPU (per CPU process on CPU).
+        mfu: percent; NaN on CPU or unknown GPUs.
+        peak_memory_gb: peak allocated per GPU (CPU: peak RSS per process), GB (1e9 bytes).
+        final_loss: cross-entropy of the last logged step, nats/token.
+        device: e.g. ``"CPU (x86_64), 2 processes"`` or ``"1x ml.p6-b200.48xlarge (8x B200)"``.
+        predicted: the planner's figures (:func:`trainctl.sweeps.pruning.prediction_of`) or None.
+        comparable: the prediction is for the hardware the measurement ran on.
+    """
+
+    config: SweepConfig
+    status: str
+    reason: str | None = None
+    source: str = "none"
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    final_step: int | None = None
+    tokens_per_sec: float = math.nan
+    tokens_per_sec_per_gpu: float = math.nan
+    mfu: float = math.nan
+    peak_memory_gb: float = math.nan
+    final_loss: float = math.nan
+    device: str | None = None
+    predicted: dict[str, Any] | None = None
+    comparable: bool = False
+
+    @property
+    def measured(self) -> bool:
+        return math.isfinite(self.tokens_per_sec) or math.isfinite(self.final_loss) or math.isfinite(self.peak_memory_gb)
+
+    @property
+    def tokens_ratio(self) -> float:
+        """Measured / predicted tokens/s (NaN without a comparable prediction)."""
+        return ratio(self.tokens_per_sec, (self.predicted or {}).get("tokens_per_second")) if self.comparable else math.nan
+
+    @property
+    def memory_ratio(self) -> float:
+        """Measured / predicted peak memory per GPU (NaN without a comparable prediction)."""
+        return ratio(self.peak_memory_gb, (self.predicted or {}).get("memory_gb_total")) if self.comparable else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.config.id,
+            "config": self.config.overrides,
+            "label": self.config.label,
+            "status": self.status,
+            "reason": self.reason,
+            "source": self.source,
+            "device": self.device,
+            "final_step": self.final_step,
+            "tokens_per_sec": json_number(self.tokens_per_sec),
+            "tokens_per_sec_per_gpu": json_number(self.tokens_per_sec_per_gpu),
+            "mfu": json_number(self.mfu),
+            "peak_memory_gb": json_number(self.peak_memory_gb),
+            "final_loss": json_number(self.final_loss),
+            "predicted": self.predicted,
+            "prediction_comparable": self.comparable,
+            "tokens_per_sec_measured_over_predicted": json_number(self.tokens_ratio),
+            "memory_measured_over_predicted": json_number(self.memory_ratio),
+            "job_name": self.config.job_name,
+            "run_dir": self.config.run_dir,
+            "curve": [[s, v] for s, v in self.curve],
+        }
+
+
+def json_number(value: float) -> float | None:
+    """A figure for ``report.json``: rounded to 6 decimals; None for NaN, infinities and non-numbers."""
+    return round(value, 6) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def ratio(measured: float, predicted: Any) -> float:
+    """``measured / predicted``; NaN when either is missing, zero or not finite."""
+    if not isinstance(predicted, (int, float)) or not predicted or not math.isfinite(measured):
+        return math.nan
+    return measured / float(predicted)
+
+
+def format_tokens_per_second(value: float) -> str:
+    """Tokens/s as the tables and figures write it: ``51,234`` (>= 100), ``42.5``, ``-`` when unknown."""
+    if not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+__all__ = ["ConfigResult", "format_tokens_per_second", "json_number", "ratio"]

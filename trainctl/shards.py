@@ -1,0 +1,59 @@
+"""What ``trainctl prepare-data`` does: text or JSONL files (and, on request, CPython's documentation) ->
+token shards for the trainer's train channel (:func:`training.data.prepare_data`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def prepare_shards(
+    output: str | os.PathLike[str],
+    files: Sequence[str | os.PathLike[str]],
+    *,
+    tokenizer: str | os.PathLike[str] | None = None,
+    eod_token: str | None = None,
+    shard_tokens: int | None = None,
+    python_docs: bool = False,
+) -> int:
+    """Tokenize ``files`` (plus CPython's documentation topics with ``python_docs``) into shards in ``output``
+    and print what was written.
+
+    Args:
+        tokenizer: a local ``tokenizer.json`` (default: byte-level, bytes 0-255 + end-of-document 256).
+        shard_tokens: tokens per shard (default :data:`training.data.DEFAULT_SHARD_TOKENS`).
+
+    Returns:
+        The exit status: 0; 1 the data cannot be tokenized (one line on stderr; the shards already in
+        ``output`` stay as they were); 2 no input given.
+    """
+    from training.corpus import python_docs_corpus
+    from training.data import DEFAULT_SHARD_TOKENS, DataError, prepare_data
+
+    inputs = [Path(f) for f in files]
+    with tempfile.TemporaryDirectory() as tmp:
+        if python_docs:
+            inputs.append(python_docs_corpus(Path(tmp) / "python-docs.jsonl"))
+        if not inputs:
+            print("trainctl prepare-data: give input files or --python-docs", file=sys.stderr)
+            return 2
+        try:
+            result = prepare_data(
+                Path(output), inputs, Path(tokenizer) if tokenizer is not None else None, eod_token=eod_token,
+                shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS,
+            )
+        except DataError as exc:
+            print(f"trainctl prepare-data: {exc}", file=sys.stderr)
+            return 1
+    print(
+        f"wrote {len(result.shards)} shard(s) to {result.output_dir}: {result.num_tokens:,} tokens from "
+        f"{result.num_documents} documents, vocab_size {result.vocab_size} ({result.tokenizer}), "
+        f"largest token id {result.max_token_id}"
+    )
+    return 0
+
+
+__all__ = ["prepare_shards"]
