@@ -6,6 +6,8 @@ construct_packages = ["platform_constructs"] + [
     f"platform_constructs.{name}" for name in find_namespace_packages(where="constructs")
 ]
 setup(
-    packages=find_packages(include=["stacks*", "training*", "planner*", "trainctl*", "platform_spec*", "model_families*"])
+    packages=find_packages(
+        include=["stacks*", "training*", "planner*", "trainctl*", "platform_spec*", "model_families*"]
+    )
     + construct_packages
 )

@@ -101,8 +101,15 @@ SCHEMA = 1
 RESULTS = "results.json"
 REPORT = "results.md"
 GPU_SETUP = {"model": "gpt-1b", "seq_length": 8192, "precision": "bf16", "batches": (1, 2, 4), "steps": 6, "warmup": 2}
-DRY_SETUP = {"model": "gpt-tiny", "num_layers": 2, "seq_length": 128, "precision": "bf16", "batches": (1, 2),
-             "steps": 2, "warmup": 1}
+DRY_SETUP = {
+    "model": "gpt-tiny",
+    "num_layers": 2,
+    "seq_length": 128,
+    "precision": "bf16",
+    "batches": (1, 2),
+    "steps": 2,
+    "warmup": 1,
+}
 RESUME_SETUP = {"model": "gpt-tiny", "seq_length": 256, "batch_size": 4, "first": 3, "then": 3}
 """The resume models: small (a few MB of checkpoint), the property does not depend on size."""
 CONFIG_MARGIN_S = 45.0
@@ -154,8 +161,12 @@ class Results:
         self.out = out
         self.out.mkdir(parents=True, exist_ok=True)
         self.data: dict[str, Any] = {
-            "schema": SCHEMA, "mode": mode, "argv": list(argv), "status": "running",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "steps": {},
+            "schema": SCHEMA,
+            "mode": mode,
+            "argv": list(argv),
+            "status": "running",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "steps": {},
         }
         self.failed = False
         self.cut_off = False
@@ -181,7 +192,7 @@ class Results:
             record["error"] = str(exc)
             self.cut_off = True
             raise
-        except Exception as exc:  # noqa: BLE001 - one step failing must not lose the others
+        except Exception as exc:
             record["status"] = "failed"
             record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
             record["traceback"] = traceback.format_exc()[-4000:]
@@ -261,8 +272,17 @@ def _trainer(values: dict[str, Any], base: Path, *, backend: str | None = None) 
     from training.environment import SageMakerPaths
     from training.train import Trainer
 
-    hp = parse({"synthetic_data": True, "max_steps": 1000, "warmup_steps": 2, "log_interval": 10**6,
-                "checkpoint_interval": 10**6, "keep_checkpoints": 1, **values})
+    hp = parse(
+        {
+            "synthetic_data": True,
+            "max_steps": 1000,
+            "warmup_steps": 2,
+            "log_interval": 10**6,
+            "checkpoint_interval": 10**6,
+            "keep_checkpoints": 1,
+            **values,
+        }
+    )
     trainer = Trainer(hp, SageMakerPaths(base), environ={})
     with _forced_backend(backend):
         trainer.setup()
@@ -365,20 +385,30 @@ def environment(dry_run: bool) -> dict[str, Any]:
     from training.model import transformer_engine_available
 
     env: dict[str, Any] = {
-        "python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(), "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu_count": os.cpu_count(),
+        "host": platform.node(),
     }
     if torch.cuda.is_available() and not dry_run:
         props = torch.cuda.get_device_properties(0)
         gpu = catalogue.gpu_for_device_name(props.name)
-        env.update({
-            "gpu": props.name, "gpu_count": torch.cuda.device_count(),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "gpu_memory_gib": round(props.total_memory / 2**30, 1), "gpu_memory_gb": round(props.total_memory / 1e9, 1),
-            "catalogue_gpu": gpu.name if gpu else None,
-            "catalogue_hbm_gb": gpu.hbm_gb if gpu else None,
-            "cudnn": torch.backends.cudnn.version(), "nccl": _nccl_version(), "driver": _driver_version(),
-        })
+        env.update(
+            {
+                "gpu": props.name,
+                "gpu_count": torch.cuda.device_count(),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+                "gpu_memory_gb": round(props.total_memory / 1e9, 1),
+                "catalogue_gpu": gpu.name if gpu else None,
+                "catalogue_hbm_gb": gpu.hbm_gb if gpu else None,
+                "cudnn": torch.backends.cudnn.version(),
+                "nccl": _nccl_version(),
+                "driver": _driver_version(),
+            }
+        )
         env["transformer_engine"] = _te_version() if transformer_engine_available() else None
     else:
         env["transformer_engine"] = None
@@ -386,7 +416,7 @@ def environment(dry_run: bool) -> dict[str, Any]:
             try:
                 torch.cuda.init()
                 env["cuda_error"] = "torch.cuda.is_available() is false"
-            except Exception as exc:  # noqa: BLE001 - CUDA's words are the diagnosis
+            except Exception as exc:
                 env["cuda_error"] = " ".join(str(exc).split())[:300]
     return env
 
@@ -397,14 +427,19 @@ def _nccl_version() -> str | None:
 
         version = torch.cuda.nccl.version()
         return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    except Exception:  # noqa: BLE001 - a report field, never a failure
+    except Exception:
         return None
 
 
 def _driver_version() -> str | None:
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -415,7 +450,7 @@ def _te_version() -> str | None:
         import transformer_engine
 
         return getattr(transformer_engine, "__version__", "unknown")
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
 
 
@@ -430,7 +465,6 @@ def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -
     parameters (and TE's extra state) are bitwise equal, and the checkpoint's size.
     """
     import torch
-
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     base = work / "resume"
@@ -468,9 +502,14 @@ def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -
     diffs = [abs(x[0] - y[0]) for x, y in zip(continuous, resumed)]
     extra_restored = _same_extra_state(saved_extra, restored_extra)
     return {
-        "backend": backend, "resumed_at_step": resumed_at, "losses_before_save": [x[0] for x in before],
-        "continuous": continuous, "resumed": resumed, "max_abs_loss_difference": max(diffs) if diffs else None,
-        "parameters_equal": final_a == final_b, "extra_state_modules": len(saved_extra),
+        "backend": backend,
+        "resumed_at_step": resumed_at,
+        "losses_before_save": [x[0] for x in before],
+        "continuous": continuous,
+        "resumed": resumed,
+        "max_abs_loss_difference": max(diffs) if diffs else None,
+        "parameters_equal": final_a == final_b,
+        "extra_state_modules": len(saved_extra),
         "extra_state_restored": extra_restored,
         "bitwise": resumed_at == first and continuous == resumed and final_a == final_b and extra_restored,
         "checkpoint_mb": round(size / 1e6, 2),
@@ -489,22 +528,42 @@ def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu_name: str | No
 
     gpu = catalogue.gpu_for_device_name(gpu_name or "") or catalogue.GPUS["H200"]
     instance = next(s for s in catalogue.INSTANCES.values() if s.gpu == gpu.name and s.gpus_per_instance >= gpus)
-    plan = evaluate_on_gpus(PlanInput(
-        model=setup["model"], num_layers=setup.get("num_layers"), precision=setup["precision"],
-        seq_length=setup["seq_length"], batch_size=batch, activation_checkpointing=ac,
-        instance_type=instance.instance_type, vocab_size=setup.get("vocab_size"),
-    ), gpus)
+    plan = evaluate_on_gpus(
+        PlanInput(
+            model=setup["model"],
+            num_layers=setup.get("num_layers"),
+            precision=setup["precision"],
+            seq_length=setup["seq_length"],
+            batch_size=batch,
+            activation_checkpointing=ac,
+            instance_type=instance.instance_type,
+            vocab_size=setup.get("vocab_size"),
+        ),
+        gpus,
+    )
     return {
-        "gpu": gpu.name, "instance_type": instance.instance_type, "gpus": gpus, "fits": plan.fits,
-        "memory_gb": round(plan.memory_gb.total, 2), "usable_gb": round(plan.memory_gb.usable, 2),
+        "gpu": gpu.name,
+        "instance_type": instance.instance_type,
+        "gpus": gpus,
+        "fits": plan.fits,
+        "memory_gb": round(plan.memory_gb.total, 2),
+        "usable_gb": round(plan.memory_gb.usable, 2),
         "tokens_per_second_per_gpu": round(plan.tokens_per_second_per_gpu, 1),
-        "tflops_per_gpu": round(plan.tflops_per_gpu, 1), "mfu": round(plan.mfu, 2),
+        "tflops_per_gpu": round(plan.tflops_per_gpu, 1),
+        "mfu": round(plan.mfu, 2),
     }
 
 
 def measure(
-    work: Path, setup: dict[str, Any], batch: int, ac: str, *, steps: int, warmup: int,
-    backend: str | None = None, dry_run: bool = False,
+    work: Path,
+    setup: dict[str, Any],
+    batch: int,
+    ac: str,
+    *,
+    steps: int,
+    warmup: int,
+    backend: str | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Median step of ``steps`` after ``warmup``: tokens/s, TFLOP/s, MFU, peak memory (GB, 10^9 B).
 
@@ -523,8 +582,10 @@ def measure(
     from training.metrics import peak_memory_gb
 
     if not dry_run and not torch.cuda.is_available():
-        raise NoCuda(f"{NO_CUDA}: {setup['model']} at sequence {setup['seq_length']} is measured on a GPU only "
-                     "(--dry-run measures the tiny setup on the CPU)")
+        raise NoCuda(
+            f"{NO_CUDA}: {setup['model']} at sequence {setup['seq_length']} is measured on a GPU only "
+            "(--dry-run measures the tiny setup on the CPU)"
+        )
     values = {k: setup[k] for k in ("model", "seq_length", "precision") if k in setup}
     values.update({"batch_size": batch, "activation_checkpointing": ac})
     if setup.get("num_layers"):
@@ -547,11 +608,15 @@ def measure(
         peak = trainer.metrics.info.peak_tflops
         allocated, reserved = peak_memory_gb(trainer.device)
         return {
-            "backend": trainer.backend, "world_size": trainer.world_size, "step_seconds": round(step_s, 4),
-            "tokens_per_second": round(tokens_per_second, 1), "tokens_per_second_per_gpu": round(per_gpu, 1),
+            "backend": trainer.backend,
+            "world_size": trainer.world_size,
+            "step_seconds": round(step_s, 4),
+            "tokens_per_second": round(tokens_per_second, 1),
+            "tokens_per_second_per_gpu": round(per_gpu, 1),
             "tflops_per_gpu": round(model_tflops_per_second(per_gpu, fpt), 2),
             "mfu": round(mfu_percent(per_gpu, fpt, peak), 2) if peak else None,
-            "peak_allocated_gb": round(allocated, 2), "peak_reserved_gb": round(reserved, 2),
+            "peak_allocated_gb": round(allocated, 2),
+            "peak_reserved_gb": round(reserved, 2),
             "losses": [round(x, 4) for x in losses],
         }
     finally:
@@ -590,8 +655,16 @@ def throughput_configs(setup: dict[str, Any], backends: Sequence[str]) -> list[t
 
 
 def measure_config(
-    record: dict[str, Any], work: Path, setup: dict[str, Any], config: dict[str, Any], *, gpu_name: str | None,
-    gpus: int = 1, dry_run: bool = False, left_s: float | None = None, run_unfit: bool = False,
+    record: dict[str, Any],
+    work: Path,
+    setup: dict[str, Any],
+    config: dict[str, Any],
+    *,
+    gpu_name: str | None,
+    gpus: int = 1,
+    dry_run: bool = False,
+    left_s: float | None = None,
+    run_unfit: bool = False,
 ) -> None:
     """One throughput configuration into ``record``: the prediction, then the measurement or why not.
 
@@ -613,8 +686,10 @@ def measure_config(
     record["predicted"] = predicted
     if not predicted["fits"] and not (dry_run or run_unfit):
         record["status"] = "skipped"
-        record["reason"] = (f"skipped: predicted {predicted['memory_gb']} GB of {predicted['usable_gb']} GB "
-                            f"usable on {predicted['gpu']}")
+        record["reason"] = (
+            f"skipped: predicted {predicted['memory_gb']} GB of {predicted['usable_gb']} GB "
+            f"usable on {predicted['gpu']}"
+        )
         return
     if left_s is not None and left_s < CONFIG_MARGIN_S:
         record["status"] = "skipped"
@@ -622,8 +697,16 @@ def measure_config(
         return
     out_of_memory = None
     try:
-        measured = measure(work, setup, batch, ac, steps=setup["steps"], warmup=setup["warmup"],
-                           backend=config.get("backend"), dry_run=dry_run)
+        measured = measure(
+            work,
+            setup,
+            batch,
+            ac,
+            steps=setup["steps"],
+            warmup=setup["warmup"],
+            backend=config.get("backend"),
+            dry_run=dry_run,
+        )
     except torch.OutOfMemoryError as exc:
         out_of_memory = str(exc).splitlines()[0][:300]
     if out_of_memory is not None:
@@ -633,7 +716,9 @@ def measure_config(
         return
     record["measured"] = measured
     record["measured_over_predicted"] = {
-        "tokens_per_second_per_gpu": _ratio(measured["tokens_per_second_per_gpu"], predicted["tokens_per_second_per_gpu"]),
+        "tokens_per_second_per_gpu": _ratio(
+            measured["tokens_per_second_per_gpu"], predicted["tokens_per_second_per_gpu"]
+        ),
         "tflops_per_gpu": _ratio(measured["tflops_per_gpu"], predicted["tflops_per_gpu"]),
         "mfu": _ratio(measured["mfu"], predicted["mfu"]),
         "peak_allocated_gb": _ratio(measured["peak_allocated_gb"], predicted["memory_gb"]),
@@ -643,8 +728,14 @@ def measure_config(
 
 
 def throughput(
-    results: Results, work: Path, setup: dict[str, Any], *, backends: Sequence[str], gpu_name: str | None,
-    deadline: float | None, dry_run: bool = False,
+    results: Results,
+    work: Path,
+    setup: dict[str, Any],
+    *,
+    backends: Sequence[str],
+    gpu_name: str | None,
+    deadline: float | None,
+    dry_run: bool = False,
 ) -> None:
     """One step per configuration (backend x batch x activation checkpointing), each with the planner's prediction."""
     for name, config in throughput_configs(setup, backends):
@@ -680,7 +771,9 @@ def te_checks(results: Results, work: Path, *, cuda: bool) -> None:
     with results.step("transformer_engine block vs torch block") as record:
         record.update(te_block_against_torch("cuda"))
         if not record["passed"]:
-            raise AssertionError("the TE block is further from the fp32 torch block than twice the torch block's bf16 error")
+            raise AssertionError(
+                "the TE block is further from the fp32 torch block than twice the torch block's bf16 error"
+            )
     import torch
 
     from platform_spec.precisions import PRECISIONS
@@ -699,8 +792,13 @@ def te_checks(results: Results, work: Path, *, cuda: bool) -> None:
     for precision, scaling in [("bf16", "current"), *recipes]:
         name = f"transformer_engine {precision}" + (f" {scaling} scaling" if precision in several else "") + " + resume"
         with results.step(name) as record:
-            values = {"model": RESUME_SETUP["model"], "seq_length": RESUME_SETUP["seq_length"],
-                      "batch_size": RESUME_SETUP["batch_size"], "precision": precision, "fp8_scaling": scaling}
+            values = {
+                "model": RESUME_SETUP["model"],
+                "seq_length": RESUME_SETUP["seq_length"],
+                "batch_size": RESUME_SETUP["batch_size"],
+                "precision": precision,
+                "fp8_scaling": scaling,
+            }
             outcome = resume_check(work, values, first=RESUME_SETUP["first"], then=RESUME_SETUP["then"])
             record.update(outcome)
             losses = outcome["losses_before_save"] + [x[0] for x in outcome["continuous"]]
@@ -737,11 +835,13 @@ def te_api(device: str) -> dict[str, Any]:
     recipes = {}
     from platform_spec.precisions import PRECISIONS
 
-    every_recipe = [(p.name, s) for p in PRECISIONS if p.uses_te for s in (p.scalings if len(p.scalings) > 1 else ("current",))]
+    every_recipe = [
+        (p.name, s) for p in PRECISIONS if p.uses_te for s in (p.scalings if len(p.scalings) > 1 else ("current",))
+    ]
     for precision, scaling in every_recipe:
         try:
             recipes[f"{precision}/{scaling}"] = type(prec.te_recipe(precision, scaling)).__name__
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             problems.append(f"recipe {precision}/{scaling}: {exc}")
     from training.model import canonical_name
 
@@ -750,7 +850,12 @@ def te_api(device: str) -> dict[str, Any]:
             canonical_name(f"layers.0.{name}")
     except KeyError as exc:
         problems.append(str(exc))
-    return {"parameters": names, "recipes": recipes, "autocast_parameters": sorted(autocast_params), "problems": problems}
+    return {
+        "parameters": names,
+        "recipes": recipes,
+        "autocast_parameters": sorted(autocast_params),
+        "problems": problems,
+    }
 
 
 def te_block_against_torch(
@@ -818,8 +923,12 @@ def report(data: dict[str, Any]) -> str:
     env = data.get("environment", {})
     lines = [f"# GPU check ({data.get('mode')}, {data.get('status')})", ""]
     lines.append(", ".join(f"{k}: {v}" for k, v in env.items()) or "(environment not recorded)")
-    lines += ["", "| backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | MFU % (pred) | "
-              "peak alloc GB (pred) | peak rsvd GB | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | MFU % (pred) | "
+        "peak alloc GB (pred) | peak rsvd GB | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, step in data.get("steps", {}).items():
         if not name.startswith("throughput"):
             continue
@@ -865,12 +974,20 @@ def _budget(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or Path(tempfile.gettempdir()) / "gpu-check"),
-                        help="folder for results.json and results.md (default: $OUT)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("OUT") or Path(tempfile.gettempdir()) / "gpu-check"),
+        help="folder for results.json and results.md (default: $OUT)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU with a tiny model")
-    parser.add_argument("--budget-s", type=_budget, default=None,
-                        help="seconds from the start after which no further throughput configuration starts "
-                             "(gpu_check.sh: its time limit less 30 s; default here: no limit)")
+    parser.add_argument(
+        "--budget-s",
+        type=_budget,
+        default=None,
+        help="seconds from the start after which no further throughput configuration starts "
+        "(gpu_check.sh: its time limit less 30 s; default here: no limit)",
+    )
     parser.add_argument("--skip", default="", help=f"comma-separated steps to leave out: {', '.join(STEPS)}")
     return parser
 
@@ -908,8 +1025,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.data["environment"] = env
             record.update(env)
             if not args.dry_run and not env["cuda_available"]:
-                raise NoCuda(f"{NO_CUDA} ({env.get('cuda_error')}): nothing is trained on the CPU; "
-                             "--dry-run checks the steps there with a tiny model")
+                raise NoCuda(
+                    f"{NO_CUDA} ({env.get('cuda_error')}): nothing is trained on the CPU; "
+                    "--dry-run checks the steps there with a tiny model"
+                )
         env = results.data.get("environment", {})
         cuda = not args.dry_run and bool(env.get("cuda_available"))
         if not args.dry_run and not cuda:  # the environment step failed: the run ends here
@@ -929,8 +1048,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             te_checks(results, work, cuda=cuda)
         if "throughput" not in skip:
             backends = ("torch", "te") if cuda and env.get("transformer_engine") else ("torch",)
-            throughput(results, work, DRY_SETUP if args.dry_run else GPU_SETUP, backends=backends,
-                       gpu_name=gpu_name, deadline=deadline, dry_run=args.dry_run)
+            throughput(
+                results,
+                work,
+                DRY_SETUP if args.dry_run else GPU_SETUP,
+                backends=backends,
+                gpu_name=gpu_name,
+                deadline=deadline,
+                dry_run=args.dry_run,
+            )
     except CutOff as exc:
         print(f"gpu_check: {exc}; results so far in {args.out / RESULTS}", file=sys.stderr)
     finally:

@@ -105,12 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--log", help="log file of the run")
     src.add_argument("--run", help="shell command to run; its output is the log")
-    parser.add_argument("--gpus", type=int, default=None,
-                        help="GPUs the run used, when fewer than one instance of --instance-type holds (e.g. 1)")
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs the run used, when fewer than one instance of --instance-type holds (e.g. 1)",
+    )
     plan_cmd.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.run:
-        done = subprocess.run(args.run, shell=True, capture_output=True, text=True, check=False)  # noqa: S602
+        done = subprocess.run(args.run, shell=True, capture_output=True, text=True, check=False)
         text = done.stdout + done.stderr
     else:
         with open(args.log, encoding="utf-8") as fh:

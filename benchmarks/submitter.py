@@ -112,7 +112,12 @@ def import_times(bundle: Path, repeats: int) -> dict[str, Any]:
         if not bytecode:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         out = subprocess.run(
-            [sys.executable, "-S", "-c", code.format(module=module)], env=env, cwd=bundle, capture_output=True, text=True, check=True
+            [sys.executable, "-S", "-c", code.format(module=module)],
+            env=env,
+            cwd=bundle,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return float(out.stdout.strip())
 
@@ -135,19 +140,25 @@ def import_times(bundle: Path, repeats: int) -> dict[str, Any]:
 
 
 def warm_latency(requests: int) -> dict[str, Any]:
-    from planner import PlanInput, estimate
-    from platform_spec.hyperparameters import parse
+    import logging
 
-    from trainctl.local_aws import LocalAws
+    from planner import PlanInput, estimate
     from platform_constructs.submitter.runtime import aws as aws_mod
     from platform_constructs.submitter.runtime import config as config_mod
     from platform_constructs.submitter.runtime import service
-    import logging
+    from platform_spec.hyperparameters import parse
+    from trainctl.local_aws import LocalAws
 
     logging.getLogger("job-submitter").setLevel(logging.WARNING)  # keep log formatting out of the figures
     request = {
         "instance_type": "ml.p6-b200.48xlarge",
-        "hyperparameters": {"model": "gpt-1b", "precision": "mxfp8", "num_layers": 10, "batch_size": 8, "seq_length": 2048},
+        "hyperparameters": {
+            "model": "gpt-1b",
+            "precision": "mxfp8",
+            "num_layers": 10,
+            "batch_size": 8,
+            "seq_length": 2048,
+        },
         "inputs": {"train": "datasets/guide/train/"},
     }
     out: dict[str, Any] = {}
@@ -165,14 +176,18 @@ def warm_latency(requests: int) -> dict[str, Any]:
             return samples
 
         for _ in range(10):  # warm-up: connections, caches, lazy imports
-            service.submit({**request, "dry_run": True, "client_token": uuid.uuid4().hex}, clients=clients, config=config)
+            service.submit(
+                {**request, "dry_run": True, "client_token": uuid.uuid4().hex}, clients=clients, config=config
+            )
             sm.describe_training_plan(TrainingPlanName="bench-active")
 
         baseline = timed(lambda: sm.describe_training_plan(TrainingPlanName="bench-active"), requests)
         pi = PlanInput.from_hyperparameters(parse(request["hyperparameters"]), instance_type="ml.p6-b200.48xlarge")
         planner_only = timed(lambda: estimate(pi), requests)
         dry = timed(
-            lambda: service.submit({**request, "dry_run": True, "client_token": uuid.uuid4().hex}, clients=clients, config=config),
+            lambda: service.submit(
+                {**request, "dry_run": True, "client_token": uuid.uuid4().hex}, clients=clients, config=config
+            ),
             requests,
         )
         real: list[float] = []

@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def plain_loop(shards: Path, *, steps: int, warmup: int, batch_size: int, seq_length: int, threads: int, lr: float) -> float:
+def plain_loop(
+    shards: Path, *, steps: int, warmup: int, batch_size: int, seq_length: int, threads: int, lr: float
+) -> float:
     """A single-process loop without FSDP, distributed, metrics or checkpoints: tokens/s after warmup."""
     import torch
 
@@ -38,10 +40,14 @@ def plain_loop(shards: Path, *, steps: int, warmup: int, batch_size: int, seq_le
     torch.manual_seed(1234)
     dataset = TokenDataset(shards)
     preset = get_preset("gpt-tiny")
-    config = preset.with_overrides(vocab_size=resolve_vocab_size(Hyperparameters(), preset.vocab_size, dataset.vocab_size))
+    config = preset.with_overrides(
+        vocab_size=resolve_vocab_size(Hyperparameters(), preset.vocab_size, dataset.vocab_size)
+    )
     model = build_model(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
-    sampler = DistributedSampler(dataset, seq_length=seq_length, batch_size=batch_size, grad_accum=1, rank=0, world_size=1, seed=1234)
+    sampler = DistributedSampler(
+        dataset, seq_length=seq_length, batch_size=batch_size, grad_accum=1, rank=0, world_size=1, seed=1234
+    )
     start = 0.0
     for step in range(steps):
         if step == warmup:
@@ -57,14 +63,24 @@ def plain_loop(shards: Path, *, steps: int, warmup: int, batch_size: int, seq_le
     return batch_size * seq_length * (steps - warmup) / elapsed
 
 
-def trainer_run(shards: Path, work: Path, *, nproc: int, steps: int, warmup: int, batch_size: int, seq_length: int, lr: float) -> float:
+def trainer_run(
+    shards: Path, work: Path, *, nproc: int, steps: int, warmup: int, batch_size: int, seq_length: int, lr: float
+) -> float:
     """Our trainer through the entry point: tokens/s over the steps after warmup (from its metric records)."""
     from training.local import read_metrics, run_local
 
     hp = {
-        "model": "gpt-tiny", "precision": "fp32", "batch_size": batch_size // nproc, "seq_length": seq_length,
-        "max_steps": steps, "warmup_steps": min(5, steps), "learning_rate": lr, "min_learning_rate": lr / 10,
-        "log_interval": 1, "checkpoint_interval": 10**6, "keep_checkpoints": 1,
+        "model": "gpt-tiny",
+        "precision": "fp32",
+        "batch_size": batch_size // nproc,
+        "seq_length": seq_length,
+        "max_steps": steps,
+        "warmup_steps": min(5, steps),
+        "learning_rate": lr,
+        "min_learning_rate": lr / 10,
+        "log_interval": 1,
+        "checkpoint_interval": 10**6,
+        "keep_checkpoints": 1,
     }
     run = run_local(work, hp, data_dir=shards, nproc=nproc, timeout=1800)
     if run.returncode != 0:
@@ -92,7 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         shards = prepare_data(root / "shards", [python_docs_corpus(root / "corpus.txt")]).output_dir
-        common = dict(steps=args.steps, warmup=args.warmup, batch_size=args.batch_size, seq_length=args.seq_length, lr=lr)
+        common = {
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "batch_size": args.batch_size,
+            "seq_length": args.seq_length,
+            "lr": lr,
+        }
         layouts = [n for n in (1, 2) if args.batch_size % n == 0 and n <= args.threads]
         best: dict[str, float] = {}
         # Alternate the variants and keep each one's best of --repeats: other work on a shared
@@ -105,12 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         baseline = best["plain"]
         rows = [("plain PyTorch loop (1 process, no FSDP)", f"1 x {args.threads}", baseline)]
         for nproc in layouts:
-            rows.append((f"trainer via entry point (torchrun, FSDP2 x{nproc}, gloo)", f"{nproc} x {args.threads // nproc}",
-                         best[f"trainer{nproc}"]))
+            rows.append(
+                (
+                    f"trainer via entry point (torchrun, FSDP2 x{nproc}, gloo)",
+                    f"{nproc} x {args.threads // nproc}",
+                    best[f"trainer{nproc}"],
+                )
+            )
 
-    print(f"\ngpt-tiny, fp32, global batch {args.batch_size} x {args.seq_length} tokens, "
-          f"{args.steps} steps ({args.warmup} warmup left out), {args.threads} CPU threads in total, "
-          f"best of {args.repeats}\n")
+    print(
+        f"\ngpt-tiny, fp32, global batch {args.batch_size} x {args.seq_length} tokens, "
+        f"{args.steps} steps ({args.warmup} warmup left out), {args.threads} CPU threads in total, "
+        f"best of {args.repeats}\n"
+    )
     print(f"{'variant':<52} {'procs x threads':>15} {'tokens/s':>10} {'ratio':>7}")
     for name, layout, tps in rows:
         print(f"{name:<52} {layout:>15} {tps:>10.0f} {tps / baseline:>7.2f}")

@@ -69,18 +69,37 @@ def run(args: argparse.Namespace) -> list[dict]:
     for precision in args.precisions.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             for ac in args.ac.split(","):
-                setup = {"model": args.model, "seq_length": args.seq_length, "precision": precision,
-                         "steps": args.steps, "warmup": args.warmup}
+                setup = {
+                    "model": args.model,
+                    "seq_length": args.seq_length,
+                    "precision": precision,
+                    "steps": args.steps,
+                    "warmup": args.warmup,
+                }
                 if args.num_layers:
                     setup["num_layers"] = args.num_layers
-                config = {"model": args.model, "num_layers": args.num_layers, "seq_length": args.seq_length,
-                          "precision": precision, "backend": backend, "batch_size": batch, "activation_checkpointing": ac}
-                row: dict = {"precision": precision, "batch_size": batch, "activation_checkpointing": ac, "status": "running"}
+                config = {
+                    "model": args.model,
+                    "num_layers": args.num_layers,
+                    "seq_length": args.seq_length,
+                    "precision": precision,
+                    "backend": backend,
+                    "batch_size": batch,
+                    "activation_checkpointing": ac,
+                }
+                row: dict = {
+                    "precision": precision,
+                    "batch_size": batch,
+                    "activation_checkpointing": ac,
+                    "status": "running",
+                }
                 try:
-                    gpu_check.measure_config(row, work, setup, config, gpu_name=gpu_name, gpus=world, run_unfit=args.no_skip)
+                    gpu_check.measure_config(
+                        row, work, setup, config, gpu_name=gpu_name, gpus=world, run_unfit=args.no_skip
+                    )
                 except ValueError as exc:  # the planner refuses the configuration (e.g. mxfp8 on Hopper)
                     row["status"] = f"refused: {exc}"
-                except Exception as exc:  # noqa: BLE001 - report the configuration, go on with the next
+                except Exception as exc:
                     row["status"] = f"failed: {type(exc).__name__}: {exc}"[:300]
                 row["status"] = _status(row)
                 row["backend"] = row.get("measured", {}).get("backend", backend or "auto")
@@ -93,9 +112,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def table(rows: list[dict], args: argparse.Namespace) -> str:
-    lines = [f"{args.model}, sequence {args.seq_length}, median of {args.steps} steps after {args.warmup}", "",
-             f"{'precision':<9} {'backend':>7} {'batch':>5} {'ckpt':>5} {'tok/s/GPU':>10} {'pred':>8} {'TFLOP/s':>8} "
-             f"{'MFU %':>6} {'pred':>5} {'alloc GB':>9} {'pred':>6} {'rsvd GB':>8}  status"]
+    lines = [
+        f"{args.model}, sequence {args.seq_length}, median of {args.steps} steps after {args.warmup}",
+        "",
+        f"{'precision':<9} {'backend':>7} {'batch':>5} {'ckpt':>5} {'tok/s/GPU':>10} {'pred':>8} {'TFLOP/s':>8} "
+        f"{'MFU %':>6} {'pred':>5} {'alloc GB':>9} {'pred':>6} {'rsvd GB':>8}  status",
+    ]
     for r in rows:
         m, p = r.get("measured", {}), r.get("predicted", {})
         lines.append(
@@ -116,9 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precisions", default="bf16")
     parser.add_argument("--batches", default="1,2,4")
     parser.add_argument("--ac", default="off,full")
-    parser.add_argument("--backend", choices=("auto", *gpu_check.BACKENDS), default="auto",
-                        help="transformer blocks: the trainer's choice (auto: TransformerEngine where it imports), "
-                             "torch-native, or TransformerEngine (default: %(default)s)")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", *gpu_check.BACKENDS),
+        default="auto",
+        help="transformer blocks: the trainer's choice (auto: TransformerEngine where it imports), "
+        "torch-native, or TransformerEngine (default: %(default)s)",
+    )
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-skip", action="store_true", help="also run configurations predicted not to fit")
@@ -131,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print(f"trainer_gpu: {gpu_check.NO_CUDA} (torch {torch.__version__}, built for CUDA {torch.version.cuda}): "
-              "the table is measured on GPUs only; benchmarks/gpu_check.sh --dry-run checks the harness on a CPU",
-              file=sys.stderr)
+        print(
+            f"trainer_gpu: {gpu_check.NO_CUDA} (torch {torch.__version__}, built for CUDA {torch.version.cuda}): "
+            "the table is measured on GPUs only; benchmarks/gpu_check.sh --dry-run checks the harness on a CPU",
+            file=sys.stderr,
+        )
         return 2
     start = time.monotonic()
     rows = run(args)

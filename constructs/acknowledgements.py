@@ -14,6 +14,7 @@ so an acknowledgement never hard-codes a logical ID, and always carries a reason
 from __future__ import annotations
 
 import aws_cdk as cdk
+
 from constructs import IConstruct
 
 from .intrinsics import ANGLE, BASIC_FUNCTIONS, render
@@ -64,4 +65,3 @@ def resource(scope: IConstruct, value: str) -> str:
 def _flatten(scope: IConstruct, value: str) -> str:
     """``value`` resolved in ``scope``'s stack and written as cdk-nag 3 writes it (``flattenCfnReference``)."""
     return render(cdk.Stack.of(scope).resolve(value), notation=ANGLE, functions=BASIC_FUNCTIONS)
-

@@ -27,6 +27,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
+
 from constructs import Construct
 
 __all__ = [
@@ -131,14 +132,14 @@ class TrainingBuckets(Construct):
             key = props.encryption_key
         self.encryption_key: kms.IKey = key
 
-        common = dict(
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            minimum_tls_version=1.2,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            removal_policy=props.removal_policy,
-            auto_delete_objects=destroy,
-        )
+        common = {
+            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+            "enforce_ssl": True,
+            "minimum_tls_version": 1.2,
+            "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            "removal_policy": props.removal_policy,
+            "auto_delete_objects": destroy,
+        }
         abort_rule = s3.LifecycleRule(
             id="AbortIncompleteMultipartUploads",
             abort_incomplete_multipart_upload_after=props.abort_incomplete_multipart_upload_after,
@@ -259,6 +260,4 @@ def _validate(props: TrainingBucketsProps) -> None:
             "expected an integer from 0 to 100 (the S3 lifecycle limit)"
         )
     if props.removal_policy not in (cdk.RemovalPolicy.RETAIN, cdk.RemovalPolicy.DESTROY):
-        raise ValueError(
-            f"TrainingBucketsProps.removal_policy: got {props.removal_policy}; expected RETAIN or DESTROY"
-        )
+        raise ValueError(f"TrainingBucketsProps.removal_policy: got {props.removal_policy}; expected RETAIN or DESTROY")

@@ -27,6 +27,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+
 from constructs import Construct
 
 from . import acknowledgements as nag
@@ -34,9 +35,9 @@ from .buckets import grant_read_write_current_objects
 from .submitter.runtime import settings as submitter_settings
 
 __all__ = [
-    "InputLocation",
     "SAGEMAKER_LOG_GROUP",
     "SAGEMAKER_METRIC_NAMESPACE",
+    "InputLocation",
     "TrainingExecutionRole",
     "TrainingExecutionRoleProps",
 ]
@@ -160,38 +161,44 @@ class TrainingExecutionRole(Construct):
     def _acknowledge_wildcards(self, props: TrainingExecutionRoleProps) -> None:
         for name in _GRANT_WILDCARD_ACTIONS:
             nag.acknowledge(
-                self.role, nag.IAM5,
+                self.role,
+                nag.IAM5,
                 "Read-only action set of CDK's Bucket.grant_read (data bucket and extra inputs); every "
                 "statement is scoped by resource to those buckets; nothing in it writes or deletes.",
                 finding=nag.action(name),
             )
         for bucket in (props.data_bucket, props.checkpoint_bucket):
             nag.acknowledge(
-                self.role, nag.IAM5,
+                self.role,
+                nag.IAM5,
                 "Object-level access to every key of this one bucket: training jobs read datasets and "
                 "write checkpoints under job-specific prefixes chosen at submit time.",
                 finding=nag.resource(self, f"{bucket.bucket_arn}/*"),
             )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "Training jobs write their artifacts below the output prefix (OutputDataConfig.S3OutputPath), one "
             "folder per job named at submit time; the rest of the output bucket is out of reach.",
             finding=nag.resource(self, props.output_bucket.arn_for_objects(f"{props.output_prefix}*")),
         )
         for location in props.extra_inputs:
             nag.acknowledge(
-                self.role, nag.IAM5,
+                self.role,
+                nag.IAM5,
                 "Read-only access below an operator-configured input prefix (allowedInputPrefixes).",
                 finding=nag.resource(self, location.bucket.arn_for_objects(f"{location.prefix}*")),
             )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires '*'); "
             "cloudwatch:PutMetricData has none either and is restricted by the cloudwatch:namespace condition.",
             finding="Resource::*",
         )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "SageMaker names a log stream per job and host (<job>/algo-<n>-<id>), so streams of the "
             f"{SAGEMAKER_LOG_GROUP} log group are granted by wildcard; the group itself is named exactly.",
             finding=nag.resource(self, f"{self._log_group_arn}:log-stream:*"),
@@ -234,8 +241,13 @@ def _validate(props: TrainingExecutionRoleProps) -> None:
             )
     prefix, records = props.output_prefix, submitter_settings.CLIENT_TOKEN_RECORDS_PREFIX
     if (
-        not isinstance(prefix, str) or not prefix.endswith("/") or prefix.startswith("/") or "*" in prefix
-        or "?" in prefix or records.startswith(prefix) or prefix.startswith(records)
+        not isinstance(prefix, str)
+        or not prefix.endswith("/")
+        or prefix.startswith("/")
+        or "*" in prefix
+        or "?" in prefix
+        or records.startswith(prefix)
+        or prefix.startswith(records)
     ):
         raise ValueError(
             f"TrainingExecutionRoleProps.output_prefix: got {prefix!r}; expected a key prefix ending in '/', without "

@@ -31,8 +31,8 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from constructs import Construct, IDependable
 
+from constructs import Construct, IDependable
 from platform_spec.catalogue import TRAINER_IMAGE_ARCHITECTURES
 
 from . import acknowledgements as nag
@@ -208,9 +208,7 @@ class TrainerImage(Construct):
         # The repository lives in this stack, so its registry is the stack's own account and region
         # (repository_uri_for_tag would split the repository ARN to find them, which renders less readably).
         stack = cdk.Stack.of(self)
-        self.image_uri: str = (
-            f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{self.repository.repository_name}:{self.image_tag}"
-        )
+        self.image_uri: str = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{self.repository.repository_name}:{self.image_tag}"
 
         # The copy function's role. cdk-ecr-deployment grants its own role ECR actions on
         # every repository ('*'); it receives this role without policy updates instead, and
@@ -243,13 +241,15 @@ class TrainerImage(Construct):
         )
         self.copy_function_timeout: cdk.Duration = self._set_service_timeout()
         nag.acknowledge(
-            self.deployment_role, nag.IAM4,
+            self.deployment_role,
+            nag.IAM4,
             "AWSLambdaBasicExecutionRole only lets the copy function write its own CloudWatch logs; its "
             "log group is named after a generated function name, so it cannot be scoped in advance.",
             finding=nag.managed_policy(self, _BASIC_EXECUTION.managed_policy_arn),
         )
         nag.acknowledge(
-            self.deployment_role, nag.IAM5,
+            self.deployment_role,
+            nag.IAM5,
             "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires '*'); every other "
             "ECR action is scoped to the asset and trainer repositories.",
             finding="Resource::*",
@@ -302,6 +302,7 @@ def _copy_id(image_tag: str) -> str:
     """The copy resource's construct ID suffix: the asset hash's start and the settings digest."""
     asset_hash, _, digest = image_tag.rpartition("-")
     return f"{asset_hash[:_DEPLOYMENT_ID_HASH_CHARS]}{digest}"
+
 
 _DEPLOYMENT_ID_HASH_CHARS = 16
 
@@ -358,7 +359,9 @@ def _validate(props: TrainerImageProps) -> None:
     context = Path(props.build_context)
     dockerfile = context / props.dockerfile
     if not dockerfile.is_file():
-        raise ValueError(f"TrainerImageProps.dockerfile: {str(dockerfile)!r} does not exist; expected the trainer's Dockerfile")
+        raise ValueError(
+            f"TrainerImageProps.dockerfile: {str(dockerfile)!r} does not exist; expected the trainer's Dockerfile"
+        )
     for path in props.context_paths:
         if "/" in path.strip("/") or path in ("", ".", ".."):
             raise ValueError(

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
-from constructs import Construct
 
+from constructs import Construct
 from platform_spec.training_plans import (
     TRAINING_PLAN_ARN_FORMAT,
     TRAINING_PLAN_ARN_PATTERN,
@@ -77,7 +77,9 @@ class TrainingPlans(Construct):
                 raise ValueError(f"TrainingPlansProps.plan_arns[{index}]: {exc}") from None
         duplicates = sorted({arn for arn in arns if arns.count(arn) > 1})
         if duplicates:
-            raise ValueError(f"TrainingPlansProps.plan_arns: {duplicates} listed more than once; expected each plan once")
+            raise ValueError(
+                f"TrainingPlansProps.plan_arns: {duplicates} listed more than once; expected each plan once"
+            )
         value = json.dumps(arns)
         if len(value.encode()) > _STANDARD_TIER_LIMIT:
             raise ValueError(
@@ -112,17 +114,25 @@ class TrainingPlans(Construct):
         for index, arn in enumerate(arns):
             reason = foreign_reason(arn, region=region, account=account)
             if reason is not None:
-                raise ValueError(f"TrainingPlansProps.plan_arns[{index}]: {reason}; expected a plan of stack {stack.stack_name}")
+                raise ValueError(
+                    f"TrainingPlansProps.plan_arns[{index}]: {reason}; expected a plan of stack {stack.stack_name}"
+                )
         if not arns or (region is not None and account is not None):
             return None
         shared, differing = shared_home(arns)
-        problems = [differing[part] for part, known in (("region", region), ("account", account)) if known is None and part in differing]
+        problems = [
+            differing[part]
+            for part, known in (("region", region), ("account", account))
+            if known is None and part in differing
+        ]
         if problems:
             raise ValueError(
                 f"TrainingPlansProps.plan_arns: {'; '.join(problems)}; expected plans of one region and one "
                 f"account (stack {stack.stack_name} deploys into one, and its environment is not known at synth time)"
             )
-        listed = ", ".join(arns[:_LISTED_IN_RULE]) + (f" and {len(arns) - _LISTED_IN_RULE} more" if len(arns) > _LISTED_IN_RULE else "")
+        listed = ", ".join(arns[:_LISTED_IN_RULE]) + (
+            f" and {len(arns) - _LISTED_IN_RULE} more" if len(arns) > _LISTED_IN_RULE else ""
+        )
         assertions = []
         plan_region, plan_account = shared.get("region"), shared.get("account")
         if region is None:

@@ -104,7 +104,9 @@ class PlanInput:
         return cls(instance_type=instance_type, instance_count=instance_count, **values)
 
     @classmethod
-    def from_request(cls, values: dict[str, Any], *, instance_type: str, instance_count: int = 1, **kw: Any) -> PlanInput:
+    def from_request(
+        cls, values: dict[str, Any], *, instance_type: str, instance_count: int = 1, **kw: Any
+    ) -> PlanInput:
         """Like :meth:`from_hyperparameters` from raw (string) hyperparameters, e.g.
         :data:`platform_spec.hyperparameters.GUIDE_DEFAULT_REQUEST`.
 
@@ -207,16 +209,16 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
         raise PlanInputError("blocks_only", p.blocks_only, "true or false")
     for name in ("price_per_hour", "tokens"):
         v = getattr(p, name)
-        if v is not None and (
-            isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
-        ):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise PlanInputError(name, v, "a positive number or None")
     gpu = instance.gpu_spec
     if not supports_precision(gpu, p.precision):
         raise UnsupportedPrecisionError(p.precision, f"{gpu.name}, {instance.instance_type}", supported_precisions(gpu))
     family = models.family_of(p.model)
     if family.terms is None:
-        raise PlanInputError("model", p.model, f"a model whose family declares planner terms (family {family.name!r} has none)")
+        raise PlanInputError(
+            "model", p.model, f"a model whose family declares planner terms (family {family.name!r} has none)"
+        )
     model = family.presets[p.model].with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
     world = p.instance_count * instance.gpus_per_instance
     shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_instance)

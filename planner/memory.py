@@ -214,7 +214,10 @@ def weight_copy_bytes(precision: str, gpu: GPUSpec) -> float:
 def _bytes(r: ResolvedInput) -> dict[str, float | None]:
     """The family terms' byte arguments for the plan's precision: ``activation_bytes`` ``a`` and
     ``quantized_bytes`` ``q``."""
-    return {"activation_bytes": activation_bytes(r.input.precision), "quantized_bytes": quantized_bytes(r.input.precision)}
+    return {
+        "activation_bytes": activation_bytes(r.input.precision),
+        "quantized_bytes": quantized_bytes(r.input.precision),
+    }
 
 
 def block_activation_bytes_per_token(r: ResolvedInput) -> float:
@@ -309,10 +312,7 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
 
     # --- persistent, sharded -------------------------------------------------
     store = a if blocks_only else 4.0  # bytes per stored parameter
-    if qmi:
-        params = (q * L * W + store * (N - L * W)) / D
-    else:
-        params = store * N / D
+    params = (q * L * W + store * (N - L * W)) / D if qmi else store * N / D
     if blocks_only:
         optim = 2 * a * N / D
         grad_bytes = a * N / D

@@ -233,9 +233,13 @@ def evaluate_on_gpus(plan_input: PlanInput, gpus: int) -> Plan:
     """
     r = resolve(plan_input)
     if plan_input.instance_count != 1 or r.input.sharding_strategy != "full":
-        raise PlanInputError("instance_count", plan_input.instance_count, "1 with sharding_strategy full for a partial instance")
+        raise PlanInputError(
+            "instance_count", plan_input.instance_count, "1 with sharding_strategy full for a partial instance"
+        )
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= r.instance.gpus_per_instance:
-        raise PlanInputError("gpus", gpus, f"an integer from 1 to {r.instance.gpus_per_instance} ({r.instance.instance_type})")
+        raise PlanInputError(
+            "gpus", gpus, f"an integer from 1 to {r.instance.gpus_per_instance} ({r.instance.instance_type})"
+        )
     r = dataclasses.replace(r, world_size=gpus, shard_degree=gpus, replicate_degree=1)
     return Plan(input=r.input, resolved=r, memory_gb=estimate_memory(r), throughput=estimate_throughput(r))
 
@@ -273,7 +277,7 @@ def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
     Raises:
         PlanInputError: the input itself is invalid.
     """
-    from planner.recommend import fitting_candidates, describe_changes
+    from planner.recommend import describe_changes, fitting_candidates
 
     plan = evaluate(plan_input)
     if plan.fits:

@@ -155,9 +155,7 @@ def _fmt(v: Any) -> str:
 
 
 def _changes(before: PlanInput, after: PlanInput) -> dict[str, Any]:
-    return {
-        n: getattr(after, n) for n in before.__dataclass_fields__ if getattr(before, n) != getattr(after, n)
-    }
+    return {n: getattr(after, n) for n in before.__dataclass_fields__ if getattr(before, n) != getattr(after, n)}
 
 
 def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
@@ -197,8 +195,12 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
                             if keep_tokens:
                                 gas = max(gas, math.ceil(tokens_per_step / b))
                             cand = inp.replace(
-                                activation_checkpointing=ck, quantized_model_init=qmi, reshard_after_forward=rs,
-                                sharding_strategy=sh, batch_size=b, gradient_accumulation_steps=gas,
+                                activation_checkpointing=ck,
+                                quantized_model_init=qmi,
+                                reshard_after_forward=rs,
+                                sharding_strategy=sh,
+                                batch_size=b,
+                                gradient_accumulation_steps=gas,
                             )
                             p = _try(evaluate, cand)
                             if p is not None and p.fits:
@@ -243,28 +245,39 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
         candidates = fitting_candidates(plan, evaluate)
         if candidates:
             best = candidates[0]
-            recs.append(_rec(
-                "Make it fit: " + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, best.input).items()),
-                f"needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable; "
-                + ("at ~14B+ parameters activation checkpointing is a prerequisite; " if large else "")
-                + "the fastest fitting configuration that keeps the model, sequence length, precision and "
-                "instance count"
-                + ("" if best.input.batch_size * best.input.gradient_accumulation_steps
-                   >= inp.batch_size * inp.gradient_accumulation_steps
-                   else " (fewer tokens per optimizer step: gradient accumulation would keep unsharded "
-                        "gradients that do not fit)"),
-                inp, best, "fit",
-            ))
+            recs.append(
+                _rec(
+                    "Make it fit: " + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, best.input).items()),
+                    f"needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable; "
+                    + ("at ~14B+ parameters activation checkpointing is a prerequisite; " if large else "")
+                    + "the fastest fitting configuration that keeps the model, sequence length, precision and "
+                    "instance count"
+                    + (
+                        ""
+                        if best.input.batch_size * best.input.gradient_accumulation_steps
+                        >= inp.batch_size * inp.gradient_accumulation_steps
+                        else " (fewer tokens per optimizer step: gradient accumulation would keep unsharded "
+                        "gradients that do not fit)"
+                    ),
+                    inp,
+                    best,
+                    "fit",
+                )
+            )
             if best.input.quantized_model_init and not inp.quantized_model_init:
                 plain = next((c for c in candidates if not c.input.quantized_model_init), None)
                 if plain is not None:
-                    recs.append(_rec(
-                        "Or, without quantized weights: "
-                        + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, plain.input).items()),
-                        "quantized_model_init needs an optimizer that supports quantized parameters; this is the "
-                        f"fastest fit without it ({_pct(plain.tokens_per_second, best.tokens_per_second)} tokens/s)",
-                        inp, plain, "fit",
-                    ))
+                    recs.append(
+                        _rec(
+                            "Or, without quantized weights: "
+                            + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, plain.input).items()),
+                            "quantized_model_init needs an optimizer that supports quantized parameters; this is the "
+                            f"fastest fit without it ({_pct(plain.tokens_per_second, best.tokens_per_second)} tokens/s)",
+                            inp,
+                            plain,
+                            "fit",
+                        )
+                    )
             # what to do next, on top of the fitting configuration (changes relative to the request)
             for follow in recommend(best, evaluate):
                 if follow.after is None:
@@ -273,25 +286,37 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                 recs.append(_rec("Then: " + follow.title, follow.reason, inp, follow.after, follow.kind))
             return recs
         # more instances (full sharding divides parameters and optimizer state)
-        base = inp.replace(activation_checkpointing="full", batch_size=1, sharding_strategy="full",
-                           reshard_after_forward=True)
+        base = inp.replace(
+            activation_checkpointing="full", batch_size=1, sharding_strategy="full", reshard_after_forward=True
+        )
         for count in (2, 4, 8, 16, 32, 64, 128, 256):
             if count <= inp.instance_count:
                 continue
             p = _try(evaluate, base.replace(instance_count=count))
             if p is not None and p.fits:
-                recs.append(_rec(
-                    f"Use {count} instances",
-                    f"does not fit on {inp.instance_count} x {inp.instance_type} even with activation "
-                    f"checkpointing and batch 1 ({mem.required:.1f} GB needed of {mem.usable:.1f} GB); "
-                    "sharding over more GPUs divides parameters, gradients and optimizer state",
-                    inp, p, "fit",
-                ))
+                recs.append(
+                    _rec(
+                        f"Use {count} instances",
+                        f"does not fit on {inp.instance_count} x {inp.instance_type} even with activation "
+                        f"checkpointing and batch 1 ({mem.required:.1f} GB needed of {mem.usable:.1f} GB); "
+                        "sharding over more GPUs divides parameters, gradients and optimizer state",
+                        inp,
+                        p,
+                        "fit",
+                    )
+                )
                 break
         else:
-            recs.append(_rec("Nothing fits on this hardware",
-                             f"{mem.required:.1f} GB needed of {mem.usable:.1f} GB per GPU; choose a smaller model "
-                             "or a GPU with more memory", inp, None, "fit"))
+            recs.append(
+                _rec(
+                    "Nothing fits on this hardware",
+                    f"{mem.required:.1f} GB needed of {mem.usable:.1f} GB per GPU; choose a smaller model "
+                    "or a GPU with more memory",
+                    inp,
+                    None,
+                    "fit",
+                )
+            )
         return recs
 
     # 2. batch size first
@@ -300,16 +325,25 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
     if cur_ckpt_best is not None and cur_ckpt_best.input.batch_size != inp.batch_size:
         gain = cur_ckpt_best.tokens_per_second / plan.tokens_per_second - 1
         if gain >= MIN_GAIN:
-            same_tokens = (cur_ckpt_best.input.batch_size * cur_ckpt_best.input.gradient_accumulation_steps
-                           == inp.batch_size * inp.gradient_accumulation_steps)
-            recs.append(_rec(
-                f"Raise batch_size to {cur_ckpt_best.input.batch_size}",
-                f"throughput goal: tune the batch first; {_pct(cur_ckpt_best.tokens_per_second, plan.tokens_per_second)} "
-                f"tokens/s, {cur_ckpt_best.memory_gb.total:.1f} GB per GPU "
-                + ("(fewer accumulation steps keep the tokens per optimizer step)" if same_tokens
-                   else "(more tokens per optimizer step: revisit the learning rate)"),
-                inp, cur_ckpt_best, "throughput",
-            ))
+            same_tokens = (
+                cur_ckpt_best.input.batch_size * cur_ckpt_best.input.gradient_accumulation_steps
+                == inp.batch_size * inp.gradient_accumulation_steps
+            )
+            recs.append(
+                _rec(
+                    f"Raise batch_size to {cur_ckpt_best.input.batch_size}",
+                    f"throughput goal: tune the batch first; {_pct(cur_ckpt_best.tokens_per_second, plan.tokens_per_second)} "
+                    f"tokens/s, {cur_ckpt_best.memory_gb.total:.1f} GB per GPU "
+                    + (
+                        "(fewer accumulation steps keep the tokens per optimizer step)"
+                        if same_tokens
+                        else "(more tokens per optimizer step: revisit the learning rate)"
+                    ),
+                    inp,
+                    cur_ckpt_best,
+                    "throughput",
+                )
+            )
 
     # 3. whether checkpointing pays
     other = "full" if inp.activation_checkpointing == "off" else "off"
@@ -319,25 +353,33 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
     if alt is not None and not turning_off_large and alt.tokens_per_second > mine.tokens_per_second * (1 + MIN_GAIN):
         if other == "full":
             title = f"Turn on activation checkpointing and raise batch_size to {alt.input.batch_size}"
-            reason = (f"recompute costs {alt.throughput.recompute_overhead_pct:.0f}% of the step but frees memory for "
-                      f"batch {alt.input.batch_size}: {_pct(alt.tokens_per_second, mine.tokens_per_second)} tokens/s "
-                      f"over the best batch without it ({mine.input.batch_size})")
+            reason = (
+                f"recompute costs {alt.throughput.recompute_overhead_pct:.0f}% of the step but frees memory for "
+                f"batch {alt.input.batch_size}: {_pct(alt.tokens_per_second, mine.tokens_per_second)} tokens/s "
+                f"over the best batch without it ({mine.input.batch_size})"
+            )
         else:
             title = f"Turn off activation checkpointing (batch_size {alt.input.batch_size})"
-            reason = (f"below ~14B parameters checkpointing is usually unnecessary; without its recompute batch "
-                      f"{alt.input.batch_size} runs {_pct(alt.tokens_per_second, mine.tokens_per_second)} tokens/s "
-                      f"faster than the best batch with it ({mine.input.batch_size})")
+            reason = (
+                f"below ~14B parameters checkpointing is usually unnecessary; without its recompute batch "
+                f"{alt.input.batch_size} runs {_pct(alt.tokens_per_second, mine.tokens_per_second)} tokens/s "
+                f"faster than the best batch with it ({mine.input.batch_size})"
+            )
         recs.append(_rec(title, reason, inp, alt, "checkpointing"))
     elif large and inp.activation_checkpointing == "off":
         headroom = plan.memory_gb.headroom / plan.memory_gb.usable
         if headroom < 0.15:
             ck = _try(evaluate, inp.replace(activation_checkpointing="full"))
-            recs.append(_rec(
-                "Consider activation checkpointing",
-                f"{size}: at ~14B+ most configurations run out of memory without it; this one leaves "
-                f"{plan.memory_gb.headroom:.1f} GB headroom",
-                inp, ck, "checkpointing",
-            ))
+            recs.append(
+                _rec(
+                    "Consider activation checkpointing",
+                    f"{size}: at ~14B+ most configurations run out of memory without it; this one leaves "
+                    f"{plan.memory_gb.headroom:.1f} GB headroom",
+                    inp,
+                    ck,
+                    "checkpointing",
+                )
+            )
 
     # 4. communication-bound: shard less
     if plan.throughput.comm_fraction > COMM_BOUND_FRACTION:
@@ -353,26 +395,34 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                 best_opt = p
         if best_opt is not None and best_opt.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
             what = ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, best_opt.input).items())
-            recs.append(_rec(
-                f"Shard less: {what}",
-                f"communication-bound: {plan.throughput.comm_fraction * 100:.0f}% of the step is exposed FSDP "
-                f"communication ({plan.throughput.comm.link}); simplify sharding first: "
-                f"{_pct(best_opt.tokens_per_second, plan.tokens_per_second)} tokens/s",
-                inp, best_opt, "communication",
-            ))
+            recs.append(
+                _rec(
+                    f"Shard less: {what}",
+                    f"communication-bound: {plan.throughput.comm_fraction * 100:.0f}% of the step is exposed FSDP "
+                    f"communication ({plan.throughput.comm.link}); simplify sharding first: "
+                    f"{_pct(best_opt.tokens_per_second, plan.tokens_per_second)} tokens/s",
+                    inp,
+                    best_opt,
+                    "communication",
+                )
+            )
 
     # quantized weights when memory is the constraint (only where the trainer can store them)
     if _quantized_init_available(inp) and not inp.quantized_model_init:
         q = _try(evaluate, inp.replace(quantized_model_init=True))
         if q is not None and plan.memory_gb.headroom / plan.memory_gb.usable < 0.25:
-            recs.append(_rec(
-                "Store weights quantized (quantized_model_init)",
-                f"low precision uses more memory than bf16 by default (TransformerEngine keeps high-precision "
-                f"weights plus quantized copies: {plan.memory_gb.quantized_weight_copies:.1f} GB here); storing "
-                f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU, "
-                "if your optimizer supports it",
-                inp, q, "memory",
-            ))
+            recs.append(
+                _rec(
+                    "Store weights quantized (quantized_model_init)",
+                    f"low precision uses more memory than bf16 by default (TransformerEngine keeps high-precision "
+                    f"weights plus quantized copies: {plan.memory_gb.quantized_weight_copies:.1f} GB here); storing "
+                    f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU, "
+                    "if your optimizer supports it",
+                    inp,
+                    q,
+                    "memory",
+                )
+            )
 
     return recs + _precision_recs(plan, evaluate, large, size)
 
@@ -386,51 +436,78 @@ def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> l
     if not record.quantized and supports_precision(gpu, low):
         p = _try(evaluate, inp.replace(precision=low))
         if p is not None and p.fits:
-            rule = (f"at ~14B+ {low} is the balanced default" if large
-                    else f"below ~14B {'/'.join(QUANTIZED_PRECISIONS)} give similar, modest gains; "
-                    f"start with {low} (lowest overhead)")
-            recs.append(_rec(
-                f"Try precision {low}",
-                f"{size}: {rule}; {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
-                f"{p.memory_gb.total:.1f} GB per GPU; validate the loss curve against {inp.precision} first",
-                inp, p, "precision",
-            ))
+            rule = (
+                f"at ~14B+ {low} is the balanced default"
+                if large
+                else f"below ~14B {'/'.join(QUANTIZED_PRECISIONS)} give similar, modest gains; "
+                f"start with {low} (lowest overhead)"
+            )
+            recs.append(
+                _rec(
+                    f"Try precision {low}",
+                    f"{size}: {rule}; {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
+                    f"{p.memory_gb.total:.1f} GB per GPU; validate the loss curve against {inp.precision} first",
+                    inp,
+                    p,
+                    "precision",
+                )
+            )
     elif record.block_scaled and not large:
         p = _try(evaluate, inp.replace(precision=low))
-        if p is not None and p.fits and (
-            p.tokens_per_second >= plan.tokens_per_second * (1 + MIN_GAIN / 2)
-            or p.memory_gb.total <= plan.memory_gb.total * 0.95
+        if (
+            p is not None
+            and p.fits
+            and (
+                p.tokens_per_second >= plan.tokens_per_second * (1 + MIN_GAIN / 2)
+                or p.memory_gb.total <= plan.memory_gb.total * 0.95
+            )
         ):
-            recs.append(_rec(
-                f"Consider precision {low}",
-                f"{size}: below ~14B the low-precision formats give similar gains and {low} has the lowest "
-                f"overhead: {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
-                f"{plan.memory_gb.total:.1f} -> {p.memory_gb.total:.1f} GB per GPU (smaller quantized weight copies)",
-                inp, p, "precision",
-            ))
+            recs.append(
+                _rec(
+                    f"Consider precision {low}",
+                    f"{size}: below ~14B the low-precision formats give similar gains and {low} has the lowest "
+                    f"overhead: {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
+                    f"{plan.memory_gb.total:.1f} -> {p.memory_gb.total:.1f} GB per GPU (smaller quantized weight copies)",
+                    inp,
+                    p,
+                    "precision",
+                )
+            )
     elif inp.precision == "mxfp8" and large:
         p = _try(evaluate, inp.replace(precision=low))
         if p is not None and p.fits and p.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
-            recs.append(_rec(
-                f"Consider precision {low}",
-                f"{size}: {low} is the balanced default ({_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s); "
-                "keep mxfp8 if convergence stability matters more (its finer scaling holds accuracy better)",
-                inp, p, "precision",
-            ))
+            recs.append(
+                _rec(
+                    f"Consider precision {low}",
+                    f"{size}: {low} is the balanced default ({_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s); "
+                    "keep mxfp8 if convergence stability matters more (its finer scaling holds accuracy better)",
+                    inp,
+                    p,
+                    "precision",
+                )
+            )
     if inp.precision == "nvfp4":
-        recs.append(_rec(
-            "nvfp4: use a validated recipe",
-            "nvfp4 pays off for memory-bound large models and needs a validated framework recipe "
-            "(Megatron Core); track loss curves against fp8/bf16 before production",
-            inp, None, "advice",
-        ))
+        recs.append(
+            _rec(
+                "nvfp4: use a validated recipe",
+                "nvfp4 pays off for memory-bound large models and needs a validated framework recipe "
+                "(Megatron Core); track loss curves against fp8/bf16 before production",
+                inp,
+                None,
+                "advice",
+            )
+        )
     elif record.quantized:
-        recs.append(_rec(
-            "Validate convergence",
-            "track loss curves across formats (e.g. against bf16) before production; if bf16 already meets "
-            "the throughput need, low precision may not be worth its complexity",
-            inp, None, "advice",
-        ))
+        recs.append(
+            _rec(
+                "Validate convergence",
+                "track loss curves across formats (e.g. against bf16) before production; if bf16 already meets "
+                "the throughput need, low precision may not be worth its complexity",
+                inp,
+                None,
+                "advice",
+            )
+        )
     return recs
 
 

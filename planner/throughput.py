@@ -125,8 +125,10 @@ def elementwise_bytes_per_token(r: ResolvedInput) -> tuple[float, float]:
     terms = r.family.terms
     assert terms is not None  # resolve() refuses a family without terms
     return terms.block_elementwise_bytes_per_token(
-        r.model, activation_bytes=activation_bytes(r.input.precision),
-        quantized_bytes=quantized_bytes(r.input.precision), dropout=r.input.blocks_only,
+        r.model,
+        activation_bytes=activation_bytes(r.input.precision),
+        quantized_bytes=quantized_bytes(r.input.precision),
+        dropout=r.input.blocks_only,
     )
 
 
@@ -182,7 +184,7 @@ def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> Compute
     if wc and not p.quantized_model_init:
         elem_bytes += L * W * (a + wc)  # cast every weight once per micro-batch
     if not p.blocks_only:
-        head_passes = 6.0 if T <= loss_chunk_tokens(V) else 8.0  # chunked loss recomputes the head forward
+        head_passes = 6.0 if loss_chunk_tokens(V) >= T else 8.0  # chunked loss recomputes the head forward
         gemm += head_passes * h * V * T / peak_bf16  # LM head
         elem_bytes += (20.0 * V + 20.0 * h) * T  # logits softmax/cross-entropy, embedding, final norm
     elem = elem_bytes / bw
@@ -353,8 +355,9 @@ def _exposed(r: ResolvedInput, c: ComputeTime, k: CommTime, *, reduce: bool = Tr
     return first + last + fwd_exposed + bwd_exposed
 
 
-def estimate_throughput(r: ResolvedInput, *, efficiency: float = EFFICIENCY,
-                        first_iteration_s: float = FIRST_ITERATION_S) -> ThroughputEstimate:
+def estimate_throughput(
+    r: ResolvedInput, *, efficiency: float = EFFICIENCY, first_iteration_s: float = FIRST_ITERATION_S
+) -> ThroughputEstimate:
     """Step time, tokens/s, MFU (and cost) of a resolved plan input (module docstring)."""
     p, m = r.input, r.model
     c = compute_time(r, efficiency=efficiency)
@@ -438,8 +441,14 @@ def calibrate() -> tuple[float, float]:
     def resolved(ckpt: str, batch: int) -> ResolvedInput:
         return resolve(
             PlanInput(
-                model="gpt-1b", num_layers=None, precision="mxfp8", seq_length=8192, batch_size=batch,
-                activation_checkpointing=ckpt, instance_type="ml.p6-b200.48xlarge", blocks_only=True,
+                model="gpt-1b",
+                num_layers=None,
+                precision="mxfp8",
+                seq_length=8192,
+                batch_size=batch,
+                activation_checkpointing=ckpt,
+                instance_type="ml.p6-b200.48xlarge",
+                blocks_only=True,
             )
         )
 

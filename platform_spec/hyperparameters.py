@@ -177,10 +177,18 @@ class _Spec:
 SPECS: dict[str, _Spec] = {
     "model": _Spec(str, choices=MODEL_PRESETS, help="model size preset"),
     "num_layers": _Spec(int, minimum=1, maximum=512, optional=True, help="transformer blocks (overrides the preset)"),
-    "vocab_size": _Spec(int, minimum=2, maximum=1 << 20, optional=True, help="vocabulary size (default: the preset's, or the data's rounded up to 128 if larger)"),
+    "vocab_size": _Spec(
+        int,
+        minimum=2,
+        maximum=1 << 20,
+        optional=True,
+        help="vocabulary size (default: the preset's, or the data's rounded up to 128 if larger)",
+    ),
     "precision": _Spec(str, choices=PRECISIONS, help="training precision"),
     "fp8_scaling": _Spec(str, choices=FP8_SCALINGS, help="fp8 scaling recipe (precision=fp8)"),
-    "quantized_model_init": _Spec(bool, help="store weights quantized (TransformerEngine quantized model init; refused with the current image)"),
+    "quantized_model_init": _Spec(
+        bool, help="store weights quantized (TransformerEngine quantized model init; refused with the current image)"
+    ),
     "batch_size": _Spec(int, minimum=1, maximum=4096, help="micro-batch, sequences per GPU"),
     "seq_length": _Spec(int, minimum=8, maximum=1 << 20, help="tokens per sequence"),
     "gradient_accumulation_steps": _Spec(int, minimum=1, maximum=4096, help="micro-batches per optimizer step"),
@@ -198,7 +206,9 @@ SPECS: dict[str, _Spec] = {
     "max_grad_norm": _Spec(float, minimum=0.0, maximum=1e6, help="gradient clipping norm (0: off)"),
     "seed": _Spec(int, minimum=0, maximum=2**31 - 1, help="random seed"),
     "synthetic_data": _Spec(bool, help="random tokens instead of the train channel (benchmarks)"),
-    "allow_data_change": _Spec(bool, help="resume a checkpoint although its training data, seq_length or seed differ (else refused)"),
+    "allow_data_change": _Spec(
+        bool, help="resume a checkpoint although its training data, seq_length or seed differ (else refused)"
+    ),
     "checkpoint_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between checkpoints"),
     "keep_checkpoints": _Spec(int, minimum=1, maximum=1000, help="complete checkpoints kept"),
     "log_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between metric lines"),
@@ -363,7 +373,8 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> No
 
     if hp.min_learning_rate > hp.learning_rate:
         raise HyperparameterError(
-            "min_learning_rate", hp.min_learning_rate,
+            "min_learning_rate",
+            hp.min_learning_rate,
             f"<= learning_rate ({hp.learning_rate:g})" + defaulted("min_learning_rate", "learning_rate"),
         )
     if hp.warmup_steps > hp.max_steps:
@@ -372,7 +383,8 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> No
         )
     if hp.quantized_model_init and hp.precision not in QUANTIZED_PRECISIONS:
         raise HyperparameterError(
-            "quantized_model_init", True,
+            "quantized_model_init",
+            True,
             f"false unless precision is {_or(QUANTIZED_PRECISIONS)} (got precision={hp.precision})",
         )
     if hp.quantized_model_init and QUANTIZED_MODEL_INIT_REFUSAL is not None:
@@ -392,7 +404,7 @@ def normalise_name(key: str) -> str:
 def from_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The ``SM_HP_<NAME>`` variables of ``environ`` as ``{name: value}``."""
     prefix = "SM_HP_"
-    return {k[len(prefix):].lower(): v for k, v in environ.items() if k.startswith(prefix)}
+    return {k[len(prefix) :].lower(): v for k, v in environ.items() if k.startswith(prefix)}
 
 
 def json_schema() -> dict[str, Any]:
@@ -432,8 +444,8 @@ __all__ = [
     "QUANTIZED_PRECISIONS",
     "SHARDING_STRATEGIES",
     "SPECS",
-    "Hyperparameters",
     "HyperparameterError",
+    "Hyperparameters",
     "coerce",
     "format_value",
     "from_environment",

@@ -97,7 +97,7 @@ def parse_line(line: str) -> dict[str, float] | None:
     run = line.find(RUN_PREFIX)
     if 0 <= run < idx:  # a run record (its strings never hold a prefix: see format_run_record)
         return None
-    return {k: float(v) for k, v in _FIELD_RE.findall(line[idx + len(PREFIX):])}
+    return {k: float(v) for k, v in _FIELD_RE.findall(line[idx + len(PREFIX) :])}
 
 
 # ---------------------------------------------------------------------------
@@ -174,7 +174,9 @@ class RunRecord:
             if value is None and name != "step":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < smallest:
-                raise RunRecordError(name, value, f"an integer >= {smallest}" + ("" if name == "step" else " or absent"))
+                raise RunRecordError(
+                    name, value, f"an integer >= {smallest}" + ("" if name == "step" else " or absent")
+                )
         for name in ("device", "device_name", "reason"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -219,7 +221,7 @@ def parse_run_record(line: str) -> RunRecord | None:
     idx = line.find(RUN_PREFIX)
     if idx < 0 or (line.find(PREFIX) >= 0 and line.find(PREFIX) < idx):
         return None
-    text = line[idx + len(RUN_PREFIX):].strip()
+    text = line[idx + len(RUN_PREFIX) :].strip()
     values: dict[str, Any] = {}
     pos = 0
     while pos < len(text):

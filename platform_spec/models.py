@@ -192,7 +192,9 @@ class ModelFamily:
         """
         module = self.blocks.get(backend)
         if module is None:
-            raise FieldError("backend", backend, f"one of {', '.join(self.blocks) or '(none)'} (model family {self.name!r})")
+            raise FieldError(
+                "backend", backend, f"one of {', '.join(self.blocks) or '(none)'} (model family {self.name!r})"
+            )
         return importlib.import_module(module, self.package or None)
 
 
@@ -286,7 +288,8 @@ def family_of_shape(shape: Any) -> ModelFamily:
         if isinstance(shape, family.shape_type):
             return family
     raise UnknownModelError(
-        "model", getattr(shape, "name", shape),
+        "model",
+        getattr(shape, "name", shape),
         "a shape of a registered family (" + ", ".join(f.shape_type.__name__ for f in _registry().values()) + ")",
     )
 

@@ -81,7 +81,9 @@ DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"float32": 4, "bfloat16": 2, 
 """Bytes per element of the compute dtypes (``torch.<name>``)."""
 
 TE_SOURCE = "NVIDIA/TransformerEngine transformer_engine/pytorch/quantization.py (_compute_*_support)"
-TE_FSDP2_TESTS = "NVIDIA/TransformerEngine tests/pytorch/distributed/test_torch_fsdp2.py (check_nvfp4_support skips SM120)"
+TE_FSDP2_TESTS = (
+    "NVIDIA/TransformerEngine tests/pytorch/distributed/test_torch_fsdp2.py (check_nvfp4_support skips SM120)"
+)
 TORCH_BF16 = "PyTorch torch/cuda/__init__.py is_bf16_supported: get_device_properties().major >= 8"
 TE_LAYOUT = (
     "NVIDIA/TransformerEngine transformer_engine/pytorch/csrc/extensions/util.cpp non_tn_fp8_gemm_supported: "

@@ -66,8 +66,8 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
-from constructs import Node
 
+from constructs import Node
 from platform_constructs.observability.construct import MAX_IDLE_CAPACITY_HOURS, SlackChannel
 from platform_constructs.observability.notifications import EMAIL_PATTERN, HTTPS_URL_PATTERN
 from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
@@ -117,9 +117,8 @@ REMOVAL_POLICIES: dict[str, cdk.RemovalPolicy] = {
 def _catalogue_instance_types() -> tuple[str, ...]:
     """The planner catalogue's instance types that ``CreateTrainingJob`` accepts (UltraServer types
     such as ``ml.u-p6e-gb200x72`` are not training-job types)."""
-    from platform_spec.catalogue import INSTANCE_TYPES
-
     from platform_constructs.submitter.runtime.sagemaker_rules import training_instance_types
+    from platform_spec.catalogue import INSTANCE_TYPES
 
     accepted = set(training_instance_types())
     return tuple(t for t in INSTANCE_TYPES if t in accepted)
@@ -241,8 +240,12 @@ class PlatformConfig:
 _ACCOUNT = re.compile(r"[0-9]{12}")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+")
 _STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
-_PRINCIPAL_ARN = re.compile(r"arn:aws(-[a-z]+)*:iam::[0-9]{12}:(root|role/[A-Za-z0-9_+=,.@/-]+|user/[A-Za-z0-9_+=,.@/-]+)")
-_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[^\x00-\x1f\x7f-\x9f\u2028\u2029*?]*))?")
+_PRINCIPAL_ARN = re.compile(
+    r"arn:aws(-[a-z]+)*:iam::[0-9]{12}:(root|role/[A-Za-z0-9_+=,.@/-]+|user/[A-Za-z0-9_+=,.@/-]+)"
+)
+_S3_URI = re.compile(
+    r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[^\x00-\x1f\x7f-\x9f\u2028\u2029*?]*))?"
+)
 """An ``s3://bucket/prefix`` input location; the prefix holds no control character or line
 separator and no IAM wildcard (``*``, ``?``): it becomes the execution role's resource ARN."""
 _INTEGER = re.compile(r" *[0-9]+ *")
@@ -298,7 +301,9 @@ def _tag_value(key: str, raw: Any) -> str:
     rule = string_rule("Tags.member.Value")
     if not isinstance(raw, str) or not raw or not rule.accepts(raw):
         raise ConfigError(
-            key, raw, f"1-{rule.max_length} characters: letters, digits, spaces and _ . : / = + - @ (SageMaker's {rule.name})"
+            key,
+            raw,
+            f"1-{rule.max_length} characters: letters, digits, spaces and _ . : / = + - @ (SageMaker's {rule.name})",
         )
     return raw
 
@@ -322,7 +327,10 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         return CONTEXT_KEYS[key] if value is None else value
 
     stack_name = _string(
-        "stackName", get("stackName"), _STACK_NAME, "a CloudFormation stack name (letters, digits, hyphens; starts with a letter)"
+        "stackName",
+        get("stackName"),
+        _STACK_NAME,
+        "a CloudFormation stack name (letters, digits, hyphens; starts with a letter)",
     )
 
     account_variable = "CDK_DEPLOY_ACCOUNT" if environ.get("CDK_DEPLOY_ACCOUNT") else "CDK_DEFAULT_ACCOUNT"
@@ -345,12 +353,16 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     catalogue = _catalogue_instance_types()
     trainable = _trainable_instance_types()
     raw_allowed = get("allowedInstanceTypes")
-    allowed = trainable if raw_allowed is None else _list_of(
-        "allowedInstanceTypes",
-        raw_allowed,
-        lambda t: t in catalogue,
-        f"an instance type from the planner catalogue that CreateTrainingJob accepts "
-        f"(SageMaker's TrainingInstanceType): {', '.join(trainable)}",
+    allowed = (
+        trainable
+        if raw_allowed is None
+        else _list_of(
+            "allowedInstanceTypes",
+            raw_allowed,
+            lambda t: t in catalogue,
+            f"an instance type from the planner catalogue that CreateTrainingJob accepts "
+            f"(SageMaker's TrainingInstanceType): {', '.join(trainable)}",
+        )
     )
     from platform_spec.catalogue import host_architecture_problem
 
@@ -358,7 +370,8 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         problem = host_architecture_problem(instance_type)
         if problem is not None:
             raise ConfigError(
-                f"allowedInstanceTypes[{index}]", instance_type,
+                f"allowedInstanceTypes[{index}]",
+                instance_type,
                 f"an instance type the trainer image runs on ({problem}): one of {', '.join(trainable)}",
             )
     if not allowed:
@@ -391,7 +404,9 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     retention = _int("logRetentionDays", get("logRetentionDays"))
     if retention not in RETENTION_DAYS:
         raise ConfigError(
-            "logRetentionDays", retention, f"a CloudWatch Logs retention period in days: {', '.join(map(str, RETENTION_DAYS))}"
+            "logRetentionDays",
+            retention,
+            f"a CloudWatch Logs retention period in days: {', '.join(map(str, RETENTION_DAYS))}",
         )
 
     removal = get("removalPolicy")
@@ -407,9 +422,14 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         lambda arn: bool(_PRINCIPAL_ARN.fullmatch(arn)),
         "an IAM principal ARN: arn:aws:iam::<account>:role/<name>, :user/<name> or :root",
     )
-    emails = _list_of("alarmEmails", get("alarmEmails"), lambda e: bool(EMAIL_PATTERN.fullmatch(e)), "an e-mail address")
+    emails = _list_of(
+        "alarmEmails", get("alarmEmails"), lambda e: bool(EMAIL_PATTERN.fullmatch(e)), "an e-mail address"
+    )
     https_endpoints = _list_of(
-        "alarmHttpsEndpoints", get("alarmHttpsEndpoints"), lambda u: bool(HTTPS_URL_PATTERN.fullmatch(u)), "an https:// URL"
+        "alarmHttpsEndpoints",
+        get("alarmHttpsEndpoints"),
+        lambda u: bool(HTTPS_URL_PATTERN.fullmatch(u)),
+        "an https:// URL",
     )
     slack_channels = tuple(
         SlackChannel.parse(text)
@@ -422,7 +442,9 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     )
     idle_hours = _int("idleCapacityAlarmHours", get("idleCapacityAlarmHours"))
     if not 1 <= idle_hours <= MAX_IDLE_CAPACITY_HOURS:
-        raise ConfigError("idleCapacityAlarmHours", idle_hours, f"an integer from 1 to {MAX_IDLE_CAPACITY_HOURS} (hours)")
+        raise ConfigError(
+            "idleCapacityAlarmHours", idle_hours, f"an integer from 1 to {MAX_IDLE_CAPACITY_HOURS} (hours)"
+        )
 
     retain_count = _int("imageRetainCount", get("imageRetainCount"))
     if not 1 <= retain_count <= 10_000:
@@ -459,7 +481,7 @@ def _reserved_concurrency(raw: Any) -> int | None:
         return None
     expected = (
         f"an integer from 1 to {MAX_RESERVED_CONCURRENCY} (Lambda keeps 100 of the account's concurrency "
-        "unreserved; 0 would throttle every submission), or \"none\" to reserve nothing"
+        'unreserved; 0 would throttle every submission), or "none" to reserve nothing'
     )
     try:
         value = _int(key, raw)
@@ -483,10 +505,14 @@ def _check_plan_homes(plan_arns: Sequence[str], *, region: str | None, account: 
     for index, arn in enumerate(plan_arns):
         reason = foreign_reason(arn, region=region, account=account)
         if reason is not None:
-            where = " and ".join(f"{part} {value}" for part, value in (("region", region), ("account", account)) if value)
+            where = " and ".join(
+                f"{part} {value}" for part, value in (("region", region), ("account", account)) if value
+            )
             raise ConfigError(f"trainingPlanArns[{index}]", arn, f"a plan in the deployment {where} ({reason})")
     _, differing = shared_home(plan_arns)
-    unknown = [part for part, value in (("region", region), ("account", account)) if value is None and part in differing]
+    unknown = [
+        part for part, value in (("region", region), ("account", account)) if value is None and part in differing
+    ]
     if unknown:
         raise ConfigError(
             "trainingPlanArns",

@@ -14,8 +14,8 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from constructs import Construct
 
+from constructs import Construct
 from platform_constructs.buckets import TrainingBuckets, TrainingBucketsProps
 from platform_constructs.execution_role import InputLocation, TrainingExecutionRole, TrainingExecutionRoleProps
 from platform_constructs.observability.construct import PlatformObservability, PlatformObservabilityProps
@@ -126,8 +126,14 @@ class TrainingPlatformStack(cdk.Stack):
 
     def _outputs(self) -> None:
         outputs = {
-            "TrainerImageUri": (self.trainer_image.image_uri, "Trainer image (content-derived tag) in the platform repository"),
-            "TrainerRepositoryName": (self.trainer_image.repository.repository_name, "ECR repository of the trainer image"),
+            "TrainerImageUri": (
+                self.trainer_image.image_uri,
+                "Trainer image (content-derived tag) in the platform repository",
+            ),
+            "TrainerRepositoryName": (
+                self.trainer_image.repository.repository_name,
+                "ECR repository of the trainer image",
+            ),
             "SubmitterFunctionName": (self.submitter.function.function_name, "Job submitter Lambda function name"),
             "SubmitterFunctionArn": (self.submitter.function.function_arn, "Job submitter Lambda function ARN"),
             "DataBucketName": (self.buckets.data.bucket_name, "Training data bucket"),
@@ -136,7 +142,10 @@ class TrainingPlatformStack(cdk.Stack):
             "AccessLogsBucketName": (self.buckets.access_logs.bucket_name, "Server access logs bucket"),
             "BucketKeyArn": (self.buckets.encryption_key.key_arn, "KMS key of the data, checkpoint and output buckets"),
             "ExecutionRoleArn": (self.execution_role.role_arn, "SageMaker execution role of training jobs"),
-            "TrainingPlanParameterName": (self.training_plans.parameter_name, "SSM parameter with the training-plan ARNs (JSON list)"),
+            "TrainingPlanParameterName": (
+                self.training_plans.parameter_name,
+                "SSM parameter with the training-plan ARNs (JSON list)",
+            ),
             "DashboardName": (self.observability.dashboard_name, "CloudWatch dashboard of the platform"),
             "AlarmTopicArn": (self.observability.topic_arn, "SNS topic (KMS-encrypted) every platform alarm notifies"),
         }

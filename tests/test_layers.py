@@ -23,25 +23,45 @@ LINT = "from importlinter.cli import lint_imports\nraise SystemExit(lint_imports
 def _lint(cwd: Path, config: Path, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath or "", "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.run(
-        [sys.executable, "-c", LINT.format(config=str(config))], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", LINT.format(config=str(config))],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def test_the_contracts_cover_the_floor_plan() -> None:
     """The layers arch13.md item 8 names, each as a contract (a renamed or dropped one fails here)."""
-    assert set(CONTRACTS) == {"pure-spec", "pure-families", "pure-planner", "planner-training", "lambda-runtimes",
-                              "runtime-parents", "trainctl-commands"}
-    assert {"torch", "numpy", "boto3", "botocore", "aws_cdk", "planner", "training"} <= set(CONTRACTS["pure-spec"]["forbidden_modules"])
+    assert set(CONTRACTS) == {
+        "pure-spec",
+        "pure-families",
+        "pure-planner",
+        "planner-training",
+        "lambda-runtimes",
+        "runtime-parents",
+        "trainctl-commands",
+    }
+    assert {"torch", "numpy", "boto3", "botocore", "aws_cdk", "planner", "training"} <= set(
+        CONTRACTS["pure-spec"]["forbidden_modules"]
+    )
     assert CONTRACTS["planner-training"]["type"] == "independence"
     assert {"aws_cdk", "constructs", "jsii", "torch"} <= set(CONTRACTS["lambda-runtimes"]["forbidden_modules"])
     # importing a runtime runs its parent packages: they import nothing (the constructs are construct.py)
-    assert {"aws_cdk", "constructs", "jsii", "platform_constructs.submitter.construct"} <= set(CONTRACTS["runtime-parents"]["forbidden_modules"])
+    assert {"aws_cdk", "constructs", "jsii", "platform_constructs.submitter.construct"} <= set(
+        CONTRACTS["runtime-parents"]["forbidden_modules"]
+    )
     assert CONTRACTS["runtime-parents"]["as_packages"] is False
     assert "torch" in CONTRACTS["pure-families"]["forbidden_modules"]
     # only a family's block modules may import torch (and TE); the planner none of them
-    assert all(i.split(" -> ")[0] in ("model_families.*.torch_block", "model_families.*.te_block")
-               for i in CONTRACTS["pure-families"]["ignore_imports"])
-    assert {"torch", "model_families.*.torch_block", "model_families.*.te_block"} <= set(CONTRACTS["pure-planner"]["forbidden_modules"])
+    assert all(
+        i.split(" -> ")[0] in ("model_families.*.torch_block", "model_families.*.te_block")
+        for i in CONTRACTS["pure-families"]["ignore_imports"]
+    )
+    assert {"torch", "model_families.*.torch_block", "model_families.*.te_block"} <= set(
+        CONTRACTS["pure-planner"]["forbidden_modules"]
+    )
     # no library of trainctl is exempt, the demo included: it calls libraries, as every command does
     assert CONTRACTS["trainctl-commands"]["source_modules"] == ["trainctl.*"]
     assert not CONTRACTS["trainctl-commands"].get("ignore_imports")
@@ -126,7 +146,19 @@ BLOCKER = textwrap.dedent(
     print("pure", sorted({{m.split(".")[0] for m in sys.modules if m.startswith(("platform_spec", "model_families"))}}))
     """
 )
-HEAVY = ("torch", "numpy", "boto3", "botocore", "aws_cdk", "constructs", "jsii", "cdk_nag", "aws_lambda_powertools", "rich", "moto")
+HEAVY = (
+    "torch",
+    "numpy",
+    "boto3",
+    "botocore",
+    "aws_cdk",
+    "constructs",
+    "jsii",
+    "cdk_nag",
+    "aws_lambda_powertools",
+    "rich",
+    "moto",
+)
 OURS = ("planner", "training", "trainctl", "stacks", "platform_constructs")
 
 

@@ -63,7 +63,9 @@ def _validate_both(value: dict[str, Any], shape: Shape | None) -> list[str]:
     if shape is None:
         return [] if not value else [f"expected no members, got {sorted(value)}"]
     report = ParamValidator().validate(value, shape)
-    errors = [line.strip() for line in report.generate_report().splitlines() if line.strip()] if report.has_errors() else []
+    errors = (
+        [line.strip() for line in report.generate_report().splitlines() if line.strip()] if report.has_errors() else []
+    )
     errors = [e for e in errors if not e.startswith("Invalid type for parameter") or "timestamp" not in e]
     for problem in validate_shape(value, shape):
         if problem not in errors:
@@ -140,9 +142,8 @@ def _walk(value: Any, shape: Shape, path: str, errors: list[str]) -> None:
     elif kind == "timestamp":
         if not isinstance(value, (_dt.datetime, int, float, str)) or isinstance(value, bool):
             errors.append(f"{path}: expected a timestamp, got {type(value).__name__}")
-    elif kind == "blob":
-        if not isinstance(value, (bytes, bytearray, str)):
-            errors.append(f"{path}: expected bytes, got {type(value).__name__}")
+    elif kind == "blob" and not isinstance(value, (bytes, bytearray, str)):
+        errors.append(f"{path}: expected bytes, got {type(value).__name__}")
 
 
 def _bounds(number: float, meta: dict[str, Any], path: str, what: str, errors: list[str]) -> None:

@@ -130,7 +130,9 @@ def _profiles(env: Mapping[str, str]) -> tuple[dict[str, dict[str, str]], dict[s
     credentials_path = path("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")
     config_path = path("AWS_CONFIG_FILE", "~/.aws/config")
     try:
-        credentials = botocore.configloader.raw_config_parse(credentials_path) if os.path.isfile(credentials_path) else {}
+        credentials = (
+            botocore.configloader.raw_config_parse(credentials_path) if os.path.isfile(credentials_path) else {}
+        )
         config = botocore.configloader.load_config(config_path)["profiles"] if os.path.isfile(config_path) else {}
     except botocore.exceptions.BotoCoreError as exc:  # ConfigParseError: not an INI file
         raise CdkEnvironmentError(f"cannot read the AWS region from the shared config files: {exc}") from None

@@ -116,7 +116,9 @@ def step_submit() -> None:
             with contextlib.redirect_stderr(log):
                 return submit_local(request, aws.env)
 
-        console.print("[bold]The guide's default request[/] (examples/guide-default-request.json, with a client_token):")
+        console.print(
+            "[bold]The guide's default request[/] (examples/guide-default-request.json, with a client_token):"
+        )
         console.print_json(data=good)
         response = submit(good)
         (out / "submitted.json").write_text(json.dumps(response, indent=2))
@@ -135,29 +137,50 @@ def step_submit() -> None:
         )
         job = aws.describe_training_job(response["training_job_name"])
         (out / "describe-training-job.json").write_text(json.dumps(job, indent=2, default=str))
-        shown = {k: job[k] for k in (
-            "TrainingJobName", "TrainingJobStatus", "AlgorithmSpecification", "ResourceConfig",
-            "HyperParameters", "InputDataConfig", "CheckpointConfig", "StoppingCondition", "OutputDataConfig",
-        ) if k in job}
+        shown = {
+            k: job[k]
+            for k in (
+                "TrainingJobName",
+                "TrainingJobStatus",
+                "AlgorithmSpecification",
+                "ResourceConfig",
+                "HyperParameters",
+                "InputDataConfig",
+                "CheckpointConfig",
+                "StoppingCondition",
+                "OutputDataConfig",
+            )
+            if k in job
+        }
         shown["AlgorithmSpecification"] = {
             **shown.get("AlgorithmSpecification", {}),
             "MetricDefinitions": f"[{len(job['AlgorithmSpecification'].get('MetricDefinitions', []))} regexes "
             f"from platform_spec/metric_lines.py]",
         }
-        console.print("[bold]The created job, as DescribeTrainingJob returns it[/] (abridged; full: "
-                      f"{(out / 'describe-training-job.json').relative_to(REPO_ROOT)}):")
+        console.print(
+            "[bold]The created job, as DescribeTrainingJob returns it[/] (abridged; full: "
+            f"{(out / 'describe-training-job.json').relative_to(REPO_ROOT)}):"
+        )
         console.print_json(json.dumps(shown, default=str))
 
         console.print("[bold]The same request again[/] (a caller retrying after a lost answer: same client_token):")
         retried = submit(good)
         (out / "retried.json").write_text(json.dumps(retried, indent=2))
-        named = [j for j in sagemaker.list_training_jobs()["TrainingJobSummaries"]
-                 if j["TrainingJobName"] == response["training_job_name"]]
-        if not (retried.get("replayed") is True and retried.get("training_job_arn") == response["training_job_arn"]
-                and len(named) == 1):
+        named = [
+            j
+            for j in sagemaker.list_training_jobs()["TrainingJobSummaries"]
+            if j["TrainingJobName"] == response["training_job_name"]
+        ]
+        if not (
+            retried.get("replayed") is True
+            and retried.get("training_job_arn") == response["training_job_arn"]
+            and len(named) == 1
+        ):
             raise DemoError(f"the retried request did not replay the first job: {retried}")
-        console.print(f"-> [green]{retried['status']}[/] {retried['training_job_name']} with \"replayed\": true: the first "
-                      f"job came back and none was created (jobs of that name in the emulator: {len(named)})")
+        console.print(
+            f'-> [green]{retried["status"]}[/] {retried["training_job_name"]} with "replayed": true: the first '
+            f"job came back and none was created (jobs of that name in the emulator: {len(named)})"
+        )
         console.print(f"   same ARN as the first answer: {retried['training_job_arn']}", soft_wrap=True)
 
         console.print("[bold]A bad request[/] (examples/oversized-request.json):")
@@ -173,9 +196,11 @@ def step_submit() -> None:
         jobs = sagemaker.list_training_jobs()["TrainingJobSummaries"]
         if len(jobs) != 1:
             raise DemoError(f"expected exactly one training job in the emulator, found {len(jobs)}")
-        console.print(f"Jobs in the emulator after the three requests: {len(jobs)} (the retry replayed it, the refusal "
-                      "created nothing). "
-                      f"Responses and the submitter's logs: {out.relative_to(REPO_ROOT)}/")
+        console.print(
+            f"Jobs in the emulator after the three requests: {len(jobs)} (the retry replayed it, the refusal "
+            "created nothing). "
+            f"Responses and the submitter's logs: {out.relative_to(REPO_ROOT)}/"
+        )
 
 
 # --------------------------------------------------------------------------- 4
@@ -251,11 +276,15 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
     if run.status is None or newest not in run.status.skipped:
         raise DemoError(f"the damaged step-{newest} was not skipped (status record: {run.status})")
     if run.status.resumed_from is None or run.status.resumed_from >= newest:
-        raise DemoError(f"the restart did not resume from a checkpoint before step-{newest} (status record: {run.status})")
+        raise DemoError(
+            f"the restart did not resume from a checkpoint before step-{newest} (status record: {run.status})"
+        )
     if not verify_checkpoint(checkpoints / f"step-{newest}", newest).ok:
         raise DemoError(f"step-{newest} was not written again whole")
-    console.print(f"Skipped, resumed from the checkpoint before it, step-{newest} written again whole. "
-                  f"Complete checkpoints kept: {complete_steps(checkpoints)}")
+    console.print(
+        f"Skipped, resumed from the checkpoint before it, step-{newest} written again whole. "
+        f"Complete checkpoints kept: {complete_steps(checkpoints)}"
+    )
 
 
 # --------------------------------------------------------------------------- 5

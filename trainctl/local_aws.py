@@ -61,6 +61,7 @@ endpoints::
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -329,7 +330,10 @@ class EmulatorApp:
                 return _json(start_response, 200, {"ok": True})
             if parts == ["training-jobs"] and method == "GET":
                 with EXTENSION.lock:
-                    jobs = [{"name": j.name, "status": j.status, "secondary_status": j.secondary} for j in EXTENSION.jobs.values()]
+                    jobs = [
+                        {"name": j.name, "status": j.status, "secondary_status": j.secondary}
+                        for j in EXTENSION.jobs.values()
+                    ]
                 return _json(start_response, 200, {"training_jobs": jobs})
             if parts == ["training-jobs", "complete-active"] and method == "POST":
                 with EXTENSION.lock:
@@ -373,21 +377,22 @@ class EmulatorApp:
         return _json(
             start_response,
             200,
-            {"name": job.name, "status": job.status, "secondary_status": job.secondary, "failure_reason": job.failure_reason},
+            {
+                "name": job.name,
+                "status": job.status,
+                "secondary_status": job.secondary,
+                "failure_reason": job.failure_reason,
+            },
         )
 
     def _publish_logs(self, job: Any, lines: list[str], metrics_from_log: Any) -> None:
         """Put ``lines`` in CloudWatch Logs and their metrics in CloudWatch, as SageMaker does."""
         logs, cloudwatch = self.client("logs"), self.client("cloudwatch")
         stream = f"{job.name}/algo-1-{int(job.created.timestamp())}"
-        try:
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_group(logGroupName=SAGEMAKER_LOG_GROUP)
-        except logs.exceptions.ResourceAlreadyExistsException:
-            pass
-        try:
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_stream(logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream)
-        except logs.exceptions.ResourceAlreadyExistsException:
-            pass
         now_ms = int(time.time() * 1000)
         logs.put_log_events(
             logGroupName=SAGEMAKER_LOG_GROUP,
@@ -397,7 +402,9 @@ class EmulatorApp:
         data = []
         for line in lines:
             for name, value in metrics_from_log(job.params, [line]).items():
-                data.append({"MetricName": name, "Value": value, "Dimensions": [{"Name": "TrainingJobName", "Value": job.name}]})
+                data.append(
+                    {"MetricName": name, "Value": value, "Dimensions": [{"Name": "TrainingJobName", "Value": job.name}]}
+                )
         for start in range(0, len(data), 500):
             cloudwatch.put_metric_data(Namespace=SAGEMAKER_METRICS_NAMESPACE, MetricData=data[start : start + 500])
 
@@ -419,7 +426,9 @@ class EmulatorApp:
         from trainctl.local_aws_sagemaker import EXTENSION
 
         if not isinstance(plans, list):
-            raise ValueError("training plans: expected a JSON list of objects shaped like DescribeTrainingPlan's response")
+            raise ValueError(
+                "training plans: expected a JSON list of objects shaped like DescribeTrainingPlan's response"
+            )
         arns = EXTENSION.seed_plans(plans, account=ACCOUNT_ID, region=self.region)
         self.client("ssm").put_parameter(
             Name=self.resources.plan_arns_parameter, Type="String", Value=json.dumps(arns), Overwrite=True
@@ -437,9 +446,13 @@ class EmulatorApp:
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
         trust = {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}
+            ],
         }
-        self.client("iam").create_role(RoleName=self.resources.execution_role_name, AssumeRolePolicyDocument=json.dumps(trust))
+        self.client("iam").create_role(
+            RoleName=self.resources.execution_role_name, AssumeRolePolicyDocument=json.dumps(trust)
+        )
         self.client("ecr").create_repository(repositoryName=self.resources.trainer_repository)
         return self.seed_plans(plans)
 
@@ -455,7 +468,11 @@ def _matches(params: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
 
 
 def _fault(payload: Any) -> dict[str, Any]:
-    if not isinstance(payload, dict) or not isinstance(payload.get("operation"), str) or not isinstance(payload.get("code"), str):
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("operation"), str)
+        or not isinstance(payload.get("code"), str)
+    ):
         raise ValueError('expected {"operation": "CreateTrainingJob", "code": "ThrottlingException", "count": 1}')
     count = payload.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count == 0 or count < -1:
@@ -592,7 +609,11 @@ def serve(
         print(
             f"local-aws (an AWS emulator: moto + training plans) listening on {app.endpoint}, region {region}\n"
             f"  {len(arns)} training plan(s) seeded; SSM parameter {resources.plan_arns_parameter}\n"
-            + (f"  environment written to {env_file} (source it, then `trainctl submit --local REQUEST.json`)\n" if env_file else "")
+            + (
+                f"  environment written to {env_file} (source it, then `trainctl submit --local REQUEST.json`)\n"
+                if env_file
+                else ""
+            )
             + "  stop with Ctrl-C",
             file=sys.stderr,
             flush=True,

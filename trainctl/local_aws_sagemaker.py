@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainctl.aws_shapes import operation_model, validate_input, validate_output, validate_shape
@@ -93,9 +94,9 @@ def parse_time(value: Any, now: datetime) -> datetime:
         ValueError: an unreadable value.
     """
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, tz=timezone.utc)
+        return datetime.fromtimestamp(value, tz=UTC)
     if isinstance(value, str):
         match = _RELATIVE_TIME.match(value.strip())
         if match:
@@ -105,7 +106,7 @@ def parse_time(value: Any, now: datetime) -> datetime:
             delta = timedelta(seconds=float(amount) * _UNITS[unit])
             return now + delta if sign == "+" else now - delta
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     raise ValueError(f"expected a timestamp (ISO 8601, epoch seconds or now[+-]N[smhdw]), got {value!r}")
 
 
@@ -182,7 +183,9 @@ class SageMakerExtension:
 
     # --- plans -----------------------------------------------------------------------------
 
-    def seed_plans(self, seeds: Iterable[Mapping[str, Any]], *, account: str, region: str, replace: bool = True) -> list[str]:
+    def seed_plans(
+        self, seeds: Iterable[Mapping[str, Any]], *, account: str, region: str, replace: bool = True
+    ) -> list[str]:
         """Load plans shaped like ``DescribeTrainingPlan``'s response; returns their ARNs.
 
         Plans are kept by ARN: two accounts (or regions) may each hold a plan of
@@ -210,7 +213,7 @@ class SageMakerExtension:
         Raises:
             ValueError: naming the plan (index) and field that is wrong; nothing is loaded then.
         """
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         loaded: dict[str, dict[str, Any]] = {}
         for index, seed in enumerate(seeds):
             plan = self._normalise_seed(index, seed, account=account, region=region, now=now)
@@ -224,7 +227,9 @@ class SageMakerExtension:
                 self.plans.update(loaded)
             return list(self.plans)
 
-    def _normalise_seed(self, index: int, seed: Mapping[str, Any], *, account: str, region: str, now: datetime) -> dict[str, Any]:
+    def _normalise_seed(
+        self, index: int, seed: Mapping[str, Any], *, account: str, region: str, now: datetime
+    ) -> dict[str, Any]:
         where = f"plan[{index}]"
         if not isinstance(seed, Mapping):
             raise ValueError(f"{where}: expected an object shaped like DescribeTrainingPlan's response")
@@ -249,7 +254,9 @@ class SageMakerExtension:
             plan.setdefault("StartTime", first)
             plan.setdefault("EndTime", last)
             if plan["StartTime"] > first or plan["EndTime"] < last:
-                raise ValueError(f"{where}: StartTime..EndTime must cover every block ({first.isoformat()} .. {last.isoformat()})")
+                raise ValueError(
+                    f"{where}: StartTime..EndTime must cover every block ({first.isoformat()} .. {last.isoformat()})"
+                )
             plan.setdefault("TotalInstanceCount", max(b["TotalInstanceCount"] for b in blocks))
             minutes = sum(b["DurationHours"] * 60 + b["DurationMinutes"] for b in blocks)
             plan["ReservedCapacitySummaries"] = blocks
@@ -312,7 +319,7 @@ class SageMakerExtension:
             by_type.setdefault(block["InstanceType"], []).append(block)
         for kind, same in by_type.items():
             same.sort(key=lambda b: b["StartTime"])
-            for before, after in zip(same, same[1:]):
+            for before, after in itertools.pairwise(same):
                 if after["StartTime"] < before["EndTime"]:
                     raise ValueError(
                         f"{where}.ReservedCapacitySummaries: {kind} blocks overlap ({before['StartTime'].isoformat()} .. "
@@ -333,7 +340,9 @@ class SageMakerExtension:
         with self.lock:
             if name_or_arn.startswith("arn:"):
                 parts = name_or_arn.split(":")
-                foreign = (account is not None and parts[4:5] != [account]) or (region is not None and parts[3:4] != [region])
+                foreign = (account is not None and parts[4:5] != [account]) or (
+                    region is not None and parts[3:4] != [region]
+                )
                 if name_or_arn in self.plans and not foreign:
                     return name_or_arn
                 raise KeyError(name_or_arn)
@@ -362,7 +371,7 @@ class SageMakerExtension:
         Raises:
             KeyError: no such plan (see :meth:`find_plan`).
         """
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         with self.lock:
             plan = copy.deepcopy(self.plans[self.find_plan(name_or_arn, account=account, region=region)])
             in_use = sum(
@@ -379,7 +388,9 @@ class SageMakerExtension:
             else:
                 status = "Expired" if now >= plan["EndTime"] else "Active" if now >= plan["StartTime"] else "Scheduled"
             for block in blocks:
-                block["Status"] = "Expired" if now >= block["EndTime"] else "Active" if now >= block["StartTime"] else "Scheduled"
+                block["Status"] = (
+                    "Expired" if now >= block["EndTime"] else "Active" if now >= block["StartTime"] else "Scheduled"
+                )
         plan["Status"] = status
         current = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
         if not current:
@@ -425,7 +436,7 @@ class SageMakerExtension:
             KeyError: no such job.
             TransitionError: SageMaker's lifecycle does not allow the change.
         """
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         with self.lock:
             job = self.find_job(name)
             allowed = _TRANSITIONS.get(job.status, ())
@@ -473,7 +484,9 @@ class SageMakerExtension:
                 "LastModifiedTime": job.modified or job.created,
                 "SecondaryStatusTransitions": copy.deepcopy(job.transitions),
                 "EnableNetworkIsolation": bool(job.params.get("EnableNetworkIsolation", False)),
-                "EnableInterContainerTrafficEncryption": bool(job.params.get("EnableInterContainerTrafficEncryption", False)),
+                "EnableInterContainerTrafficEncryption": bool(
+                    job.params.get("EnableInterContainerTrafficEncryption", False)
+                ),
                 "EnableManagedSpotTraining": bool(job.params.get("EnableManagedSpotTraining", False)),
             }
         )
@@ -544,18 +557,18 @@ def describe_training_plan(self: SageMakerResponse) -> ActionResult:
     return _checked_result("DescribeTrainingPlan", plan)
 
 
-_SUMMARY_KEYS = tuple(operation_model("sagemaker", "ListTrainingPlans").output_shape.members["TrainingPlanSummaries"].member.members)
+_SUMMARY_KEYS = tuple(
+    operation_model("sagemaker", "ListTrainingPlans").output_shape.members["TrainingPlanSummaries"].member.members
+)
 
 
 def list_training_plans(self: SageMakerResponse) -> ActionResult:
     params = _checked_params(self, "ListTrainingPlans")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     account, region = self.current_account, self.region
     with EXTENSION.lock:
         plans = [
-            EXTENSION.describe_plan(arn, now)
-            for arn in EXTENSION.plans
-            if arn.split(":")[3:5] == [region, account]
+            EXTENSION.describe_plan(arn, now) for arn in EXTENSION.plans if arn.split(":")[3:5] == [region, account]
         ]
     for f in params.get("Filters") or []:
         if f["Name"] == "Status":
@@ -586,7 +599,7 @@ def search_training_plan_offerings(self: SageMakerResponse) -> ActionResult:
     instance_type = params.get("InstanceType")
     count = params.get("InstanceCount") or 1
     hours = int(params.get("DurationHours") or 24)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     start = max(params.get("StartTimeAfter") or now, now)
     start = (start + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
     end = start + timedelta(hours=hours)
@@ -650,7 +663,7 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
             )
         if plan["Status"] not in ("Active", "Scheduled") or "training-job" not in plan.get("TargetResources", []):
             raise ValidationError(message=f"Training plan {plan_arn} is {plan['Status']} and cannot run training jobs.")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with EXTENSION.lock:
         if name in backend.training_jobs:
             raise ResourceInUseException(

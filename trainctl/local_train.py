@@ -114,8 +114,15 @@ def train(
     from training.supervision import guarded_output
 
     with guarded_output():  # a closed terminal must not end the run (it is relayed as SIGTERM instead)
-        return _train(base_dir, flags, data=data, python_docs=python_docs, nproc=nproc, stop_at_step=stop_at_step,
-                      json_quoted=json_quoted)
+        return _train(
+            base_dir,
+            flags,
+            data=data,
+            python_docs=python_docs,
+            nproc=nproc,
+            stop_at_step=stop_at_step,
+            json_quoted=json_quoted,
+        )
 
 
 def _train(
@@ -174,12 +181,18 @@ def _train(
         print(f"trainctl train: {exc}", file=sys.stderr)
         return 2
     result = run_local(
-        base, None, nproc=nproc, stop_at_step=stop_at_step,
-        echo=lambda line: print(line, end="", flush=True), supervise=True,
+        base,
+        None,
+        nproc=nproc,
+        stop_at_step=stop_at_step,
+        echo=lambda line: print(line, end="", flush=True),
+        supervise=True,
     )
     losses = [(m["step"], m["loss"]) for m in read_metrics(base) if m.get("loss") is not None]
     if losses:
-        print(f"trainctl train: loss {losses[0][1]:.4f} at step {losses[0][0]} -> {losses[-1][1]:.4f} at step {losses[-1][0]}")
+        print(
+            f"trainctl train: loss {losses[0][1]:.4f} at step {losses[0][0]} -> {losses[-1][1]:.4f} at step {losses[-1][0]}"
+        )
     summary = end_summary(result, failure=read_failure(base))
     if summary:
         print(summary, file=sys.stderr if result.returncode != 0 or result.killed else sys.stdout)
@@ -199,8 +212,8 @@ def refusal_advice(base: Path, restored: list[str]) -> str:
             "the checkpoint's run; to train with the new settings, give them another --base-dir"
         )
     return (
-        f"trainctl train: these are the settings this base directory already had; resume the checkpoint's run with "
-        f"its own settings (the reason above names them), or give this run another --base-dir"
+        "trainctl train: these are the settings this base directory already had; resume the checkpoint's run with "
+        "its own settings (the reason above names them), or give this run another --base-dir"
     )
 
 
@@ -209,7 +222,9 @@ def end_summary(result: LocalRun, *, failure: str | None) -> str | None:
     trainer's status record, the checkpoint a restart resumes from the checkpoints that verify.
     None for a run that ended on its own (the trainer's last line says how)."""
     if result.killed:
-        return "trainctl train: killed on the second stop signal, without a checkpoint of the last steps; " + _restart(result)
+        return "trainctl train: killed on the second stop signal, without a checkpoint of the last steps; " + _restart(
+            result
+        )
     if result.stop_signal is not None and result.returncode == -(result.relayed_signal or 0) and not failure:
         return (
             f"trainctl train: stopped by {signal.Signals(result.stop_signal).name} before the entry point had started; "

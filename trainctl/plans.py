@@ -143,7 +143,10 @@ def plan_and_print(fields: Mapping[str, Any], *, as_json: bool = False, flags: M
     except FieldError as exc:  # PlanInputError and the catalogue's refusals
         flag = (flags or {}).get(exc.field, exc.field)
         detail = f" ({exc.detail})" if exc.detail else ""
-        print(f"trainctl plan: error: argument {flag}: got {exc.value!r}, expected {exc.expected}{detail}", file=sys.stderr)
+        print(
+            f"trainctl plan: error: argument {flag}: got {exc.value!r}, expected {exc.expected}{detail}",
+            file=sys.stderr,
+        )
         return 2
     if as_json:
         print(json.dumps(plan.to_dict(), indent=2))

@@ -42,7 +42,10 @@ def prepare_shards(
             return 2
         try:
             result = prepare_data(
-                Path(output), inputs, Path(tokenizer) if tokenizer is not None else None, eod_token=eod_token,
+                Path(output),
+                inputs,
+                Path(tokenizer) if tokenizer is not None else None,
+                eod_token=eod_token,
                 shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS,
             )
         except DataError as exc:

@@ -34,7 +34,9 @@ def read_request(source: str) -> dict[str, Any]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected a JSON object") from None
+        raise ValueError(
+            f"{name} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected a JSON object"
+        ) from None
     try:
         request = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -76,8 +78,10 @@ def submit_and_print(
 
     prog = "trainctl submit" + (" --local" if local else "")
     if not local and not function:
-        print(f"{prog}: no submitter: give --function NAME (the stack output SubmitterFunctionName) or --local",
-              file=sys.stderr)
+        print(
+            f"{prog}: no submitter: give --function NAME (the stack output SubmitterFunctionName) or --local",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     try:
         request = read_request(source)
@@ -93,14 +97,20 @@ def submit_and_print(
         return EXIT_FAILED
     if generated:
         # before sending: a person who loses the answer (or this process) still has the token
-        print(f"{prog}: client_token {generated} (generated; to retry this request without a second job, "
-              f"add --client-token {generated})", file=sys.stderr, flush=True)
+        print(
+            f"{prog}: client_token {generated} (generated; to retry this request without a second job, "
+            f"add --client-token {generated})",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         if local:
             response = submit_local(request, dict(os.environ))
         else:
             response = invoke_function(
-                function, request, region=region,
+                function,
+                request,
+                region=region,
                 read_timeout=DEFAULT_INVOKE_READ_TIMEOUT_S if read_timeout is None else read_timeout,
             )
     except SubmitError as exc:
@@ -117,7 +127,9 @@ def submit_and_print(
         return EXIT_SUBMITTED
     if status == "rejected":
         return EXIT_REJECTED
-    print(f"{prog}: the submitter answered status {status!r}; expected submitted, validated or rejected", file=sys.stderr)
+    print(
+        f"{prog}: the submitter answered status {status!r}; expected submitted, validated or rejected", file=sys.stderr
+    )
     return EXIT_FAILED
 
 
@@ -127,7 +139,9 @@ def _retry_hint(exc: SubmitError, request: dict[str, Any]) -> str:
     if request.get("client_token"):
         return f"; retry with --client-token {request['client_token']} to get its job, never a second one"
     if request.get("job_name"):
-        return f"; retrying the same request is safe: its job_name {request['job_name']} finds the job if one was created"
+        return (
+            f"; retrying the same request is safe: its job_name {request['job_name']} finds the job if one was created"
+        )
     return ""
 
 

@@ -298,7 +298,9 @@ def invoke_function(
     endpoint = client.meta.endpoint_url
     where = f"{name} ({client.meta.region_name})"
     try:
-        answer = client.invoke(FunctionName=name, InvocationType="RequestResponse", Payload=json.dumps(request).encode())
+        answer = client.invoke(
+            FunctionName=name, InvocationType="RequestResponse", Payload=json.dumps(request).encode()
+        )
         payload = answer["Payload"].read()
     except botocore.exceptions.ClientError as exc:
         raise _invoke_refusal(exc, where) from None
@@ -311,7 +313,9 @@ def invoke_function(
     except botocore.exceptions.ConnectionError as exc:  # nothing was sent: connect refused / timed out, DNS, TLS, proxy
         raise SubmitError(f"cannot reach Lambda at {endpoint}: {exc}", may_have_run=False, unavailable=True) from None
     except botocore.exceptions.HTTPClientError as exc:  # the connection broke after the request went out
-        raise SubmitError(f"the connection to {endpoint} broke before {name} answered: {exc}", may_have_run=True) from None
+        raise SubmitError(
+            f"the connection to {endpoint} broke before {name} answered: {exc}", may_have_run=True
+        ) from None
     except botocore.exceptions.BotoCoreError as exc:
         raise SubmitError(f"invoking {where} failed: {exc}", may_have_run=True) from None
     try:
@@ -445,14 +449,23 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
             may_have_run=True,
         ) from None
     except botocore.exceptions.NoRegionError:
-        raise SubmitError("no AWS region: set AWS_REGION (the env file of `trainctl local-aws` does)",
-                          may_have_run=False, unavailable=True) from None
+        raise SubmitError(
+            "no AWS region: set AWS_REGION (the env file of `trainctl local-aws` does)",
+            may_have_run=False,
+            unavailable=True,
+        ) from None
     except (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError) as exc:
-        raise SubmitError(f"no AWS credentials ({exc}); the env file of `trainctl local-aws` sets the emulator's",
-                          may_have_run=False, unavailable=True) from None
+        raise SubmitError(
+            f"no AWS credentials ({exc}); the env file of `trainctl local-aws` sets the emulator's",
+            may_have_run=False,
+            unavailable=True,
+        ) from None
     except botocore.exceptions.ConnectionError as exc:
-        raise SubmitError(f"cannot reach AWS_ENDPOINT_URL {endpoint} ({exc}); is `trainctl local-aws` running?",
-                          may_have_run=False, unavailable=True) from None
+        raise SubmitError(
+            f"cannot reach AWS_ENDPOINT_URL {endpoint} ({exc}); is `trainctl local-aws` running?",
+            may_have_run=False,
+            unavailable=True,
+        ) from None
     except botocore.exceptions.BotoCoreError as exc:
         raise SubmitError(f"the submitter failed: {exc}", may_have_run=True) from None
     except SubmitError:
@@ -474,10 +487,10 @@ def _set_streams(pairs: Any) -> None:
 
 __all__ = [
     "DEFAULT_INVOKE_READ_TIMEOUT_S",
-    "FunctionError",
     "LAMBDA_MAX_TIMEOUT_S",
-    "LocalEndpointRequired",
     "MAX_INVOKE_READ_TIMEOUT_S",
+    "FunctionError",
+    "LocalEndpointRequired",
     "SubmitError",
     "function_region",
     "invoke_function",

@@ -139,7 +139,9 @@ def summarize(
         _synthesize(assembly, context, synth_environment() if environ is None else environ)
     manifest_path = assembly / "manifest.json"
     if not manifest_path.is_file():
-        raise FileNotFoundError(f"{manifest_path} not found: expected a cloud assembly (run `cdk synth` or drop --no-synth)")
+        raise FileNotFoundError(
+            f"{manifest_path} not found: expected a cloud assembly (run `cdk synth` or drop --no-synth)"
+        )
     manifest = json.loads(manifest_path.read_text())
 
     summary = SynthSummary(assembly=assembly)
@@ -150,7 +152,10 @@ def summarize(
         template = json.loads(template_path.read_text())
         counts = Counter(resource["Type"] for resource in template.get("Resources", {}).values())
         outputs = {
-            name: (output.get("Description", ""), intrinsics.render(output.get("Value"), fallback=intrinsics.compact_json))
+            name: (
+                output.get("Description", ""),
+                intrinsics.render(output.get("Value"), fallback=intrinsics.compact_json),
+            )
             for name, output in template.get("Outputs", {}).items()
         }
         summary.stacks.append(StackSummary(artifact_id, template_path, counts, outputs))
@@ -279,7 +284,9 @@ def render(summary: SynthSummary, console: Console | None = None) -> None:
     for ack in summary.acknowledgements:
         grouped.setdefault((ack.path, ack.reason), []).append(ack.rule_id)
     for (path, reason), rule_ids in grouped.items():
-        console.print(Text.assemble("  ", (path.lstrip("/"), "dim"), ": ", (", ".join(rule_ids), "cyan")), overflow="fold")
+        console.print(
+            Text.assemble("  ", (path.lstrip("/"), "dim"), ": ", (", ".join(rule_ids), "cyan")), overflow="fold"
+        )
         console.print(Text(f"      {reason}"))
     if other:
         console.print(Text(f"{len(other)} finding(s) from other validation plugins", "red"))
@@ -287,7 +294,9 @@ def render(summary: SynthSummary, console: Console | None = None) -> None:
     errors = summary.lint_errors
     warnings = [m for m in summary.lint if m.severity == "warning"]
     style = "green" if not errors else "red"
-    console.print(Text.assemble(("cfn-lint", "bold"), ": ", (f"{len(errors)} errors", style), f", {len(warnings)} warnings"))
+    console.print(
+        Text.assemble(("cfn-lint", "bold"), ": ", (f"{len(errors)} errors", style), f", {len(warnings)} warnings")
+    )
     for match in summary.lint:
         colour = "red" if match.severity == "error" else "yellow"
         console.print(Text.assemble("  ", (match.rule_id, colour), f" {match.template}:{match.line} {match.message}"))
@@ -295,7 +304,9 @@ def render(summary: SynthSummary, console: Console | None = None) -> None:
     console.print(Text.assemble(("Synth checks", "bold"), ": ", verdict, f" (assembly: {summary.assembly})"))
 
 
-def summarize_and_print(out: str | Path = "cdk.out", *, synthesize: bool = True, context: dict[str, Any] | None = None) -> int:
+def summarize_and_print(
+    out: str | Path = "cdk.out", *, synthesize: bool = True, context: dict[str, Any] | None = None
+) -> int:
     """``trainctl synth-summary``: :func:`summarize` then :func:`render`; returns the exit status (module docstring)."""
     from rich.console import Console
     from rich.markup import escape

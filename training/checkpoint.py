@@ -121,6 +121,7 @@ and writes consolidated safetensors + ``config.json``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -164,8 +165,14 @@ DATA_STREAM_HYPERPARAMETERS = ("seq_length", "seed", "synthetic_data")
 REFUSED_HYPERPARAMETERS = ("quantized_model_init",)
 """Hyperparameters whose change changes the checkpoint's state-dict layout (TE quantized weights + FusedAdam)."""
 _COMPARED_ELSEWHERE = (
-    "model", "num_layers", "vocab_size", "batch_size", "gradient_accumulation_steps", "allow_data_change",
-    *DATA_STREAM_HYPERPARAMETERS, *REFUSED_HYPERPARAMETERS,
+    "model",
+    "num_layers",
+    "vocab_size",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "allow_data_change",
+    *DATA_STREAM_HYPERPARAMETERS,
+    *REFUSED_HYPERPARAMETERS,
 )
 
 
@@ -224,7 +231,9 @@ def foreign_entries(directory: Path) -> dict[str, str]:
             continue
         if checkpoint_step(child.name) is None:
             if MOVED_ASIDE not in child.name:
-                out[child.name] = "not a checkpoint name (this trainer writes step-<step>, ASCII digits, no leading zeros)"
+                out[child.name] = (
+                    "not a checkpoint name (this trainer writes step-<step>, ASCII digits, no leading zeros)"
+                )
         elif child.is_symlink():
             out[child.name] = f"a symbolic link (to {os.readlink(child)}), not a checkpoint folder this trainer wrote"
         elif not child.is_dir():
@@ -314,7 +323,9 @@ def trainer_state_problems(state: Any, step: int | None = None) -> list[str]:
 
     saved_step = state.get("step")
     if not _is_int(saved_step) or saved_step < 0:
-        return [f"{TRAINER_STATE} has no integer 'step'" + ("" if "step" not in state else f" (got {_shown(saved_step)})")]
+        return [
+            f"{TRAINER_STATE} has no integer 'step'" + ("" if "step" not in state else f" (got {_shown(saved_step)})")
+        ]
     if step is not None and saved_step != step:
         return [f"{TRAINER_STATE} says step {saved_step}, the folder is step-{step}"]
 
@@ -362,11 +373,19 @@ def trainer_state_problems(state: Any, step: int | None = None) -> list[str]:
         else:
             problems.extend(_record_problems(record, "run.", samples, saved_step))
     else:  # older checkpoints: the record's fields at the top level
-        problems.extend(_record_problems(
-            {"world_size": state.get("world_size"), "model": state.get("model_config"),
-             "hyperparameters": state.get("hyperparameters")}, "", None, saved_step,
-            names={"model": "model_config"},
-        ))
+        problems.extend(
+            _record_problems(
+                {
+                    "world_size": state.get("world_size"),
+                    "model": state.get("model_config"),
+                    "hyperparameters": state.get("hyperparameters"),
+                },
+                "",
+                None,
+                saved_step,
+                names={"model": "model_config"},
+            )
+        )
     return problems
 
 
@@ -396,7 +415,9 @@ def _record_problems(
         elif any(not _is_int(model[name]) for name in model_shape_fields(model)):
             bad("model", "integers for every field but 'name' (the model family's shape)")
     hp = record.get("hyperparameters")
-    if hp is not None and not (isinstance(hp, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hp.items())):
+    if hp is not None and not (
+        isinstance(hp, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hp.items())
+    ):
         bad("hyperparameters", "an object of strings (Hyperparameters.to_strings())")
     if record.get("data") is not None and not isinstance(record["data"], dict):
         bad("data", "an object (the data fingerprint) or null")
@@ -469,12 +490,16 @@ def verify_checkpoint(path: Path, step: int | None = None) -> Verification:
 
     metadata_file = path / ".metadata"
     if not metadata_file.is_file():
-        result.problems.append("DCP .metadata is missing (written by global rank 0 last; on several nodes, node 0's copy)")
+        result.problems.append(
+            "DCP .metadata is missing (written by global rank 0 last; on several nodes, node 0's copy)"
+        )
         return result
     try:
         metadata = FileSystemReader(str(path)).read_metadata()
-    except Exception as exc:  # noqa: BLE001 - a cut-off pickle raises anything (EOFError, UnpicklingError, ...)
-        result.problems.append(f"DCP .metadata ({metadata_file.stat().st_size} bytes) does not parse: {_first_line(exc)}")
+    except Exception as exc:
+        result.problems.append(
+            f"DCP .metadata ({metadata_file.stat().st_size} bytes) does not parse: {_first_line(exc)}"
+        )
         return result
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(metadata, Metadata) or not isinstance(storage, dict):
@@ -522,8 +547,10 @@ class RestartPoint:
         if self.step is None:
             if not self.skipped:
                 return f"no complete checkpoint yet: {subject} begins at step 0"
-            return (f"no checkpoint verifies ({damaged}): {subject} fails until whole copies are restored or the "
-                    "damaged ones moved away")
+            return (
+                f"no checkpoint verifies ({damaged}): {subject} fails until whole copies are restored or the "
+                "damaged ones moved away"
+            )
         if not self.skipped:
             return f"{subject} resumes from {STEP_PREFIX}{self.step}"
         return f"{subject} resumes from {STEP_PREFIX}{self.step} (newer ones do not verify and are skipped: {damaged})"
@@ -561,8 +588,12 @@ def model_mismatch(metadata: Metadata, model_shapes: Mapping[str, tuple[int, ...
     """
     saved: dict[str, tuple[int, ...]] = {}
     for key, meta in metadata.state_dict_metadata.items():
-        if key.startswith(MODEL_PREFIX) and isinstance(meta, TensorStorageMetadata) and not key.endswith("_extra_state"):
-            saved[key[len(MODEL_PREFIX):]] = tuple(meta.size)
+        if (
+            key.startswith(MODEL_PREFIX)
+            and isinstance(meta, TensorStorageMetadata)
+            and not key.endswith("_extra_state")
+        ):
+            saved[key[len(MODEL_PREFIX) :]] = tuple(meta.size)
     mine = {k: tuple(v) for k, v in model_shapes.items() if not k.endswith("_extra_state")}
     only_saved = sorted(set(saved) - set(mine))
     only_mine = sorted(set(mine) - set(saved))
@@ -576,7 +607,9 @@ def model_mismatch(metadata: Metadata, model_shapes: Mapping[str, tuple[int, ...
         parts.append(f"{len(only_mine)} only in this model (e.g. {only_mine[0]})")
     if reshaped:
         k = reshaped[0]
-        parts.append(f"{len(reshaped)} with another shape (e.g. {k}: {list(saved[k])} in the checkpoint, {list(mine[k])} here)")
+        parts.append(
+            f"{len(reshaped)} with another shape (e.g. {k}: {list(saved[k])} in the checkpoint, {list(mine[k])} here)"
+        )
     return "model tensors differ: " + "; ".join(parts)
 
 
@@ -629,10 +662,8 @@ def saved_run(trainer_state: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     hp = dict(hp) if isinstance(hp, dict) else {}
     world = trainer_state.get("world_size")
     spb = None
-    try:
+    with contextlib.suppress(KeyError, TypeError, ValueError):
         spb = int(hp["batch_size"]) * int(hp.get("gradient_accumulation_steps", "1")) * int(world)
-    except (KeyError, TypeError, ValueError):
-        pass
     model = trainer_state.get("model_config")
     return {
         "version": 0,
@@ -682,7 +713,9 @@ def _keep_global_batch(target: int, current: Mapping[str, Any]) -> str:
     return f"with {_processes(world)} set " + " or ".join(options)
 
 
-def compare_runs(trainer_state: Mapping[str, Any], current: Mapping[str, Any], *, allow_data_change: bool = False) -> RunComparison:
+def compare_runs(
+    trainer_state: Mapping[str, Any], current: Mapping[str, Any], *, allow_data_change: bool = False
+) -> RunComparison:
     """Decide whether the run ``current`` (a :func:`run_record`) may resume a checkpoint.
 
     The policy per item is the table in the module docstring.
@@ -703,7 +736,9 @@ def compare_runs(trainer_state: Mapping[str, Any], current: Mapping[str, Any], *
     if isinstance(saved_model, dict):
         for name in model_shape_fields(model, saved_model):
             if saved_model.get(name) != model.get(name):
-                out.refusals.append(f"model {name}: {saved_model.get(name)} in the checkpoint, {model.get(name)} in this run")
+                out.refusals.append(
+                    f"model {name}: {saved_model.get(name)} in the checkpoint, {model.get(name)} in this run"
+                )
                 out.model_refused = True
         if not out.model_refused and saved_model.get("name") != model.get("name"):
             out.notes.append(f"model preset {saved_model.get('name')} -> {model.get('name')} (same shape)")
@@ -738,18 +773,26 @@ def compare_runs(trainer_state: Mapping[str, Any], current: Mapping[str, Any], *
         )
 
     # Data stream: refuse unless allowed.
-    changes = [f"{n} {old_hp.get(n)} -> {new_hp.get(n)}" for n in DATA_STREAM_HYPERPARAMETERS if n in old_hp and old_hp.get(n) != new_hp.get(n)]
+    changes = [
+        f"{n} {old_hp.get(n)} -> {new_hp.get(n)}"
+        for n in DATA_STREAM_HYPERPARAMETERS
+        if n in old_hp and old_hp.get(n) != new_hp.get(n)
+    ]
     old_data, new_data = saved.get("data"), current.get("data") or {}
     if (
         isinstance(old_data, dict)
-        and not old_data.get("synthetic") and not new_data.get("synthetic")  # a switch is synthetic_data's change
+        and not old_data.get("synthetic")
+        and not new_data.get("synthetic")  # a switch is synthetic_data's change
         and old_data.get("sha256") != new_data.get("sha256")
     ):
         changes.append(f"training data {_describe_data(old_data)} -> {_describe_data(new_data)}")
     if changes:
         if allow_data_change:
-            out.notes.append("data stream changed (allow_data_change=true): " + "; ".join(changes)
-                             + "; the position carries over as a sample count")
+            out.notes.append(
+                "data stream changed (allow_data_change=true): "
+                + "; ".join(changes)
+                + "; the position carries over as a sample count"
+            )
         else:
             out.refusals.append(
                 "data stream: " + "; ".join(changes) + "; the samples already trained on cannot be matched in the "
@@ -764,8 +807,15 @@ def compare_runs(trainer_state: Mapping[str, Any], current: Mapping[str, Any], *
             continue
         others.append(f"{name} {old_hp.get(name, '(unset)')} -> {new_hp.get(name, '(unset)')}")
     if others:
-        out.notes.append("hyperparameters changed: " + ", ".join(others)
-                         + (" (fp32 master weights and AdamW state carry over)" if any(o.startswith(("precision", "fp8_scaling")) for o in others) else ""))
+        out.notes.append(
+            "hyperparameters changed: "
+            + ", ".join(others)
+            + (
+                " (fp32 master weights and AdamW state carry over)"
+                if any(o.startswith(("precision", "fp8_scaling")) for o in others)
+                else ""
+            )
+        )
     return out
 
 
@@ -1004,7 +1054,7 @@ class CheckpointManager:
         if saved is None:
             return removed
         loadable = [s for s in steps if s <= saved and s not in self.unloadable]
-        kept = loadable[-self.keep:]
+        kept = loadable[-self.keep :]
         if not kept:
             return removed
         for step in steps:
@@ -1070,7 +1120,12 @@ class CheckpointManager:
         self._barrier()
         self.last_save_seconds = time.monotonic() - start
         if self.local_rank == 0:
-            marker = {"step": step, "world_size": self.world_size, "saved_at": time.time(), "seconds": self.last_save_seconds}
+            marker = {
+                "step": step,
+                "world_size": self.world_size,
+                "saved_at": time.time(),
+                "seconds": self.last_save_seconds,
+            }
             _fsync_write(path / COMPLETE_MARKER, json.dumps(marker) + "\n")
         self.unloadable.pop(step, None)
         self._barrier()
@@ -1149,7 +1204,9 @@ class CheckpointManager:
 
             assert check.metadata is not None and check.trainer_state is not None
             comparison = (
-                compare_runs(check.trainer_state, run, allow_data_change=allow_data_change) if run is not None else RunComparison()
+                compare_runs(check.trainer_state, run, allow_data_change=allow_data_change)
+                if run is not None
+                else RunComparison()
             )
             refusals = list(comparison.refusals)
             if not comparison.model_refused:
@@ -1169,7 +1226,7 @@ class CheckpointManager:
                 restored = self._load(path, model, optimizer, check.metadata)
                 if restore is not None:
                     restore(check.trainer_state)
-            except (Exception, CheckpointException) as exc:  # noqa: BLE001 - CheckpointException is a BaseException
+            except (Exception, CheckpointException) as exc:
                 error = _load_error(exc)
             error = self._agree(error)
             if error is not None:
@@ -1189,8 +1246,12 @@ class CheckpointManager:
                     f"generators from the run's seed: {name} was written by {_processes(world)}, which had no such rank"
                 )
             return Resumed(
-                step=step, path=path, trainer_state=check.trainer_state,
-                restored_rng=not fresh, skipped=skipped, notes=list(comparison.notes),
+                step=step,
+                path=path,
+                trainer_state=check.trainer_state,
+                restored_rng=not fresh,
+                skipped=skipped,
+                notes=list(comparison.notes),
             )
 
         self.unloadable = dict(skipped)
@@ -1221,7 +1282,7 @@ class CheckpointManager:
             return False  # a rank the saving run did not have (verify_checkpoint found every rank's file it had)
         try:
             _set_rng_state(torch.load(rng, weights_only=False))
-        except Exception as exc:  # noqa: BLE001 - name the file: the library's message does not
+        except Exception as exc:
             raise RuntimeError(f"{rng_file(self.rank)}: {_first_line(exc)}") from exc
         return True
 
@@ -1288,8 +1349,10 @@ def export_model(
     written = None
     if rank == 0:
         # TE quantized weights (quantized model init) are tensor subclasses: back to high precision first
-        plain = {k: (v.dequantize() if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor else v)
-                 for k, v in state.items()}
+        plain = {
+            k: (v.dequantize() if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor else v)
+            for k, v in state.items()
+        }
         written = save_pretrained(directory, plain, config, dtype=dtype, extra=extra)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

@@ -140,10 +140,10 @@ class ShardHeader:
                 for the first field that is missing, of the wrong type or out of range.
         """
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise DataError(f"{where}: not a token-shard header (expected \"format\": \"{FORMAT}\")")
+            raise DataError(f'{where}: not a token-shard header (expected "format": "{FORMAT}")')
 
         def bad(name: str, expected: str) -> DataError:
-            value = data[name] if name in data else "nothing (field missing)"
+            value = data.get(name, "nothing (field missing)")
             return DataError(f"{where}: header field {name!r}: got {value!r}, expected {expected}")
 
         def integer(name: str, low: int, high: int | None, *, optional: bool = False) -> int | None:
@@ -152,7 +152,12 @@ class ShardHeader:
                 return None
             expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
             # bool is an int subclass in Python; JSON true/false is not a count or a token id
-            if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value >= high):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or value < low
+                or (high is not None and value >= high)
+            ):
                 raise bad(name, expected + (" or null" if optional else ""))
             return value
 
@@ -169,7 +174,9 @@ class ShardHeader:
         if not isinstance(tokenizer, str) or not tokenizer:
             raise bad("tokenizer", f"a non-empty string ({BYTE_LEVEL!r} or a tokenizer.json file name)")
         sha = data.get("tokenizer_sha256")
-        if sha is not None and not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        if sha is not None and not (
+            isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+        ):
             raise bad("tokenizer_sha256", "64 lowercase hex digits or null")
         sources = data.get("sources", [])
         if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
@@ -486,7 +493,9 @@ class TokenDataset:
                 raise DataError(f"{hpath}: not a token-shard header (JSON nested too deeply to read)") from None
             except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                 detail = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
-                raise DataError(f"{hpath}: not a readable JSON header ({detail}; expected a token-shard header)") from None
+                raise DataError(
+                    f"{hpath}: not a readable JSON header ({detail}; expected a token-shard header)"
+                ) from None
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 continue  # some other JSON file next to a .bin: not ours
             header = ShardHeader.from_json(data, hpath)
@@ -529,8 +538,13 @@ class TokenDataset:
             digest = hashlib.sha256()
             for path, header, tokens in zip(self.paths, self.headers, self.tokens):
                 fields = [
-                    path.relative_to(self.directory).as_posix(), header.dtype, header.num_tokens, header.vocab_size,
-                    header.eod_token_id, header.tokenizer, header.tokenizer_sha256,
+                    path.relative_to(self.directory).as_posix(),
+                    header.dtype,
+                    header.num_tokens,
+                    header.vocab_size,
+                    header.eod_token_id,
+                    header.tokenizer,
+                    header.tokenizer_sha256,
                 ]
                 digest.update(json.dumps(fields).encode("utf-8"))
                 digest.update(np.asarray(tokens[:FINGERPRINT_TOKENS], dtype="<u4").tobytes())
@@ -572,7 +586,9 @@ class TokenDataset:
 class _RankBatches:
     """What every sampler shares: one rank's micro-batches of ``seq_length + 1`` tokens per step."""
 
-    def __init__(self, *, seq_length: int, batch_size: int, grad_accum: int, rank: int, world_size: int, seed: int) -> None:
+    def __init__(
+        self, *, seq_length: int, batch_size: int, grad_accum: int, rank: int, world_size: int, seed: int
+    ) -> None:
         self.seq_length = seq_length
         self.batch_size = batch_size
         self.grad_accum = grad_accum
@@ -644,7 +660,12 @@ class DistributedSampler(_RankBatches):
         seed: int,
     ) -> None:
         super().__init__(
-            seq_length=seq_length, batch_size=batch_size, grad_accum=grad_accum, rank=rank, world_size=world_size, seed=seed
+            seq_length=seq_length,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
         )
         self.dataset = dataset
         per_shard = np.array([max(0, (h.num_tokens - 1) // seq_length) for h in dataset.headers], dtype=np.int64)
@@ -701,8 +722,11 @@ class DistributedSampler(_RankBatches):
         column = int(np.argmax(tokens >= self.dataset.vocab_size))
         offset = (w - int(self._starts[shard])) * self.seq_length + column
         header = self.dataset.headers[shard]
-        claim = (f"its header's max_token_id says {header.max_token_id}" if header.max_token_id is not None
-                 else "its header has no max_token_id")
+        claim = (
+            f"its header's max_token_id says {header.max_token_id}"
+            if header.max_token_id is not None
+            else "its header has no max_token_id"
+        )
         return DataError(
             f"{self.dataset.paths[shard]}: token id {int(tokens[column])} at token {offset} is not below the "
             f"vocabulary size {self.dataset.vocab_size} (the header's vocab_size; {claim}); the shard is corrupt or "
@@ -714,10 +738,23 @@ class SyntheticSampler(_RankBatches):
     """Uniform random tokens, seeded by (seed, step, micro step, rank): deterministic and resumable."""
 
     def __init__(
-        self, *, vocab_size: int, seq_length: int, batch_size: int, grad_accum: int, rank: int, world_size: int, seed: int
+        self,
+        *,
+        vocab_size: int,
+        seq_length: int,
+        batch_size: int,
+        grad_accum: int,
+        rank: int,
+        world_size: int,
+        seed: int,
     ) -> None:
         super().__init__(
-            seq_length=seq_length, batch_size=batch_size, grad_accum=grad_accum, rank=rank, world_size=world_size, seed=seed
+            seq_length=seq_length,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
         )
         self.vocab_size = vocab_size
 

@@ -66,7 +66,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from platform_spec.hyperparameters import CPU_PRECISIONS, Hyperparameters, HyperparameterError
+from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError, Hyperparameters
 from training.environment import (
     ConfigError,
     SageMakerPaths,
@@ -144,12 +144,13 @@ def validate(
     check_train_channel(paths, hp)
     if gpus == 0 and hp.precision not in CPU_PRECISIONS:
         raise HyperparameterError(
-            "precision", hp.precision,
+            "precision",
+            hp.precision,
             f"one of {', '.join(CPU_PRECISIONS)} on a host without GPUs ({hp.precision} needs an NVIDIA GPU)",
         )
     if not hp.synthetic_data:
-        from training.data import TokenDataset, resolve_vocab_size
         from platform_spec.models import get_preset
+        from training.data import TokenDataset, resolve_vocab_size
 
         dataset = TokenDataset(paths.train_dir)
         resolve_vocab_size(hp, get_preset(hp.model).vocab_size, dataset.vocab_size)
@@ -175,9 +176,7 @@ def processes_per_node(environ: Mapping[str, str], gpus: int) -> int:
     return nproc
 
 
-def torchrun_command(
-    hp: Hyperparameters, paths: SageMakerPaths, environ: Mapping[str, str], gpus: int
-) -> list[str]:
+def torchrun_command(hp: Hyperparameters, paths: SageMakerPaths, environ: Mapping[str, str], gpus: int) -> list[str]:
     """The torchrun command line for this host."""
     resource = read_resource_config(paths)
     nproc = processes_per_node(environ, gpus)
@@ -343,7 +342,12 @@ def stop_description(status: TrainerStatus | None) -> str:
 
 
 def worker_environment(
-    environ: Mapping[str, str], gpus: int, nproc: int, *, paths: SageMakerPaths, network: Mapping[str, str] | None = None
+    environ: Mapping[str, str],
+    gpus: int,
+    nproc: int,
+    *,
+    paths: SageMakerPaths,
+    network: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The workers' environment: the job's, with the resolved base directory, the socket
     interfaces of :func:`training.environment.socket_interface_environment` and launch defaults."""
@@ -385,7 +389,7 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             hp = validate(paths, env, gpus, guide_variables=guide_variables)
             network, notes = socket_interface_environment(read_resource_config(paths), env)
             cmd = torchrun_command(hp, paths, env, gpus)
-        except Exception as exc:  # noqa: BLE001 - every validation error becomes the failure reason
+        except Exception as exc:
             if isinstance(exc, _validation_errors()):
                 reason = str(exc)
                 print(f"[entrypoint] invalid configuration: {exc}", file=sys.stderr, flush=True)
@@ -403,7 +407,9 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
         print(f"[entrypoint] network: {'; '.join(notes)}", flush=True)
         print(f"[entrypoint] {' '.join(cmd)}", flush=True)
         proc = subprocess.Popen(
-            cmd, env=worker_environment(env, gpus, nproc, paths=paths, network=network), cwd=str(REPO_ROOT),
+            cmd,
+            env=worker_environment(env, gpus, nproc, paths=paths, network=network),
+            cwd=str(REPO_ROOT),
             start_new_session=True,
         )
         relay.attach(proc)
@@ -450,8 +456,10 @@ def outcome(paths: SageMakerPaths, rc: int, relay: StopRelay) -> int:
         return 0
     if rc == 0:
         if name is not None:
-            print(f"[entrypoint] stopped by {name}: {stop_description(read_status(paths))}; {restart_description(paths)}",
-                  flush=True)
+            print(
+                f"[entrypoint] stopped by {name}: {stop_description(read_status(paths))}; {restart_description(paths)}",
+                flush=True,
+            )
         return 0
     reason = (
         f"training processes exited with status {rc}"

@@ -51,12 +51,12 @@ from platform_spec.catalogue import INSTANCES
 from platform_spec.hyperparameters import (
     GUIDE_DEFAULT_REQUEST,
     HyperparameterError,
+    Hyperparameters,
     coerce,
     from_environment,
     normalise_name,
     parse,
 )
-from platform_spec.hyperparameters import Hyperparameters
 
 DEFAULT_BASE_DIR = "/opt/ml"
 TRAIN_CHANNEL = "train"
@@ -208,12 +208,19 @@ def read_resource_config(paths: SageMakerPaths) -> ResourceConfig:
         raise ConfigError(f"{path}: 'current_host' {current!r} is not one of hosts {hosts}")
     interface = data.get("network_interface_name")
     if interface is not None and (not isinstance(interface, str) or not interface.strip()):
-        raise ConfigError(f"{path}: 'network_interface_name' must be an interface name such as 'eth0', got {interface!r}")
+        raise ConfigError(
+            f"{path}: 'network_interface_name' must be an interface name such as 'eth0', got {interface!r}"
+        )
     instance_type = data.get("current_instance_type")
     if instance_type is not None and (not isinstance(instance_type, str) or not instance_type.strip()):
-        raise ConfigError(f"{path}: 'current_instance_type' must be an instance type such as 'ml.p5.48xlarge', got {instance_type!r}")
+        raise ConfigError(
+            f"{path}: 'current_instance_type' must be an instance type such as 'ml.p5.48xlarge', got {instance_type!r}"
+        )
     return ResourceConfig(
-        current, tuple(hosts), interface.strip() if interface else None, instance_type.strip() if instance_type else None
+        current,
+        tuple(hosts),
+        interface.strip() if interface else None,
+        instance_type.strip() if instance_type else None,
     )
 
 
@@ -290,7 +297,9 @@ def socket_interface_environment(
             updates[name] = declared
             notes.append(f"{name}={declared} (resourceconfig.json network_interface_name)")
         else:
-            notes.append(f"{name} unset (resourceconfig.json names no network_interface_name; the library picks an interface)")
+            notes.append(
+                f"{name} unset (resourceconfig.json names no network_interface_name; the library picks an interface)"
+            )
     if updates:
         known = host_interfaces() if interfaces is None else interfaces
         if known is not None and declared not in known:
@@ -372,7 +381,9 @@ def raw_hyperparameters(
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a JSON object of name -> value")
         from_file = _one_spelling_each([(k, k, v) for k, v in data.items()], str(path))
-    env_entries = [(key, name, value) for key, raw in environ.items() for name, value in from_environment({key: raw}).items()]
+    env_entries = [
+        (key, name, value) for key, raw in environ.items() for name, value in from_environment({key: raw}).items()
+    ]
     from_env = _one_spelling_each(env_entries, "SM_HP_* environment variables")
     values = {name: value for name, (_, value) in from_file.items()}
     if guide_variables:
@@ -474,7 +485,9 @@ def capacity_block_ended_reason(deadline: float, now: float, margin_s: float) ->
     )
 
 
-def check_capacity_block(environ: Mapping[str, str], *, now: float | None = None, margin_s: float = STOP_MARGIN_S) -> None:
+def check_capacity_block(
+    environ: Mapping[str, str], *, now: float | None = None, margin_s: float = STOP_MARGIN_S
+) -> None:
     """Refuse to start when the capacity block ends within ``margin_s`` seconds (default :data:`STOP_MARGIN_S`).
 
     Raises:

@@ -88,10 +88,14 @@ def plan_train_link(
     """
     source = Path(data_dir).resolve()
     if data_exists and not source.is_dir():
-        raise LayoutError(f"data directory {data_dir}: {source} is not a directory (expected token shards from trainctl prepare-data)")
+        raise LayoutError(
+            f"data directory {data_dir}: {source} is not a directory (expected token shards from trainctl prepare-data)"
+        )
     train = paths.train_dir
     if source == paths.base_dir or source in train.parents:
-        raise LayoutError(f"data directory {source} contains the base directory's train channel {train}; give the shard folder itself")
+        raise LayoutError(
+            f"data directory {source} contains the base directory's train channel {train}; give the shard folder itself"
+        )
     if train.is_symlink():
         if train.resolve() == source:
             return "keep", source
@@ -99,8 +103,11 @@ def plan_train_link(
         if _record(paths).get("train_link") == target:
             return "relink", source
         usable = train.resolve()
-        instead = (f", or train on {usable} with --data {usable}" if usable.is_dir()
-                   else f" (it leads to {usable}, which is not a folder)")
+        instead = (
+            f", or train on {usable} with --data {usable}"
+            if usable.is_dir()
+            else f" (it leads to {usable}, which is not a folder)"
+        )
         raise LayoutError(
             f"{train} is a link to {target} that trainctl did not make; it is left as it is. "
             f"Remove the link yourself (what it points to is not touched){instead}"
@@ -134,7 +141,9 @@ def link_train_channel(paths: SageMakerPaths, action: str, source: Path) -> None
         os.replace(staging, train)
     except OSError as exc:
         staging.unlink()
-        raise LayoutError(f"{train}: could not link the data directory {source} ({exc.strerror}); nothing was removed") from None
+        raise LayoutError(
+            f"{train}: could not link the data directory {source} ({exc.strerror}); nothing was removed"
+        ) from None
     record = {**_record(paths), "train_link": str(source)}
     (paths.base_dir / LOCAL_RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
@@ -185,7 +194,11 @@ def prepare_base_dir(
     if plan is not None:
         link_train_channel(paths, *plan)
     if paths.train_dir.exists():
-        channels["train"] = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
+        channels["train"] = {
+            "TrainingInputMode": "File",
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": "None",
+        }
     paths.input_data_config_file.write_text(json.dumps(channels, indent=2) + "\n", encoding="utf-8")
     for folder in (paths.checkpoint_dir, paths.model_dir, paths.output_data_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -213,8 +226,12 @@ class LayoutSnapshot:
     @classmethod
     def take(cls, paths: SageMakerPaths) -> LayoutSnapshot:
         files = {}
-        for path in (paths.hyperparameters_file, paths.resource_config_file, paths.input_data_config_file,
-                     paths.base_dir / LOCAL_RUN_RECORD):
+        for path in (
+            paths.hyperparameters_file,
+            paths.resource_config_file,
+            paths.input_data_config_file,
+            paths.base_dir / LOCAL_RUN_RECORD,
+        ):
             try:
                 files[path] = path.read_bytes() if path.is_file() else None
             except OSError:
@@ -269,7 +286,9 @@ def entrypoint_command() -> list[str]:
     return [sys.executable, "-m", "training.entrypoint", "train"]
 
 
-def local_environment(base_dir: str | os.PathLike[str], nproc: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
+def local_environment(
+    base_dir: str | os.PathLike[str], nproc: int, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
     out = dict(os.environ)
     out.update(env or {})
     out["SAGEMAKER_BASE_DIR"] = str(Path(base_dir).resolve())
@@ -411,11 +430,15 @@ def follow(
         if run.stop_signal is None:
             run.stop_signal = signum
             status = read_status(paths) if paths is not None else None
-            what = f"{name} received" + (" (the terminal went away; handled as SIGTERM)" if signum == signal.SIGHUP else "")
+            what = f"{name} received" + (
+                " (the terminal went away; handled as SIGTERM)" if signum == signal.SIGHUP else ""
+            )
             if status is not None and status.state == "training":
                 then = "the workers finish the step in flight and save a checkpoint before it exits"
             else:
-                then = "no training step has begun, so there is nothing to save; it exits once its processes have stopped"
+                then = (
+                    "no training step has begun, so there is nothing to save; it exits once its processes have stopped"
+                )
             _say(f"\n{what}: stopping the run as SageMaker does; {then} (a second Ctrl-C kills it without saving)\n")
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(DELIVERED_AS.get(signum, signum))
@@ -459,10 +482,8 @@ def kill_tree(pid: int) -> None:
         seen.append(current)
         pending.extend(child_pids(current))
     for victim in reversed(seen):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def run_local(

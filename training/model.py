@@ -145,7 +145,9 @@ def canonical_name(name: str, family: ModelFamily | None = None) -> str | None:
     raise KeyError(f"block parameter {name!r} is named differently by {where}: {sorted(found)}; pass the family")
 
 
-def canonical_state_dict(state_dict: Mapping[str, torch.Tensor], family: ModelFamily | None = None) -> dict[str, torch.Tensor]:
+def canonical_state_dict(
+    state_dict: Mapping[str, torch.Tensor], family: ModelFamily | None = None
+) -> dict[str, torch.Tensor]:
     """Rename a full state dict of either backend to canonical names (drops TE ``_extra_state``)."""
     out: dict[str, torch.Tensor] = {}
     for name, tensor in state_dict.items():
@@ -187,7 +189,9 @@ class CausalLM(nn.Module):
         self.family_name = family.name
         with torch.device(device):
             self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-            self.layers = nn.ModuleList([blocks.build_block(config, i + 1, device=device) for i in range(config.num_layers)])
+            self.layers = nn.ModuleList(
+                [blocks.build_block(config, i + 1, device=device) for i in range(config.num_layers)]
+            )
             self.norm = family.block_module("torch").build_final_norm(config)
             self.output = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self._block_inputs: dict[tuple[int, str], Any] = {}

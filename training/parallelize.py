@@ -137,7 +137,10 @@ def apply_fsdp(model: CausalLM, mesh: DeviceMesh, precision: PrecisionPlan, *, r
     last = len(model.layers) - 1
     for i, block in enumerate(model.layers):
         fully_shard(
-            block, mesh=mesh, mp_policy=block_policy(precision), reshard_after_forward=reshard_after_forward and i < last
+            block,
+            mesh=mesh,
+            mp_policy=block_policy(precision),
+            reshard_after_forward=reshard_after_forward and i < last,
         )
     fully_shard(model, mesh=mesh, mp_policy=root_policy(precision), reshard_after_forward=reshard_after_forward)
     if attrs:

@@ -147,8 +147,9 @@ class PrecisionPlan:
             )
         self._check_cuda(cc, te_available=te_available, seq_length=seq_length, batch_size=batch_size)
 
-    def _check_cuda(self, cc: tuple[int, ...], *, te_available: bool | None, seq_length: int | None,
-                    batch_size: int | None) -> None:
+    def _check_cuda(
+        self, cc: tuple[int, ...], *, te_available: bool | None, seq_length: int | None, batch_size: int | None
+    ) -> None:
         """What the format needs on a CUDA GPU that runs it, beyond the hardware rule: nothing here."""
 
     # -- what the format changes in training ---------------------------------------------------------
@@ -170,8 +171,9 @@ class PrecisionPlan:
         spec = self.record.te_recipe(fp8_scaling)
         return spec is not None and spec.amax_reduction
 
-    def autocast(self, recipe: Any = None, *, device_type: str = "cuda",
-                 amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
+    def autocast(
+        self, recipe: Any = None, *, device_type: str = "cuda", amax_reduction_group: Any = None
+    ) -> contextlib.AbstractContextManager:
         """The forward context: ``torch.autocast`` to the registry's ``autocast_dtype`` where the format
         has one, else a no-op (FSDP2's MixedPrecisionPolicy already casts parameters and inputs)."""
         if self.record.autocast_dtype is None:
@@ -188,8 +190,9 @@ class TransformerEnginePlan(PrecisionPlan):
     micro-batch tokens must be a multiple of the format's GEMM multiple, and the forward runs under
     ``te.autocast`` with the recipe the registry names (plus the registry's ``torch.autocast``, nvfp4's bf16)."""
 
-    def _check_cuda(self, cc: tuple[int, ...], *, te_available: bool | None, seq_length: int | None,
-                    batch_size: int | None) -> None:
+    def _check_cuda(
+        self, cc: tuple[int, ...], *, te_available: bool | None, seq_length: int | None, batch_size: int | None
+    ) -> None:
         if te_available is None:
             from training.model import transformer_engine_available
 
@@ -203,7 +206,8 @@ class TransformerEnginePlan(PrecisionPlan):
         multiple = self.record.gemm_multiple
         if seq_length is not None and batch_size is not None and multiple and (seq_length * batch_size) % multiple:
             raise PrecisionError(
-                "seq_length", seq_length,
+                "seq_length",
+                seq_length,
                 f"batch_size * seq_length divisible by {multiple} for {self.name} (TransformerEngine GEMM shapes)",
             )
 
@@ -233,8 +237,9 @@ class TransformerEnginePlan(PrecisionPlan):
             kwargs["fp8_format"] = getattr(te_recipes.Format, kwargs["fp8_format"])
         return cls(**kwargs)
 
-    def autocast(self, recipe: Any = None, *, device_type: str = "cuda",
-                 amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
+    def autocast(
+        self, recipe: Any = None, *, device_type: str = "cuda", amax_reduction_group: Any = None
+    ) -> contextlib.AbstractContextManager:
         """``te.autocast(recipe=...)`` (with ``amax_reduction_group`` where TE takes one), inside the
         registry's ``torch.autocast`` where the format has one (nvfp4: bf16, TE's NVFP4 kernels need bf16
         activations in forward and backward); a no-op without a recipe (a step outside the format)."""
@@ -302,8 +307,9 @@ def te_recipe(precision: str, fp8_scaling: str = "current") -> Any:
     return plan(precision).recipe(fp8_scaling)
 
 
-def autocast(precision: str, recipe: Any, *, device_type: str = "cuda",
-             amax_reduction_group: Any = None) -> contextlib.AbstractContextManager:
+def autocast(
+    precision: str, recipe: Any, *, device_type: str = "cuda", amax_reduction_group: Any = None
+) -> contextlib.AbstractContextManager:
     """The forward context of ``precision`` with ``recipe`` (:meth:`PrecisionPlan.autocast`):
     ``te.autocast(recipe=...)`` for TE precisions (nvfp4 also under ``torch.autocast(bf16)``), else a no-op."""
     return plan(precision).autocast(recipe, device_type=device_type, amax_reduction_group=amax_reduction_group)
@@ -328,12 +334,14 @@ def require_cuda(resource: ResourceConfig) -> None:
     try:
         torch.cuda.init()
         detail = "torch.cuda.is_available() is false"
-    except Exception as exc:  # noqa: BLE001 - CUDA's own words are the diagnosis
+    except Exception as exc:
         detail = " ".join(str(exc).split())[:300]
     built = torch.version.cuda or "none (a CPU-only build)"
     raise GPUUnavailable(
         gpus_missing_reason(
-            resource.current_instance_type or "", expected, "CUDA is not usable in this process",
+            resource.current_instance_type or "",
+            expected,
+            "CUDA is not usable in this process",
             f"{detail}; PyTorch {torch.__version__} built for CUDA {built}",
         )
     )
@@ -384,10 +392,10 @@ class DynamicLossScaler:
 
 __all__ = [
     "BLOCK_SCALED",
+    "TE_PRECISIONS",
     "DynamicLossScaler",
     "PrecisionError",
     "PrecisionPlan",
-    "TE_PRECISIONS",
     "TransformerEnginePlan",
     "autocast",
     "check_supported",

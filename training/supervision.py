@@ -81,12 +81,20 @@ class TrainerStatus:
             return self.step
         return None
 
-    def run_record(self, *, device: str | None = None, device_name: str | None = None, world_size: int | None = None) -> RunRecord:
+    def run_record(
+        self, *, device: str | None = None, device_name: str | None = None, world_size: int | None = None
+    ) -> RunRecord:
         """This status as the run's declared ``[run]`` line (:class:`platform_spec.metric_lines.RunRecord`), with
         the device it trains on when known: what the trainer prints when its state changes."""
         return RunRecord(
-            self.state, step=self.step, device=device, device_name=device_name, world_size=world_size,
-            resumed_from=self.resumed_from, saved=self.saved, reason=self.reason,
+            self.state,
+            step=self.step,
+            device=device,
+            device_name=device_name,
+            world_size=world_size,
+            resumed_from=self.resumed_from,
+            saved=self.saved,
+            reason=self.reason,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -122,8 +130,12 @@ class TrainerStatus:
         if not isinstance(state, str):
             raise StatusError(f"state: got {state!r}, expected one of {', '.join(RUN_STATES)}")
         return cls(
-            state=state, step=step("step", False) or 0, resumed_from=step("resumed_from", True),
-            skipped={int(k): v for k, v in skipped.items()}, saved=step("saved", True), reason=reason,
+            state=state,
+            step=step("step", False) or 0,
+            resumed_from=step("resumed_from", True),
+            skipped={int(k): v for k, v in skipped.items()},
+            saved=step("saved", True),
+            reason=reason,
         )
 
 

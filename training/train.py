@@ -70,11 +70,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from platform_spec.hyperparameters import SPECS, Hyperparameters, HyperparameterError, parse
+from platform_spec.hyperparameters import SPECS, HyperparameterError, Hyperparameters, parse
 from platform_spec.metric_lines import format_run_record
 from platform_spec.models import family_of, get_preset
 from training import precision as prec
-from training.checkpoint import TRAINER_STATE, CheckpointError, CheckpointManager, ResumeRefused, export_model, run_record
+from training.checkpoint import (
+    TRAINER_STATE,
+    CheckpointError,
+    CheckpointManager,
+    ResumeRefused,
+    export_model,
+    run_record,
+)
 from training.data import DataError, DistributedSampler, SyntheticSampler, TokenDataset, resolve_vocab_size
 from training.environment import (
     STOP_MARGIN_S,
@@ -90,7 +97,6 @@ from training.metrics import DeviceInfo, MetricsLogger
 from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
 from training.supervision import TrainerStatus, guarded_output, write_status
-
 
 # ---------------------------------------------------------------------------
 # Schedule
@@ -218,8 +224,14 @@ def init_distributed() -> tuple[int, int, int, int, torch.device]:
     """
     if "RANK" not in os.environ:
         os.environ.update(
-            {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "1",
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(_free_port()),
+            }
         )
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -282,8 +294,12 @@ class Trainer:
         if state is not None:
             self.state = state
         status = TrainerStatus(
-            self.state, step=self.step, resumed_from=self.resumed_from, skipped=dict(self.skipped),
-            saved=self.saved_step, reason=reason,
+            self.state,
+            step=self.step,
+            resumed_from=self.resumed_from,
+            skipped=dict(self.skipped),
+            saved=self.saved_step,
+            reason=reason,
         )
         if state is not None and self.rank == 0:  # each change of state, declared in the output too
             print(format_run_record(status.run_record(**self.device_fields())), flush=True)
@@ -313,7 +329,9 @@ class Trainer:
         self.stopper.install()
 
         # TransformerEngine blocks where TE imports on a GPU and the model's family has them
-        self.backend = "te" if cuda and "te" in family_of(hp.model).blocks and transformer_engine_available() else "torch"
+        self.backend = (
+            "te" if cuda and "te" in family_of(hp.model).blocks and transformer_engine_available() else "torch"
+        )
         # The precision's converter (the registry's format) and its GPU check, before anything is built or any
         # step runs; then its recipe, amax reduction and process-wide switches (TF32 for fp32).
         self.plan = prec.plan(hp.precision)
@@ -335,16 +353,26 @@ class Trainer:
             self.dataset = None
             vocab = resolve_vocab_size(hp, preset.vocab_size, None)
             self.sampler: DistributedSampler | SyntheticSampler = SyntheticSampler(
-                vocab_size=vocab, seq_length=hp.seq_length, batch_size=hp.batch_size,
-                grad_accum=hp.gradient_accumulation_steps, rank=self.rank, world_size=self.world_size, seed=hp.seed,
+                vocab_size=vocab,
+                seq_length=hp.seq_length,
+                batch_size=hp.batch_size,
+                grad_accum=hp.gradient_accumulation_steps,
+                rank=self.rank,
+                world_size=self.world_size,
+                seed=hp.seed,
             )
         else:
             # no scan of shards without max_token_id: the entry point scanned them once, and every batch is checked
             self.dataset = TokenDataset(self.paths.train_dir, scan=False)
             vocab = resolve_vocab_size(hp, preset.vocab_size, self.dataset.vocab_size)
             self.sampler = DistributedSampler(
-                self.dataset, seq_length=hp.seq_length, batch_size=hp.batch_size,
-                grad_accum=hp.gradient_accumulation_steps, rank=self.rank, world_size=self.world_size, seed=hp.seed,
+                self.dataset,
+                seq_length=hp.seq_length,
+                batch_size=hp.batch_size,
+                grad_accum=hp.gradient_accumulation_steps,
+                rank=self.rank,
+                world_size=self.world_size,
+                seed=hp.seed,
             )
         self.config = preset.with_overrides(num_layers=hp.num_layers, vocab_size=vocab)
 
@@ -353,7 +381,10 @@ class Trainer:
         model = build_model(self.config, backend=self.backend, device="meta")
         mesh = build_mesh(device.type, self.world_size, self.local_world_size, hp.sharding_strategy)
         self.model: CausalLM = parallelize(
-            model, mesh=mesh, precision=self.plan, activation_checkpointing=hp.activation_checkpointing,
+            model,
+            mesh=mesh,
+            precision=self.plan,
+            activation_checkpointing=hp.activation_checkpointing,
             reshard_after_forward=hp.reshard_after_forward,
         )
         materialize(self.model, device, seed=hp.seed)
@@ -373,14 +404,23 @@ class Trainer:
 
         # Checkpoints and metrics.
         self.checkpoints = CheckpointManager(
-            self.paths.checkpoint_dir, keep=hp.keep_checkpoints, rank=self.rank, local_rank=self.local_rank,
-            world_size=self.world_size, process_group=self.control_group, log=self.log,
+            self.paths.checkpoint_dir,
+            keep=hp.keep_checkpoints,
+            rank=self.rank,
+            local_rank=self.local_rank,
+            world_size=self.world_size,
+            process_group=self.control_group,
+            log=self.log,
         )
         self.tokens_per_step = hp.batch_size * hp.seq_length * hp.gradient_accumulation_steps * self.world_size
         self.metrics = MetricsLogger(
-            tokens_per_step=self.tokens_per_step, world_size=self.world_size,
-            flops_per_token=family_of(hp.model).flops_per_token(self.config, hp.seq_length), device=device,
-            info=DeviceInfo.detect(device, hp.precision), rank=self.rank, metrics_file=self.paths.metrics_file,
+            tokens_per_step=self.tokens_per_step,
+            world_size=self.world_size,
+            flops_per_token=family_of(hp.model).flops_per_token(self.config, hp.seq_length),
+            device=device,
+            info=DeviceInfo.detect(device, hp.precision),
+            rank=self.rank,
+            metrics_file=self.paths.metrics_file,
         )
         self.log(
             f"model={self.config.name} ({self.model.family_name}: "
@@ -394,10 +434,18 @@ class Trainer:
 
     def run_record(self) -> dict[str, Any]:
         """What defines this run (:func:`training.checkpoint.run_record`), saved with every checkpoint."""
-        data = {"synthetic": True, "vocab_size": self.config.vocab_size} if self.dataset is None else self.dataset.fingerprint()
+        data = (
+            {"synthetic": True, "vocab_size": self.config.vocab_size}
+            if self.dataset is None
+            else self.dataset.fingerprint()
+        )
         return run_record(
-            model_config=asdict(self.config), backend=self.backend, world_size=self.world_size,
-            samples_per_step=self.sampler.samples_per_step, hyperparameters=self.hp.to_strings(), data=data,
+            model_config=asdict(self.config),
+            backend=self.backend,
+            world_size=self.world_size,
+            samples_per_step=self.sampler.samples_per_step,
+            hyperparameters=self.hp.to_strings(),
+            data=data,
         )
 
     def trainer_state(self) -> dict[str, Any]:
@@ -431,8 +479,10 @@ class Trainer:
             )
         groups = len(self.optimizer.param_groups)
         if len(scheduler.get("base_lrs") or []) != groups:
-            raise ValueError(f"{TRAINER_STATE} 'scheduler.base_lrs' has {len(scheduler.get('base_lrs') or [])} "
-                             f"entries; this optimizer has {groups} parameter groups")
+            raise ValueError(
+                f"{TRAINER_STATE} 'scheduler.base_lrs' has {len(scheduler.get('base_lrs') or [])} "
+                f"entries; this optimizer has {groups} parameter groups"
+            )
         self.scheduler.load_state_dict(copy.deepcopy(scheduler))
         scaler = state.get("loss_scaler")
         if self.scaler is not None and scaler:
@@ -451,7 +501,10 @@ class Trainer:
                 (nothing is loaded, pruned or written then).
         """
         resumed = self.checkpoints.load_latest(
-            self.model, self.optimizer, run=self.run_record(), allow_data_change=self.hp.allow_data_change,
+            self.model,
+            self.optimizer,
+            run=self.run_record(),
+            allow_data_change=self.hp.allow_data_change,
             restore=self.restore_trainer_state,
         )
         removed = self.checkpoints.remove_incomplete()
@@ -528,7 +581,12 @@ class Trainer:
             "eod_token_id": None if self.dataset is None else self.dataset.eod_token_id,
         }
         path = export_model(
-            self.model, self.paths.model_dir, config=self.config, dtype=self.plan.param_dtype, rank=self.rank, extra=extra
+            self.model,
+            self.paths.model_dir,
+            config=self.config,
+            dtype=self.plan.param_dtype,
+            rank=self.rank,
+            extra=extra,
         )
         if path is not None:
             self.log(f"final weights {path} ({time.monotonic() - t0:.1f} s)")
@@ -591,8 +649,12 @@ class Trainer:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.train", description="FSDP2 + TransformerEngine trainer (one rank).")
-    parser.add_argument("--base-dir", default=None, help="SageMaker base directory (default: $SAGEMAKER_BASE_DIR or /opt/ml)")
+    parser = argparse.ArgumentParser(
+        prog="python -m training.train", description="FSDP2 + TransformerEngine trainer (one rank)."
+    )
+    parser.add_argument(
+        "--base-dir", default=None, help="SageMaker base directory (default: $SAGEMAKER_BASE_DIR or /opt/ml)"
+    )
     for name, spec in SPECS.items():
         parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=spec.help)
     return parser
@@ -638,7 +700,7 @@ def _main(argv: Sequence[str] | None) -> int:
         hp, paths = parse_args(argv)
         trainer = Trainer(hp, paths)
         status = trainer.run()
-    except BaseException as exc:  # noqa: BLE001 - every failure must leave a reason
+    except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
         rank = trainer.rank if trainer else int(os.environ.get("RANK", "0"))
@@ -667,10 +729,8 @@ def _main(argv: Sequence[str] | None) -> int:
         trainer = None
         gc.collect()
         if dist.is_available() and dist.is_initialized():
-            try:
+            with contextlib.suppress(Exception):
                 dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
     return status
 
 

@@ -31,6 +31,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
+
 from constructs import Construct
 
 from ..submitter.construct import ISubmitterMetrics
@@ -164,7 +165,9 @@ class PlatformObservability(Construct):
 
     # -- alarms -------------------------------------------------------------------------------
 
-    def _alarm(self, key: str, construct_id: str, *, notify_ok: bool = True, actions: bool = True, **props) -> cloudwatch.Alarm:
+    def _alarm(
+        self, key: str, construct_id: str, *, notify_ok: bool = True, actions: bool = True, **props
+    ) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(self, construct_id, alarm_name=f"{self.alarm_name_prefix}{key}", **props)
         if actions:
             alarm.add_alarm_action(self.alarm_topic.action)
@@ -240,7 +243,9 @@ class PlatformObservability(Construct):
                 metric=cloudwatch.MathExpression(
                     expression=f"IF(hours > 0 AND hours <= {hours} AND available > 0, available, 0)",
                     using_metrics={
-                        "available": publisher.metric_available_instance_count(name, period=window, statistic=cloudwatch.Stats.MINIMUM),
+                        "available": publisher.metric_available_instance_count(
+                            name, period=window, statistic=cloudwatch.Stats.MINIMUM
+                        ),
                         "hours": publisher.metric_hours_until_end(name, period=window),
                     },
                     label=f"idle instances of {name} ending within {hours} h",
@@ -319,7 +324,7 @@ class PlatformObservability(Construct):
             [
                 cloudwatch.AlarmStatusWidget(
                     title="Alarms",
-                    alarms=[a for a in self.alarms.values()],
+                    alarms=list(self.alarms.values()),
                     sort_by=cloudwatch.AlarmStatusWidgetSortBy.STATE_UPDATED_TIMESTAMP,
                     width=24,
                     height=3,
@@ -369,7 +374,9 @@ def _submitter_rows(submitter: ISubmitterMetrics, period: cdk.Duration) -> list[
         [
             cloudwatch.GraphWidget(
                 title="Submissions by capacity type",
-                left=[submitter.metric_submissions(c, period=period, label=c) for c in submitter_settings.CAPACITY_TYPES],
+                left=[
+                    submitter.metric_submissions(c, period=period, label=c) for c in submitter_settings.CAPACITY_TYPES
+                ],
                 stacked=True,
                 width=12,
             ),
@@ -400,7 +407,11 @@ def _gpus_per_host(instance_types: Sequence[str]) -> list[int]:
     counts = set()
     for instance_type in instance_types:
         spec = INSTANCES[instance_type]
-        counts.add(spec.gpus_per_instance if spec.gpus_per_instance <= 8 else INSTANCES["ml.p6e-gb200.36xlarge"].gpus_per_instance)
+        counts.add(
+            spec.gpus_per_instance
+            if spec.gpus_per_instance <= 8
+            else INSTANCES["ml.p6e-gb200.36xlarge"].gpus_per_instance
+        )
     return sorted(counts)
 
 

@@ -21,6 +21,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
+
 from constructs import Construct
 
 from .. import acknowledgements as nag
@@ -85,7 +86,8 @@ class _ObservabilityFunction(Construct):
             )
         )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "cloudwatch:PutMetricData has no resource-level permissions (AWS requires '*'); the statement is "
             f"limited to the namespace {metrics_namespace} by the cloudwatch:namespace condition.",
             finding="Resource::*",
@@ -107,7 +109,8 @@ class _ObservabilityFunction(Construct):
             environment={"POWERTOOLS_SERVICE_NAME": service, **environment},
         )
         nag.acknowledge(
-            self.function, "AwsSolutions-L1",
+            self.function,
+            "AwsSolutions-L1",
             f"Runtime pinned to {RUNTIME.name}, like the submitter: the package's dependencies are installed for "
             "exactly this CPython version (bundling.PYTHON_VERSION); moving to a newer runtime changes both together.",
         )
@@ -153,7 +156,9 @@ class PlanMetricsPublisher(Construct):
         super().__init__(scope, id)
         minutes = props.schedule.to_minutes()
         if minutes < 1 or minutes != int(minutes):
-            raise ValueError(f"PlanMetricsPublisherProps.schedule: got {minutes} minutes; expected whole minutes, at least 1")
+            raise ValueError(
+                f"PlanMetricsPublisherProps.schedule: got {minutes} minutes; expected whole minutes, at least 1"
+            )
         stack = cdk.Stack.of(self)
         fn = _ObservabilityFunction(
             self,
@@ -172,10 +177,13 @@ class PlanMetricsPublisher(Construct):
         props.plan_arns_parameter.grant_read(self.role)
         plans = stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
         self.role.add_to_principal_policy(
-            iam.PolicyStatement(sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[plans])
+            iam.PolicyStatement(
+                sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[plans]
+            )
         )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
             "is granted on the account's training-plan ARNs in this region, as for the submitter.",
             finding=nag.resource(self, plans),
@@ -193,7 +201,9 @@ class PlanMetricsPublisher(Construct):
     def _plan_metric(self, name: str, plan_name: str | None, statistic: str, props: dict) -> cloudwatch.Metric:
         options = {"statistic": statistic, "period": cdk.Duration.minutes(5), **props}
         dims = {settings.DIMENSION_TRAINING_PLAN_NAME: plan_name} if plan_name else None
-        return cloudwatch.Metric(namespace=settings.PLAN_METRICS_NAMESPACE, metric_name=name, dimensions_map=dims, **options)
+        return cloudwatch.Metric(
+            namespace=settings.PLAN_METRICS_NAMESPACE, metric_name=name, dimensions_map=dims, **options
+        )
 
     def metric_available_instance_count(self, plan_name: str | None = None, **props) -> cloudwatch.Metric:
         """``AvailableInstanceCount`` of one plan, or of all usable plans when ``plan_name`` is omitted (maximum)."""
@@ -275,7 +285,8 @@ class JobStateHandler(Construct):
             removal_policy=props.removal_policy,
         )
         nag.acknowledge(
-            self.table, "AwsSolutions-DDB3",
+            self.table,
+            "AwsSolutions-DDB3",
             "The table holds only Powertools idempotency records that expire (TTL) after a few days; "
             "restoring them to a point in time has no use, so point-in-time recovery is not paid for.",
         )
@@ -297,7 +308,9 @@ class JobStateHandler(Construct):
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
         # what Powertools' DynamoDB persistence layer calls, on this table only
-        self.table.grant(self.role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+        self.table.grant(
+            self.role, "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"
+        )
         self.rule = events.Rule(
             self,
             "Rule",

@@ -44,6 +44,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
+
 from constructs import Construct
 
 __all__ = [
@@ -171,7 +172,9 @@ class AlarmTopic(Construct):
         _validate(props)
         stack = cdk.Stack.of(self)
         self.alarm_name_prefix: str = (
-            props.alarm_name_prefix if props.alarm_name_prefix is not None else f"{stack.stack_name}{ALARM_NAME_SEPARATOR}"
+            props.alarm_name_prefix
+            if props.alarm_name_prefix is not None
+            else f"{stack.stack_name}{ALARM_NAME_SEPARATOR}"
         )
         self.alarm_arn_pattern: str = stack.format_arn(
             service="cloudwatch",
@@ -268,7 +271,9 @@ def slack_configuration_name(stack_name: str, channel_id: str) -> str:
         ValueError: ``channel_id`` is not a Slack ID.
     """
     if not SLACK_ID_PATTERN.fullmatch(channel_id):
-        raise ValueError(f"channel_id: got {channel_id!r}; expected a Slack channel ID (2-32 capital letters and digits)")
+        raise ValueError(
+            f"channel_id: got {channel_id!r}; expected a Slack channel ID (2-32 capital letters and digits)"
+        )
     suffix = f"-alarms-{channel_id}"
     budget = SLACK_CONFIGURATION_NAME_MAX_LENGTH - len(suffix)
     if len(stack_name) > budget:
@@ -289,8 +294,12 @@ def _validate(props: AlarmTopicProps) -> None:
         raise ValueError(f"AlarmTopicProps.slack_channels: got {channels}; expected each channel once")
     prefix = props.alarm_name_prefix
     if prefix is not None and (
-        not isinstance(prefix, str) or not prefix or len(prefix) > 200 or cdk.Token.is_unresolved(prefix)
-        or any(c in prefix for c in "*?:") or not prefix.isprintable()
+        not isinstance(prefix, str)
+        or not prefix
+        or len(prefix) > 200
+        or cdk.Token.is_unresolved(prefix)
+        or any(c in prefix for c in "*?:")
+        or not prefix.isprintable()
     ):
         raise ValueError(
             f"AlarmTopicProps.alarm_name_prefix: got {prefix!r}; expected 1-200 printable characters without "

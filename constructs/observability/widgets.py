@@ -112,7 +112,9 @@ def _quote(name: str) -> str:
     return name if name.isalnum() else f'"{name}"'
 
 
-def search_expression(namespace: str, dimensions: Sequence[str], metric_name: str, statistic: str, period: cdk.Duration) -> str:
+def search_expression(
+    namespace: str, dimensions: Sequence[str], metric_name: str, statistic: str, period: cdk.Duration
+) -> str:
     """``SEARCH('{"ns",Dim} MetricName="name"', 'Statistic', seconds)``: every metric of that schema and name.
 
     Names with characters other than letters and digits are double-quoted, as
@@ -154,7 +156,9 @@ def fleet_rows(gpus_per_host: Iterable[int], period: cdk.Duration) -> list[Row]:
     """
     counts = sorted({int(g) for g in gpus_per_host if g})
     annotations = [
-        cloudwatch.HorizontalAnnotation(value=100 * g, label=f"{g} GPU{'s' if g > 1 else ''} fully busy", color="#7f7f7f")
+        cloudwatch.HorizontalAnnotation(
+            value=100 * g, label=f"{g} GPU{'s' if g > 1 else ''} fully busy", color="#7f7f7f"
+        )
         for g in counts
     ]
 
@@ -184,14 +188,20 @@ def fleet_rows(gpus_per_host: Iterable[int], period: cdk.Duration) -> list[Row]:
             f"and CPU utilisation summed over the host's devices: {gpu_note} at 100%.",
         ),
         [graph(by_name["GPUUtilization"], 12), graph(by_name["GPUMemoryUtilization"], 12)],
-        [graph(by_name["CPUUtilization"], 8), graph(by_name["MemoryUtilization"], 8), graph(by_name["DiskUtilization"], 8)],
+        [
+            graph(by_name["CPUUtilization"], 8),
+            graph(by_name["MemoryUtilization"], 8),
+            graph(by_name["DiskUtilization"], 8),
+        ],
     ]
 
 
 def training_progress_rows(period: cdk.Duration) -> list[Row]:
     """The trainer's metrics per job (SEARCH on dimension ``TrainingJobName``)."""
 
-    def graph(title: str, fields: Sequence[str], statistic: str, axis: str, labels: Sequence[str] = ("",)) -> cloudwatch.GraphWidget:
+    def graph(
+        title: str, fields: Sequence[str], statistic: str, axis: str, labels: Sequence[str] = ("",)
+    ) -> cloudwatch.GraphWidget:
         # each line is named by its job; several searches in one graph add a suffix each
         left = [
             _search(SAGEMAKER_METRIC_NAMESPACE, TRAINING_JOB_DIMENSION, trainer_metric(field), statistic, period, label)
@@ -253,7 +263,12 @@ def training_plan_rows(publisher, plan_names: Sequence[str], period: cdk.Duratio
             "about to be wasted.",
         ),
         [
-            graph("Available (idle) instances per plan", settings.METRIC_AVAILABLE_INSTANCES, cloudwatch.Stats.MINIMUM, "instances"),
+            graph(
+                "Available (idle) instances per plan",
+                settings.METRIC_AVAILABLE_INSTANCES,
+                cloudwatch.Stats.MINIMUM,
+                "instances",
+            ),
             graph("In-use instances per plan", settings.METRIC_IN_USE_INSTANCES, cloudwatch.Stats.MAXIMUM, "instances"),
             graph("Hours until each plan ends", settings.METRIC_HOURS_UNTIL_END, cloudwatch.Stats.MINIMUM, "hours"),
         ],

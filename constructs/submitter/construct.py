@@ -25,6 +25,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
+
 from constructs import Construct
 
 from .. import acknowledgements as nag
@@ -276,31 +277,36 @@ class JobSubmitter(Construct):
         self.function.node.add_dependency(props.trainer_image.deployment)
 
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "Training-job names are generated per request, so CreateTrainingJob/DescribeTrainingJob/AddTags/ListTags "
             "are granted on the account's training-job ARNs in this region only.",
             finding=nag.resource(self, training_jobs),
         )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
             "is granted on the account's training-plan ARNs in this region.",
             finding=nag.resource(self, training_plans),
         )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "sagemaker:ListTrainingPlans and sagemaker:Search have no resource-level permissions (AWS requires "
             "'*'); Search finds the training jobs of a client token by its tag.",
             finding="Resource::*",
         )
         nag.acknowledge(
-            self.role, nag.IAM5,
+            self.role,
+            nag.IAM5,
             "Client-token records are one object per token (named by its SHA-256) under one prefix of the "
             "output bucket; GetObject/PutObject are granted on that prefix only.",
             finding=nag.resource(self, records),
         )
         nag.acknowledge(
-            self.function, "AwsSolutions-L1",
+            self.function,
+            "AwsSolutions-L1",
             f"Runtime pinned to {RUNTIME.name}: the package's dependencies are installed for exactly this "
             "CPython version (bundling.PYTHON_VERSION) and it is supported by Lambda; moving to a newer "
             "runtime changes both together.",
@@ -418,7 +424,9 @@ def _validate(props: JobSubmitterProps) -> None:
 
     allowed = list(props.allowed_instance_types)
     if not allowed:
-        raise ValueError("JobSubmitterProps.allowed_instance_types: got an empty list; expected at least one instance type")
+        raise ValueError(
+            "JobSubmitterProps.allowed_instance_types: got an empty list; expected at least one instance type"
+        )
     unknown = [t for t in allowed if t not in INSTANCE_TYPES]
     if unknown:
         raise ValueError(

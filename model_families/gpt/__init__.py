@@ -191,7 +191,9 @@ class ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     # CPU-sized, for tests, demos and local sweeps (byte-level vocabulary).
-    "gpt-tiny": ModelConfig("gpt-tiny", num_layers=4, hidden_size=256, num_attention_heads=4, ffn_hidden_size=768, vocab_size=512),
+    "gpt-tiny": ModelConfig(
+        "gpt-tiny", num_layers=4, hidden_size=256, num_attention_heads=4, ffn_hidden_size=768, vocab_size=512
+    ),
     # The guide's 1B shape.
     "gpt-1b": ModelConfig("gpt-1b", num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=6144),
     "gpt-3b": ModelConfig("gpt-3b", num_layers=32, hidden_size=3072, num_attention_heads=24, ffn_hidden_size=9216),
@@ -330,22 +332,24 @@ def block_elementwise_bytes_per_token(
 # ---------------------------------------------------------------------------
 # Parameters: canonical names, initialisation, export
 
-TE_PARAMETER_NAMES: Mapping[str, str] = MappingProxyType({
-    # ``te_block.TEBlock`` (``te.TransformerLayer`` with fuse_qkv_params=True, LayerNorm, bias) -> the
-    # torch-native block's names (``torch_block.TransformerBlock``), the canonical ones
-    "layer.self_attention.layernorm_qkv.layer_norm_weight": "attention_norm.weight",
-    "layer.self_attention.layernorm_qkv.layer_norm_bias": "attention_norm.bias",
-    "layer.self_attention.layernorm_qkv.weight": "attention.qkv.weight",
-    "layer.self_attention.layernorm_qkv.bias": "attention.qkv.bias",
-    "layer.self_attention.proj.weight": "attention.proj.weight",
-    "layer.self_attention.proj.bias": "attention.proj.bias",
-    "layer.layernorm_mlp.layer_norm_weight": "ffn_norm.weight",
-    "layer.layernorm_mlp.layer_norm_bias": "ffn_norm.bias",
-    "layer.layernorm_mlp.fc1_weight": "feed_forward.fc1.weight",
-    "layer.layernorm_mlp.fc1_bias": "feed_forward.fc1.bias",
-    "layer.layernorm_mlp.fc2_weight": "feed_forward.fc2.weight",
-    "layer.layernorm_mlp.fc2_bias": "feed_forward.fc2.bias",
-})
+TE_PARAMETER_NAMES: Mapping[str, str] = MappingProxyType(
+    {
+        # ``te_block.TEBlock`` (``te.TransformerLayer`` with fuse_qkv_params=True, LayerNorm, bias) -> the
+        # torch-native block's names (``torch_block.TransformerBlock``), the canonical ones
+        "layer.self_attention.layernorm_qkv.layer_norm_weight": "attention_norm.weight",
+        "layer.self_attention.layernorm_qkv.layer_norm_bias": "attention_norm.bias",
+        "layer.self_attention.layernorm_qkv.weight": "attention.qkv.weight",
+        "layer.self_attention.layernorm_qkv.bias": "attention.qkv.bias",
+        "layer.self_attention.proj.weight": "attention.proj.weight",
+        "layer.self_attention.proj.bias": "attention.proj.bias",
+        "layer.layernorm_mlp.layer_norm_weight": "ffn_norm.weight",
+        "layer.layernorm_mlp.layer_norm_bias": "ffn_norm.bias",
+        "layer.layernorm_mlp.fc1_weight": "feed_forward.fc1.weight",
+        "layer.layernorm_mlp.fc1_bias": "feed_forward.fc1.bias",
+        "layer.layernorm_mlp.fc2_weight": "feed_forward.fc2.weight",
+        "layer.layernorm_mlp.fc2_bias": "feed_forward.fc2.bias",
+    }
+)
 """TransformerEngine block parameter names -> canonical names (a model export's names)."""
 
 _NORMS = ("norm", "attention_norm", "ffn_norm")
@@ -375,27 +379,31 @@ def init_rule(canonical: str, model: ModelConfig) -> str | float:
     return INIT_STD
 
 
-FAMILY = register_family(ModelFamily(
-    name="gpt",
-    shape_type=ModelConfig,
-    presets=PRESETS,
-    flops_per_token=flops_per_token,
-    description="decoder-only transformer, pre-LayerNorm blocks, untied LM head (the guide's 1B shape and larger)",
-    terms=ShapeTerms(
-        matmul_weights_per_block=matmul_weights_per_block,
-        attention_flops_per_token=attention_flops_per_token,
-        block_activation_terms=block_activation_terms,
-        block_backward_transient_bytes_per_token=block_backward_transient_bytes_per_token,
-        block_elementwise_bytes_per_token=block_elementwise_bytes_per_token,
-        kernels_per_block=KERNELS_PER_BLOCK,
-    ),
-    package=__name__,
-    blocks=MappingProxyType({"torch": ".torch_block", "te": ".te_block"}),
-    parameter_names=MappingProxyType({"te": TE_PARAMETER_NAMES}),
-    init_rule=init_rule,
-    export_format="gpt-decoder",
-    export_metadata=MappingProxyType({"rope_base": ROPE_BASE, "layernorm_eps": LAYERNORM_EPS, "activation": ACTIVATION}),
-))
+FAMILY = register_family(
+    ModelFamily(
+        name="gpt",
+        shape_type=ModelConfig,
+        presets=PRESETS,
+        flops_per_token=flops_per_token,
+        description="decoder-only transformer, pre-LayerNorm blocks, untied LM head (the guide's 1B shape and larger)",
+        terms=ShapeTerms(
+            matmul_weights_per_block=matmul_weights_per_block,
+            attention_flops_per_token=attention_flops_per_token,
+            block_activation_terms=block_activation_terms,
+            block_backward_transient_bytes_per_token=block_backward_transient_bytes_per_token,
+            block_elementwise_bytes_per_token=block_elementwise_bytes_per_token,
+            kernels_per_block=KERNELS_PER_BLOCK,
+        ),
+        package=__name__,
+        blocks=MappingProxyType({"torch": ".torch_block", "te": ".te_block"}),
+        parameter_names=MappingProxyType({"te": TE_PARAMETER_NAMES}),
+        init_rule=init_rule,
+        export_format="gpt-decoder",
+        export_metadata=MappingProxyType(
+            {"rope_base": ROPE_BASE, "layernorm_eps": LAYERNORM_EPS, "activation": ACTIVATION}
+        ),
+    )
+)
 """The GPT family's registry record, registered when this module is imported (``model_families/__init__.py``
 imports it)."""
 

@@ -29,7 +29,9 @@ class TEBlock(nn.Module):
     all-gathers bf16 copies (MixedPrecisionPolicy), so TE sees bf16 weights and inputs.
     """
 
-    def __init__(self, config: ModelConfig, layer_number: int, *, device: str | torch.device, params_dtype: torch.dtype) -> None:
+    def __init__(
+        self, config: ModelConfig, layer_number: int, *, device: str | torch.device, params_dtype: torch.dtype
+    ) -> None:
         super().__init__()
         import transformer_engine.pytorch as te
 

@@ -36,7 +36,9 @@ def _stub(tmp_path: Path, name: str, body: str) -> Path:
 def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([str(SCRIPT), "--dry-run"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    done = subprocess.run(
+        [str(SCRIPT), "--dry-run"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads((out / "results.json").read_text())
     assert data["mode"] == "dry-run" and data["status"] == "complete"
@@ -52,8 +54,9 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert steps["transformer_engine"] == {"status": "skipped", "reason": gpu_check.SKIPPED_DRY_RUN_TE}
 
     throughput = {name: step for name, step in steps.items() if name.startswith("throughput")}
-    assert list(throughput) == [f"throughput backend=torch batch={b} activation_checkpointing={ac}"
-                                for b in (1, 2) for ac in ("off", "full")]
+    assert list(throughput) == [
+        f"throughput backend=torch batch={b} activation_checkpointing={ac}" for b in (1, 2) for ac in ("off", "full")
+    ]
     for step in throughput.values():
         assert step["status"] == "passed", step
         measured, predicted = step["measured"], step["predicted"]
@@ -62,11 +65,15 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         assert measured["peak_allocated_gb"] > 0 and measured["peak_reserved_gb"] > 0
         assert predicted["gpu"] == "H200" and predicted["gpus"] == 1 and predicted["fits"]
         ratio = step["measured_over_predicted"]["tokens_per_second_per_gpu"]
-        assert ratio == pytest.approx(measured["tokens_per_second_per_gpu"] / predicted["tokens_per_second_per_gpu"], rel=1e-3)
+        assert ratio == pytest.approx(
+            measured["tokens_per_second_per_gpu"] / predicted["tokens_per_second_per_gpu"], rel=1e-3
+        )
     report = (out / "results.md").read_text()
     assert report == gpu_check.report(data)  # the last write of the run
     assert "| backend | batch | act. ckpt |" in report and "| torch | 2 | full |" in report
-    assert "- resume: passed bitwise=True" in report and f"- transformer_engine: {gpu_check.SKIPPED_DRY_RUN_TE}" in report
+    assert (
+        "- resume: passed bitwise=True" in report and f"- transformer_engine: {gpu_check.SKIPPED_DRY_RUN_TE}" in report
+    )
     assert not list(out.glob("**/*.distcp"))  # checkpoints stay out of $OUT (only results come back)
 
 
@@ -87,7 +94,10 @@ def test_results_survive_a_failed_step_and_record_where_a_run_stopped(tmp_path: 
     results.finish()
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["status"] == "failed" and results.failed
-    assert "illegal memory access" in data["steps"]["broken"]["error"] and "Traceback" in data["steps"]["broken"]["traceback"]
+    assert (
+        "illegal memory access" in data["steps"]["broken"]["error"]
+        and "Traceback" in data["steps"]["broken"]["traceback"]
+    )
     assert data["steps"]["cut off"]["status"] == "passed" and not list(tmp_path.glob("*.tmp"))
 
 
@@ -110,10 +120,16 @@ def test_the_transformer_engine_checks_code_runs_on_the_stand_in(monkeypatch: py
     fake_transformer_engine.install(monkeypatch)
     api = gpu_check.te_api("cpu")
     assert api["problems"] == [] and len(api["parameters"]) == 12
-    assert api["recipes"] == {"fp8/current": "Float8CurrentScaling", "fp8/delayed": "DelayedScaling",
-                              "mxfp8/current": "MXFP8BlockScaling", "nvfp4/current": "NVFP4BlockScaling"}
+    assert api["recipes"] == {
+        "fp8/current": "Float8CurrentScaling",
+        "fp8/delayed": "DelayedScaling",
+        "mxfp8/current": "MXFP8BlockScaling",
+        "nvfp4/current": "NVFP4BlockScaling",
+    }
     errors = gpu_check.te_block_against_torch("cpu", seq=32, batch=1, hidden=128, heads=2)
-    assert errors["passed"] and errors["te_bf16_output_rel_error"] < 2e-2 and errors["te_bf16_input_grad_rel_error"] < 2e-2
+    assert (
+        errors["passed"] and errors["te_bf16_output_rel_error"] < 2e-2 and errors["te_bf16_input_grad_rel_error"] < 2e-2
+    )
 
 
 def test_a_sigterm_cuts_the_run_off_and_the_file_says_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,8 +195,13 @@ def test_a_gpu_run_without_cuda_ends_after_the_environment_step_and_trains_nothi
     is recorded as skipped (the throughput rows with their configurations), both files are complete, and
     the exit status is 1 -- not a 1.3B model training on the CPU until the time limit kills it."""
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "",
-           "GPU_CHECK_TIMEOUT_S": "120"}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        "CUDA_VISIBLE_DEVICES": "",
+        "GPU_CHECK_TIMEOUT_S": "120",
+    }
     env.pop(NVTE_NAME, None)
     done = subprocess.run([str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # not 124/137: it ended by itself
@@ -192,11 +213,21 @@ def test_a_gpu_run_without_cuda_ends_after_the_environment_step_and_trains_nothi
     assert list(steps) == ["environment", "resume", "transformer_engine", *names]
     environment = steps["environment"]
     assert environment["status"] == "failed" and environment["cuda_available"] is False
-    assert environment["error"].startswith("NoCuda: no usable CUDA (") and "nothing is trained on the CPU" in environment["error"]
+    assert (
+        environment["error"].startswith("NoCuda: no usable CUDA (")
+        and "nothing is trained on the CPU" in environment["error"]
+    )
     for name in ("resume", "transformer_engine", *names):
         assert steps[name]["status"] == "skipped" and steps[name]["reason"] == gpu_check.SKIPPED_NO_CUDA, name
-    assert steps[names[-1]]["config"] == {"model": "gpt-1b", "num_layers": None, "seq_length": 8192, "precision": "bf16",
-                                          "backend": "torch", "batch_size": 4, "activation_checkpointing": "full"}
+    assert steps[names[-1]]["config"] == {
+        "model": "gpt-1b",
+        "num_layers": None,
+        "seq_length": 8192,
+        "precision": "bf16",
+        "backend": "torch",
+        "batch_size": 4,
+        "activation_checkpointing": "full",
+    }
     report = (out / "results.md").read_text()
     assert report.startswith("# GPU check (gpu, failed)") and report.count("| skipped: no usable CUDA |") == 6
     assert "- resume: skipped: no usable CUDA" in report
@@ -213,13 +244,22 @@ def test_measure_refuses_the_cpu_outside_the_dry_run(tmp_path: Path, monkeypatch
     assert built == []  # refused before the model was built
 
 
-def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The planner's "does not fit" skips the configuration whether or not the GPU's name is known (an
     unknown name is planned as an H200); only the dry run's tiny model ignores it, and --no-skip."""
     measured = []
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: measured.append(k) or {"losses": [1.0]})
-    config = {"model": "gpt-1b", "num_layers": None, "seq_length": 8192, "precision": "bf16", "backend": "torch",
-              "batch_size": 64, "activation_checkpointing": "off"}
+    config = {
+        "model": "gpt-1b",
+        "num_layers": None,
+        "seq_length": 8192,
+        "precision": "bf16",
+        "backend": "torch",
+        "batch_size": 64,
+        "activation_checkpointing": "off",
+    }
     for gpu_name in ("NVIDIA H200", None, "a GPU the catalogue does not know"):
         record: dict = {}
         gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=gpu_name)
@@ -231,7 +271,9 @@ def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(tmp_path: Pa
         gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=None, run_unfit=True)
     assert measured == [{"steps": 6, "warmup": 2, "backend": "torch", "dry_run": False}]
     budget: dict = {}
-    gpu_check.measure_config(budget, tmp_path, gpu_check.GPU_SETUP, {**config, "batch_size": 1}, gpu_name=None, left_s=-3.0)
+    gpu_check.measure_config(
+        budget, tmp_path, gpu_check.GPU_SETUP, {**config, "batch_size": 1}, gpu_name=None, left_s=-3.0
+    )
     assert budget["status"] == "skipped" and budget["reason"] == "skipped: time budget (0 s left of --budget-s)"
 
 
@@ -249,7 +291,7 @@ def test_out_of_memory_frees_the_cache_only_after_the_error_and_its_frames_are_g
     held: list[weakref.ref] = []
     alive_at_free: list[bool] = []
 
-    def out_of_memory(*args, **kwargs):  # noqa: ANN002, ANN003
+    def out_of_memory(*args, **kwargs):
         tensors = _Held()  # a local of the failing frame, as a step's activations are
         held.append(weakref.ref(tensors))
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.\nmore detail")
@@ -260,8 +302,15 @@ def test_out_of_memory_frees_the_cache_only_after_the_error_and_its_frames_are_g
 
     monkeypatch.setattr(gpu_check, "measure", out_of_memory)
     monkeypatch.setattr(gpu_check, "free_accelerator_memory", free)
-    config = {"model": "gpt-1b", "num_layers": None, "seq_length": 8192, "precision": "bf16", "backend": "torch",
-              "batch_size": 1, "activation_checkpointing": "full"}
+    config = {
+        "model": "gpt-1b",
+        "num_layers": None,
+        "seq_length": 8192,
+        "precision": "bf16",
+        "backend": "torch",
+        "batch_size": 1,
+        "activation_checkpointing": "full",
+    }
     record: dict = {}
     gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name="NVIDIA H200")
     assert record["status"] == "out of memory" and record["error"] == "CUDA out of memory. Tried to allocate 2.00 GiB."
@@ -278,7 +327,7 @@ def test_out_of_memory_frees_the_cache_only_after_the_error_and_its_frames_are_g
     assert alive_at_free == [False, False]
 
 
-def _trainer_gpu(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
+def _trainer_gpu(monkeypatch: pytest.MonkeyPatch):
     """benchmarks/trainer_gpu.py as a module (it imports gpu_check by name from its folder)."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     for name in ("gpu_check", "trainer_gpu"):
@@ -290,7 +339,9 @@ def _trainer_gpu(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
     return trainer_gpu
 
 
-def test_trainer_gpu_refuses_a_host_without_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_trainer_gpu_refuses_a_host_without_cuda(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import torch
 
     trainer_gpu = _trainer_gpu(monkeypatch)
@@ -311,7 +362,7 @@ def test_the_deterministic_te_attention_setting_is_made_only_while_the_resume_mo
     attention on Blackwell. The check sets it for the resume trainers only and puts the old value back."""
     seen = []
 
-    def trainer(values, base, **kwargs):  # noqa: ANN001, ANN003
+    def trainer(values, base, **kwargs):
         seen.append(os.environ.get(NVTE_NAME))
         raise RuntimeError("stop after the first build")
 
@@ -327,9 +378,17 @@ def test_the_deterministic_te_attention_setting_is_made_only_while_the_resume_mo
     assert seen == ["0", "0"]
     env = {k: v for k, v in os.environ.items() if k != NVTE_NAME}
     imported = subprocess.run(
-        [sys.executable, "-c", "import os, sys; sys.path.insert(0, 'benchmarks'); import gpu_check, trainer_gpu; "
-                               f"print(os.environ.get({NVTE_NAME!r}))"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; sys.path.insert(0, 'benchmarks'); import gpu_check, trainer_gpu; "
+            f"print(os.environ.get({NVTE_NAME!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
     )
     assert imported.stdout.strip() == "None", imported.stderr  # importing the tools sets nothing
 
@@ -353,13 +412,25 @@ def test_each_throughput_row_names_its_backend(monkeypatch: pytest.MonkeyPatch) 
         with gpu_check._forced_backend("xla"):
             pass
     names = [name for name, _ in gpu_check.throughput_configs(gpu_check.DRY_SETUP, ("torch", "te"))]
-    assert names == [gpu_check.throughput_name(b, n, ac) for b in ("torch", "te") for n in (1, 2) for ac in ("off", "full")]
-    data = {"mode": "gpu", "status": "complete", "steps": {
-        names[0]: {"status": "passed", "config": {"backend": "torch", "batch_size": 1, "activation_checkpointing": "off"},
-                   "measured": {"backend": "torch", "tokens_per_second_per_gpu": 10.0}},
-        names[4]: {"status": "skipped", "reason": "skipped: time budget (12 s left of --budget-s)",
-                   "config": {"backend": "te", "batch_size": 1, "activation_checkpointing": "off"}},
-    }}
+    assert names == [
+        gpu_check.throughput_name(b, n, ac) for b in ("torch", "te") for n in (1, 2) for ac in ("off", "full")
+    ]
+    data = {
+        "mode": "gpu",
+        "status": "complete",
+        "steps": {
+            names[0]: {
+                "status": "passed",
+                "config": {"backend": "torch", "batch_size": 1, "activation_checkpointing": "off"},
+                "measured": {"backend": "torch", "tokens_per_second_per_gpu": 10.0},
+            },
+            names[4]: {
+                "status": "skipped",
+                "reason": "skipped: time budget (12 s left of --budget-s)",
+                "config": {"backend": "te", "batch_size": 1, "activation_checkpointing": "off"},
+            },
+        },
+    }
     rows = [line for line in gpu_check.report(data).splitlines() if line.startswith("| t")]
     assert rows[0].startswith("| torch | 1 | off | 10.0 (-) |") and rows[1].startswith("| te | 1 | off | - (-) |")
     assert rows[1].endswith("| skipped: time budget (12 s left of --budget-s) |")
@@ -369,21 +440,40 @@ def test_each_throughput_row_names_its_backend(monkeypatch: pytest.MonkeyPatch) 
 # the wrappers: time limit, exit codes, the trainer image
 
 
-def test_the_wrapper_gives_the_budget_keeps_the_pythonpath_and_exits_124_when_it_cuts_the_run_off(tmp_path: Path) -> None:
+def test_the_wrapper_gives_the_budget_keeps_the_pythonpath_and_exits_124_when_it_cuts_the_run_off(
+    tmp_path: Path,
+) -> None:
     record = tmp_path / "argv"
-    python = _stub(tmp_path, "python", 'printf "%s\\n" "PYTHONPATH=$PYTHONPATH" "$@" > "$STUB_RECORD"; exec sleep "$STUB_SLEEP"')
-    base = {**os.environ, "PYTHON": str(python), "STUB_RECORD": str(record), "OUT": str(tmp_path / "out"),
-            "PYTHONPATH": "/opt/trainer"}  # the trainer image's
+    python = _stub(
+        tmp_path, "python", 'printf "%s\\n" "PYTHONPATH=$PYTHONPATH" "$@" > "$STUB_RECORD"; exec sleep "$STUB_SLEEP"'
+    )
+    base = {
+        **os.environ,
+        "PYTHON": str(python),
+        "STUB_RECORD": str(record),
+        "OUT": str(tmp_path / "out"),
+        "PYTHONPATH": "/opt/trainer",
+    }  # the trainer image's
     base.pop("GPU_CHECK_TIMEOUT_S", None)
 
     def run(**env: str) -> tuple[int, list[str]]:
-        done = subprocess.run([str(SCRIPT), "--skip", "te"], capture_output=True, text=True, env={**base, **env}, timeout=120)
+        done = subprocess.run(
+            [str(SCRIPT), "--skip", "te"], capture_output=True, text=True, env={**base, **env}, timeout=120
+        )
         return done.returncode, record.read_text().splitlines() if done.returncode != 2 else [done.stderr]
 
     code, argv = run(STUB_SLEEP="0")  # the default limit: 300 s, so a budget of 270 s
     assert code == 0
-    assert argv == [f"PYTHONPATH={REPO}:/opt/trainer", str(REPO / "benchmarks" / "gpu_check.py"),
-                    "--out", str(tmp_path / "out"), "--budget-s", "270", "--skip", "te"]
+    assert argv == [
+        f"PYTHONPATH={REPO}:/opt/trainer",
+        str(REPO / "benchmarks" / "gpu_check.py"),
+        "--out",
+        str(tmp_path / "out"),
+        "--budget-s",
+        "270",
+        "--skip",
+        "te",
+    ]
     code, argv = run(STUB_SLEEP="60", GPU_CHECK_TIMEOUT_S="1")  # the limit passes: SIGTERM, exit 124
     assert code == 124 and argv[4:6] == ["--budget-s", "1"]
     assert run(STUB_SLEEP="0", GPU_CHECK_TIMEOUT_S="45")[1][4:6] == ["--budget-s", "23"]  # under 60 s: half
@@ -399,16 +489,46 @@ def test_the_check_runs_inside_the_trainer_image_behind_nvidia_start_up(tmp_path
     record = tmp_path / "docker-argv"
     docker = _stub(tmp_path, "docker", 'printf "%s\\n" "$@" > "$STUB_RECORD"')
     out = tmp_path / "results"
-    env = {**os.environ, "DOCKER": str(docker), "STUB_RECORD": str(record), "OUT": str(out), "GPU_CHECK_TIMEOUT_S": "540"}
-    done = subprocess.run([str(IN_IMAGE), "trainer:dev", "--skip", "throughput"], capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "DOCKER": str(docker),
+        "STUB_RECORD": str(record),
+        "OUT": str(out),
+        "GPU_CHECK_TIMEOUT_S": "540",
+    }
+    done = subprocess.run(
+        [str(IN_IMAGE), "trainer:dev", "--skip", "throughput"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     dockerfile = (REPO / "training" / "Dockerfile").read_text()
-    entrypoint = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT")).split(None, 1)[1])
+    entrypoint = json.loads(
+        next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT")).split(None, 1)[1]
+    )
     assert entrypoint[1:] == ["python", "-m", "training.entrypoint"]  # what a plain `docker run IMAGE bash` would hit
     assert record.read_text().splitlines() == [
-        "run", "--rm", "--gpus", "1", "--shm-size", "1g", "--entrypoint", entrypoint[0],
-        "-v", f"{REPO}:/src:ro", "-v", f"{out}:/out", "-e", "OUT=/out", "-e", "GPU_CHECK_TIMEOUT_S=540",
-        "-w", "/src", "trainer:dev", "bash", "benchmarks/gpu_check.sh", "--skip", "throughput",
+        "run",
+        "--rm",
+        "--gpus",
+        "1",
+        "--shm-size",
+        "1g",
+        "--entrypoint",
+        entrypoint[0],
+        "-v",
+        f"{REPO}:/src:ro",
+        "-v",
+        f"{out}:/out",
+        "-e",
+        "OUT=/out",
+        "-e",
+        "GPU_CHECK_TIMEOUT_S=540",
+        "-w",
+        "/src",
+        "trainer:dev",
+        "bash",
+        "benchmarks/gpu_check.sh",
+        "--skip",
+        "throughput",
     ]
     assert out.is_dir()  # made for the mount
     assert "ENV PYTHONPATH=/opt/trainer" in dockerfile  # the image's; gpu_check.sh keeps it, after /src

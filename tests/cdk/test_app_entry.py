@@ -79,4 +79,7 @@ def test_a_bad_context_value_fails_python_app_py_with_the_key_named(tmp_path):
         timeout=300,
     )
     assert result.returncode != 0
-    assert "context key 'allowedInstanceTypes[0]': got 'ml.g5.xlarge'; expected an instance type from the planner catalogue" in result.stderr
+    assert (
+        "context key 'allowedInstanceTypes[0]': got 'ml.g5.xlarge'; expected an instance type from the planner catalogue"
+        in result.stderr
+    )

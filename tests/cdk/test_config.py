@@ -6,10 +6,9 @@ import json
 
 import aws_cdk as cdk
 import pytest
-
-from stacks.config import CONTEXT_KEYS, ConfigError, load_config
 from aws_cdk import aws_logs as logs
 
+from stacks.config import CONTEXT_KEYS, ConfigError, load_config
 from stacks.platform_app import CDK_JSON, cdk_json_context, create_app
 
 pytestmark = pytest.mark.xdist_group("cdk")
@@ -214,7 +213,9 @@ def test_a_trailing_newline_or_control_character_is_refused_naming_the_key(key, 
     value = _spoiled(VALID_SAMPLES[key], suffix)
     if key in ("projectTag", "costCenter") and suffix == "\u2028":
         # a Unicode separator (Zl), which SageMaker's TagValue rule (\p{Z}) accepts: so does the config
-        assert config_for({key: value}, ENVIRON).tags[{"projectTag": "Project", "costCenter": "CostCenter"}[key]] == value
+        assert (
+            config_for({key: value}, ENVIRON).tags[{"projectTag": "Project", "costCenter": "CostCenter"}[key]] == value
+        )
         return
     error = error_for({key: value}, ENVIRON)
     assert error.key.split("[")[0] == key
@@ -259,7 +260,9 @@ def test_spaces_around_values_given_with_c_are_still_accepted():
     assert error_for({"submitterReservedConcurrency": "none\n"}, ENVIRON).key == "submitterReservedConcurrency"
 
 
-@pytest.mark.parametrize("prefix", ["s3://shared-datasets/tok?ens/", "s3://shared-datasets/tokens*", "s3://shared-datasets/a\x01b/"])
+@pytest.mark.parametrize(
+    "prefix", ["s3://shared-datasets/tok?ens/", "s3://shared-datasets/tokens*", "s3://shared-datasets/a\x01b/"]
+)
 def test_an_input_prefix_with_an_iam_wildcard_or_a_control_character_is_refused(prefix):
     # the prefix becomes the execution role's resource ARN, where '?' is a wildcard too
     error = error_for({"allowedInputPrefixes": [prefix]}, ENVIRON)
@@ -267,6 +270,8 @@ def test_an_input_prefix_with_an_iam_wildcard_or_a_control_character_is_refused(
 
 
 def test_tag_values_follow_sagemakers_rule():
-    assert config_for({"projectTag": "Größe 1b/8k"}, ENVIRON).project_tag == "Größe 1b/8k"  # \p{L}: letters of any script
+    assert (
+        config_for({"projectTag": "Größe 1b/8k"}, ENVIRON).project_tag == "Größe 1b/8k"
+    )  # \p{L}: letters of any script
     for bad in ("a" * 257, "semi;colon", "tab\there"):
         assert error_for({"costCenter": bad}, ENVIRON).key == "costCenter"

@@ -19,8 +19,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from aws_cdk.assertions import Template
-from constructs import Construct
 
+from constructs import Construct
 from platform_constructs import buckets, execution_role, trainer_image, training_plans
 from platform_constructs.observability import construct as observability
 from platform_constructs.observability import functions, notifications
@@ -30,7 +30,16 @@ from platform_constructs.submitter.runtime import settings
 pytestmark = pytest.mark.xdist_group("cdk")
 
 LOGICAL_IDS = Path(__file__).parent / "data" / "logical_ids.json"
-CONSTRUCT_MODULES = (buckets, execution_role, trainer_image, training_plans, submitter, observability, functions, notifications)
+CONSTRUCT_MODULES = (
+    buckets,
+    execution_role,
+    trainer_image,
+    training_plans,
+    submitter,
+    observability,
+    functions,
+    notifications,
+)
 ACCOUNT, REGION = "123456789012", "us-west-2"
 
 
@@ -39,12 +48,16 @@ ACCOUNT, REGION = "123456789012", "us-west-2"
 
 def logical_ids(synth) -> dict[str, list[str]]:
     """Every section's logical IDs; the image copy's, which follows the image on purpose, as a placeholder."""
-    copy_id = synth.stack.resolve(synth.stack.trainer_image.deployment.node.find_child("CustomResource").node.default_child.logical_id)
+    copy_id = synth.stack.resolve(
+        synth.stack.trainer_image.deployment.node.find_child("CustomResource").node.default_child.logical_id
+    )
     assert re.fullmatch(r"TrainerImageDeployment[0-9a-f]{24}CustomResource[0-9A-F]{8}", copy_id), copy_id
     found = {}
     for section in ("Resources", "Outputs", "Parameters", "Rules", "Conditions"):
         names = synth.template_json.get(section, {})
-        found[section] = sorted("TrainerImageDeployment<copy id>CustomResource<hash>" if n == copy_id else n for n in names)
+        found[section] = sorted(
+            "TrainerImageDeployment<copy id>CustomResource<hash>" if n == copy_id else n for n in names
+        )
     return found
 
 
@@ -60,11 +73,17 @@ def test_logical_ids_are_those_before_the_constructs_took_interfaces(request, va
 
 
 def test_no_construct_of_ours_keeps_its_props(default_synth):
-    ours = [c for c in default_synth.stack.node.find_all() if type(c).__module__.startswith(("platform_constructs", "stacks"))]
+    ours = [
+        c
+        for c in default_synth.stack.node.find_all()
+        if type(c).__module__.startswith(("platform_constructs", "stacks"))
+    ]
     classes = {type(c).__name__ for c in ours}
     assert {"TrainerImage", "TrainingBuckets", "TrainingExecutionRole", "TrainingPlans", "JobSubmitter",
             "PlatformObservability", "PlanMetricsPublisher", "JobStateHandler", "AlarmTopic"} <= classes  # fmt: skip
-    kept = sorted(f"{c.node.path} ({type(c).__name__})" for c in ours if "props" in vars(c) or hasattr(type(c), "props"))
+    kept = sorted(
+        f"{c.node.path} ({type(c).__name__})" for c in ours if "props" in vars(c) or hasattr(type(c), "props")
+    )
     assert kept == []
 
 
@@ -104,7 +123,9 @@ def test_props_take_resources_through_interfaces(props):
     """No prop is typed with a construct class (ours or an L2 such as ``s3.Bucket``): ``s3.IBucket``,
     ``iam.IRole``, ``ssm.IStringParameter``, ``ITrainerImage``, ``ISubmitterMetrics`` instead."""
     hints = typing.get_type_hints(props)
-    concrete = {name: c.__qualname__ for name, hint in hints.items() for c in classes_in(hint) if issubclass(c, Construct)}
+    concrete = {
+        name: c.__qualname__ for name, hint in hints.items() for c in classes_in(hint) if issubclass(c, Construct)
+    }
     assert concrete == {}
 
 
@@ -120,7 +141,9 @@ def test_props_are_keyword_only_frozen_and_document_each_default_as_behaviour(pr
         text = " ".join(entries[f.name].split())
         if has_default:
             assert "Default:" in text, f"{props.__name__}.{f.name}: default not described"
-            assert not re.search(r"Default:\s*(``)?None\b", text), f"{props.__name__}.{f.name}: default described as None"
+            assert not re.search(r"Default:\s*(``)?None\b", text), (
+                f"{props.__name__}.{f.name}: default described as None"
+            )
         else:
             assert "Default:" not in text, f"{props.__name__}.{f.name}: required, yet a default is described"
             assert type(None) not in typing.get_args(typing.get_type_hints(props)[f.name]), (
@@ -167,16 +190,20 @@ def imported_stack() -> cdk.Stack:
 
 
 def submitter_props(stack: cdk.Stack, **overrides) -> submitter.JobSubmitterProps:
-    values = dict(
-        trainer_image=ImageElsewhere(stack),
-        execution_role=iam.Role.from_role_arn(stack, "Role", f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"),
-        data_bucket=s3.Bucket.from_bucket_name(stack, "Data", "shared-datasets"),
-        checkpoint_bucket=s3.Bucket.from_bucket_name(stack, "Checkpoints", "shared-checkpoints"),
-        output_bucket=s3.Bucket.from_bucket_name(stack, "Output", "shared-output"),
-        plan_arns_parameter=ssm.StringParameter.from_string_parameter_name(stack, "Plans", "/shared/training-plan-arns"),
-        default_instance_type="ml.p5.48xlarge",
-        allowed_instance_types=["ml.p5.48xlarge"],
-    )
+    values = {
+        "trainer_image": ImageElsewhere(stack),
+        "execution_role": iam.Role.from_role_arn(
+            stack, "Role", f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"
+        ),
+        "data_bucket": s3.Bucket.from_bucket_name(stack, "Data", "shared-datasets"),
+        "checkpoint_bucket": s3.Bucket.from_bucket_name(stack, "Checkpoints", "shared-checkpoints"),
+        "output_bucket": s3.Bucket.from_bucket_name(stack, "Output", "shared-output"),
+        "plan_arns_parameter": ssm.StringParameter.from_string_parameter_name(
+            stack, "Plans", "/shared/training-plan-arns"
+        ),
+        "default_instance_type": "ml.p5.48xlarge",
+        "allowed_instance_types": ["ml.p5.48xlarge"],
+    }
     values.update(overrides)
     return submitter.JobSubmitterProps(**values)
 
@@ -185,16 +212,25 @@ def test_submitter_takes_imported_resources_through_their_interfaces():
     stack = imported_stack()
     job_submitter = submitter.JobSubmitter(stack, "Submitter", submitter_props(stack))
     template = Template.from_stack(stack)
-    (function_id, function), = template.find_resources("AWS::Lambda::Function").items()
+    ((_function_id, function),) = template.find_resources("AWS::Lambda::Function").items()
     env = function["Properties"]["Environment"]["Variables"]
     assert env[settings.ENV_TRAINER_IMAGE_URI] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/shared-trainer:v7"
     assert env[settings.ENV_EXECUTION_ROLE_ARN] == f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"
     assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == "/shared/training-plan-arns"
     assert env[settings.ENV_DATA_BUCKET] == "shared-datasets"
     assert stack.resolve(stack.get_logical_id(stack.node.find_child("ImageCopied"))) in function["DependsOn"]
-    statements = [s for p in template.find_resources("AWS::IAM::Policy").values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
-    assert any(s["Action"] == "iam:PassRole" and s["Resource"] == f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining" for s in statements)
-    reads = [s for s in statements if "ssm:GetParameter" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
+    statements = [
+        s
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert any(
+        s["Action"] == "iam:PassRole" and s["Resource"] == f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"
+        for s in statements
+    )
+    reads = [
+        s for s in statements if "ssm:GetParameter" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    ]
     assert len(reads) == 1 and "parameter/shared/training-plan-arns" in json.dumps(stack.resolve(reads[0]["Resource"]))
     assert isinstance(job_submitter, submitter.ISubmitterMetrics)
 
@@ -202,7 +238,10 @@ def test_submitter_takes_imported_resources_through_their_interfaces():
 def test_submitter_refuses_an_image_without_its_interface_and_builds_nothing():
     stack = imported_stack()
     props = submitter_props(stack, trainer_image=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/trainer:v7")
-    with pytest.raises(ValueError, match=r"JobSubmitterProps.trainer_image: got str; expected an ITrainerImage \(image_uri and deployment\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"JobSubmitterProps.trainer_image: got str; expected an ITrainerImage \(image_uri and deployment\)",
+    ):
         submitter.JobSubmitter(stack, "Refused", props)
     assert not stack.node.find_child("Refused").node.children
 
@@ -245,15 +284,23 @@ def test_observability_reads_any_submitter_metrics_and_an_imported_plan_paramete
     )
     assert watched.plan_names == ["shared-week"]
     template = Template.from_stack(stack)
-    alarms = {a["Properties"]["AlarmName"]: a["Properties"] for a in template.find_resources("AWS::CloudWatch::Alarm").values()}
+    alarms = {
+        a["Properties"]["AlarmName"]: a["Properties"]
+        for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+    }
     errors = alarms["Consumer/SubmitterErrors"]
     assert (errors["Namespace"], errors["MetricName"]) == ("Elsewhere/Submitter", "Errors")
     refusals = alarms["Consumer/SubmissionsRefusedNoCapacity"]
     assert (refusals["Namespace"], refusals["MetricName"]) == ("Elsewhere/Submitter", "Refusals-NoCapacity")
     assert "Consumer/PlanIdleNearEnd-shared-week" in alarms
-    publisher = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": functions.PLAN_METRICS_HANDLER}})
+    publisher = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": functions.PLAN_METRICS_HANDLER}}
+    )
     (publisher,) = publisher.values()
-    assert publisher["Properties"]["Environment"]["Variables"]["TRAINING_PLAN_ARNS_PARAMETER"] == "/shared/training-plan-arns"
+    assert (
+        publisher["Properties"]["Environment"]["Variables"]["TRAINING_PLAN_ARNS_PARAMETER"]
+        == "/shared/training-plan-arns"
+    )
     body = json.dumps(stack.resolve(template.find_resources("AWS::CloudWatch::Dashboard")))
     assert "800% = 8 GPUs" in body  # the Fleet note sized by the instance types given
 

@@ -25,7 +25,10 @@ def stack():
 
 
 def test_training_plans_rejects_a_bad_arn(stack):
-    with pytest.raises(ValueError, match=r"TrainingPlansProps.plan_arns\[1\]: got 'arn:aws:s3:::bucket'; expected a SageMaker training-plan ARN"):
+    with pytest.raises(
+        ValueError,
+        match=r"TrainingPlansProps.plan_arns\[1\]: got 'arn:aws:s3:::bucket'; expected a SageMaker training-plan ARN",
+    ):
         TrainingPlans(stack, "Plans", TrainingPlansProps(plan_arns=[PLAN, "arn:aws:s3:::bucket"]))
 
 

@@ -53,7 +53,10 @@ def test_the_emulator_sets_exactly_the_variables_the_synthesized_function_has(de
         else:
             assert _shape(value).fullmatch(emulated[name]), (name, render(value), emulated[name])
     assert emulated[settings.ENV_ACCOUNT_ID] == ACCOUNT_ID
-    assert emulated[settings.ENV_CLIENT_TOKEN_RECORDS] == f"s3://{StackResources().output_bucket}/{settings.CLIENT_TOKEN_RECORDS_PREFIX}"
+    assert (
+        emulated[settings.ENV_CLIENT_TOKEN_RECORDS]
+        == f"s3://{StackResources().output_bucket}/{settings.CLIENT_TOKEN_RECORDS_PREFIX}"
+    )
 
 
 def test_the_configured_optional_variables_appear_in_both(variant_synth):
@@ -66,12 +69,12 @@ def test_the_configured_optional_variables_appear_in_both(variant_synth):
 
 
 def test_function_environment_leaves_out_what_is_not_configured_and_writes_the_rest():
-    base = dict(
-        trainer_image_uri="img", execution_role_arn="arn:aws:iam::123456789012:role/r", data_bucket="data-bucket",
-        checkpoint_bucket="ckpt-bucket", output_bucket="out-bucket", plan_arns_parameter="/p", account_id="123456789012",
-        default_instance_type="ml.p5.48xlarge", allowed_instance_types=("ml.p5.48xlarge", "ml.p6-b200.48xlarge"),
-        capacity_fallback=("spot", "on-demand"),
-    )  # fmt: skip
+    base = {
+        "trainer_image_uri": "img", "execution_role_arn": "arn:aws:iam::123456789012:role/r", "data_bucket": "data-bucket",
+        "checkpoint_bucket": "ckpt-bucket", "output_bucket": "out-bucket", "plan_arns_parameter": "/p", "account_id": "123456789012",
+        "default_instance_type": "ml.p5.48xlarge", "allowed_instance_types": ("ml.p5.48xlarge", "ml.p6-b200.48xlarge"),
+        "capacity_fallback": ("spot", "on-demand"),
+    }  # fmt: skip
     env = settings.function_environment(**base)
     assert settings.ENV_ALLOWED_INPUT_PREFIXES not in env and settings.ENV_VOLUME_SIZE_GB not in env
     assert env[settings.ENV_ALLOWED_INSTANCE_TYPES] == "ml.p5.48xlarge,ml.p6-b200.48xlarge"
@@ -84,5 +87,12 @@ def test_function_environment_leaves_out_what_is_not_configured_and_writes_the_r
     assert full[settings.ENV_PLATFORM_TAGS] == '{"a": "1", "b": "2"}'  # sorted: the same tags, the same text
     # what the function reads back is what was given
     read = config.SubmitterConfig.from_environ({**full, settings.ENV_REGION: "us-west-2"})
-    assert (read.volume_size_gb, read.allowed_input_prefixes, dict(read.platform_tags)) == (900, ("s3://a/b/",), {"a": "1", "b": "2"})
-    assert (read.capacity_fallback, read.client_token_records) == (("spot", "on-demand"), "s3://out-bucket/submitter/client-tokens/")
+    assert (read.volume_size_gb, read.allowed_input_prefixes, dict(read.platform_tags)) == (
+        900,
+        ("s3://a/b/",),
+        {"a": "1", "b": "2"},
+    )
+    assert (read.capacity_fallback, read.client_token_records) == (
+        ("spot", "on-demand"),
+        "s3://out-bucket/submitter/client-tokens/",
+    )

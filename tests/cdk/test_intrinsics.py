@@ -125,7 +125,12 @@ def test_any_template_value_renders_or_raises_value_error(value):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=6), st.lists(st.one_of(st.text(max_size=6), st.builds(lambda n: {"Ref": n}, st.text(min_size=1, max_size=6))), max_size=5))
+@given(
+    st.text(max_size=6),
+    st.lists(
+        st.one_of(st.text(max_size=6), st.builds(lambda n: {"Ref": n}, st.text(min_size=1, max_size=6))), max_size=5
+    ),
+)
 def test_join_is_the_join_of_its_rendered_parts(separator, parts):
     expected = separator.join(p if isinstance(p, str) else f"<{p['Ref']}>" for p in parts)
     assert render({"Fn::Join": [separator, parts]}) == expected

@@ -81,7 +81,11 @@ def widget_titled(body, title):
 
 
 def expressions(widget) -> list[str]:
-    return [m[-1]["expression"] for m in widget["properties"]["metrics"] if isinstance(m[-1], dict) and "expression" in m[-1]]
+    return [
+        m[-1]["expression"]
+        for m in widget["properties"]["metrics"]
+        if isinstance(m[-1], dict) and "expression" in m[-1]
+    ]
 
 
 # -- the dashboard body ---------------------------------------------------------------------------
@@ -91,7 +95,7 @@ def test_body_renders_to_json_on_a_24_column_grid_without_overlaps(default_synth
     body = body_of(default_synth.template_json)
     cells = set()
     for widget in body["widgets"]:
-        assert 0 <= widget["x"] and widget["x"] + widget["width"] <= 24, widget
+        assert widget["x"] >= 0 and widget["x"] + widget["width"] <= 24, widget
         for x in range(widget["x"], widget["x"] + widget["width"]):
             for y in range(widget["y"], widget["y"] + widget["height"]):
                 assert (x, y) not in cells, f"widgets overlap at {(x, y)}"
@@ -105,7 +109,14 @@ def test_sections_in_order(default_synth):
         for w in body["widgets"]
         if w["type"] == "text" and w["properties"]["markdown"].startswith("## ")
     ]
-    assert headers == ["## Fleet", "## Training progress", "## Job submitter", "## Training plans", "## Job outcomes", "## Logs"]
+    assert headers == [
+        "## Fleet",
+        "## Training progress",
+        "## Job submitter",
+        "## Training plans",
+        "## Job outcomes",
+        "## Logs",
+    ]
     (status,) = [w for w in body["widgets"] if w["type"] == "alarm"]
     assert status["y"] < min(w["y"] for w in body["widgets"] if w["type"] == "metric")  # alarms on top
 
@@ -115,10 +126,14 @@ def test_fleet_searches_every_host_metric_as_sagemaker_publishes_it(default_synt
     found = {}
     for widget in metric_widgets(body):
         for expression in expressions(widget):
-            match = re.fullmatch(r"""SEARCH\('\{"/aws/sagemaker/TrainingJobs",Host\} MetricName="(\w+)"', 'Average', 300\)""", expression)
+            match = re.fullmatch(
+                r"""SEARCH\('\{"/aws/sagemaker/TrainingJobs",Host\} MetricName="(\w+)"', 'Average', 300\)""", expression
+            )
             if match:
                 found[match.group(1)] = widget
-    assert sorted(found) == sorted(["GPUUtilization", "GPUMemoryUtilization", "CPUUtilization", "MemoryUtilization", "DiskUtilization"])
+    assert sorted(found) == sorted(
+        ["GPUUtilization", "GPUMemoryUtilization", "CPUUtilization", "MemoryUtilization", "DiskUtilization"]
+    )
     for name in ("GPUUtilization", "GPUMemoryUtilization"):
         props = found[name]["properties"]
         assert "summed over the host's GPUs" in props["title"]
@@ -143,7 +158,8 @@ def test_training_progress_searches_the_metric_definitions_per_job(default_synth
     for widget in metric_widgets(body):
         for expression in expressions(widget):
             match = re.fullmatch(
-                r"""SEARCH\('\{"/aws/sagemaker/TrainingJobs",TrainingJobName\} MetricName="([^"]+)"', '(\w+)', 300\)""", expression
+                r"""SEARCH\('\{"/aws/sagemaker/TrainingJobs",TrainingJobName\} MetricName="([^"]+)"', '(\w+)', 300\)""",
+                expression,
             )
             if match:
                 searched.add(match.group(1))
@@ -174,9 +190,9 @@ def test_trainer_metric_rejects_unknown_fields():
 def test_submitter_rows_keep_the_construct_metrics(default_synth):
     body = body_of(default_synth.template_json)
     refusals = widget_titled(body, "Refusals by error code")["properties"]["metrics"]
-    assert [m[:2] for m in refusals] == [[submitter_settings.METRICS_NAMESPACE, submitter_settings.METRIC_REFUSALS]] * len(
-        submitter_settings.ERROR_CODES
-    )
+    assert [m[:2] for m in refusals] == [
+        [submitter_settings.METRICS_NAMESPACE, submitter_settings.METRIC_REFUSALS]
+    ] * len(submitter_settings.ERROR_CODES)
     assert widget_titled(body, "Duration (ms)")["properties"]["metrics"][0][1] == "Duration"
 
 
@@ -188,7 +204,9 @@ def test_training_plan_section_searches_every_plan_and_tiles_configured_ones(def
         ("Hours until each plan ends", "HoursUntilEnd"),
     ):
         (expression,) = expressions(widget_titled(default, title))
-        assert expression.startswith(f"""SEARCH('{{"TrainingPlatform/TrainingPlans",TrainingPlanName}} MetricName="{metric}"'""")
+        assert expression.startswith(
+            f"""SEARCH('{{"TrainingPlatform/TrainingPlans",TrainingPlanName}} MetricName="{metric}"'"""
+        )
     assert not [w for w in default["widgets"] if w.get("properties", {}).get("title", "").startswith("Plan ")]
     totals = widget_titled(default, "All usable plans (Active or Scheduled)")["properties"]["metrics"]
     assert [m[:2] for m in totals] == [["TrainingPlatform/TrainingPlans", n] for n in settings.INSTANCE_COUNT_METRICS]
@@ -221,11 +239,20 @@ def test_job_outcomes_section(default_synth):
 
 def test_logs_section_queries_the_training_log_group_for_run_killers(default_synth):
     body = body_of(default_synth.template_json)
-    queries = [w["properties"]["query"] for w in body["widgets"] if w["type"] == "log" and SAGEMAKER_NS in w["properties"]["query"]]
+    queries = [
+        w["properties"]["query"]
+        for w in body["widgets"]
+        if w["type"] == "log" and SAGEMAKER_NS in w["properties"]["query"]
+    ]
     assert len(queries) == 2
     for query in queries:
         assert query.startswith(f"SOURCE '{SAGEMAKER_NS}'")
-        for needle in ("CUDA out of memory", "NCCL error", r"\[trainer\] FAILED:", r"\[entrypoint\] invalid configuration:"):
+        for needle in (
+            "CUDA out of memory",
+            "NCCL error",
+            r"\[trainer\] FAILED:",
+            r"\[entrypoint\] invalid configuration:",
+        ):
             assert needle in query
 
 
@@ -242,7 +269,11 @@ def test_log_patterns_match_the_lines_that_end_runs():
     ]
     for line in killers:
         assert combined.search(line), line
-    for line in ("[metrics] step=120 loss=3.2141 mfu=18.32", "[trainer] checkpoint saved at step 100", "NCCL INFO Channel 00/32"):
+    for line in (
+        "[metrics] step=120 loss=3.2141 mfu=18.32",
+        "[trainer] checkpoint saved at step 100",
+        "NCCL INFO Channel 00/32",
+    ):
         assert not combined.search(line), line
     # the trainer really writes the prefixes the dashboard looks for
     assert 'f"[trainer] FAILED: {reason}"' in (REPO_ROOT / "training" / "train.py").read_text()
@@ -274,14 +305,27 @@ def test_alarm_set_thresholds_and_actions(alarm_synth):
 
     errors = alarms[p + "SubmitterErrors"]
     submitter = logical_id(stack, stack.submitter.function)
-    assert (errors["Namespace"], errors["MetricName"], errors["Statistic"], errors["Period"]) == ("AWS/Lambda", "Errors", "Sum", 300)
+    assert (errors["Namespace"], errors["MetricName"], errors["Statistic"], errors["Period"]) == (
+        "AWS/Lambda",
+        "Errors",
+        "Sum",
+        300,
+    )
     assert errors["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": submitter}}]
-    assert (errors["ComparisonOperator"], errors["Threshold"], errors["EvaluationPeriods"]) == ("GreaterThanOrEqualToThreshold", 1, 1)
+    assert (errors["ComparisonOperator"], errors["Threshold"], errors["EvaluationPeriods"]) == (
+        "GreaterThanOrEqualToThreshold",
+        1,
+        1,
+    )
     assert errors["AlarmActions"] == [topic] and errors["OKActions"] == [topic]
     assert errors["TreatMissingData"] == "notBreaching"
 
     failed = alarms[p + "TrainingJobFailed"]
-    assert (failed["Namespace"], failed["MetricName"], failed["Statistic"]) == ("TrainingPlatform/TrainingJobs", "TrainingJobOutcomes", "Sum")
+    assert (failed["Namespace"], failed["MetricName"], failed["Statistic"]) == (
+        "TrainingPlatform/TrainingJobs",
+        "TrainingJobOutcomes",
+        "Sum",
+    )
     assert failed["Dimensions"] == [{"Name": "TrainingJobStatus", "Value": "Failed"}]
     assert (failed["Threshold"], failed["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert failed["AlarmActions"] == [topic] and "OKActions" not in failed
@@ -330,13 +374,19 @@ def test_capacity_exhausted_is_a_composite_of_no_available_instances_and_nocapac
     assert "Dimensions" not in exhausted  # the all-plans total
     assert (exhausted["ComparisonOperator"], exhausted["Threshold"]) == ("LessThanOrEqualToThreshold", 0)
     refusing = alarms["TrainingPlatform/SubmissionsRefusedNoCapacity"]
-    assert (refusing["Namespace"], refusing["MetricName"]) == (submitter_settings.METRICS_NAMESPACE, submitter_settings.METRIC_REFUSALS)
+    assert (refusing["Namespace"], refusing["MetricName"]) == (
+        submitter_settings.METRICS_NAMESPACE,
+        submitter_settings.METRIC_REFUSALS,
+    )
     assert {"Name": "ErrorCode", "Value": "NoCapacity"} in refusing["Dimensions"]
     assert "AlarmActions" not in exhausted and "AlarmActions" not in refusing  # only the composite notifies
 
     composite = alarms["TrainingPlatform/ReservedCapacityExhausted"]
     summary = {a.name: a for a in alarm_summaries(template)}["TrainingPlatform/ReservedCapacityExhausted"]
-    assert summary.watches == "(ALARM(TrainingPlatform/PlansHaveNoAvailableInstances) AND ALARM(TrainingPlatform/SubmissionsRefusedNoCapacity))"
+    assert (
+        summary.watches
+        == "(ALARM(TrainingPlatform/PlansHaveNoAvailableInstances) AND ALARM(TrainingPlatform/SubmissionsRefusedNoCapacity))"
+    )
     assert composite["AlarmActions"] == [topic] and composite["OKActions"] == [topic]
 
 
@@ -358,13 +408,15 @@ def test_alarm_status_widget_lists_every_alarm(alarm_synth):
 
 def test_alarm_topic_is_kms_encrypted_tls_only_and_subscribed_from_context(alarm_synth):
     stack, template, _ = alarm_synth
-    (topic_id, topic), = resources_of(template, "AWS::SNS::Topic").items()
+    ((topic_id, topic),) = resources_of(template, "AWS::SNS::Topic").items()
     key_id = logical_id(stack, stack.observability.alarm_topic.key)
     assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
     key = template["Resources"][key_id]
     assert key["Properties"]["EnableKeyRotation"] is True
     assert key["DeletionPolicy"] == "Delete"  # removalPolicy=destroy in this synth
-    (cloudwatch_use,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "CloudWatchAlarmsPublish"]
+    (cloudwatch_use,) = [
+        s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "CloudWatchAlarmsPublish"
+    ]
     assert cloudwatch_use["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
     assert sorted(cloudwatch_use["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
     (policy,) = resources_of(template, "AWS::SNS::TopicPolicy").values()
@@ -373,12 +425,19 @@ def test_alarm_topic_is_kms_encrypted_tls_only_and_subscribed_from_context(alarm
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
     subscriptions = sorted(
-        (s["Properties"]["Protocol"], s["Properties"]["Endpoint"]) for s in resources_of(template, "AWS::SNS::Subscription").values()
+        (s["Properties"]["Protocol"], s["Properties"]["Endpoint"])
+        for s in resources_of(template, "AWS::SNS::Subscription").values()
     )
     assert subscriptions == [("email", "ml-oncall@example.com"), ("https", ALARM_CONTEXT["alarmHttpsEndpoints"][0])]
-    assert all(s["Properties"]["TopicArn"] == {"Ref": topic_id} for s in resources_of(template, "AWS::SNS::Subscription").values())
+    assert all(
+        s["Properties"]["TopicArn"] == {"Ref": topic_id}
+        for s in resources_of(template, "AWS::SNS::Subscription").values()
+    )
     (slack,) = resources_of(template, "AWS::Chatbot::SlackChannelConfiguration").values()
-    assert (slack["Properties"]["SlackWorkspaceId"], slack["Properties"]["SlackChannelId"]) == ("T0123ABCD", "C0456EFGH")
+    assert (slack["Properties"]["SlackWorkspaceId"], slack["Properties"]["SlackChannelId"]) == (
+        "T0123ABCD",
+        "C0456EFGH",
+    )
     assert slack["Properties"]["SnsTopicArns"] == [{"Ref": topic_id}]
     role_id = slack["Properties"]["IamRoleArn"]["Fn::GetAtt"][0]
     assert "ManagedPolicyArns" not in template["Resources"][role_id]["Properties"]  # relays only, no permissions
@@ -436,7 +495,11 @@ def test_every_notifying_alarm_matches_the_publish_condition_and_nothing_else_do
     observability = stack.observability
     assert observability.alarm_name_prefix == observability.alarm_topic.alarm_name_prefix == "TrainingPlatform/"
     topic = {"Ref": logical_id(stack, observability.alarm_topic.topic)}
-    notifying = [name for name, props in alarms_by_name(template).items() if topic in props.get("AlarmActions", []) + props.get("OKActions", [])]
+    notifying = [
+        name
+        for name, props in alarms_by_name(template).items()
+        if topic in props.get("AlarmActions", []) + props.get("OKActions", [])
+    ]
     assert len(notifying) == 6  # 3 platform alarms, 2 plans, the composite
     for name in notifying:
         assert fnmatch.fnmatchcase(f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{name}", ALARM_ARN_PATTERN), name
@@ -463,7 +526,15 @@ def test_environment_agnostic_publish_condition_uses_the_deploy_time_account_and
     assert allow["Condition"]["ArnLike"]["aws:SourceArn"] == {
         "Fn::Join": [
             "",
-            ["arn:", {"Ref": "AWS::Partition"}, ":cloudwatch:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}, ":alarm:TrainingPlatform/*"],
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":cloudwatch:",
+                {"Ref": "AWS::Region"},
+                ":",
+                {"Ref": "AWS::AccountId"},
+                ":alarm:TrainingPlatform/*",
+            ],
         ]
     }
 
@@ -586,20 +657,31 @@ def test_job_state_rule_pattern(default_synth):
     assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": [default_synth.logical_id(handler.function), "Arn"]}
 
 
-@pytest.mark.parametrize(("fixture", "days", "deletion"), [("default_synth", 90, "Retain"), ("variant_synth", 30, "Delete")])
+@pytest.mark.parametrize(
+    ("fixture", "days", "deletion"), [("default_synth", 90, "Retain"), ("variant_synth", 30, "Delete")]
+)
 def test_functions_runtime_environment_logs_and_table(request, fixture, days, deletion):
     synth = request.getfixturevalue(fixture)
     observability = synth.stack.observability
-    for construct, handler in ((observability.plan_metrics, obs_functions.PLAN_METRICS_HANDLER), (observability.job_outcomes, obs_functions.JOB_EVENTS_HANDLER)):
+    for construct, handler in (
+        (observability.plan_metrics, obs_functions.PLAN_METRICS_HANDLER),
+        (observability.job_outcomes, obs_functions.JOB_EVENTS_HANDLER),
+    ):
         props = synth.resources[synth.logical_id(construct.function)]["Properties"]
         assert (props["Handler"], props["Runtime"], props["Architectures"]) == (handler, "python3.13", ["arm64"])
         assert props["LoggingConfig"]["LogGroup"] == {"Ref": synth.logical_id(construct.log_group)}
         log_group = synth.resources[synth.logical_id(construct.log_group)]
         assert log_group["Properties"]["RetentionInDays"] == days and log_group["DeletionPolicy"] == deletion
-    env = synth.resources[synth.logical_id(observability.plan_metrics.function)]["Properties"]["Environment"]["Variables"]
-    assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == {"Ref": synth.logical_id(synth.stack.training_plans.parameter)}
+    env = synth.resources[synth.logical_id(observability.plan_metrics.function)]["Properties"]["Environment"][
+        "Variables"
+    ]
+    assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == {
+        "Ref": synth.logical_id(synth.stack.training_plans.parameter)
+    }
     table_id = synth.logical_id(observability.job_outcomes.table)
-    env = synth.resources[synth.logical_id(observability.job_outcomes.function)]["Properties"]["Environment"]["Variables"]
+    env = synth.resources[synth.logical_id(observability.job_outcomes.function)]["Properties"]["Environment"][
+        "Variables"
+    ]
     assert env[settings.ENV_IDEMPOTENCY_TABLE] == {"Ref": table_id}
     assert env[settings.ENV_IDEMPOTENCY_TTL_SECONDS] == str(7 * 24 * 3600)
     table = synth.resources[table_id]
@@ -648,7 +730,10 @@ def test_function_roles_are_least_privilege(default_synth):
         "dynamodb:UpdateItem",
         "dynamodb:DeleteItem",
     }
-    for statements, namespace in ((publisher, settings.PLAN_METRICS_NAMESPACE), (handler, settings.JOB_METRICS_NAMESPACE)):
+    for statements, namespace in (
+        (publisher, settings.PLAN_METRICS_NAMESPACE),
+        (handler, settings.JOB_METRICS_NAMESPACE),
+    ):
         (put,) = [s for s in statements if s["Action"] == "cloudwatch:PutMetricData"]
         assert put["Condition"] == {"StringEquals": {"cloudwatch:namespace": namespace}}
     (dynamo,) = [s for s in handler if "dynamodb:PutItem" in s["Action"]]
@@ -686,7 +771,9 @@ def test_observability_package_is_lean_and_imports_on_its_own(default_synth):
         "assert not {'aws_cdk', 'jsii', 'constructs', 'torch'} & set(sys.modules), sorted(sys.modules)\n"
     )
     env = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": REGION}
-    result = subprocess.run([sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, env=env, cwd=package, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, env=env, cwd=package, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -703,7 +790,11 @@ def test_export_dashboard_writes_json_png_and_lists_alarms(default_synth, tmp_pa
     width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
     assert width >= 1600 and height > width  # 24 columns across, the sections below each other
     names = {a.name for a in alarms}
-    assert {"TrainingPlatform/SubmitterErrors", "TrainingPlatform/TrainingJobFailed", "TrainingPlatform/ReservedCapacityExhausted"} <= names
+    assert {
+        "TrainingPlatform/SubmitterErrors",
+        "TrainingPlatform/TrainingJobFailed",
+        "TrainingPlatform/ReservedCapacityExhausted",
+    } <= names
     failed = next(a for a in alarms if a.name == "TrainingPlatform/TrainingJobFailed")
     assert failed.watches == "TrainingPlatform/TrainingJobs TrainingJobOutcomes{TrainingJobStatus=Failed} Sum/300s"
     assert failed.threshold == ">= 1 for 1 of 1 x 300 s (missing data: notBreaching)"

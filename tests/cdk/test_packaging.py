@@ -68,7 +68,9 @@ NO_CDK = textwrap.dedent(
 def test_the_runtimes_import_without_the_cdk() -> None:
     """Importing a handler runs no construct code: the CDK, jsii, the constructs library and torch are refused
     (the blocker raises on any attempt), and of ``platform_constructs`` only the runtimes' parent packages load."""
-    result = subprocess.run([sys.executable, "-c", NO_CDK], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", NO_CDK], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['platform_constructs.observability', 'platform_constructs.submitter']"
 
@@ -76,7 +78,9 @@ def test_the_runtimes_import_without_the_cdk() -> None:
 def test_the_cdk_blocker_does_refuse() -> None:
     """The proof above can fail: the same harness refuses the construct module."""
     code = NO_CDK.split("import platform_constructs")[0] + "import platform_constructs.submitter.construct\n"
-    result = subprocess.run([sys.executable, "-c", code], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0 and "ImportError: blocked: aws_cdk" in result.stderr
 
 
@@ -196,7 +200,9 @@ def test_the_submitters_closure_is_the_runtime_and_the_pure_packages_it_reads() 
     assert not {n for n in names if n.split(".")[0] in ("training", "stacks", "trainctl")}
     assert not {"platform_constructs.submitter.construct", "platform_constructs.submitter.bundling"} & names
     assert not {n for n in names if n.startswith("platform_constructs.observability")}
-    assert not {n for n in names if n.endswith(("torch_block", "te_block"))}  # a family's torch blocks are the trainer's
+    assert not {
+        n for n in names if n.endswith(("torch_block", "te_block"))
+    }  # a family's torch blocks are the trainer's
     # every library it imports is the standard library's or a pinned requirement's (installed in the package)
     third_party = closure.external - set(sys.stdlib_module_names)
     installed = {p.name for p in SUBMITTER.installed_dependencies().iterdir()}
@@ -210,7 +216,10 @@ def test_the_package_holds_exactly_the_handlers_import_closure(package):
     dependencies = _files(SUBMITTER.installed_dependencies()) - {".complete"}
     ours = _files(package) - dependencies
     assert ours == set(SUBMITTER.closure().package_paths())
-    assert "platform_constructs/submitter/runtime/handler.py" in ours and "platform_constructs/submitter/__init__.py" in ours
+    assert (
+        "platform_constructs/submitter/runtime/handler.py" in ours
+        and "platform_constructs/submitter/__init__.py" in ours
+    )
     assert not {p.name for p in package.iterdir()} & {"runtime", "training", "stacks", "trainctl", "constructs"}
 
 
@@ -325,7 +334,9 @@ def test_asset_hash_tracks_what_the_handler_imports(tmp_path: Path) -> None:
 
     # a module becomes imported (lazily): it joins the package and the hash
     settings = root / "constructs" / "submitter" / "runtime" / "settings.py"
-    settings.write_text(settings.read_text() + "\n\ndef _fact():\n    from platform_spec import new_fact\n    return new_fact\n")
+    settings.write_text(
+        settings.read_text() + "\n\ndef _fact():\n    from platform_spec import new_fact\n    return new_fact\n"
+    )
     assert "platform_spec.new_fact" in SUBMITTER.closure(root).names()
     assert SUBMITTER.asset_hash(root) not in (original, changed)
 

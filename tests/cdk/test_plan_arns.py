@@ -102,7 +102,10 @@ def test_an_environment_agnostic_template_asserts_the_plans_region_and_account(t
         {"Fn::Equals": [{"Ref": "AWS::Region"}, "us-west-2"]},
         {"Fn::Equals": [{"Ref": "AWS::AccountId"}, ACCOUNT]},
     ]
-    assert OURS in assertions[0]["AssertDescription"] and "deploy this stack to us-west-2" in assertions[0]["AssertDescription"]
+    assert (
+        OURS in assertions[0]["AssertDescription"]
+        and "deploy this stack to us-west-2" in assertions[0]["AssertDescription"]
+    )
     assert f"belong to account {ACCOUNT}" in assertions[1]["AssertDescription"]
     # cfn-lint accepts the rule (a Ref to a pseudo parameter inside a rule-specific Fn::Equals)
     from cfnlint.api import lint_file
@@ -121,7 +124,9 @@ def test_a_known_region_leaves_only_the_account_to_the_template():
 
 
 def test_a_known_environment_needs_no_rule_and_no_plans_need_none():
-    assert "PlansDeploymentEnvironment" not in json.dumps(_plans_template(cdk.Environment(account=ACCOUNT, region="us-west-2"), [OURS]))
+    assert "PlansDeploymentEnvironment" not in json.dumps(
+        _plans_template(cdk.Environment(account=ACCOUNT, region="us-west-2"), [OURS])
+    )
     assert len(_plans_template(None, []).get("Rules", {})) <= 1  # CDK's own CheckBootstrapVersion only
 
 
@@ -147,7 +152,9 @@ def no_deployment_environment(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize("command", [["synth-summary", "--out", "{tmp}/cdk.out"], ["dashboard", "--out", "{tmp}/d.json"]])
+@pytest.mark.parametrize(
+    "command", [["synth-summary", "--out", "{tmp}/cdk.out"], ["dashboard", "--out", "{tmp}/d.json"]]
+)
 def test_trainctl_commands_refuse_a_plan_outside_the_region_cdk_synth_would_use(command, tmp_path, capsys, monkeypatch,
                                                                                 no_deployment_environment):  # fmt: skip
     # The CDK CLI always gives the app a region (AWS_REGION, ..., else us-east-1; trainctl.cdk_context), so
@@ -155,10 +162,15 @@ def test_trainctl_commands_refuse_a_plan_outside_the_region_cdk_synth_would_use(
     from trainctl.cli import main
 
     monkeypatch.setenv("AWS_REGION", "us-west-2")
-    argv = [part.format(tmp=tmp_path) for part in command] + ["-c", f"trainingPlanArns={json.dumps([OURS, OTHER_REGION])}"]
+    argv = [part.format(tmp=tmp_path) for part in command] + [
+        "-c",
+        f"trainingPlanArns={json.dumps([OURS, OTHER_REGION])}",
+    ]
     assert main(argv) == 2
     printed = "".join(capsys.readouterr().out.split())  # rich may fold long lines
-    assert "trainingPlanArns[1]" in printed and OTHER_REGION in printed and "isinregioneu-west-1(notus-west-2)" in printed
+    assert (
+        "trainingPlanArns[1]" in printed and OTHER_REGION in printed and "isinregioneu-west-1(notus-west-2)" in printed
+    )
     assert not (tmp_path / "cdk.out" / "manifest.json").exists() and not (tmp_path / "d.json").exists()
 
 
@@ -168,7 +180,9 @@ def test_trainctl_commands_refuse_a_plan_of_another_account(command, tmp_path, c
 
     monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", ACCOUNT)
     monkeypatch.setenv("CDK_DEFAULT_REGION", "us-west-2")
-    assert main([command, "--out", str(tmp_path / "out"), "-c", f"trainingPlanArns={json.dumps([OTHER_ACCOUNTS])}"]) == 2
+    assert (
+        main([command, "--out", str(tmp_path / "out"), "-c", f"trainingPlanArns={json.dumps([OTHER_ACCOUNTS])}"]) == 2
+    )
     printed = "".join(capsys.readouterr().out.split())
     assert "trainingPlanArns[0]" in printed and OTHER_ACCOUNTS in printed
 

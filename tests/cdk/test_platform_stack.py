@@ -16,8 +16,8 @@ from platform_constructs.buckets import (
     HISTORY_ERASING_ACTIONS,
 )
 from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, HANDLER
-from platform_constructs.trainer_image import copy_settings_digest
 from platform_constructs.submitter.runtime import settings
+from platform_constructs.trainer_image import copy_settings_digest
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -106,7 +106,7 @@ def test_image_is_copied_into_the_platform_repository_under_the_asset_hash(defau
 
 
 def test_image_copy_fails_fast_with_a_service_timeout_above_the_copy_function_timeout(default_synth):
-    ((copy_id, copy),) = default_synth.of_type("Custom::CDKECRDeployment").items()
+    ((_copy_id, copy),) = default_synth.of_type("Custom::CDKECRDeployment").items()
     service_token = copy["Properties"]["ServiceToken"]["Fn::GetAtt"][0]
     function_timeout = default_synth.resources[service_token]["Properties"]["Timeout"]
     assert function_timeout == 900  # cdk-ecr-deployment's copy function: 15 minutes
@@ -152,9 +152,7 @@ def test_copy_function_role_is_scoped_to_the_two_repositories(default_synth):
 
 def bucket_ids(synth) -> dict[str, str]:
     buckets = synth.stack.buckets
-    return {
-        name: synth.logical_id(getattr(buckets, name)) for name in ("data", "checkpoints", "output", "access_logs")
-    }
+    return {name: synth.logical_id(getattr(buckets, name)) for name in ("data", "checkpoints", "output", "access_logs")}
 
 
 def test_four_buckets_block_public_access_and_enforce_owner(default_synth):
@@ -219,7 +217,11 @@ def test_lifecycle_aborts_multipart_uploads_and_expires_noncurrent_versions(defa
     resources = default_synth.resources
     for name, bucket_id in ids.items():
         rules = resources[bucket_id]["Properties"]["LifecycleConfiguration"]["Rules"]
-        assert {"AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}, "Id": "AbortIncompleteMultipartUploads", "Status": "Enabled"} in rules, name
+        assert {
+            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7},
+            "Id": "AbortIncompleteMultipartUploads",
+            "Status": "Enabled",
+        } in rules, name
         expiring = [r for r in rules if "NoncurrentVersionExpiration" in r]
         if name in ("checkpoints", "output"):
             assert expiring == [
@@ -456,7 +458,9 @@ def test_submitter_environment(default_synth):
 
     # every catalogue type the trainer image runs on but the GB200 UltraServers, which CreateTrainingJob does not accept
     ultraservers = ("ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72")
-    assert env[settings.ENV_ALLOWED_INSTANCE_TYPES].split(",") == [t for t in TRAINABLE_INSTANCE_TYPES if t not in ultraservers]
+    assert env[settings.ENV_ALLOWED_INSTANCE_TYPES].split(",") == [
+        t for t in TRAINABLE_INSTANCE_TYPES if t not in ultraservers
+    ]
     assert env[settings.ENV_CAPACITY_FALLBACK] == "training-plan,spot,on-demand"
     assert json.loads(env[settings.ENV_PLATFORM_TAGS]) == {
         "Project": "blackwell-training-platform",
@@ -475,14 +479,20 @@ def test_submitter_environment_follows_context(variant_synth):
     assert json.loads(env[settings.ENV_PLATFORM_TAGS]) == {"Project": "llm-pretraining", "CostCenter": "cc-1234"}
 
 
-@pytest.mark.parametrize(("fixture", "reserved"), [("default_synth", DEFAULT_RESERVED_CONCURRENCY), ("variant_synth", 25)])
+@pytest.mark.parametrize(
+    ("fixture", "reserved"), [("default_synth", DEFAULT_RESERVED_CONCURRENCY), ("variant_synth", 25)]
+)
 def test_submitter_concurrency_is_reserved_from_context(request, fixture, reserved):
     synth = request.getfixturevalue(fixture)
     fn_id = synth.logical_id(synth.stack.submitter.function)
     assert synth.resources[fn_id]["Properties"]["ReservedConcurrentExecutions"] == reserved
     assert DEFAULT_RESERVED_CONCURRENCY == 10
     # only the submitter reserves: the observability functions share the unreserved pool
-    reserving = [k for k, r in synth.of_type("AWS::Lambda::Function").items() if "ReservedConcurrentExecutions" in r["Properties"]]
+    reserving = [
+        k
+        for k, r in synth.of_type("AWS::Lambda::Function").items()
+        if "ReservedConcurrentExecutions" in r["Properties"]
+    ]
     assert reserving == [fn_id]
 
 
@@ -601,7 +611,13 @@ def test_training_plan_parameter_holds_the_context_list(default_synth, variant_s
 def test_dashboard_is_built_from_the_submitter_metrics(default_synth):
     (dashboard,) = default_synth.of_type("AWS::CloudWatch::Dashboard").values()
     body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for name in (settings.METRIC_SUBMISSIONS, settings.METRIC_REFUSALS, settings.METRICS_NAMESPACE, "Invocations", "Throttles"):
+    for name in (
+        settings.METRIC_SUBMISSIONS,
+        settings.METRIC_REFUSALS,
+        settings.METRICS_NAMESPACE,
+        "Invocations",
+        "Throttles",
+    ):
         assert name in body
     for value in settings.CAPACITY_TYPES + settings.ERROR_CODES:
         assert value in body

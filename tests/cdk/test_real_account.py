@@ -9,7 +9,12 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 
-from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY, JobSubmitter, JobSubmitterProps
+from platform_constructs.submitter.construct import (
+    DEFAULT_RESERVED_CONCURRENCY,
+    MAX_RESERVED_CONCURRENCY,
+    JobSubmitter,
+    JobSubmitterProps,
+)
 from platform_constructs.trainer_image import TrainerImage, TrainerImageProps, copy_settings_digest
 from stacks.config import CONTEXT_KEYS, ConfigError, load_config
 from stacks.platform_app import cdk_json_context, create_app
@@ -70,7 +75,9 @@ def test_reserved_concurrency_reaches_the_function(app_and_stack):
 
 
 def test_none_leaves_the_function_in_the_unreserved_pool():
-    _, stack = create_app(context={KEY: "none", "aws:cdk:bundling-stacks": []}, nag=False, environ={}, stack_traces=False)
+    _, stack = create_app(
+        context={KEY: "none", "aws:cdk:bundling-stacks": []}, nag=False, environ={}, stack_traces=False
+    )
     assert reserved_of(stack) is None
 
 
@@ -88,7 +95,10 @@ def test_submitter_props_refuse_a_reservation_lambda_would_refuse(app_and_stack,
         allowed_instance_types=stack.config.allowed_instance_types,
         reserved_concurrent_executions=bad,
     )
-    with pytest.raises(ValueError, match=rf"JobSubmitterProps.reserved_concurrent_executions: got {bad!r}; expected an integer from 1 to 900"):
+    with pytest.raises(
+        ValueError,
+        match=rf"JobSubmitterProps.reserved_concurrent_executions: got {bad!r}; expected an integer from 1 to 900",
+    ):
         JobSubmitter(stack, f"Refused{bad}", props)
     assert not stack.node.find_child(f"Refused{bad}").node.children  # nothing was built
 
@@ -126,7 +136,10 @@ def test_copy_settings_are_part_of_the_tag_and_of_the_copy_resource_id():
     assert default.image_tag != asset_hash  # not the tag of a release whose copy had no service timeout
     assert longer.image_tag != default.image_tag and longer.image_tag.startswith(asset_hash)
     assert again.image_tag == default.image_tag  # deterministic: same settings, same tag, same resource
-    ids = [stack.resolve(image.deployment.node.find_child("CustomResource").node.default_child.logical_id) for stack, image in zip(stacks, images)]
+    ids = [
+        stack.resolve(image.deployment.node.find_child("CustomResource").node.default_child.logical_id)
+        for stack, image in zip(stacks, images)
+    ]
     assert ids[0] == ids[2] and ids[0] != ids[1]
     assert longer.image_uri.endswith(f":{longer.image_tag}")
     assert longer.copy_timeout.to_seconds() == 1800 and longer.copy_function_timeout.to_minutes() == 15

@@ -33,7 +33,9 @@ def _actions(statement) -> list[str]:
 
 def test_the_function_is_told_where_the_records_live(default_synth):
     stack = default_synth.stack
-    env = default_synth.resources[default_synth.logical_id(stack.submitter.function)]["Properties"]["Environment"]["Variables"]
+    env = default_synth.resources[default_synth.logical_id(stack.submitter.function)]["Properties"]["Environment"][
+        "Variables"
+    ]
     output = default_synth.logical_id(stack.buckets.output)
     assert env[settings.ENV_CLIENT_TOKEN_RECORDS] == {
         "Fn::Join": ["", ["s3://", {"Ref": output}, f"/{settings.CLIENT_TOKEN_RECORDS_PREFIX}"]]
@@ -103,7 +105,9 @@ def test_the_construct_refuses_a_type_create_training_job_does_not_accept():
               and f.default_factory is dataclasses.MISSING}  # fmt: skip
     props = JobSubmitterProps(**{**fields, "default_instance_type": "ml.p5.48xlarge",
                                  "allowed_instance_types": ["ml.p5.48xlarge", "ml.u-p6e-gb200x72"]})  # fmt: skip
-    with pytest.raises(ValueError, match=r"allowed_instance_types: \['ml.u-p6e-gb200x72'\] are not accepted by CreateTrainingJob"):
+    with pytest.raises(
+        ValueError, match=r"allowed_instance_types: \['ml.u-p6e-gb200x72'\] are not accepted by CreateTrainingJob"
+    ):
         _validate(props)
 
 
@@ -126,7 +130,11 @@ def _resolve(value, synth) -> str:
         ((function, argument),) = value.items()
         if function == "Fn::Join":
             return argument[0].join(_resolve(part, synth) for part in argument[1])
-        if function == "Fn::GetAtt" and argument[1] == "Arn" and synth.resources.get(argument[0], {}).get("Type") == "AWS::S3::Bucket":
+        if (
+            function == "Fn::GetAtt"
+            and argument[1] == "Arn"
+            and synth.resources.get(argument[0], {}).get("Type") == "AWS::S3::Bucket"
+        ):
             return f"arn:aws:s3:::{argument[0]}"
         if function == "Ref" and synth.resources.get(argument, {}).get("Type") == "AWS::S3::Bucket":
             return argument
@@ -181,15 +189,18 @@ def test_the_record_check_resolves_wildcards(default_synth):
     record = f"arn:aws:s3:::{output}/{RECORD_KEY}"
     whole_bucket = {"Fn::Join": ["", [{"Fn::GetAtt": [output, "Arn"]}, "/*"]]}
     # the execution role's grant before the fix: PutObject/DeleteObject on every object of the output bucket
-    assert _writes_record({"Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], "Resource": whole_bucket},
-                          record, default_synth) == ["s3:PutObject", "s3:DeleteObject"]
+    assert _writes_record(
+        {"Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], "Resource": whole_bucket}, record, default_synth
+    ) == ["s3:PutObject", "s3:DeleteObject"]
     assert _writes_record({"Action": "s3:*", "Resource": "*"}, record, default_synth) == list(RECORD_WRITE_ACTIONS)
     assert _writes_record({"Action": "s3:Delete*", "Resource": "arn:aws:s3:::*/submitter/*"}, record, default_synth)
     assert _writes_record({"NotAction": "s3:GetObject", "NotResource": "arn:aws:s3:::other/*"}, record, default_synth)
     assert _writes_record({"Action": "s3:PutObject", "Resource": {"Fn::ImportValue": "x"}}, record, default_synth)
     jobs_only = {"Fn::Join": ["", [{"Fn::GetAtt": [output, "Arn"]}, f"/{settings.TRAINING_JOB_OUTPUT_PREFIX}*"]]}
     assert not _writes_record({"Action": "s3:PutObject", "Resource": jobs_only}, record, default_synth)
-    assert not _writes_record({"Action": ["s3:GetObject*", "s3:List*"], "Resource": whole_bucket}, record, default_synth)
+    assert not _writes_record(
+        {"Action": ["s3:GetObject*", "s3:List*"], "Resource": whole_bucket}, record, default_synth
+    )
 
 
 def test_no_role_but_the_submitters_may_write_or_delete_a_record(default_synth, variant_synth):
@@ -204,7 +215,9 @@ def test_no_role_but_the_submitters_may_write_or_delete_a_record(default_synth, 
             granted = _writes_record(statement, record, synth)
             if granted:
                 writers.setdefault(who, set()).update(granted)
-        assert writers.pop(json.dumps([{"Ref": submitter_role}])) == {"s3:PutObject"}  # no delete: released by overwrite
+        assert writers.pop(json.dumps([{"Ref": submitter_role}])) == {
+            "s3:PutObject"
+        }  # no delete: released by overwrite
         if synth is variant_synth:  # removalPolicy=destroy: CDK's function that empties the bucket on stack deletion
             (who,) = [w for w in writers if AUTO_DELETE_ROLE in w]
             assert writers.pop(who) == {"s3:DeleteObject", "s3:DeleteObjectVersion"}  # s3:DeleteObject*, nothing more
@@ -214,8 +227,11 @@ def test_no_role_but_the_submitters_may_write_or_delete_a_record(default_synth, 
 def test_the_output_bucket_denies_record_writes_to_everyone_but_the_submitter(default_synth, variant_synth):
     for synth in (default_synth, variant_synth):
         output = synth.logical_id(synth.stack.buckets.output)
-        (policy,) = [r["Properties"]["PolicyDocument"] for r in synth.of_type("AWS::S3::BucketPolicy").values()
-                     if r["Properties"]["Bucket"] == {"Ref": output}]
+        (policy,) = [
+            r["Properties"]["PolicyDocument"]
+            for r in synth.of_type("AWS::S3::BucketPolicy").values()
+            if r["Properties"]["Bucket"] == {"Ref": output}
+        ]
         (deny,) = [s for s in policy["Statement"] if s.get("Sid") == "ClientTokenRecordsSubmitterOnly"]
         exempt = [{"Fn::GetAtt": [synth.logical_id(synth.stack.submitter.role), "Arn"]}]
         if synth is variant_synth:
@@ -226,11 +242,15 @@ def test_the_output_bucket_denies_record_writes_to_everyone_but_the_submitter(de
             "Effect": "Deny",
             "Principal": {"AWS": "*"},
             "Action": sorted(RECORD_WRITE_ACTIONS),
-            "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": [output, "Arn"]}, f"/{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]]},
+            "Resource": {
+                "Fn::Join": ["", [{"Fn::GetAtt": [output, "Arn"]}, f"/{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]]
+            },
             "Condition": {"ArnNotEquals": {"aws:PrincipalArn": exempt}},
         }
         # no other bucket's policy mentions the records
-        others = [r for r in synth.of_type("AWS::S3::BucketPolicy").values() if r["Properties"]["Bucket"] != {"Ref": output}]
+        others = [
+            r for r in synth.of_type("AWS::S3::BucketPolicy").values() if r["Properties"]["Bucket"] != {"Ref": output}
+        ]
         assert settings.CLIENT_TOKEN_RECORDS_PREFIX not in json.dumps(others)
 
 
@@ -247,7 +267,16 @@ def test_training_jobs_write_the_output_bucket_below_their_output_prefix_only(de
 
 @pytest.mark.parametrize(
     "prefix",
-    ["", "/training-jobs/", "jobs", "jobs/*/", "job?/", "submitter/", "submitter/client-tokens/", "submitter/client-tokens/x/"],
+    [
+        "",
+        "/training-jobs/",
+        "jobs",
+        "jobs/*/",
+        "job?/",
+        "submitter/",
+        "submitter/client-tokens/",
+        "submitter/client-tokens/x/",
+    ],
 )
 def test_the_execution_role_refuses_an_output_prefix_that_reaches_the_records(prefix):
     from aws_cdk import aws_ecr as ecr
@@ -260,6 +289,8 @@ def test_the_execution_role_refuses_an_output_prefix_that_reaches_the_records(pr
     props = TrainingExecutionRoleProps(data_bucket=bucket, checkpoint_bucket=bucket, output_bucket=bucket,
                                        repository=ecr.Repository.from_repository_name(stack, "Repo", "r"),
                                        output_prefix=prefix)  # fmt: skip
-    with pytest.raises(ValueError, match=re.escape(f"TrainingExecutionRoleProps.output_prefix: got {prefix!r}; expected a key prefix")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"TrainingExecutionRoleProps.output_prefix: got {prefix!r}; expected a key prefix")
+    ):
         TrainingExecutionRole(stack, "Role", props)
     assert not stack.node.find_child("Role").node.children  # nothing was built

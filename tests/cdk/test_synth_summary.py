@@ -44,7 +44,7 @@ def test_summary_of_an_existing_assembly(default_synth, default_summary):
     assert dict(stack.resource_counts) == expected
     assert stack.resource_counts["AWS::S3::Bucket"] == 4
     assert set(stack.outputs) == set(default_synth.template_json["Outputs"])
-    description, value = stack.outputs["ExecutionRoleArn"]
+    _description, value = stack.outputs["ExecutionRoleArn"]
     assert value == f"<{default_synth.logical_id(default_synth.stack.execution_role.role)}.Arn>"
     image = default_synth.stack.trainer_image
     assert stack.outputs["TrainerImageUri"][1] == (

@@ -84,12 +84,16 @@ def toy_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     init = root / "model_families" / "__init__.py"
     registrations = init.read_text(encoding="utf-8")
     assert registrations.count("\nfrom model_families import gpt\n") == 1  # the registration list the test extends
-    init.write_text(registrations.replace("\nfrom model_families import gpt\n",
-                                          "\nfrom model_families import gpt\nfrom model_families import toy\n"))
+    init.write_text(
+        registrations.replace(
+            "\nfrom model_families import gpt\n", "\nfrom model_families import gpt\nfrom model_families import toy\n"
+        )
+    )
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
     env.pop("SAGEMAKER_BASE_DIR", None)
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(root)], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(root)], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads((root / "result.json").read_text())
 
@@ -104,7 +108,12 @@ def test_the_trainer_builds_trains_exports_and_reloads_the_new_family(toy_run: d
     assert toy_run["norm_is_ones"] and toy_run["fc1_std"] == pytest.approx(0.02, rel=0.1)  # the family's init rule
     assert abs(toy_run["loss"] - toy_run["log_vocab"]) < 0.2 and toy_run["reloaded_equal"]
     export = toy_run["export"]
-    assert (export["format"], export["model"], export["ffn_hidden_size"], export["activation"]) == ("toy-mlp", "toy-tiny", 128, "relu")
+    assert (export["format"], export["model"], export["ffn_hidden_size"], export["activation"]) == (
+        "toy-mlp",
+        "toy-tiny",
+        128,
+        "relu",
+    )
     assert "num_attention_heads" not in export and "rope_base" not in export  # nothing of GPT's
     assert toy_run["train_rc"] == 0
     assert toy_run["trained_export"]["format"] == "toy-mlp" and toy_run["trained_export"]["step"] == 2
@@ -113,10 +122,16 @@ def test_the_trainer_builds_trains_exports_and_reloads_the_new_family(toy_run: d
 def test_the_planner_estimates_the_new_family_from_its_terms(toy_run: dict) -> None:
     plan = toy_run["plan"]
     assert plan["fits"] and plan["tokens_per_second"] > 0
-    assert plan["model"] == {"name": "toy-tiny", "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128,
-                             "vocab_size": 256, "block_params": 2 * (64 + 2 * 64 * 128),
-                             "num_params": 2 * (64 + 2 * 64 * 128) + 2 * 256 * 64 + 64,
-                             "modelled_params": 2 * (64 + 2 * 64 * 128) + 2 * 256 * 64 + 64}
+    assert plan["model"] == {
+        "name": "toy-tiny",
+        "num_layers": 2,
+        "hidden_size": 64,
+        "ffn_hidden_size": 128,
+        "vocab_size": 256,
+        "block_params": 2 * (64 + 2 * 64 * 128),
+        "num_params": 2 * (64 + 2 * 64 * 128) + 2 * 256 * 64 + 64,
+        "modelled_params": 2 * (64 + 2 * 64 * 128) + 2 * 256 * 64 + 64,
+    }
     assert plan["flops_per_token"] == 6.0 * (2 * 2 * 64 * 128 + 64 * 256)  # the toy's, no attention term
     assert plan["attention_s"] == 0.0
     assert plan["activation_bytes_per_token"] == 2 * (64 + 64 + 128 + 128)  # bf16: the toy's four tensors
@@ -131,15 +146,29 @@ def test_a_resume_compares_every_field_of_the_family_shape() -> None:
     from training.checkpoint import compare_runs, run_record, trainer_state_problems
 
     def record(model: dict) -> dict:
-        return run_record(model_config=model, backend="torch", world_size=1, samples_per_step=2,
-                          hyperparameters={}, data={"synthetic": True})
+        return run_record(
+            model_config=model,
+            backend="torch",
+            world_size=1,
+            samples_per_step=2,
+            hyperparameters={},
+            data={"synthetic": True},
+        )
 
-    gpt = {"name": "gpt-tiny", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "ffn_hidden_size": 128,
-           "vocab_size": 256}
+    gpt = {
+        "name": "gpt-tiny",
+        "num_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "ffn_hidden_size": 128,
+        "vocab_size": 256,
+    }
     toy = {"name": "toy-tiny", "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128, "vocab_size": 256}
     state = {"step": 4, "run": record(gpt)}
     across = compare_runs(state, record(toy))
-    assert across.model_refused and across.refusals == ["model num_attention_heads: 2 in the checkpoint, None in this run"]
+    assert across.model_refused and across.refusals == [
+        "model num_attention_heads: 2 in the checkpoint, None in this run"
+    ]
     experts = {**toy, "num_experts": 4}
     wider = compare_runs({"step": 4, "run": record(experts)}, record({**experts, "num_experts": 8}))
     assert wider.refusals == ["model num_experts: 4 in the checkpoint, 8 in this run"]

@@ -44,7 +44,12 @@ def test_the_family_is_registered_by_name_with_its_presets_and_flops():
     assert FAMILY.flops_per_token is flops_per_token and FAMILY.shape_type is ModelConfig
     assert isinstance(GPT1B, models.ModelShape)  # the shape offers what the registry promises
     # the guide's 1B shape: 24 blocks of 41.97M parameters
-    assert (GPT1B.num_layers, GPT1B.hidden_size, GPT1B.num_attention_heads, GPT1B.ffn_hidden_size) == (24, 2048, 16, 6144)
+    assert (GPT1B.num_layers, GPT1B.hidden_size, GPT1B.num_attention_heads, GPT1B.ffn_hidden_size) == (
+        24,
+        2048,
+        16,
+        6144,
+    )
     assert GPT1B.block_params == pytest.approx(1.007e9, rel=1e-3)
 
 

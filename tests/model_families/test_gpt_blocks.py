@@ -16,11 +16,19 @@ import pytest
 import torch
 
 from model_families import gpt
-from model_families.gpt import FAMILY, INIT_STD, TE_PARAMETER_NAMES, ModelConfig, init_rule, residual_init_std
-from model_families.gpt import te_block, torch_block
+from model_families.gpt import (
+    FAMILY,
+    INIT_STD,
+    TE_PARAMETER_NAMES,
+    ModelConfig,
+    init_rule,
+    residual_init_std,
+    te_block,
+    torch_block,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-import fake_transformer_engine as fake_te  # noqa: E402
+import fake_transformer_engine as fake_te
 
 CONFIG = ModelConfig("small", num_layers=2, hidden_size=64, num_attention_heads=2, ffn_hidden_size=128, vocab_size=256)
 
@@ -83,11 +91,18 @@ def test_the_init_rule_by_canonical_name() -> None:
     std_out = residual_init_std(CONFIG)
     assert std_out == pytest.approx(0.02 / 2.0)  # 0.02 / sqrt(2 * 2 blocks)
     expected = {
-        "tok_embeddings.weight": INIT_STD, "output.weight": INIT_STD, "norm.weight": "ones", "norm.bias": "zeros",
-        "layers.0.attention_norm.weight": "ones", "layers.1.ffn_norm.bias": "zeros",
-        "layers.0.attention.qkv.weight": INIT_STD, "layers.0.attention.qkv.bias": "zeros",
-        "layers.1.attention.proj.weight": std_out, "layers.1.feed_forward.fc1.weight": INIT_STD,
-        "layers.1.feed_forward.fc2.weight": std_out, "layers.1.feed_forward.fc2.bias": "zeros",
+        "tok_embeddings.weight": INIT_STD,
+        "output.weight": INIT_STD,
+        "norm.weight": "ones",
+        "norm.bias": "zeros",
+        "layers.0.attention_norm.weight": "ones",
+        "layers.1.ffn_norm.bias": "zeros",
+        "layers.0.attention.qkv.weight": INIT_STD,
+        "layers.0.attention.qkv.bias": "zeros",
+        "layers.1.attention.proj.weight": std_out,
+        "layers.1.feed_forward.fc1.weight": INIT_STD,
+        "layers.1.feed_forward.fc2.weight": std_out,
+        "layers.1.feed_forward.fc2.bias": "zeros",
     }
     assert {name: init_rule(name, CONFIG) for name in expected} == expected
     assert FAMILY.init_rule is gpt.init_rule

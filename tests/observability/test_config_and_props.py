@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import aws_cdk as cdk
 import pytest
-
-import re
 
 from platform_constructs.intrinsics import render
 from platform_constructs.observability.construct import SlackChannel
@@ -119,9 +119,13 @@ def test_alarm_topic_rejects_bad_props():
 @pytest.mark.parametrize("prefix", ["", "*", "Training*", "Platform?", "a:b", "x" * 201, "tab\there"])
 def test_alarm_topic_rejects_a_prefix_that_would_let_other_alarms_publish(prefix):
     stack = cdk.Stack(cdk.App(), "Test")
-    with pytest.raises(ValueError, match="AlarmTopicProps.alarm_name_prefix: got .*; expected 1-200 printable characters"):
+    with pytest.raises(
+        ValueError, match="AlarmTopicProps.alarm_name_prefix: got .*; expected 1-200 printable characters"
+    ):
         AlarmTopic(stack, "Topic", AlarmTopicProps(alarm_name_prefix=prefix))
-    assert stack.node.try_find_child("Topic") is None or not stack.node.find_child("Topic").node.children  # nothing built
+    assert (
+        stack.node.try_find_child("Topic") is None or not stack.node.find_child("Topic").node.children
+    )  # nothing built
 
 
 def test_alarm_topic_prefix_defaults_to_the_stack_name():
@@ -147,7 +151,9 @@ def test_slack_configuration_name_keeps_the_channel_and_fits_the_limit():
     assert len(name) == SLACK_CONFIGURATION_NAME_MAX_LENGTH and _CONFIGURATION_NAME.match(name), name
     assert name.endswith(f"-alarms-{longest_channel}")  # the stack name gives way, never the channel
     # two channels of one long-named stack stay apart (a plain cut at 128 characters made them equal)
-    assert slack_configuration_name(longest_stack, "C" * 31 + "A") != slack_configuration_name(longest_stack, "C" * 31 + "B")
+    assert slack_configuration_name(longest_stack, "C" * 31 + "A") != slack_configuration_name(
+        longest_stack, "C" * 31 + "B"
+    )
     # two long stack names that share their first 100 characters stay apart (a hash of the full name)
     a = slack_configuration_name("S" * 100 + "-prod", longest_channel)
     b = slack_configuration_name("S" * 100 + "-test", longest_channel)

@@ -18,7 +18,21 @@ def test_cli_writes_json_and_png_and_lists_alarms_as_json(tmp_path, capsys, monk
     # the synth gets the region `cdk synth` would (trainctl.cdk_context): the plan's, whatever the shell says
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     out = tmp_path / "dash" / "platform.json"
-    assert main(["dashboard", "--out", str(out), "-c", f'trainingPlanArns=["{PLAN}"]', "-c", "idleCapacityAlarmHours=12", "--json-alarms"]) == 0
+    assert (
+        main(
+            [
+                "dashboard",
+                "--out",
+                str(out),
+                "-c",
+                f'trainingPlanArns=["{PLAN}"]',
+                "-c",
+                "idleCapacityAlarmHours=12",
+                "--json-alarms",
+            ]
+        )
+        == 0
+    )
     body = json.loads(out.read_text())
     titles = {w["properties"].get("title") for w in body["widgets"]}
     assert "Plan b200-week" in titles and "Loss" in titles
@@ -28,7 +42,10 @@ def test_cli_writes_json_and_png_and_lists_alarms_as_json(tmp_path, capsys, monk
     idle = alarms["TrainingPlatform/PlanIdleNearEnd-b200-week"]
     assert idle["kind"] == "math" and "hours <= 12" in idle["watches"]
     assert idle["threshold"] == ">= 1 for 2 of 2 x 900 s (missing data: notBreaching)"
-    assert idle["actions"] == ["ALARM -> SNS topic 'TrainingPlatform alarms'", "OK -> SNS topic 'TrainingPlatform alarms'"]
+    assert idle["actions"] == [
+        "ALARM -> SNS topic 'TrainingPlatform alarms'",
+        "OK -> SNS topic 'TrainingPlatform alarms'",
+    ]
 
 
 def test_cli_reports_a_bad_context_value(tmp_path, capsys):

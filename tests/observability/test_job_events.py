@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -30,7 +30,7 @@ _minutes = iter(range(45, 100000, 11))
 
 def an_event_time() -> datetime:
     """A distinct whole minute in the past, so tests never read each other's datapoints."""
-    return datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=next(_minutes))
+    return datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=next(_minutes))
 
 
 def outcomes(cloudwatch, status: str, at: datetime) -> float:
@@ -50,8 +50,15 @@ def outcomes(cloudwatch, status: str, at: datetime) -> float:
 @pytest.fixture(scope="module")
 def plan_arn(aws):
     (arn,) = aws.set_plans(
-        [{"TrainingPlanName": f"events-plan-{uuid.uuid4().hex[:6]}", "InstanceType": "ml.p6-b200.48xlarge",
-          "TotalInstanceCount": 8, "StartTime": "now-1d", "EndTime": "now+10d"}]  # fmt: skip
+        [
+            {
+                "TrainingPlanName": f"events-plan-{uuid.uuid4().hex[:6]}",
+                "InstanceType": "ml.p6-b200.48xlarge",
+                "TotalInstanceCount": 8,
+                "StartTime": "now-1d",
+                "EndTime": "now+10d",
+            }
+        ]  # fmt: skip
     )
     return arn
 
@@ -102,7 +109,9 @@ def outcome_logs(caplog) -> list[dict]:
 
     formatter = LambdaPowertoolsFormatter()
     lines = [
-        json.loads(formatter.format(r)) for r in caplog.records if r.name == "job-events" and r.getMessage() == settings.OUTCOME_LOG_MESSAGE
+        json.loads(formatter.format(r))
+        for r in caplog.records
+        if r.name == "job-events" and r.getMessage() == settings.OUTCOME_LOG_MESSAGE
     ]
     caplog.clear()
     return lines
@@ -137,9 +146,17 @@ def test_completed_and_stopped_jobs_are_counted_under_their_status(aws, cloudwat
     at = an_event_time()
     assert job_events.handle(state_change(aws, done, at), record)["counted"] is True
     assert job_events.handle(state_change(aws, stopped, at), record)["counted"] is True
-    assert (outcomes(cloudwatch, "Completed", at), outcomes(cloudwatch, "Stopped", at), outcomes(cloudwatch, "Failed", at)) == (1, 1, 0)
+    assert (
+        outcomes(cloudwatch, "Completed", at),
+        outcomes(cloudwatch, "Stopped", at),
+        outcomes(cloudwatch, "Failed", at),
+    ) == (1, 1, 0)
     outcome = job_events.TrainingJobOutcome.from_event(state_change(aws, stopped, at))
-    assert (outcome.secondary_status, outcome.capacity_type, outcome.failure_reason) == ("MaxRuntimeExceeded", "on-demand", None)
+    assert (outcome.secondary_status, outcome.capacity_type, outcome.failure_reason) == (
+        "MaxRuntimeExceeded",
+        "on-demand",
+        None,
+    )
 
 
 def test_each_status_of_a_job_is_its_own_outcome_key(aws, cloudwatch, record):
@@ -173,7 +190,9 @@ def test_idempotency_records_expire_after_the_configured_ttl(aws, record):
     job_events.handle(state_change(aws, name, an_event_time()), record)
     (new,) = [i for i in table.scan(TableName=IDEMPOTENCY_TABLE)["Items"] if i["id"]["S"] not in before]
     assert new["status"]["S"] == "COMPLETED"
-    assert int(new["expiration"]["N"]) == pytest.approx(time.time() + job_events.DEFAULT_IDEMPOTENCY_TTL_SECONDS, abs=60)
+    assert int(new["expiration"]["N"]) == pytest.approx(
+        time.time() + job_events.DEFAULT_IDEMPOTENCY_TTL_SECONDS, abs=60
+    )
 
 
 def test_lambda_handler_end_to_end(aws, cloudwatch, monkeypatch):
@@ -227,13 +246,17 @@ def test_capacity_type_and_fallbacks_from_a_minimal_event():
             "detail-type": "SageMaker Training Job State Change",
             "time": "2026-03-01T12:00:00Z",
             "resources": ["arn:aws:sagemaker:us-east-1:123456789012:training-job/j"],
-            "detail": {"TrainingJobName": "j", "TrainingJobStatus": "Completed", "EnableManagedSpotTraining": True,
-                       "BillableTimeInSeconds": 1234},  # fmt: skip
+            "detail": {
+                "TrainingJobName": "j",
+                "TrainingJobStatus": "Completed",
+                "EnableManagedSpotTraining": True,
+                "BillableTimeInSeconds": 1234,
+            },  # fmt: skip
         }
     )
     assert outcome.training_job_arn == "arn:aws:sagemaker:us-east-1:123456789012:training-job/j"
     assert (outcome.capacity_type, outcome.billable_time_s) == ("spot", 1234)
-    assert outcome.event_time == datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    assert outcome.event_time == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     datum = job_events.outcome_datum(outcome)
     assert datum == {
         "MetricName": "TrainingJobOutcomes",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -23,7 +23,7 @@ _minutes = iter(range(30, 100000, 7))
 
 def a_minute() -> datetime:
     """A distinct whole minute in the past for one publication (so tests never read each other's points)."""
-    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
     return now - timedelta(minutes=next(_minutes))
 
 
@@ -81,7 +81,9 @@ def test_publishes_each_plans_capacity_as_describe_training_plan_reports_it(aws,
     report = publish(aws, now)
     assert report.problems == [] and report.datums == 4 * 4 + 3
     by_name = {p.training_plan_name: p for p in report.plans}
-    real_end = {n: aws.client("sagemaker").describe_training_plan(TrainingPlanName=n)["EndTime"] for n in vars(names).values()}
+    real_end = {
+        n: aws.client("sagemaker").describe_training_plan(TrainingPlanName=n)["EndTime"] for n in vars(names).values()
+    }
 
     expected = {
         names.idle: (4, 0, 4),
@@ -119,7 +121,11 @@ def test_metric_identity_is_exactly_namespace_name_and_dimension(aws, cloudwatch
 
 def test_all_plans_totals_count_only_plans_jobs_may_use(aws, names, seeded):
     report = publish(aws, a_minute())
-    totals = {d["MetricName"]: d["Value"] for d in plan_metrics.metric_data(report.plans, report.observed_at) if not d["Dimensions"]}
+    totals = {
+        d["MetricName"]: d["Value"]
+        for d in plan_metrics.metric_data(report.plans, report.observed_at)
+        if not d["Dimensions"]
+    }
     # idle (Active) + busy (Active) + later (Scheduled); the Expired plan's 8 instances are not counted
     assert totals == {"AvailableInstanceCount": 4 + 2 + 2, "InUseInstanceCount": 6, "TotalInstanceCount": 4 + 8 + 2}
 
@@ -137,7 +143,9 @@ def test_no_plans_publishes_zero_totals_not_nothing(aws):
 
 def test_a_plan_that_cannot_be_described_is_reported_and_the_others_published(aws, cloudwatch, names, seeded):
     missing = seeded[0].rsplit("/", 1)[0] + f"/deleted-{uuid.uuid4().hex[:6]}"
-    aws.client("ssm").put_parameter(Name=aws.resources["plan_arns_parameter"], Value=json.dumps([missing, *seeded]), Overwrite=True)
+    aws.client("ssm").put_parameter(
+        Name=aws.resources["plan_arns_parameter"], Value=json.dumps([missing, *seeded]), Overwrite=True
+    )
     now = a_minute()
     report = publish(aws, now)
     (problem,) = report.problems
@@ -147,7 +155,11 @@ def test_a_plan_that_cannot_be_described_is_reported_and_the_others_published(aw
 
 
 def test_handler_raises_after_publishing_when_a_plan_is_missing(aws, names, seeded, monkeypatch):
-    monkeypatch.setattr(plan_metrics, "_clients", {"ssm": aws.client("ssm"), "sagemaker": aws.client("sagemaker"), "cloudwatch": aws.client("cloudwatch")})
+    monkeypatch.setattr(
+        plan_metrics,
+        "_clients",
+        {"ssm": aws.client("ssm"), "sagemaker": aws.client("sagemaker"), "cloudwatch": aws.client("cloudwatch")},
+    )
     monkeypatch.setenv(settings.ENV_TRAINING_PLAN_ARNS_PARAMETER, aws.resources["plan_arns_parameter"])
     context = SimpleNamespace(function_name="plan-metrics", memory_limit_in_mb=256, aws_request_id="req-1",
                               invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:plan-metrics")  # fmt: skip
@@ -155,8 +167,12 @@ def test_handler_raises_after_publishing_when_a_plan_is_missing(aws, names, seed
     assert {p["training_plan_name"] for p in result["plans"]} == set(vars(names).values())
 
     missing = seeded[0].rsplit("/", 1)[0] + "/deleted-plan"
-    aws.client("ssm").put_parameter(Name=aws.resources["plan_arns_parameter"], Value=json.dumps([*seeded, missing]), Overwrite=True)
-    with pytest.raises(plan_metrics.PlanMetricsError, match=r"1 training plan\(s\) could not be described: .*deleted-plan"):
+    aws.client("ssm").put_parameter(
+        Name=aws.resources["plan_arns_parameter"], Value=json.dumps([*seeded, missing]), Overwrite=True
+    )
+    with pytest.raises(
+        plan_metrics.PlanMetricsError, match=r"1 training plan\(s\) could not be described: .*deleted-plan"
+    ):
         plan_metrics.lambda_handler({}, context)
 
 
@@ -173,7 +189,10 @@ def test_throttled_describe_is_retried_by_botocore(aws, names, seeded):
     [
         ("not json", r"got 'not json'; expected a JSON list of training-plan ARNs"),
         ('{"arn": 1}', r"expected a JSON list"),
-        ('["arn:aws:s3:::bucket"]', r"\[0\]: got 'arn:aws:s3:::bucket'; expected a SageMaker training-plan ARN arn:aws\[-partition\]:sagemaker:"),
+        (
+            '["arn:aws:s3:::bucket"]',
+            r"\[0\]: got 'arn:aws:s3:::bucket'; expected a SageMaker training-plan ARN arn:aws\[-partition\]:sagemaker:",
+        ),
     ],
 )
 def test_a_malformed_parameter_names_the_parameter_and_value(aws, value, message):
@@ -184,7 +203,7 @@ def test_a_malformed_parameter_names_the_parameter_and_value(aws, value, message
 
 
 def test_plan_capacity_from_a_description():
-    now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     plan = plan_metrics.PlanCapacity.from_description(
         {
             "TrainingPlanName": "p",

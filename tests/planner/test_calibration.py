@@ -108,7 +108,7 @@ def test_low_precision_uses_more_memory_than_bf16_by_default(make_input, model):
     use more memory than 16-bit; quantized_model_init brings it to that level or below. Shown where weights
     dominate (sequence 2048, batch 1, no checkpointing); at long sequences the smaller quantized activations
     can outweigh the weight copies."""
-    kw = dict(model=model, seq_length=2048)
+    kw = {"model": model, "seq_length": 2048}
     bf16 = evaluate(make_input(precision="bf16", **kw)).memory_gb.total
     for p in ("fp8", "mxfp8", "nvfp4"):
         plan = evaluate(make_input(precision=p, **kw))

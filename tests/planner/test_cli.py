@@ -19,11 +19,41 @@ def run_json(capsys, *argv):
 
 
 def test_json_has_the_documented_keys(capsys):
-    d = run_json(capsys, "--model", "gpt-8b", "--precision", "fp8", "--seq-length", "8192", "--batch-size", "4",
-                 "--activation-checkpointing", "off", "--instance-type", "ml.p6-b200.48xlarge", "--instance-count", "1",
-                 "--price-per-hour", "100", "--tokens", "1e12")
-    for key in ("fits", "memory_gb", "tokens_per_second", "tokens_per_second_per_gpu", "mfu", "step_time_s",
-                "recommendations", "cost", "input", "model", "hardware", "notes"):
+    d = run_json(
+        capsys,
+        "--model",
+        "gpt-8b",
+        "--precision",
+        "fp8",
+        "--seq-length",
+        "8192",
+        "--batch-size",
+        "4",
+        "--activation-checkpointing",
+        "off",
+        "--instance-type",
+        "ml.p6-b200.48xlarge",
+        "--instance-count",
+        "1",
+        "--price-per-hour",
+        "100",
+        "--tokens",
+        "1e12",
+    )
+    for key in (
+        "fits",
+        "memory_gb",
+        "tokens_per_second",
+        "tokens_per_second_per_gpu",
+        "mfu",
+        "step_time_s",
+        "recommendations",
+        "cost",
+        "input",
+        "model",
+        "hardware",
+        "notes",
+    ):
         assert key in d
     assert isinstance(d["memory_gb"]["total"], float) and isinstance(d["fits"], bool)
     assert d["input"]["model"] == "gpt-8b" and d["input"]["batch_size"] == 4
@@ -41,8 +71,20 @@ def test_defaults_are_the_guide_request(capsys):
 
 
 def test_blocks_only_reproduces_the_guide(capsys):
-    d = run_json(capsys, "--model", "gpt-1b", "--blocks-only", "--precision", "mxfp8", "--seq-length", "8192",
-                 "--batch-size", "16", "--activation-checkpointing", "full")
+    d = run_json(
+        capsys,
+        "--model",
+        "gpt-1b",
+        "--blocks-only",
+        "--precision",
+        "mxfp8",
+        "--seq-length",
+        "8192",
+        "--batch-size",
+        "16",
+        "--activation-checkpointing",
+        "full",
+    )
     assert d["memory_gb"]["total"] == pytest.approx(22.8, rel=0.15)
     assert d["tokens_per_second_per_gpu"] == pytest.approx(51000, rel=0.15)
 
@@ -75,8 +117,18 @@ def test_render_plan_shows_breakdown_and_recommendations(make_input):
     console = Console(file=io.StringIO(), width=160, record=True)
     render_plan(plan, console)
     text = console.export_text()
-    for needle in ("Memory per GPU", "quantized weight copies", "activations", "total (peak allocated)", "fits",
-                   "tokens/s per GPU", "MFU", "Recommendations", "Turn on activation checkpointing", "Cost"):
+    for needle in (
+        "Memory per GPU",
+        "quantized weight copies",
+        "activations",
+        "total (peak allocated)",
+        "fits",
+        "tokens/s per GPU",
+        "MFU",
+        "Recommendations",
+        "Turn on activation checkpointing",
+        "Cost",
+    ):
         assert needle in text
 
 

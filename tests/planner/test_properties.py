@@ -35,11 +35,18 @@ def make(c: dict, **changes) -> PlanInput:
     precisions = supported_precisions(INSTANCES[c["instance_type"]].gpu)
     precision = c.get("precision") or precisions[c["precision_index"] % len(precisions)]
     return PlanInput(
-        model=c["model"], num_layers=None, precision=precision, seq_length=c["seq_length"],
-        batch_size=c["batch_size"], activation_checkpointing=c["activation_checkpointing"],
-        instance_type=c["instance_type"], instance_count=c["instance_count"],
-        sharding_strategy=c["sharding_strategy"], reshard_after_forward=c["reshard_after_forward"],
-        gradient_accumulation_steps=c["gradient_accumulation_steps"], blocks_only=c["blocks_only"],
+        model=c["model"],
+        num_layers=None,
+        precision=precision,
+        seq_length=c["seq_length"],
+        batch_size=c["batch_size"],
+        activation_checkpointing=c["activation_checkpointing"],
+        instance_type=c["instance_type"],
+        instance_count=c["instance_count"],
+        sharding_strategy=c["sharding_strategy"],
+        reshard_after_forward=c["reshard_after_forward"],
+        gradient_accumulation_steps=c["gradient_accumulation_steps"],
+        blocks_only=c["blocks_only"],
     )
 
 
@@ -86,7 +93,10 @@ def test_outputs_are_in_range(c):
     plan = evaluate(make(c))
     assert 0 < plan.mfu < 100
     assert plan.tokens_per_second > 0 and plan.step_time_s > 0
-    assert abs(plan.tokens_per_second - plan.tokens_per_second_per_gpu * plan.resolved.world_size) < 1e-6 * plan.tokens_per_second
+    assert (
+        abs(plan.tokens_per_second - plan.tokens_per_second_per_gpu * plan.resolved.world_size)
+        < 1e-6 * plan.tokens_per_second
+    )
     assert abs(sum(plan.memory_gb.terms.values()) - plan.memory_gb.total) < 1e-9
     assert plan.fits == (plan.memory_gb.required <= plan.memory_gb.usable)
     json.dumps(plan.to_dict(), allow_nan=False)

@@ -12,10 +12,15 @@ from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, HyperparameterE
 
 
 def full_input(**changes) -> PlanInput:
-    base = dict(
-        model="gpt-8b", num_layers=None, precision="fp8", seq_length=8192, batch_size=4,
-        activation_checkpointing="off", instance_type="ml.p6-b200.48xlarge",
-    )
+    base = {
+        "model": "gpt-8b",
+        "num_layers": None,
+        "precision": "fp8",
+        "seq_length": 8192,
+        "batch_size": 4,
+        "activation_checkpointing": "off",
+        "instance_type": "ml.p6-b200.48xlarge",
+    }
     base.update(changes)
     return PlanInput(**base)
 
@@ -99,8 +104,9 @@ def test_large_model_in_mxfp8_keeps_it_for_stability_or_fp8_for_balance():
     for rec in plan.recommendations:
         if rec.kind == "precision":
             assert rec.changes == {"precision": "fp8"} and "convergence" in rec.reason
-    assert not any(r.kind == "checkpointing" and r.changes.get("activation_checkpointing") == "off"
-                   for r in plan.recommendations)
+    assert not any(
+        r.kind == "checkpointing" and r.changes.get("activation_checkpointing") == "off" for r in plan.recommendations
+    )
 
 
 def test_nvfp4_gets_the_validated_recipe_advice():
@@ -109,8 +115,9 @@ def test_nvfp4_gets_the_validated_recipe_advice():
 
 
 def test_communication_bound_multi_node_shards_less():
-    plan = estimate(full_input(model="gpt-8b", seq_length=2048, batch_size=1, instance_type="ml.p5.48xlarge",
-                               instance_count=8))
+    plan = estimate(
+        full_input(model="gpt-8b", seq_length=2048, batch_size=1, instance_type="ml.p5.48xlarge", instance_count=8)
+    )
     assert plan.throughput.bound == "communication"
     rec = next(r for r in plan.recommendations if r.kind == "communication")
     assert rec.changes.get("sharding_strategy") == "hybrid" or rec.changes.get("reshard_after_forward") is False
@@ -124,8 +131,10 @@ def test_quantized_weights_never_recommended_while_the_trainer_refuses_them():
 
     assert QUANTIZED_MODEL_INIT_REFUSAL is not None and "TransformerEngine 2.10" in QUANTIZED_MODEL_INIT_REFUSAL
     # memory pressure (was: "Store weights quantized") and out of memory (was: the fit candidates' first choice)
-    for inp in (full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5),
-                full_input(model="gpt-8b", precision="fp8", seq_length=8192, batch_size=16, instance_type="ml.p5.48xlarge")):
+    for inp in (
+        full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5),
+        full_input(model="gpt-8b", precision="fp8", seq_length=8192, batch_size=16, instance_type="ml.p5.48xlarge"),
+    ):
         plan = estimate(inp)
         assert plan.recommendations
         for rec in plan.recommendations:
@@ -148,8 +157,14 @@ def test_guide_default_request_plans():
 
 
 def test_from_hyperparameters_overrides():
-    inp = PlanInput.from_hyperparameters(Hyperparameters(), instance_type="ml.p5.48xlarge", instance_count=2,
-                                         blocks_only=True, tokens=1e9, price_per_hour=98.3)
+    inp = PlanInput.from_hyperparameters(
+        Hyperparameters(),
+        instance_type="ml.p5.48xlarge",
+        instance_count=2,
+        blocks_only=True,
+        tokens=1e9,
+        price_per_hour=98.3,
+    )
     assert inp.instance_count == 2 and inp.blocks_only and inp.tokens == 1e9
     plan = estimate(inp.replace(precision="fp8"))
     assert plan.throughput.cost.cost == pytest.approx(plan.throughput.cost.instance_hours * 98.3)

@@ -25,8 +25,15 @@ GB200 = "ml.p6e-gb200.36xlarge"
 
 
 def _input(**changes) -> PlanInput:
-    base = dict(model="gpt-1b", num_layers=None, precision="bf16", seq_length=8192, batch_size=2,
-                activation_checkpointing="off", instance_type="ml.p6-b200.48xlarge")
+    base = {
+        "model": "gpt-1b",
+        "num_layers": None,
+        "precision": "bf16",
+        "seq_length": 8192,
+        "batch_size": 2,
+        "activation_checkpointing": "off",
+        "instance_type": "ml.p6-b200.48xlarge",
+    }
     base.update(changes)
     return PlanInput(**base)
 
@@ -56,8 +63,11 @@ def test_the_submitter_refuses_gb200_before_anything_is_created() -> None:
     request_mod, config_mod, errors = runtime_request, runtime_config, runtime_errors
     config = config_mod.SubmitterConfig(
         trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
-        execution_role_arn="arn:aws:iam::123456789012:role/exec", data_bucket="data", checkpoint_bucket="ckpt",
-        output_bucket="out", training_plan_arns_parameter="/plans",
+        execution_role_arn="arn:aws:iam::123456789012:role/exec",
+        data_bucket="data",
+        checkpoint_bucket="ckpt",
+        output_bucket="out",
+        training_plan_arns_parameter="/plans",
         allowed_instance_types=("ml.p5.48xlarge", GB200),  # a configuration from before the refusal
     )
     assert request_mod.allowed_instance_types(config, catalogue) == ("ml.p5.48xlarge",)
@@ -92,12 +102,17 @@ def test_quantized_model_init_is_refused_by_one_rule(precision: str) -> None:
         assert trainer.value.expected == hpmod.QUANTIZED_MODEL_INIT_REFUSAL
     request_mod, config_mod, errors = runtime_request, runtime_config, runtime_errors
     config = config_mod.SubmitterConfig(
-        trainer_image_uri="i", execution_role_arn="arn:aws:iam::123456789012:role/exec", data_bucket="data",
-        checkpoint_bucket="ckpt", output_bucket="out", training_plan_arns_parameter="/plans",
+        trainer_image_uri="i",
+        execution_role_arn="arn:aws:iam::123456789012:role/exec",
+        data_bucket="data",
+        checkpoint_bucket="ckpt",
+        output_bucket="out",
+        training_plan_arns_parameter="/plans",
     )
     with pytest.raises(errors.Refusal) as submitter:
         request_mod.parse_request(
-            {"hyperparameters": {"precision": precision, "quantized_model_init": True}, "inputs": {"train": "x/"}}, config
+            {"hyperparameters": {"precision": precision, "quantized_model_init": True}, "inputs": {"train": "x/"}},
+            config,
         )
     assert submitter.value.field == "hyperparameters.quantized_model_init"
     assert trainer.value.expected in submitter.value.message
@@ -140,8 +155,11 @@ def test_trainctl_plan_offers_only_the_instance_types_the_trainer_runs_on(capsys
     text = _plan_help(capsys)
     assert "--instance-type {" + ",".join(catalogue.TRAINABLE_INSTANCE_TYPES) + "}" in text
     assert "gb200" not in text
-    for refused, why in ((GB200, f"({GB200} runs arm64 host CPUs and the trainer image is built for amd64 only)"),
-                         ("ml.u-p6e-gb200x72", "arm64 host CPUs"), ("ml.p4d.24xlarge", "")):
+    for refused, why in (
+        (GB200, f"({GB200} runs arm64 host CPUs and the trainer image is built for amd64 only)"),
+        ("ml.u-p6e-gb200x72", "arm64 host CPUs"),
+        ("ml.p4d.24xlarge", ""),
+    ):
         with pytest.raises(SystemExit) as exited:
             main(["plan", "--instance-type", refused])
         err = capsys.readouterr().err
@@ -186,9 +204,14 @@ def test_trainctl_sweep_refuses_gb200_with_the_reason_and_lists_only_trainable_t
     expected = "expected one of " + ", ".join(catalogue.TRAINABLE_INSTANCE_TYPES)
     with pytest.raises(SweepError) as refused:
         plan_sweep("gb", ["precision=bf16"], mode="aws", base=base, sweeps_dir=tmp_path)
-    assert str(refused.value) == f"base request: instance_type {GB200!r}: {expected} ({catalogue.host_architecture_problem(GB200)})"
+    assert (
+        str(refused.value)
+        == f"base request: instance_type {GB200!r}: {expected} ({catalogue.host_architecture_problem(GB200)})"
+    )
     with pytest.raises(SweepError) as unknown:
-        plan_sweep("g5", ["precision=bf16"], mode="aws", base={**base, "instance_type": "ml.g5.xlarge"}, sweeps_dir=tmp_path)
+        plan_sweep(
+            "g5", ["precision=bf16"], mode="aws", base={**base, "instance_type": "ml.g5.xlarge"}, sweeps_dir=tmp_path
+        )
     assert str(unknown.value) == f"base request: instance_type 'ml.g5.xlarge': {expected}"
     assert not list(tmp_path.iterdir())  # nothing recorded for a refused sweep
     with pytest.raises(SweepError, match="arm64 host CPUs"):

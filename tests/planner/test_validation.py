@@ -32,8 +32,22 @@ TRAINER_LOG = "\n".join(
 def test_fsdp_log_ratios(tmp_path, capsys, make_input):
     log = tmp_path / "run.log"
     log.write_text(FSDP_LOG)
-    argv = ["--log", str(log), "--model", "gpt-1b", "--blocks-only", "--precision", "mxfp8", "--seq-length", "8192",
-            "--batch-size", "16", "--activation-checkpointing", "full", "--json"]
+    argv = [
+        "--log",
+        str(log),
+        "--model",
+        "gpt-1b",
+        "--blocks-only",
+        "--precision",
+        "mxfp8",
+        "--seq-length",
+        "8192",
+        "--batch-size",
+        "16",
+        "--activation-checkpointing",
+        "full",
+        "--json",
+    ]
     assert validation.main(argv) == 0
     rows = {r["quantity"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["peak_memory_gb"]["measured"] == pytest.approx(22.8)
@@ -59,19 +73,45 @@ def test_a_one_gpu_run_is_compared_with_the_one_gpu_plan(tmp_path, capsys):
     from planner import PlanInput
     from planner.plan import evaluate, evaluate_on_gpus
 
-    inp = PlanInput(model="gpt-1b", num_layers=None, precision="bf16", seq_length=8192, batch_size=2,
-                    activation_checkpointing="off", instance_type="ml.p5e.48xlarge")
+    inp = PlanInput(
+        model="gpt-1b",
+        num_layers=None,
+        precision="bf16",
+        seq_length=8192,
+        batch_size=2,
+        activation_checkpointing="off",
+        instance_type="ml.p5e.48xlarge",
+    )
     one, eight = evaluate_on_gpus(inp, 1), evaluate(inp)
     log = tmp_path / "run.log"
-    log.write_text(f"[metrics] step=1 tokens_per_sec_per_gpu=1.0 peak_mem_allocated_gb={one.memory_gb.total}\n"
-                   f"[metrics] step=2 tokens_per_sec_per_gpu={one.tokens_per_second_per_gpu} "
-                   f"peak_mem_allocated_gb={one.memory_gb.total}\n")
-    argv = ["--log", str(log), "--gpus", "1", "--model", "gpt-1b", "--precision", "bf16", "--seq-length", "8192",
-            "--batch-size", "2", "--instance-type", "ml.p5e.48xlarge", "--json"]
+    log.write_text(
+        f"[metrics] step=1 tokens_per_sec_per_gpu=1.0 peak_mem_allocated_gb={one.memory_gb.total}\n"
+        f"[metrics] step=2 tokens_per_sec_per_gpu={one.tokens_per_second_per_gpu} "
+        f"peak_mem_allocated_gb={one.memory_gb.total}\n"
+    )
+    argv = [
+        "--log",
+        str(log),
+        "--gpus",
+        "1",
+        "--model",
+        "gpt-1b",
+        "--precision",
+        "bf16",
+        "--seq-length",
+        "8192",
+        "--batch-size",
+        "2",
+        "--instance-type",
+        "ml.p5e.48xlarge",
+        "--json",
+    ]
     assert validation.main(argv) == 0
     rows = {r["quantity"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["peak_memory_gb"]["ratio"] == pytest.approx(1.0) and rows["tokens_per_second_per_gpu"]["ratio"] == pytest.approx(1.0)
+    assert rows["peak_memory_gb"]["ratio"] == pytest.approx(1.0) and rows["tokens_per_second_per_gpu"][
+        "ratio"
+    ] == pytest.approx(1.0)
     # against the whole instance's plan the same run would look 1.x too big: sharding over 8 divides the state
     assert one.memory_gb.total / eight.memory_gb.total > 1.3
-    assert validation.main(argv[:2] + ["--gpus", "9"] + argv[4:]) == 2
+    assert validation.main([*argv[:2], "--gpus", "9", *argv[4:]]) == 2
     assert "gpus" in capsys.readouterr().err

@@ -28,7 +28,12 @@ def test_the_field_error_message_and_attributes() -> None:
     error = FieldError("batch_size", 0, "an integer from 1 to 4096")
     assert isinstance(error, ValueError)
     assert str(error) == "batch_size: got 0; expected an integer from 1 to 4096"
-    assert (error.field, error.value, error.expected, error.detail) == ("batch_size", 0, "an integer from 1 to 4096", "")
+    assert (error.field, error.value, error.expected, error.detail) == (
+        "batch_size",
+        0,
+        "an integer from 1 to 4096",
+        "",
+    )
     detailed = FieldError("precision", "mxfp8", "one of fp8", detail="mxfp8 is not supported on H100")
     assert str(detailed) == "precision: got 'mxfp8'; expected one of fp8 (mxfp8 is not supported on H100)"
     assert detailed.reason == "got 'mxfp8'; expected one of fp8 (mxfp8 is not supported on H100)"
@@ -44,7 +49,9 @@ def test_every_field_error_type_keeps_its_attributes_and_wording() -> None:
     with pytest.raises(UnknownInstanceTypeError) as unknown:
         get_instance("ml.p4d.24xlarge")
     assert isinstance(unknown.value, (FieldError, KeyError))
-    assert str(unknown.value) == "instance_type: got 'ml.p4d.24xlarge'; expected one of " + ", ".join(TRAINABLE_INSTANCE_TYPES)
+    assert str(unknown.value) == "instance_type: got 'ml.p4d.24xlarge'; expected one of " + ", ".join(
+        TRAINABLE_INSTANCE_TYPES
+    )
 
 
 def test_the_stack_configuration_error_is_a_field_error() -> None:
@@ -76,7 +83,10 @@ def test_a_training_plan_arn_from_elsewhere_is_a_field_error(arn: object) -> Non
     error = refused.value
     assert isinstance(error, FieldError) and (error.field, error.value) == ("trainingPlanArns[1]", arn)
     # the message leaves the field to the caller, who names where the ARN came from
-    assert str(error) == f"got {arn!r}; expected a SageMaker training-plan ARN arn:aws[-partition]:sagemaker:<region>:<12-digit account>:training-plan/<name>"
+    assert (
+        str(error)
+        == f"got {arn!r}; expected a SageMaker training-plan ARN arn:aws[-partition]:sagemaker:<region>:<12-digit account>:training-plan/<name>"
+    )
     with pytest.raises(ValueError):
         parse_training_plan_arn(arn)
 
@@ -113,7 +123,9 @@ def test_the_model_registry_refuses_unknown_names_and_clashing_families(monkeypa
     with pytest.raises(ValueError, match="model family 'gpt' is registered twice"):
         models.register_family(models.ModelFamily("gpt", gpt.shape_type, {}, gpt.flops_per_token))
     with pytest.raises(ValueError, match=r"presets \['gpt-1b'\] belong to family 'gpt'"):
-        models.register_family(models.ModelFamily("other", gpt.shape_type, {"gpt-1b": gpt.presets["gpt-1b"]}, gpt.flops_per_token))
+        models.register_family(
+            models.ModelFamily("other", gpt.shape_type, {"gpt-1b": gpt.presets["gpt-1b"]}, gpt.flops_per_token)
+        )
     other = models.ModelFamily("other", gpt.shape_type, {"other-1b": gpt.presets["gpt-1b"]}, gpt.flops_per_token)
     models.register_family(other)
     assert models.family_names() == ("gpt", "other") and models.family_of("other-1b") is other
@@ -142,7 +154,11 @@ def test_a_lookup_during_the_families_own_import_fails_loudly(tmp_path: Path) ->
         "try:\n    m.preset_names()\nexcept RuntimeError as exc:\n    print('refused:', exc)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stderr

@@ -74,7 +74,7 @@ def test_a_reason_quoting_a_metric_line_stays_a_reason() -> None:
 
 
 def test_a_newer_writers_fields_are_ignored_and_order_does_not_matter() -> None:
-    line = "[run] world_size=2 step=12 state=finished rank_of_writer=0 note=\"new in a later trainer\" device=cpu"
+    line = '[run] world_size=2 step=12 state=finished rank_of_writer=0 note="new in a later trainer" device=cpu'
     assert parse_run_record(line) == RunRecord("finished", step=12, device="cpu", world_size=2)
 
 
@@ -135,8 +135,9 @@ def test_the_status_file_and_the_run_records_share_one_state_vocabulary() -> Non
     for state in RUN_STATES:
         status = TrainerStatus(state, step=7, resumed_from=6, skipped={9: "cut short"}, saved=7, reason="why")
         record = status.run_record(device="cpu", device_name="x86_64", world_size=2)
-        assert record == RunRecord(state, step=7, device="cpu", device_name="x86_64", world_size=2, resumed_from=6,
-                                   saved=7, reason="why")
+        assert record == RunRecord(
+            state, step=7, device="cpu", device_name="x86_64", world_size=2, resumed_from=6, saved=7, reason="why"
+        )
         assert parse_run_record(format_run_record(record)) == record
     with pytest.raises(StatusError, match="expected one of " + ", ".join(RUN_STATES)):
         TrainerStatus("running")

@@ -15,7 +15,9 @@ from trainctl.sweeps.state import SweepConfig
 
 def _config(index: int, precision: str, batch: str = "4") -> SweepConfig:
     overrides = {"precision": precision, "batch_size": batch}
-    return SweepConfig(index=index, overrides=overrides, hyperparameters={**overrides, "max_steps": "40"}, status="Completed")
+    return SweepConfig(
+        index=index, overrides=overrides, hyperparameters={**overrides, "max_steps": "40"}, status="Completed"
+    )
 
 
 def _result(index: int, precision: str, losses: list[float], batch: str = "4") -> ConfigResult:
@@ -35,7 +37,11 @@ def test_smooth_is_a_centred_moving_average_clipped_at_the_ends() -> None:
 
 def test_a_resumed_run_counts_each_step_once_with_its_last_value() -> None:
     lines = [format_line({"step": s, "loss": 5.0 - s / 10}) for s in (1, 2, 3)]
-    lines += ["[trainer] resumed from step 2", format_line({"step": 3, "loss": 4.5}), format_line({"step": 4, "loss": 4.4})]
+    lines += [
+        "[trainer] resumed from step 2",
+        format_line({"step": 3, "loss": 4.5}),
+        format_line({"step": 4, "loss": 4.4}),
+    ]
     steps = metrics_by_step(lines)
     assert [(m["step"], m["loss"]) for m in steps] == [(1, 4.9), (2, 4.8), (3, 4.5), (4, 4.4)]
 
@@ -67,7 +73,10 @@ def test_divergence_smooths_over_common_steps_against_the_highest_precision() ->
     fp8 = divs["fp8"]
     assert (fp8.steps, fp8.window) == (30, 3)
     assert fp8.mean_abs == pytest.approx(0.01) and fp8.max_abs == pytest.approx(0.01)
-    assert "fp8 vs bf16 (bs4): smoothed loss differs by mean 0.0100, max 0.0100 nats/token over 30 common steps" in fp8.sentence()
+    assert (
+        "fp8 vs bf16 (bs4): smoothed loss differs by mean 0.0100, max 0.0100 nats/token over 30 common steps"
+        in fp8.sentence()
+    )
 
 
 def test_final_values_only_are_compared_as_final_values() -> None:

@@ -11,7 +11,9 @@ from platform_spec.metric_lines import RunRecord, format_line, format_run_record
 from trainctl.reports.collection import collect_local, device_of
 from trainctl.sweeps.state import Sweep, SweepConfig
 
-DEVICE_TEXT = "[trainer] model=gpt-tiny layers=2 params=1,234 backend=torch device=cpu (x86_64) world_size=2 precision=fp32"
+DEVICE_TEXT = (
+    "[trainer] model=gpt-tiny layers=2 params=1,234 backend=torch device=cpu (x86_64) world_size=2 precision=fp32"
+)
 
 
 def _log(free_text: str | None, *, records: bool = True, device_name: str = "x86_64") -> list[str]:
@@ -22,15 +24,30 @@ def _log(free_text: str | None, *, records: bool = True, device_name: str = "x86
         lines.append(format_run_record(RunRecord("starting", device="cpu", device_name=device_name, world_size=2)))
     lines += [format_line({"step": s, "loss": 6.0 - s / 10, "tokens_per_sec": 1000.0 + s}) for s in range(1, 5)]
     if records:
-        lines.append(format_run_record(RunRecord("finished", step=4, saved=4, device="cpu", device_name=device_name, world_size=2)))
+        lines.append(
+            format_run_record(
+                RunRecord("finished", step=4, saved=4, device="cpu", device_name=device_name, world_size=2)
+            )
+        )
     return lines
 
 
 def _row(tmp_path: Path, lines: list[str]):
-    sweep = Sweep(name="s", mode="local", grid={"precision": ["fp32"]}, base={}, target={"device": {"type": "cpu"}},
-                  directory=tmp_path)
-    config = SweepConfig(index=0, overrides={"precision": "fp32"}, hyperparameters={"precision": "fp32"},
-                         status="Completed", run_dir="runs/01-fp32")
+    sweep = Sweep(
+        name="s",
+        mode="local",
+        grid={"precision": ["fp32"]},
+        base={},
+        target={"device": {"type": "cpu"}},
+        directory=tmp_path,
+    )
+    config = SweepConfig(
+        index=0,
+        overrides={"precision": "fp32"},
+        hyperparameters={"precision": "fp32"},
+        status="Completed",
+        run_dir="runs/01-fp32",
+    )
     log = tmp_path / "runs" / "01-fp32" / "train.log"
     log.parent.mkdir(parents=True)
     log.write_text("\n".join(lines) + "\n")
@@ -63,7 +80,9 @@ def test_gpu_devices_and_the_newest_record_win() -> None:
     lines = [
         format_run_record(RunRecord("starting", device="cpu", device_name="arm64", world_size=1)),
         format_run_record(RunRecord("starting", device="cuda", device_name="NVIDIA B200 (SXM)", world_size=8)),
-        format_run_record(RunRecord("failed", step=3, reason="no device here")),  # no device: does not hide the one above
+        format_run_record(
+            RunRecord("failed", step=3, reason="no device here")
+        ),  # no device: does not hide the one above
     ]
     assert device_of(lines) == "8x NVIDIA B200 (SXM)"
     assert device_of(lines[:1]) == "CPU (arm64), 1 processes"

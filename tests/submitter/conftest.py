@@ -68,7 +68,13 @@ def _make_request(**overrides: Any) -> dict[str, Any]:
         "instance_type": "ml.p6-b200.48xlarge",
         "instance_count": 1,
         "capacity": "training-plan",
-        "hyperparameters": {"model": "gpt-1b", "precision": "mxfp8", "num_layers": 10, "batch_size": 8, "seq_length": 2048},
+        "hyperparameters": {
+            "model": "gpt-1b",
+            "precision": "mxfp8",
+            "num_layers": 10,
+            "batch_size": 8,
+            "seq_length": 2048,
+        },
         "inputs": {"train": "datasets/guide/train/"},
         "max_runtime_hours": 24,
     }
@@ -159,7 +165,9 @@ def token_jobs(aws):
         digest = hashlib.sha256(token.encode()).hexdigest()
         found = aws.client("sagemaker").search(
             Resource="TrainingJob",
-            SearchExpression={"Filters": [{"Name": "Tags.platform:client-token-sha256", "Operator": "Equals", "Value": digest}]},
+            SearchExpression={
+                "Filters": [{"Name": "Tags.platform:client-token-sha256", "Operator": "Equals", "Value": digest}]
+            },
             MaxResults=100,
         )["Results"]
         return sorted(r["TrainingJob"]["TrainingJobName"] for r in found)

@@ -55,7 +55,11 @@ def test_the_emulators_training_plan_answers_fit_the_model(aws):
 
     page = sm.list_training_plans(MaxResults=3, SortBy="TrainingPlanName")
     assert validate_output("sagemaker", "ListTrainingPlans", page) == []
-    assert [p["TrainingPlanName"] for p in page["TrainingPlanSummaries"]] == ["b200-expired", "b200-hyperpod", "b200-lapsed"]
+    assert [p["TrainingPlanName"] for p in page["TrainingPlanSummaries"]] == [
+        "b200-expired",
+        "b200-hyperpod",
+        "b200-lapsed",
+    ]
     rest = sm.list_training_plans(MaxResults=10, SortBy="TrainingPlanName", NextToken=page["NextToken"])
     assert len(rest["TrainingPlanSummaries"]) == 4 and "NextToken" not in rest
     active = sm.list_training_plans(Filters=[{"Name": "Status", "Value": "Active"}])["TrainingPlanSummaries"]
@@ -114,7 +118,9 @@ def test_the_emulators_search_finds_jobs_by_their_token_tag_and_fits_the_model(a
     digest = hashlib.sha256(request["client_token"].encode()).hexdigest()
     params = {
         "Resource": "TrainingJob",
-        "SearchExpression": {"Filters": [{"Name": "Tags.platform:client-token-sha256", "Operator": "Equals", "Value": digest}]},
+        "SearchExpression": {
+            "Filters": [{"Name": "Tags.platform:client-token-sha256", "Operator": "Equals", "Value": digest}]
+        },
         "SortBy": "CreationTime",
         "SortOrder": "Ascending",
         "MaxResults": 10,
@@ -126,5 +132,7 @@ def test_the_emulators_search_finds_jobs_by_their_token_tag_and_fits_the_model(a
     job = result["TrainingJob"]
     assert job["TrainingJobName"] == response["training_job_name"]
     assert {"Key": "platform:client-token-sha256", "Value": digest} in job["Tags"]
-    other = dict(params, SearchExpression={"Filters": [{**params["SearchExpression"]["Filters"][0], "Value": "0" * 64}]})
+    other = dict(
+        params, SearchExpression={"Filters": [{**params["SearchExpression"]["Filters"][0], "Value": "0" * 64}]}
+    )
     assert aws.client("sagemaker").search(**other)["Results"] == []

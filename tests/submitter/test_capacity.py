@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -30,7 +30,7 @@ B200 = "ml.p6-b200.48xlarge"
 P5 = "ml.p5.48xlarge"
 REGION = "us-east-1"
 OTHER_ACCOUNT = "999999999999"
-NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 
 
@@ -41,7 +41,9 @@ def arn(name: str, *, region: str = REGION, account: str = ACCOUNT_ID) -> str:
 # --- judge_plan on hand-built descriptions ------------------------------------------------------
 
 
-def describe(name: str, *blocks: tuple, status: str = "Active", available: int | None = None, targets=("training-job",)) -> dict[str, Any]:
+def describe(
+    name: str, *blocks: tuple, status: str = "Active", available: int | None = None, targets=("training-job",)
+) -> dict[str, Any]:
     """A ``DescribeTrainingPlan`` answer at :data:`NOW`; ``blocks``: ``(start_h, end_h, total[, type[, status]])``."""
     summaries = []
     for number, (start_h, end_h, total, *rest) in enumerate(blocks):
@@ -104,7 +106,10 @@ def test_the_block_covering_the_job_is_judged_not_the_plans_outer_times(runtime,
     verdict = runtime.capacity.judge_plan(arn("gapped"), gapped, request_for(max_runtime_hours=24), NOW)
     assert verdict.eligible is False
     block_end = (NOW + 6 * HOUR).isoformat()
-    assert f"to {block_end}: instances are reclaimed 30 min before it ends, 5.5 h after the job could start" in verdict.reason
+    assert (
+        f"to {block_end}: instances are reclaimed 30 min before it ends, 5.5 h after the job could start"
+        in verdict.reason
+    )
     assert "request needs max_runtime_hours=24" in verdict.reason
     assert f"its next block starts {(NOW + 48 * HOUR).isoformat()}" in verdict.reason
 
@@ -143,7 +148,10 @@ def test_a_job_waits_for_the_first_block_with_its_instances(runtime, request_for
     assert not verdict.starts_now and verdict.start_time == NOW + 31 * HOUR
     assert verdict.usable_end == NOW + 5 * 24 * HOUR - timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S)
     assert verdict.reason.startswith(f"scheduled: its block starts {(NOW + 31 * HOUR).isoformat()} (31.0 h from now")
-    assert f"it cannot start in an earlier block: 1 instance(s) available in its block {(NOW + HOUR).isoformat()}" in verdict.reason
+    assert (
+        f"it cannot start in an earlier block: 1 instance(s) available in its block {(NOW + HOUR).isoformat()}"
+        in verdict.reason
+    )
     # one instance fits the first block: the job starts there
     first = runtime.capacity.judge_plan(arn("grow"), grow, request_for(instance_count=1, max_runtime_hours=24), NOW)
     assert first.eligible and first.start_time == NOW + HOUR
@@ -153,7 +161,9 @@ def test_available_instances_bound_the_active_block_only(runtime, request_for):
     """AvailableInstanceCount describes the plan now: 0 free in the active block does not make the
     next block (which starts with all 4 of its instances) look full."""
     busy = describe("busy-now", (-24, 12, 4), (20, 4 * 24, 4), available=0)
-    verdict = runtime.capacity.judge_plan(arn("busy-now"), busy, request_for(instance_count=2, max_runtime_hours=24), NOW)
+    verdict = runtime.capacity.judge_plan(
+        arn("busy-now"), busy, request_for(instance_count=2, max_runtime_hours=24), NOW
+    )
     assert verdict.eligible and not verdict.starts_now and verdict.start_time == NOW + 20 * HOUR, verdict.reason
     assert "it cannot start in an earlier block: 0 instance(s) available, request needs 2" in verdict.reason
 
@@ -162,9 +172,13 @@ def test_a_block_with_the_instances_but_too_little_time_is_not_skipped_for_a_lat
     """SageMaker starts a waiting job as soon as a block has its instances: the job would start in the
     short block and be reclaimed, so the plan is refused rather than assumed to wait for the long one."""
     short_then_long = describe("short-then-long", (2, 8, 2), (12, 5 * 24, 2), status="Scheduled")
-    verdict = runtime.capacity.judge_plan(arn("short-then-long"), short_then_long, request_for(max_runtime_hours=24), NOW)
+    verdict = runtime.capacity.judge_plan(
+        arn("short-then-long"), short_then_long, request_for(max_runtime_hours=24), NOW
+    )
     assert verdict.eligible is False
-    assert verdict.reason.startswith(f"block {(NOW + 2 * HOUR).isoformat()} to {(NOW + 8 * HOUR).isoformat()}: instances are reclaimed")
+    assert verdict.reason.startswith(
+        f"block {(NOW + 2 * HOUR).isoformat()} to {(NOW + 8 * HOUR).isoformat()}: instances are reclaimed"
+    )
     assert f"its next block starts {(NOW + 12 * HOUR).isoformat()}" in verdict.reason
 
 
@@ -173,7 +187,12 @@ def test_blocks_of_other_types_and_expired_blocks_are_not_used(runtime, request_
     verdict = runtime.capacity.judge_plan(arn("mixed"), mixed, request_for(), NOW)
     assert verdict.eligible is False
     assert verdict.reason == f"no {B200} block is Active or Scheduled"
-    p5 = runtime.capacity.judge_plan(arn("mixed"), mixed, request_for(instance_type=P5, hyperparameters={"synthetic_data": True, "precision": "bf16"}), NOW)
+    p5 = runtime.capacity.judge_plan(
+        arn("mixed"),
+        mixed,
+        request_for(instance_type=P5, hyperparameters={"synthetic_data": True, "precision": "bf16"}),
+        NOW,
+    )
     assert p5.eligible and p5.starts_now
 
 
@@ -205,7 +224,10 @@ def test_a_scheduled_block_must_start_within_the_pending_limit(runtime, request_
     verdict = runtime.capacity.judge_plan(arn("later"), plan, request_for(), NOW)
     assert verdict.eligible is eligible, verdict.reason
     if not eligible:
-        assert "SageMaker ends a job that waits Pending on a plan for more than 2 days (InsufficientCapacityError)" in verdict.reason
+        assert (
+            "SageMaker ends a job that waits Pending on a plan for more than 2 days (InsufficientCapacityError)"
+            in verdict.reason
+        )
     assert PENDING_LIMIT_S == 2 * 24 * 3600  # platform_spec.capacity, the submitter's limit
 
 
@@ -377,7 +399,10 @@ def test_an_active_plan_with_idle_instances_wins_over_one_that_starts_in_two_day
     capacity = response["capacity"]
     assert capacity["training_plan_arn"] == arn("idle-now")
     assert capacity["rule"] == "starts-now-expires-first"
-    assert "rule starts-now-expires-first" in capacity["reason"] and "1 scheduled plan(s) would make it wait" in capacity["reason"]
+    assert (
+        "rule starts-now-expires-first" in capacity["reason"]
+        and "1 scheduled plan(s) would make it wait" in capacity["reason"]
+    )
     assert _skipped(response)[arn("starts-in-2d")].startswith("eligible, but the job would wait Pending until ")
     job = capacity_aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
     assert job["ResourceConfig"]["TrainingPlanArn"] == arn("idle-now")
@@ -395,7 +420,10 @@ def test_with_no_plan_able_to_start_now_the_soonest_scheduled_plan_is_taken(subm
     assert (capacity["training_plan_arn"], capacity["rule"]) == (arn("starts-in-1d"), "starts-soonest")
     skipped = _skipped(response)
     assert skipped[arn("starts-in-2d")].startswith("eligible, but starts after starts-in-1d")
-    assert "days from now; SageMaker ends a job that waits Pending on a plan for more than 2 days" in skipped[arn("starts-in-3d")]
+    assert (
+        "days from now; SageMaker ends a job that waits Pending on a plan for more than 2 days"
+        in skipped[arn("starts-in-3d")]
+    )
     job = capacity_aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
     assert job["SecondaryStatus"] == "Pending"  # SageMaker holds it until the plan starts
 
@@ -471,7 +499,9 @@ def test_a_malformed_entry_in_the_parameter_is_skipped_not_fatal(submit_with, ca
     skipped = _skipped(response)
     assert skipped[broken].startswith(f"not a training-plan ARN: {broken!r} (expected arn:aws")
     assert "correct it in SSM parameter /capacity-tests/" in skipped[broken]
-    assert skipped[bare].startswith("not a training-plan ARN: 'idle-now'") and skipped["7"].startswith("not a training-plan ARN: 7")
+    assert skipped[bare].startswith("not a training-plan ARN: 'idle-now'") and skipped["7"].startswith(
+        "not a training-plan ARN: 7"
+    )
     assert any(r.getMessage() == "malformed entry in the training plan list skipped" for r in caplog.records)
 
     only_broken = submit_with([broken], capacity="auto", dry_run=True)  # auto still falls back
@@ -490,7 +520,10 @@ def test_a_malformed_entry_in_the_parameter_is_skipped_not_fatal(submit_with, ca
 
 @pytest.mark.parametrize(
     ("plan", "where"),
-    [(arn("idle-now", account=OTHER_ACCOUNT), f"account {OTHER_ACCOUNT}"), (arn("idle-elsewhere", region="eu-west-1"), "region eu-west-1")],
+    [
+        (arn("idle-now", account=OTHER_ACCOUNT), f"account {OTHER_ACCOUNT}"),
+        (arn("idle-elsewhere", region="eu-west-1"), "region eu-west-1"),
+    ],
 )
 def test_a_requested_plan_of_another_account_or_region_is_an_invalid_request(submit_with, capacity_aws, plan, where):
     capacity_aws.clear_calls()
@@ -529,7 +562,9 @@ def test_the_rule_is_in_the_capacity_chosen_log_line(submit_with, runtime):
     assert chosen[0].capacity["reason"] == response["capacity"]["reason"]
 
 
-def test_an_unknown_region_or_account_is_a_configuration_error_not_a_guess(runtime, capacity_env, capacity_clients, make_request):
+def test_an_unknown_region_or_account_is_a_configuration_error_not_a_guess(
+    runtime, capacity_env, capacity_clients, make_request
+):
     for missing in ("AWS_REGION", runtime.settings.ENV_ACCOUNT_ID):
         env = {k: v for k, v in capacity_env.items() if k != missing}
         with pytest.raises(runtime.errors.ConfigurationError, match=missing):
@@ -580,7 +615,12 @@ def test_emulator_refuses_a_job_on_another_accounts_plan(capacity_aws, capacity_
             AlgorithmSpecification={"TrainingImage": capacity_env["TRAINER_IMAGE_URI"], "TrainingInputMode": "File"},
             RoleArn=capacity_env["EXECUTION_ROLE_ARN"],
             OutputDataConfig={"S3OutputPath": f"s3://{capacity_env['OUTPUT_BUCKET']}/"},
-            ResourceConfig={"InstanceType": B200, "InstanceCount": 1, "VolumeSizeInGB": 100, "TrainingPlanArn": foreign},
+            ResourceConfig={
+                "InstanceType": B200,
+                "InstanceCount": 1,
+                "VolumeSizeInGB": 100,
+                "TrainingPlanArn": foreign,
+            },
             StoppingCondition={"MaxRuntimeInSeconds": 3600},
         )
     assert raised.value.response["Error"]["Code"] == "ValidationException"

@@ -200,9 +200,8 @@ def test_the_pinned_botocore_honours_a_per_request_read_timeout():
 def test_an_unsent_call_is_reported_as_not_sent(runtime):
     aws = runtime.aws
     clock = FakeClock()
-    with aws.deadline_scope(aws.Deadline(2.0, clock=clock)):
-        with pytest.raises(aws.DeadlineExceeded) as raised:
-            aws._before_send(2.0, 20.0, request=FakeRequest(), event_name="before-send.sagemaker.CreateTrainingJob")
+    with aws.deadline_scope(aws.Deadline(2.0, clock=clock)), pytest.raises(aws.DeadlineExceeded) as raised:
+        aws._before_send(2.0, 20.0, request=FakeRequest(), event_name="before-send.sagemaker.CreateTrainingJob")
     error = raised.value
     assert (error.attempts_sent, error.last_attempt, error.may_have_taken_effect) == (0, None, False)
     assert "so CreateTrainingJob was not sent" in str(error)
@@ -228,7 +227,9 @@ def test_a_create_whose_answer_was_lost_says_the_job_may_exist(aws, runtime, env
     clients.sagemaker.meta.events.register("before-send.sagemaker.CreateTrainingJob", deliver_then_lose_the_answer)
     request = make_request(capacity="on-demand")
     with pytest.raises(runtime.errors.DeadlineExceeded) as raised:
-        runtime.service.submit(request, clients=clients, config=config, deadline=runtime.aws.Deadline(60.0, clock=clock))
+        runtime.service.submit(
+            request, clients=clients, config=config, deadline=runtime.aws.Deadline(60.0, clock=clock)
+        )
     error = raised.value
     assert error.operation == "sagemaker.CreateTrainingJob"
     assert (error.attempts_sent, error.may_have_taken_effect) == (1, True)
@@ -267,7 +268,10 @@ def test_a_retry_cut_short_reports_the_attempt_before_it(runtime, clients):
             aws._before_send(2.0, 20.0, request=retry, event_name="before-send.sagemaker.CreateTrainingJob")
     error = raised.value
     assert (error.attempts_sent, error.may_have_taken_effect) == (1, True)
-    assert "attempt 1 was sent and its answer was not received in time (ReadTimeoutError); the training job may exist" in str(error)
+    assert (
+        "attempt 1 was sent and its answer was not received in time (ReadTimeoutError); the training job may exist"
+        in str(error)
+    )
 
 
 def test_an_answer_that_refused_the_call_is_not_reported_as_maybe_done(runtime):

@@ -53,7 +53,9 @@ def test_a_job_completes_with_final_metrics_from_its_own_metric_definitions(aws,
     assert listed[0]["TrainingJobStatus"] == "Completed"
     # the log lines went where SageMaker puts them
     logs = aws.client("logs")
-    streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=name)["logStreams"]
+    streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=name)[
+        "logStreams"
+    ]
     events = logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=streams[0]["logStreamName"])
     assert [e["message"] for e in events["events"]] == lines
     metrics = aws.client("cloudwatch").list_metrics(
@@ -112,7 +114,9 @@ def test_cli_env_file_drives_trainctl_submit_local(runtime, tmp_path):
         assert select.select([server.stdout], [], [], 90)[0], "local-aws did not start"
         assert server.stdout.readline().startswith("LOCAL_AWS_READY ")
         exports = dict(
-            line[len("export ") :].split("=", 1) for line in env_file.read_text().splitlines() if line.startswith("export ")
+            line[len("export ") :].split("=", 1)
+            for line in env_file.read_text().splitlines()
+            if line.startswith("export ")
         )
         settings = runtime.settings
         names = {getattr(settings, n) for n in dir(settings) if n.startswith("ENV_")}
@@ -120,7 +124,13 @@ def test_cli_env_file_drives_trainctl_submit_local(runtime, tmp_path):
         # configured, as the stack leaves them out by default), plus the emulator's endpoint and credentials
         optional = {settings.ENV_ALLOWED_INPUT_PREFIXES, settings.ENV_VOLUME_SIZE_GB}
         function_env = function_environment("us-east-1", StackResources())
-        emulator = {"AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        emulator = {
+            "AWS_ENDPOINT_URL",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        }
         assert set(exports) == emulator | set(function_env)
         assert names - optional <= set(exports) and not optional & set(exports)
 

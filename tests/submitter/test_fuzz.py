@@ -5,7 +5,8 @@ from __future__ import annotations
 import string
 
 import pytest
-from hypothesis import HealthCheck, event as note_event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note_event
 from hypothesis import strategies as st
 
 from platform_spec.hyperparameters import SPECS
@@ -31,7 +32,9 @@ def _or_junk(strategy):
 
 
 hyperparameter_values = st.one_of(
-    st.sampled_from(["gpt-tiny", "gpt-1b", "gpt-64b", "mxfp8", "fp8", "bf16", "off", "full", "true", "8", "2048", "-1", "1e9", ""]),
+    st.sampled_from(
+        ["gpt-tiny", "gpt-1b", "gpt-64b", "mxfp8", "fp8", "bf16", "off", "full", "true", "8", "2048", "-1", "1e9", ""]
+    ),
     st.integers(min_value=-5, max_value=10**6),
     st.floats(min_value=-1, max_value=1e7),
     json_scalars,
@@ -42,14 +45,18 @@ hyperparameters = st.dictionaries(
     max_size=6,
 )
 channel_uris = st.one_of(
-    st.sampled_from(["datasets/x/", "s3://training-platform-data-local/d/", "s3://elsewhere/d/", "http://x/", "s3://", "/"]),
+    st.sampled_from(
+        ["datasets/x/", "s3://training-platform-data-local/d/", "s3://elsewhere/d/", "http://x/", "s3://", "/"]
+    ),
     st.text(alphabet=string.printable, max_size=20),
 )
 
 fields = {
     "job_name": _or_junk(st.from_regex(r"[a-zA-Z0-9\-]{0,70}", fullmatch=True)),
     "client_token": _or_junk(st.text(alphabet=string.ascii_letters + string.digits + "-_:!", max_size=40)),
-    "instance_type": _or_junk(st.sampled_from(["ml.p6-b200.48xlarge", "ml.p5.48xlarge", "ml.p6-b300.48xlarge", "ml.m5.large", "p5.48xlarge"])),
+    "instance_type": _or_junk(
+        st.sampled_from(["ml.p6-b200.48xlarge", "ml.p5.48xlarge", "ml.p6-b300.48xlarge", "ml.m5.large", "p5.48xlarge"])
+    ),
     "instance_count": _or_junk(st.integers(min_value=-2, max_value=300)),
     "capacity": _or_junk(st.sampled_from(["training-plan", "spot", "on-demand", "auto", "SPOT", ""])),
     "training_plan_arn": _or_junk(
@@ -63,7 +70,9 @@ fields = {
         )
     ),
     "hyperparameters": _or_junk(hyperparameters),
-    "inputs": _or_junk(st.dictionaries(st.sampled_from(["train", "validation", "bad name", ""]), channel_uris, max_size=3)),
+    "inputs": _or_junk(
+        st.dictionaries(st.sampled_from(["train", "validation", "bad name", ""]), channel_uris, max_size=3)
+    ),
     "max_runtime_hours": _or_junk(st.floats(min_value=-1, max_value=1000)),
     "max_wait_hours": _or_junk(st.floats(min_value=-1, max_value=1000)),
     "max_retry_attempts": _or_junk(st.integers(min_value=-1, max_value=40)),
@@ -79,13 +88,18 @@ valid_fields = {
     "instance_count": st.integers(min_value=1, max_value=6),
     "capacity": st.sampled_from(["training-plan", "spot", "on-demand", "auto"]),
     "max_runtime_hours": st.floats(min_value=0.5, max_value=400),
-    "tags": st.dictionaries(st.sampled_from(["team", "project", "owner"]), st.text(alphabet=string.ascii_lowercase, max_size=8)),
+    "tags": st.dictionaries(
+        st.sampled_from(["team", "project", "owner"]), st.text(alphabet=string.ascii_lowercase, max_size=8)
+    ),
     "auto_tune": st.booleans(),
     "dry_run": st.booleans(),
 }
 base = {
     "hyperparameters": st.fixed_dictionaries(
-        {"model": st.sampled_from(["gpt-tiny", "gpt-1b", "gpt-8b", "gpt-32b"]), "precision": st.sampled_from(["bf16", "fp8"])},
+        {
+            "model": st.sampled_from(["gpt-tiny", "gpt-1b", "gpt-8b", "gpt-32b"]),
+            "precision": st.sampled_from(["bf16", "fp8"]),
+        },
         optional={"batch_size": st.integers(1, 64), "seq_length": st.sampled_from([512, 2048, 8192])},
     ),
     "inputs": st.just({"train": "datasets/x/"}),
@@ -102,7 +116,10 @@ events = st.one_of(
     ),
 )
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(event=events)
 def test_any_event_gets_an_answer_and_only_valid_ones_create_jobs(aws, submit, runtime, event):
     before = len(aws.training_jobs())

@@ -130,11 +130,15 @@ def _crashed_record(aws, runtime, config, request: dict, job_name: str) -> None:
         "created": "2026-01-01T00:00:00+00:00",
     }
     aws.client("s3").put_object(
-        Bucket=aws.env["OUTPUT_BUCKET"], Key=f"{PREFIX}{_digest(request['client_token'])}.json", Body=json.dumps(body).encode()
+        Bucket=aws.env["OUTPUT_BUCKET"],
+        Key=f"{PREFIX}{_digest(request['client_token'])}.json",
+        Body=json.dumps(body).encode(),
     )
 
 
-def test_a_record_whose_job_was_never_created_is_finished_by_the_same_request(aws, token_jobs, runtime, submit, config, make_request):
+def test_a_record_whose_job_was_never_created_is_finished_by_the_same_request(
+    aws, token_jobs, runtime, submit, config, make_request
+):
     request = make_request(capacity="on-demand")
     recorded = f"crashed-{uuid.uuid4().hex[:12]}"
     _crashed_record(aws, runtime, config, request, recorded)
@@ -199,7 +203,9 @@ def test_a_token_whose_recorded_name_another_request_took_first(aws, token_jobs,
     assert token_jobs(request["client_token"]) == [f"{name}-2"]
 
 
-def test_a_record_whose_name_another_token_took_leaves_the_token_its_own_job(aws, token_jobs, runtime, submit, config, make_request):
+def test_a_record_whose_name_another_token_took_leaves_the_token_its_own_job(
+    aws, token_jobs, runtime, submit, config, make_request
+):
     """Review finding (idem2 "crash2"): the token's record named a job that another token then created
     with the same body; a retry replayed that other token's job. Now the token gets a job of its own."""
     request = make_request(capacity="on-demand")
@@ -243,7 +249,9 @@ def test_a_token_is_never_answered_by_another_tokens_job(aws, token_jobs, runtim
     assert token_jobs(a["client_token"]) == [name]
 
 
-def test_a_job_made_without_a_token_is_adopted_by_the_same_request_with_one(aws, token_jobs, runtime, submit, make_request):
+def test_a_job_made_without_a_token_is_adopted_by_the_same_request_with_one(
+    aws, token_jobs, runtime, submit, make_request
+):
     """A job a request made with job_name alone: the same request with a client_token binds the token
     to it (the record names it, adopted) instead of answering Conflict; the token then answers with it."""
     name = f"untokened-{uuid.uuid4().hex[:12]}"
@@ -265,7 +273,9 @@ def test_a_job_made_without_a_token_is_adopted_by_the_same_request_with_one(aws,
     other = submit({**plain, "client_token": f"other-{uuid.uuid4()}", "max_runtime_hours": 5})
     assert (other["error"]["code"], other["error"]["field"]) == ("Conflict", "job_name"), other
     assert "was created without a client_token by a different request" in other["error"]["message"]
-    assert [j["name"] for j in aws.training_jobs() if j["name"] in (name, runtime.request.derived_job_name(token))] == [name]
+    assert [j["name"] for j in aws.training_jobs() if j["name"] in (name, runtime.request.derived_job_name(token))] == [
+        name
+    ]
     assert token_jobs(token) == []  # the job keeps the tags it was made with; the record binds it
 
 
@@ -279,7 +289,13 @@ def test_an_unreadable_record_creates_nothing(aws, runtime, submit, make_request
     assert aws.calls("CreateTrainingJob") == []
 
 
-_GOOD_RECORD = {"schema": 1, "training_job_name": "job-x", "request_sha256": "a" * 64, "state": "claimed", "created": "x"}
+_GOOD_RECORD = {
+    "schema": 1,
+    "training_job_name": "job-x",
+    "request_sha256": "a" * 64,
+    "state": "claimed",
+    "created": "x",
+}
 
 
 @pytest.mark.parametrize(
@@ -295,10 +311,14 @@ _GOOD_RECORD = {"schema": 1, "training_job_name": "job-x", "request_sha256": "a"
         ({"state": "CLAIMED"}, "not a schema-1 record"),
     ],
 )
-def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(aws, runtime, submit, make_request, change, says):
+def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(
+    aws, runtime, submit, make_request, change, says
+):
     request = make_request(capacity="on-demand")
     key = f"{PREFIX}{_digest(request['client_token'])}.json"
-    aws.client("s3").put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps({**_GOOD_RECORD, **change}).encode())
+    aws.client("s3").put_object(
+        Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps({**_GOOD_RECORD, **change}).encode()
+    )
     aws.clear_calls()
     uri = f"s3://{aws.env['OUTPUT_BUCKET']}/{key}"
     with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"client-token record {uri}") as raised:
@@ -371,13 +391,19 @@ def test_the_previous_versions_fingerprint_is_frozen(runtime, v1_config, label):
     request = runtime.request.parse_request(event, v1_config)
     assert request.legacy_fingerprint_v1(event.get("job_name")) == v1
     # sending a default explicitly hashed the same under v1 (it filled defaults in)
-    explicit = {**event, "instance_count": event.get("instance_count", 1), "max_retry_attempts": event.get("max_retry_attempts", 3)}
+    explicit = {
+        **event,
+        "instance_count": event.get("instance_count", 1),
+        "max_retry_attempts": event.get("max_retry_attempts", 3),
+    }
     assert runtime.request.parse_request(explicit, v1_config).legacy_fingerprint_v1(event.get("job_name")) == v1
 
 
 def test_a_hyperparameter_the_previous_version_did_not_know_matches_none_of_its_jobs(runtime, v1_config):
     event, _ = GOLDEN_V1["token only"]
-    newer = runtime.request.parse_request({**event, "hyperparameters": {**GUIDE, "allow_data_change": False}}, v1_config)
+    newer = runtime.request.parse_request(
+        {**event, "hyperparameters": {**GUIDE, "allow_data_change": False}}, v1_config
+    )
     assert newer.legacy_fingerprint_v1(None) is None  # the previous version refused the field: no job of it can match
 
 
@@ -392,7 +418,11 @@ def _create_as_v1(aws, event: dict, *, name: str, v1: str, extra_tags: tuple = (
         AlgorithmSpecification={"TrainingImage": aws.env["TRAINER_IMAGE_URI"], "TrainingInputMode": "FastFile"},
         RoleArn=aws.env["EXECUTION_ROLE_ARN"],
         OutputDataConfig={"S3OutputPath": f"s3://{aws.env['OUTPUT_BUCKET']}/training-jobs/"},
-        ResourceConfig={"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": event.get("instance_count", 1), "VolumeSizeInGB": 500},
+        ResourceConfig={
+            "InstanceType": "ml.p6-b200.48xlarge",
+            "InstanceCount": event.get("instance_count", 1),
+            "VolumeSizeInGB": 500,
+        },
         StoppingCondition={"MaxRuntimeInSeconds": round(event.get("max_runtime_hours", 24) * 3600)},
         Tags=tags,
     )
@@ -412,11 +442,15 @@ def test_a_retry_of_a_job_made_by_the_previous_version_returns_it(aws, token_job
     assert submit({**event, "dry_run": True})["replayed"] is True
     assert submit({**event, "instance_count": event.get("instance_count", 1)})["replayed"] is True
     changed = submit({**event, "max_runtime_hours": 3})
-    assert changed["error"]["code"] == "Conflict" and changed["error"]["field"] == ("client_token" if token else "job_name")
+    assert changed["error"]["code"] == "Conflict" and changed["error"]["field"] == (
+        "client_token" if token else "job_name"
+    )
     assert "earlier version of the submitter" in changed["error"]["message"]
     assert aws.calls("CreateTrainingJob") == []
     if token:
-        assert submit({k: v for k, v in event.items() if k != "job_name"})["training_job_arn"] == arn  # found by its tag
+        assert (
+            submit({k: v for k, v in event.items() if k != "job_name"})["training_job_arn"] == arn
+        )  # found by its tag
         assert submit({**event, "job_name": f"now-named-{uuid.uuid4().hex[:8]}"})["training_job_arn"] == arn
         assert token_jobs(token) == [name]
         assert record_of(aws, token) is None  # replays and refusals write nothing
@@ -425,7 +459,9 @@ def test_a_retry_of_a_job_made_by_the_previous_version_returns_it(aws, token_job
 # --- derived names: the name space of job-<24 hex> ------------------------------------------------------
 
 
-def test_a_derived_name_squatted_before_the_upgrade_is_refused_truthfully(aws, token_jobs, runtime, submit, make_request):
+def test_a_derived_name_squatted_before_the_upgrade_is_refused_truthfully(
+    aws, token_jobs, runtime, submit, make_request
+):
     """Review finding: token C (previous version) created ``job-<24 hex of sha256(D)>``; token D then got
     Conflict "already exists for this client_token" (false), its record was released for good, a dry run
     answered validated, and a token E whose name C2 squatted with E's very body replayed C2's job."""
@@ -450,7 +486,9 @@ def test_a_derived_name_squatted_before_the_upgrade_is_refused_truthfully(aws, t
     assert token_jobs(c_token) == [squatted]
 
 
-def test_a_squatted_derived_name_with_the_very_same_body_is_not_replayed(aws, token_jobs, runtime, submit, config, make_request):
+def test_a_squatted_derived_name_with_the_very_same_body_is_not_replayed(
+    aws, token_jobs, runtime, submit, config, make_request
+):
     """The E case: a squatter (token C2) made E's derived name with E's exact body (the fingerprint tag
     matches): the job is C2's, so E is refused, not answered with it."""
     e_token = f"e-{uuid.uuid4()}"
@@ -484,7 +522,9 @@ def test_a_conditional_write_that_lost_is_not_a_claim(runtime, code, status):
 
     from platform_constructs.submitter.runtime import idempotency
 
-    s3 = runtime.aws.Clients.create(environ={"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}).s3
+    s3 = runtime.aws.Clients.create(
+        environ={"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}
+    ).s3
     records = idempotency.TokenRecords(s3, "s3://out-bucket/submitter/client-tokens/")
     with Stubber(s3) as stub:
         stub.add_client_error("put_object", service_error_code=code, http_status_code=status)
@@ -494,7 +534,9 @@ def test_a_conditional_write_that_lost_is_not_a_claim(runtime, code, status):
             records.claim("ab" * 32, "job-1", "f" * 64)
 
 
-@pytest.mark.parametrize("location", ["s3://out-bucket/submitter/client-tokens", "out-bucket/prefix/", "s3://Bad_Bucket/p/", ""])
+@pytest.mark.parametrize(
+    "location", ["s3://out-bucket/submitter/client-tokens", "out-bucket/prefix/", "s3://Bad_Bucket/p/", ""]
+)
 def test_a_malformed_records_location_is_a_configuration_error(runtime, location):
     from platform_constructs.submitter.runtime import idempotency
 
@@ -507,4 +549,6 @@ def test_the_records_location_is_required_by_the_configuration(runtime, env):
     with pytest.raises(runtime.errors.ConfigurationError, match=runtime.settings.ENV_CLIENT_TOKEN_RECORDS):
         runtime.config.SubmitterConfig.from_environ(broken)
     with pytest.raises(runtime.errors.ConfigurationError, match="expected s3://<bucket>/<prefix>/"):
-        runtime.config.SubmitterConfig.from_environ({**env, runtime.settings.ENV_CLIENT_TOKEN_RECORDS: "s3://b/no-slash"})
+        runtime.config.SubmitterConfig.from_environ(
+            {**env, runtime.settings.ENV_CLIENT_TOKEN_RECORDS: "s3://b/no-slash"}
+        )

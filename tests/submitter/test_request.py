@@ -16,7 +16,6 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.xdist_group("submitter")  # one test reads the emulator's environment
 
 
-
 def test_defaults(runtime, local_config):
     request = runtime.request.parse_request({"hyperparameters": {"synthetic_data": True}}, local_config)
     assert request.instance_type == "ml.p6-b200.48xlarge"
@@ -71,7 +70,13 @@ def test_the_fingerprint_is_pinned(runtime, local_config):
     assert request.sent == {
         "instance_type": "ml.p6-b200.48xlarge",
         "capacity": "training-plan",
-        "hyperparameters": {"batch_size": "8", "model": "gpt-1b", "num_layers": "10", "precision": "mxfp8", "seq_length": "2048"},
+        "hyperparameters": {
+            "batch_size": "8",
+            "model": "gpt-1b",
+            "num_layers": "10",
+            "precision": "mxfp8",
+            "seq_length": "2048",
+        },
         "inputs": {"train": "s3://data/datasets/guide/train/"},
         "max_runtime_hours": 24.0,
         "tags": {"team": "research"},
@@ -85,7 +90,10 @@ def test_the_fingerprint_ignores_fields_not_sent(runtime, local_config):
     parse = runtime.request.parse_request
     minimal = parse({"hyperparameters": {"synthetic_data": True}}, local_config)
     assert minimal.sent == {"hyperparameters": {"synthetic_data": "true"}}
-    assert minimal.fingerprint() == parse({"hyperparameters": {"synthetic_data": "TRUE"}, "auto_tune": None}, local_config).fingerprint()
+    assert (
+        minimal.fingerprint()
+        == parse({"hyperparameters": {"synthetic_data": "TRUE"}, "auto_tune": None}, local_config).fingerprint()
+    )
     # the same request under the previous version's algorithm still hashes every field, defaults filled in
     assert minimal.legacy_fingerprint_v1(None) != minimal.legacy_fingerprint_v1("named")
 
@@ -157,7 +165,9 @@ def test_a_null_hyperparameter_is_absent(runtime, local_config):
     """Review finding: ``{"learning_rate": null}`` was refused while a top-level null means absent."""
     parse = runtime.request.parse_request
     base = {"inputs": {"train": "x/"}}
-    with_nulls = parse({**base, "hyperparameters": {"learning_rate": None, "num_layers": None, "batch_size": 4}}, local_config)
+    with_nulls = parse(
+        {**base, "hyperparameters": {"learning_rate": None, "num_layers": None, "batch_size": 4}}, local_config
+    )
     plain = parse({**base, "hyperparameters": {"batch_size": 4}}, local_config)
     assert with_nulls.hyperparameters == plain.hyperparameters
     assert with_nulls.hyperparameters.learning_rate == Hyperparameters().learning_rate
@@ -183,18 +193,25 @@ def test_numbers_as_text_are_ascii_decimal(runtime, local_config, name, text):
 
 def test_numbers_as_text_keep_their_ascii_forms(runtime, local_config):
     parse = runtime.request.parse_request
-    hp = parse({"inputs": {"train": "x/"}, "hyperparameters": {"batch_size": " +08 ", "learning_rate": "3E-4", "seed": '"7"'}}, local_config)
+    hp = parse(
+        {"inputs": {"train": "x/"}, "hyperparameters": {"batch_size": " +08 ", "learning_rate": "3E-4", "seed": '"7"'}},
+        local_config,
+    )
     assert (hp.hyperparameters.batch_size, hp.hyperparameters.learning_rate, hp.hyperparameters.seed) == (8, 3e-4, 7)
 
 
-@pytest.mark.parametrize("key", ["aws:x", "AWS:x", "Aws:cost", "aWs:", "platform:x", "Platform:x", "PLATFORM:request-sha256-v2"])
+@pytest.mark.parametrize(
+    "key", ["aws:x", "AWS:x", "Aws:cost", "aWs:", "platform:x", "Platform:x", "PLATFORM:request-sha256-v2"]
+)
 def test_reserved_tag_prefixes_are_refused_in_any_letter_case(runtime, local_config, key):
     """AWS reserves ``aws:`` in any case combination (AWS Batch User Guide, Tag restrictions); the
     submitter's ``platform:`` bookkeeping keys likewise."""
     with pytest.raises(runtime.errors.Refusal) as refused:
         runtime.request.parse_request({"inputs": {"train": "x/"}, "tags": {key: "v"}}, local_config)
     assert refused.value.field == f"tags.{key}" and "(reserved)" in refused.value.message
-    assert runtime.request.parse_request({"inputs": {"train": "x/"}, "tags": {"awsx": "v", "platformx": "v"}}, local_config).tags
+    assert runtime.request.parse_request(
+        {"inputs": {"train": "x/"}, "tags": {"awsx": "v", "platformx": "v"}}, local_config
+    ).tags
 
 
 @pytest.mark.parametrize("key", ["platform", "Platform", "PLATFORM"])

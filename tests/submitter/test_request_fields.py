@@ -64,7 +64,7 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
     assert refusal.field == "max_pending_seconds" and "a known request field" in refusal.message
     assert "max_pending_seconds" not in runtime.request.request_json_schema()["properties"]
 
-    monkeypatch.setattr(request_fields, "FIELDS", request_fields.FIELDS + (PENDING, PRIORITY))
+    monkeypatch.setattr(request_fields, "FIELDS", (*request_fields.FIELDS, PENDING, PRIORITY))
 
     # parsing: the value (an integral number as an integer), readable like any field; absent -> its default
     request = parse({**event, "max_pending_seconds": 3600.0}, local_config)
@@ -81,19 +81,27 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
             accepted = True
         except runtime.errors.Refusal as refused:
             assert (refused.field, refused.message) == (
-                "max_pending_seconds", f"max_pending_seconds: got {seconds}, expected an integer from 1800 to 2419200"
+                "max_pending_seconds",
+                f"max_pending_seconds: got {seconds}, expected an integer from 1800 to 2419200",
             )
             accepted = False
         assert accepted is (1800 <= seconds <= 2419200), seconds
         if accepted:
             report = ParamValidator().validate({"MaxRuntimeInSeconds": 3600, "MaxPendingTimeInSeconds": seconds}, shape)
             assert not report.has_errors(), report.generate_report()
-    for bad, expected in [("1h", "an integer from 1800"), (True, "an integer from 1800"), (1800.5, "an integer from 1800")]:
+    for bad, expected in [
+        ("1h", "an integer from 1800"),
+        (True, "an integer from 1800"),
+        (1800.5, "an integer from 1800"),
+    ]:
         refusal = _refusal(runtime, local_config, {**BASE, "max_pending_seconds": bad})
         assert refusal.field == "max_pending_seconds" and expected in refusal.message
     # its cross-field rule, declared in the row
     refusal = _refusal(runtime, local_config, {**event, "capacity": "spot"})
-    assert refusal.field == "max_pending_seconds" and "no value with capacity 'spot' (training-plan or auto only)" in refusal.message
+    assert (
+        refusal.field == "max_pending_seconds"
+        and "no value with capacity 'spot' (training-plan or auto only)" in refusal.message
+    )
     for bad in (math.inf, math.nan, -1):
         assert _refusal(runtime, local_config, {**BASE, "priority": bad}).field == "priority"
 
@@ -109,8 +117,15 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
     assert schema["properties"]["max_pending_seconds"] == {
         "type": "integer", "minimum": 1800, "maximum": 2419200, "description": PENDING.help,
     }  # fmt: skip
-    assert schema["properties"]["priority"] == {"type": "number", "minimum": 0, "examples": [0.5], "description": PRIORITY.help}
-    assert schema["dependentSchemas"]["max_pending_seconds"] == {"properties": {"capacity": {"enum": ["training-plan", "auto"]}}}
+    assert schema["properties"]["priority"] == {
+        "type": "number",
+        "minimum": 0,
+        "examples": [0.5],
+        "description": PRIORITY.help,
+    }
+    assert schema["dependentSchemas"]["max_pending_seconds"] == {
+        "properties": {"capacity": {"enum": ["training-plan", "auto"]}}
+    }
     validator = jsonschema.Draft202012Validator(schema)
     assert list(validator.iter_errors({**event})) == []
     assert list(validator.iter_errors({**event, "max_pending_seconds": 1799}))
@@ -131,13 +146,17 @@ def test_every_row_is_bound_and_every_attribute_of_the_request_is_a_row(runtime)
             assert check.name in rq.CHECKS, (row.name, check.name)
     attributes = {f.name for f in dataclasses.fields(rq.SubmitRequest)} - {"extras", "sent"}
     assert attributes <= set(request_fields.names()), "a SubmitRequest attribute no row fills"
-    assert rq.REQUEST_FIELDS == request_fields.names()
+    assert request_fields.names() == rq.REQUEST_FIELDS
 
 
-def test_a_row_naming_a_rule_the_runtime_does_not_bind_is_a_programming_error_not_a_refusal(runtime, local_config, monkeypatch):
+def test_a_row_naming_a_rule_the_runtime_does_not_bind_is_a_programming_error_not_a_refusal(
+    runtime, local_config, monkeypatch
+):
     unbound = RequestField("budget", "number", help="x", rule="budget_rule")
-    monkeypatch.setattr(request_fields, "FIELDS", request_fields.FIELDS + (unbound,))
-    with pytest.raises(LookupError, match=r"request field 'budget' names rule 'budget_rule', which the runtime does not bind"):
+    monkeypatch.setattr(request_fields, "FIELDS", (*request_fields.FIELDS, unbound))
+    with pytest.raises(
+        LookupError, match=r"request field 'budget' names rule 'budget_rule', which the runtime does not bind"
+    ):
         runtime.request.parse_request(BASE, local_config)
 
 
@@ -202,10 +221,14 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
 def test_durations_that_are_not_a_positive_whole_second_or_not_finite_are_refused(runtime, local_config, value):
     """NaN compares false with every bound, 1e-4 hours rounds to 0 seconds, 10**400 overflows a float."""
     refusal = _refusal(runtime, local_config, {**BASE, "max_runtime_hours": value})
-    assert refusal.field == "max_runtime_hours" and refusal.message.endswith("expected a number of hours > 0 and <= 672")
+    assert refusal.field == "max_runtime_hours" and refusal.message.endswith(
+        "expected a number of hours > 0 and <= 672"
+    )
 
 
-@pytest.mark.parametrize(("name", "value"), [("instance_count", 10**400), ("instance_count", -(10**400)), ("max_retry_attempts", 10**400)])
+@pytest.mark.parametrize(
+    ("name", "value"), [("instance_count", 10**400), ("instance_count", -(10**400)), ("max_retry_attempts", 10**400)]
+)
 def test_integers_beyond_a_floats_range_are_refused_not_raised(runtime, local_config, name, value):
     """Found by the schema/parser property: math.isfinite(10**400) raises OverflowError."""
     refusal = _refusal(runtime, local_config, {**BASE, name: value})
@@ -215,9 +238,13 @@ def test_integers_beyond_a_floats_range_are_refused_not_raised(runtime, local_co
 def test_fields_are_checked_in_the_tables_order_and_a_check_runs_once_its_fields_are_parsed(runtime, local_config):
     derived = runtime.request.derived_job_name("someone-else")
     # instance_count comes before tags
-    assert _refusal(runtime, local_config, {**BASE, "tags": {"aws:x": "v"}, "instance_count": 0}).field == "instance_count"
+    assert (
+        _refusal(runtime, local_config, {**BASE, "tags": {"aws:x": "v"}, "instance_count": 0}).field == "instance_count"
+    )
     # job_name's reserved-name check needs client_token, the next row: it runs before instance_count's
-    refusal = _refusal(runtime, local_config, {**BASE, "job_name": derived, "client_token": "mine", "instance_count": 0})
+    refusal = _refusal(
+        runtime, local_config, {**BASE, "job_name": derived, "client_token": "mine", "instance_count": 0}
+    )
     assert refusal.field == "job_name" and "this request's client_token derives" in refusal.message
     # a bad client_token is refused before that check (which needs it)
     assert _refusal(runtime, local_config, {**BASE, "job_name": derived, "client_token": "a b"}).field == "client_token"
@@ -279,7 +306,9 @@ def test_the_readme_holds_exactly_the_generated_request_table(runtime):
     assert runtime.request.main(["--readme", str(REPO / "README.md"), "--check"]) == 0
 
 
-def test_regenerating_the_readme_replaces_only_the_table_and_refuses_a_readme_without_markers(runtime, tmp_path, capsys):
+def test_regenerating_the_readme_replaces_only_the_table_and_refuses_a_readme_without_markers(
+    runtime, tmp_path, capsys
+):
     main, table = runtime.request.main, runtime.request.readme_table()
     begin, end = request_fields.README_BEGIN, request_fields.README_END
     readme = tmp_path / "README.md"
@@ -287,7 +316,9 @@ def test_regenerating_the_readme_replaces_only_the_table_and_refuses_a_readme_wi
     readme.write_text(stale, encoding="utf-8")
     assert main(["--readme", str(readme), "--check"]) == 1 and readme.read_text(encoding="utf-8") == stale
     assert main(["--readme", str(readme)]) == 0
-    assert readme.read_text(encoding="utf-8") == f"# Title\n\nbefore\n{begin}\n{table}{end}\nafter: `{end[:4]}` and more\n"
+    assert (
+        readme.read_text(encoding="utf-8") == f"# Title\n\nbefore\n{begin}\n{table}{end}\nafter: `{end[:4]}` and more\n"
+    )
     written = readme.read_text(encoding="utf-8")
     assert main(["--readme", str(readme)]) == 0 and readme.read_text(encoding="utf-8") == written  # idempotent
     assert main(["--readme", str(readme), "--check"]) == 0

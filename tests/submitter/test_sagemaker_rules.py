@@ -20,7 +20,6 @@ def rules(runtime):
     return sagemaker_rules
 
 
-
 def _refusal(runtime, local_config, **fields):
     event = {"inputs": {"train": "x/"}, **fields}
     with pytest.raises(runtime.errors.Refusal) as refused:
@@ -77,7 +76,15 @@ def test_client_tokens_with_control_characters_or_too_long_are_refused(runtime, 
 
 @pytest.mark.parametrize(
     ("channel", "accepted"),
-    [("train", True), ("train.v2_a-b", True), ("c" * 64, True), ("c" * 65, False), ("train\n", False), ("tr ain", False), ("", False)],
+    [
+        ("train", True),
+        ("train.v2_a-b", True),
+        ("c" * 64, True),
+        ("c" * 65, False),
+        ("train\n", False),
+        ("tr ain", False),
+        ("", False),
+    ],
 )
 def test_channel_names(rules, runtime, local_config, channel, accepted):
     assert rules.string_rule("InputDataConfig.member.ChannelName").accepts(channel) is accepted

@@ -168,7 +168,11 @@ def test_auto_falls_through_to_on_demand_when_the_spot_quota_is_exhausted(aws, s
             "hyperparameters.precision",
             "a precision H100 on ml.p5.48xlarge supports",
         ),
-        ({"inputs": {"train": "s3://someone-elses-bucket/data/"}}, "inputs.train", "a URI under s3://training-platform-data-local/"),
+        (
+            {"inputs": {"train": "s3://someone-elses-bucket/data/"}},
+            "inputs.train",
+            "a URI under s3://training-platform-data-local/",
+        ),
         ({"inputs": {}}, "inputs.train", "an s3:// URI for the train channel"),
         ({"tags": {"platform:capacity-type": "x"}}, "tags.platform:capacity-type", "reserved"),
         ({"tags": {"platform": "mine"}}, "tags.platform", "the platform sets tag 'platform'"),
@@ -176,7 +180,11 @@ def test_auto_falls_through_to_on_demand_when_the_spot_quota_is_exhausted(aws, s
         ({"max_runtime_hours": 0}, "max_runtime_hours", "a number of hours > 0"),
         ({"capacity": "spot", "max_wait_hours": 1}, "max_wait_hours", ">= max_runtime_hours (24)"),
         ({"training_plan_arn": plan_arn("not-ours")}, "training_plan_arn", "one of the configured plans"),
-        ({"capacity": "spot", "training_plan_arn": plan_arn("b200-soon")}, "training_plan_arn", "no plan with capacity 'spot'"),
+        (
+            {"capacity": "spot", "training_plan_arn": plan_arn("b200-soon")},
+            "training_plan_arn",
+            "no plan with capacity 'spot'",
+        ),
     ],
 )
 def test_invalid_request_names_the_field_and_creates_nothing(aws, submit, overrides, field, expected, make_request):
@@ -344,7 +352,9 @@ def test_throttling_is_retried(aws, submit, make_request):
     assert len(aws.calls("CreateTrainingJob")) == 3
 
 
-@pytest.mark.parametrize(("operation", "code"), [("DescribeTrainingPlan", "ThrottlingException"), ("CreateTrainingJob", "InternalFailure")])
+@pytest.mark.parametrize(
+    ("operation", "code"), [("DescribeTrainingPlan", "ThrottlingException"), ("CreateTrainingJob", "InternalFailure")]
+)
 def test_persistent_faults_raise_and_create_nothing(aws, submit, operation, code, make_request):
     aws.inject_fault(operation, code, count=-1)
     before = _job_names(aws)

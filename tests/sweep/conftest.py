@@ -78,7 +78,12 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
                 result = SweepResult(sweep=sweep, directory=sweep.directory)
             else:
                 result = run_local_sweep(
-                    "cpu-grid", LOCAL_GRID, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, nproc=2, device={"type": "cpu"},
+                    "cpu-grid",
+                    LOCAL_GRID,
+                    sweeps_dir=sweeps_dir,
+                    set_values=LOCAL_SET,
+                    nproc=2,
+                    device={"type": "cpu"},
                     progress=False,
                 )
                 first_failures = {c.id: c.reason for c in result.failed}
@@ -86,8 +91,13 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
                 if first_failures:
                     # what a user does: run the sweep again; failed configurations resume from their checkpoints
                     result = run_local_sweep(
-                        "cpu-grid", LOCAL_GRID, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, nproc=2,
-                        device={"type": "cpu"}, progress=False,
+                        "cpu-grid",
+                        LOCAL_GRID,
+                        sweeps_dir=sweeps_dir,
+                        set_values=LOCAL_SET,
+                        nproc=2,
+                        device={"type": "cpu"},
+                        progress=False,
                     )
                 write_report("cpu-grid", report_dir, sweeps_dir=sweeps_dir)
             first_failures = json.loads((shared_dir / "first-attempt-failures.json").read_text())
@@ -96,8 +106,11 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
     from trainctl.reports.writer import ReportPaths
 
     paths = ReportPaths(
-        directory=report_dir, markdown=report_dir / "report.md", throughput_memory=report_dir / "throughput_memory.png",
-        loss_curves=report_dir / "loss_curves.png", data=report_dir / "report.json",
+        directory=report_dir,
+        markdown=report_dir / "report.md",
+        throughput_memory=report_dir / "throughput_memory.png",
+        loss_curves=report_dir / "loss_curves.png",
+        data=report_dir / "report.json",
     )
     return SimpleNamespace(result=result, paths=paths, first_failures=first_failures)
 

@@ -31,10 +31,16 @@ def _job_names(aws) -> set[str]:
 def _lines(offset: float, tokens_per_sec: float, memory_gb: float) -> list[str]:
     """Metric lines of a 100-step job logged every 10 steps: loss 5.0 -> 3.2 (+ offset)."""
     return [
-        format_line({
-            "step": s, "loss": 5.0 - 0.02 * s + offset, "tokens_per_sec": tokens_per_sec + s,
-            "tokens_per_sec_per_gpu": (tokens_per_sec + s) / 8, "mfu": 30.0 + s / 100, "peak_mem_allocated_gb": memory_gb,
-        })
+        format_line(
+            {
+                "step": s,
+                "loss": 5.0 - 0.02 * s + offset,
+                "tokens_per_sec": tokens_per_sec + s,
+                "tokens_per_sec_per_gpu": (tokens_per_sec + s) / 8,
+                "mfu": 30.0 + s / 100,
+                "peak_mem_allocated_gb": memory_gb,
+            }
+        )
         for s in range(10, 101, 10)
     ]
 
@@ -69,7 +75,9 @@ def test_a_sweep_submits_through_the_submitter_and_a_rerun_duplicates_nothing(aw
 
 def test_refusals_are_recorded_and_retried_on_the_next_run(aws, env, tmp_path: Path) -> None:
     base = {**P5_BASE_REQUEST, "capacity": "training-plan"}  # the emulator has no plans
-    result = run_aws_sweep("refused", {"precision": ["bf16"]}, base, sweeps_dir=tmp_path, env=env, wait=False, progress=False)
+    result = run_aws_sweep(
+        "refused", {"precision": ["bf16"]}, base, sweeps_dir=tmp_path, env=env, wait=False, progress=False
+    )
     (config,) = result.configs
     assert config.status == "Rejected" and config.reason.startswith("NoCapacity: ")
     assert result.failed == [config]
@@ -85,10 +93,16 @@ def test_report_shows_jobs_in_every_state(aws, env, tmp_path: Path) -> None:
     aws.set_job_status(job["precision=bf16 batch_size=1"], "InProgress", secondary_status="Training")
     aws.set_job_status(job["precision=bf16 batch_size=1"], "Completed", log_lines=_lines(0.0, 300_000, 30.5))
     aws.set_job_status(job["precision=fp8 batch_size=1"], "Completed", log_lines=_lines(0.02, 360_000, 31.0))
-    aws.set_job_status(job["precision=bf16 batch_size=2"], "Failed", failure_reason="AlgorithmError: CUDA out of memory")
+    aws.set_job_status(
+        job["precision=bf16 batch_size=2"], "Failed", failure_reason="AlgorithmError: CUDA out of memory"
+    )
     aws.client("sagemaker").stop_training_job(TrainingJobName=job["precision=fp8 batch_size=2"])
     aws.set_job_status(job["precision=fp8 batch_size=2"], "Stopped")
-    aws.set_job_status(job["precision=fp8 batch_size=4"], "Completed", final_metrics={"train:loss": 3.25, "train:tokens_per_sec": 400_000.0})
+    aws.set_job_status(
+        job["precision=fp8 batch_size=4"],
+        "Completed",
+        final_metrics={"train:loss": 3.25, "train:tokens_per_sec": 400_000.0},
+    )
     aws.set_job_status(job["precision=bf16 batch_size=4"], "InProgress", secondary_status="Training")  # stays there
 
     still = wait_for_jobs(result.sweep, env=env, timeout=0.3, poll_interval=0.1)
@@ -102,9 +116,18 @@ def test_report_shows_jobs_in_every_state(aws, env, tmp_path: Path) -> None:
     rows = {r["label"]: r for r in data["rows"]}
     assert len(rows) == 12  # the report never hides a configuration
     assert {label: r["status"] for label, r in rows.items()} == {
-        "bf16 bs1": "Completed", "bf16 bs2": "Failed", "bf16 bs4": "InProgress", "bf16 bs64": "Skipped",
-        "fp8 bs1": "Completed", "fp8 bs2": "Stopped", "fp8 bs4": "Completed", "fp8 bs64": "Skipped",
-        "mxfp8 bs1": "Skipped", "mxfp8 bs2": "Skipped", "mxfp8 bs4": "Skipped", "mxfp8 bs64": "Skipped",
+        "bf16 bs1": "Completed",
+        "bf16 bs2": "Failed",
+        "bf16 bs4": "InProgress",
+        "bf16 bs64": "Skipped",
+        "fp8 bs1": "Completed",
+        "fp8 bs2": "Stopped",
+        "fp8 bs4": "Completed",
+        "fp8 bs64": "Skipped",
+        "mxfp8 bs1": "Skipped",
+        "mxfp8 bs2": "Skipped",
+        "mxfp8 bs4": "Skipped",
+        "mxfp8 bs64": "Skipped",
     }
     assert rows["bf16 bs2"]["reason"] == "AlgorithmError: CUDA out of memory"
     assert rows["bf16 bs4"]["reason"].startswith("Training")
@@ -119,7 +142,9 @@ def test_report_shows_jobs_in_every_state(aws, env, tmp_path: Path) -> None:
     assert bf16["peak_memory_gb"] == pytest.approx(30.5) and bf16["final_loss"] == pytest.approx(3.0)
     predicted = bf16["predicted"]
     assert predicted["instance_type"] == "ml.p5.48xlarge" and bf16["prediction_comparable"] is True
-    assert bf16["tokens_per_sec_measured_over_predicted"] == pytest.approx(300_080.0 / predicted["tokens_per_second"], rel=1e-6)
+    assert bf16["tokens_per_sec_measured_over_predicted"] == pytest.approx(
+        300_080.0 / predicted["tokens_per_second"], rel=1e-6
+    )
     assert bf16["memory_measured_over_predicted"] == pytest.approx(30.5 / predicted["memory_gb_total"], rel=1e-6)
     # final values only
     fp8_4 = rows["fp8 bs4"]
@@ -136,7 +161,9 @@ def test_report_shows_jobs_in_every_state(aws, env, tmp_path: Path) -> None:
     table = [line for line in text.splitlines() if line.startswith("| ") and line[2:4].isdigit()]
     assert len(table) == 12
     assert "| AlgorithmError: CUDA out of memory |" in text
-    assert "- fp8 vs bf16 (bs1): smoothed loss differs by mean 0.0200, max 0.0200 nats/token over 10 common steps" in text
+    assert (
+        "- fp8 vs bf16 (bs1): smoothed loss differs by mean 0.0200, max 0.0200 nats/token over 10 common steps" in text
+    )
     assert "No per-step loss curve for 07-fp8-bs4" in text
     ratio = bf16["tokens_per_sec_measured_over_predicted"]
     assert f"({ratio:.2f}x)" in table[0]
@@ -150,8 +177,20 @@ def test_cli_sweep_waits_times_out_resumes_and_validates(aws, env, tmp_path: Pat
         monkeypatch.setenv(key, value)
     base = tmp_path / "base.json"
     base.write_text(json.dumps(P5_BASE_REQUEST))
-    args = ["sweep", "--name", "cli", "--grid", "precision=bf16,mxfp8", "--base", str(base), "--dir", str(tmp_path),
-            "--no-progress", "--poll-interval", "0.1"]
+    args = [
+        "sweep",
+        "--name",
+        "cli",
+        "--grid",
+        "precision=bf16,mxfp8",
+        "--base",
+        str(base),
+        "--dir",
+        str(tmp_path),
+        "--no-progress",
+        "--poll-interval",
+        "0.1",
+    ]
     before = _job_names(aws)
 
     assert cli.main([*args, "--dry-run"]) == 0
@@ -189,7 +228,18 @@ def test_in_process_sweep_refuses_real_aws(aws, env, tmp_path: Path, monkeypatch
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     calls = len(aws.calls())
-    args = ["sweep", "--name", "real", "--grid", "precision=bf16", "--base", _base_file(tmp_path), "--dir", str(tmp_path), "--no-progress"]
+    args = [
+        "sweep",
+        "--name",
+        "real",
+        "--grid",
+        "precision=bf16",
+        "--base",
+        _base_file(tmp_path),
+        "--dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     for extra in ([], ["--dry-run"]):
         assert cli.main([*args, *extra]) == 2
         assert capsys.readouterr().err.startswith(
@@ -197,23 +247,67 @@ def test_in_process_sweep_refuses_real_aws(aws, env, tmp_path: Path, monkeypatch
         )
     assert not (tmp_path / "real").exists() and len(aws.calls()) == calls
     with pytest.raises(SweepError, match="AWS_ENDPOINT_URL is not set"):
-        run_aws_sweep("real", {"precision": ["bf16"]}, P5_BASE_REQUEST, sweeps_dir=tmp_path,
-                      env={k: v for k, v in env.items() if k != "AWS_ENDPOINT_URL"}, wait=False, progress=False)
+        run_aws_sweep(
+            "real",
+            {"precision": ["bf16"]},
+            P5_BASE_REQUEST,
+            sweeps_dir=tmp_path,
+            env={k: v for k, v in env.items() if k != "AWS_ENDPOINT_URL"},
+            wait=False,
+            progress=False,
+        )
     assert not (tmp_path / "real").exists()
 
 
-def test_a_dry_run_nothing_would_pass_and_an_all_skipped_grid_exit_1(aws, env, tmp_path: Path, monkeypatch, capsys) -> None:
+def test_a_dry_run_nothing_would_pass_and_an_all_skipped_grid_exit_1(
+    aws, env, tmp_path: Path, monkeypatch, capsys
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     refused = _base_file(tmp_path, capacity="training-plan")  # the emulator has no plans
-    assert cli.main(["sweep", "--name", "dry", "--grid", "precision=bf16,fp8", "--base", refused, "--dir", str(tmp_path),
-                     "--no-progress", "--dry-run"]) == 1
+    assert (
+        cli.main(
+            [
+                "sweep",
+                "--name",
+                "dry",
+                "--grid",
+                "precision=bf16,fp8",
+                "--base",
+                refused,
+                "--dir",
+                str(tmp_path),
+                "--no-progress",
+                "--dry-run",
+            ]
+        )
+        == 1
+    )
     last = capsys.readouterr().err.splitlines()[-1]  # after the submitter's JSON logs
     assert last.startswith("trainctl sweep: 2 configuration(s) would not run; first: 01-bf16: NoCapacity: ")
     # mxfp8 does not run on Hopper: nothing to run is not a success
-    assert cli.main(["sweep", "--name", "hopper", "--grid", "precision=mxfp8", "--base", _base_file(tmp_path), "--dir",
-                     str(tmp_path), "--no-progress", "--no-wait"]) == 1
-    assert capsys.readouterr().err == "trainctl sweep: every configuration of hopper was skipped (see the reasons above); nothing to run\n"
+    assert (
+        cli.main(
+            [
+                "sweep",
+                "--name",
+                "hopper",
+                "--grid",
+                "precision=mxfp8",
+                "--base",
+                _base_file(tmp_path),
+                "--dir",
+                str(tmp_path),
+                "--no-progress",
+                "--no-wait",
+            ]
+        )
+        == 1
+    )
+    assert (
+        capsys.readouterr().err
+        == "trainctl sweep: every configuration of hopper was skipped (see the reasons above); nothing to run\n"
+    )
 
 
 def test_an_unreachable_emulator_stops_the_sweep_and_a_rerun_resumes(aws, env, tmp_path: Path, capsys) -> None:

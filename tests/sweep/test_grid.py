@@ -19,12 +19,18 @@ pytestmark = pytest.mark.xdist_group("sweep")
 
 def test_grid_text_and_mapping_parse_to_the_same_normalised_strings() -> None:
     text = parse_grid(["precision=BF16,fp8,mxfp8", "batch-size=1,4,16", "activation_checkpointing=off,full"])
-    mapping = parse_grid({"precision": ["bf16", "fp8", "mxfp8"], "batch_size": [1, 4, 16], "activation_checkpointing": ["off", "full"]})
-    assert text == mapping == {
-        "precision": ["bf16", "fp8", "mxfp8"],
-        "batch_size": ["1", "4", "16"],
-        "activation_checkpointing": ["off", "full"],
-    }
+    mapping = parse_grid(
+        {"precision": ["bf16", "fp8", "mxfp8"], "batch_size": [1, 4, 16], "activation_checkpointing": ["off", "full"]}
+    )
+    assert (
+        text
+        == mapping
+        == {
+            "precision": ["bf16", "fp8", "mxfp8"],
+            "batch_size": ["1", "4", "16"],
+            "activation_checkpointing": ["off", "full"],
+        }
+    )
     assert parse_grid(["batch_size=4,4,2"]) == {"batch_size": ["4", "2"]}
 
 
@@ -68,7 +74,12 @@ def test_expansion_is_the_cartesian_product_first_key_slowest() -> None:
         f"precision={p} batch_size={b}" for p in ("bf16", "fp8") for b in ("1", "4", "16")
     ]
     assert [c.id for c in configs][:2] == ["01-bf16-bs1", "02-bf16-bs4"]
-    assert configs[4].hyperparameters == {"model": "gpt-1b", "seq_length": "2048", "precision": "fp8", "batch_size": "4"}
+    assert configs[4].hyperparameters == {
+        "model": "gpt-1b",
+        "seq_length": "2048",
+        "precision": "fp8",
+        "batch_size": "4",
+    }
 
 
 def test_a_combination_breaking_a_cross_field_rule_is_skipped_with_the_rule() -> None:
@@ -100,8 +111,12 @@ def test_job_names_and_client_tokens_are_deterministic_valid_and_distinct() -> N
 
 def test_pruning_on_hopper_skips_mxfp8_and_predicted_oom_with_the_estimate(tmp_path, env) -> None:
     sweep = plan_sweep(
-        "prune", ["precision=bf16,fp8,mxfp8", "batch_size=1,64"], mode="aws", base=P5_BASE_REQUEST,
-        sweeps_dir=tmp_path, env=env,
+        "prune",
+        ["precision=bf16,fp8,mxfp8", "batch_size=1,64"],
+        mode="aws",
+        base=P5_BASE_REQUEST,
+        sweeps_dir=tmp_path,
+        env=env,
     )
     by_title = {c.title: c for c in sweep.configs}
     for batch in ("1", "64"):
@@ -130,7 +145,9 @@ def test_auto_tune_in_the_base_leaves_oom_configs_to_the_submitter(tmp_path, env
 
 
 def test_local_pruning_skips_precisions_a_cpu_cannot_run(tmp_path) -> None:
-    sweep = plan_sweep("cpu", ["precision=fp32,bf16,fp16,fp8,mxfp8,nvfp4"], mode="local", sweeps_dir=tmp_path, device={"type": "cpu"})
+    sweep = plan_sweep(
+        "cpu", ["precision=fp32,bf16,fp16,fp8,mxfp8,nvfp4"], mode="local", sweeps_dir=tmp_path, device={"type": "cpu"}
+    )
     statuses = {c.precision: (c.status, c.reason) for c in sweep.configs}
     assert statuses["fp32"] == ("Pending", None) and statuses["bf16"] == ("Pending", None)
     for precision in ("fp16", "fp8", "mxfp8", "nvfp4"):
@@ -144,11 +161,26 @@ def test_bad_names_bases_and_set_values_are_refused(tmp_path) -> None:
     with pytest.raises(SweepError, match="sweep name '../x'"):
         plan_sweep("../x", ["precision=bf16"], mode="local", sweeps_dir=tmp_path, device={"type": "cpu"})
     with pytest.raises(HyperparameterError) as info:
-        plan_sweep("x", ["precision=bf16"], mode="local", sweeps_dir=tmp_path, set_values=["max_steps=0"], device={"type": "cpu"})
+        plan_sweep(
+            "x",
+            ["precision=bf16"],
+            mode="local",
+            sweeps_dir=tmp_path,
+            set_values=["max_steps=0"],
+            device={"type": "cpu"},
+        )
     assert info.value.field == "max_steps"
     with pytest.raises(SweepError, match="remove 'client_token'"):
-        plan_sweep("x", ["precision=bf16"], mode="aws", base={**P5_BASE_REQUEST, "client_token": "t"}, sweeps_dir=tmp_path)
+        plan_sweep(
+            "x", ["precision=bf16"], mode="aws", base={**P5_BASE_REQUEST, "client_token": "t"}, sweeps_dir=tmp_path
+        )
     with pytest.raises(SweepError, match="instance_type 'ml.g5.xlarge'"):
-        plan_sweep("x", ["precision=bf16"], mode="aws", base={**P5_BASE_REQUEST, "instance_type": "ml.g5.xlarge"}, sweeps_dir=tmp_path)
+        plan_sweep(
+            "x",
+            ["precision=bf16"],
+            mode="aws",
+            base={**P5_BASE_REQUEST, "instance_type": "ml.g5.xlarge"},
+            sweeps_dir=tmp_path,
+        )
     with pytest.raises(SweepError, match=re.escape("give its grid")):
         plan_sweep("missing", None, mode="local", sweeps_dir=tmp_path)

@@ -12,16 +12,18 @@ from pathlib import Path
 import pytest
 
 from platform_spec.metric_lines import RunRecord, format_line, format_run_record
-from training.environment import SageMakerPaths
 from trainctl.sweeps.local_runs import RunOutput, outcome, run_local_configs
 from trainctl.sweeps.planning import plan_sweep
 from trainctl.sweeps.state import COMPLETED, FAILED, STOPPED, load_sweep
+from training.environment import SageMakerPaths
 
 CPU = {"device": "cpu", "device_name": "x86_64", "world_size": 2}
 FINISHED_TEXT = "[trainer] training finished at step 12\n"
 
 
-def transcript(*, finished_record: bool = True, finished_text: str | None = FINISHED_TEXT, steps: int = 12) -> list[str]:
+def transcript(
+    *, finished_record: bool = True, finished_text: str | None = FINISHED_TEXT, steps: int = 12
+) -> list[str]:
     """What a 12-step CPU run prints (entry point, trainer, records, metrics), with the end as asked."""
     lines = [
         "[entrypoint] base directory /tmp/run\n",
@@ -29,7 +31,9 @@ def transcript(*, finished_record: bool = True, finished_text: str | None = FINI
         format_run_record(RunRecord("starting", step=0, **CPU)) + "\n",
         format_run_record(RunRecord("training", step=0, **CPU)) + "\n",
     ]
-    lines += [format_line({"step": s, "loss": 6.0 - s / 10, "tokens_per_sec": 1000.0}) + "\n" for s in range(1, steps + 1)]
+    lines += [
+        format_line({"step": s, "loss": 6.0 - s / 10, "tokens_per_sec": 1000.0}) + "\n" for s in range(1, steps + 1)
+    ]
     lines.append("[trainer] checkpoint /tmp/run/checkpoints/step-12 (end of training, 0.1 s)\n")
     if finished_record:
         lines.append(format_run_record(RunRecord("finished", step=steps, saved=steps, **CPU)) + "\n")
@@ -43,7 +47,9 @@ def transcript(*, finished_record: bool = True, finished_text: str | None = FINI
     [FINISHED_TEXT, "[trainer] done: reached max_steps=12\n", "[trainer] training complete (12 steps)\n", None],
     ids=["as today", "reworded", "other words", "no line"],
 )
-def test_a_run_that_declared_it_finished_completed_whatever_its_free_text_says(finished_text: str | None, tmp_path: Path) -> None:
+def test_a_run_that_declared_it_finished_completed_whatever_its_free_text_says(
+    finished_text: str | None, tmp_path: Path
+) -> None:
     output = RunOutput.of(transcript(finished_text=finished_text))
     assert output.last_step == 12 and output.finished is not None and output.finished.step == 12
     assert outcome(0, output, failure=None, log=tmp_path / "train.log") == (COMPLETED, None)
@@ -77,7 +83,10 @@ def test_a_crash_after_the_finish_says_so_and_other_failures_name_the_reason(tmp
         "exit status -6 after training finished at step 12: RuntimeError on rank 1;"
     )
     broken = RunOutput.of(transcript(finished_record=False)[:6])
-    assert outcome(1, broken, failure="CUDA out of memory at step 3", log=log) == (FAILED, "CUDA out of memory at step 3")
+    assert outcome(1, broken, failure="CUDA out of memory at step 3", log=log) == (
+        FAILED,
+        "CUDA out of memory at step 3",
+    )
     assert outcome(1, broken, failure=None, log=log) == (FAILED, f"exit status 1; see {log}")
 
 
@@ -106,7 +115,11 @@ def test_a_sweep_marks_its_runs_from_their_records(tmp_path: Path, monkeypatch: 
         "precision=fp32 batch_size=1": (transcript(finished_text="[trainer] all 12 steps done\n"), 0, None),
         "precision=fp32 batch_size=2": (transcript(finished_record=False), 0, None),
         "precision=bf16 batch_size=1": (transcript(finished_text=None), 1, None),
-        "precision=bf16 batch_size=2": (transcript(finished_record=False, finished_text=None)[:7], 1, "DataError: shard-00000.bin is empty"),
+        "precision=bf16 batch_size=2": (
+            transcript(finished_record=False, finished_text=None)[:7],
+            1,
+            "DataError: shard-00000.bin is empty",
+        ),
     }
     started: list[str] = []
 
@@ -121,8 +134,15 @@ def test_a_sweep_marks_its_runs_from_their_records(tmp_path: Path, monkeypatch: 
         return FakeRun(lines, code)
 
     monkeypatch.setattr(training.local, "start_local", start_local)
-    sweep = plan_sweep("records", {"precision": ["fp32", "bf16"], "batch_size": [1, 2]}, mode="local",
-                       set_values={"max_steps": 12}, sweeps_dir=tmp_path, device={"type": "cpu"}, data_dir=tmp_path / "shards")
+    sweep = plan_sweep(
+        "records",
+        {"precision": ["fp32", "bf16"], "batch_size": [1, 2]},
+        mode="local",
+        set_values={"max_steps": 12},
+        sweeps_dir=tmp_path,
+        device={"type": "cpu"},
+        data_dir=tmp_path / "shards",
+    )
     sweep.save()
     run_local_configs(sweep, data_dir=tmp_path / "shards")
 
@@ -130,7 +150,10 @@ def test_a_sweep_marks_its_runs_from_their_records(tmp_path: Path, monkeypatch: 
     saved = {c.title: (c.status, c.reason) for c in load_sweep("records", tmp_path).configs}
     assert saved == {
         "precision=fp32 batch_size=1": (COMPLETED, None),
-        "precision=fp32 batch_size=2": (STOPPED, "the run stopped before max_steps (SIGTERM); run the sweep again to resume"),
+        "precision=fp32 batch_size=2": (
+            STOPPED,
+            "the run stopped before max_steps (SIGTERM); run the sweep again to resume",
+        ),
         "precision=bf16 batch_size=1": (
             FAILED,
             "exit status 1 after training finished at step 12: a worker crashed at shutdown; run the sweep again to "
@@ -139,7 +162,10 @@ def test_a_sweep_marks_its_runs_from_their_records(tmp_path: Path, monkeypatch: 
         "precision=bf16 batch_size=2": (FAILED, "DataError: shard-00000.bin is empty"),
     }
     log = (tmp_path / "records" / "runs" / "01-fp32-bs1" / "train.log").read_text()
-    assert log.startswith("# trainctl sweep records: precision=fp32 batch_size=1 (") and "[run] state=finished step=12" in log
+    assert (
+        log.startswith("# trainctl sweep records: precision=fp32 batch_size=1 (")
+        and "[run] state=finished step=12" in log
+    )
     # a completed configuration is not run again; the others are
     started.clear()
     run_local_configs(load_sweep("records", tmp_path), data_dir=tmp_path / "shards")
@@ -158,8 +184,15 @@ def test_the_state_file_is_json_a_reader_can_use_mid_sweep(tmp_path: Path, monke
         return FakeRun(transcript(), 0)
 
     monkeypatch.setattr(training.local, "start_local", start_local)
-    sweep = plan_sweep("mid", {"precision": ["fp32"]}, mode="local", set_values={"max_steps": 12}, sweeps_dir=tmp_path,
-                       device={"type": "cpu"}, data_dir=tmp_path / "shards")
+    sweep = plan_sweep(
+        "mid",
+        {"precision": ["fp32"]},
+        mode="local",
+        set_values={"max_steps": 12},
+        sweeps_dir=tmp_path,
+        device={"type": "cpu"},
+        data_dir=tmp_path / "shards",
+    )
     sweep.save()
     run_local_configs(sweep, data_dir=tmp_path / "shards")
     assert seen == ["InProgress"] and load_sweep("mid", tmp_path).configs[0].status == COMPLETED

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from platform_spec.metric_lines import run_records
-from training.local import read_metrics
 from trainctl import cli
 from trainctl.reports.collection import device_of
 from trainctl.sweeps.local_runs import RunOutput, outcome
 from trainctl.sweeps.runner import run_local_sweep
 from trainctl.sweeps.state import SweepError, load_sweep
+from training.local import read_metrics
 
 from .conftest import LOCAL_GRID, LOCAL_SET
 
@@ -90,8 +90,12 @@ def test_the_readers_use_the_records_not_the_trainers_words(local_sweep, tmp_pat
     rows = {r["id"]: r for r in _rows(local_sweep)}
     for config in sweep.configs[:4]:
         lines = (sweep.directory / config.run_dir / "train.log").read_text().splitlines()
-        reworded = [f"[trainer] (reworded line {i})" if line.startswith("[trainer]") else line for i, line in enumerate(lines)]
-        assert not any("training finished" in line or "world_size=" in line for line in reworded if not line.startswith("[run]"))
+        reworded = [
+            f"[trainer] (reworded line {i})" if line.startswith("[trainer]") else line for i, line in enumerate(lines)
+        ]
+        assert not any(
+            "training finished" in line or "world_size=" in line for line in reworded if not line.startswith("[run]")
+        )
         assert RunOutput.of(reworded).finished.step == 12
         assert outcome(0, RunOutput.of(reworded), failure=None, log=tmp_path / "train.log") == ("Completed", None)
         assert device_of(reworded) == rows[config.id]["device"] == device_of(lines)
@@ -114,7 +118,10 @@ def test_tokens_per_second_is_the_steady_state_median_of_the_run(local_sweep) ->
 def test_divergence_between_formats_is_stated_as_numbers(local_sweep) -> None:
     data = json.loads(local_sweep.paths.data.read_text())
     divs = data["divergences"]
-    assert [(d["precision"], d["baseline"], d["group"]) for d in divs] == [("bf16", "fp32", "bs1"), ("bf16", "fp32", "bs2")]
+    assert [(d["precision"], d["baseline"], d["group"]) for d in divs] == [
+        ("bf16", "fp32", "bs1"),
+        ("bf16", "fp32", "bs2"),
+    ]
     rows = {r["id"]: r for r in data["rows"]}
     for d in divs:
         assert d["steps"] == 12 and d["basis"] == "curves" and d["window"] == 1
@@ -133,13 +140,23 @@ def test_running_the_sweep_again_runs_nothing_and_a_changed_grid_is_refused(loca
     directory = local_sweep.result.directory
     logs = sorted(directory.glob("runs/*/train.log"))
     before = [(p, p.stat().st_size, p.stat().st_mtime_ns) for p in logs]
-    again = run_local_sweep("cpu-grid", LOCAL_GRID, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, device={"type": "cpu"}, progress=False)
+    again = run_local_sweep(
+        "cpu-grid", LOCAL_GRID, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, device={"type": "cpu"}, progress=False
+    )
     assert [c.status for c in again.configs] == [c.status for c in local_sweep.result.configs]
     assert [(p, p.stat().st_size, p.stat().st_mtime_ns) for p in logs] == before
     with pytest.raises(SweepError, match="different grid"):
-        run_local_sweep("cpu-grid", {"precision": ["fp32"]}, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, device={"type": "cpu"})
+        run_local_sweep(
+            "cpu-grid", {"precision": ["fp32"]}, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, device={"type": "cpu"}
+        )
     with pytest.raises(SweepError, match="different base"):
-        run_local_sweep("cpu-grid", LOCAL_GRID, sweeps_dir=sweeps_dir, set_values={**LOCAL_SET, "max_steps": 13}, device={"type": "cpu"})
+        run_local_sweep(
+            "cpu-grid",
+            LOCAL_GRID,
+            sweeps_dir=sweeps_dir,
+            set_values={**LOCAL_SET, "max_steps": 13},
+            device={"type": "cpu"},
+        )
 
 
 def test_trainctl_report_cli_prints_the_table(local_sweep, sweeps_dir: Path, tmp_path: Path, capsys) -> None:

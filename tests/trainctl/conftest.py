@@ -45,8 +45,11 @@ class Reply:
 
 def error_reply(status: int, code: str, message: str) -> Reply:
     """Lambda's error answer to ``Invoke`` (rest-json: ``x-amzn-ErrorType`` and ``{"Type", "message"}``)."""
-    return Reply(status=status, body={"Type": "User" if status < 500 else "Service", "message": message},
-                 headers={"x-amzn-ErrorType": code})
+    return Reply(
+        status=status,
+        body={"Type": "User" if status < 500 else "Service", "message": message},
+        headers={"x-amzn-ErrorType": code},
+    )
 
 
 class FakeLambda:

@@ -38,7 +38,9 @@ def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
 def test_the_region_variables_come_first_in_the_clis_order(no_aws) -> None:
     assert cli_default_region({**no_aws, "AWS_DEFAULT_REGION": "eu-west-1", "AWS_REGION": "us-east-2"}) == "us-east-2"
     assert cli_default_region({**no_aws, "AWS_DEFAULT_REGION": "eu-west-1"}) == "eu-west-1"
-    assert cli_default_region({**no_aws, "AMAZON_REGION": "ap-south-1", "AWS_DEFAULT_REGION": "eu-west-1"}) == "ap-south-1"
+    assert (
+        cli_default_region({**no_aws, "AMAZON_REGION": "ap-south-1", "AWS_DEFAULT_REGION": "eu-west-1"}) == "ap-south-1"
+    )
     assert cli_default_region(no_aws) == CDK_CLI_FALLBACK_REGION == "us-east-1"  # nothing names one
 
 
@@ -75,7 +77,9 @@ def _one_line(text: str) -> str:
 @pytest.mark.parametrize("command", ["synth-summary", "dashboard"])
 @pytest.mark.parametrize("region", [{"AWS_REGION": "us-east-1"}, {"AWS_DEFAULT_REGION": "us-east-1"}, {}],
                          ids=["AWS_REGION", "AWS_DEFAULT_REGION", "nothing-set"])  # fmt: skip
-def test_a_plan_of_another_region_is_refused_as_cdk_synth_refuses_it(no_aws, monkeypatch, tmp_path, capsys, command, region) -> None:
+def test_a_plan_of_another_region_is_refused_as_cdk_synth_refuses_it(
+    no_aws, monkeypatch, tmp_path, capsys, command, region
+) -> None:
     # Before: with only AWS_REGION=us-east-1, `npx cdk synth` refused the us-west-2 plan and these commands passed.
     for name, value in region.items():
         monkeypatch.setenv(name, value)

@@ -27,9 +27,17 @@ def test_readme_local_aws_then_submit_local_on_a_fresh_clone(aws, aws_env_file: 
     assert f"export AWS_ENDPOINT_URL={aws.endpoint}\n" in aws_env_file.read_text()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     done = subprocess.run(
-        ["bash", "-c", f'source "{aws_env_file}" && exec "$0" -m trainctl.cli submit --local examples/guide-default-request.json',
-         sys.executable],
-        cwd=REPO, env=clean, capture_output=True, text=True, timeout=300,
+        [
+            "bash",
+            "-c",
+            f'source "{aws_env_file}" && exec "$0" -m trainctl.cli submit --local examples/guide-default-request.json',
+            sys.executable,
+        ],
+        cwd=REPO,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     response = json.loads(done.stdout)
@@ -45,8 +53,20 @@ def test_a_port_in_use_is_the_only_thing_blamed_on_listening(tmp_path: Path) -> 
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "trainctl.cli", "local-aws", "--port", str(port), "--env-file", str(env_file), "--quiet"],
-            capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "trainctl.cli",
+                "local-aws",
+                "--port",
+                str(port),
+                "--env-file",
+                str(env_file),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     assert done.returncode == 2
     assert done.stderr == f"trainctl local-aws: cannot listen on 127.0.0.1:{port}: Address already in use\n"
@@ -55,7 +75,10 @@ def test_a_port_in_use_is_the_only_thing_blamed_on_listening(tmp_path: Path) -> 
 
 def test_an_env_file_path_that_cannot_be_written_is_refused_before_listening(tmp_path: Path, capsys) -> None:
     assert main(["local-aws", "--port", "0", "--env-file", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"trainctl local-aws: --env-file {tmp_path}: {tmp_path} is a folder; expected a file path\n"
+    assert (
+        capsys.readouterr().err
+        == f"trainctl local-aws: --env-file {tmp_path}: {tmp_path} is a folder; expected a file path\n"
+    )
     a_file = tmp_path / "plain"
     a_file.write_text("")
     assert main(["local-aws", "--port", "0", "--env-file", str(a_file / "aws.env")]) == 2
@@ -104,7 +127,9 @@ def test_local_aws_without_moto_says_how_to_install_it_and_exits_2(tmp_path: Pat
 
     env_file = tmp_path / "new" / "aws.env"
     code = "from trainctl.cli import main; sys.exit(main(sys.argv[1:]))\n"
-    done = _without_moto(code, "local-aws", "--port", "0", "--plans", "examples/plans.json", "--env-file", str(env_file))
+    done = _without_moto(
+        code, "local-aws", "--port", "0", "--plans", "examples/plans.json", "--env-file", str(env_file)
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"trainctl local-aws: {MOTO_MISSING}\n"  # one line, no traceback
     assert "pip install .[local]" in done.stderr
@@ -138,7 +163,9 @@ def test_the_emulator_modules_import_moto_only_when_it_starts() -> None:
     assert result["api"] == result["missing"] and "pip install .[local]" in result["api"]
     assert result["started"] == 0 and result["process"] is True and result["moto"] == []
     kind, message = result["extension"]
-    assert kind == "EmulatorUnavailable" and message.startswith(result["missing"]) and "No module named 'moto" in message
+    assert (
+        kind == "EmulatorUnavailable" and message.startswith(result["missing"]) and "No module named 'moto" in message
+    )
 
 
 def test_moto_is_the_pinned_extra_local_that_make_installs() -> None:
@@ -151,5 +178,7 @@ def test_moto_is_the_pinned_extra_local_that_make_installs() -> None:
     for name in ("requirements.txt", "requirements-dev.txt"):
         lines = [line.split("#", 1)[0].strip() for line in (REPO / name).read_text().splitlines()]
         assert not [line for line in lines if line.startswith("moto")], name
-    install = [line for line in (REPO / "Makefile").read_text().splitlines() if "pip install" in line and " -e " in line]
+    install = [
+        line for line in (REPO / "Makefile").read_text().splitlines() if "pip install" in line and " -e " in line
+    ]
     assert install and all('-e ".[local]"' in line and "--no-deps" not in line for line in install), install

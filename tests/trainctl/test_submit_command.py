@@ -83,10 +83,14 @@ def test_a_function_slower_than_the_read_timeout_is_invoked_once(lambda_env, tmp
     assert token.startswith(GENERATED_TOKEN_PREFIX)
     # the token is printed before the request goes out, and again with the failure
     first, last = err.splitlines()[0], _one_line(err)
-    assert first == (f"trainctl submit: client_token {token} (generated; to retry this request without a second job, "
-                     f"add --client-token {token})")
-    assert last == (f"trainctl submit: no answer from {FUNCTION} (us-west-2) within 1 s; the function may still be "
-                    f"running and may create the job; retry with --client-token {token} to get its job, never a second one")
+    assert first == (
+        f"trainctl submit: client_token {token} (generated; to retry this request without a second job, "
+        f"add --client-token {token})"
+    )
+    assert last == (
+        f"trainctl submit: no answer from {FUNCTION} (us-west-2) within 1 s; the function may still be "
+        f"running and may create the job; retry with --client-token {token} to get its job, never a second one"
+    )
 
 
 def test_a_lost_connection_is_not_retried(lambda_env, tmp_path, capsys) -> None:
@@ -159,7 +163,10 @@ def test_a_request_with_a_job_name_gets_no_token_and_a_safe_retry_hint(lambda_en
     [
         (None, "cannot read {path}: No such file or directory"),
         (b"\xff\xfe{}", "{path} is not UTF-8 text (byte 0xff at offset 0); expected a JSON object"),
-        (b'{"capacity": "on-demand",', "{path} is not JSON: Expecting property name enclosed in double quotes at line 1 column 26"),
+        (
+            b'{"capacity": "on-demand",',
+            "{path} is not JSON: Expecting property name enclosed in double quotes at line 1 column 26",
+        ),
         (b"", "{path} is not JSON: Expecting value at line 1 column 1"),
         (b'["a list"]', "{path}: expected a JSON object (a submit request), got a JSON list"),
     ],
@@ -198,12 +205,30 @@ def test_a_utf8_bom_is_accepted(lambda_env, tmp_path) -> None:
         ({"status": "submitted", "training_job_name": "j"}, 200, {}, EXIT_SUBMITTED, None),
         ({"status": "validated"}, 200, {}, EXIT_SUBMITTED, None),
         ({"status": "rejected", "error": {"code": "NoCapacity", "message": "no plan"}}, 200, {}, EXIT_REJECTED, None),
-        ({"status": "queued"}, 200, {}, EXIT_FAILED,
-         "the submitter answered status 'queued'; expected submitted, validated or rejected"),
-        (b"<html>502</html>", 200, {}, EXIT_FAILED, f"{FUNCTION} (us-west-2) answered something that is not JSON: '<html>502</html>'"),
-        ({"errorType": "ClientError", "errorMessage": "An error occurred (InternalFailure) when calling\nCreateTrainingJob"},
-         200, {"X-Amz-Function-Error": "Unhandled"}, EXIT_FAILED,
-         f"{FUNCTION} (us-west-2) failed: ClientError: An error occurred (InternalFailure) when calling CreateTrainingJob"),
+        (
+            {"status": "queued"},
+            200,
+            {},
+            EXIT_FAILED,
+            "the submitter answered status 'queued'; expected submitted, validated or rejected",
+        ),
+        (
+            b"<html>502</html>",
+            200,
+            {},
+            EXIT_FAILED,
+            f"{FUNCTION} (us-west-2) answered something that is not JSON: '<html>502</html>'",
+        ),
+        (
+            {
+                "errorType": "ClientError",
+                "errorMessage": "An error occurred (InternalFailure) when calling\nCreateTrainingJob",
+            },
+            200,
+            {"X-Amz-Function-Error": "Unhandled"},
+            EXIT_FAILED,
+            f"{FUNCTION} (us-west-2) failed: ClientError: An error occurred (InternalFailure) when calling CreateTrainingJob",
+        ),
     ],
     ids=["submitted", "validated", "rejected", "unknown-status", "not-json", "function-error"],
 )
@@ -221,20 +246,38 @@ def test_exit_status_follows_the_answer(lambda_env, tmp_path, capsys, body, stat
 @pytest.mark.parametrize(
     ("status", "code", "expected", "may_have_run"),
     [
-        (429, "TooManyRequestsException",
-         f"Lambda throttled {FUNCTION} (us-west-2) and did not run it (TooManyRequestsException: Rate Exceeded.); try again later",
-         False),
-        (500, "ServiceException", f"Lambda failed invoking {FUNCTION} (us-west-2) (HTTP 500 ServiceException: Rate Exceeded.)", True),
-        (403, "AccessDeniedException",
-         f"not allowed to invoke {FUNCTION} (us-west-2) (AccessDeniedException: Rate Exceeded.); the stack's "
-         "invokerPrincipals grant lambda:InvokeFunction", False),
-        (404, "ResourceNotFoundException",
-         f"function {FUNCTION} (us-west-2) not found (ResourceNotFoundException: Rate Exceeded.); expected the stack "
-         "output SubmitterFunctionName, in its region", False),
+        (
+            429,
+            "TooManyRequestsException",
+            f"Lambda throttled {FUNCTION} (us-west-2) and did not run it (TooManyRequestsException: Rate Exceeded.); try again later",
+            False,
+        ),
+        (
+            500,
+            "ServiceException",
+            f"Lambda failed invoking {FUNCTION} (us-west-2) (HTTP 500 ServiceException: Rate Exceeded.)",
+            True,
+        ),
+        (
+            403,
+            "AccessDeniedException",
+            f"not allowed to invoke {FUNCTION} (us-west-2) (AccessDeniedException: Rate Exceeded.); the stack's "
+            "invokerPrincipals grant lambda:InvokeFunction",
+            False,
+        ),
+        (
+            404,
+            "ResourceNotFoundException",
+            f"function {FUNCTION} (us-west-2) not found (ResourceNotFoundException: Rate Exceeded.); expected the stack "
+            "output SubmitterFunctionName, in its region",
+            False,
+        ),
     ],
     ids=["throttled", "5xx", "access-denied", "not-found"],
 )
-def test_lambda_faults_are_one_line_exit_2_and_never_retried(lambda_env, tmp_path, capsys, status, code, expected, may_have_run) -> None:
+def test_lambda_faults_are_one_line_exit_2_and_never_retried(
+    lambda_env, tmp_path, capsys, status, code, expected, may_have_run
+) -> None:
     lambda_env.answer = lambda invocation: error_reply(status, code, "Rate Exceeded.")
     assert main(["submit", _file(tmp_path), "--function", FUNCTION]) == EXIT_FAILED
     line = _one_line(capsys.readouterr().err)
@@ -283,11 +326,18 @@ def _signed_region(invocation: dict[str, Any]) -> str:
         ({"AWS_REGION": "eu-central-1", "AWS_DEFAULT_REGION": "us-east-1"}, [], FUNCTION, "eu-central-1"),
         ({"AWS_DEFAULT_REGION": "us-east-1"}, [], FUNCTION, "us-east-1"),
         ({"AWS_REGION": "eu-central-1"}, ["--region", "ap-south-1"], FUNCTION, "ap-south-1"),
-        ({"AWS_REGION": "eu-central-1"}, [], f"arn:aws:lambda:ap-southeast-2:123456789012:function:{FUNCTION}", "ap-southeast-2"),
+        (
+            {"AWS_REGION": "eu-central-1"},
+            [],
+            f"arn:aws:lambda:ap-southeast-2:123456789012:function:{FUNCTION}",
+            "ap-southeast-2",
+        ),
     ],
     ids=["AWS_REGION", "AWS_REGION-over-default", "AWS_DEFAULT_REGION", "--region", "function-arn"],
 )
-def test_the_region_is_the_flag_the_arn_or_aws_region(lambda_env, tmp_path, monkeypatch, environ, flags, function, region) -> None:
+def test_the_region_is_the_flag_the_arn_or_aws_region(
+    lambda_env, tmp_path, monkeypatch, environ, flags, function, region
+) -> None:
     monkeypatch.delenv("AWS_REGION")
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
@@ -400,12 +450,16 @@ def test_the_longest_read_timeout_is_accepted(lambda_env, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"])
-def test_an_endpoint_url_that_is_not_one_is_one_line_and_exit_2(lambda_env, tmp_path, capsys, monkeypatch, variable) -> None:
+def test_an_endpoint_url_that_is_not_one_is_one_line_and_exit_2(
+    lambda_env, tmp_path, capsys, monkeypatch, variable
+) -> None:
     # `AWS_ENDPOINT_URL_LAMBDA=notaurl trainctl submit ... --function f` died with `ValueError: Invalid endpoint`
     monkeypatch.setenv(variable, "notaurl")
     assert main(["submit", _file(tmp_path), "--function", FUNCTION]) == EXIT_FAILED
     line = _one_line(capsys.readouterr().err)
-    assert line.startswith("trainctl submit: cannot set up AWS access: Invalid endpoint: notaurl (from AWS_ENDPOINT_URL_LAMBDA")
+    assert line.startswith(
+        "trainctl submit: cannot set up AWS access: Invalid endpoint: notaurl (from AWS_ENDPOINT_URL_LAMBDA"
+    )
     assert "--client-token" not in line  # nothing was sent
     assert lambda_env.invocations == []
 
@@ -470,7 +524,9 @@ def test_local_an_unreadable_token_record_is_one_line_and_creates_nothing(aws, t
     assert main(["submit", "--local", _file(tmp_path), "--client-token", token]) == EXIT_FAILED
     line = _one_line(capsys.readouterr().err)
     uri = f"s3://{aws.env[settings.ENV_OUTPUT_BUCKET]}/{key}"
-    assert line.startswith(f"trainctl submit --local: the submitter failed: IdempotencyRecordError: client-token record {uri} is not JSON")
+    assert line.startswith(
+        f"trainctl submit --local: the submitter failed: IdempotencyRecordError: client-token record {uri} is not JSON"
+    )
     assert "inspect it, or delete it to free the token" in line
     assert {j["name"] for j in aws.training_jobs()} == before
 
@@ -508,7 +564,9 @@ def test_local_a_deadline_already_past_sends_nothing_and_creates_nothing(aws) ->
     from trainctl.submitter_client import FunctionError
 
     before = {j["name"] for j in aws.training_jobs()}
-    with pytest.raises(FunctionError, match=r"^the submitter failed: DeadlineExceeded: 0\.0 s of this invocation remain") as raised:
+    with pytest.raises(
+        FunctionError, match=r"^the submitter failed: DeadlineExceeded: 0\.0 s of this invocation remain"
+    ) as raised:
         submit_local({**REQUEST, "client_token": "past-deadline-1"}, aws.env, timeout_s=0)
     assert raised.value.may_have_run  # a retry with the same token is the safe next step
     assert {j["name"] for j in aws.training_jobs()} == before

@@ -27,33 +27,62 @@ BASE = {  # gpt-1b, 10 layers, 2K tokens on one p5: batch 1 and 2 fit in bf16 an
 def _args(tmp_path: Path, name: str, *extra: str) -> list[str]:
     base = tmp_path / "base.json"
     base.write_text(json.dumps(BASE))
-    return ["sweep", "--name", name, "--grid", "precision=bf16,fp8", "--grid", "batch_size=1,2", "--base", str(base),
-            "--dir", str(tmp_path), "--no-progress", "--no-wait", "--function", FUNCTION, *extra]
+    return [
+        "sweep",
+        "--name",
+        name,
+        "--grid",
+        "precision=bf16,fp8",
+        "--grid",
+        "batch_size=1,2",
+        "--base",
+        str(base),
+        "--dir",
+        str(tmp_path),
+        "--no-progress",
+        "--no-wait",
+        "--function",
+        FUNCTION,
+        *extra,
+    ]
 
 
 def test_every_configuration_refused_exits_non_zero(lambda_env, tmp_path, capsys) -> None:
-    lambda_env.answer = lambda invocation: Reply(body={"status": "rejected", "error": {"code": "NoCapacity", "message": "no plan"}})
+    lambda_env.answer = lambda invocation: Reply(
+        body={"status": "rejected", "error": {"code": "NoCapacity", "message": "no plan"}}
+    )
     assert main(_args(tmp_path, "refused")) == 1
     sweep = load_sweep("refused", tmp_path)
     assert [c.status for c in sweep.configs] == ["Rejected"] * 4
     # one invocation per configuration, each with the configuration's own deterministic token
-    assert [i["payload"]["client_token"] for i in lambda_env.invocations] == [client_token_for("refused", c) for c in sweep.configs]
+    assert [i["payload"]["client_token"] for i in lambda_env.invocations] == [
+        client_token_for("refused", c) for c in sweep.configs
+    ]
     capsys.readouterr()
 
 
 def test_a_fault_that_answers_every_configuration_stops_the_sweep(lambda_env, tmp_path, capsys) -> None:
-    lambda_env.answer = lambda invocation: error_reply(404, "ResourceNotFoundException", f"Function not found: {FUNCTION}")
+    lambda_env.answer = lambda invocation: error_reply(
+        404, "ResourceNotFoundException", f"Function not found: {FUNCTION}"
+    )
     assert main(_args(tmp_path, "missing")) == 1
     err = capsys.readouterr().err
     assert len(lambda_env.invocations) == 1
-    assert [c.status for c in load_sweep("missing", tmp_path).configs] == ["SubmitError", "Pending", "Pending", "Pending"]
+    assert [c.status for c in load_sweep("missing", tmp_path).configs] == [
+        "SubmitError",
+        "Pending",
+        "Pending",
+        "Pending",
+    ]
     assert err.splitlines()[-1] == (
         f"trainctl sweep: 1 configuration(s) could not be submitted and 3 were not sent: function {FUNCTION} (us-west-2) "
         f"not found (ResourceNotFoundException: Function not found: {FUNCTION}); expected the stack output "
         "SubmitterFunctionName, in its region; run the same command again to retry"
     )
     # fixed, the same command resumes: every configuration is sent once more
-    lambda_env.answer = lambda invocation: Reply(body={"status": "submitted", "training_job_name": invocation["payload"]["job_name"]})
+    lambda_env.answer = lambda invocation: Reply(
+        body={"status": "submitted", "training_job_name": invocation["payload"]["job_name"]}
+    )
     assert main(_args(tmp_path, "missing")) == 0
     assert len(lambda_env.invocations) == 5
     assert {c.status for c in load_sweep("missing", tmp_path).configs} == {"InProgress"}
@@ -72,7 +101,9 @@ def test_reasons_are_printed_as_they_are_never_as_markup_or_emoji(lambda_env, tm
     # `tags.aws:x:` in a refusal was printed as "tags.aws❌" (rich's emoji codes), and [bold] vanished as markup
     monkeypatch.setenv("COLUMNS", "400")  # one line per row
     reason = "tags.aws:x: got 'v', expected a key without the reserved prefix aws: [bold]or[/bold] platform: :smile:"
-    lambda_env.answer = lambda invocation: Reply(body={"status": "rejected", "error": {"code": "InvalidRequest", "message": reason}})
+    lambda_env.answer = lambda invocation: Reply(
+        body={"status": "rejected", "error": {"code": "InvalidRequest", "message": reason}}
+    )
     assert main(_args(tmp_path, "markup")) == 1
     out = capsys.readouterr().out
     assert reason in out

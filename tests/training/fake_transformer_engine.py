@@ -145,7 +145,11 @@ def autocast(
     _graph: bool = False,
 ) -> Iterator[None]:
     saved = (_GlobalState.enabled, _GlobalState.recipe, _GlobalState.group)
-    _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = enabled, recipe or DelayedScaling(), amax_reduction_group
+    _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = (
+        enabled,
+        recipe or DelayedScaling(),
+        amax_reduction_group,
+    )
     try:
         yield
     finally:
@@ -341,8 +345,13 @@ class _BaseModule(nn.Module):
                 elif self._init_method is not None:
                     self._init_method(local)
             if dtensor is not None:
-                new = DTensor.from_local(local, device_mesh=dtensor.device_mesh, placements=dtensor.placements,
-                                         shape=dtensor.size(), stride=dtensor.stride())
+                new = DTensor.from_local(
+                    local,
+                    device_mesh=dtensor.device_mesh,
+                    placements=dtensor.placements,
+                    shape=dtensor.size(),
+                    stride=dtensor.stride(),
+                )
                 setattr(self, name, nn.Parameter(new))
             else:
                 setattr(self, name, nn.Parameter(local.detach()))
@@ -366,8 +375,16 @@ def _param(*shape: int, dtype: torch.dtype, device: Any) -> nn.Parameter:
 
 
 class LayerNormLinear(_BaseModule):
-    def __init__(self, in_features: int, out_features: int, eps: float, *, dtype: torch.dtype, device: Any,
-                 init_method: Callable | None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        eps: float,
+        *,
+        dtype: torch.dtype,
+        device: Any,
+        init_method: Callable | None,
+    ) -> None:
         super().__init__(1, init_method)
         self.eps = eps
         self.layer_norm_weight = _param(in_features, dtype=dtype, device=device)
@@ -376,8 +393,11 @@ class LayerNormLinear(_BaseModule):
         self.bias = _param(out_features, dtype=dtype, device=device)
 
     def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
-        return {"layer_norm_weight": _SEQUENCE_PARALLEL, "layer_norm_bias": _SEQUENCE_PARALLEL,
-                "weight": _tensor_parallel(0)}
+        return {
+            "layer_norm_weight": _SEQUENCE_PARALLEL,
+            "layer_norm_bias": _SEQUENCE_PARALLEL,
+            "weight": _tensor_parallel(0),
+        }
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._record(x)
@@ -386,8 +406,9 @@ class LayerNormLinear(_BaseModule):
 
 
 class Linear(_BaseModule):
-    def __init__(self, in_features: int, out_features: int, *, dtype: torch.dtype, device: Any,
-                 init_method: Callable | None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, *, dtype: torch.dtype, device: Any, init_method: Callable | None
+    ) -> None:
         super().__init__(1, init_method)
         self.weight = _param(out_features, in_features, dtype=dtype, device=device)
         self.bias = _param(out_features, dtype=dtype, device=device)
@@ -401,8 +422,17 @@ class Linear(_BaseModule):
 
 
 class LayerNormMLP(_BaseModule):
-    def __init__(self, hidden: int, ffn: int, eps: float, *, dtype: torch.dtype, device: Any,
-                 init_method: Callable | None, output_layer_init_method: Callable | None) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        ffn: int,
+        eps: float,
+        *,
+        dtype: torch.dtype,
+        device: Any,
+        init_method: Callable | None,
+        output_layer_init_method: Callable | None,
+    ) -> None:
         super().__init__(2, init_method)
         self.eps = eps
         self._output_init = output_layer_init_method
@@ -414,13 +444,20 @@ class LayerNormMLP(_BaseModule):
         self.fc2_bias = _param(hidden, dtype=dtype, device=device)
 
     def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
-        return {"layer_norm_weight": _SEQUENCE_PARALLEL, "layer_norm_bias": _SEQUENCE_PARALLEL,
-                "fc1_weight": _tensor_parallel(0), "fc2_weight": _tensor_parallel(1), "fc1_bias": _tensor_parallel(0)}
+        return {
+            "layer_norm_weight": _SEQUENCE_PARALLEL,
+            "layer_norm_bias": _SEQUENCE_PARALLEL,
+            "fc1_weight": _tensor_parallel(0),
+            "fc2_weight": _tensor_parallel(1),
+            "fc1_bias": _tensor_parallel(0),
+        }
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._record(x)
         h = F.layer_norm(x, (x.shape[-1],), self.layer_norm_weight, self.layer_norm_bias, self.eps)
-        return F.linear(F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh"), self.fc2_weight, self.fc2_bias)
+        return F.linear(
+            F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh"), self.fc2_weight, self.fc2_bias
+        )
 
 
 class DotProductAttention(_BaseModule):
@@ -442,11 +479,22 @@ def _rotate(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
 
 
 class MultiheadAttention(nn.Module):
-    def __init__(self, hidden: int, heads: int, eps: float, *, dtype: torch.dtype, device: Any,
-                 init_method: Callable | None, output_layer_init_method: Callable | None) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        eps: float,
+        *,
+        dtype: torch.dtype,
+        device: Any,
+        init_method: Callable | None,
+        output_layer_init_method: Callable | None,
+    ) -> None:
         super().__init__()
         self.heads = heads
-        self.layernorm_qkv = LayerNormLinear(hidden, 3 * hidden, eps, dtype=dtype, device=device, init_method=init_method)
+        self.layernorm_qkv = LayerNormLinear(
+            hidden, 3 * hidden, eps, dtype=dtype, device=device, init_method=init_method
+        )
         self.core_attention = DotProductAttention()
         self.proj = Linear(hidden, hidden, dtype=dtype, device=device, init_method=output_layer_init_method)
 
@@ -523,12 +571,22 @@ class TransformerLayer(nn.Module):
         assert hidden_dropout == 0.0 and attention_dropout == 0.0
         dtype = params_dtype or torch.float32
         self.self_attention = MultiheadAttention(
-            hidden_size, num_attention_heads, layernorm_epsilon, dtype=dtype, device=device,
-            init_method=init_method, output_layer_init_method=output_layer_init_method,
+            hidden_size,
+            num_attention_heads,
+            layernorm_epsilon,
+            dtype=dtype,
+            device=device,
+            init_method=init_method,
+            output_layer_init_method=output_layer_init_method,
         )
         self.layernorm_mlp = LayerNormMLP(
-            hidden_size, ffn_hidden_size, layernorm_epsilon, dtype=dtype, device=device,
-            init_method=init_method, output_layer_init_method=output_layer_init_method,
+            hidden_size,
+            ffn_hidden_size,
+            layernorm_epsilon,
+            dtype=dtype,
+            device=device,
+            init_method=init_method,
+            output_layer_init_method=output_layer_init_method,
         )
         self.layernorm_mlp._init_method = init_method
         if torch.device(device).type != "meta":  # TE initialises on construction unless deferred
@@ -592,8 +650,12 @@ def install(monkeypatch: Any) -> types.ModuleType:
     pytorch.checkpoint = checkpoint  # type: ignore[attr-defined]
     pytorch.distributed = distributed  # type: ignore[attr-defined]
     root.pytorch, root.common, common.recipe = pytorch, common, recipe  # type: ignore[attr-defined]
-    for name, module in (("transformer_engine", root), ("transformer_engine.common", common),
-                         ("transformer_engine.common.recipe", recipe), ("transformer_engine.pytorch", pytorch),
-                         ("transformer_engine.pytorch.distributed", distributed)):
+    for name, module in (
+        ("transformer_engine", root),
+        ("transformer_engine.common", common),
+        ("transformer_engine.common.recipe", recipe),
+        ("transformer_engine.pytorch", pytorch),
+        ("transformer_engine.pytorch.distributed", distributed),
+    ):
         monkeypatch.setitem(sys.modules, name, module)
     return pytorch

@@ -22,12 +22,12 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
 
-import fake_transformer_engine  # noqa: E402
+import fake_transformer_engine
 
-from model_families.gpt import ModelConfig  # noqa: E402
-from training import precision as prec  # noqa: E402
-from training.model import build_model, canonical_state_dict  # noqa: E402
-from training.parallelize import build_mesh, materialize, parallelize  # noqa: E402
+from model_families.gpt import ModelConfig
+from training import precision as prec
+from training.model import build_model, canonical_state_dict
+from training.parallelize import build_mesh, materialize, parallelize
 
 CONFIG = ModelConfig("odd", num_layers=2, hidden_size=96, num_attention_heads=3, ffn_hidden_size=200, vocab_size=301)
 """Odd sizes: 301 embedding rows and 200 FFN rows split unevenly over 2 ranks."""
@@ -42,15 +42,23 @@ class _SysModules:
 
 def layouts(world: int) -> dict[str, tuple[str, str, int]]:
     """The builds compared, by name: ``(backend, sharding_strategy, processes per node)``."""
-    return {"torch": ("torch", "full", world), "te": ("te", "full", world),
-            f"te hybrid {world}x1": ("te", "hybrid", 1), f"te hybrid 1x{world}": ("te", "hybrid", world)}
+    return {
+        "torch": ("torch", "full", world),
+        "te": ("te", "full", world),
+        f"te hybrid {world}x1": ("te", "hybrid", 1),
+        f"te hybrid 1x{world}": ("te", "hybrid", world),
+    }
 
 
-def full_weights(backend: str, world: int, sharding_strategy: str = "full", per_node: int | None = None) -> dict[str, torch.Tensor]:
+def full_weights(
+    backend: str, world: int, sharding_strategy: str = "full", per_node: int | None = None
+) -> dict[str, torch.Tensor]:
     torch.manual_seed(SEED)  # as the trainer does on every rank
     model = build_model(CONFIG, backend=backend, device="meta")
     mesh = build_mesh("cpu", world, per_node or world, sharding_strategy)
-    parallelize(model, mesh=mesh, precision=prec.plan("fp32"), activation_checkpointing="full", reshard_after_forward=True)
+    parallelize(
+        model, mesh=mesh, precision=prec.plan("fp32"), activation_checkpointing="full", reshard_after_forward=True
+    )
     materialize(model, torch.device("cpu"), seed=SEED)
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {k: v.clone() for k, v in canonical_state_dict(state).items()}
@@ -60,8 +68,10 @@ def main(out: str) -> int:
     dist.init_process_group("gloo")
     fake_transformer_engine.install(_SysModules)
     world = dist.get_world_size()
-    result = {name: full_weights(backend, world, strategy, per_node)
-              for name, (backend, strategy, per_node) in layouts(world).items()}
+    result = {
+        name: full_weights(backend, world, strategy, per_node)
+        for name, (backend, strategy, per_node) in layouts(world).items()
+    }
     if dist.get_rank() == 0:
         torch.save(result, out)
     dist.barrier()

@@ -45,8 +45,9 @@ def _train(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int) -> No
 
 
 def _manager(directory: Path, keep: int = 3, log: list[str] | None = None) -> CheckpointManager:
-    return CheckpointManager(directory, keep=keep, rank=0, local_rank=0, world_size=1,
-                             log=None if log is None else log.append)
+    return CheckpointManager(
+        directory, keep=keep, rank=0, local_rank=0, world_size=1, log=None if log is None else log.append
+    )
 
 
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -129,7 +130,10 @@ def test_resume_restores_model_optimizer_and_rng(tmp_path: Path) -> None:
 
 def test_no_checkpoint_means_fresh_start(tmp_path: Path) -> None:
     model, opt = _model_and_optimizer(0)
-    assert CheckpointManager(tmp_path / "empty", keep=1, rank=0, local_rank=0, world_size=1).load_latest(model, opt) is None
+    assert (
+        CheckpointManager(tmp_path / "empty", keep=1, rank=0, local_rank=0, world_size=1).load_latest(model, opt)
+        is None
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -180,10 +184,21 @@ def _zero(path: Path) -> None:
         (lambda d: (d / TRAINER_STATE).write_text('{"step": 5}'), f"{TRAINER_STATE} says step 5, the folder is step-6"),
         (lambda d: _cut(d / "rng" / "rank-00000.pt", 10), "loading failed: RuntimeError: rng/rank-00000.pt: "),
         # the saving run had this rank: a missing RNG file is an incomplete copy, not a silent fresh RNG
-        (lambda d: (d / "rng" / "rank-00000.pt").unlink(), "rng/rank-00000.pt is missing (the saving run had 1 process)"),
+        (
+            lambda d: (d / "rng" / "rank-00000.pt").unlink(),
+            "rng/rank-00000.pt is missing (the saving run had 1 process)",
+        ),
     ],
-    ids=["metadata-missing", "metadata-cut", "shard-missing", "shard-zeroed", "state-cut", "state-other-step", "rng-cut",
-         "rng-missing"],
+    ids=[
+        "metadata-missing",
+        "metadata-cut",
+        "shard-missing",
+        "shard-zeroed",
+        "state-cut",
+        "state-other-step",
+        "rng-cut",
+        "rng-missing",
+    ],
 )
 def test_every_kind_of_damage_falls_back_with_its_reason(six_steps, damage, expected: str) -> None:
     directory, saved = six_steps
@@ -255,8 +270,12 @@ def _gpt_record(num_layers: int, **hp: object) -> tuple[torch.nn.Module, torch.o
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     hps = Hyperparameters(model="gpt-tiny", num_layers=num_layers, precision="fp32", batch_size=8, **hp)
     record = run_record(
-        model_config=asdict(config), backend="torch", world_size=2, samples_per_step=16,
-        hyperparameters=hps.to_strings(), data={"sha256": "a" * 64, "shards": 1, "num_tokens": 1000, "tokenizer": "byte-level"},
+        model_config=asdict(config),
+        backend="torch",
+        world_size=2,
+        samples_per_step=16,
+        hyperparameters=hps.to_strings(),
+        data={"sha256": "a" * 64, "shards": 1, "num_tokens": 1000, "tokenizer": "byte-level"},
     )
     return model, opt, record
 
@@ -275,7 +294,9 @@ def test_another_model_shape_is_refused_naming_both_values_and_nothing_changes(t
         manager.load_latest(model2, opt2, run=record2)
     assert f"checkpoint {tmp_path / 'step-7'} belongs to another run" in str(err.value)
     # Without a run record, DCP's tensor metadata still refuses the smaller model.
-    with pytest.raises(ResumeRefused, match=r"model tensors differ: \d+ tensors only in the checkpoint \(e\.g\. layers\.2\."):
+    with pytest.raises(
+        ResumeRefused, match=r"model tensors differ: \d+ tensors only in the checkpoint \(e\.g\. layers\.2\."
+    ):
         manager.load_latest(model2, opt2)
     for got, want in zip(model2.parameters(), initial):
         torch.testing.assert_close(got, want, rtol=0, atol=0)  # nothing loaded
@@ -301,22 +322,37 @@ def test_a_checkpoint_without_a_run_record_resumes_with_a_warning(tmp_path: Path
     log: list[str] = []
     resumed = _manager(tmp_path, log=log).load_latest(model, opt, run=record)
     assert resumed is not None and resumed.step == 4 and resumed.samples_consumed == 64
-    assert log == ["resuming step-4 with changes: the checkpoint has no run record (written before records existed): "
-                   "model shape, hyperparameters and world size are checked from its older fields, its training data "
-                   "cannot be checked"]
+    assert log == [
+        "resuming step-4 with changes: the checkpoint has no run record (written before records existed): "
+        "model shape, hyperparameters and world size are checked from its older fields, its training data "
+        "cannot be checked"
+    ]
     # ... and its older fields are checked: another layer count is refused.
     model3, opt3, record3 = _gpt_record(3)
     with pytest.raises(ResumeRefused, match="model num_layers: 2 in the checkpoint, 3 in this run"):
         _manager(tmp_path).load_latest(model3, opt3, run=record3)
 
 
-def _record(world_size: int = 2, batch_size: int = 8, accum: int = 1, *, data: str = "a", backend: str = "torch",
-            vocab: int = 512, **hp: object) -> dict:
+def _record(
+    world_size: int = 2,
+    batch_size: int = 8,
+    accum: int = 1,
+    *,
+    data: str = "a",
+    backend: str = "torch",
+    vocab: int = 512,
+    **hp: object,
+) -> dict:
     config = get_preset("gpt-tiny").with_overrides(num_layers=2, vocab_size=vocab)
-    hps = Hyperparameters(model="gpt-tiny", num_layers=2, batch_size=batch_size, gradient_accumulation_steps=accum, **hp)
+    hps = Hyperparameters(
+        model="gpt-tiny", num_layers=2, batch_size=batch_size, gradient_accumulation_steps=accum, **hp
+    )
     return run_record(
-        model_config=asdict(config), backend=backend, world_size=world_size,
-        samples_per_step=world_size * batch_size * accum, hyperparameters=hps.to_strings(),
+        model_config=asdict(config),
+        backend=backend,
+        world_size=world_size,
+        samples_per_step=world_size * batch_size * accum,
+        hyperparameters=hps.to_strings(),
         data={"sha256": data * 64, "shards": 3, "num_tokens": 10_000, "tokenizer": "byte-level"},
     )
 
@@ -325,30 +361,74 @@ def _record(world_size: int = 2, batch_size: int = 8, accum: int = 1, *, data: s
     ("current", "allow", "refusal", "note"),
     [
         (_record(), False, None, None),
-        (_record(world_size=1, batch_size=16), False, None,
-         "layout 2 processes x batch_size 8 x gradient_accumulation_steps 1 -> 1 process x batch_size 16 x "
-         "gradient_accumulation_steps 1 (same global batch of 16"),
-        (_record(world_size=4, batch_size=2, accum=2), False, None, "-> 4 processes x batch_size 2 x gradient_accumulation_steps 2"),
-        (_record(world_size=1), False,
-         "global batch: 16 sequences per optimizer step in the checkpoint (2 processes x batch_size 8 x "
-         "gradient_accumulation_steps 1), 8 in this run (1 process x batch_size 8 x gradient_accumulation_steps 1); "
-         "warmup, the cosine schedule and max_steps count optimizer steps, so the run cannot continue as it was: "
-         "keep 16 (with 1 process set gradient_accumulation_steps=2 or batch_size=16)", None),
+        (
+            _record(world_size=1, batch_size=16),
+            False,
+            None,
+            "layout 2 processes x batch_size 8 x gradient_accumulation_steps 1 -> 1 process x batch_size 16 x "
+            "gradient_accumulation_steps 1 (same global batch of 16",
+        ),
+        (
+            _record(world_size=4, batch_size=2, accum=2),
+            False,
+            None,
+            "-> 4 processes x batch_size 2 x gradient_accumulation_steps 2",
+        ),
+        (
+            _record(world_size=1),
+            False,
+            "global batch: 16 sequences per optimizer step in the checkpoint (2 processes x batch_size 8 x "
+            "gradient_accumulation_steps 1), 8 in this run (1 process x batch_size 8 x gradient_accumulation_steps 1); "
+            "warmup, the cosine schedule and max_steps count optimizer steps, so the run cannot continue as it was: "
+            "keep 16 (with 1 process set gradient_accumulation_steps=2 or batch_size=16)",
+            None,
+        ),
         (_record(vocab=1024), False, "model vocab_size: 512 in the checkpoint, 1024 in this run", None),
         (_record(backend="te"), False, "model backend: 'torch' in the checkpoint, 'te' in this run", None),
-        (_record(data="b"), False, "data stream: training data (3 shards, 10000 tokens, byte-level, fingerprint aaaaaaaaaaaa) "
-         "-> (3 shards, 10000 tokens, byte-level, fingerprint bbbbbbbbbbbb)", None),
+        (
+            _record(data="b"),
+            False,
+            "data stream: training data (3 shards, 10000 tokens, byte-level, fingerprint aaaaaaaaaaaa) "
+            "-> (3 shards, 10000 tokens, byte-level, fingerprint bbbbbbbbbbbb)",
+            None,
+        ),
         (_record(data="b"), True, None, "data stream changed (allow_data_change=true): training data"),
         (_record(seq_length=4096), False, "data stream: seq_length 2048 -> 4096;", None),
         (_record(seed=7), True, None, "data stream changed (allow_data_change=true): seed 1234 -> 7;"),
-        (_record(precision="bf16"), False, None,
-         "hyperparameters changed: precision mxfp8 -> bf16 (fp32 master weights and AdamW state carry over)"),
-        (_record(precision="fp8", quantized_model_init=True), False, "quantized_model_init: false in the checkpoint, true in this run",
-         "precision mxfp8 -> fp8"),
-        (_record(max_steps=5000, learning_rate=1e-4), False, None, "hyperparameters changed: learning_rate 0.0003 -> 0.0001, max_steps 1000 -> 5000"),
+        (
+            _record(precision="bf16"),
+            False,
+            None,
+            "hyperparameters changed: precision mxfp8 -> bf16 (fp32 master weights and AdamW state carry over)",
+        ),
+        (
+            _record(precision="fp8", quantized_model_init=True),
+            False,
+            "quantized_model_init: false in the checkpoint, true in this run",
+            "precision mxfp8 -> fp8",
+        ),
+        (
+            _record(max_steps=5000, learning_rate=1e-4),
+            False,
+            None,
+            "hyperparameters changed: learning_rate 0.0003 -> 0.0001, max_steps 1000 -> 5000",
+        ),
     ],
-    ids=["same", "2-to-1-same-global-batch", "2-to-4-same-global-batch", "global-batch", "vocab", "backend", "data",
-         "data-allowed", "seq-length", "seed-allowed", "precision", "quantized-init", "schedule"],
+    ids=[
+        "same",
+        "2-to-1-same-global-batch",
+        "2-to-4-same-global-batch",
+        "global-batch",
+        "vocab",
+        "backend",
+        "data",
+        "data-allowed",
+        "seq-length",
+        "seed-allowed",
+        "precision",
+        "quantized-init",
+        "schedule",
+    ],
 )
 def test_resume_policy_per_recorded_item(current: dict, allow: bool, refusal: str | None, note: str | None) -> None:
     saved = {"step": 10, "run": _record()}
@@ -385,8 +465,21 @@ def test_checkpoint_names_are_the_canonical_ones_only() -> None:
     from training.checkpoint import checkpoint_step
 
     assert checkpoint_step("step-0") == 0 and checkpoint_step("step-120") == 120
-    for name in ("step-006", "step-00", "step-\u0663", "step-\uff16", "step-+6", "step- 6", "step-6 ", "step-6\n",
-                 "step--1", "step-abc", "step-", "Step-6", "step-6.moved-aside-20261130T000000Z"):
+    for name in (
+        "step-006",
+        "step-00",
+        "step-\u0663",
+        "step-\uff16",
+        "step-+6",
+        "step- 6",
+        "step-6 ",
+        "step-6\n",
+        "step--1",
+        "step-abc",
+        "step-",
+        "Step-6",
+        "step-6.moved-aside-20261130T000000Z",
+    ):
         assert checkpoint_step(name) is None, name
 
 
@@ -426,7 +519,7 @@ def test_a_link_or_file_named_like_a_step_is_moved_aside_never_followed_or_delet
     """Regression: a symlinked ``step-6`` crashed every save of step 6 (rmtree on a link), a file
     ``step-9`` every save of step 9 (NotADirectoryError), and pruning a link was a silent no-op reported
     as removed."""
-    directory, saved = six_steps
+    directory, _saved = six_steps
     elsewhere = tmp_path / "elsewhere-6"
     (directory / "step-6").rename(elsewhere)  # a whole checkpoint, kept elsewhere by someone
     (directory / "step-6").symlink_to(elsewhere, target_is_directory=True)
@@ -439,18 +532,24 @@ def test_a_link_or_file_named_like_a_step_is_moved_aside_never_followed_or_delet
     model, opt = _model_and_optimizer(1)
     resumed = manager.load_latest(model, opt)
     assert resumed is not None and resumed.step == 3 and resumed.skipped == {}  # the link was not followed
-    assert f"ignoring step-6 in {directory}: a symbolic link (to {elsewhere}), not a checkpoint folder this " \
-           "trainer wrote; never loaded, pruned or deleted (a save of its step moves it aside)" in log
-    assert f"ignoring step-9 in {directory}: a file, not a checkpoint folder; never loaded, pruned or deleted " \
-           "(a save of its step moves it aside)" in log
+    assert (
+        f"ignoring step-6 in {directory}: a symbolic link (to {elsewhere}), not a checkpoint folder this "
+        "trainer wrote; never loaded, pruned or deleted (a save of its step moves it aside)" in log
+    )
+    assert (
+        f"ignoring step-9 in {directory}: a file, not a checkpoint folder; never loaded, pruned or deleted "
+        "(a save of its step moves it aside)" in log
+    )
 
     log.clear()
     manager.save(6, model, opt, {"data": {"step": 6}})  # the link is in the way: moved aside, the save goes on
     assert verify_checkpoint(directory / "step-6", 6).ok and not (directory / "step-6").is_symlink()
     moved = [p for p in directory.iterdir() if p.name.startswith("step-6.moved-aside-")]
     assert len(moved) == 1 and os.readlink(moved[0]) == str(elsewhere)
-    assert log[0] == (f"step-6 was a symbolic link to {elsewhere}, not a checkpoint folder this trainer wrote: moved "
-                      f"aside to {moved[0].name} (what it points to was not touched) to save step 6 there")
+    assert log[0] == (
+        f"step-6 was a symbolic link to {elsewhere}, not a checkpoint folder this trainer wrote: moved "
+        f"aside to {moved[0].name} (what it points to was not touched) to save step 6 there"
+    )
     manager.save(9, model, opt, {"data": {"step": 9}})
     assert verify_checkpoint(directory / "step-9", 9).ok
     [file] = [p for p in directory.iterdir() if p.name.startswith("step-9.moved-aside-")]
@@ -488,38 +587,90 @@ def _edit_state(folder: Path, **changes: object) -> None:
     path.write_text(json.dumps(state))
 
 
-_RUN = {"version": 1, "model": {"num_layers": 2}, "backend": "torch", "world_size": 1, "samples_per_step": 5,
-        "hyperparameters": {"batch_size": "5"}, "data": None}
+_RUN = {
+    "version": 1,
+    "model": {"num_layers": 2},
+    "backend": "torch",
+    "world_size": 1,
+    "samples_per_step": 5,
+    "hyperparameters": {"batch_size": "5"},
+    "data": None,
+}
 
 
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"scheduler": "junk"}, "trainer_state.json field 'scheduler': got 'junk', expected an object (the LR scheduler's state_dict)"),
+        (
+            {"scheduler": "junk"},
+            "trainer_state.json field 'scheduler': got 'junk', expected an object (the LR scheduler's state_dict)",
+        ),
         ({"scheduler": {"last_epoch": -1}}, "field 'scheduler.last_epoch': got -1, expected an integer >= 0"),
-        ({"scheduler": {"last_epoch": 6, "base_lrs": ["x"]}}, "field 'scheduler.base_lrs': got ['x'], expected a list of finite numbers"),
-        ({"data": {"step": 6, "samples_consumed": "x"}},
-         "field 'data.samples_consumed': got 'x', expected an integer >= 0 (samples the run read before this step)"),
-        ({"data": {"step": 6, "samples_consumed": -30}}, "field 'data.samples_consumed': got -30, expected an integer >= 0"),
-        ({"data": {"step": 6, "samples_consumed": True}}, "field 'data.samples_consumed': got True, expected an integer >= 0"),
+        (
+            {"scheduler": {"last_epoch": 6, "base_lrs": ["x"]}},
+            "field 'scheduler.base_lrs': got ['x'], expected a list of finite numbers",
+        ),
+        (
+            {"data": {"step": 6, "samples_consumed": "x"}},
+            "field 'data.samples_consumed': got 'x', expected an integer >= 0 (samples the run read before this step)",
+        ),
+        (
+            {"data": {"step": 6, "samples_consumed": -30}},
+            "field 'data.samples_consumed': got -30, expected an integer >= 0",
+        ),
+        (
+            {"data": {"step": 6, "samples_consumed": True}},
+            "field 'data.samples_consumed': got True, expected an integer >= 0",
+        ),
         ({"data": {"step": 5, "samples_consumed": 30}}, "field 'data.step': got 5, expected 6 (the checkpoint's step)"),
         ({"data": [6, 30]}, "field 'data': got [6, 30], expected an object (the data position)"),
-        ({"loss_scaler": {"scale": 0, "good_steps": 1}}, "field 'loss_scaler.scale': got 0, expected a finite number > 0"),
+        (
+            {"loss_scaler": {"scale": 0, "good_steps": 1}},
+            "field 'loss_scaler.scale': got 0, expected a finite number > 0",
+        ),
         ({"loss_scaler": "x"}, "field 'loss_scaler': got 'x', expected null or an object"),
         ({"run": "x"}, "field 'run': got 'x', expected an object (the run record)"),
-        ({"run": {**_RUN, "hyperparameters": ["batch_size"]}}, "field 'run.hyperparameters': got ['batch_size'], expected an object of strings"),
+        (
+            {"run": {**_RUN, "hyperparameters": ["batch_size"]}},
+            "field 'run.hyperparameters': got ['batch_size'], expected an object of strings",
+        ),
         ({"run": {**_RUN, "world_size": 0}}, "field 'run.world_size': got 0, expected an integer >= 1"),
-        ({"run": {**_RUN, "model": {"num_layers": "2"}}}, "field 'run.model': got {'num_layers': '2'}, expected integers for"),
+        (
+            {"run": {**_RUN, "model": {"num_layers": "2"}}},
+            "field 'run.model': got {'num_layers': '2'}, expected integers for",
+        ),
         # a bad position used to be replaced silently by step x samples_per_step
-        ({"run": {**_RUN, "samples_per_step": 8}},
-         "field 'data.samples_consumed': got 30, expected 48 (step 6 x 8 samples per step; the global batch never changes"),
-        ({"world_size": "2", "hyperparameters": {"batch_size": "5"}}, "field 'world_size': got '2', expected an integer >= 1"),
+        (
+            {"run": {**_RUN, "samples_per_step": 8}},
+            "field 'data.samples_consumed': got 30, expected 48 (step 6 x 8 samples per step; the global batch never changes",
+        ),
+        (
+            {"world_size": "2", "hyperparameters": {"batch_size": "5"}},
+            "field 'world_size': got '2', expected an integer >= 1",
+        ),
     ],
-    ids=["scheduler-junk", "scheduler-epoch", "scheduler-lrs", "samples-str", "samples-negative", "samples-bool",
-         "data-step", "data-list", "scaler-scale", "scaler-junk", "run-junk", "run-hp", "run-world", "run-model",
-         "samples-disagree", "legacy-world"],
+    ids=[
+        "scheduler-junk",
+        "scheduler-epoch",
+        "scheduler-lrs",
+        "samples-str",
+        "samples-negative",
+        "samples-bool",
+        "data-step",
+        "data-list",
+        "scaler-scale",
+        "scaler-junk",
+        "run-junk",
+        "run-hp",
+        "run-world",
+        "run-model",
+        "samples-disagree",
+        "legacy-world",
+    ],
 )
-def test_every_field_of_the_trainer_state_is_verified_and_a_bad_one_falls_back(six_steps, changes: dict, expected: str) -> None:
+def test_every_field_of_the_trainer_state_is_verified_and_a_bad_one_falls_back(
+    six_steps, changes: dict, expected: str
+) -> None:
     """Regression: only ``step`` was checked; ``"scheduler": "junk"`` or a string ``samples_consumed``
     made every resume fail with an AttributeError and no fallback."""
     directory, saved = six_steps
@@ -547,32 +698,40 @@ def test_a_state_the_caller_cannot_restore_is_a_failure_to_load(six_steps) -> No
     resumed = _manager(directory, log=log).load_latest(model, opt, restore=restore)
     assert resumed is not None and resumed.step == 3 and seen == [6, 3]
     assert resumed.skipped == {6: "loading failed: ValueError: trainer_state.json 'scheduler.last_epoch' is 5; ..."}
-    assert log == ["skipping checkpoint step-6: loading failed: ValueError: trainer_state.json 'scheduler.last_epoch' "
-                   "is 5; ...; falling back to step-3"]
+    assert log == [
+        "skipping checkpoint step-6: loading failed: ValueError: trainer_state.json 'scheduler.last_epoch' "
+        "is 5; ...; falling back to step-3"
+    ]
     for got, want in zip(model.parameters(), saved[3]):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_the_trainer_restores_scheduler_and_data_position_or_refuses_the_state(tmp_path: Path) -> None:
+    from platform_spec.hyperparameters import parse
     from training.data import SyntheticSampler
     from training.environment import SageMakerPaths
-    from platform_spec.hyperparameters import parse
     from training.train import Trainer, learning_rate
 
     hp = parse({"precision": "fp32", "max_steps": 20, "warmup_steps": 2})
     trainer = Trainer(hp, SageMakerPaths(tmp_path))
-    model, trainer.optimizer = _model_and_optimizer(0)
+    _model, trainer.optimizer = _model_and_optimizer(0)
     trainer.optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))]})  # two groups, as the trainer
-    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda e: learning_rate(e + 1, hp) / hp.learning_rate)
+    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        trainer.optimizer, lambda e: learning_rate(e + 1, hp) / hp.learning_rate
+    )
     trainer.scaler = None
-    trainer.sampler = SyntheticSampler(vocab_size=16, seq_length=4, batch_size=2, grad_accum=1, rank=0, world_size=2, seed=1)
+    trainer.sampler = SyntheticSampler(
+        vocab_size=16, seq_length=4, batch_size=2, grad_accum=1, rank=0, world_size=2, seed=1
+    )
     for _ in range(6):
         trainer.optimizer.step()  # no gradients: nothing changes; the scheduler follows an optimizer step
         trainer.scheduler.step()
     state = {"step": 6, "scheduler": trainer.scheduler.state_dict(), "data": {"step": 6, "samples_consumed": 24}}
     expected_lr = trainer.scheduler.get_last_lr()
 
-    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda e: learning_rate(e + 1, hp) / hp.learning_rate)
+    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        trainer.optimizer, lambda e: learning_rate(e + 1, hp) / hp.learning_rate
+    )
     trainer.restore_trainer_state(state)
     assert trainer.scheduler.last_epoch == 6 and trainer.scheduler.get_last_lr() == expected_lr
     assert trainer.sampler.samples_consumed(6) == 24
@@ -603,8 +762,9 @@ def test_the_restart_point_is_the_newest_checkpoint_that_verifies(six_steps, tmp
     point = restart_point(directory)
     assert point.step == 3 and list(point.skipped) == [6]
     assert point.describe("the same command").startswith("the same command resumes from step-3 (")
-    assert point.describe().startswith("a restart resumes from step-3 (newer ones do not verify and are skipped: "
-                                       "step-6: __0_0.distcp has 1000 of the ")
+    assert point.describe().startswith(
+        "a restart resumes from step-3 (newer ones do not verify and are skipped: step-6: __0_0.distcp has 1000 of the "
+    )
     (directory / "step-3" / ".metadata").unlink()
     nothing = restart_point(directory)
     assert nothing.step is None and sorted(nothing.skipped) == [3, 6]

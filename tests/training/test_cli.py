@@ -20,8 +20,21 @@ def test_prepare_data_python_docs(tmp_path: Path, capsys) -> None:
 def test_train_lays_out_opt_ml_and_reports_a_bad_precision(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     base = tmp_path / "run"
-    status = main(["train", "--base-dir", str(base), "--python-docs", "--model", "gpt-tiny", "--precision", "nvfp4",
-                   "--batch-size", "2", "--json-quoted"])
+    status = main(
+        [
+            "train",
+            "--base-dir",
+            str(base),
+            "--python-docs",
+            "--model",
+            "gpt-tiny",
+            "--precision",
+            "nvfp4",
+            "--batch-size",
+            "2",
+            "--json-quoted",
+        ]
+    )
     assert status == 1
     hp = json.loads((base / "input" / "config" / "hyperparameters.json").read_text())
     assert hp == {"model": '"gpt-tiny"', "precision": '"nvfp4"', "batch_size": '"2"'}
@@ -45,7 +58,9 @@ def test_train_takes_its_base_dir_from_sagemaker_base_dir_once(tmp_path: Path, m
     assert main(["train", "--synthetic-data", "true"]) == 2
     assert "no base directory: give --base-dir DIR or set SAGEMAKER_BASE_DIR" in capsys.readouterr().err
     monkeypatch.setenv("SAGEMAKER_BASE_DIR", "jobs/ml")  # relative, as the container would read it
-    status = main(["train", "--synthetic-data", "true", "--model", "gpt-tiny", "--precision", "fp32", "--max-steps", "10"])
+    status = main(
+        ["train", "--synthetic-data", "true", "--model", "gpt-tiny", "--precision", "fp32", "--max-steps", "10"]
+    )
     assert status == 1
     # validation read the layout trainctl wrote, and the failure landed in the same folder
     failure = (tmp_path / "jobs" / "ml" / "output" / "failure").read_text()
@@ -79,10 +94,11 @@ def test_a_malformed_earlier_hyperparameters_file_is_one_line_naming_it(tmp_path
     config = tmp_path / "run" / "input" / "config"
     config.mkdir(parents=True)
     previous = config / "hyperparameters.json"
-    for text, detail in (('{"model": "gpt-tiny",', "not valid JSON (Expecting property name enclosed in double quotes "
-                                                  "at line 1)"),
-                         ('["gpt-tiny"]', "a JSON list, expected an object of names to values"),
-                         ("\udcff".encode("utf-8", "surrogateescape").decode("latin-1"), "not valid JSON")):
+    for text, detail in (
+        ('{"model": "gpt-tiny",', "not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
+        ('["gpt-tiny"]', "a JSON list, expected an object of names to values"),
+        ("\udcff".encode("utf-8", "surrogateescape").decode("latin-1"), "not valid JSON"),
+    ):
         previous.write_text(text, encoding="latin-1")
         assert main(["train", "--base-dir", str(tmp_path / "run"), "--synthetic-data", "true"]) == 2
         err = capsys.readouterr().err
@@ -104,4 +120,8 @@ def test_python_docs_checks_the_layout_before_writing_anything(tmp_path: Path, m
     err = capsys.readouterr().err
     assert f"{train} is a folder of its own" in err
     assert sorted(p.relative_to(base).as_posix() for p in base.rglob("*")) == [
-        "input", "input/data", "input/data/train", "input/data/train/mine.txt"]  # no prepared/, no config
+        "input",
+        "input/data",
+        "input/data/train",
+        "input/data/train/mine.txt",
+    ]  # no prepared/, no config

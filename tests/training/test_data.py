@@ -32,10 +32,14 @@ def test_byte_level_shards_round_trip(tmp_path: Path) -> None:
     b.write_text(json.dumps({"text": "doc one"}) + "\n\n" + json.dumps({"text": "doc two"}) + "\n", encoding="utf-8")
     result = prepare_data(tmp_path / "out", [a, b], shard_tokens=10)
     assert result.num_documents == 3
-    expected = (
-        list("héllo wörld".encode()) + [BYTE_LEVEL_EOD] + list(b"doc one") + [BYTE_LEVEL_EOD]
-        + list(b"doc two") + [BYTE_LEVEL_EOD]
-    )
+    expected = [
+        *list("héllo wörld".encode()),
+        BYTE_LEVEL_EOD,
+        *list(b"doc one"),
+        BYTE_LEVEL_EOD,
+        *list(b"doc two"),
+        BYTE_LEVEL_EOD,
+    ]
     assert result.num_tokens == len(expected)
     assert len(result.shards) == -(-len(expected) // 10)
     ds = TokenDataset(tmp_path / "out")
@@ -84,7 +88,7 @@ def test_sampler_is_disjoint_across_ranks_and_a_pure_function_of_the_step(tmp_pa
     text = tmp_path / "t.txt"
     text.write_bytes(bytes(range(32, 127)) * 40)
     ds = TokenDataset(prepare_data(tmp_path / "out", [text], shard_tokens=1000).output_dir)
-    kwargs = dict(seq_length=16, batch_size=3, grad_accum=2, world_size=2, seed=7)
+    kwargs = {"seq_length": 16, "batch_size": 3, "grad_accum": 2, "world_size": 2, "seed": 7}
     samplers = [DistributedSampler(ds, rank=r, **kwargs) for r in range(2)]
     windows = samplers[0].num_windows
     seen: list[int] = []
@@ -181,7 +185,10 @@ _DROP = object()
         ({"dtype": "int8"}, "header field 'dtype': got 'int8', expected uint16 or uint32"),
         ({"version": 2}, "header field 'version': got 2, expected 1 (this trainer reads version 1)"),
         ({"tokenizer": 5}, "header field 'tokenizer': got 5, expected a non-empty string"),
-        ({"tokenizer_sha256": "zz"}, "header field 'tokenizer_sha256': got 'zz', expected 64 lowercase hex digits or null"),
+        (
+            {"tokenizer_sha256": "zz"},
+            "header field 'tokenizer_sha256': got 'zz', expected 64 lowercase hex digits or null",
+        ),
         ({"max_token_id": -1}, "header field 'max_token_id': got -1, expected an integer >= 0 or null"),
     ],
 )
@@ -211,7 +218,9 @@ def test_malformed_headers_land_in_the_failure_file(tmp_path: Path) -> None:
         header = _edit_header(data, **fields)
         reason = _run_entrypoint(tmp_path / f"run-{name}", data)
         field = next(iter(fields))
-        channel_header = tmp_path / f"run-{name}" / "ml" / "input" / "data" / "train" / header.name  # the channel links the data
+        channel_header = (
+            tmp_path / f"run-{name}" / "ml" / "input" / "data" / "train" / header.name
+        )  # the channel links the data
         assert reason is not None and reason.startswith(f"{channel_header}: header field {field!r}: got "), reason
 
 
@@ -231,8 +240,11 @@ def test_token_ids_at_or_above_the_vocabulary_are_refused_when_the_data_is_opene
         f"{bin_path}: token id 300 (its header's max_token_id) is not below the header's vocab_size 257"
     )
     _edit_header(data, max_token_id=_DROP)  # a shard written before max_token_id: the .bin is scanned
-    with pytest.raises(DataError, match=r"token id 300 \(scanned; the header has no max_token_id\) is not below "
-                                        r"the header's vocab_size 257"):
+    with pytest.raises(
+        DataError,
+        match=r"token id 300 \(scanned; the header has no max_token_id\) is not below "
+        r"the header's vocab_size 257",
+    ):
         TokenDataset(data)
     reason = _run_entrypoint(tmp_path, data)
     channel_bin = tmp_path / "ml" / "input" / "data" / "train" / bin_path.name
@@ -247,21 +259,30 @@ def test_token_ids_at_or_above_the_vocabulary_are_refused_when_the_data_is_opene
     ("layout", "expected"),
     [
         # Regression: rglob("*.json") returned the directory; reading it raised IsADirectoryError (a traceback)
-        ("json-directory", "{data}/shard-00001.json: a directory, not a token-shard header (the header of "
-                           "shard-00001.bin must be a JSON file); move it away or rename it"),
+        (
+            "json-directory",
+            "{data}/shard-00001.json: a directory, not a token-shard header (the header of "
+            "shard-00001.bin must be a JSON file); move it away or rename it",
+        ),
         # Regression: json.loads raised RecursionError, which only JSONDecodeError/UnicodeDecodeError were caught for
         ("nested-header", "{data}/shard-00000.json: not a token-shard header (JSON nested too deeply to read)"),
-        ("binary-header", "{data}/shard-00000.json: not a readable JSON header (UnicodeDecodeError; expected a "
-                          "token-shard header)"),
+        (
+            "binary-header",
+            "{data}/shard-00000.json: not a readable JSON header (UnicodeDecodeError; expected a token-shard header)",
+        ),
     ],
 )
-def test_headers_that_cannot_be_read_are_data_errors_in_the_failure_file(tmp_path: Path, layout: str, expected: str) -> None:
+def test_headers_that_cannot_be_read_are_data_errors_in_the_failure_file(
+    tmp_path: Path, layout: str, expected: str
+) -> None:
     data = _shards(tmp_path)
     if layout == "json-directory":
         (data / "shard-00001.json").unlink()
         (data / "shard-00001.json").mkdir()
     elif layout == "nested-header":
-        (data / "shard-00000.json").write_text('{"format": "token-shard", "sources": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        (data / "shard-00000.json").write_text(
+            '{"format": "token-shard", "sources": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        )
     else:
         (data / "shard-00000.json").write_bytes(b'{"format": "\xff\xfe"}')
     with pytest.raises(DataError) as err:
@@ -315,17 +336,23 @@ def test_old_shards_are_scanned_once_by_the_entry_point_not_by_every_worker(tmp_
     _edit_header(data, max_token_id=_DROP)  # written before max_token_id existed
     scans: list[int] = []
     real = data_module.largest_token_id
-    monkeypatch.setattr(data_module, "largest_token_id", lambda tokens, *a: scans.append(int(tokens.size)) or real(tokens, *a))
+    monkeypatch.setattr(
+        data_module, "largest_token_id", lambda tokens, *a: scans.append(int(tokens.size)) or real(tokens, *a)
+    )
     assert TokenDataset(data).max_token_ids == [126, 256] and len(scans) == 1  # the entry point's open: scanned
     worker = TokenDataset(data, scan=False)  # each worker's open (training.train): no scan ...
     assert worker.max_token_ids == [None, 256] and len(scans) == 1
     tokens = np.fromfile(data / "shard-00000.bin", dtype="<u2")
     tokens[:] = 300  # ... and an id it would have found fails the first batch, naming the shard
     tokens.tofile(data / "shard-00000.bin")
-    sampler = DistributedSampler(TokenDataset(data, scan=False), seq_length=16, batch_size=2, grad_accum=1, rank=0,
-                                 world_size=1, seed=0)
-    with pytest.raises(DataError, match=r"shard-00000.bin: token id 300 at token \d+ is not below the vocabulary "
-                                        r"size 257 \(the header's vocab_size; its header has no max_token_id\)"):
+    sampler = DistributedSampler(
+        TokenDataset(data, scan=False), seq_length=16, batch_size=2, grad_accum=1, rank=0, world_size=1, seed=0
+    )
+    with pytest.raises(
+        DataError,
+        match=r"shard-00000.bin: token id 300 at token \d+ is not below the vocabulary "
+        r"size 257 \(the header's vocab_size; its header has no max_token_id\)",
+    ):
         for step in range(sampler.num_windows // 2 + 1):
             sampler.batch(step, 0)
 
@@ -364,8 +391,9 @@ def _step_samples(layout: tuple[int, int, int], step: int, start: tuple[int, int
     world, batch, accum = layout
     out: list[int] = []
     for rank in range(world):
-        sampler = SyntheticSampler(vocab_size=10, seq_length=4, batch_size=batch, grad_accum=accum, rank=rank,
-                                   world_size=world, seed=0)
+        sampler = SyntheticSampler(
+            vocab_size=10, seq_length=4, batch_size=batch, grad_accum=accum, rank=rank, world_size=world, seed=0
+        )
         if start is not None:
             sampler.start_at(*start)
         for micro in range(accum):
@@ -400,7 +428,10 @@ def test_a_world_size_change_continues_the_data_exactly(before, after, stopped_a
 
 def test_the_position_is_a_sample_count_even_when_the_global_batch_changes(tmp_path: Path) -> None:
     ds = TokenDataset(_shards(tmp_path))
-    two = [DistributedSampler(ds, seq_length=16, batch_size=4, grad_accum=1, rank=r, world_size=2, seed=3) for r in range(2)]
+    two = [
+        DistributedSampler(ds, seq_length=16, batch_size=4, grad_accum=1, rank=r, world_size=2, seed=3)
+        for r in range(2)
+    ]
     seen = [g for step in range(3) for s in two for g in s.sample_indices(step, 0).tolist()]  # 24 samples
     one = DistributedSampler(ds, seq_length=16, batch_size=4, grad_accum=1, rank=0, world_size=1, seed=3)
     one.start_at(3, 24)

@@ -99,7 +99,14 @@ def test_efa_variables_follow_aws_guidance_for_the_installed_plugin() -> None:
     version = re.search(r"ARG EFA_INSTALLER_VERSION=(\d+)\.(\d+)\.(\d+)", text)
     assert version and (int(version.group(1)), int(version.group(2))) >= (1, 38)
     env = _image_environment()
-    unneeded = {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE"}
+    unneeded = {
+        "FI_PROVIDER",
+        "FI_EFA_USE_DEVICE_RDMA",
+        "FI_EFA_FORK_SAFE",
+        "NCCL_PROTO",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_BUFFSIZE",
+    }
     assert not unneeded & set(env)
     assert not [key for key in env if key.startswith("RDMAV_")]
 

@@ -46,37 +46,66 @@ def _env(base: Path, **extra: str) -> dict[str, str]:
 
 
 def test_quoted_and_unquoted_hyperparameters_parse_the_same(tmp_path: Path) -> None:
-    values = {"model": "gpt-tiny", "precision": "bf16", "batch_size": 4, "learning_rate": 1e-3, "reshard_after_forward": False}
+    values = {
+        "model": "gpt-tiny",
+        "precision": "bf16",
+        "batch_size": 4,
+        "learning_rate": 1e-3,
+        "reshard_after_forward": False,
+    }
     plain = prepare_base_dir(tmp_path / "plain", values)
     quoted = prepare_base_dir(tmp_path / "quoted", values, json_quoted=True)
     raw = json.loads(quoted.hyperparameters_file.read_text())
     assert raw["precision"] == '"bf16"' and raw["batch_size"] == '"4"'  # what older SDKs send
     a, b = load_hyperparameters(plain, {}), load_hyperparameters(quoted, {})
     assert a == b
-    assert (a.model, a.precision, a.batch_size, a.learning_rate, a.reshard_after_forward) == ("gpt-tiny", "bf16", 4, 1e-3, False)
+    assert (a.model, a.precision, a.batch_size, a.learning_rate, a.reshard_after_forward) == (
+        "gpt-tiny",
+        "bf16",
+        4,
+        1e-3,
+        False,
+    )
 
 
 def test_sm_hp_variables_override_the_file_and_work_alone(tmp_path: Path) -> None:
     paths = prepare_base_dir(tmp_path / "b", {"precision": "bf16", "seq_length": "128"})
     hp = load_hyperparameters(paths, {"SM_HP_SEQ_LENGTH": "256", "SM_HP_NUM_LAYERS": "2", "OTHER": "x"})
     assert (hp.precision, hp.seq_length, hp.num_layers) == ("bf16", 256, 2)
-    alone = load_hyperparameters(SageMakerPaths(tmp_path / "none"), {"SM_HP_PRECISION": "fp32", "SM_HP_BATCH_SIZE": "3"})
+    alone = load_hyperparameters(
+        SageMakerPaths(tmp_path / "none"), {"SM_HP_PRECISION": "fp32", "SM_HP_BATCH_SIZE": "3"}
+    )
     assert (alone.precision, alone.batch_size) == ("fp32", 3)
 
 
 @pytest.mark.parametrize(
     ("values", "channel", "expected"),
     [
-        ({"precision": "fp64"}, True, r"hyperparameter 'precision': got 'fp64', expected one of fp32, bf16, fp16, fp8, mxfp8, nvfp4"),
+        (
+            {"precision": "fp64"},
+            True,
+            r"hyperparameter 'precision': got 'fp64', expected one of fp32, bf16, fp16, fp8, mxfp8, nvfp4",
+        ),
         ({"batch_size": "-8"}, True, r"hyperparameter 'batch_size': got '-8', expected an integer >= 1"),
         ({"precision": "fp32"}, False, r"missing data channel 'train'"),
-        ({"precision": "mxfp8"}, True, r"hyperparameter 'precision': got 'mxfp8', expected one of fp32, bf16 on a host without GPUs"),
+        (
+            {"precision": "mxfp8"},
+            True,
+            r"hyperparameter 'precision': got 'mxfp8', expected one of fp32, bf16 on a host without GPUs",
+        ),
         ({"learning_rate": "1e-4", "min_learning_rate": "1e-3"}, True, r"'min_learning_rate'.*<= learning_rate"),
         ({"bogus_knob": "1"}, True, r"hyperparameter 'bogus_knob'.*a known hyperparameter"),
         # a cross-field error on a value the job never set says it is the default
-        ({"max_steps": "10"}, True,
-         r"^hyperparameter 'warmup_steps': got 100, expected <= max_steps \(10\); warmup_steps=100 is its default \(not set\)$"),
-        ({"num_layers": "4", "num-layers": "6"}, True, r"'num_layers' and 'num-layers' both set hyperparameter 'num_layers'"),
+        (
+            {"max_steps": "10"},
+            True,
+            r"^hyperparameter 'warmup_steps': got 100, expected <= max_steps \(10\); warmup_steps=100 is its default \(not set\)$",
+        ),
+        (
+            {"num_layers": "4", "num-layers": "6"},
+            True,
+            r"'num_layers' and 'num-layers' both set hyperparameter 'num_layers'",
+        ),
     ],
 )
 def test_bad_values_fail_before_launch_with_a_failure_file(
@@ -108,7 +137,9 @@ def test_malformed_files_and_bad_shards_are_reported(tmp_path: Path) -> None:
 
 
 def test_torchrun_command_for_a_multi_node_job(tmp_path: Path) -> None:
-    paths = prepare_base_dir(tmp_path, {"precision": "bf16"}, hosts=["algo-1", "algo-2", "algo-3"], current_host="algo-2")
+    paths = prepare_base_dir(
+        tmp_path, {"precision": "bf16"}, hosts=["algo-1", "algo-2", "algo-3"], current_host="algo-2"
+    )
     hp = load_hyperparameters(paths, {})
     cmd = entrypoint.torchrun_command(hp, paths, {"MASTER_PORT": "29555"}, gpus=8)
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
@@ -127,7 +158,9 @@ def test_only_the_train_verb(tmp_path: Path) -> None:
 
 
 def _train_sh(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO / "training" / "train.sh")], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", str(REPO / "training" / "train.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_guide_train_sh_interface_maps_to_hyperparameters(tmp_path: Path) -> None:
@@ -151,7 +184,11 @@ def test_train_sh_keeps_num_layers_in_any_spelling_over_the_guide_default(tmp_pa
 @pytest.mark.parametrize(
     ("file", "environ", "expected"),
     [
-        ({}, {}, {"model": "gpt-1b", "precision": "mxfp8", "num_layers": "10", "batch_size": "8", "seq_length": "2048"}),
+        (
+            {},
+            {},
+            {"model": "gpt-1b", "precision": "mxfp8", "num_layers": "10", "batch_size": "8", "seq_length": "2048"},
+        ),
         ({"num-layers": "4"}, {}, {"num_layers": "4"}),
         ({"NUM_LAYERS": "4"}, {}, {"num_layers": "4"}),
         ({"--num-layers": "4"}, {"NUM_LAYERS": "6"}, {"num_layers": "6"}),  # the guide's variable beats the file
@@ -178,7 +215,9 @@ def test_two_spellings_of_one_hyperparameter_must_agree(tmp_path: Path) -> None:
     paths.config_dir.mkdir(parents=True)
     paths.hyperparameters_file.write_text(json.dumps({"batch_size": "4", "batch-size": 4, "BATCH_SIZE": '"4"'}))
     assert raw_hyperparameters(paths, {})["batch_size"] in ("4", 4, '"4"')  # same value in three spellings: fine
-    with pytest.raises(ConfigError, match=r"'SM_HP_BATCH_SIZE' and 'SM_HP_batch_size' both set hyperparameter 'batch_size'"):
+    with pytest.raises(
+        ConfigError, match=r"'SM_HP_BATCH_SIZE' and 'SM_HP_batch_size' both set hyperparameter 'batch_size'"
+    ):
         raw_hyperparameters(paths, {"SM_HP_BATCH_SIZE": "4", "SM_HP_batch_size": "2"})
     # the file and the environment may differ: SM_HP_* wins, as documented
     assert load_hyperparameters(paths, {"SM_HP_batch_size": "2"}).batch_size == 2
@@ -244,11 +283,15 @@ def test_a_relative_base_dir_is_resolved_once_for_validation_workers_and_failure
 
 
 def test_resourceconfig_network_interface_is_read_and_checked(tmp_path: Path) -> None:
-    paths = prepare_base_dir(tmp_path / "a", {}, hosts=["algo-1", "algo-2"], current_host="algo-2", network_interface_name="eth1")
+    paths = prepare_base_dir(
+        tmp_path / "a", {}, hosts=["algo-1", "algo-2"], current_host="algo-2", network_interface_name="eth1"
+    )
     assert read_resource_config(paths) == ResourceConfig("algo-2", ("algo-1", "algo-2"), "eth1")
     paths.resource_config_file.write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"]}))
     assert read_resource_config(paths).network_interface_name is None  # older files name none
-    paths.resource_config_file.write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": 7}))
+    paths.resource_config_file.write_text(
+        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": 7})
+    )
     with pytest.raises(ConfigError, match="'network_interface_name' must be an interface name"):
         read_resource_config(paths)
 
@@ -269,7 +312,9 @@ def test_socket_interfaces_follow_the_declared_interface_unless_the_job_sets_the
     env = {"NCCL_SOCKET_IFNAME": "ens5", "GLOO_SOCKET_IFNAME": "ens5"}
     assert socket_interface_environment(declared, env, ["lo"])[0] == {}  # nothing of ours used: no check
     # a declared interface this host lacks fails before launch, naming it and what exists
-    with pytest.raises(ConfigError, match=r"network_interface_name 'eth0' is not an interface of this host \(it has lo, ens5\)"):
+    with pytest.raises(
+        ConfigError, match=r"network_interface_name 'eth0' is not an interface of this host \(it has lo, ens5\)"
+    ):
         socket_interface_environment(declared, {}, ["lo", "ens5"])
     # nothing declared: nothing set, and the note says the library chooses
     updates, notes = socket_interface_environment(ResourceConfig("algo-1", ("algo-1",)), {}, interfaces)
@@ -282,8 +327,12 @@ def test_socket_interfaces_follow_the_declared_interface_unless_the_job_sets_the
 
 
 def test_an_interface_this_host_lacks_fails_before_launch(tmp_path: Path, pydocs_shards: Path) -> None:
-    paths = prepare_base_dir(tmp_path / "ml", {"model": "gpt-tiny", "precision": "fp32"}, data_dir=pydocs_shards,
-                             network_interface_name="nonexistent9")
+    paths = prepare_base_dir(
+        tmp_path / "ml",
+        {"model": "gpt-tiny", "precision": "fp32"},
+        data_dir=pydocs_shards,
+        network_interface_name="nonexistent9",
+    )
     assert entrypoint.main(["train"], _env(paths.base_dir)) == 1
     assert "network_interface_name 'nonexistent9' is not an interface of this host" in read_failure(paths.base_dir)
     assert not list(paths.checkpoint_dir.iterdir())
@@ -402,8 +451,9 @@ def test_a_worker_outlives_its_output_pipe(tmp_path: Path) -> None:
     """Regression: after `trainctl train` died (closed terminal), the workers died of BrokenPipeError at their
     next print, losing the work since the last checkpoint."""
     done = tmp_path / "done"
-    proc = subprocess.Popen([sys.executable, "-c", _PRINTS_ON, str(done)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PRINTS_ON, str(done)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+    )
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline() == b"step 1\n"
     proc.stdout.close()  # the reader goes away
@@ -508,7 +558,11 @@ def test_sighup_stops_the_run_as_sigterm() -> None:
 def test_a_stop_after_the_workers_exited_leaves_torchrun_alone() -> None:
     """Torchrun finishing after its workers exited must not be signalled (it would exit non-zero)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys, time; subprocess.run([sys.executable, '-c', 'import time; time.sleep(1)']); time.sleep(60)"]
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.run([sys.executable, '-c', 'import time; time.sleep(1)']); time.sleep(60)",
+        ]
     )
     try:
         relay = entrypoint.StopRelay()
@@ -543,12 +597,16 @@ def test_outcome_messages_say_what_happened(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "checkpoints" / "step-9" / ".complete").write_text("")
     write_status(paths, TrainerStatus("stopped", step=7, resumed_from=6, skipped={9: "cut short"}, saved=7))
     assert entrypoint.outcome(paths, 0, relay) == 0
-    assert ("stopped by SIGTERM: the workers stopped after step 7 and saved it (checkpoint step-7); no checkpoint "
-            "verifies (step-9: trainer_state.json is missing; DCP .metadata is missing") in capsys.readouterr().out
+    assert (
+        "stopped by SIGTERM: the workers stopped after step 7 and saved it (checkpoint step-7); no checkpoint "
+        "verifies (step-9: trainer_state.json is missing; DCP .metadata is missing"
+    ) in capsys.readouterr().out
     write_status(paths, TrainerStatus("stopped", step=6, resumed_from=6))
     assert entrypoint.outcome(paths, 0, relay) == 0
-    assert ("stopped by SIGTERM: the workers stopped before their first step (step 7), so there was nothing new to "
-            "save; no checkpoint verifies") in capsys.readouterr().out
+    assert (
+        "stopped by SIGTERM: the workers stopped before their first step (step 7), so there was nothing new to "
+        "save; no checkpoint verifies"
+    ) in capsys.readouterr().out
 
     assert entrypoint.outcome(paths, 1, relay) == 1  # the workers were asked to stop and failed: a failure
     assert read_failure(tmp_path) == (
@@ -559,8 +617,15 @@ def test_outcome_messages_say_what_happened(tmp_path: Path, capsys: pytest.Captu
 @pytest.mark.slow  # a real run, but no shared fixture: free to run beside the "trainer-runs" group
 def test_sigterm_right_after_launch_never_claims_a_checkpoint(tmp_path: Path, pydocs_shards: Path) -> None:
     """SIGTERM as soon as the entry point has launched torchrun, before any worker has trained."""
-    hp = {"model": "gpt-tiny", "num_layers": 1, "precision": "fp32", "batch_size": 2, "seq_length": 16, "max_steps": 5,
-          "warmup_steps": 1}
+    hp = {
+        "model": "gpt-tiny",
+        "num_layers": 1,
+        "precision": "fp32",
+        "batch_size": 2,
+        "seq_length": 16,
+        "max_steps": 5,
+        "warmup_steps": 1,
+    }
     proc = start_local(tmp_path / "ml", hp, data_dir=pydocs_shards, nproc=1)
 
     def stop_once_launched(line: str) -> None:

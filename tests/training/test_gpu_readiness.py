@@ -83,7 +83,7 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
     model = _model(backend, monkeypatch)
     seen: list[tuple[torch.dtype, list[torch.Tensor]]] = []
 
-    def capture(module, args, kwargs):  # noqa: ANN001
+    def capture(module, args, kwargs):
         rope = kwargs["rotary_pos_emb"] if backend == "te" else args[1]
         seen.append((args[0].dtype, list(rope) if isinstance(rope, tuple) else [rope]))
 
@@ -91,8 +91,13 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
         inner = block.layer if backend == "te" else block.attention
         inner.register_forward_pre_hook(capture, with_kwargs=True)
     mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
-    parallelize(model, mesh=mesh, precision=prec.plan("bf16"), activation_checkpointing=activation_checkpointing,
-                reshard_after_forward=True)
+    parallelize(
+        model,
+        mesh=mesh,
+        precision=prec.plan("bf16"),
+        activation_checkpointing=activation_checkpointing,
+        reshard_after_forward=True,
+    )
     tokens = _tokens()
     model(tokens[:, :-1], tokens[:, 1:]).backward()
 
@@ -110,7 +115,9 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
 # 2. fp8 resume: TE's _extra_state
 
 
-def _train(model: CausalLM, optimizer: torch.optim.Optimizer, recipe, steps: int, precision: str = "fp8") -> list[float]:  # noqa: ANN001
+def _train(
+    model: CausalLM, optimizer: torch.optim.Optimizer, recipe, steps: int, precision: str = "fp8"
+) -> list[float]:
     losses = []
     for step in range(steps):
         tokens = _tokens(seq=17 + step)
@@ -123,11 +130,18 @@ def _train(model: CausalLM, optimizer: torch.optim.Optimizer, recipe, steps: int
     return losses
 
 
-def _fsdp_te_model(monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off") -> tuple[CausalLM, torch.optim.Optimizer]:
+def _fsdp_te_model(
+    monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off"
+) -> tuple[CausalLM, torch.optim.Optimizer]:
     model = _model("te", monkeypatch)
     mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
-    parallelize(model, mesh=mesh, precision=prec.plan("fp8"), activation_checkpointing=activation_checkpointing,
-                reshard_after_forward=True)
+    parallelize(
+        model,
+        mesh=mesh,
+        precision=prec.plan("fp8"),
+        activation_checkpointing=activation_checkpointing,
+        reshard_after_forward=True,
+    )
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 
 
@@ -138,7 +152,9 @@ def _fp8_state(model: CausalLM) -> dict[str, dict]:
     for name, module in model.named_modules():
         if isinstance(module, fake_te._BaseModule):
             meta = module.fp8_meta
-            delayed = [meta[k] for k in ("scaling_fwd", "scaling_bwd") if isinstance(meta.get(k), fake_te._DelayedScalingState)]
+            delayed = [
+                meta[k] for k in ("scaling_fwd", "scaling_bwd") if isinstance(meta.get(k), fake_te._DelayedScalingState)
+            ]
             out[name.replace("_checkpoint_wrapped_module.", "")] = {
                 "recipe": meta.get("recipe"),
                 "history": [state.amax_history.clone() for state in delayed],
@@ -157,7 +173,9 @@ def _assert_same_fp8_state(got: dict[str, dict], want: dict[str, dict]) -> None:
             assert torch.equal(a, b), name  # delayed scaling's amax history and scales, bitwise
 
 
-@pytest.mark.parametrize(("scaling", "activation_checkpointing"), [("delayed", "off"), ("current", "off"), ("delayed", "full")])
+@pytest.mark.parametrize(
+    ("scaling", "activation_checkpointing"), [("delayed", "off"), ("current", "off"), ("delayed", "full")]
+)
 def test_an_fp8_run_resumes_with_its_transformer_engine_scaling_state(
     process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scaling: str, activation_checkpointing: str
 ) -> None:
@@ -205,7 +223,11 @@ def test_activation_checkpointing_leaves_the_fp8_scaling_state_as_the_forward_le
 
 @pytest.mark.parametrize(
     ("before", "after"),
-    [(("fp8", "current"), ("fp8", "delayed")), (("fp8", "delayed"), ("fp8", "current")), (("fp8", "delayed"), ("bf16", None))],
+    [
+        (("fp8", "current"), ("fp8", "delayed")),
+        (("fp8", "delayed"), ("fp8", "current")),
+        (("fp8", "delayed"), ("bf16", None)),
+    ],
     ids=["current-to-delayed", "delayed-to-current", "fp8-to-bf16"],
 )
 def test_a_resume_may_change_the_recipe(
@@ -250,17 +272,26 @@ def test_a_resume_may_change_the_recipe(
 
 def test_size_extra_state_sizes_placeholders_and_leaves_out_what_the_checkpoint_lacks() -> None:
     def tensor_meta(size: int) -> TensorStorageMetadata:
-        return TensorStorageMetadata(TensorProperties(dtype=torch.uint8), torch.Size([size]),
-                                     [ChunkStorageMetadata(torch.Size([0]), torch.Size([size]))])
+        return TensorStorageMetadata(
+            TensorProperties(dtype=torch.uint8),
+            torch.Size([size]),
+            [ChunkStorageMetadata(torch.Size([0]), torch.Size([size]))],
+        )
 
-    metadata = Metadata(state_dict_metadata={
-        "model.a._extra_state": tensor_meta(2322),
-        "model.b._extra_state": BytesStorageMetadata(),  # an old TE's io.BytesIO extra state
-        "model.w": tensor_meta(4),
-    })
+    metadata = Metadata(
+        state_dict_metadata={
+            "model.a._extra_state": tensor_meta(2322),
+            "model.b._extra_state": BytesStorageMetadata(),  # an old TE's io.BytesIO extra state
+            "model.w": tensor_meta(4),
+        }
+    )
     weight = torch.ones(4)
-    state = {"a._extra_state": torch.empty(0, dtype=torch.uint8), "b._extra_state": torch.empty(0, dtype=torch.uint8),
-             "c._extra_state": torch.empty(0, dtype=torch.uint8), "w": weight}
+    state = {
+        "a._extra_state": torch.empty(0, dtype=torch.uint8),
+        "b._extra_state": torch.empty(0, dtype=torch.uint8),
+        "c._extra_state": torch.empty(0, dtype=torch.uint8),
+        "w": weight,
+    }
     absent = size_extra_state(state, metadata)
     assert absent == {"b._extra_state", "c._extra_state"}
     assert state["a._extra_state"].shape == (2322,) and state["a._extra_state"].dtype == torch.uint8
@@ -280,15 +311,31 @@ def test_a_sharded_model_starts_equal_to_the_unsharded_one(
     rank's shard from the same seed as TE 2.10's does), against the unsharded torch-native model of
     the same seed: bitwise."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from init_weights_worker import CONFIG as ODD, SEED, full_weights, layouts
+    from init_weights_worker import CONFIG as ODD
+    from init_weights_worker import SEED, full_weights, layouts
 
     fake_te.install(monkeypatch)
-    runs = {1: {name: full_weights(backend, 1, strategy, per_node) for name, (backend, strategy, per_node) in layouts(1).items()}}
+    runs = {
+        1: {
+            name: full_weights(backend, 1, strategy, per_node)
+            for name, (backend, strategy, per_node) in layouts(1).items()
+        }
+    }
     out = tmp_path / "world2.pt"
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         str(Path(__file__).with_name("init_weights_worker.py")), str(out)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(Path(__file__).with_name("init_weights_worker.py")),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -316,15 +363,21 @@ def test_hsdp_shards_start_equal_to_the_unsharded_init_on_a_2x2_mesh() -> None:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    from .init_weights_worker import CONFIG as ODD, SEED
+    from .init_weights_worker import CONFIG as ODD
+    from .init_weights_worker import SEED
 
     reference = build_model(ODD)
     reference.init_weights(SEED)
     shards: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
     for rank in range(4):
         ranks = torch.arange(4).view(2, 2) + 4 * rank
-        mesh = DeviceMesh("cpu", ranks, mesh_dim_names=("dp_replicate", "dp_shard"), _init_backend=False,
-                          _rank=int(ranks.flatten()[rank]))
+        mesh = DeviceMesh(
+            "cpu",
+            ranks,
+            mesh_dim_names=("dp_replicate", "dp_shard"),
+            _init_backend=False,
+            _rank=int(ranks.flatten()[rank]),
+        )
         model = build_model(ODD, device="meta")
         for module in model.modules():
             for name, param in list(module.named_parameters(recurse=False)):
@@ -334,10 +387,16 @@ def test_hsdp_shards_start_equal_to_the_unsharded_init_on_a_2x2_mesh() -> None:
         model.init_weights(SEED)
         shards[mesh.get_coordinate()] = {name: p.to_local().clone() for name, p in model.named_parameters()}
     assert sorted(shards) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert shards[(0, 0)]["tok_embeddings.weight"].shape[0] == 151 and shards[(0, 1)]["tok_embeddings.weight"].shape[0] == 150
+    assert (
+        shards[(0, 0)]["tok_embeddings.weight"].shape[0] == 151
+        and shards[(0, 1)]["tok_embeddings.weight"].shape[0] == 150
+    )
     for name, full in reference.state_dict().items():
         for replica in (0, 1):
-            assert torch.equal(torch.cat([shards[(replica, 0)][name], shards[(replica, 1)][name]]), full), (replica, name)
+            assert torch.equal(torch.cat([shards[(replica, 0)][name], shards[(replica, 1)][name]]), full), (
+                replica,
+                name,
+            )
 
 
 def test_te_parameters_keep_their_attributes_through_sharding_and_materialisation(
@@ -352,8 +411,13 @@ def test_te_parameters_keep_their_attributes_through_sharding_and_materialisatio
     model = build_model(CONFIG, backend="te", device="meta")
     qkv = model.layers[0].layer.self_attention.layernorm_qkv
     qkv.weight.marker = "set before sharding"  # an attribute a TE version (or another library) may rely on
-    parallelize(model, mesh=build_mesh("cpu", 1, 1, "full"), precision=prec.plan("bf16"),
-                activation_checkpointing="full", reshard_after_forward=True)
+    parallelize(
+        model,
+        mesh=build_mesh("cpu", 1, 1, "full"),
+        precision=prec.plan("bf16"),
+        activation_checkpointing="full",
+        reshard_after_forward=True,
+    )
     materialize(model, torch.device("cpu"), seed=1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = _tokens()
@@ -389,7 +453,9 @@ def test_initial_weights_depend_on_the_seed_and_the_name_only() -> None:
 def _base(tmp_path: Path, resource: dict) -> SageMakerPaths:
     paths = SageMakerPaths(tmp_path / "opt_ml")
     paths.config_dir.mkdir(parents=True)
-    paths.hyperparameters_file.write_text(json.dumps({"precision": "bf16", "synthetic_data": "true", "model": "gpt-tiny"}))
+    paths.hyperparameters_file.write_text(
+        json.dumps({"precision": "bf16", "synthetic_data": "true", "model": "gpt-tiny"})
+    )
     paths.resource_config_file.write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], **resource}))
     return paths
 
@@ -399,8 +465,12 @@ def test_resourceconfig_names_the_instance_type_and_its_gpus(tmp_path: Path) -> 
     resource = read_resource_config(paths)
     assert resource.current_instance_type == "ml.p5.48xlarge" and expected_gpus(resource) == 8
     assert expected_gpus(ResourceConfig("algo-1", ("algo-1",))) is None  # local runs name no type
-    assert expected_gpus(ResourceConfig("algo-1", ("algo-1",), None, "ml.m5.xlarge")) is None  # not a catalogue GPU type
-    paths.resource_config_file.write_text(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "current_instance_type": 5}))
+    assert (
+        expected_gpus(ResourceConfig("algo-1", ("algo-1",), None, "ml.m5.xlarge")) is None
+    )  # not a catalogue GPU type
+    paths.resource_config_file.write_text(
+        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "current_instance_type": 5})
+    )
     with pytest.raises(ConfigError, match="'current_instance_type' must be an instance type"):
         read_resource_config(paths)
 

@@ -137,29 +137,54 @@ def _status(state: str, step: int, saved: int | None, resumed_from: int | None =
     ("run", "expected"),
     [
         # --stop-at-step 5 sent SIGTERM when step 5 was logged; the trainer finished step 6 and saved it
-        (LocalRun(0, interrupted_at=5, status=_status("stopped", 6, 6), restart=RestartPoint(6)),
-         "trainctl train: stopped after step 6 (checkpoint step-6); run the same command again to resume"),
-        (LocalRun(0, stop_signal=signal.SIGINT, status=_status("stopped", 14, 14, 10), restart=RestartPoint(14)),
-         "trainctl train: stopped after step 14 (checkpoint step-14); run the same command again to resume"),
+        (
+            LocalRun(0, interrupted_at=5, status=_status("stopped", 6, 6), restart=RestartPoint(6)),
+            "trainctl train: stopped after step 6 (checkpoint step-6); run the same command again to resume",
+        ),
+        (
+            LocalRun(0, stop_signal=signal.SIGINT, status=_status("stopped", 14, 14, 10), restart=RestartPoint(14)),
+            "trainctl train: stopped after step 14 (checkpoint step-14); run the same command again to resume",
+        ),
         # the review's case: step-9 complete but damaged, the trainer resumed step-6 and stopped after step 7
-        (LocalRun(0, interrupted_at=7, status=_status("stopped", 7, 7, 6), restart=RestartPoint(7, {9: "cut short"})),
-         "trainctl train: stopped after step 7 (checkpoint step-7); the same command resumes from step-7 (newer ones "
-         "do not verify and are skipped: step-9: cut short)"),
+        (
+            LocalRun(
+                0, interrupted_at=7, status=_status("stopped", 7, 7, 6), restart=RestartPoint(7, {9: "cut short"})
+            ),
+            "trainctl train: stopped after step 7 (checkpoint step-7); the same command resumes from step-7 (newer ones "
+            "do not verify and are skipped: step-9: cut short)",
+        ),
         # the stop came before the run's first step: no new checkpoint, none claimed; a restart skips the damaged one
-        (LocalRun(0, stop_signal=signal.SIGTERM, status=_status("stopped", 6, None, 6), restart=RestartPoint(6, {9: "cut short"})),
-         "trainctl train: stopped before the run's first step, so there was nothing new to save; the same command "
-         "resumes from step-6 (newer ones do not verify and are skipped: step-9: cut short)"),
-        (LocalRun(0, stop_signal=signal.SIGTERM, status=None, restart=RestartPoint(None)),
-         "trainctl train: stopped before the run's first step, so there was nothing new to save; no complete "
-         "checkpoint yet: the same command begins at step 0"),
-        (LocalRun(0, stop_signal=signal.SIGTERM, status=_status("finished", 20, 20), restart=RestartPoint(20)),
-         "trainctl train: the run had already finished at step 20 when the stop came"),
-        (LocalRun(-9, stop_signal=signal.SIGINT, killed=True, status=_status("training", 13, 12), restart=RestartPoint(12)),
-         "trainctl train: killed on the second stop signal, without a checkpoint of the last steps; "
-         "the same command resumes from step-12"),
+        (
+            LocalRun(
+                0,
+                stop_signal=signal.SIGTERM,
+                status=_status("stopped", 6, None, 6),
+                restart=RestartPoint(6, {9: "cut short"}),
+            ),
+            "trainctl train: stopped before the run's first step, so there was nothing new to save; the same command "
+            "resumes from step-6 (newer ones do not verify and are skipped: step-9: cut short)",
+        ),
+        (
+            LocalRun(0, stop_signal=signal.SIGTERM, status=None, restart=RestartPoint(None)),
+            "trainctl train: stopped before the run's first step, so there was nothing new to save; no complete "
+            "checkpoint yet: the same command begins at step 0",
+        ),
+        (
+            LocalRun(0, stop_signal=signal.SIGTERM, status=_status("finished", 20, 20), restart=RestartPoint(20)),
+            "trainctl train: the run had already finished at step 20 when the stop came",
+        ),
+        (
+            LocalRun(
+                -9, stop_signal=signal.SIGINT, killed=True, status=_status("training", 13, 12), restart=RestartPoint(12)
+            ),
+            "trainctl train: killed on the second stop signal, without a checkpoint of the last steps; "
+            "the same command resumes from step-12",
+        ),
         # SIGHUP was relayed as SIGTERM; the entry point died of it before installing its handler
-        (LocalRun(-signal.SIGTERM, stop_signal=signal.SIGHUP),
-         "trainctl train: stopped by SIGHUP before the entry point had started; nothing was started"),
+        (
+            LocalRun(-signal.SIGTERM, stop_signal=signal.SIGHUP),
+            "trainctl train: stopped by SIGHUP before the entry point had started; nothing was started",
+        ),
         (LocalRun(0, status=_status("finished", 20, 20), restart=RestartPoint(20)), None),
     ],
 )
@@ -222,7 +247,11 @@ def _supervised(
     mode: str, signals: int, sent: int = signal.SIGINT, paths: SageMakerPaths | None = None
 ) -> tuple[LocalRun, list[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _RUN, mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        [sys.executable, "-c", _RUN, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
         start_new_session=True,
     )
     seen: list[str] = []
@@ -292,11 +321,40 @@ def test_a_second_ctrl_c_kills_the_run(capfd: pytest.CaptureFixture[str]) -> Non
 
 def _trainctl_run(base: Path, shards: Path) -> subprocess.Popen:
     """A long 1-process `trainctl train` in its own process group, as a shell runs a foreground job."""
-    cmd = [sys.executable, "-m", "trainctl.cli", "train", "--base-dir", str(base), "--data", str(shards),
-           "--model", "gpt-tiny", "--num-layers", "1", "--precision", "fp32", "--batch-size", "2", "--seq-length", "16",
-           "--max-steps", "500", "--warmup-steps", "1", "--log-interval", "1", "--checkpoint-interval", "1000", "--nproc", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainctl.cli",
+        "train",
+        "--base-dir",
+        str(base),
+        "--data",
+        str(shards),
+        "--model",
+        "gpt-tiny",
+        "--num-layers",
+        "1",
+        "--precision",
+        "fp32",
+        "--batch-size",
+        "2",
+        "--seq-length",
+        "16",
+        "--max-steps",
+        "500",
+        "--warmup-steps",
+        "1",
+        "--log-interval",
+        "1",
+        "--checkpoint-interval",
+        "1000",
+        "--nproc",
+        "1",
+    ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
 
 
 @pytest.mark.slow  # a real run, but no shared fixture: free to run beside the "trainer-runs" group
@@ -321,8 +379,10 @@ def test_trainctl_train_waits_for_the_checkpoint_after_ctrl_c(tmp_path: Path, py
     assert steps, output[-3000:]  # written before trainctl returned
     assert f"trainctl train: stopped after step {steps[-1]} (checkpoint step-{steps[-1]})" in output
     assert f"[trainer] stopped after step {steps[-1]}" in output
-    assert (f"[entrypoint] stopped by SIGINT: the workers stopped after step {steps[-1]} and saved it "
-            f"(checkpoint step-{steps[-1]}); a restart resumes from step-{steps[-1]}") in output
+    assert (
+        f"[entrypoint] stopped by SIGINT: the workers stopped after step {steps[-1]} and saved it "
+        f"(checkpoint step-{steps[-1]}); a restart resumes from step-{steps[-1]}"
+    ) in output
     leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_mentions(p, str(base))]
     assert not leftovers  # no worker goes on in the background
 

@@ -18,11 +18,14 @@ from training import model as model_mod
 from training.model import CausalLM, build_model, canonical_name, chunked_cross_entropy
 
 
-@pytest.mark.parametrize("config", [
-    PRESETS["gpt-tiny"],
-    PRESETS["gpt-tiny"].with_overrides(num_layers=2, vocab_size=384),
-    ModelConfig("odd", num_layers=3, hidden_size=96, num_attention_heads=3, ffn_hidden_size=200, vocab_size=300),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        PRESETS["gpt-tiny"],
+        PRESETS["gpt-tiny"].with_overrides(num_layers=2, vocab_size=384),
+        ModelConfig("odd", num_layers=3, hidden_size=96, num_attention_heads=3, ffn_hidden_size=200, vocab_size=300),
+    ],
+)
 def test_parameter_count_equals_model_config(config: ModelConfig) -> None:
     model = build_model(config)
     assert model.num_parameters() == config.num_params
@@ -42,7 +45,7 @@ class _ForbidTransformerEngine(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.attempts: list[str] = []
 
-    def find_spec(self, fullname, path, target=None):  # noqa: ANN001
+    def find_spec(self, fullname, path, target=None):
         if fullname.split(".")[0] == "transformer_engine":
             self.attempts.append(fullname)
             raise ImportError(f"test forbids importing {fullname} on the CPU path")
@@ -105,8 +108,12 @@ def test_canonical_names_of_the_skeleton_and_the_wrappers() -> None:
     family = FAMILY
     for fam in (family, None):
         assert canonical_name("layers.0._checkpoint_wrapped_module.layer.layernorm_mlp.fc2_weight", fam) == (
-            "layers.0.feed_forward.fc2.weight")
-        assert canonical_name("_orig_mod.layers.2._fsdp_wrapped_module.attention.qkv.bias", fam) == "layers.2.attention.qkv.bias"
+            "layers.0.feed_forward.fc2.weight"
+        )
+        assert (
+            canonical_name("_orig_mod.layers.2._fsdp_wrapped_module.attention.qkv.bias", fam)
+            == "layers.2.attention.qkv.bias"
+        )
         assert canonical_name("layers.3.layer.self_attention.core_attention._extra_state", fam) is None
         assert canonical_name("tok_embeddings.weight", fam) == "tok_embeddings.weight"
         with pytest.raises(KeyError, match="unknown block parameter 'layers.0.layer.self_attention.new_thing'"):
@@ -136,10 +143,24 @@ def test_save_and_load_pretrained_round_trip(tmp_path) -> None:
     tokens = torch.randint(0, config.vocab_size, (2, 9))
     torch.testing.assert_close(loaded(tokens), model(tokens))
     meta = json.loads((tmp_path / "config.json").read_text())
-    assert list(meta)[:9] == ["format", "model", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                              "vocab_size", "num_params", "dtype"]  # the export's layout before families existed
+    assert list(meta)[:9] == [
+        "format",
+        "model",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "ffn_hidden_size",
+        "vocab_size",
+        "num_params",
+        "dtype",
+    ]  # the export's layout before families existed
     assert (meta["format"], meta["rope_base"], meta["layernorm_eps"], meta["activation"], meta["step"]) == (
-        "gpt-decoder", 10000.0, 1e-5, "gelu_tanh", 7)
+        "gpt-decoder",
+        10000.0,
+        1e-5,
+        "gelu_tanh",
+        7,
+    )
 
 
 def test_load_pretrained_refuses_a_format_no_family_exports(tmp_path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import itertools
 import json
 import math
 import re
@@ -37,7 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("name", ["fp16", "fp8", "mxfp8", "nvfp4"])
 def test_gpu_precisions_are_refused_on_cpu(name: str) -> None:
-    with pytest.raises(precision.PrecisionError, match=rf"'precision': got '{name}', expected one of fp32, bf16 on CPU"):
+    with pytest.raises(
+        precision.PrecisionError, match=rf"'precision': got '{name}', expected one of fp32, bf16 on CPU"
+    ):
         precision.check_supported(name, torch.device("cpu"))
 
 
@@ -52,7 +55,9 @@ def test_precision_plans() -> None:
     for record in PRECISIONS:  # every registry dtype is a torch dtype the plan carries
         assert precision.plan(record.name).param_dtype == getattr(torch, record.compute_dtype)
     assert precision.TE_PRECISIONS == ("fp8", "mxfp8", "nvfp4") and precision.BLOCK_SCALED == ("mxfp8", "nvfp4")
-    with pytest.raises(precision.PrecisionError, match=r"'precision': got 'fp64', expected one of fp32, bf16, fp16, fp8, mxfp8, nvfp4"):
+    with pytest.raises(
+        precision.PrecisionError, match=r"'precision': got 'fp64', expected one of fp32, bf16, fp16, fp8, mxfp8, nvfp4"
+    ):
         precision.plan("fp64")
 
 
@@ -65,7 +70,11 @@ def _cuda_device(monkeypatch: pytest.MonkeyPatch, name: str, capability: tuple[i
 @pytest.mark.parametrize(
     ("capability", "name", "runs"),
     [
-        ((11, 0), "mxfp8", True),  # Thor: TransformerEngine runs the block-scaled formats (the old catalogue rule said no)
+        (
+            (11, 0),
+            "mxfp8",
+            True,
+        ),  # Thor: TransformerEngine runs the block-scaled formats (the old catalogue rule said no)
         ((11, 0), "nvfp4", True),
         ((12, 0), "mxfp8", False),  # GeForce/workstation Blackwell: TE refuses mxfp8
         ((12, 0), "nvfp4", False),
@@ -96,7 +105,9 @@ def test_the_gemm_multiple_and_the_missing_transformer_engine_come_from_the_regi
         precision.check_supported("mxfp8", device, te_available=True, seq_length=8, batch_size=3)
     assert odd.value.field == "seq_length"
     precision.check_supported("fp8", device, te_available=True, seq_length=8, batch_size=2)  # 16 for fp8
-    with pytest.raises(precision.PrecisionError, match=r"one of fp32, bf16, fp16 here: TransformerEngine is not installed"):
+    with pytest.raises(
+        precision.PrecisionError, match=r"one of fp32, bf16, fp16 here: TransformerEngine is not installed"
+    ):
         precision.check_supported("fp8", device, te_available=False)
 
 
@@ -128,13 +139,22 @@ def _registry_with(monkeypatch: pytest.MonkeyPatch, *added: Precision) -> None:
 
 
 FP16_CPU = Precision(
-    name="fp16-cpu", compute_dtype="float16", dense_peak="fp16_tflops", high_precision="fp16", cpu=True,
-    loss_scaling=True, hardware="any CUDA GPU", capability_source="test", color="#000000",
+    name="fp16-cpu",
+    compute_dtype="float16",
+    dense_peak="fp16_tflops",
+    high_precision="fp16",
+    cpu=True,
+    loss_scaling=True,
+    hardware="any CUDA GPU",
+    capability_source="test",
+    color="#000000",
 )
 """A format the CPU path runs that the trainer has never heard of: fp16 compute with loss scaling."""
 
 
-def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(monkeypatch: pytest.MonkeyPatch, process_group) -> None:
+def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(
+    monkeypatch: pytest.MonkeyPatch, process_group
+) -> None:
     """Adding a format is its registry entry: the trainer's CPU path checks it, gathers FSDP2 parameters in its
     dtype, keeps fp32 masters, scales the loss, and trains a step -- with no edit to training/."""
     _registry_with(monkeypatch, FP16_CPU)
@@ -152,8 +172,13 @@ def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(monkeypatch: 
     model = build_model(PRESETS["gpt-tiny"].with_overrides(num_layers=1, vocab_size=64))
     seen = []
     model.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
-    parallelize(model, mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",)), precision=plan,
-                activation_checkpointing="off", reshard_after_forward=True)
+    parallelize(
+        model,
+        mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",)),
+        precision=plan,
+        activation_checkpointing="off",
+        reshard_after_forward=True,
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     scaler = plan.loss_scaler()
     tokens = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(1))
@@ -171,10 +196,19 @@ def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(monkeypatch: 
 
 
 FP8_E4M3 = Precision(
-    name="fp8-e4m3", compute_dtype="bfloat16",
-    te_recipes=MappingProxyType({"current": TERecipe("Float8CurrentScaling", MappingProxyType({"fp8_format": "E4M3"}))}),
-    quantized_bytes=1.0, dense_peak="fp8_tflops", high_precision="bf16", min_capability=(8, 9),
-    hardware="compute capability >= 8.9 (test)", capability_source="test", gemm_multiple=16, color="#000001",
+    name="fp8-e4m3",
+    compute_dtype="bfloat16",
+    te_recipes=MappingProxyType(
+        {"current": TERecipe("Float8CurrentScaling", MappingProxyType({"fp8_format": "E4M3"}))}
+    ),
+    quantized_bytes=1.0,
+    dense_peak="fp8_tflops",
+    high_precision="bf16",
+    min_capability=(8, 9),
+    hardware="compute capability >= 8.9 (test)",
+    capability_source="test",
+    gemm_multiple=16,
+    color="#000001",
 )
 """A TransformerEngine format the trainer has never heard of: its entry names its recipe."""
 
@@ -183,7 +217,9 @@ def test_a_new_transformer_engine_format_is_its_registry_entry_plus_its_recipe(m
     """A TE format is its registry entry plus its recipe in TransformerEngine (here the CPU stand-in's): the
     trainer builds the recipe, applies the hardware rule and the GEMM multiple, and refuses it on the CPU."""
     fake_te.install(monkeypatch)
-    missing = dataclasses.replace(FP8_E4M3, name="fp8-next", te_recipes=MappingProxyType({"block": TERecipe("Float8NextScaling")}))
+    missing = dataclasses.replace(
+        FP8_E4M3, name="fp8-next", te_recipes=MappingProxyType({"block": TERecipe("Float8NextScaling")})
+    )
     _registry_with(monkeypatch, FP8_E4M3, missing)
     plan = precision.plan("fp8-e4m3")
     assert type(plan) is precision.TransformerEnginePlan and plan.param_dtype == torch.bfloat16
@@ -191,8 +227,9 @@ def test_a_new_transformer_engine_format_is_its_registry_entry_plus_its_recipe(m
     assert precision.te_recipe("fp8-e4m3") == plan.recipe()
     with pytest.raises(precision.PrecisionError, match=r"needs an NVIDIA GPU with TransformerEngine"):
         plan.check(torch.device("cpu"))
-    precision.check_supported("fp8-e4m3", _cuda_device(monkeypatch, "NVIDIA H100", (9, 0)), te_available=True,
-                              seq_length=8, batch_size=2)
+    precision.check_supported(
+        "fp8-e4m3", _cuda_device(monkeypatch, "NVIDIA H100", (9, 0)), te_available=True, seq_length=8, batch_size=2
+    )
     with pytest.raises(precision.PrecisionError, match=r"divisible by 16 for fp8-e4m3"):
         plan.check(_cuda_device(monkeypatch, "NVIDIA H100", (9, 0)), te_available=True, seq_length=5, batch_size=3)
     with pytest.raises(precision.PrecisionError, match=r"fp8-e4m3 needs compute capability >= 8.9 \(test\)"):
@@ -219,12 +256,17 @@ def test_the_trainer_compares_no_precision_name() -> None:
     """The precision seam: the trainer's code asks the registry (through its converters) and never tests a
     format's or a scaling's name (``hp.precision == "fp32"`` chose TF32, ``fp8_scaling == "delayed"`` the
     amax group, before)."""
-    found = [hit for path in sorted((REPO / "training").glob("*.py"))
-             for hit in _precision_literal_comparisons(path.read_text(encoding="utf-8"), path.name)]
+    found = [
+        hit
+        for path in sorted((REPO / "training").glob("*.py"))
+        for hit in _precision_literal_comparisons(path.read_text(encoding="utf-8"), path.name)
+    ]
     assert found == []
     before = 'if cuda and hp.precision == "fp32":\n    pass\ngroup = WORLD if hp.fp8_scaling == "delayed" else None\n'
     assert _precision_literal_comparisons(before, "train.py") == [  # what the scan finds where there is one
-        "train.py:1: hp.precision == 'fp32'", "train.py:3: hp.fp8_scaling == 'delayed'"]
+        "train.py:1: hp.precision == 'fp32'",
+        "train.py:3: hp.fp8_scaling == 'delayed'",
+    ]
 
 
 def test_dynamic_loss_scaler() -> None:
@@ -248,8 +290,11 @@ def test_learning_rate_schedule() -> None:
     assert learning_rate(60, hp) == pytest.approx(0.55e-3)  # half-way down the cosine
     assert learning_rate(110, hp) == pytest.approx(1e-4)
     lrs = [learning_rate(s, hp) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
-    assert learning_rate(5, Hyperparameters(warmup_steps=0, max_steps=10, learning_rate=1e-3, min_learning_rate=0.0)) < 1e-3
+    assert all(a >= b for a, b in itertools.pairwise(lrs))
+    assert (
+        learning_rate(5, Hyperparameters(warmup_steps=0, max_steps=10, learning_rate=1e-3, min_learning_rate=0.0))
+        < 1e-3
+    )
 
 
 def test_stop_controller_signal_and_capacity_deadline() -> None:
@@ -281,15 +326,23 @@ def test_metric_values_use_the_planner_flops_and_peak(tmp_path: Path) -> None:
     peak = catalogue.dense_peak_tflops("B200", "mxfp8")
     stream = io.StringIO()
     logger = MetricsLogger(
-        tokens_per_step=8 * 8192, world_size=8, flops_per_token=fpt, device=torch.device("cpu"),
-        info=DeviceInfo("cuda", "NVIDIA B200", peak), rank=0, metrics_file=tmp_path / "m.jsonl", stream=stream,
+        tokens_per_step=8 * 8192,
+        world_size=8,
+        flops_per_token=fpt,
+        device=torch.device("cpu"),
+        info=DeviceInfo("cuda", "NVIDIA B200", peak),
+        rank=0,
+        metrics_file=tmp_path / "m.jsonl",
+        stream=stream,
     )
     logger.start()
     time.sleep(0.05)
     logger.step_done()
     values = logger.values(step=1, loss=2.5, lr=1e-4, grad_norm=0.5)
     assert values["tokens_per_sec_per_gpu"] == pytest.approx(values["tokens_per_sec"] / 8)
-    assert values["tflops_per_gpu"] == pytest.approx(models.model_tflops_per_second(values["tokens_per_sec_per_gpu"], fpt))
+    assert values["tflops_per_gpu"] == pytest.approx(
+        models.model_tflops_per_second(values["tokens_per_sec_per_gpu"], fpt)
+    )
     assert values["mfu"] == pytest.approx(models.mfu_percent(values["tokens_per_sec_per_gpu"], fpt, peak))
     line = logger.log(values)
     assert stream.getvalue().strip() == line

@@ -108,18 +108,24 @@ def test_damaged_newest_is_skipped_and_one_process_continues_the_two_process_run
     assert main(["train", "--base-dir", str(base), "--nproc", "1", "--stop-at-step", "16"]) == 0
     out = capsys.readouterr().out
     assert read_failure(base) is None
-    assert f"skipping checkpoint step-20: {cut[len('step-20: '):]}; falling back to step-15" in out
+    assert f"skipping checkpoint step-20: {cut[len('step-20: ') :]}; falling back to step-15" in out
     assert f"resumed from {checkpoints.resolve() / 'step-15'} (step 15; rng restored: True)" in out
-    assert "resuming step-15 with changes: layout 2 processes x batch_size 8 x gradient_accumulation_steps 1 -> " \
-           "1 process x batch_size 16 x gradient_accumulation_steps 1 (same global batch of 16" in out
+    assert (
+        "resuming step-15 with changes: layout 2 processes x batch_size 8 x gradient_accumulation_steps 1 -> "
+        "1 process x batch_size 16 x gradient_accumulation_steps 1 (same global batch of 16" in out
+    )
     assert "data continues at sample 240 of the run" in out  # 15 steps x 16 sequences, none re-read
     stopped = max(int(r["step"]) for r in read_metrics(base))
     assert 16 <= stopped < 20
     assert f"[trainer] stopped after step {stopped}: SIGTERM/SIGINT received" in out
-    assert (f"[entrypoint] stopped by SIGTERM: the workers stopped after step {stopped} and saved it (checkpoint "
-            f"step-{stopped}); a restart resumes from step-{stopped} (newer ones do not verify and are skipped: {cut})") in out
-    assert (f"trainctl train: stopped after step {stopped} (checkpoint step-{stopped}); the same command resumes from "
-            f"step-{stopped} (newer ones do not verify and are skipped: {cut})") in out
+    assert (
+        f"[entrypoint] stopped by SIGTERM: the workers stopped after step {stopped} and saved it (checkpoint "
+        f"step-{stopped}); a restart resumes from step-{stopped} (newer ones do not verify and are skipped: {cut})"
+    ) in out
+    assert (
+        f"trainctl train: stopped after step {stopped} (checkpoint step-{stopped}); the same command resumes from "
+        f"step-{stopped} (newer ones do not verify and are skipped: {cut})"
+    ) in out
     status = read_status(SageMakerPaths(base))
     assert (status.state, status.resumed_from, status.saved, status.step) == ("stopped", 15, stopped, stopped)
     assert list(status.skipped) == [20]
@@ -127,7 +133,9 @@ def test_damaged_newest_is_skipped_and_one_process_continues_the_two_process_run
     # The same command again (the layout as it is): skips step-20 again, resumes the stop's checkpoint.
     run = run_local(base, None, nproc=1, timeout=600)
     assert run.returncode == 0, run.output[-3000:]
-    assert f"resumed from {checkpoints.resolve() / f'step-{stopped}'} (step {stopped}; rng restored: True)" in run.output
+    assert (
+        f"resumed from {checkpoints.resolve() / f'step-{stopped}'} (step {stopped}; rng restored: True)" in run.output
+    )
     records = read_metrics(base)
     assert [r["step"] for r in records] == [16, 17, 18, 19, 20]  # none lost, none repeated
     for r in records:
@@ -147,7 +155,9 @@ def test_another_model_and_global_batch_are_refused_and_the_checkpoints_stay(
     ref_base, _ = reference_run
     base = tmp_path / "other-run"
     checkpoints = _copy_checkpoints(ref_base, base, (15, 20))
-    paths = prepare_base_dir(base, REFERENCE_HP, data_dir=pydocs_shards)  # the checkpoints' run, as trainctl laid it out
+    paths = prepare_base_dir(
+        base, REFERENCE_HP, data_dir=pydocs_shards
+    )  # the checkpoints' run, as trainctl laid it out
     before = _files(checkpoints)
     layout = _files(paths.config_dir)
     # num_layers 2 -> 1 (a partial load used to "succeed"), and 1 process x 8 sequences: half the global batch
@@ -155,10 +165,12 @@ def test_another_model_and_global_batch_are_refused_and_the_checkpoints_stay(
     captured = capsys.readouterr()
     reason = read_failure(base)
     assert reason is not None
-    assert reason.startswith(f"checkpoint {checkpoints.resolve() / 'step-20'} belongs to another run: "
-                             "model num_layers: 2 in the checkpoint, 1 in this run; global batch: 16 sequences per "
-                             "optimizer step in the checkpoint (2 processes x batch_size 8 x gradient_accumulation_steps 1), "
-                             "8 in this run (1 process x batch_size 8 x gradient_accumulation_steps 1)"), reason
+    assert reason.startswith(
+        f"checkpoint {checkpoints.resolve() / 'step-20'} belongs to another run: "
+        "model num_layers: 2 in the checkpoint, 1 in this run; global batch: 16 sequences per "
+        "optimizer step in the checkpoint (2 processes x batch_size 8 x gradient_accumulation_steps 1), "
+        "8 in this run (1 process x batch_size 8 x gradient_accumulation_steps 1)"
+    ), reason
     assert "keep 16 (with 1 process set gradient_accumulation_steps=2 or batch_size=16)" in reason
     assert "Nothing was loaded, pruned or overwritten" in reason and len(reason) <= 1024
     assert "[metrics]" not in captured.out  # not one step trained
@@ -167,9 +179,11 @@ def test_another_model_and_global_batch_are_refused_and_the_checkpoints_stay(
     assert read_status(paths).state == "refused"
     # Regression: the refused settings stayed in hyperparameters.json, so the plain rerun was refused again.
     assert _files(paths.config_dir) == layout
-    assert (f"trainctl train: put back the previous run's settings (input/config/hyperparameters.json), so "
-            f"`trainctl train --base-dir {base.resolve()}` resumes the checkpoint's run; to train with the new settings, "
-            "give them another --base-dir") in captured.err
+    assert (
+        f"trainctl train: put back the previous run's settings (input/config/hyperparameters.json), so "
+        f"`trainctl train --base-dir {base.resolve()}` resumes the checkpoint's run; to train with the new settings, "
+        "give them another --base-dir"
+    ) in captured.err
     assert main(["train", "--base-dir", str(base)]) == 0  # the plain rerun resumes (and has nothing left to train)
     assert f"resumed from {checkpoints.resolve() / 'step-20'} (step 20; rng restored: True)" in capsys.readouterr().out
     assert _files(checkpoints) == before

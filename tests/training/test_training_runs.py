@@ -69,7 +69,9 @@ def test_keep_last_k_checkpoints_and_loadable_final_weights(reference_run, pydoc
     assert read_failure(base) is None
     model = load_pretrained(base / "model")  # single-device torch-native model, strict load
     assert model.num_parameters() == model.config.num_params
-    sampler = DistributedSampler(TokenDataset(pydocs_shards), seq_length=64, batch_size=16, grad_accum=1, rank=0, world_size=1, seed=99)
+    sampler = DistributedSampler(
+        TokenDataset(pydocs_shards), seq_length=64, batch_size=16, grad_accum=1, rank=0, world_size=1, seed=99
+    )
     tokens = torch.from_numpy(sampler.batch(0, 0))
     with torch.no_grad():
         loss = model(tokens[:, :-1], tokens[:, 1:]).item()
@@ -91,7 +93,10 @@ def test_sigterm_then_restart_matches_the_uninterrupted_run(reference_run, pydoc
 
     second = run_local(base, REFERENCE_HP, data_dir=pydocs_shards, nproc=2, timeout=600)
     assert second.returncode == 0, second.output[-3000:]
-    assert f"resumed from {base.resolve() / 'checkpoints' / f'step-{stopped}'} (step {stopped}; rng restored: True)" in second.output
+    assert (
+        f"resumed from {base.resolve() / 'checkpoints' / f'step-{stopped}'} (step {stopped}; rng restored: True)"
+        in second.output
+    )
     records = read_metrics(base)
     assert [r["step"] for r in records] == list(range(1, 21))  # no step lost, none repeated
     # Tolerance: none. Model, optimizer moments, LR schedule and data position are restored
@@ -108,7 +113,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(reference_run, pydocs_shards: Path, tmp_path: Path) -> None:
+def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(
+    reference_run, pydocs_shards: Path, tmp_path: Path
+) -> None:
     """Same global batch of 16 sequences, split 2 x 8 (FSDP), 1 x 16 (one process), 2 nodes x 8 (HSDP)."""
     ref_base, _ = reference_run
     reference = _by_step(read_metrics(ref_base))
@@ -121,8 +128,13 @@ def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(reference_run, p
     port = str(_free_port())
     nodes = []
     for i, host in enumerate(hosts):
-        prepare_base_dir(tmp_path / f"node{i}", {**two_steps, "sharding_strategy": "hybrid"},
-                         data_dir=pydocs_shards, hosts=hosts, current_host=host)
+        prepare_base_dir(
+            tmp_path / f"node{i}",
+            {**two_steps, "sharding_strategy": "hybrid"},
+            data_dir=pydocs_shards,
+            hosts=hosts,
+            current_host=host,
+        )
         nodes.append(start_local(tmp_path / f"node{i}", None, nproc=1, env={"MASTER_PORT": port}))
     runs = [follow(p, timeout=600) for p in (single, *nodes)]
     for run in runs:

@@ -32,8 +32,13 @@ HELP = "Write the platform dashboard body as JSON, render a PNG preview of its l
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="FILE", help="dashboard JSON file; the layout PNG is written beside it (FILE with .png)")
-    add_context_argument(parser, '\'trainingPlanArns=["arn:..."]\'')
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="dashboard JSON file; the layout PNG is written beside it (FILE with .png)",
+    )
+    add_context_argument(parser, "'trainingPlanArns=[\"arn:...\"]'")
     parser.add_argument("--json-alarms", action="store_true", help="print the alarms as JSON instead of a table")
 
 

@@ -11,7 +11,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-HELP = "Run an AWS emulator (moto + SageMaker training plans) on 127.0.0.1 for `trainctl submit --local`, tests and demos."
+HELP = (
+    "Run an AWS emulator (moto + SageMaker training plans) on 127.0.0.1 for `trainctl submit --local`, tests and demos."
+)
 
 
 def _port(text: str) -> int:
@@ -34,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(plus InstanceType; times may be ISO 8601 or now+14d), e.g. examples/plans.json",
     )
     parser.add_argument(
-        "--env-file", metavar="FILE",
+        "--env-file",
+        metavar="FILE",
         help="write `export` lines for `trainctl submit --local` here once listening (its folder is created)",
     )
     parser.add_argument("--region", default="us-east-1", help="region the emulator answers for (default us-east-1)")

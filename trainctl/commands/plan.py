@@ -102,32 +102,63 @@ def _bool(text: str) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model")
-    g.add_argument("--model", choices=MODEL_PRESETS, default=None,
-                   help=f"model preset (default: the guide's request, {GUIDE_DEFAULT_REQUEST['model']} with "
-                        f"{GUIDE_DEFAULT_REQUEST['num_layers']} layers)")
+    g.add_argument(
+        "--model",
+        choices=MODEL_PRESETS,
+        default=None,
+        help=f"model preset (default: the guide's request, {GUIDE_DEFAULT_REQUEST['model']} with "
+        f"{GUIDE_DEFAULT_REQUEST['num_layers']} layers)",
+    )
     g.add_argument("--num-layers", type=_positive_int, default=None, help="transformer blocks (default: the preset's)")
     g.add_argument("--vocab-size", type=_positive_int, default=None, help="vocabulary size (default: the preset's)")
-    g.add_argument("--blocks-only", action="store_true",
-                   help="model TransformerEngine's FSDP example (the guide's benchmark: blocks only, bf16 Adam)")
+    g.add_argument(
+        "--blocks-only",
+        action="store_true",
+        help="model TransformerEngine's FSDP example (the guide's benchmark: blocks only, bf16 Adam)",
+    )
     t = parser.add_argument_group("training")
-    t.add_argument("--precision", choices=PRECISIONS, default=GUIDE_DEFAULT_REQUEST["precision"], help="(default: %(default)s)")
-    t.add_argument("--seq-length", type=_positive_int, default=int(GUIDE_DEFAULT_REQUEST["seq_length"]),
-                   help="tokens per sequence (default: %(default)s)")
-    t.add_argument("--batch-size", type=_positive_int, default=int(GUIDE_DEFAULT_REQUEST["batch_size"]),
-                   help="micro-batch, sequences per GPU (default: %(default)s)")
+    t.add_argument(
+        "--precision", choices=PRECISIONS, default=GUIDE_DEFAULT_REQUEST["precision"], help="(default: %(default)s)"
+    )
+    t.add_argument(
+        "--seq-length",
+        type=_positive_int,
+        default=int(GUIDE_DEFAULT_REQUEST["seq_length"]),
+        help="tokens per sequence (default: %(default)s)",
+    )
+    t.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=int(GUIDE_DEFAULT_REQUEST["batch_size"]),
+        help="micro-batch, sequences per GPU (default: %(default)s)",
+    )
     t.add_argument("--gradient-accumulation-steps", type=_positive_int, default=1, help="(default: %(default)s)")
-    t.add_argument("--activation-checkpointing", choices=ACTIVATION_CHECKPOINTING, default="off",
-                   help="(default: %(default)s)")
-    t.add_argument("--sharding-strategy", choices=SHARDING_STRATEGIES, default="full",
-                   help="full: FSDP over every GPU; hybrid: HSDP (default: %(default)s)")
-    t.add_argument("--reshard-after-forward", type=_bool, default=True, metavar="{true,false}",
-                   help="free gathered parameters after forward (default: true)")
+    t.add_argument(
+        "--activation-checkpointing", choices=ACTIVATION_CHECKPOINTING, default="off", help="(default: %(default)s)"
+    )
+    t.add_argument(
+        "--sharding-strategy",
+        choices=SHARDING_STRATEGIES,
+        default="full",
+        help="full: FSDP over every GPU; hybrid: HSDP (default: %(default)s)",
+    )
+    t.add_argument(
+        "--reshard-after-forward",
+        type=_bool,
+        default=True,
+        metavar="{true,false}",
+        help="free gathered parameters after forward (default: true)",
+    )
     t.add_argument("--quantized-model-init", action="store_true", help=QUANTIZED_MODEL_INIT_HELP.replace("%", "%%"))
     h = parser.add_argument_group("hardware and budget")
-    h.add_argument("--instance-type", type=_instance_type, default=DEFAULT_INSTANCE_TYPE,
-                   metavar="{" + ",".join(TRAINABLE_INSTANCE_TYPES) + "}",
-                   help=f"an instance type the trainer image runs on ({', '.join(TRAINER_IMAGE_ARCHITECTURES)} hosts; "
-                        "platform_spec.catalogue) (default: %(default)s)")
+    h.add_argument(
+        "--instance-type",
+        type=_instance_type,
+        default=DEFAULT_INSTANCE_TYPE,
+        metavar="{" + ",".join(TRAINABLE_INSTANCE_TYPES) + "}",
+        help=f"an instance type the trainer image runs on ({', '.join(TRAINER_IMAGE_ARCHITECTURES)} hosts; "
+        "platform_spec.catalogue) (default: %(default)s)",
+    )
     h.add_argument("--instance-count", type=_positive_int, default=1, help="(default: %(default)s)")
     h.add_argument("--price-per-hour", type=_positive_float, default=None, help="USD per instance-hour (for cost)")
     h.add_argument("--tokens", type=_positive_float, default=None, help="training-token budget, e.g. 1e12")

@@ -24,13 +24,18 @@ HELP = "Tokenize text or JSONL files into token shards for the trainer's train c
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="*", type=Path, help="text files (one document each) or JSONL (a 'text' field per line)")
+    parser.add_argument(
+        "files", nargs="*", type=Path, help="text files (one document each) or JSONL (a 'text' field per line)"
+    )
     parser.add_argument("--output", required=True, type=Path, help="output directory for shard-*.bin/.json")
     parser.add_argument("--tokenizer", type=Path, default=None, help="local tokenizer.json (default: byte-level)")
-    parser.add_argument("--eod-token", default=None, help="end-of-document token of the tokenizer (default: <|endoftext|>, </s>, ...)")
+    parser.add_argument(
+        "--eod-token", default=None, help="end-of-document token of the tokenizer (default: <|endoftext|>, </s>, ...)"
+    )
     parser.add_argument("--shard-tokens", type=int, default=None, help="tokens per shard (default 64 Mi)")
     parser.add_argument(
-        "--python-docs", action="store_true",
+        "--python-docs",
+        action="store_true",
         help="add CPython's documentation topics (pydoc_data, ~0.45 MB of text on every machine) as one input",
     )
 
@@ -39,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from trainctl.shards import prepare_shards
 
     return prepare_shards(
-        args.output, args.files, tokenizer=args.tokenizer, eod_token=args.eod_token, shard_tokens=args.shard_tokens,
+        args.output,
+        args.files,
+        tokenizer=args.tokenizer,
+        eod_token=args.eod_token,
+        shard_tokens=args.shard_tokens,
         python_docs=args.python_docs,
     )

@@ -20,7 +20,9 @@ HELP = "Write a sweep's report: Markdown table, tokens/s + peak memory chart, lo
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="sweep name (under --dir) or a sweep folder")
-    parser.add_argument("--out", required=True, type=Path, help="folder for report.md, the PNGs and report.json (created)")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="folder for report.md, the PNGs and report.json (created)"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="folder of sweep states (default .sweeps)")
     parser.add_argument("--region", help="AWS region for training-job sweeps (default: the environment's)")
 

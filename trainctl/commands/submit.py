@@ -75,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: the request's, else generated and printed when the request has no job_name",
     )
     parser.add_argument(
-        "--region", help="AWS region for --function (default: the function ARN's, else AWS_REGION, else AWS_DEFAULT_REGION)"
+        "--region",
+        help="AWS region for --function (default: the function ARN's, else AWS_REGION, else AWS_DEFAULT_REGION)",
     )
     parser.add_argument(
         "--read-timeout",
@@ -92,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     from trainctl.submit_request import submit_and_print
 
     return submit_and_print(
-        args.request, local=args.local, function=args.function, dry_run=args.dry_run, client_token=args.client_token,
-        region=args.region, read_timeout=args.read_timeout,
+        args.request,
+        local=args.local,
+        function=args.function,
+        dry_run=args.dry_run,
+        client_token=args.client_token,
+        region=args.region,
+        read_timeout=args.read_timeout,
     )

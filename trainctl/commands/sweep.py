@@ -41,33 +41,50 @@ HELP = "Run a grid of training configurations (precision x batch size x ...) as 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--name", required=True, help="sweep name (1-40 letters, digits, . _ -); its state is <dir>/<name>/")
     parser.add_argument(
-        "--grid", action="append", default=None, metavar="KEY=V1,V2",
+        "--name", required=True, help="sweep name (1-40 letters, digits, . _ -); its state is <dir>/<name>/"
+    )
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=None,
+        metavar="KEY=V1,V2",
         help="a hyperparameter and its values (repeat for more axes), e.g. precision=bf16,fp8,mxfp8",
     )
     parser.add_argument(
-        "--base", metavar="REQUEST.json",
+        "--base",
+        metavar="REQUEST.json",
         help="base: a submit request (its hyperparameters, instance type, inputs, ...); for --local, a request "
         "or a hyperparameters object (default: the guide's request; --local: gpt-tiny on CPython's docs)",
     )
-    parser.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", help="override a base hyperparameter (repeatable)")
+    parser.add_argument(
+        "--set", action="append", default=None, metavar="KEY=VALUE", help="override a base hyperparameter (repeatable)"
+    )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--local", action="store_true", help="run each configuration with the local trainer instead of SageMaker")
     where.add_argument(
-        "--function", metavar="NAME",
+        "--local", action="store_true", help="run each configuration with the local trainer instead of SageMaker"
+    )
+    where.add_argument(
+        "--function",
+        metavar="NAME",
         help="submit through the deployed submitter function NAME or ARN (default: in process, against AWS_ENDPOINT_URL only)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="expand, prune and (AWS) validate each configuration; run nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="expand, prune and (AWS) validate each configuration; run nothing"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="folder of sweep states (default .sweeps)")
     local = parser.add_argument_group("local runs")
     local.add_argument("--nproc", type=int, default=2, help="CPU processes per run when there is no GPU (default 2)")
     local.add_argument("--data", type=Path, help="token shards (trainctl prepare-data) instead of CPython's docs")
     jobs = parser.add_argument_group("training jobs")
-    jobs.add_argument("--region", help="AWS region (default: the function ARN's, else AWS_REGION, else AWS_DEFAULT_REGION)")
+    jobs.add_argument(
+        "--region", help="AWS region (default: the function ARN's, else AWS_REGION, else AWS_DEFAULT_REGION)"
+    )
     jobs.add_argument("--no-wait", action="store_true", help="return after submitting")
     jobs.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the jobs (default 3600)")
-    jobs.add_argument("--poll-interval", type=float, default=30.0, help="seconds between DescribeTrainingJob polls (default 30)")
+    jobs.add_argument(
+        "--poll-interval", type=float, default=30.0, help="seconds between DescribeTrainingJob polls (default 30)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -75,8 +92,19 @@ def run(args: argparse.Namespace) -> int:
     from trainctl.sweeps.summary import sweep_and_summarise
 
     return sweep_and_summarise(
-        args.name, args.grid, base=args.base, set_values=args.set, local=args.local, function=args.function,
-        dry_run=args.dry_run, sweeps_dir=args.dir, nproc=args.nproc, data_dir=args.data, region=args.region,
-        wait=not args.no_wait, timeout=args.timeout, poll_interval=args.poll_interval,
+        args.name,
+        args.grid,
+        base=args.base,
+        set_values=args.set,
+        local=args.local,
+        function=args.function,
+        dry_run=args.dry_run,
+        sweeps_dir=args.dir,
+        nproc=args.nproc,
+        data_dir=args.data,
+        region=args.region,
+        wait=not args.no_wait,
+        timeout=args.timeout,
+        poll_interval=args.poll_interval,
         progress=False if args.no_progress else None,
     )

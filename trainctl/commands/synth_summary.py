@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="read the cloud assembly already in --out (e.g. from `npx cdk synth`) instead of synthesizing",
     )
-    add_context_argument(parser, 'removalPolicy=destroy')
+    add_context_argument(parser, "removalPolicy=destroy")
 
 
 def run(args: argparse.Namespace) -> int:

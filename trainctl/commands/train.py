@@ -49,23 +49,29 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--base-dir", type=Path, default=None,
+        "--base-dir",
+        type=Path,
+        default=None,
         help="directory laid out like /opt/ml (created; default: $SAGEMAKER_BASE_DIR)",
     )
     data = parser.add_mutually_exclusive_group()
     data.add_argument("--data", type=Path, help="token shards (trainctl prepare-data) for the train channel")
     data.add_argument(
-        "--python-docs", action="store_true",
+        "--python-docs",
+        action="store_true",
         help="use CPython's documentation topics (byte-level tokens) as the train channel",
     )
     parser.add_argument("--nproc", type=int, default=2, help="processes per host when there is no GPU (default 2)")
     parser.add_argument(
-        "--stop-at-step", type=int, default=None,
+        "--stop-at-step",
+        type=int,
+        default=None,
         help="send SIGTERM once this step is logged, as a SageMaker stop does; the trainer finishes the step "
         "in flight, so it reports the step it really stopped after (run again to resume)",
     )
     parser.add_argument(
-        "--json-quoted", action="store_true",
+        "--json-quoted",
+        action="store_true",
         help="write hyperparameters.json JSON-quoted, as older SageMaker SDKs do",
     )
     hp = parser.add_argument_group("hyperparameters (the names SageMaker jobs use; default: the trainer's)")
@@ -74,7 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, name)
         choices = f"; one of {', '.join(spec.choices)}" if spec.choices else ""
         hp.add_argument(
-            "--" + name.replace("_", "-"), dest="hp_" + name, default=None, metavar="VALUE",
+            "--" + name.replace("_", "-"),
+            dest="hp_" + name,
+            default=None,
+            metavar="VALUE",
             help=f"{spec.help} (default {default}{choices})",
         )
 
@@ -88,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
     from trainctl.local_train import train
 
     return train(
-        args.base_dir, hyperparameter_flags(args), data=args.data, python_docs=args.python_docs, nproc=args.nproc,
-        stop_at_step=args.stop_at_step, json_quoted=args.json_quoted,
+        args.base_dir,
+        hyperparameter_flags(args),
+        data=args.data,
+        python_docs=args.python_docs,
+        nproc=args.nproc,
+        stop_at_step=args.stop_at_step,
+        json_quoted=args.json_quoted,
     )

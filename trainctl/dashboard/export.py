@@ -32,7 +32,9 @@ class DashboardExport(NamedTuple):
     alarms: list[AlarmSummary]
 
 
-def synthesize_template(context: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]:
+def synthesize_template(
+    context: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
     """Synthesize the app (cdk-nag off, no asset bundling) into a temporary folder; returns ``(template, stack name)``.
 
     Args:
@@ -114,7 +116,9 @@ def print_alarms(alarms: Sequence[AlarmSummary], console: Console | None = None)
     console.print(table)
 
 
-def export_and_print(out_path: str | Path, *, context: Mapping[str, Any] | None = None, json_alarms: bool = False) -> int:
+def export_and_print(
+    out_path: str | Path, *, context: Mapping[str, Any] | None = None, json_alarms: bool = False
+) -> int:
     """``trainctl dashboard``: export the dashboard (:func:`export_dashboard`) and print where it went and the
     alarms (a table, or JSON with ``json_alarms``); return the exit status: 0, or 2 with the configuration
     error on one line (an invalid context value, unreadable AWS config files)."""

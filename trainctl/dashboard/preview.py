@@ -102,11 +102,22 @@ def render_layout_png(body: Mapping[str, Any], path: str | Path, *, title: str =
     top_y = 1 - 0.3 / (rows * row_in + 0.6)
     fig.text(0.01, top_y, title, fontsize=15, fontweight="bold", va="center")
     legend_x = 0.55
-    for kind, name in (("metric", "metric graph / single value"), ("log", "Logs Insights"), ("alarm", "alarm status"), ("text", "section header")):
+    for kind, name in (
+        ("metric", "metric graph / single value"),
+        ("log", "Logs Insights"),
+        ("alarm", "alarm status"),
+        ("text", "section header"),
+    ):
         face, edge = _STYLES[kind]
-        fig.text(legend_x, top_y, "  " + name + "  ", fontsize=9, va="center",
-                 bbox={"facecolor": "#3c4043" if kind == "text" else face, "edgecolor": edge, "boxstyle": "round,pad=0.3"},
-                 color="white" if kind == "text" else "#202124")
+        fig.text(
+            legend_x,
+            top_y,
+            "  " + name + "  ",
+            fontsize=9,
+            va="center",
+            bbox={"facecolor": "#3c4043" if kind == "text" else face, "edgecolor": edge, "boxstyle": "round,pad=0.3"},
+            color="white" if kind == "text" else "#202124",
+        )
         legend_x += 0.03 + 0.0052 * len(name)
 
     for widget in widgets:
@@ -117,7 +128,9 @@ def render_layout_png(body: Mapping[str, Any], path: str | Path, *, title: str =
         is_header = kind == "text"
         ax.add_patch(
             FancyBboxPatch(
-                (x + 0.06, y + 0.06), w - 0.12, h - 0.12,
+                (x + 0.06, y + 0.06),
+                w - 0.12,
+                h - 0.12,
                 boxstyle="round,pad=0,rounding_size=0.12",
                 facecolor="#3c4043" if is_header else face,
                 edgecolor=edge,
@@ -142,7 +155,16 @@ def render_layout_png(body: Mapping[str, Any], path: str | Path, *, title: str =
         if len(lines) > room:
             lines = lines[: max(room - 1, 0)] + ([f"... {len(lines) - room + 1} more"] if room else [])
         if lines:
-            ax.text(x + 0.22, top, "\n".join(lines), fontsize=7.5, color="#3c4043", va="top", family="monospace", linespacing=1.35)
+            ax.text(
+                x + 0.22,
+                top,
+                "\n".join(lines),
+                fontsize=7.5,
+                color="#3c4043",
+                va="top",
+                family="monospace",
+                linespacing=1.35,
+            )
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

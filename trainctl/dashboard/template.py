@@ -121,7 +121,11 @@ def alarm_summaries(template: Mapping[str, Any]) -> list[AlarmSummary]:
 
     def actions(props: Mapping[str, Any]) -> tuple[str, ...]:
         out = []
-        for key, state in (("AlarmActions", "ALARM"), ("OKActions", "OK"), ("InsufficientDataActions", "INSUFFICIENT_DATA")):
+        for key, state in (
+            ("AlarmActions", "ALARM"),
+            ("OKActions", "OK"),
+            ("InsufficientDataActions", "INSUFFICIENT_DATA"),
+        ):
             for action in props.get(key, []):
                 target = action.get("Ref") if isinstance(action, dict) else None
                 if target in resources and resources[target]["Type"] == "AWS::SNS::Topic":

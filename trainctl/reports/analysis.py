@@ -184,19 +184,47 @@ def _compare(group: str, base: ConfigResult, other: ConfigResult) -> Divergence:
         sb, so = smooth([b[s] for s in common], window), smooth([o[s] for s in common], window)
         diffs = [abs(x - y) for x, y in zip(so, sb)]
         return Divergence(
-            group=group, precision=other.config.precision, baseline=base.config.precision,
-            config_id=other.config.id, baseline_id=base.config.id, steps=len(common), window=window,
-            mean_abs=sum(diffs) / len(diffs), max_abs=max(diffs), final=so[-1], baseline_final=sb[-1],
-            final_rel_pct=100.0 * (so[-1] - sb[-1]) / sb[-1] if sb[-1] else math.nan, basis="curves",
+            group=group,
+            precision=other.config.precision,
+            baseline=base.config.precision,
+            config_id=other.config.id,
+            baseline_id=base.config.id,
+            steps=len(common),
+            window=window,
+            mean_abs=sum(diffs) / len(diffs),
+            max_abs=max(diffs),
+            final=so[-1],
+            baseline_final=sb[-1],
+            final_rel_pct=100.0 * (so[-1] - sb[-1]) / sb[-1] if sb[-1] else math.nan,
+            basis="curves",
         )
     fb, fo = base.final_loss, other.final_loss
     diff = abs(fo - fb) if math.isfinite(fb) and math.isfinite(fo) else math.nan
     return Divergence(
-        group=group, precision=other.config.precision, baseline=base.config.precision,
-        config_id=other.config.id, baseline_id=base.config.id, steps=0, window=1,
-        mean_abs=diff, max_abs=diff, final=fo, baseline_final=fb,
-        final_rel_pct=100.0 * (fo - fb) / fb if math.isfinite(diff) and fb else math.nan, basis="final values",
+        group=group,
+        precision=other.config.precision,
+        baseline=base.config.precision,
+        config_id=other.config.id,
+        baseline_id=base.config.id,
+        steps=0,
+        window=1,
+        mean_abs=diff,
+        max_abs=diff,
+        final=fo,
+        baseline_final=fb,
+        final_rel_pct=100.0 * (fo - fb) / fb if math.isfinite(diff) and fb else math.nan,
+        basis="final values",
     )
 
 
-__all__ = ["Divergence", "MAX_SMOOTHING_WINDOW", "PRECISION_ORDER", "divergences", "group_key", "group_label", "smooth", "smoothing_window", "summarise"]
+__all__ = [
+    "MAX_SMOOTHING_WINDOW",
+    "PRECISION_ORDER",
+    "Divergence",
+    "divergences",
+    "group_key",
+    "group_label",
+    "smooth",
+    "smoothing_window",
+    "summarise",
+]

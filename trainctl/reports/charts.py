@@ -67,17 +67,43 @@ def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: 
         if math.isfinite(r.tokens_per_sec):
             ax.bar(x, r.tokens_per_sec, width=0.65, color=_color(r.config.precision), edgecolor="black", linewidth=0.4)
             if r.tokens_per_sec > top * 0.12:  # inside the bar, clear of the memory line's labels
-                ax.text(x, r.tokens_per_sec - top * 0.015, format_tokens_per_second(r.tokens_per_sec), ha="center", va="top", fontsize=8,
-                        color="white", fontweight="bold")
+                ax.text(
+                    x,
+                    r.tokens_per_sec - top * 0.015,
+                    format_tokens_per_second(r.tokens_per_sec),
+                    ha="center",
+                    va="top",
+                    fontsize=8,
+                    color="white",
+                    fontweight="bold",
+                )
             else:
-                ax.text(x, r.tokens_per_sec + top * 0.015, format_tokens_per_second(r.tokens_per_sec), ha="center", va="bottom", fontsize=8)
+                ax.text(
+                    x,
+                    r.tokens_per_sec + top * 0.015,
+                    format_tokens_per_second(r.tokens_per_sec),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
         else:
             ax.bar(x, top * 0.04, width=0.65, color="none", edgecolor="#999999", hatch="///", linewidth=0.6)
-            ax.text(x, top * 0.06, _status_words(r.status), ha="center", va="bottom", rotation=90, fontsize=8, color="#555555")
+            ax.text(
+                x,
+                top * 0.06,
+                _status_words(r.status),
+                ha="center",
+                va="bottom",
+                rotation=90,
+                fontsize=8,
+                color="#555555",
+            )
     has_pred = False
     if sweep.mode == "aws":
         for x, p, r in zip(xs, preds, results):
-            if isinstance(p, (int, float)) and (r.predicted or {}).get("fits"):  # no speed for a config that does not fit
+            if isinstance(p, (int, float)) and (r.predicted or {}).get(
+                "fits"
+            ):  # no speed for a config that does not fit
                 ax.plot([x - 0.32, x + 0.32], [p, p], color="black", linestyle="--", linewidth=1.2)
                 has_pred = True
     ax.set_ylim(0, top * 1.6)
@@ -97,8 +123,15 @@ def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: 
         # NaN breaks the line at configurations without a measurement
         ax2.plot(xs, [r.peak_memory_gb for r in results], color="#222222", marker="o", linewidth=1.6, markersize=5)
         for x, y in zip(mem_x, mem_y):
-            ax2.annotate(f"{y:.2f} GB" if y < 10 else f"{y:.1f} GB", (x, y), textcoords="offset points", xytext=(0, 7),
-                         ha="center", fontsize=7.5, color="#222222")
+            ax2.annotate(
+                f"{y:.2f} GB" if y < 10 else f"{y:.1f} GB",
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize=7.5,
+                color="#222222",
+            )
         # memory lives in the upper band (64-94 % of the height), clear of the bars (<= 62.5 %)
         high = max(mem_y) * 1.2
         ax2.set_ylim(-2.17 * max(mem_y), high)
@@ -110,15 +143,22 @@ def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: 
         ax2.set_ylim(0, 1)
     ax2.set_ylabel(_memory_label(sweep))
 
-    precisions = [p for p in PRECISION_ORDER if any(r.config.precision == p and math.isfinite(r.tokens_per_sec) for r in results)]
-    handles = [Patch(facecolor=_color(p), edgecolor="black", linewidth=0.4, label=f"tokens/s ({p})") for p in precisions]
+    precisions = [
+        p for p in PRECISION_ORDER if any(r.config.precision == p and math.isfinite(r.tokens_per_sec) for r in results)
+    ]
+    handles = [
+        Patch(facecolor=_color(p), edgecolor="black", linewidth=0.4, label=f"tokens/s ({p})") for p in precisions
+    ]
     handles.append(Line2D([], [], color="#222222", marker="o", label="peak memory"))
     if has_pred:
         handles.append(Line2D([], [], color="black", linestyle="--", label="planner prediction (tokens/s)"))
     if any(not math.isfinite(r.tokens_per_sec) for r in results):
         handles.append(Patch(facecolor="none", edgecolor="#999999", hatch="///", label="not measured (status)"))
     fig.legend(handles=handles, loc="lower center", fontsize=8, ncol=min(len(handles), 4), frameon=False)
-    ax.set_title(f"Sweep {sweep.name}: throughput and peak memory per configuration\n{_device_caption(sweep, results)}", fontsize=11)
+    ax.set_title(
+        f"Sweep {sweep.name}: throughput and peak memory per configuration\n{_device_caption(sweep, results)}",
+        fontsize=11,
+    )
     rows = math.ceil(len(handles) / min(len(handles), 4))
     fig.tight_layout(rect=(0, 0.035 * rows + 0.02, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +184,7 @@ def plot_loss_curves(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequen
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.3 * nrows), dpi=130, squeeze=False)
-    for ax in axes.flat[len(keys):]:
+    for ax in axes.flat[len(keys) :]:
         ax.axis("off")
     for ax, key in zip(axes.flat, keys):
         label = group_label(key)
@@ -159,22 +199,44 @@ def plot_loss_curves(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequen
                 style = next(styles, "-")
                 if window > 1:
                     ax.plot(steps, losses, color=color, alpha=0.25, linewidth=0.8)
-                ax.plot(steps, smooth(losses, window), color=color, linewidth=1.8, linestyle=style,
-                        label=f"{r.config.precision} ({r.config.id})" + (f", avg of {window}" if window > 1 else ""))
+                ax.plot(
+                    steps,
+                    smooth(losses, window),
+                    color=color,
+                    linewidth=1.8,
+                    linestyle=style,
+                    label=f"{r.config.precision} ({r.config.id})" + (f", avg of {window}" if window > 1 else ""),
+                )
                 drawn = True
             elif math.isfinite(r.final_loss):
-                ax.scatter([r.final_step or 0], [r.final_loss], color=color, marker="D", zorder=3,
-                           label=f"{r.config.precision} final ({r.config.id})")
+                ax.scatter(
+                    [r.final_step or 0],
+                    [r.final_loss],
+                    color=color,
+                    marker="D",
+                    zorder=3,
+                    label=f"{r.config.precision} final ({r.config.id})",
+                )
                 drawn = True
         notes = [d for d in divs if d.group == label]
         text = "\n".join(
-            f"{d.precision} vs {d.baseline}: mean |Δ| {d.mean_abs:.3f}, max {d.max_abs:.3f}" if d.basis == "curves"
+            f"{d.precision} vs {d.baseline}: mean |Δ| {d.mean_abs:.3f}, max {d.max_abs:.3f}"
+            if d.basis == "curves"
             else f"{d.precision} vs {d.baseline}: final |Δ| {d.max_abs:.3f} (final values only)"
             for d in notes
         )
         absent = [r for r in groups[key] if not r.curve and not math.isfinite(r.final_loss)]
         if drawn and absent:
-            text = "\n".join(filter(None, [text, "not plotted: " + ", ".join(f"{r.config.precision} ({_status_words(r.status)})" for r in absent)]))
+            text = "\n".join(
+                filter(
+                    None,
+                    [
+                        text,
+                        "not plotted: "
+                        + ", ".join(f"{r.config.precision} ({_status_words(r.status)})" for r in absent),
+                    ],
+                )
+            )
         if not drawn:
             statuses = ", ".join(f"{r.config.precision}: {_status_words(r.status)}" for r in groups[key])
             ax.text(0.5, 0.5, f"no loss data\n{statuses}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
@@ -186,14 +248,28 @@ def plot_loss_curves(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequen
             ax.set_ylabel("training loss (nats/token)")
             ax.grid(alpha=0.3)
         if text:
-            ax.text(0.02, 0.03, text, transform=ax.transAxes, fontsize=8, va="bottom",
-                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#cccccc"})
+            ax.text(
+                0.02,
+                0.03,
+                text,
+                transform=ax.transAxes,
+                fontsize=8,
+                va="bottom",
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85, "edgecolor": "#cccccc"},
+            )
         ax.set_title("all configurations" if label == "all" else label, fontsize=10)
     fig.suptitle(f"Sweep {sweep.name}: loss per precision (convergence check; Δ in nats/token, smoothed)", fontsize=11)
     skipped_groups = [group_label(k) for k in all_skipped if k in groups and k not in keys]
     if skipped_groups:
-        fig.text(0.5, 0.005, "no panel (every configuration skipped): " + ", ".join(skipped_groups), ha="center",
-                 va="bottom", fontsize=8, color="#555555")
+        fig.text(
+            0.5,
+            0.005,
+            "no panel (every configuration skipped): " + ", ".join(skipped_groups),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="#555555",
+        )
         fig.tight_layout(rect=(0, 0.03, 1, 1))
     else:
         fig.tight_layout()

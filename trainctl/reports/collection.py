@@ -112,7 +112,7 @@ def collect_job(sweep: Sweep, config: SweepConfig, sagemaker: BaseClient, logs: 
         return result
     try:
         job = sagemaker.describe_training_job(TrainingJobName=config.job_name)
-    except Exception as exc:  # noqa: BLE001 - shown in the report
+    except Exception as exc:
         result.reason = f"DescribeTrainingJob failed: {exc}"
         return result
     result.status = job.get("TrainingJobStatus", config.status)
@@ -133,7 +133,7 @@ def collect_job(sweep: Sweep, config: SweepConfig, sagemaker: BaseClient, logs: 
     logs_note = ""
     try:
         steps = metrics_by_step(job_log_lines(logs, config.job_name))
-    except Exception as exc:  # noqa: BLE001 - fall back to FinalMetricDataList
+    except Exception as exc:
         logs_note = f"; CloudWatch Logs unreadable ({type(exc).__name__})"
     summarise(result, steps, final)
     if steps:
@@ -151,7 +151,9 @@ def collect_job(sweep: Sweep, config: SweepConfig, sagemaker: BaseClient, logs: 
     per = catalogue.get_instance(instance_type).gpus_per_instance if gpu else None
     result.device = f"{count}x {instance_type} ({(per or 0) * count}x {gpu})" if gpu else instance_type
     pred = config.prediction or {}
-    result.comparable = bool(pred) and pred.get("instance_type") == instance_type and pred.get("instance_count") == count
+    result.comparable = (
+        bool(pred) and pred.get("instance_type") == instance_type and pred.get("instance_count") == count
+    )
     return result
 
 
@@ -169,4 +171,13 @@ def collect(sweep: Sweep, *, env: Mapping[str, str] | None = None, region: str |
     return [collect_job(sweep, c, sagemaker, logs) for c in sweep.configs]
 
 
-__all__ = ["METRIC_TO_FIELD", "SAGEMAKER_LOG_GROUP", "collect", "collect_job", "collect_local", "device_of", "job_log_lines", "metrics_by_step"]
+__all__ = [
+    "METRIC_TO_FIELD",
+    "SAGEMAKER_LOG_GROUP",
+    "collect",
+    "collect_job",
+    "collect_local",
+    "device_of",
+    "job_log_lines",
+    "metrics_by_step",
+]

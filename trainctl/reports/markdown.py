@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from trainctl.reports.analysis import Divergence
 from trainctl.reports.results import ConfigResult, format_tokens_per_second
@@ -61,7 +61,8 @@ def markdown_table(sweep: Sweep, results: Sequence[ConfigResult]) -> str:
     for r in results:
         pred_tps, pred_mem = _prediction_cells(r, sweep)
         rows.append(
-            "| " + " | ".join(
+            "| "
+            + " | ".join(
                 _cell(c)
                 for c in (
                     r.config.id.split("-", 1)[0],
@@ -75,19 +76,33 @@ def markdown_table(sweep: Sweep, results: Sequence[ConfigResult]) -> str:
                     pred_mem,
                     _notes_cell(r),
                 )
-            ) + " |"
+            )
+            + " |"
         )
     return "\n".join(rows)
 
 
 def _describe_base(sweep: Sweep) -> str:
     hp = sweep.base if sweep.mode == "local" else sweep.base.get("hyperparameters", {})
-    keys = [k for k in ("model", "num_layers", "precision", "batch_size", "seq_length", "max_steps", "activation_checkpointing")
-            if k in hp and k not in sweep.grid]
+    keys = [
+        k
+        for k in (
+            "model",
+            "num_layers",
+            "precision",
+            "batch_size",
+            "seq_length",
+            "max_steps",
+            "activation_checkpointing",
+        )
+        if k in hp and k not in sweep.grid
+    ]
     return ", ".join(f"{k}={hp[k]}" for k in keys) or "(defaults)"
 
 
-def render_markdown(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequence[Divergence], figures: Mapping[str, str]) -> str:
+def render_markdown(
+    sweep: Sweep, results: Sequence[ConfigResult], divs: Sequence[Divergence], figures: Mapping[str, str]
+) -> str:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -95,10 +110,15 @@ def render_markdown(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequenc
         device = sweep.target.get("device") or {}
         where = (
             f"local runs through the container entry point on {device.get('type', 'cpu').upper()} "
-            f"({sweep.target.get('nproc', 2)} processes, gloo)" if device.get("type") != "cuda"
+            f"({sweep.target.get('nproc', 2)} processes, gloo)"
+            if device.get("type") != "cuda"
             else f"local runs on {device.get('gpus')}x {device.get('name') or device.get('gpu')}"
         )
-        data = "CPython's documentation topics (byte-level tokens)" if sweep.target.get("data") in (None, "python-docs") else sweep.target.get("data")
+        data = (
+            "CPython's documentation topics (byte-level tokens)"
+            if sweep.target.get("data") in (None, "python-docs")
+            else sweep.target.get("data")
+        )
         where += f"; data: {data}"
     else:
         where = (
@@ -113,8 +133,9 @@ def render_markdown(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequenc
         f"- Where: {where}",
         f"- Base: {_describe_base(sweep)}",
         f"- Grid: {grid} ({len(results)} configurations: "
-        + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) + ")",
-        f"- Generated: {datetime.now(timezone.utc).isoformat(timespec='seconds')} by `trainctl report`",
+        + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+        + ")",
+        f"- Generated: {datetime.now(UTC).isoformat(timespec='seconds')} by `trainctl report`",
         "",
         markdown_table(sweep, results),
         "",
@@ -136,13 +157,16 @@ def render_markdown(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequenc
     missing_curves = [r for r in results if r.measured and not r.curve]
     if missing_curves:
         lines.append(
-            "- No per-step loss curve for " + ", ".join(r.config.id for r in missing_curves)
+            "- No per-step loss curve for "
+            + ", ".join(r.config.id for r in missing_curves)
             + ": their final values (FinalMetricDataList) are used."
         )
     problems = [r for r in results if r.status != COMPLETED]
     if problems:
         lines += ["", "## Not completed", ""]
-        lines += [f"- `{r.config.id}` ({r.config.title}): **{r.status}**: {_cell(r.reason or r.source)}" for r in problems]
+        lines += [
+            f"- `{r.config.id}` ({r.config.title}): **{r.status}**: {_cell(r.reason or r.source)}" for r in problems
+        ]
     lines += [
         "",
         "## How the numbers are computed",

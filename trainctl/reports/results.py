@@ -47,17 +47,23 @@ class ConfigResult:
 
     @property
     def measured(self) -> bool:
-        return math.isfinite(self.tokens_per_sec) or math.isfinite(self.final_loss) or math.isfinite(self.peak_memory_gb)
+        return (
+            math.isfinite(self.tokens_per_sec) or math.isfinite(self.final_loss) or math.isfinite(self.peak_memory_gb)
+        )
 
     @property
     def tokens_ratio(self) -> float:
         """Measured / predicted tokens/s (NaN without a comparable prediction)."""
-        return ratio(self.tokens_per_sec, (self.predicted or {}).get("tokens_per_second")) if self.comparable else math.nan
+        return (
+            ratio(self.tokens_per_sec, (self.predicted or {}).get("tokens_per_second")) if self.comparable else math.nan
+        )
 
     @property
     def memory_ratio(self) -> float:
         """Measured / predicted peak memory per GPU (NaN without a comparable prediction)."""
-        return ratio(self.peak_memory_gb, (self.predicted or {}).get("memory_gb_total")) if self.comparable else math.nan
+        return (
+            ratio(self.peak_memory_gb, (self.predicted or {}).get("memory_gb_total")) if self.comparable else math.nan
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -41,8 +41,13 @@ class Report:
         return markdown_table(self.sweep, self.results)
 
 
-def build_report(name_or_dir: str | os.PathLike[str] | Sweep, *, sweeps_dir: str | os.PathLike[str] = DEFAULT_SWEEPS_DIR,
-                 env: Mapping[str, str] | None = None, region: str | None = None) -> Report:
+def build_report(
+    name_or_dir: str | os.PathLike[str] | Sweep,
+    *,
+    sweeps_dir: str | os.PathLike[str] = DEFAULT_SWEEPS_DIR,
+    env: Mapping[str, str] | None = None,
+    region: str | None = None,
+) -> Report:
     """Collect a sweep's results and divergences (no files written).
 
     Raises:
@@ -83,7 +88,9 @@ def write_report(
     plot_throughput_memory(report.sweep, report.results, paths.throughput_memory)
     plot_loss_curves(report.sweep, report.results, report.divergences, paths.loss_curves)
     figures = {"throughput_memory": paths.throughput_memory.name, "loss_curves": paths.loss_curves.name}
-    paths.markdown.write_text(render_markdown(report.sweep, report.results, report.divergences, figures), encoding="utf-8")
+    paths.markdown.write_text(
+        render_markdown(report.sweep, report.results, report.divergences, figures), encoding="utf-8"
+    )
     data = {
         "sweep": report.sweep.name,
         "mode": report.sweep.mode,
@@ -97,8 +104,11 @@ def write_report(
 
 
 def write_and_print(
-    name_or_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
-    sweeps_dir: str | os.PathLike[str] | None = None, region: str | None = None,
+    name_or_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    sweeps_dir: str | os.PathLike[str] | None = None,
+    region: str | None = None,
 ) -> int:
     """``trainctl report``: write the report (:func:`write_report`), print its table and the files written;
     return the exit status: 0, or 2 (one line on stderr) when there is no such sweep."""

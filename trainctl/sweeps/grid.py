@@ -43,7 +43,7 @@ def parse_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, l
             key, sep, values = str(spec).partition("=")
             if not sep or not key.strip():
                 raise SweepError(f"grid {spec!r}: expected KEY=V1,V2,... (e.g. precision=bf16,fp8)")
-            items.append((key, [v for v in values.split(",")]))
+            items.append((key, list(values.split(","))))
     out: dict[str, list[str]] = {}
     for key, values in items:
         name = hpmod.normalise_name(key)

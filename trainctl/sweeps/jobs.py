@@ -48,7 +48,7 @@ def poll_jobs(sweep: Sweep, client: BaseClient) -> list[SweepConfig]:
             continue
         try:
             description = client.describe_training_job(TrainingJobName=config.job_name)
-        except Exception as exc:  # noqa: BLE001 - a describe fault leaves the status as it was
+        except Exception as exc:
             config.reason = f"DescribeTrainingJob failed: {exc}"
             active.append(config)
             continue
@@ -78,7 +78,9 @@ def wait_for_jobs(
         The configurations still active when it returned (empty: all terminal).
     """
     client = aws_client("sagemaker", env, region)
-    submitted = [c for c in sweep.configs if c.job_name and (c.status in ACTIVE_STATUSES or c.status in TERMINAL_STATUSES)]
+    submitted = [
+        c for c in sweep.configs if c.job_name and (c.status in ACTIVE_STATUSES or c.status in TERMINAL_STATUSES)
+    ]
     deadline = time.monotonic() + max(0.0, timeout)
     progress = progress or make_progress(False)
     with progress:

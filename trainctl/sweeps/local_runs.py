@@ -23,7 +23,7 @@ import signal
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -121,7 +121,9 @@ def outcome(returncode: int, output: RunOutput, *, failure: str | None, log: Pat
     return FAILED, failure or f"exit status {returncode}; see {log}"
 
 
-def run_local_configs(sweep: Sweep, *, data_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> None:
+def run_local_configs(
+    sweep: Sweep, *, data_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> None:
     """Run every local configuration that has not completed, one after the other.
 
     Each run writes its output to ``<run dir>/train.log`` (appended on a
@@ -148,7 +150,9 @@ def run_local_configs(sweep: Sweep, *, data_dir: str | os.PathLike[str] | None =
             sweep.save()
             output = RunOutput()
             with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-                log.write(f"# trainctl sweep {sweep.name}: {config.title} ({datetime.now(timezone.utc).isoformat(timespec='seconds')})\n")
+                log.write(
+                    f"# trainctl sweep {sweep.name}: {config.title} ({datetime.now(UTC).isoformat(timespec='seconds')})\n"
+                )
                 proc = start_local(run_dir, config.hyperparameters, data_dir=data_dir, nproc=nproc)
                 try:
                     assert proc.stdout is not None
@@ -185,4 +189,4 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-__all__ = ["RunOutput", "STOP_GRACE_S", "outcome", "python_docs_shards", "run_local_configs", "stop"]
+__all__ = ["STOP_GRACE_S", "RunOutput", "outcome", "python_docs_shards", "run_local_configs", "stop"]

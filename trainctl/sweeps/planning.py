@@ -15,7 +15,7 @@ import copy
 import json
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,9 @@ def plan_sweep(
         if existing is None:
             raise SweepError(f"sweep {name!r} does not exist in {Path(sweeps_dir)}: give its grid (--grid KEY=V1,V2)")
         if existing.mode != mode:
-            raise SweepError(f"sweep {name!r} is a {existing.mode} sweep; run it {'with --local' if existing.mode == 'local' else 'without --local'}")
+            raise SweepError(
+                f"sweep {name!r} is a {existing.mode} sweep; run it {'with --local' if existing.mode == 'local' else 'without --local'}"
+            )
         return existing
     parsed_grid = parse_grid(grid)
     overrides = parse_assignments(set_values)
@@ -139,7 +141,7 @@ def plan_sweep(
             raise SweepError(f"nproc {nproc!r}: expected an integer >= 1")
         given = {}
         if raw_base is not None:
-            given = raw_base["hyperparameters"] if "hyperparameters" in raw_base else raw_base
+            given = raw_base.get("hyperparameters", raw_base)
             if not isinstance(given, Mapping):
                 raise SweepError("--base: 'hyperparameters' must be a JSON object")
         base_hp = {**LOCAL_BASE_HYPERPARAMETERS, **_strings(given), **overrides}
@@ -169,12 +171,19 @@ def plan_sweep(
         sweep_base = request
 
     sweep = Sweep(
-        name=name, mode=mode, grid=parsed_grid, base=sweep_base, target=target, directory=directory,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        name=name,
+        mode=mode,
+        grid=parsed_grid,
+        base=sweep_base,
+        target=target,
+        directory=directory,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     if existing is not None:
         if existing.definition() != sweep.definition():
-            differs = [k for k in ("mode", "grid", "base", "target") if existing.definition()[k] != sweep.definition()[k]]
+            differs = [
+                k for k in ("mode", "grid", "base", "target") if existing.definition()[k] != sweep.definition()[k]
+            ]
             raise SweepError(
                 f"sweep {name!r} already exists in {directory} with a different {', '.join(differs)}; "
                 f"run it again as defined (omit --grid to resume it) or choose another --name"
@@ -186,7 +195,12 @@ def plan_sweep(
     if mode == "local":
         prune_for_local(sweep.configs, target["device"])
     else:
-        prune_for_instance(sweep.configs, target["instance_type"], target["instance_count"], auto_tune=bool(sweep_base.get("auto_tune")))
+        prune_for_instance(
+            sweep.configs,
+            target["instance_type"],
+            target["instance_count"],
+            auto_tune=bool(sweep_base.get("auto_tune")),
+        )
     for config in sweep.configs:
         if config.status == SKIPPED:
             continue

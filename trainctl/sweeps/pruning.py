@@ -61,7 +61,9 @@ def trainable_instance(instance_type: str, where: str = "") -> InstanceSpec:
         raise SweepError(f"{where}instance_type {instance_type!r}: expected {exc.expected}{detail}") from None
 
 
-def prune_for_instance(configs: Sequence[SweepConfig], instance_type: str, instance_count: int, *, auto_tune: bool = False) -> None:
+def prune_for_instance(
+    configs: Sequence[SweepConfig], instance_type: str, instance_count: int, *, auto_tune: bool = False
+) -> None:
     """Mark configurations the hardware cannot run or that are predicted not to fit as ``Skipped``.
 
     Every configuration that the planner can estimate gets its ``prediction``.
@@ -87,7 +89,9 @@ def prune_for_instance(configs: Sequence[SweepConfig], instance_type: str, insta
                 f"it supports {supported} ({hp.precision} needs {get_precision(hp.precision).hardware})",
             )
             continue
-        plan_input = planner.PlanInput.from_hyperparameters(hp, instance_type=instance.instance_type, instance_count=instance_count)
+        plan_input = planner.PlanInput.from_hyperparameters(
+            hp, instance_type=instance.instance_type, instance_count=instance_count
+        )
         try:
             plan = planner.estimate(plan_input)
         except ValueError as exc:
@@ -121,7 +125,9 @@ def local_device(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         return {"type": "cpu"}
     name = ""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+        )
         name = out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
     except (OSError, subprocess.TimeoutExpired, IndexError):
         pass
@@ -149,8 +155,12 @@ def prune_for_local(configs: Sequence[SweepConfig], device: Mapping[str, Any]) -
     if gpu is None:
         return
     instance = next(  # the planner plans only the types the trainer image runs on (a GB200 host: precision checks only)
-        (i for i in (catalogue.INSTANCES[t] for t in catalogue.TRAINABLE_INSTANCE_TYPES)
-         if i.gpu_spec.name == gpu and i.gpus_per_instance == device.get("gpus")), None
+        (
+            i
+            for i in (catalogue.INSTANCES[t] for t in catalogue.TRAINABLE_INSTANCE_TYPES)
+            if i.gpu_spec.name == gpu and i.gpus_per_instance == device.get("gpus")
+        ),
+        None,
     )
     if instance is not None:
         prune_for_instance(configs, instance.instance_type, 1)

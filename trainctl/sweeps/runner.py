@@ -98,8 +98,15 @@ def run_local_sweep(
         KeyboardInterrupt: after stopping the current run (its state saved).
     """
     sweep = plan_sweep(
-        name, grid, mode="local", base=base, set_values=set_values, sweeps_dir=sweeps_dir, nproc=nproc,
-        data_dir=data_dir, device=device,
+        name,
+        grid,
+        mode="local",
+        base=base,
+        set_values=set_values,
+        sweeps_dir=sweeps_dir,
+        nproc=nproc,
+        data_dir=data_dir,
+        device=device,
     )
     sweep.save()
     run_local_configs(sweep, data_dir=data_dir, progress=make_progress(progress))
@@ -139,19 +146,32 @@ def run_aws_sweep(
             incomplete submitter environment; ``function``'s region or credentials missing.
     """
     sweep = plan_sweep(
-        name, grid, mode="aws", base=base, set_values=set_values, sweeps_dir=sweeps_dir, env=env,
+        name,
+        grid,
+        mode="aws",
+        base=base,
+        set_values=set_values,
+        sweeps_dir=sweeps_dir,
+        env=env,
         submitter=function or "in-process",
     )
     region = check_submitter(env, function, region)  # before any state is written or request sent
     if dry_run:
-        answers = submit_configs(sweep, env=env, function=function, region=region, dry_run=True, progress=make_progress(progress))
+        answers = submit_configs(
+            sweep, env=env, function=function, region=region, dry_run=True, progress=make_progress(progress)
+        )
         return SweepResult(sweep=sweep, directory=sweep.directory, answers=answers)
     sweep.save()
     answers = submit_configs(sweep, env=env, function=function, region=region, progress=make_progress(progress))
     result = SweepResult(sweep=sweep, directory=sweep.directory, answers=answers)
     if wait and any(c.status in ACTIVE_STATUSES for c in sweep.configs):
         result.still_active = wait_for_jobs(
-            sweep, env=env, region=region, timeout=timeout, poll_interval=poll_interval, progress=make_progress(progress)
+            sweep,
+            env=env,
+            region=region,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            progress=make_progress(progress),
         )
         result.timed_out = bool(result.still_active)
     return result

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -127,19 +127,19 @@ class SweepConfig:
         return self.hyperparameters.get("precision", hpmod.Hyperparameters().precision)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items()}
+        out = dict(self.__dict__.items())
         out["id"] = self.id
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SweepConfig:
-        names = {f for f in cls.__dataclass_fields__}
+        names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def mark(self, status: str, reason: str | None = None) -> None:
         self.status = status
         self.reason = reason
-        self.updated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.updated = datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -211,8 +211,10 @@ class Sweep:
         except (OSError, json.JSONDecodeError) as exc:
             raise SweepError(f"{path}: unreadable sweep state: {exc}") from None
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise SweepError(f"{path}: sweep state version {data.get('version') if isinstance(data, dict) else None!r}, "
-                             f"this trainctl reads version {STATE_VERSION}")
+            raise SweepError(
+                f"{path}: sweep state version {data.get('version') if isinstance(data, dict) else None!r}, "
+                f"this trainctl reads version {STATE_VERSION}"
+            )
         return cls(
             name=data["name"],
             mode=data["mode"],
@@ -241,7 +243,9 @@ def check_name(name: str) -> str:
     return name
 
 
-def sweep_directory(name_or_dir: str | os.PathLike[str], sweeps_dir: str | os.PathLike[str] = DEFAULT_SWEEPS_DIR) -> Path:
+def sweep_directory(
+    name_or_dir: str | os.PathLike[str], sweeps_dir: str | os.PathLike[str] = DEFAULT_SWEEPS_DIR
+) -> Path:
     """The folder of a sweep given by name (under ``sweeps_dir``) or by path."""
     path = Path(name_or_dir)
     if (path / STATE_FILE).is_file():
@@ -271,11 +275,11 @@ __all__ = [
     "STATE_FILE",
     "STOPPED",
     "SUBMIT_ERROR",
+    "TERMINAL_STATUSES",
+    "VALIDATED",
     "Sweep",
     "SweepConfig",
     "SweepError",
-    "TERMINAL_STATUSES",
-    "VALIDATED",
     "check_name",
     "load_sweep",
     "slug_part",

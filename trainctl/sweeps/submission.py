@@ -81,7 +81,9 @@ def _submitter(
         yield send
 
 
-def check_submitter(env: Mapping[str, str] | None = None, function: str | None = None, region: str | None = None) -> str | None:
+def check_submitter(
+    env: Mapping[str, str] | None = None, function: str | None = None, region: str | None = None
+) -> str | None:
     """Refuse, before anything is written or sent, a submitter the sweep cannot or must not use.
 
     In process (no ``function``): only against ``AWS_ENDPOINT_URL`` of ``env``
@@ -147,7 +149,7 @@ def submit_configs(
             answer: dict[str, Any] = {"config": config.id}
             try:
                 response = send(request_for(sweep, config, dry_run=dry_run))
-            except Exception as exc:  # noqa: BLE001 - recorded per configuration, retried on the next run
+            except Exception as exc:
                 if type(exc).__name__ == "ConfigurationError":
                     raise SweepError(
                         f"the submitter's environment is incomplete: {exc}; source the env file of "
@@ -177,7 +179,9 @@ def submit_configs(
                         config.job_arn = response.get("training_job_arn")
                         config.capacity = response.get("capacity")
                         tuning = response.get("auto_tune")
-                        config.mark(answer["status"], f"auto_tune applied: {'; '.join(tuning['changes'])}" if tuning else None)
+                        config.mark(
+                            answer["status"], f"auto_tune applied: {'; '.join(tuning['changes'])}" if tuning else None
+                        )
                 else:
                     error = response.get("error") or {}
                     reason = f"{error.get('code', 'Rejected')}: {error.get('message', response)}"

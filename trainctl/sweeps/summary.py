@@ -31,7 +31,11 @@ EXIT_STILL_RUNNING = 3
 def iter_rows(sweep: Sweep) -> Iterator[tuple[str, str, str, str]]:
     """``(id, grid values, status, job name / run folder / reason)`` per configuration, for summaries."""
     for c in sweep.configs:
-        where = c.job_name if sweep.mode == "aws" and c.status not in (SKIPPED,) else (c.run_dir if c.status != SKIPPED else "")
+        where = (
+            c.job_name
+            if sweep.mode == "aws" and c.status not in (SKIPPED,)
+            else (c.run_dir if c.status != SKIPPED else "")
+        )
         yield c.id, c.title, c.status, (c.reason or where or "")
 
 
@@ -69,16 +73,42 @@ def sweep_and_summarise(
     directory = Path(sweeps_dir) if sweeps_dir is not None else DEFAULT_SWEEPS_DIR
     try:
         if local and dry_run:
-            sweep = plan_sweep(name, grid, mode="local", base=base, set_values=set_values, sweeps_dir=directory,
-                               nproc=nproc, data_dir=data_dir)
+            sweep = plan_sweep(
+                name,
+                grid,
+                mode="local",
+                base=base,
+                set_values=set_values,
+                sweeps_dir=directory,
+                nproc=nproc,
+                data_dir=data_dir,
+            )
             result = SweepResult(sweep=sweep, directory=sweep.directory)
         elif local:
-            result = run_local_sweep(name, grid, base, sweeps_dir=directory, set_values=set_values, nproc=nproc,
-                                     data_dir=data_dir, progress=progress)
+            result = run_local_sweep(
+                name,
+                grid,
+                base,
+                sweeps_dir=directory,
+                set_values=set_values,
+                nproc=nproc,
+                data_dir=data_dir,
+                progress=progress,
+            )
         else:
             result = run_aws_sweep(
-                name, grid, base, sweeps_dir=directory, set_values=set_values, function=function, region=region,
-                wait=wait, timeout=timeout, poll_interval=poll_interval, dry_run=dry_run, progress=progress,
+                name,
+                grid,
+                base,
+                sweeps_dir=directory,
+                set_values=set_values,
+                function=function,
+                region=region,
+                wait=wait,
+                timeout=timeout,
+                poll_interval=poll_interval,
+                dry_run=dry_run,
+                progress=progress,
             )
     except (SweepError, HyperparameterError, SubmitError) as exc:
         print(f"trainctl sweep: {exc}", file=sys.stderr)
@@ -103,36 +133,59 @@ def summarise(result: SweepResult, *, console: Console, dry_run: bool, timeout: 
     for config_id, title, status, detail in iter_rows(sweep):
         answer = answers.get(config_id)
         if dry_run and answer:
-            status, detail = answer["status"], answer.get("reason") or f"{answer.get('training_job_name')} ({(answer.get('capacity') or {}).get('type', '')})"
+            status, detail = (
+                answer["status"],
+                answer.get("reason")
+                or f"{answer.get('training_job_name')} ({(answer.get('capacity') or {}).get('type', '')})",
+            )
         elif dry_run and status == PENDING:
             status = "would run"
         table.add_row(config_id, title, status, detail)
     console.print(table)
     if all(c.status == SKIPPED for c in sweep.configs):
-        print(f"trainctl sweep: every configuration of {sweep.name} was skipped (see the reasons above); nothing to run",
-              file=sys.stderr)
+        print(
+            f"trainctl sweep: every configuration of {sweep.name} was skipped (see the reasons above); nothing to run",
+            file=sys.stderr,
+        )
         return EXIT_NOT_COMPLETED
     if dry_run:
         unanswered = [a for a in result.answers if a["status"] in (REJECTED, SUBMIT_ERROR)]
         if unanswered:
-            print(f"trainctl sweep: {len(unanswered)} configuration(s) would not run; first: "
-                  f"{unanswered[0]['config']}: {unanswered[0].get('reason')}", file=sys.stderr)
+            print(
+                f"trainctl sweep: {len(unanswered)} configuration(s) would not run; first: "
+                f"{unanswered[0]['config']}: {unanswered[0].get('reason')}",
+                file=sys.stderr,
+            )
             return EXIT_NOT_COMPLETED
         return EXIT_OK
     console.print(f"state: {sweep.state_file}   report: {report_hint} --out reports/{sweep.name}")
     if result.timed_out:
-        print(f"trainctl sweep: {len(result.still_active)} job(s) still running after {timeout:g} s; "
-              "run the same command again to keep waiting", file=sys.stderr)
+        print(
+            f"trainctl sweep: {len(result.still_active)} job(s) still running after {timeout:g} s; "
+            "run the same command again to keep waiting",
+            file=sys.stderr,
+        )
         return EXIT_STILL_RUNNING
     not_submitted = sweep.by_status(SUBMIT_ERROR)
     if not_submitted:
         pending = sweep.by_status(PENDING)
-        print(f"trainctl sweep: {len(not_submitted)} configuration(s) could not be submitted"
-              + (f" and {len(pending)} were not sent" if pending else "")
-              + f": {not_submitted[0].reason}; run the same command again to retry", file=sys.stderr)
+        print(
+            f"trainctl sweep: {len(not_submitted)} configuration(s) could not be submitted"
+            + (f" and {len(pending)} were not sent" if pending else "")
+            + f": {not_submitted[0].reason}; run the same command again to retry",
+            file=sys.stderr,
+        )
     if result.failed or sweep.by_status(PENDING):
         return EXIT_NOT_COMPLETED
     return EXIT_OK
 
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_NOT_COMPLETED", "EXIT_OK", "EXIT_STILL_RUNNING", "iter_rows", "summarise", "sweep_and_summarise"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_NOT_COMPLETED",
+    "EXIT_OK",
+    "EXIT_STILL_RUNNING",
+    "iter_rows",
+    "summarise",
+    "sweep_and_summarise",
+]

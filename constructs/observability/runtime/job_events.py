@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -129,11 +129,15 @@ class TrainingJobOutcome:
             training_job_status=status,
             secondary_status=detail.get("SecondaryStatus") if isinstance(detail.get("SecondaryStatus"), str) else None,
             failure_reason=detail.get("FailureReason") if isinstance(detail.get("FailureReason"), str) else None,
-            instance_type=resource_config.get("InstanceType") if isinstance(resource_config.get("InstanceType"), str) else None,
+            instance_type=resource_config.get("InstanceType")
+            if isinstance(resource_config.get("InstanceType"), str)
+            else None,
             instance_count=int(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else None,
             capacity_type=capacity,
             training_plan_arn=plan_arn,
-            billable_time_s=int(billable) if isinstance(billable, (int, float)) and not isinstance(billable, bool) else None,
+            billable_time_s=int(billable)
+            if isinstance(billable, (int, float)) and not isinstance(billable, bool)
+            else None,
             event_time=_event_time(event.get("time")),
             event_id=str(event.get("id") or ""),
         )
@@ -163,9 +167,9 @@ def _event_time(value: Any) -> datetime:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise EventError("time", value, "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z") from None
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
     if value is None:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     raise EventError("time", value, "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z")
 
 
@@ -188,13 +192,21 @@ def record_outcome(outcome: TrainingJobOutcome, *, cloudwatch: Any) -> dict[str,
     """
     if not outcome.terminal:
         logger.info("training job status not terminal; not counted", extra=outcome.log_fields())
-        return {"counted": False, "training_job_name": outcome.training_job_name, "training_job_status": outcome.training_job_status}
+        return {
+            "counted": False,
+            "training_job_name": outcome.training_job_name,
+            "training_job_status": outcome.training_job_status,
+        }
     put_metric_data(cloudwatch, settings.JOB_METRICS_NAMESPACE, [outcome_datum(outcome)])
     if outcome.training_job_status == "Failed":
         logger.warning(settings.OUTCOME_LOG_MESSAGE, extra=outcome.log_fields())
     else:
         logger.info(settings.OUTCOME_LOG_MESSAGE, extra=outcome.log_fields())
-    return {"counted": True, "training_job_name": outcome.training_job_name, "training_job_status": outcome.training_job_status}
+    return {
+        "counted": True,
+        "training_job_name": outcome.training_job_name,
+        "training_job_status": outcome.training_job_status,
+    }
 
 
 def make_recorder(
@@ -251,7 +263,9 @@ def _default_recorder() -> tuple[Callable[[TrainingJobOutcome], dict[str, Any]],
             cloudwatch=client("cloudwatch"),
             dynamodb=client("dynamodb"),
             table_name=os.environ[settings.ENV_IDEMPOTENCY_TABLE],
-            expires_after_seconds=int(os.environ.get(settings.ENV_IDEMPOTENCY_TTL_SECONDS, DEFAULT_IDEMPOTENCY_TTL_SECONDS)),
+            expires_after_seconds=int(
+                os.environ.get(settings.ENV_IDEMPOTENCY_TTL_SECONDS, DEFAULT_IDEMPOTENCY_TTL_SECONDS)
+            ),
         )
     return _recorder
 

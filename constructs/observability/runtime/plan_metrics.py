@@ -29,17 +29,17 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger
+
 from platform_spec.training_plans import PlanArn, TrainingPlanArnError
 
 from . import settings
 from .aws import client, error_code, put_metric_data
 
 logger = Logger(service=settings.PLAN_METRICS_SERVICE)
-
 
 
 class PlanMetricsError(RuntimeError):
@@ -77,8 +77,8 @@ class PlanCapacity:
         """Build from a ``DescribeTrainingPlan`` response (boto3 shape: ``EndTime`` a datetime)."""
         end = description["EndTime"]
         if end.tzinfo is None:
-            end = end.replace(tzinfo=timezone.utc)
-        end = end.astimezone(timezone.utc)
+            end = end.replace(tzinfo=UTC)
+        end = end.astimezone(UTC)
         hours = max(0.0, (end - now).total_seconds() / 3600.0)
         return cls(
             training_plan_name=description["TrainingPlanName"],
@@ -135,9 +135,13 @@ def read_plan_arns(ssm: Any, parameter_name: str) -> list[str]:
     try:
         arns = json.loads(value)
     except json.JSONDecodeError:
-        raise PlanMetricsError(f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs") from None
+        raise PlanMetricsError(
+            f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs"
+        ) from None
     if not isinstance(arns, list):
-        raise PlanMetricsError(f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs")
+        raise PlanMetricsError(
+            f"SSM parameter {parameter_name}: got {value!r}; expected a JSON list of training-plan ARNs"
+        )
     for index, arn in enumerate(arns):
         try:  # the platform's one ARN rule (platform_spec.training_plans)
             PlanArn.parse(arn)
@@ -168,7 +172,9 @@ def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[dict[str, 
     datums: list[dict[str, Any]] = []
 
     def add(name: str, value: float, unit: str, dimensions: list[dict[str, str]]) -> None:
-        datums.append({"MetricName": name, "Dimensions": dimensions, "Timestamp": now, "Value": float(value), "Unit": unit})
+        datums.append(
+            {"MetricName": name, "Dimensions": dimensions, "Timestamp": now, "Value": float(value), "Unit": unit}
+        )
 
     for plan in plans:
         dims = [{"Name": settings.DIMENSION_TRAINING_PLAN_NAME, "Value": plan.training_plan_name}]
@@ -200,7 +206,7 @@ def publish_plan_metrics(
         PlanMetricsError: the parameter does not hold a JSON list of plan ARNs.
         botocore.exceptions.ClientError: SSM or CloudWatch failed after retries.
     """
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    now = (now or datetime.now(UTC)).astimezone(UTC)
     arns = read_plan_arns(ssm, parameter_name)
     plans, problems = describe_plans(sagemaker, arns, now)
     datums = metric_data(plans, now)

@@ -65,10 +65,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
+
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S
 from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
@@ -260,14 +261,14 @@ def _blocks(description: dict[str, Any], instance_type: str) -> tuple[list[_Bloc
         if start is None or end is None:
             notes.append(f"block {summary.get('ReservedCapacityArn', '?')} has no StartTime/EndTime")
             continue
-        blocks.append(_Block(start, end, int(summary.get("TotalInstanceCount") or 0), summary.get("ReservedCapacityArn")))
+        blocks.append(
+            _Block(start, end, int(summary.get("TotalInstanceCount") or 0), summary.get("ReservedCapacityArn"))
+        )
     blocks.sort(key=lambda b: (b.start, b.end))
     return blocks, notes
 
 
-def judge_plan(
-    arn: str, description: dict[str, Any] | None, request: SubmitRequest, now: datetime
-) -> PlanVerdict:
+def judge_plan(arn: str, description: dict[str, Any] | None, request: SubmitRequest, now: datetime) -> PlanVerdict:
     """Apply the eligibility rules (module docstring) to one described plan."""
     if description is None:
         return PlanVerdict(arn, False, "not found (DescribeTrainingPlan: ResourceNotFound)")
@@ -276,14 +277,18 @@ def judge_plan(
         return PlanVerdict(arn, False, f"DescribeTrainingPlan answered for {described}, a different plan")
     status = description.get("Status")
     if status not in ELIGIBLE_STATUSES:
-        return PlanVerdict(arn, False, f"status is {status} (needs Active or Scheduled)", _utc(description.get("EndTime")))
+        return PlanVerdict(
+            arn, False, f"status is {status} (needs Active or Scheduled)", _utc(description.get("EndTime"))
+        )
     targets = description.get("TargetResources") or []
     if "training-job" not in targets:
         return PlanVerdict(arn, False, f"reserved for {', '.join(targets) or 'nothing'}, not training-job")
     summaries = description.get("ReservedCapacitySummaries") or []
     types = sorted({s.get("InstanceType") for s in summaries if s.get("InstanceType")})
     if request.instance_type not in types:
-        return PlanVerdict(arn, False, f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}")
+        return PlanVerdict(
+            arn, False, f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}"
+        )
 
     blocks, notes = _blocks(description, request.instance_type)
     usable = [b for b in blocks if b.usable_end > now]
@@ -370,7 +375,7 @@ def choose_capacity(
             entry in the list is skipped, with the reason naming it), or the function does
             not know its region or account (so it cannot tell its own plans from others').
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if request.capacity == "spot":
         return [CapacityChoice("spot", "spot capacity requested (managed spot training)", rule=RULE_REQUESTED)]
     if request.capacity == "on-demand":
@@ -378,11 +383,13 @@ def choose_capacity(
 
     order: Sequence[str] = ("training-plan",) if request.capacity == "training-plan" else config.capacity_fallback
     if request.training_plan_arn is not None and "training-plan" not in order:
-        raise invalid(FieldError(
-            "training_plan_arn",
-            request.training_plan_arn,
-            f"no plan: capacity auto tries {', '.join(order)} here (training plans are not in the fallback order)",
-        ))
+        raise invalid(
+            FieldError(
+                "training_plan_arn",
+                request.training_plan_arn,
+                f"no plan: capacity auto tries {', '.join(order)} here (training plans are not in the fallback order)",
+            )
+        )
     verdicts: list[PlanVerdict] = []
     candidates: list[CapacityChoice] = []
     for kind in order:
@@ -412,7 +419,7 @@ def _best_plan(request: SubmitRequest, verdicts: list[PlanVerdict]) -> CapacityC
     eligible = [v for v in verdicts if v.eligible]
     if not eligible:
         return None
-    far = datetime.max.replace(tzinfo=timezone.utc)
+    far = datetime.max.replace(tzinfo=UTC)
     now_plans = sorted((v for v in eligible if v.starts_now), key=lambda v: (v.usable_end or far, v.training_plan_arn))
     waiting = sorted(
         (v for v in eligible if not v.starts_now),
@@ -481,23 +488,31 @@ def _judge_configured_plans(
             reason = foreign_reason(request.training_plan_arn, region=config.region, account=config.account_id)
         except ValueError:
             raise invalid(
-                FieldError("training_plan_arn", request.training_plan_arn, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
+                FieldError(
+                    "training_plan_arn",
+                    request.training_plan_arn,
+                    f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}",
+                )
             ) from None
         if reason is not None:
-            raise invalid(FieldError(
-                "training_plan_arn",
-                request.training_plan_arn,
-                f"a plan of this platform's region {config.region} and account {config.account_id} ({reason})",
-            ))
+            raise invalid(
+                FieldError(
+                    "training_plan_arn",
+                    request.training_plan_arn,
+                    f"a plan of this platform's region {config.region} and account {config.account_id} ({reason})",
+                )
+            )
     entries = configured_plan_entries(clients, config)
     arns = [e for e in entries if malformed_entry_reason(e) is None]
     if request.training_plan_arn is not None:
         if request.training_plan_arn not in arns:
-            raise invalid(FieldError(
-                "training_plan_arn",
-                request.training_plan_arn,
-                "one of the configured plans: " + (", ".join(arns) or "(none configured)"),
-            ))
+            raise invalid(
+                FieldError(
+                    "training_plan_arn",
+                    request.training_plan_arn,
+                    "one of the configured plans: " + (", ".join(arns) or "(none configured)"),
+                )
+            )
         entries = arns = [request.training_plan_arn]
     verdicts = []
     for entry in entries:
@@ -547,7 +562,7 @@ def _no_capacity_message(request: SubmitRequest, verdicts: list[PlanVerdict]) ->
 
 def _utc(value: Any) -> datetime | None:
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
     return None
 
 

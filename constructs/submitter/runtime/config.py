@@ -115,7 +115,9 @@ class SubmitterConfig:
 
         records = required(settings.ENV_CLIENT_TOKEN_RECORDS)
         if not re.fullmatch(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(\S+/)?", records):
-            raise ConfigurationError(f"{settings.ENV_CLIENT_TOKEN_RECORDS}={records!r}: expected s3://<bucket>/<prefix>/")
+            raise ConfigurationError(
+                f"{settings.ENV_CLIENT_TOKEN_RECORDS}={records!r}: expected s3://<bucket>/<prefix>/"
+            )
 
         prefixes = csv(settings.ENV_ALLOWED_INPUT_PREFIXES)
         bad = [p for p in prefixes if not p.startswith("s3://") or len(p) <= len("s3://")]
@@ -142,7 +144,7 @@ class SubmitterConfig:
 
     def input_prefixes(self) -> tuple[str, ...]:
         """``s3://`` prefixes input channels may use: the data bucket, then the configured extras."""
-        return (f"s3://{self.data_bucket}/",) + self.allowed_input_prefixes
+        return (f"s3://{self.data_bucket}/", *self.allowed_input_prefixes)
 
 
 def default_allowed_instance_types() -> tuple[str, ...]:

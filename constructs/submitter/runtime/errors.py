@@ -148,7 +148,14 @@ class DeadlineExceeded(RuntimeError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             _deadline_exceeded,
-            (self.operation, self.remaining_s, self.needed_s, self.attempts_sent, self.last_attempt, self.may_have_taken_effect),
+            (
+                self.operation,
+                self.remaining_s,
+                self.needed_s,
+                self.attempts_sent,
+                self.last_attempt,
+                self.may_have_taken_effect,
+            ),
         )
 
 

@@ -107,5 +107,9 @@ def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
     deadline = Deadline.from_lambda_context(context)
     clients, config = dependencies()
     return handle(
-        event, clients=clients, config=config, correlation_id=getattr(context, "aws_request_id", None), deadline=deadline
+        event,
+        clients=clients,
+        config=config,
+        correlation_id=getattr(context, "aws_request_id", None),
+        deadline=deadline,
     )

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from . import sagemaker_rules as model
@@ -152,7 +152,7 @@ class TokenRecords:
             "training_job_name": job_name,
             "request_sha256": fingerprint,
             "state": CLAIMED,
-            "created": datetime.now(timezone.utc).isoformat(),
+            "created": datetime.now(UTC).isoformat(),
         }
         if adopted:
             body["adopted"] = True
@@ -204,7 +204,7 @@ class TokenRecords:
         schema = data.get("schema") if isinstance(data, dict) else None
         if (
             not isinstance(data, dict)
-            or type(schema) is not int  # noqa: E721 - not a bool, not 1.0
+            or type(schema) is not int
             or schema != RECORD_SCHEMA
             or not all(isinstance(data.get(f), str) and data.get(f) for f in fields)
             or data["state"] not in (CLAIMED, RELEASED)

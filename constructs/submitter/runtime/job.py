@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from platform_spec.errors import FieldError
@@ -72,7 +72,6 @@ TAG_CAPACITY_TYPE = "platform:capacity-type"
 TAG_SUBMITTER = "platform:submitted-by"
 
 
-
 def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
     """The training job name for ``request``.
 
@@ -91,7 +90,7 @@ def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
         return derived_job_name(request.client_token)
     hp = request.hyperparameters
     stem = _slug(f"{hp.model}-{hp.precision}")[:32]
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{stem}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
@@ -176,13 +175,17 @@ def check_limits(params: dict[str, Any]) -> None:
     hps = params.get("HyperParameters", {})
     most = model.bounds("HyperParameters")[1]
     if most is not None and len(hps) > most:
-        raise invalid(FieldError("hyperparameters", f"{len(hps)} entries", f"at most {most} (SageMaker's HyperParameters limit)"))
+        raise invalid(
+            FieldError("hyperparameters", f"{len(hps)} entries", f"at most {most} (SageMaker's HyperParameters limit)")
+        )
     key_rule, value_rule = model.string_rule("HyperParameters.key"), model.string_rule("HyperParameters.value")
     for key, value in hps.items():
         if not key_rule.accepts(key):
             raise invalid(FieldError(f"hyperparameters.{key}", key, f"a name of {key_rule.expected()}"))
         if not value_rule.accepts(value):
-            raise invalid(FieldError(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}"))
+            raise invalid(
+                FieldError(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}")
+            )
     tags = params.get("Tags", [])
     most = model.bounds("Tags")[1]
     if most is not None and len(tags) > most:
@@ -203,7 +206,11 @@ def _tags(
     if most is not None and len(merged) > most:
         own = len(merged) - len(request.tags)
         raise invalid(
-            FieldError("tags", f"{len(request.tags)} tags", f"at most {most - own} (SageMaker allows {most}; the platform sets {own})")
+            FieldError(
+                "tags",
+                f"{len(request.tags)} tags",
+                f"at most {most - own} (SageMaker allows {most}; the platform sets {own})",
+            )
         )
     return [{"Key": k, "Value": v} for k, v in merged.items()]
 

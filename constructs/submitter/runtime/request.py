@@ -103,7 +103,7 @@ from .config import SubmitterConfig
 from .errors import invalid
 from .settings import CAPACITY_TYPES
 
-CAPACITY_CHOICES: tuple[str, ...] = CAPACITY_TYPES + ("auto",)
+CAPACITY_CHOICES: tuple[str, ...] = (*CAPACITY_TYPES, "auto")
 """The ``capacity`` field's values (its rule ``capacity``): the capacity types, or ``auto`` (the
 configured fallback order)."""
 
@@ -340,7 +340,9 @@ def bound_rule(row: RequestField) -> FieldRule:
             return FieldRule(string_rule=lambda: model.string_rule(path))
         if row.type in ("integer", "number"):
             return FieldRule(bounds=lambda: model.bounds(path))
-        raise LookupError(f"request field {row.name!r}: a SageMaker rule applies to strings and numbers, not {row.type}")
+        raise LookupError(
+            f"request field {row.name!r}: a SageMaker rule applies to strings and numbers, not {row.type}"
+        )
     try:
         return RULES[row.rule]
     except KeyError:
@@ -464,7 +466,9 @@ def _bound_check(name: str) -> Check:
     try:
         return CHECKS[name]
     except KeyError:
-        raise LookupError(f"request check {name!r} is not bound by the runtime (bound: {', '.join(sorted(CHECKS))})") from None
+        raise LookupError(
+            f"request check {name!r} is not bound by the runtime (bound: {', '.join(sorted(CHECKS))})"
+        ) from None
 
 
 def _parse_field(row: RequestField, raw: Any, values: Mapping[str, Any], config: SubmitterConfig) -> tuple[Any, Any]:
@@ -487,7 +491,9 @@ def _parse_field(row: RequestField, raw: Any, values: Mapping[str, Any], config:
         other = values[row.only_with.field]
         if other not in row.only_with.values:
             allowed = " or ".join(row.only_with.values)
-            raise FieldError(name, raw, f"no {row.only_with.noun} with {row.only_with.field} {other!r} ({allowed} only)")
+            raise FieldError(
+                name, raw, f"no {row.only_with.noun} with {row.only_with.field} {other!r} ({allowed} only)"
+            )
     _constrain(row, rule, raw, value)
     return value, value
 
@@ -530,7 +536,9 @@ def _constrain(row: RequestField, rule: FieldRule, raw: Any, value: Any) -> None
             raise FieldError(row.name, value if row.type == "integer" else raw, expected_text(row, rule))
     elif row.type == "string":
         choices = _choices(row, rule)
-        fine = (not choices or value in choices) and (row.pattern is None or re.fullmatch(row.pattern, value) is not None)
+        fine = (not choices or value in choices) and (
+            row.pattern is None or re.fullmatch(row.pattern, value) is not None
+        )
         if fine and rule.string_rule is not None:
             fine = rule.string_rule().accepts(value)
         if not fine:
@@ -558,7 +566,9 @@ def _derived_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfi
 def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
     """The trainer reads the ``train`` channel unless it makes synthetic data."""
     if not values["hyperparameters"].synthetic_data and "train" not in values["inputs"]:
-        raise FieldError("inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)")
+        raise FieldError(
+            "inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)"
+        )
 
 
 def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> None:
@@ -614,7 +624,9 @@ def _inputs(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, 
     """Channel -> ``s3://`` URI, keys resolved under the data bucket; canonical: sorted."""
     most = model.bounds("InputDataConfig")[1]
     if most is not None and len(raw) > most:
-        raise FieldError("inputs", f"{len(raw)} channels", f"at most {most} channels (SageMaker's InputDataConfig limit)")
+        raise FieldError(
+            "inputs", f"{len(raw)} channels", f"at most {most} channels (SageMaker's InputDataConfig limit)"
+        )
     channel_rule = model.string_rule("InputDataConfig.member.ChannelName")
     uri_rule = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
     prefixes = config.input_prefixes()
@@ -629,7 +641,11 @@ def _inputs(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, 
             if "://" in uri:
                 raise FieldError(where, uri, "an s3:// URI or a key prefix under the data bucket")
             uri = f"s3://{config.data_bucket}/{uri.lstrip('/')}"
-        if S3_URI_RE.fullmatch(uri) is None or any(ord(c) < 32 or ord(c) == 127 for c in uri) or not uri_rule.accepts(uri):
+        if (
+            S3_URI_RE.fullmatch(uri) is None
+            or any(ord(c) < 32 or ord(c) == 127 for c in uri)
+            or not uri_rule.accepts(uri)
+        ):
             raise FieldError(where, uri, f"an s3://bucket/key URI without control characters, {uri_rule.length_text()}")
         if not any(uri.startswith(p) for p in prefixes):
             raise FieldError(where, uri, "a URI under " + " or ".join(prefixes))
@@ -643,7 +659,9 @@ def _inputs_schema() -> dict[str, Any]:
     return {
         "maxProperties": model.bounds("InputDataConfig")[1],
         "propertyNames": {
-            "minLength": channel.min_length, "maxLength": channel.max_length, "pattern": _whole_string_pattern(channel.pattern or ".*"),
+            "minLength": channel.min_length,
+            "maxLength": channel.max_length,
+            "pattern": _whole_string_pattern(channel.pattern or ".*"),
         },
         "additionalProperties": {"type": "string", "maxLength": uri.max_length},
     }
@@ -668,16 +686,24 @@ def _tags(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, st
     tags: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(key, str) or not key_rule.accepts(key):
-            raise FieldError("tags", key, f"tag keys of {key_rule.length_text()}: {_TAG_TEXT} (SageMaker's {key_rule.name})")
+            raise FieldError(
+                "tags", key, f"tag keys of {key_rule.length_text()}: {_TAG_TEXT} (SageMaker's {key_rule.name})"
+            )
         where = f"tags.{key}"
         if key.lower().startswith(RESERVED_TAG_PREFIXES):
-            raise FieldError(where, key, "a key not starting with " + " or ".join(RESERVED_TAG_PREFIXES) + " (reserved)")
+            raise FieldError(
+                where, key, "a key not starting with " + " or ".join(RESERVED_TAG_PREFIXES) + " (reserved)"
+            )
         taken = next((k for k in config.platform_tags if k.lower() == key.lower()), None)
         if taken is not None:
             # tag keys are case-sensitive: "project" next to the platform's "Project" would split reports by it
-            raise FieldError(where, value, f"no value: the platform sets tag {taken!r} (keys are compared in any letter case)")
+            raise FieldError(
+                where, value, f"no value: the platform sets tag {taken!r} (keys are compared in any letter case)"
+            )
         if not isinstance(value, str) or not value_rule.accepts(value):
-            raise FieldError(where, value, f"a string of {value_rule.length_text()}: {_TAG_TEXT} (SageMaker's {value_rule.name})")
+            raise FieldError(
+                where, value, f"a string of {value_rule.length_text()}: {_TAG_TEXT} (SageMaker's {value_rule.name})"
+            )
         tags[key] = value
     return tags, dict(sorted(tags.items()))
 
@@ -761,7 +787,9 @@ def _check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: 
     instance_type = request.instance_type
     if instance_type not in model.training_instance_types():
         raise FieldError(
-            "instance_type", instance_type, "an instance type CreateTrainingJob accepts (SageMaker's TrainingInstanceType)"
+            "instance_type",
+            instance_type,
+            "an instance type CreateTrainingJob accepts (SageMaker's TrainingInstanceType)",
         )
     architecture = catalogue.host_architecture_problem(instance_type)
     if architecture is not None:
@@ -777,14 +805,18 @@ def _check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: 
         instance = catalogue.get_instance(instance_type)
     except KeyError:
         raise FieldError(
-            "instance_type", instance_type, "an instance type the planner knows: " + ", ".join(sorted(catalogue.INSTANCES))
+            "instance_type",
+            instance_type,
+            "an instance type the planner knows: " + ", ".join(sorted(catalogue.INSTANCES)),
         ) from None
     gpu_name = _gpu_name(instance)
     precision = request.hyperparameters.precision
     if gpu_name is not None and not catalogue.supports_precision(gpu_name, precision):
         supported = catalogue.supported_precisions(gpu_name)
         raise FieldError(
-            "hyperparameters.precision", precision, f"a precision {gpu_name} on {instance_type} supports: {', '.join(supported)}"
+            "hyperparameters.precision",
+            precision,
+            f"a precision {gpu_name} on {instance_type} supports: {', '.join(supported)}",
         )
     return instance
 
@@ -868,7 +900,9 @@ def _whole_string_pattern(pattern: str) -> str:
     ``jsonschema`` package's engine) also matches before a trailing newline; it means the same in
     ECMA-262. A pattern already anchored with ``^...$`` is re-anchored so.
     """
-    body = pattern[1:-1] if pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    body = (
+        pattern[1:-1] if pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    )
     return f"^(?:{body})(?![\\s\\S])"
 
 
@@ -944,9 +978,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m platform_constructs.submitter.runtime.request",
         description="The submitter's request table (platform_spec/request_fields.py) as README Markdown or JSON Schema.",
     )
-    parser.add_argument("--readme", nargs="?", const=str(default), metavar="PATH",
-                        help=f"rewrite the request table between the markers of PATH (default: {default})")
-    parser.add_argument("--check", action="store_true", help="with --readme: change nothing; exit 1 when the table is out of date")
+    parser.add_argument(
+        "--readme",
+        nargs="?",
+        const=str(default),
+        metavar="PATH",
+        help=f"rewrite the request table between the markers of PATH (default: {default})",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="with --readme: change nothing; exit 1 when the table is out of date"
+    )
     parser.add_argument("--schema", action="store_true", help="print the request's JSON Schema")
     args = parser.parse_args(argv)  # fmt: skip
     if args.schema:

@@ -227,6 +227,7 @@ def compile_pattern(pattern: str) -> Callable[[str], bool] | None:
         return None
     if not categories:
         return lambda value: compiled.fullmatch(value) is not None
+
     def matcher(value: str) -> bool:
         return compiled.fullmatch(_rewrite(value, categories)) is not None
 
@@ -282,9 +283,8 @@ def _translate(pattern: str) -> tuple[str, tuple[str, ...]]:
                 placeholder = chr(_PLACEHOLDER_BASE + categories.index(name))
                 out.append(placeholder if in_class else f"[{placeholder}]")
                 continue
-            if nxt.isalnum() and nxt not in "sSdDwW":
-                if nxt not in "tnrfe0xu":
-                    raise ValueError(f"escape \\{nxt}")
+            if nxt.isalnum() and nxt not in "sSdDwW" and nxt not in "tnrfe0xu":
+                raise ValueError(f"escape \\{nxt}")
             if not nxt.isalnum():
                 literals.append(nxt)
             out.append(pattern[i : i + 2])

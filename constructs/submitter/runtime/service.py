@@ -64,11 +64,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-import planner
 from aws_lambda_powertools import Logger
+
+import planner
 from platform_spec import catalogue
 from platform_spec import hyperparameters as hpmod
 from platform_spec.errors import FieldError
@@ -136,7 +137,7 @@ def submit(
     """
     with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
         try:
-            return _submit(event, clients=clients, config=config, now=now or datetime.now(timezone.utc))
+            return _submit(event, clients=clients, config=config, now=now or datetime.now(UTC))
         except Refusal as refusal:
             logger.info(
                 "request refused",
@@ -144,12 +145,16 @@ def submit(
             )
             return refusal.to_response()
         except DeadlineExceeded as exc:
-            logger.warning("deadline exceeded", extra={"operation": exc.operation, "remaining_s": round(exc.remaining_s, 3)})
+            logger.warning(
+                "deadline exceeded", extra={"operation": exc.operation, "remaining_s": round(exc.remaining_s, 3)}
+            )
             raise
         except Exception as exc:
             if scoped is not None and scoped.error is not None:
                 # a library wrapped the DeadlineExceeded (Powertools' parameters): answer as what it is
-                logger.warning("deadline exceeded", extra={"operation": scoped.error.operation, "wrapped_in": type(exc).__name__})
+                logger.warning(
+                    "deadline exceeded", extra={"operation": scoped.error.operation, "wrapped_in": type(exc).__name__}
+                )
                 raise scoped.error from exc
             raise
 
@@ -171,7 +176,9 @@ def _submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime)
                     replace=slot.record if slot.write == "replace" else None, adopted=True,
                 )  # fmt: skip
                 if adopted is None:
-                    logger.info("client token claimed concurrently; settling", extra={"training_job_name": slot.job_name})
+                    logger.info(
+                        "client token claimed concurrently; settling", extra={"training_job_name": slot.job_name}
+                    )
                     continue
                 logger.info("client token bound to a job made without one", extra={"training_job_name": slot.job_name})
             return _replay(request, slot.existing, fingerprint, estimate, tuning, via=slot.via)
@@ -196,7 +203,16 @@ def _submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime)
                 continue
             slot = dataclasses.replace(slot, record=claimed, write=None)
         return _create(
-            request, tuned, slot, candidates, fingerprint, estimate, tuning, clients=clients, records=records, config=config
+            request,
+            tuned,
+            slot,
+            candidates,
+            fingerprint,
+            estimate,
+            tuning,
+            clients=clients,
+            records=records,
+            config=config,
         )
     raise RuntimeError(
         f"client_token: the claim on its record was lost {CLAIM_ATTEMPTS} times to concurrent requests; retry"
@@ -228,7 +244,9 @@ def _create(
     own_job: dict[str, Any] | None = None
     try:
         for choice in candidates:
-            params = build_create_training_job(tuned, job_name=job_name, capacity=choice, config=config, fingerprint=fingerprint)
+            params = build_create_training_job(
+                tuned, job_name=job_name, capacity=choice, config=config, fingerprint=fingerprint
+            )
             try:
                 created = clients.sagemaker.create_training_job(**params)
             except Exception as exc:
@@ -259,13 +277,19 @@ def _create(
                 raise
             logger.info(
                 "training job created",
-                extra={"training_job_name": job_name, "training_job_arn": created["TrainingJobArn"], "capacity": choice.type},
+                extra={
+                    "training_job_name": job_name,
+                    "training_job_arn": created["TrainingJobArn"],
+                    "capacity": choice.type,
+                },
             )
             return _answer("submitted", job_name, created["TrainingJobArn"], choice, estimate, tuning)
         if own_job is None:
             last = quota_refusals[-1]
             if len(quota_refusals) > 1:
-                last.details = dict(last.details or {}, quotas=[r.details["quota"] for r in quota_refusals if r.details])
+                last.details = dict(
+                    last.details or {}, quotas=[r.details["quota"] for r in quota_refusals if r.details]
+                )
                 last.message = "every capacity in the fallback order is over its quota: " + "; ".join(
                     r.message for r in quota_refusals
                 )
@@ -318,7 +342,9 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
         logger.info("auto_tune applied", extra={"auto_tune": suggestion})
         return dataclasses.replace(request, hyperparameters=new_hp), tuned_plan.to_dict(), suggestion
 
-    why = "and the planner found no change that fits" if tuned is None else "set auto_tune to apply the suggested change"
+    why = (
+        "and the planner found no change that fits" if tuned is None else "set auto_tune to apply the suggested change"
+    )
     required, usable = getattr(plan.memory_gb, "required", None), getattr(plan.memory_gb, "usable", None)
     if isinstance(required, (int, float)) and isinstance(usable, (int, float)):
         figures = f"{memory:.1f} GB peak per GPU ({required:.1f} GB with margins) of {usable:.1f} GB usable"
@@ -522,7 +548,9 @@ def _job_by_token_tag(clients: Any, digest: str) -> dict[str, Any] | None:
     """
     response = clients.sagemaker.search(
         Resource="TrainingJob",
-        SearchExpression={"Filters": [{"Name": f"Tags.{TAG_CLIENT_TOKEN_SHA256}", "Operator": "Equals", "Value": digest}]},
+        SearchExpression={
+            "Filters": [{"Name": f"Tags.{TAG_CLIENT_TOKEN_SHA256}", "Operator": "Equals", "Value": digest}]
+        },
         SortBy="CreationTime",
         SortOrder="Ascending",
         MaxResults=10,
@@ -624,7 +652,14 @@ def _replay(
     logger.info("idempotent replay", extra={"training_job_name": name, "training_job_arn": arn, "via": via})
     status = "validated" if request.dry_run else "submitted"
     return _answer(
-        status, name, arn, choice, estimate, tuning, replayed=True, training_job_status=description.get("TrainingJobStatus")
+        status,
+        name,
+        arn,
+        choice,
+        estimate,
+        tuning,
+        replayed=True,
+        training_job_status=description.get("TrainingJobStatus"),
     )
 
 

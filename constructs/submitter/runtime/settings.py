@@ -20,8 +20,12 @@ ENV_OUTPUT_BUCKET = "OUTPUT_BUCKET"
 ENV_TRAINING_PLAN_ARNS_PARAMETER = "TRAINING_PLAN_ARNS_PARAMETER"  # SSM String parameter holding a JSON list of ARNs
 ENV_DEFAULT_INSTANCE_TYPE = "DEFAULT_INSTANCE_TYPE"
 ENV_ALLOWED_INSTANCE_TYPES = "ALLOWED_INSTANCE_TYPES"  # comma-separated
-ENV_CAPACITY_FALLBACK = "CAPACITY_FALLBACK"  # comma-separated order for capacity=auto, e.g. "training-plan,spot,on-demand"
-ENV_ALLOWED_INPUT_PREFIXES = "ALLOWED_INPUT_PREFIXES"  # comma-separated extra s3:// prefixes; the data bucket is always allowed
+ENV_CAPACITY_FALLBACK = (
+    "CAPACITY_FALLBACK"  # comma-separated order for capacity=auto, e.g. "training-plan,spot,on-demand"
+)
+ENV_ALLOWED_INPUT_PREFIXES = (
+    "ALLOWED_INPUT_PREFIXES"  # comma-separated extra s3:// prefixes; the data bucket is always allowed
+)
 ENV_PLATFORM_TAGS = "PLATFORM_TAGS"  # JSON object of tags added to every job
 ENV_VOLUME_SIZE_GB = "TRAINING_VOLUME_SIZE_GB"
 ENV_CLIENT_TOKEN_RECORDS = "CLIENT_TOKEN_RECORDS_URI"  # s3://<output bucket>/<CLIENT_TOKEN_RECORDS_PREFIX>

@@ -63,24 +63,29 @@ def attention_flops_per_token(model: ToyConfig, seq_length: int, *, causal: bool
 
 
 def flops_per_token(model: ToyConfig, seq_length: int, *, include_embedding: bool = True, causal: bool = True) -> float:
-    n = model.num_layers * matmul_weights_per_block(model) + (model.hidden_size * model.vocab_size if include_embedding else 0)
+    n = model.num_layers * matmul_weights_per_block(model) + (
+        model.hidden_size * model.vocab_size if include_embedding else 0
+    )
     return 6.0 * n
 
 
-def block_activation_terms(model: ToyConfig, *, activation_bytes: float, quantized_bytes: float | None,
-                           dropout: bool = False) -> dict[str, float]:
+def block_activation_terms(
+    model: ToyConfig, *, activation_bytes: float, quantized_bytes: float | None, dropout: bool = False
+) -> dict[str, float]:
     h, f, a = model.hidden_size, model.ffn_hidden_size, activation_bytes
     gemm_in = quantized_bytes if quantized_bytes is not None else a
     return {"norm_input": a * h, "fc1_input": gemm_in * h, "fc1_output": a * f, "fc2_input": gemm_in * f}
 
 
-def block_backward_transient_bytes_per_token(model: ToyConfig, *, activation_bytes: float,
-                                             quantized_bytes: float | None) -> float:
+def block_backward_transient_bytes_per_token(
+    model: ToyConfig, *, activation_bytes: float, quantized_bytes: float | None
+) -> float:
     return activation_bytes * (model.hidden_size + model.ffn_hidden_size)
 
 
-def block_elementwise_bytes_per_token(model: ToyConfig, *, activation_bytes: float, quantized_bytes: float | None,
-                                      dropout: bool = False) -> tuple[float, float]:
+def block_elementwise_bytes_per_token(
+    model: ToyConfig, *, activation_bytes: float, quantized_bytes: float | None, dropout: bool = False
+) -> tuple[float, float]:
     forward = activation_bytes * (4 * model.hidden_size + 2 * model.ffn_hidden_size)
     return forward, 2 * forward
 
@@ -89,23 +94,25 @@ def init_rule(canonical: str, model: ToyConfig) -> str | float:
     return "ones" if canonical.endswith("norm.weight") else INIT_STD
 
 
-FAMILY = register_family(ModelFamily(
-    name="toy",
-    shape_type=ToyConfig,
-    presets=PRESETS,
-    flops_per_token=flops_per_token,
-    description="token-wise MLP blocks (tests only)",
-    terms=ShapeTerms(
-        matmul_weights_per_block=matmul_weights_per_block,
-        attention_flops_per_token=attention_flops_per_token,
-        block_activation_terms=block_activation_terms,
-        block_backward_transient_bytes_per_token=block_backward_transient_bytes_per_token,
-        block_elementwise_bytes_per_token=block_elementwise_bytes_per_token,
-        kernels_per_block=7,
-    ),
-    package=__name__,
-    blocks={"torch": ".torch_block"},
-    init_rule=init_rule,
-    export_format="toy-mlp",
-    export_metadata={"activation": "relu"},
-))
+FAMILY = register_family(
+    ModelFamily(
+        name="toy",
+        shape_type=ToyConfig,
+        presets=PRESETS,
+        flops_per_token=flops_per_token,
+        description="token-wise MLP blocks (tests only)",
+        terms=ShapeTerms(
+            matmul_weights_per_block=matmul_weights_per_block,
+            attention_flops_per_token=attention_flops_per_token,
+            block_activation_terms=block_activation_terms,
+            block_backward_transient_bytes_per_token=block_backward_transient_bytes_per_token,
+            block_elementwise_bytes_per_token=block_elementwise_bytes_per_token,
+            kernels_per_block=7,
+        ),
+        package=__name__,
+        blocks={"torch": ".torch_block"},
+        init_rule=init_rule,
+        export_format="toy-mlp",
+        export_metadata={"activation": "relu"},
+    )
+)

@@ -8,7 +8,7 @@ from torch import nn
 
 
 class MLPBlock(nn.Module):
-    def __init__(self, config) -> None:  # noqa: ANN001
+    def __init__(self, config) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(config.hidden_size)
         self.fc1 = nn.Linear(config.hidden_size, config.ffn_hidden_size, bias=False)
@@ -19,14 +19,14 @@ class MLPBlock(nn.Module):
         return x + self.fc2(F.relu(self.fc1(self.norm(x))))
 
 
-def build_block(config, layer_number: int, *, device="cpu") -> MLPBlock:  # noqa: ANN001
+def build_block(config, layer_number: int, *, device="cpu") -> MLPBlock:
     with torch.device(device):
         return MLPBlock(config)
 
 
-def build_final_norm(config) -> nn.Module:  # noqa: ANN001
+def build_final_norm(config) -> nn.Module:
     return nn.RMSNorm(config.hidden_size)
 
 
-def block_input(config, seq_length: int, device) -> None:  # noqa: ANN001
+def block_input(config, seq_length: int, device) -> None:
     return None
