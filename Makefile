@@ -13,7 +13,7 @@ PYTEST_WORKERS ?= 2
 VENV_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: all deps demo test synth bench clean
+.PHONY: all deps demo lint test synth bench clean
 
 all: test
 
@@ -35,15 +35,24 @@ deps: $(VENV_STAMP) $(NODE_STAMP)
 demo: deps
 	$(BIN)/python -m trainctl.demo
 
-test: deps
+# The quality gates, run first by `make test`: ruff's linter and its formatter check over the tree, and mypy
+# over the pure packages and the Lambda runtimes (pyproject.toml [tool.ruff], [tool.mypy]; mypy keeps its
+# incremental cache in .mypy_cache).
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: deps lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 synth: deps
 	npx cdk synth --quiet
 
 bench: deps
+	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/trainer_cpu.py
 	$(BIN)/python benchmarks/submitter.py
 
 clean:
-	rm -rf cdk.out .demo .sweeps .cache .pytest_cache .hypothesis
+	rm -rf cdk.out .demo .sweeps .cache .pytest_cache .hypothesis .mypy_cache

@@ -42,7 +42,16 @@ a run cut off still reports what it measured and where it stopped):
    current and delayed scaling (loss next to bf16's) and their resume
    (``_extra_state`` restored bitwise); mxfp8/nvfp4 too on Blackwell.
    Otherwise ``"skipped: TransformerEngine not installed"``.
-4. ``throughput``: gpt-1b (1.3B parameters) at sequence 8192 in bf16,
+4. ``llama``: the Llama family on the torch-native blocks (the lent GPU machine
+   has no TransformerEngine; where TE imports these steps force the torch
+   blocks all the same): ``llama resume``, the bitwise DCP resume of step 2 for
+   ``llama-tiny`` with 2 blocks (grouped-query attention, tied embeddings), and
+   one throughput row (``throughput model=llama ...``) of a custom shape of the
+   family, Llama 3.2 1B's sizes (1.24B parameters, sequence 8192, batch 2,
+   bf16, 4 steps after 2 of warm-up), resolved as the trainer resolves shapes
+   (:func:`platform_spec.hyperparameters.model_shape`), next to the planner's
+   prediction as in step 5.
+5. ``throughput``: gpt-1b (1.3B parameters) at sequence 8192 in bf16,
    batch 1, 2, 4 with activation checkpointing off and full: tokens/s,
    TFLOP/s and MFU (the model family's FLOPs per token and
    :func:`platform_spec.models.mfu_percent`, the trainer's own formulas, against
@@ -53,12 +62,16 @@ a run cut off still reports what it measured and where it stopped):
    torch-native blocks (``backend=torch``, forced even where TE imports), then,
    where TE imports, the same configurations with TE blocks (``backend=te``,
    what the trainer picks on a GPU with TE) while the budget lasts.
-   Configurations the planner predicts not to fit are skipped with the
-   prediction; those the time budget leaves no room for, with the time left.
+   Configurations the planner predicts not to fit (its verdict ``at-risk`` or
+   ``out-of-memory``) are skipped with the verdict and the predicted memory,
+   and no predicted speed (they would not run); those the time budget leaves
+   no room for, with the time left.
 
 ``--dry-run``: every step on the CPU with gpt-tiny (2 blocks): the resume in
-fp32 at sequence 64, the throughput in bf16 at sequence 128, batch 1 and 2
-(predictions still for one H200, for the table's shape only).
+fp32 at sequence 64, the throughput in bf16 at sequence 128, batch 1 and 2;
+the Llama step's resume likewise, and its throughput row with a tiny custom
+Llama shape (2 blocks, hidden 128) at sequence 128, batch 1 (predictions still
+for one H200, for the table's shape only).
 
 Exit status: 0 when every step that ran passed (skips are not failures); 1
 when a step failed (no usable CUDA included), the resume was not bitwise, or
@@ -112,6 +125,57 @@ DRY_SETUP = {
 }
 RESUME_SETUP = {"model": "gpt-tiny", "seq_length": 256, "batch_size": 4, "first": 3, "then": 3}
 """The resume models: small (a few MB of checkpoint), the property does not depend on size."""
+LLAMA_RESUME_SETUP: dict[str, Any] = {
+    "model": "llama-tiny",
+    "num_layers": 2,
+    "seq_length": 256,
+    "batch_size": 4,
+    "first": 3,
+    "then": 3,
+}
+"""The Llama family's resume model: its CPU preset (grouped-query attention 4:2, tied embeddings: the LM head
+and the embedding share one FSDP2-sharded weight through DCP), 2 blocks."""
+LLAMA_GPU_SETUP: dict[str, Any] = {
+    "label": "llama 1.2B (custom)",
+    "model": "llama",  # the family's name: a custom shape, every shape hyperparameter given
+    "num_layers": 16,
+    "hidden_size": 2048,
+    "num_heads": 32,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 8192,
+    "vocab_size": 128256,
+    "rope_base": 500000.0,
+    "tied_embeddings": True,
+    "seq_length": 8192,
+    "precision": "bf16",
+    "batches": (2,),
+    "activation_checkpointing": ("off",),
+    "steps": 4,
+    "warmup": 2,
+}
+"""The Llama step's throughput configuration on a GPU: Meta's Llama 3.2 1B sizes (torchtune's ``llama3_2_1b``
+builder: 16 layers, hidden 2048, 32 query and 8 KV heads, FFN 8192, vocabulary 128256, RoPE base 500000,
+tied embeddings; 1.24B parameters) without its RoPE scaling (``scale_factor=32``, which the trainer does not
+implement), as a custom shape of the family; one configuration, a few steps (about 30 s on an H200)."""
+LLAMA_DRY_SETUP: dict[str, Any] = {
+    "label": "llama tiny (custom)",
+    "model": "llama",
+    "num_layers": 2,
+    "hidden_size": 128,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "ffn_hidden_size": 352,
+    "vocab_size": 512,
+    "rope_base": 10000.0,
+    "tied_embeddings": True,
+    "seq_length": 128,
+    "precision": "bf16",
+    "batches": (1,),
+    "activation_checkpointing": ("off",),
+    "steps": 2,
+    "warmup": 1,
+}
+"""The Llama step's throughput configuration in the dry run: a tiny custom shape on the CPU."""
 CONFIG_MARGIN_S = 45.0
 """Time kept free per remaining throughput configuration (model build, warm-up, release)."""
 SKIPPED_NO_TE = "skipped: TransformerEngine not installed"
@@ -143,16 +207,6 @@ def _install_cut_off() -> None:
         signal.signal(sig, _cut_off)
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, fsync, rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 class Results:
     """The check's record; :meth:`write` replaces ``results.json`` and ``results.md`` (each atomically), so
     both say what a run killed at any moment had measured (``running`` marks the step it was in)."""
@@ -173,8 +227,10 @@ class Results:
         self.write()
 
     def write(self) -> None:
-        _replace(self.out / RESULTS, json.dumps(self.data, indent=2, default=_json_default) + "\n")
-        _replace(self.out / REPORT, report(self.data))
+        from platform_spec.files import atomic_write_text  # the repository is on sys.path from here on
+
+        atomic_write_text(self.out / RESULTS, json.dumps(self.data, indent=2, default=_json_default) + "\n")
+        atomic_write_text(self.out / REPORT, report(self.data))
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[dict[str, Any]]:
@@ -458,8 +514,12 @@ def _te_version() -> str | None:
 # step: resume
 
 
-def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -> dict[str, Any]:
+def resume_check(
+    work: Path, values: dict[str, Any], *, first: int, then: int, backend: str | None = None
+) -> dict[str, Any]:
     """Save at step ``first``, keep going ``then`` steps; a fresh trainer resumes and does the same: equal?
+
+    ``backend``: the blocks both trainers build (:func:`_trainer`; None: the trainer's choice).
 
     Returns the losses and gradient norms of both, whether they and the final
     parameters (and TE's extra state) are bitwise equal, and the checkpoint's size.
@@ -477,17 +537,17 @@ def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -
     # TE's attention picks a deterministic backend when built under it (both trainers are built inside)
     stack.enter_context(_environment_variable(*DETERMINISTIC_TE_ATTENTION))
     try:
-        a = _trainer(values, base)
+        a = _trainer(values, base, backend=backend)
         a.resume()
         before = [_one_step(a)[1:] for _ in range(first)]
         a.save("gpu check")
         saved_extra = _extra_state(a.model)
         continuous = [_one_step(a)[1:] for _ in range(then)]
         final_a = _parameter_digest(a.model)
-        backend = a.backend
+        built = a.backend
         _release(a)
 
-        b = _trainer(values, base)
+        b = _trainer(values, base, backend=backend)
         b.resume()
         resumed_at = b.step
         restored_extra = _extra_state(b.model)
@@ -499,10 +559,10 @@ def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -
         torch.use_deterministic_algorithms(previous)
     size = sum(f.stat().st_size for f in (base / "checkpoints").rglob("*") if f.is_file())
     shutil.rmtree(base, ignore_errors=True)
-    diffs = [abs(x[0] - y[0]) for x, y in zip(continuous, resumed)]
+    diffs = [abs(x[0] - y[0]) for x, y in zip(continuous, resumed, strict=True)]
     extra_restored = _same_extra_state(saved_extra, restored_extra)
     return {
-        "backend": backend,
+        "backend": built,
         "resumed_at_step": resumed_at,
         "losses_before_save": [x[0] for x in before],
         "continuous": continuous,
@@ -520,38 +580,56 @@ def resume_check(work: Path, values: dict[str, Any], *, first: int, then: int) -
 # step: throughput
 
 
+def setup_values(setup: dict[str, Any], batch: int, ac: str) -> dict[str, Any]:
+    """The trainer's hyperparameters of one throughput configuration of ``setup``: its model (a preset, or a
+    family's name with the shape hyperparameters of a custom shape), sequence, precision, ``batch`` and
+    activation checkpointing ``ac``."""
+    from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
+
+    names = ("model", *SHAPE_HYPERPARAMETERS, "seq_length", "precision")
+    values = {k: setup[k] for k in names if setup.get(k) is not None}
+    values.update({"batch_size": batch, "activation_checkpointing": ac})
+    return values
+
+
+SPEED_PREDICTIONS = ("tokens_per_second_per_gpu", "tflops_per_gpu", "mfu")
+"""The predicted figures that describe a run: left out of a prediction for a configuration that would not run
+(readers take a missing one as unknown: ``-`` in ``results.md``, NaN in ``trainer_gpu.py``'s table)."""
+
+
 def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu_name: str | None, gpus: int) -> dict[str, Any]:
-    """The planner's figures for the configuration on ``gpus`` GPUs of the measured GPU's type (H200 when unknown)."""
+    """The planner's figures for the configuration on ``gpus`` GPUs of the measured GPU's type (H200 when unknown).
+
+    The model's shape is the one the trainer builds (:func:`platform_spec.hyperparameters.model_shape` of the
+    same hyperparameters, through :meth:`planner.PlanInput.from_hyperparameters`). ``status`` is the
+    planner's memory verdict (``fits``, ``at-risk``, ``out-of-memory``); the speed figures
+    (:data:`SPEED_PREDICTIONS`) are left out for a configuration predicted out of memory, which would not run.
+    """
     from planner import PlanInput
     from planner.plan import evaluate_on_gpus
     from platform_spec import catalogue
+    from platform_spec.hyperparameters import parse
 
     gpu = catalogue.gpu_for_device_name(gpu_name or "") or catalogue.GPUS["H200"]
     instance = next(s for s in catalogue.INSTANCES.values() if s.gpu == gpu.name and s.gpus_per_instance >= gpus)
-    plan = evaluate_on_gpus(
-        PlanInput(
-            model=setup["model"],
-            num_layers=setup.get("num_layers"),
-            precision=setup["precision"],
-            seq_length=setup["seq_length"],
-            batch_size=batch,
-            activation_checkpointing=ac,
-            instance_type=instance.instance_type,
-            vocab_size=setup.get("vocab_size"),
-        ),
-        gpus,
-    )
-    return {
+    hp = parse(setup_values(setup, batch, ac))
+    plan = evaluate_on_gpus(PlanInput.from_hyperparameters(hp, instance_type=instance.instance_type), gpus)
+    predicted = {
         "gpu": gpu.name,
         "instance_type": instance.instance_type,
         "gpus": gpus,
+        "status": plan.status,
         "fits": plan.fits,
         "memory_gb": round(plan.memory_gb.total, 2),
         "usable_gb": round(plan.memory_gb.usable, 2),
-        "tokens_per_second_per_gpu": round(plan.tokens_per_second_per_gpu, 1),
-        "tflops_per_gpu": round(plan.tflops_per_gpu, 1),
-        "mfu": round(plan.mfu, 2),
     }
+    if plan.ran:
+        predicted.update(
+            tokens_per_second_per_gpu=round(plan.tokens_per_second_per_gpu, 1),
+            tflops_per_gpu=round(plan.tflops_per_gpu, 1),
+            mfu=round(plan.mfu, 2),
+        )
+    return predicted
 
 
 def measure(
@@ -578,7 +656,7 @@ def measure(
     """
     import torch
 
-    from platform_spec.models import family_of, mfu_percent, model_tflops_per_second
+    from platform_spec.models import mfu_percent, model_tflops_per_second
     from training.metrics import peak_memory_gb
 
     if not dry_run and not torch.cuda.is_available():
@@ -586,13 +664,10 @@ def measure(
             f"{NO_CUDA}: {setup['model']} at sequence {setup['seq_length']} is measured on a GPU only "
             "(--dry-run measures the tiny setup on the CPU)"
         )
-    values = {k: setup[k] for k in ("model", "seq_length", "precision") if k in setup}
-    values.update({"batch_size": batch, "activation_checkpointing": ac})
-    if setup.get("num_layers"):
-        values["num_layers"] = setup["num_layers"]
+    values = setup_values(setup, batch, ac)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    trainer = _trainer(values, work / f"b{batch}-{ac}", backend=backend)
+    trainer = _trainer(values, work / f"{setup['model']}-b{batch}-{ac.replace(':', '')}", backend=backend)
     try:
         if not dry_run and trainer.device.type != "cuda":
             raise NoCuda(f"{NO_CUDA}: the trainer chose device {trainer.device}")
@@ -604,7 +679,9 @@ def measure(
         step_s = statistics.median(times[warmup:])
         tokens_per_second = trainer.tokens_per_step / step_s
         per_gpu = tokens_per_second / trainer.world_size
-        fpt = family_of(trainer.hp.model).flops_per_token(trainer.config, trainer.hp.seq_length)
+        # the trainer's own FLOPs per token: its model family's, of the shape it built (a preset or a custom
+        # shape, platform_spec.hyperparameters.model_shape), what its [metrics] lines report MFU with
+        fpt = trainer.metrics.flops_per_token
         peak = trainer.metrics.info.peak_tflops
         allocated, reserved = peak_memory_gb(trainer.device)
         return {
@@ -636,21 +713,32 @@ def free_accelerator_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def throughput_name(backend: str, batch: int, ac: str) -> str:
-    """The step name of one throughput configuration in ``results.json``."""
-    return f"throughput backend={backend} batch={batch} activation_checkpointing={ac}"
+def throughput_name(backend: str, batch: int, ac: str, *, model: str | None = None) -> str:
+    """The step name of one throughput configuration in ``results.json`` (``model``: named for the rows of
+    another setup than the GPT one, e.g. the Llama step's)."""
+    named = f" model={model}" if model else ""
+    return f"throughput{named} backend={backend} batch={batch} activation_checkpointing={ac}"
 
 
-def throughput_configs(setup: dict[str, Any], backends: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+def throughput_configs(
+    setup: dict[str, Any], backends: Sequence[str], *, named: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
     """``(step name, config)`` of every throughput configuration, in the order they run: every
-    torch-native one first, then the next backend's."""
+    torch-native one first, then the next backend's; activation checkpointing ``off`` and ``full`` unless
+    the setup lists its own. ``named``: the step names carry the setup's model (:func:`throughput_name`)."""
+    from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
+
+    shape = [k for k in SHAPE_HYPERPARAMETERS if k != "num_layers" and k in setup]
     out = []
     for backend in backends:
         for batch in setup["batches"]:
-            for ac in ("off", "full"):
-                config = {k: setup.get(k) for k in ("model", "num_layers", "seq_length", "precision")}
+            for ac in setup.get("activation_checkpointing", ("off", "full")):
+                config = {k: setup.get(k) for k in ("model", "num_layers", *shape, "seq_length", "precision")}
+                if "label" in setup:
+                    config["label"] = setup["label"]
                 config.update({"backend": backend, "batch_size": batch, "activation_checkpointing": ac})
-                out.append((throughput_name(backend, batch, ac), config))
+                model = setup["model"] if named else None
+                out.append((throughput_name(backend, batch, ac, model=model), config))
     return out
 
 
@@ -687,9 +775,11 @@ def measure_config(
     if not predicted["fits"] and not (dry_run or run_unfit):
         record["status"] = "skipped"
         record["reason"] = (
-            f"skipped: predicted {predicted['memory_gb']} GB of {predicted['usable_gb']} GB "
+            f"skipped: predicted {predicted['status']}, {predicted['memory_gb']} GB of {predicted['usable_gb']} GB "
             f"usable on {predicted['gpu']}"
         )
+        for key in SPEED_PREDICTIONS:  # not run: no speed as if it had
+            predicted.pop(key, None)
         return
     if left_s is not None and left_s < CONFIG_MARGIN_S:
         record["status"] = "skipped"
@@ -717,10 +807,10 @@ def measure_config(
     record["measured"] = measured
     record["measured_over_predicted"] = {
         "tokens_per_second_per_gpu": _ratio(
-            measured["tokens_per_second_per_gpu"], predicted["tokens_per_second_per_gpu"]
+            measured["tokens_per_second_per_gpu"], predicted.get("tokens_per_second_per_gpu")
         ),
-        "tflops_per_gpu": _ratio(measured["tflops_per_gpu"], predicted["tflops_per_gpu"]),
-        "mfu": _ratio(measured["mfu"], predicted["mfu"]),
+        "tflops_per_gpu": _ratio(measured["tflops_per_gpu"], predicted.get("tflops_per_gpu")),
+        "mfu": _ratio(measured["mfu"], predicted.get("mfu")),
         "peak_allocated_gb": _ratio(measured["peak_allocated_gb"], predicted["memory_gb"]),
     }
     if not all(math.isfinite(x) for x in measured["losses"]):
@@ -736,9 +826,11 @@ def throughput(
     gpu_name: str | None,
     deadline: float | None,
     dry_run: bool = False,
+    named: bool = False,
 ) -> None:
-    """One step per configuration (backend x batch x activation checkpointing), each with the planner's prediction."""
-    for name, config in throughput_configs(setup, backends):
+    """One step per configuration (backend x batch x activation checkpointing), each with the planner's prediction
+    (``named``: see :func:`throughput_configs`)."""
+    for name, config in throughput_configs(setup, backends, named=named):
         with results.step(name) as record:
             left = None if deadline is None else deadline - time.monotonic()
             measure_config(record, work, setup, config, gpu_name=gpu_name, dry_run=dry_run, left_s=left)
@@ -748,6 +840,50 @@ def _ratio(measured: float | None, predicted: float | None) -> float | None:
     if measured is None or not predicted:
         return None
     return float(f"{measured / predicted:.4g}")  # 4 significant digits
+
+
+# ---------------------------------------------------------------------------
+# step: the Llama family (torch-native blocks)
+
+LLAMA_RESUME = "llama resume"
+"""The Llama step's resume check (its step name in ``results.json``)."""
+
+
+def llama_checks(
+    results: Results,
+    work: Path,
+    *,
+    cuda: bool,
+    gpu_name: str | None,
+    deadline: float | None,
+    dry_run: bool = False,
+) -> None:
+    """The Llama family on the torch-native path (module docstring, step 4): a DCP save and resume of
+    :data:`LLAMA_RESUME_SETUP` that must continue bitwise, then the throughput of :data:`LLAMA_GPU_SETUP`
+    (:data:`LLAMA_DRY_SETUP` in the dry run) with the planner's prediction, a custom shape resolved as the
+    trainer resolves it. Torch-native blocks only (forced where TransformerEngine imports too), as the
+    lent GPU machine, which has no TransformerEngine, runs them."""
+    with results.step(LLAMA_RESUME) as record:
+        values = {k: LLAMA_RESUME_SETUP[k] for k in ("model", "num_layers", "seq_length", "batch_size")}
+        values["precision"] = "bf16" if cuda else "fp32"  # fp32 on the CPU, as the GPT resume (main())
+        if dry_run:
+            values.update({"seq_length": 64, "batch_size": 2})
+        outcome = resume_check(
+            work, values, first=LLAMA_RESUME_SETUP["first"], then=LLAMA_RESUME_SETUP["then"], backend="torch"
+        )
+        record.update(outcome)
+        if not outcome["bitwise"]:
+            raise AssertionError("the resumed run does not continue bitwise (see continuous / resumed)")
+    throughput(
+        results,
+        work,
+        LLAMA_DRY_SETUP if dry_run else LLAMA_GPU_SETUP,
+        backends=("torch",),
+        gpu_name=gpu_name,
+        deadline=deadline,
+        dry_run=dry_run,
+        named=True,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -776,21 +912,21 @@ def te_checks(results: Results, work: Path, *, cuda: bool) -> None:
             )
     import torch
 
-    from platform_spec.precisions import PRECISIONS
+    from platform_spec.precisions import PRECISIONS, SCALED_PRECISIONS, SCALINGS, get_precision, recipe_scalings
 
     # every TE recipe of the registry this GPU runs (its one hardware rule): fp8 current and delayed on Hopper,
-    # mxfp8 and nvfp4 too on Blackwell
+    # mxfp8 and nvfp4 too on Blackwell; first the formats they keep outside their quantized GEMMs (bf16), whose
+    # losses theirs are compared with
     capability = tuple(torch.cuda.get_device_capability(0))
-    recipes = [
-        (p.name, scaling)
-        for p in PRECISIONS
-        if p.uses_te and p.supported_by(capability)
-        for scaling in (p.scalings if len(p.scalings) > 1 else ("current",))  # fp8_scaling applies to fp8 only
-    ]
-    several = {p.name for p in PRECISIONS if len(p.scalings) > 1}
-    bf16 = None
-    for precision, scaling in [("bf16", "current"), *recipes]:
-        name = f"transformer_engine {precision}" + (f" {scaling} scaling" if precision in several else "") + " + resume"
+    recipes = [(p.name, s) for p in PRECISIONS if p.supported_by(capability) for s in recipe_scalings(p)]
+    baselines = list(dict.fromkeys(p.high_precision for p in PRECISIONS if p.uses_te))
+    baseline_losses: dict[str, list[float]] = {}
+    for precision, scaling in [*((b, SCALINGS[0]) for b in baselines), *recipes]:
+        name = (
+            f"transformer_engine {precision}"
+            + (f" {scaling} scaling" if precision in SCALED_PRECISIONS else "")
+            + " + resume"
+        )
         with results.step(name) as record:
             values = {
                 "model": RESUME_SETUP["model"],
@@ -802,10 +938,11 @@ def te_checks(results: Results, work: Path, *, cuda: bool) -> None:
             outcome = resume_check(work, values, first=RESUME_SETUP["first"], then=RESUME_SETUP["then"])
             record.update(outcome)
             losses = outcome["losses_before_save"] + [x[0] for x in outcome["continuous"]]
-            if precision == "bf16":
-                bf16 = losses
-            elif bf16 is not None:
-                record["final_loss_vs_bf16"] = _ratio(losses[-1], bf16[-1])
+            baseline = get_precision(precision).high_precision
+            if precision in baselines:
+                baseline_losses[precision] = losses
+            elif baseline in baseline_losses:
+                record[f"final_loss_vs_{baseline}"] = _ratio(losses[-1], baseline_losses[baseline][-1])
             if outcome["backend"] != "te" or not all(math.isfinite(x) for x in losses):
                 raise AssertionError(f"backend {outcome['backend']}, losses {losses}")
             if not outcome["bitwise"] or not outcome["extra_state_restored"]:
@@ -833,11 +970,9 @@ def te_api(device: str) -> dict[str, Any]:
     if not callable(getattr(te, "checkpoint", None)):
         problems.append("te.checkpoint is missing")
     recipes = {}
-    from platform_spec.precisions import PRECISIONS
+    from platform_spec.precisions import PRECISIONS, recipe_scalings
 
-    every_recipe = [
-        (p.name, s) for p in PRECISIONS if p.uses_te for s in (p.scalings if len(p.scalings) > 1 else ("current",))
-    ]
+    every_recipe = [(p.name, s) for p in PRECISIONS for s in recipe_scalings(p)]
     for precision, scaling in every_recipe:
         try:
             recipes[f"{precision}/{scaling}"] = type(prec.te_recipe(precision, scaling)).__name__
@@ -925,10 +1060,15 @@ def report(data: dict[str, Any]) -> str:
     lines.append(", ".join(f"{k}: {v}" for k, v in env.items()) or "(environment not recorded)")
     lines += [
         "",
-        "| backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | MFU % (pred) | "
+        "| model | backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | MFU % (pred) | "
         "peak alloc GB (pred) | peak rsvd GB | status |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(values: dict[str, Any], key: str) -> Any:
+        value = values.get(key)
+        return "-" if value is None else value
+
     for name, step in data.get("steps", {}).items():
         if not name.startswith("throughput"):
             continue
@@ -936,11 +1076,12 @@ def report(data: dict[str, Any]) -> str:
         r = step.get("measured_over_predicted", {})
         status = step.get("reason") or step.get("error") or step.get("status")
         lines.append(
-            f"| {m.get('backend') or c.get('backend')} | {c.get('batch_size')} | {c.get('activation_checkpointing')} | "
-            f"{m.get('tokens_per_second_per_gpu', '-')} ({p.get('tokens_per_second_per_gpu', '-')}) | "
-            f"{r.get('tokens_per_second_per_gpu', '-')} | {m.get('tflops_per_gpu', '-')} ({p.get('tflops_per_gpu', '-')}) | "
-            f"{m.get('mfu', '-')} ({p.get('mfu', '-')}) | {m.get('peak_allocated_gb', '-')} ({p.get('memory_gb', '-')}) | "
-            f"{m.get('peak_reserved_gb', '-')} | {status} |"
+            f"| {c.get('label') or c.get('model') or '-'} | {m.get('backend') or c.get('backend')} | "
+            f"{c.get('batch_size')} | {c.get('activation_checkpointing')} | "
+            f"{cell(m, 'tokens_per_second_per_gpu')} ({cell(p, 'tokens_per_second_per_gpu')}) | "
+            f"{cell(r, 'tokens_per_second_per_gpu')} | {cell(m, 'tflops_per_gpu')} ({cell(p, 'tflops_per_gpu')}) | "
+            f"{cell(m, 'mfu')} ({cell(p, 'mfu')}) | {cell(m, 'peak_allocated_gb')} ({cell(p, 'memory_gb')}) | "
+            f"{cell(m, 'peak_reserved_gb')} | {status} |"
         )
     lines.append("")
     for name, step in data.get("steps", {}).items():
@@ -958,7 +1099,7 @@ def report(data: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------
 # main
 
-STEPS = ("resume", "te", "throughput")
+STEPS = ("resume", "te", "llama", "throughput")
 """What ``--skip`` may name."""
 
 
@@ -998,6 +1139,10 @@ def _skip_without_cuda(results: Results, skip: set[str]) -> None:
         results.skip("resume", SKIPPED_NO_CUDA)
     if "te" not in skip:
         results.skip("transformer_engine", SKIPPED_NO_CUDA)
+    if "llama" not in skip:
+        results.skip(LLAMA_RESUME, SKIPPED_NO_CUDA)
+        for name, config in throughput_configs(LLAMA_GPU_SETUP, ("torch",), named=True):
+            results.skip(name, SKIPPED_NO_CUDA, config=config)
     if "throughput" not in skip:
         for name, config in throughput_configs(GPU_SETUP, ("torch",)):
             results.skip(name, SKIPPED_NO_CUDA, config=config)
@@ -1046,6 +1191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise AssertionError("the resumed run does not continue bitwise (see continuous / resumed)")
         if "te" not in skip:
             te_checks(results, work, cuda=cuda)
+        if "llama" not in skip:
+            llama_checks(results, work, cuda=cuda, gpu_name=gpu_name, deadline=deadline, dry_run=args.dry_run)
         if "throughput" not in skip:
             backends = ("torch", "te") if cuda and env.get("transformer_engine") else ("torch",)
             throughput(

@@ -5,14 +5,13 @@ Run: ``.venv/bin/python benchmarks/submitter.py [--repeats 15] [--requests 200] 
 1. **Package size**: the Lambda package built exactly as the construct builds
    it (``platform_constructs.submitter.bundling.SUBMITTER.build``: pinned
    pure-Python requirements for arm64 / CPython 3.13 + the modules the handler
-   imports, under their import names), unzipped and zipped (deflate),
-   with the largest top-level folders; Lambda's limits are 250 MB unzipped and
-   50 MB zipped for a direct upload.
-2. **Import time** of the handler module (cold-start proxy) in a fresh
-   interpreter with only the package and the standard library on the path
-   (``python -S``), against ``import boto3`` alone under the same conditions
-   (the floor any boto3 function pays). Medians of interleaved runs; ratio =
-   handler / boto3.
+   imports, under their import names, with their bytecode), unzipped and
+   zipped (deflate), with the largest top-level folders; Lambda's limits are
+   250 MB unzipped and 50 MB zipped for a direct upload.
+2. **Import time** of the handler module (cold-start proxy) against ``import
+   boto3``, with the package's bytecode and without: the rows of
+   ``benchmarks/startup.py`` (one home for how it is measured: fresh ``python
+   -S`` of the bundle's CPython 3.13, interleaved pairs, median ratio).
 3. **Warm latency** of :func:`submit` in-process against ``trainctl
    local-aws`` over HTTP on 127.0.0.1 (clients reused, like a warm function):
    ``dry_run`` (SSM list cached, DescribeTrainingPlan x plans, planner) and
@@ -29,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,8 +38,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
-"""The module Lambda imports (``bundling.SUBMITTER.handlers``), as the package lays it out."""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import startup  # noqa: E402  (benchmarks/startup.py: the import-time rows)
 
 PLANS = [
     {"TrainingPlanName": "bench-active", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
@@ -63,14 +61,6 @@ def _tree_size(root: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in files), len(files)
 
 
-def build_bundle(target: Path) -> str:
-    """Build the function package into ``target``; returns how."""
-    from platform_constructs.submitter import bundling
-
-    bundling.SUBMITTER.build(target)
-    return "platform_constructs.submitter.bundling.SUBMITTER.build (as the construct)"
-
-
 def package_size(bundle: Path) -> dict[str, Any]:
     unzipped, files = _tree_size(bundle)
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +74,10 @@ def package_size(bundle: Path) -> dict[str, Any]:
         ((p.name, _tree_size(p)[0]) for p in bundle.iterdir() if p.is_dir() and not p.name.endswith(".dist-info")),
         key=lambda item: -item[1],
     )[:6]
-    ours = sum(_tree_size(bundle / d)[0] for d in ("runtime", "training", "planner") if (bundle / d).exists())
+    from platform_constructs.submitter import bundling
+
+    tops = {name.partition(".")[0] for name in bundling.SUBMITTER.closure().names()}
+    ours = sum(_tree_size(bundle / d)[0] for d in tops if (bundle / d).exists())
     return {
         "unzipped_mb": round(unzipped / 1e6, 2),
         "zipped_mb": round(zipped / 1e6, 2),
@@ -92,51 +85,10 @@ def package_size(bundle: Path) -> dict[str, Any]:
         "own_code_kb": round(ours / 1e3, 1),
         "largest_mb": {name: round(size / 1e6, 2) for name, size in top},
         "lambda_limits_mb": {"unzipped": 250, "zipped_direct_upload": 50},
+        "pyc_files": sum(1 for _ in bundle.rglob("*.pyc")),
         "has_torch": (bundle / "torch").exists(),
         "has_sagemaker_sdk": (bundle / "sagemaker").exists(),
     }
-
-
-def import_times(bundle: Path, repeats: int) -> dict[str, Any]:
-    """Fresh-interpreter import of the handler module vs boto3, interleaved, package + stdlib only.
-
-    Measured twice: without bytecode (what the construct's package gives a cold
-    Lambda: pip ``--no-compile`` and a read-only file system, so every cold start
-    compiles) and with ``.pyc`` files written by a first run (what a package
-    precompiled for the runtime's Python would give).
-    """
-    code = "import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
-
-    def once(module: str, *, bytecode: bool) -> float:
-        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(bundle)}
-        if not bytecode:
-            env["PYTHONDONTWRITEBYTECODE"] = "1"
-        out = subprocess.run(
-            [sys.executable, "-S", "-c", code.format(module=module)],
-            env=env,
-            cwd=bundle,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return float(out.stdout.strip())
-
-    results: dict[str, Any] = {"repeats": repeats}
-    for label, bytecode in (("no_pyc", False), ("with_pyc", True)):
-        if bytecode:  # write the caches once
-            once(HANDLER_MODULE, bytecode=True)
-        handler, boto3 = [], []
-        for _ in range(repeats):
-            handler.append(once(HANDLER_MODULE, bytecode=bytecode))
-            boto3.append(once("boto3", bytecode=bytecode))
-        h, b = statistics.median(handler), statistics.median(boto3)
-        results[label] = {
-            "handler_import_ms_median": round(h * 1e3, 1),
-            "boto3_import_ms_median": round(b * 1e3, 1),
-            "ratio_handler_to_boto3": round(h / b, 2),
-        }
-    results["note"] = "fresh `python -S` per run with only the package dir (and the stdlib) on sys.path"
-    return results
 
 
 def warm_latency(requests: int) -> dict[str, Any]:
@@ -219,11 +171,12 @@ def warm_latency(requests: int) -> dict[str, Any]:
 def run(repeats: int = 15, requests: int = 200) -> dict[str, Any]:
     results: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="submitter-bundle-") as tmp:
-        bundle = Path(tmp) / "package"
-        bundle.mkdir()
-        results["package_built_with"] = build_bundle(bundle)
-        results["package"] = package_size(bundle)
-        results["import"] = import_times(bundle, repeats)
+        interpreter, package, source_only, note = startup.build_packages(Path(tmp))
+        results["package_built_with"] = "platform_constructs.submitter.bundling.SUBMITTER.build (as the construct)"
+        results["package"] = package_size(package)
+        rows = startup.submitter_rows(interpreter, package, source_only, note)
+        startup.measure(rows, repeats)
+        results["import"] = [row.summary() for row, _, _ in rows]
     results["warm_latency"] = warm_latency(requests)
     return results
 

@@ -21,7 +21,7 @@ versioning or expiring versions at once would erase the history as well).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -89,8 +89,8 @@ class TrainingBucketsProps:
 
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     encryption_key: kms.IKey | None = None
-    abort_incomplete_multipart_upload_after: cdk.Duration = cdk.Duration.days(7)
-    noncurrent_version_expiration: cdk.Duration = cdk.Duration.days(30)
+    abort_incomplete_multipart_upload_after: cdk.Duration = field(default_factory=lambda: cdk.Duration.days(7))
+    noncurrent_version_expiration: cdk.Duration = field(default_factory=lambda: cdk.Duration.days(30))
     noncurrent_versions_to_retain: int = 3
     access_log_expiration: cdk.Duration | None = None
 

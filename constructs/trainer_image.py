@@ -120,7 +120,7 @@ class TrainerImageProps:
     encryption_key: kms.IKey | None = None
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     repository_name: str | None = None
-    copy_timeout: cdk.Duration = cdk.Duration.minutes(20)
+    copy_timeout: cdk.Duration = field(default_factory=lambda: cdk.Duration.minutes(20))
 
 
 class TrainerImage(Construct):

@@ -28,20 +28,12 @@ from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
 from platform_spec.training_plans import (
-    TRAINING_PLAN_ARN_FORMAT,
-    TRAINING_PLAN_ARN_PATTERN,
     foreign_reason,
     parse_training_plan_arn,
     shared_home,
 )
 
-__all__ = [
-    "TRAINING_PLAN_ARN_FORMAT",
-    "TRAINING_PLAN_ARN_PATTERN",
-    "TrainingPlans",
-    "TrainingPlansProps",
-    "parse_training_plan_arn",
-]
+__all__ = ["TrainingPlans", "TrainingPlansProps"]
 
 _STANDARD_TIER_LIMIT = 4096  # bytes: SSM Standard-tier parameter value limit
 _LISTED_IN_RULE = 3  # ARNs named in a rule's AssertDescription

@@ -17,6 +17,6 @@ read them. A family's block modules are imported by the trainer only
 from __future__ import annotations
 
 # The registration list, in registration order: one import per family (each registers itself).
-from model_families import gpt
+from model_families import gpt, llama
 
-__all__ = ["gpt"]
+__all__ = ["gpt", "llama"]

@@ -12,6 +12,7 @@ Public API::
     plan = estimate(PlanInput(model="gpt-8b", num_layers=None, precision="fp8", seq_length=8192,
                               batch_size=4, activation_checkpointing="off",
                               instance_type="ml.p6-b200.48xlarge"))
+    plan.status                      # "fits", "at-risk" or "out-of-memory" (MEMORY_STATUSES)
     plan.fits, plan.memory_gb.total, plan.tokens_per_second, plan.mfu, plan.recommendations
     plan.to_dict()                   # JSON-able, documented in Plan.to_dict
     auto_tune(plan_input)            # (fitting PlanInput, [change descriptions]) or None
@@ -27,6 +28,16 @@ and the catalogue's refusals (each a ``ValueError`` with ``field``, ``value``,
 
 from planner.errors import PlanInputError
 from planner.inputs import PlanInput
+from planner.memory import AT_RISK_FRACTION, MEMORY_STATUSES
 from planner.plan import Plan, Recommendation, auto_tune, estimate
 
-__all__ = ["Plan", "PlanInput", "PlanInputError", "Recommendation", "auto_tune", "estimate"]
+__all__ = [
+    "AT_RISK_FRACTION",
+    "MEMORY_STATUSES",
+    "Plan",
+    "PlanInput",
+    "PlanInputError",
+    "Recommendation",
+    "auto_tune",
+    "estimate",
+]

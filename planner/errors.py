@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from platform_spec.errors import FieldError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class PlanInputError(FieldError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from planner.errors import PlanInputError
 from platform_spec import hyperparameters as hpmod
@@ -28,22 +27,33 @@ from platform_spec.catalogue import (
     supports_precision,
 )
 from platform_spec.hyperparameters import HyperparameterError, Hyperparameters
-from platform_spec.models import ModelFamily, ModelShape
+from platform_spec.models import ModelFamily
+from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC, ActivationCheckpointing
+from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from platform_spec.models import ModelShape
 
 HYPERPARAMETER_FIELDS: tuple[str, ...] = (
     "model",
-    "num_layers",
-    "vocab_size",
+    "model_family",
+    *hpmod.SHAPE_HYPERPARAMETERS,
     "precision",
     "quantized_model_init",
     "batch_size",
     "seq_length",
     "gradient_accumulation_steps",
+    "gradient_sync",
     "activation_checkpointing",
     "sharding_strategy",
     "reshard_after_forward",
 )
-""":class:`PlanInput` fields that are trainer hyperparameters (same names, same rules)."""
+""":class:`PlanInput` fields that are trainer hyperparameters (same names, same rules): the model and its shape
+hyperparameters (:data:`platform_spec.hyperparameters.SHAPE_HYPERPARAMETERS`), numerics, batch, memory modes and
+sharding."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +62,14 @@ class PlanInput:
 
     Attributes:
         model: preset name of a registered model family (:func:`platform_spec.models.preset_names`),
-            e.g. ``"gpt-8b"``.
+            e.g. ``"gpt-8b"``, ``"llama3-8b"``; or a family's name for a custom shape of it (every shape
+            field without a default given below).
         num_layers: transformer blocks; ``None``: the preset's.
         precision: one of :data:`platform_spec.precisions.PRECISION_NAMES`.
         seq_length: tokens per sequence.
         batch_size: micro-batch, sequences per GPU.
-        activation_checkpointing: ``"off"`` or ``"full"`` (recompute every block).
+        activation_checkpointing: ``"off"``, ``"full"`` (recompute every block) or ``"selective:N"`` (every
+            Nth block; :mod:`platform_spec.training_modes`).
         instance_type: a :data:`platform_spec.catalogue.INSTANCES` key.
         instance_count: instances in the job.
         sharding_strategy: ``"full"`` (FSDP over every GPU) or ``"hybrid"``
@@ -66,7 +78,12 @@ class PlanInput:
             (``False`` keeps them until backward: more memory, less traffic).
         quantized_model_init: store block weights quantized (fp8 family only).
         gradient_accumulation_steps: micro-batches per optimizer step.
-        vocab_size: ``None``: the preset's (50304).
+        gradient_sync: ``"every_micro_batch"`` (reduce-scatter each micro-batch: sharded accumulation) or
+            ``"last_micro_batch"`` (unsharded fp32 gradients kept until the last: less traffic, more memory).
+        vocab_size: ``None``: the preset's.
+        model_family, hidden_size, num_heads, num_kv_heads, ffn_hidden_size, rope_base, tied_embeddings,
+            norm_eps: the shape hyperparameters (``None``: the preset's; a family refuses those it has not,
+            :func:`platform_spec.models.resolve_shape`).
         blocks_only: model TransformerEngine's FSDP example (the guide's
             benchmark) instead of the full trainer; see :mod:`planner.memory`.
         price_per_hour: USD per instance-hour, for cost; ``None``: no cost.
@@ -89,6 +106,15 @@ class PlanInput:
     blocks_only: bool = False
     price_per_hour: float | None = None
     tokens: float | None = None
+    gradient_sync: str = DEFAULT_GRADIENT_SYNC
+    model_family: str | None = None
+    hidden_size: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    ffn_hidden_size: int | None = None
+    rope_base: float | None = None
+    tied_embeddings: bool | None = None
+    norm_eps: float | None = None
 
     @classmethod
     def from_hyperparameters(
@@ -120,12 +146,30 @@ class PlanInput:
         return cls.from_hyperparameters(hp, instance_type=instance_type, instance_count=instance_count, **kw)
 
     def replace(self, **changes: Any) -> PlanInput:
-        """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` applied (``dataclasses.replace``, and its ``TypeError`` for a name that is
+        no field).
+
+        The recommendations build hundreds of candidates per plan: ``dataclasses.replace`` calls ``__init__``
+        with every field (about 10 us for 25 fields), and a plan input has no ``__post_init__`` or other field
+        processing, so the copy takes the instance's fields and the changes directly (about 1 us).
+        """
+        if not changes.keys() <= _FIELD_NAMES:
+            return dataclasses.replace(self, **changes)  # raises its TypeError
+        copy = object.__new__(PlanInput)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
     def hyperparameters(self) -> dict[str, Any]:
         """The hyperparameter fields as ``{name: value}`` (``None`` left out)."""
         return {n: getattr(self, n) for n in HYPERPARAMETER_FIELDS if getattr(self, n) is not None}
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(PlanInput))
+if "__slots__" in vars(PlanInput) or hasattr(PlanInput, "__post_init__"):  # replace()'s direct copy
+    raise ImportError("planner.PlanInput.replace copies the instance dictionary: no slots, no __post_init__")
+_MISSING = set(HYPERPARAMETER_FIELDS) - _FIELD_NAMES
+if _MISSING:  # a shape hyperparameter added to platform_spec needs its PlanInput field
+    raise ImportError(f"planner.PlanInput lacks the hyperparameter fields {sorted(_MISSING)}")
 
 
 @dataclass(frozen=True)
@@ -159,8 +203,19 @@ class ResolvedInput:
         return self.input.batch_size * self.input.seq_length
 
     @property
+    def activation_checkpointing(self) -> ActivationCheckpointing:
+        """The input's activation-checkpointing mode, parsed (:mod:`platform_spec.training_modes`)."""
+        return parse_activation_checkpointing(self.input.activation_checkpointing)
+
+    @property
+    def checkpointed_blocks(self) -> int:
+        """Blocks that recompute in backward: 0 (``off``), all (``full``) or every Nth (``selective:N``)."""
+        return self.activation_checkpointing.checkpointed_count(self.model.num_layers)
+
+    @property
     def checkpointing(self) -> bool:
-        return self.input.activation_checkpointing != "off"
+        """Whether any block recomputes."""
+        return self.checkpointed_blocks > 0
 
 
 def _check_hyperparameter(name: str, value: Any) -> Any:
@@ -170,8 +225,41 @@ def _check_hyperparameter(name: str, value: Any) -> Any:
         raise PlanInputError(name, value, exc.expected) from exc
 
 
-def resolve(plan_input: PlanInput) -> ResolvedInput:
+class ResolveMemo:
+    """What :func:`resolve` works out once for the many inputs of one estimate that differ in a few fields
+    (the recommendations' candidates): each hyperparameter value's normal form, a pure function of the
+    value. Only successes are kept, so a refused value is refused again, with the same error, every time.
+
+    Keys hold each value's type (``1`` and ``True`` are equal in Python, not as hyperparameters), and the
+    values must be hashable: :class:`planner.plan.Evaluator` passes one only for the inputs it derives from
+    a resolved (normalised) input, never for the caller's own.
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, type, Any], Any] = {}
+
+    def coerce(self, name: str, value: Any) -> Any:
+        """:func:`platform_spec.hyperparameters.coerce` of ``value``, once per (name, type, value).
+
+        Raises:
+            PlanInputError: as :func:`resolve`.
+        """
+        key = (name, type(value), value)
+        try:
+            return self.values[key]
+        except KeyError:
+            coerced = self.values[key] = _check_hyperparameter(name, value)
+            return coerced
+
+
+def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> ResolvedInput:
     """Validate ``plan_input`` and look up its model and hardware.
+
+    Args:
+        memo: reuse what earlier calls worked out (:class:`ResolveMemo`; the same answers and errors, sooner);
+            ``None``: work everything out.
 
     Raises:
         platform_spec.errors.FieldError: naming the field and the allowed values --
@@ -185,16 +273,17 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
             instance's GPU cannot run).
     """
     p = plan_input
+    check = _check_hyperparameter if memo is None else memo.coerce
     for name in HYPERPARAMETER_FIELDS:
         value = getattr(p, name)
-        if value is None and name in ("num_layers", "vocab_size"):
+        if value is None and hpmod.SPECS[name].optional:
             continue
-        coerced = _check_hyperparameter(name, value)
+        coerced = check(name, value)
         if coerced != value or type(coerced) is not type(value):
             # accept "MXFP8" / "8" style values by normalising them
             p = dataclasses.replace(p, **{name: coerced})
-    try:  # the trainer's cross-field rules (quantized_model_init), from their one home
-        hpmod.validate(Hyperparameters(**p.hyperparameters()))
+    try:  # the trainer's cross-field rules and its model family's shape rule, from their one home
+        model = hpmod.validate(Hyperparameters(**p.hyperparameters()))  # the shape the rules checked
     except HyperparameterError as exc:
         raise PlanInputError(exc.field, exc.value, exc.expected) from exc
     instance = get_instance(p.instance_type)  # UnknownInstanceTypeError (a FieldError)
@@ -214,12 +303,11 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
     gpu = instance.gpu_spec
     if not supports_precision(gpu, p.precision):
         raise UnsupportedPrecisionError(p.precision, f"{gpu.name}, {instance.instance_type}", supported_precisions(gpu))
-    family = models.family_of(p.model)
+    family = models.family_of_shape(model)
     if family.terms is None:
         raise PlanInputError(
             "model", p.model, f"a model whose family declares planner terms (family {family.name!r} has none)"
         )
-    model = family.presets[p.model].with_overrides(num_layers=p.num_layers, vocab_size=p.vocab_size)
     world = p.instance_count * instance.gpus_per_instance
     shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_instance)
     return ResolvedInput(
@@ -234,4 +322,4 @@ def resolve(plan_input: PlanInput) -> ResolvedInput:
     )
 
 
-__all__ = ["HYPERPARAMETER_FIELDS", "PlanInput", "PlanInputError", "ResolvedInput", "resolve"]
+__all__ = ["HYPERPARAMETER_FIELDS", "PlanInput", "PlanInputError", "ResolveMemo", "ResolvedInput", "resolve"]

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from planner.errors import PlanInputError
-from planner.inputs import PlanInput, ResolvedInput, resolve
-from planner.memory import MemoryBreakdown, estimate_memory
+from planner.inputs import PlanInput, ResolvedInput, ResolveMemo, resolve
+from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY, MemoryBreakdown, estimate_memory
 from planner.throughput import ThroughputEstimate, estimate_throughput
 from platform_spec.precisions import get_precision
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,29 @@ class Plan:
     recommendations: list[Recommendation] = field(default_factory=list)
 
     @property
+    def status(self) -> str:
+        """The memory verdict: ``"fits"``, ``"at-risk"`` (within the model's stated error of usable memory) or
+        ``"out-of-memory"`` (:data:`planner.memory.MEMORY_STATUSES`)."""
+        return self.memory_gb.status
+
+    @property
     def fits(self) -> bool:
-        """Whether the configuration fits in GPU memory (with the margins of :mod:`planner.memory`)."""
+        """Whether the configuration fits in GPU memory with the margins of :mod:`planner.memory` (``status ==
+        "fits"``: an ``at-risk`` plan does not count)."""
         return self.memory_gb.fits
+
+    @property
+    def ran(self) -> bool:
+        """Whether the speed figures describe a run: not for a configuration predicted out of memory."""
+        return self.status != OUT_OF_MEMORY
+
+    @property
+    def not_run_reason(self) -> str | None:
+        """Why the speed figures are withheld (``None`` when they are not): the memory verdict in words."""
+        if self.ran:
+            return None
+        mem = self.memory_gb
+        return f"not run: out of memory ({mem.required:.1f} GB needed per GPU, {mem.usable:.1f} GB usable)"
 
     @property
     def tokens_per_second(self) -> float:
@@ -91,16 +114,23 @@ class Plan:
     def tflops_per_gpu(self) -> float:
         return self.throughput.tflops_per_gpu
 
+    def _speed(self, value: float, digits: int) -> float | None:
+        """``value`` rounded, or ``None`` when the plan is predicted out of memory (it would not run)."""
+        return round(value, digits) if self.ran else None
+
     def summary(self) -> dict[str, Any]:
-        """The headline figures (used for a recommendation's ``after``)."""
+        """The headline figures (used for a recommendation's ``after``); speed figures are ``null`` for a
+        configuration predicted out of memory (``not_run`` says why)."""
         return {
+            "status": self.status,
             "fits": self.fits,
             "memory_gb_total": round(self.memory_gb.total, 3),
             "memory_gb_required": round(self.memory_gb.required, 3),
-            "tokens_per_second": round(self.tokens_per_second, 1),
-            "tokens_per_second_per_gpu": round(self.tokens_per_second_per_gpu, 1),
-            "mfu": round(self.mfu, 2),
-            "step_time_s": round(self.step_time_s, 5),
+            "tokens_per_second": self._speed(self.tokens_per_second, 1),
+            "tokens_per_second_per_gpu": self._speed(self.tokens_per_second_per_gpu, 1),
+            "mfu": self._speed(self.mfu, 2),
+            "step_time_s": self._speed(self.step_time_s, 5),
+            "not_run": self.not_run_reason,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,24 +138,28 @@ class Plan:
 
         Keys: ``input`` (the plan input's fields), ``model`` (the shape's fields and parameter
         counts), ``hardware`` (instance, GPU, world size, shard/replicate
-        degrees), ``fits`` (bool), ``memory_gb`` (per GPU, GB: ``total``, every
+        degrees), ``status`` (``"fits"``, ``"at-risk"`` or ``"out-of-memory"``), ``fits`` (bool,
+        ``status == "fits"``), ``memory_gb`` (per GPU, GB: ``total``, every
         term of ``planner.memory.BREAKDOWN_TERMS``, ``peak_phase``,
         ``fragmentation_margin``, ``runtime_overhead``, ``required``,
-        ``capacity``, ``usable``, ``headroom``, ``fits``), ``step_time_s``,
+        ``capacity``, ``usable``, ``headroom``, ``status``, ``fits``), ``activation_checkpointing``
+        (``mode``, ``checkpointed_blocks`` of ``num_layers``), ``step_time_s``,
         ``tokens_per_step`` (job), ``tokens_per_second`` (job),
         ``tokens_per_second_per_gpu``, ``tflops_per_gpu``, ``mfu`` (percent),
-        ``peak_tflops``, ``flops_per_token``, ``bound``,
+        ``cost`` -- each ``null`` for an ``out-of-memory`` plan, which would not run, with the reason in
+        ``not_run`` (``null`` otherwise) --, ``peak_tflops``, ``flops_per_token``, ``bound``,
         ``recompute_overhead_pct``, ``time_breakdown_s`` (per micro-batch
-        compute terms, exposed communication, optimizer, fixed), ``communication``
-        (GB per GPU per micro-batch, link, bandwidth), ``cost`` (``null`` without
-        a token budget: ``tokens``, ``wall_time_hours``, ``instance_hours``,
+        compute terms, exposed communication, optimizer, fixed, gradient reduce-scatters per step),
+        ``communication`` (GB per GPU per micro-batch that reduce-scatters, link, bandwidth), ``cost``
+        (``null`` without a token budget: ``tokens``, ``wall_time_hours``, ``instance_hours``,
         ``price_per_hour``, ``cost_usd``), ``recommendations`` (list of
         ``{title, reason, kind, changes, after}``) and ``notes`` (modelling
         assumptions that apply).
         """
         r, t, m = self.resolved, self.throughput, self.resolved.model
+        shape: Any = m  # a family's shape dataclass (platform_spec.models.ModelShape is its protocol)
         cost = None
-        if t.cost is not None:
+        if t.cost is not None and self.ran:
             cost = {
                 "tokens": t.cost.tokens,
                 "wall_time_hours": round(t.cost.wall_time_hours, 4),
@@ -137,7 +171,7 @@ class Plan:
             "input": {k: getattr(self.input, k) for k in self.input.__dataclass_fields__},
             "model": {
                 "name": m.name,
-                **{f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "name"},
+                **{f.name: getattr(m, f.name) for f in dataclasses.fields(shape) if f.name != "name"},
                 "block_params": m.block_params,
                 "num_params": m.num_params,
                 "modelled_params": m.block_params if self.input.blocks_only else m.num_params,
@@ -152,14 +186,21 @@ class Plan:
                 "replicate_degree": r.replicate_degree,
                 "hbm_gb": r.gpu.hbm_gb,
             },
+            "status": self.status,
             "fits": self.fits,
             "memory_gb": self.memory_gb.to_dict(),
-            "step_time_s": round(t.step_time_s, 6),
+            "activation_checkpointing": {
+                "mode": r.activation_checkpointing.name,
+                "checkpointed_blocks": r.checkpointed_blocks,
+                "num_layers": m.num_layers,
+            },
+            "not_run": self.not_run_reason,
+            "step_time_s": self._speed(t.step_time_s, 6),
             "tokens_per_step": t.tokens_per_step,
-            "tokens_per_second": round(t.tokens_per_second, 1),
-            "tokens_per_second_per_gpu": round(t.tokens_per_second_per_gpu, 1),
-            "tflops_per_gpu": round(t.tflops_per_gpu, 2),
-            "mfu": round(t.mfu, 2),
+            "tokens_per_second": self._speed(t.tokens_per_second, 1),
+            "tokens_per_second_per_gpu": self._speed(t.tokens_per_second_per_gpu, 1),
+            "tflops_per_gpu": self._speed(t.tflops_per_gpu, 2),
+            "mfu": self._speed(t.mfu, 2),
             "peak_tflops": t.peak_tflops,
             "flops_per_token": t.flops_per_token,
             "bound": t.bound,
@@ -174,6 +215,7 @@ class Plan:
                 "optimizer": t.optimizer_s,
                 "fixed": t.fixed_s,
                 "micro_batches": t.micro_batches,
+                "gradient_reductions": t.gradient_reductions,
             },
             "communication": {
                 "allgather_gb": t.comm.allgather_bytes / 1e9,
@@ -205,7 +247,12 @@ def notes(plan: Plan) -> list[str]:
         )
     if get_precision(plan.input.precision).quantized and not plan.input.quantized_model_init:
         out.append("TransformerEngine keeps high-precision weights plus quantized copies (quantized_weight_copies)")
-    out.append("memory_gb.total is the predicted peak allocated memory; fits also counts the margins")
+    out.append(
+        "memory_gb.total is the predicted peak allocated memory; status also counts the margins: at-risk when the "
+        f"requirement is within {AT_RISK_FRACTION:.0%} of usable memory (the model's stated error)"
+    )
+    if not plan.ran:
+        out.append("out of memory: the speed and cost figures are withheld (null); time_breakdown_s is the model's")
     return out
 
 
@@ -244,6 +291,59 @@ def evaluate_on_gpus(plan_input: PlanInput, gpus: int) -> Plan:
     return Plan(input=r.input, resolved=r, memory_gb=estimate_memory(r), throughput=estimate_throughput(r))
 
 
+class Evaluator:
+    """:func:`evaluate` for the configurations one :func:`estimate` (or :func:`auto_tune`) weighs, each worked
+    out once.
+
+    The recommendations weigh many configurations that differ from the plan in a field or two (a batch size
+    bisected, a checkpointing mode, a precision), some of them more than once; this answers each with the
+    same plan :func:`evaluate` gives, keeping what its resolution shares with the others (:class:`ResolveMemo`)
+    and, for :meth:`fits`, leaving the speed model out (whether a configuration fits is its memory's answer).
+
+    Args:
+        plans: plans already worked out (by :func:`evaluate`), answered as they are.
+
+    Keys are plan inputs as the recommendations build them from a plan's normalised input
+    (:attr:`Plan.input`), so equal keys are one configuration (hashable, each value of its field's type); a
+    caller's own input goes to :func:`evaluate`, which refuses what it must.
+    """
+
+    def __init__(self, *plans: Plan) -> None:
+        self._memo = ResolveMemo()
+        self._plans: dict[PlanInput, Plan] = {plan.input: plan for plan in plans}
+        self._memory: dict[PlanInput, tuple[ResolvedInput, MemoryBreakdown]] = {}
+
+    def _resolved_memory(self, plan_input: PlanInput) -> tuple[ResolvedInput, MemoryBreakdown]:
+        found = self._memory.get(plan_input)
+        if found is None:
+            r = resolve(plan_input, memo=self._memo)
+            found = self._memory[plan_input] = (r, estimate_memory(r))
+        return found
+
+    def __call__(self, plan_input: PlanInput) -> Plan:
+        """:func:`evaluate` of ``plan_input``.
+
+        Raises:
+            PlanInputError: see :func:`planner.inputs.resolve`.
+        """
+        plan = self._plans.get(plan_input)
+        if plan is None:
+            r, memory = self._resolved_memory(plan_input)
+            plan = self._plans[plan_input] = Plan(
+                input=r.input, resolved=r, memory_gb=memory, throughput=estimate_throughput(r)
+            )
+        return plan
+
+    def fits(self, plan_input: PlanInput) -> bool:
+        """``evaluate(plan_input).fits``, from the memory model alone.
+
+        Raises:
+            PlanInputError: see :func:`planner.inputs.resolve`.
+        """
+        plan = self._plans.get(plan_input)
+        return plan.fits if plan is not None else self._resolved_memory(plan_input)[1].fits
+
+
 def estimate(plan_input: PlanInput) -> Plan:
     """Memory, throughput, cost and recommendations for ``plan_input``.
 
@@ -258,21 +358,21 @@ def estimate(plan_input: PlanInput) -> Plan:
         resolved=plan.resolved,
         memory_gb=plan.memory_gb,
         throughput=plan.throughput,
-        recommendations=recommend(plan, evaluate),
+        recommendations=recommend(plan, Evaluator(plan)),
     )
 
 
 def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
     """The configuration the recommendations lead to that fits in memory.
 
-    Returns ``(plan_input, [])`` when it already fits; otherwise the fastest
-    fitting configuration reachable by turning on activation checkpointing,
-    lowering ``batch_size`` (raising ``gradient_accumulation_steps`` so the tokens
-    per optimizer step do not shrink, unless only fewer tokens per step fit),
-    ``quantized_model_init`` (fp8 family, once the trainer image supports it),
-    ``reshard_after_forward=True`` and full sharding -- never changing the model,
-    sequence length, precision or instance count -- with one human description
-    per changed field; ``None`` if nothing fits.
+    Returns ``(plan_input, [])`` when it already fits (``status == "fits"``); otherwise -- out of memory or
+    ``at-risk`` -- the fastest fitting configuration reachable by recomputing more blocks (``selective:N``,
+    then ``full`` activation checkpointing), lowering ``batch_size`` (raising ``gradient_accumulation_steps``
+    so the tokens per optimizer step do not shrink, unless only fewer tokens per step fit), accumulating
+    sharded gradients (``gradient_sync=every_micro_batch``), ``quantized_model_init`` (fp8 family, once the
+    trainer image supports it), ``reshard_after_forward=True`` and full sharding -- never changing the model,
+    sequence length, precision or instance count -- with one human description per changed field; ``None``
+    if nothing fits.
 
     Raises:
         PlanInputError: the input itself is invalid.
@@ -282,11 +382,11 @@ def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
     plan = evaluate(plan_input)
     if plan.fits:
         return plan.input, []
-    best = fitting_candidates(plan, evaluate)
+    best = fitting_candidates(plan, Evaluator(plan))
     if not best:
         return None
     chosen = best[0]
     return chosen.input, describe_changes(plan.input, chosen.input)
 
 
-__all__ = ["Plan", "Recommendation", "auto_tune", "estimate", "evaluate", "evaluate_on_gpus", "notes"]
+__all__ = ["Evaluator", "Plan", "Recommendation", "auto_tune", "estimate", "evaluate", "evaluate_on_gpus", "notes"]

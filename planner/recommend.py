@@ -2,19 +2,27 @@
 
 Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
 
-1. **Fit first.** Out of memory: turn on activation checkpointing (at ~14B
-   parameters and above it is a prerequisite), lower the micro-batch (keeping
-   the tokens per optimizer step with gradient accumulation), reshard after
-   forward, shard over every GPU; if even that fails, more instances. The
-   sequence length is never cut (for long-context work it comes first).
+1. **Fit first.** Out of memory (or at risk of it): recompute more blocks
+   (selective checkpointing of every Nth block, then every block; at ~14B
+   parameters and above checkpointing is a prerequisite), lower the
+   micro-batch (keeping the tokens per optimizer step with gradient
+   accumulation), accumulate sharded gradients (``gradient_sync``
+   ``every_micro_batch``), reshard after forward, shard over every GPU; if
+   even that fails, more instances. The sequence length is never cut (for
+   long-context work it comes first).
 2. **Throughput goal: batch size first.** The largest micro-batch that fits,
    stopping where a doubling gains less than :data:`MIN_GAIN` -- batch size
    matters more than the number format below ~14B.
 3. **Whether checkpointing pays.** Its 10-30% recompute against the batch it
-   frees: compare the best fitting batch with and without it.
+   frees: compare the best fitting batch of each mode -- off, selective
+   (every Nth block, N in :data:`SELECTIVE_INTERVALS`) and full -- and
+   recommend the fastest.
 4. **Communication-bound: shard less first.** HSDP (shard within an instance)
    instead of sharding across instances; keep parameters gathered between
-   forward and backward (``reshard_after_forward=false``) when memory allows.
+   forward and backward (``reshard_after_forward=false``) when memory allows;
+   with gradient accumulation, reduce-scatter once per step
+   (``gradient_sync=last_micro_batch``) when the unsharded gradients fit
+   with the at-risk margin to spare and it saves time.
 5. **Precision by size and hardware.** Below ~14B start with fp8 (lowest
    quantization overhead); at ~14B and above fp8 is the balanced default,
    mxfp8 when convergence stability matters, nvfp4 only on Blackwell and with
@@ -30,26 +38,33 @@ every candidate goes through :func:`planner.inputs.resolve`, which applies the
 trainer's own rules.
 
 Which formats quantize, which are block-scaled and which GPU runs which are the
-precision registry's (:mod:`platform_spec.precisions`); the formats the guide
-names in its advice (fp8 as the balanced default, mxfp8's stability, nvfp4's
-recipe) are named here as the guide names them.
+precision registry's (:mod:`platform_spec.precisions`), and so is every format the
+advice names: the guide's starting format (:data:`GUIDE_DEFAULT_LOW_PRECISION`, fp8,
+this module's one choice), the block-scaled formats at its peak (mxfp8: finer
+scaling, the stability choice), the formats of fewer bytes per element than it
+(nvfp4: a validated recipe first) and the high precision a format keeps outside
+its quantized GEMMs (bf16), which its loss curve is validated against.
 
 Each recommendation carries the plan after its change.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from planner.inputs import PlanInput
+from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY
 from platform_spec.catalogue import supports_precision
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL, QUANTIZED_PRECISIONS
 from platform_spec.precisions import get_precision
+from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
+from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
 if TYPE_CHECKING:
+    from typing import Any
+
     from planner.plan import Plan, Recommendation
 
 LARGE_MODEL_PARAMS = 14e9
@@ -61,8 +76,14 @@ COMM_BOUND_FRACTION = 0.15
 MAX_BATCH = 4096
 GUIDE_DEFAULT_LOW_PRECISION = "fp8"
 """The low-precision format the guide starts with (lowest quantization overhead; the balanced default at ~14B+)."""
+SELECTIVE_INTERVALS: tuple[int, ...] = (8, 4, 3, 2)
+"""The ``selective:N`` modes the recommendations weigh between ``off`` and ``full``: every 8th, 4th, 3rd and
+2nd block (1/8 to 1/2 of the blocks recompute; torchtitan's block-level selective checkpointing takes any N)."""
 
 Evaluate = Callable[[PlanInput], "Plan"]
+"""How the rules get the plan of a configuration: :func:`planner.plan.evaluate`, or an
+:class:`planner.plan.Evaluator` (the same plans, each worked out once), whose ``fits`` answers whether a
+configuration fits from the memory model alone."""
 
 
 def _params(plan: Plan) -> int:
@@ -77,16 +98,34 @@ def _try(evaluate: Evaluate, inp: PlanInput) -> Plan | None:
         return None
 
 
+def _fits(evaluate: Evaluate, inp: PlanInput) -> bool:
+    """``evaluate(inp).fits``, without the speed model where ``evaluate`` offers ``fits``.
+
+    Raises:
+        FieldError: as ``evaluate``.
+    """
+    fits: Callable[[PlanInput], bool] | None = getattr(evaluate, "fits", None)
+    return fits(inp) if fits is not None else evaluate(inp).fits
+
+
+def _try_fitting(evaluate: Evaluate, inp: PlanInput) -> Plan | None:
+    """The plan of ``inp`` when it fits; ``None`` when it does not or is refused (:func:`_try`)."""
+    try:
+        return evaluate(inp) if _fits(evaluate, inp) else None
+    except FieldError:  # PlanInputError and the catalogue's refusals
+        return None
+
+
 def largest_fitting_batch(inp: PlanInput, evaluate: Evaluate) -> int | None:
     """The largest ``batch_size`` (1..4096) that fits with everything else of ``inp`` unchanged; ``None`` if 1 does not."""
-    if not evaluate(inp.replace(batch_size=1)).fits:
+    if not _fits(evaluate, inp.replace(batch_size=1)):
         return None
     lo, hi = 1, MAX_BATCH
-    if evaluate(inp.replace(batch_size=hi)).fits:
+    if _fits(evaluate, inp.replace(batch_size=hi)):
         return hi
     while hi - lo > 1:  # memory grows with the batch: bisect
         mid = (lo + hi) // 2
-        if evaluate(inp.replace(batch_size=mid)).fits:
+        if _fits(evaluate, inp.replace(batch_size=mid)):
             lo = mid
         else:
             hi = mid
@@ -128,10 +167,30 @@ def best_batch(inp: PlanInput, evaluate: Evaluate, *, start: int = 1, keep_token
     return plans[-1]  # pragma: no cover
 
 
+def checkpointing_modes(num_layers: int) -> list[str]:
+    """The activation-checkpointing modes worth comparing for a model of ``num_layers`` blocks, from the one
+    recomputing least to the one recomputing most: ``off``, ``selective:N`` (:data:`SELECTIVE_INTERVALS`, those
+    that recompute a distinct number of blocks, at least one and fewer than all) and ``full``."""
+    modes, counts = ["off"], {0}
+    for interval in SELECTIVE_INTERVALS:
+        mode = parse_activation_checkpointing(f"selective:{interval}")
+        count = mode.checkpointed_count(num_layers)
+        if count not in counts and 0 < count < num_layers:
+            modes.append(mode.name)
+            counts.add(count)
+    modes.append("full")
+    return modes
+
+
+def _recomputed(mode: str, num_layers: int) -> int:
+    return parse_activation_checkpointing(mode).checkpointed_count(num_layers)
+
+
 def describe_changes(before: PlanInput, after: PlanInput) -> list[str]:
     """One human sentence per changed field, e.g. ``"batch_size: 16 -> 4"`` with the reason."""
     why = {
-        "activation_checkpointing": "recompute each block in backward instead of keeping its activations",
+        "activation_checkpointing": "recompute blocks in backward instead of keeping their activations",
+        "gradient_sync": "when gradients are reduce-scattered under accumulation",
         "batch_size": "smaller micro-batch",
         "gradient_accumulation_steps": "keeps the tokens per optimizer step",
         "quantized_model_init": "store block weights quantized, dropping the high-precision copy",
@@ -164,9 +223,15 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
     ``gradient_accumulation_steps`` to keep the tokens per optimizer step; only if nothing fits
     that way are fewer tokens per step accepted. Used by :func:`planner.auto_tune`."""
     inp = plan.input
-    ckpts = [inp.activation_checkpointing] + (["full"] if inp.activation_checkpointing == "off" else [])
+    layers = plan.resolved.model.num_layers
+    current = _recomputed(inp.activation_checkpointing, layers)
+    # the current mode and every mode that recomputes more blocks (least recompute first)
+    ckpts = [inp.activation_checkpointing] + [
+        m for m in checkpointing_modes(layers) if _recomputed(m, layers) > current
+    ]
     if _params(plan) >= LARGE_MODEL_PARAMS:
-        ckpts = ["full"]  # the guide: a prerequisite at ~14B+
+        ckpts = [m for m in ckpts if m != "off"]  # the guide: a prerequisite at ~14B+
+    syncs = [inp.gradient_sync] + ([DEFAULT_GRADIENT_SYNC] if inp.gradient_sync != DEFAULT_GRADIENT_SYNC else [])
     qmis = [inp.quantized_model_init] + (
         [True] if _quantized_init_available(inp) and not inp.quantized_model_init else []
     )
@@ -182,30 +247,35 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
         if b == 1:
             break
         b = max(1, b // 2)
+    # micro-batches that keep the sequences per optimizer step exactly: the divisors of it, up to the batch
+    # (batch 7 -> 3 with 3 micro-batches would train 9 per step: another run, not the same one in less memory)
+    dividing = [d for d in range(inp.batch_size, 0, -1) if tokens_per_step % d == 0]
     found: list[tuple[float, int, Plan]] = []
     # first keep the tokens per optimizer step (accumulate more micro-batches); if nothing fits that
-    # way -- accumulation keeps unsharded gradients -- accept fewer tokens per step
+    # way -- the sharded gradients of accumulation still take memory -- accept fewer tokens per step
     for keep_tokens in (True, False):
         for ck in ckpts:
-            for qmi in qmis:
-                for rs in reshards:
-                    for sh in shardings:
-                        for b in batches:
-                            gas = inp.gradient_accumulation_steps
-                            if keep_tokens:
-                                gas = max(gas, math.ceil(tokens_per_step / b))
-                            cand = inp.replace(
-                                activation_checkpointing=ck,
-                                quantized_model_init=qmi,
-                                reshard_after_forward=rs,
-                                sharding_strategy=sh,
-                                batch_size=b,
-                                gradient_accumulation_steps=gas,
-                            )
-                            p = _try(evaluate, cand)
-                            if p is not None and p.fits:
-                                found.append((p.tokens_per_second, len(_changes(inp, cand)), p))
-                                break  # larger batches first: the first that fits is this path's best
+            for sync in syncs:
+                for qmi in qmis:
+                    for rs in reshards:
+                        for sh in shardings:
+                            for b in dividing if keep_tokens else batches:
+                                gas = inp.gradient_accumulation_steps
+                                if keep_tokens:
+                                    gas = tokens_per_step // b
+                                cand = inp.replace(
+                                    activation_checkpointing=ck,
+                                    gradient_sync=sync,
+                                    quantized_model_init=qmi,
+                                    reshard_after_forward=rs,
+                                    sharding_strategy=sh,
+                                    batch_size=b,
+                                    gradient_accumulation_steps=gas,
+                                )
+                                p = _try_fitting(evaluate, cand)
+                                if p is not None:
+                                    found.append((p.tokens_per_second, len(_changes(inp, cand)), p))
+                                    break  # larger batches first: the first that fits is this path's best
         if found:
             break
     if not found:
@@ -242,13 +312,19 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
 
     if not plan.fits:
         mem = plan.memory_gb
+        need = (
+            f"needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable"
+            if plan.status == OUT_OF_MEMORY
+            else f"at risk: needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable, within the model's "
+            f"{AT_RISK_FRACTION:.0%} error of the limit"
+        )
         candidates = fitting_candidates(plan, evaluate)
         if candidates:
             best = candidates[0]
             recs.append(
                 _rec(
                     "Make it fit: " + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, best.input).items()),
-                    f"needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable; "
+                    f"{need}; "
                     + ("at ~14B+ parameters activation checkpointing is a prerequisite; " if large else "")
                     + "the fastest fitting configuration that keeps the model, sequence length, precision and "
                     "instance count"
@@ -256,8 +332,8 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                         ""
                         if best.input.batch_size * best.input.gradient_accumulation_steps
                         >= inp.batch_size * inp.gradient_accumulation_steps
-                        else " (fewer tokens per optimizer step: gradient accumulation would keep unsharded "
-                        "gradients that do not fit)"
+                        else " (fewer tokens per optimizer step: even the sharded gradients of accumulation and "
+                        "one sequence per micro-batch do not fit otherwise)"
                     ),
                     inp,
                     best,
@@ -287,18 +363,24 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
             return recs
         # more instances (full sharding divides parameters and optimizer state)
         base = inp.replace(
-            activation_checkpointing="full", batch_size=1, sharding_strategy="full", reshard_after_forward=True
+            activation_checkpointing="full",
+            batch_size=1,
+            sharding_strategy="full",
+            reshard_after_forward=True,
+            gradient_sync=DEFAULT_GRADIENT_SYNC,
         )
         for count in (2, 4, 8, 16, 32, 64, 128, 256):
             if count <= inp.instance_count:
                 continue
-            p = _try(evaluate, base.replace(instance_count=count))
-            if p is not None and p.fits:
+            p = _try_fitting(evaluate, base.replace(instance_count=count))
+            if p is not None:
+                # the title names every change the figures include (checkpointing, batch ...), not the count only
+                also = {k: v for k, v in _changes(inp, p.input).items() if k != "instance_count"}
                 recs.append(
                     _rec(
-                        f"Use {count} instances",
+                        f"Use {count} instances" + "".join(f", {k}={_fmt(v)}" for k, v in also.items()),
                         f"does not fit on {inp.instance_count} x {inp.instance_type} even with activation "
-                        f"checkpointing and batch 1 ({mem.required:.1f} GB needed of {mem.usable:.1f} GB); "
+                        f"checkpointing and batch 1 ({need}); "
                         "sharding over more GPUs divides parameters, gradients and optimizer state",
                         inp,
                         p,
@@ -310,8 +392,7 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
             recs.append(
                 _rec(
                     "Nothing fits on this hardware",
-                    f"{mem.required:.1f} GB needed of {mem.usable:.1f} GB per GPU; choose a smaller model "
-                    "or a GPU with more memory",
+                    f"{need}; choose a smaller model or a GPU with more memory",
                     inp,
                     None,
                     "fit",
@@ -345,25 +426,43 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                 )
             )
 
-    # 3. whether checkpointing pays
-    other = "full" if inp.activation_checkpointing == "off" else "off"
-    alt = best_batch(inp.replace(activation_checkpointing=other), evaluate)
+    # 3. whether checkpointing pays: the best fitting batch of every mode between off and full
+    layers = plan.resolved.model.num_layers
     mine = cur_ckpt_best or plan
-    turning_off_large = large and other == "off"  # the guide: a prerequisite at ~14B+, keep it
-    if alt is not None and not turning_off_large and alt.tokens_per_second > mine.tokens_per_second * (1 + MIN_GAIN):
-        if other == "full":
-            title = f"Turn on activation checkpointing and raise batch_size to {alt.input.batch_size}"
+    alt = None
+    for mode in checkpointing_modes(layers):
+        if mode == inp.activation_checkpointing or (large and mode == "off"):  # the guide: a prerequisite at ~14B+
+            continue
+        candidate = best_batch(inp.replace(activation_checkpointing=mode), evaluate)
+        if candidate is not None and (alt is None or candidate.tokens_per_second > alt.tokens_per_second):
+            alt = candidate
+    if alt is not None and alt.tokens_per_second > mine.tokens_per_second * (1 + MIN_GAIN):
+        mode = alt.input.activation_checkpointing
+        recomputing = _recomputed(mode, layers)
+        faster = _pct(alt.tokens_per_second, mine.tokens_per_second)
+        if recomputing > _recomputed(inp.activation_checkpointing, layers):
+            what = "Turn on activation checkpointing" if mode == "full" else f"Checkpoint every {mode[10:]}th block"
+            if inp.activation_checkpointing != "off":
+                what = f"Recompute more blocks ({mode})"
+            title = f"{what} and raise batch_size to {alt.input.batch_size}"
             reason = (
-                f"recompute costs {alt.throughput.recompute_overhead_pct:.0f}% of the step but frees memory for "
-                f"batch {alt.input.batch_size}: {_pct(alt.tokens_per_second, mine.tokens_per_second)} tokens/s "
-                f"over the best batch without it ({mine.input.batch_size})"
+                f"{mode} recomputes {recomputing} of {layers} blocks: it costs "
+                f"{alt.throughput.recompute_overhead_pct:.0f}% of the step but frees memory for batch "
+                f"{alt.input.batch_size}: {faster} tokens/s over the best batch with {inp.activation_checkpointing} "
+                f"({mine.input.batch_size})"
             )
-        else:
+        elif mode == "off":
             title = f"Turn off activation checkpointing (batch_size {alt.input.batch_size})"
             reason = (
                 f"below ~14B parameters checkpointing is usually unnecessary; without its recompute batch "
-                f"{alt.input.batch_size} runs {_pct(alt.tokens_per_second, mine.tokens_per_second)} tokens/s "
-                f"faster than the best batch with it ({mine.input.batch_size})"
+                f"{alt.input.batch_size} runs {faster} tokens/s faster than the best batch with it "
+                f"({mine.input.batch_size})"
+            )
+        else:
+            title = f"Recompute fewer blocks ({mode}, batch_size {alt.input.batch_size})"
+            reason = (
+                f"{mode} recomputes {recomputing} of {layers} blocks and still fits batch {alt.input.batch_size}: "
+                f"{faster} tokens/s over the best batch with {inp.activation_checkpointing} ({mine.input.batch_size})"
             )
         recs.append(_rec(title, reason, inp, alt, "checkpointing"))
     elif large and inp.activation_checkpointing == "off":
@@ -381,7 +480,7 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                 )
             )
 
-    # 4. communication-bound: shard less
+    # 4. communication-bound: shard less (and, accumulating, reduce-scatter once per step)
     if plan.throughput.comm_fraction > COMM_BOUND_FRACTION:
         options = []
         if inp.sharding_strategy == "full" and inp.instance_count > 1:
@@ -407,6 +506,24 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
                 )
             )
 
+    # accumulating: reduce-scatter once per step when the unsharded gradients fit with the margin to spare
+    if inp.gradient_accumulation_steps > 1 and inp.gradient_sync != "last_micro_batch":
+        once = _try(evaluate, inp.replace(gradient_sync="last_micro_batch"))
+        if once is not None and once.fits and once.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
+            t = plan.throughput
+            recs.append(
+                _rec(
+                    "Reduce-scatter gradients once per step (gradient_sync=last_micro_batch)",
+                    f"{t.gradient_reductions} reduce-scatters per step of {t.micro_batches} micro-batches become 1 "
+                    f"({t.comm.link}): {_pct(once.tokens_per_second, plan.tokens_per_second)} tokens/s; the unsharded "
+                    f"fp32 gradients kept between micro-batches raise the requirement {plan.memory_gb.required:.1f} "
+                    f"-> {once.memory_gb.required:.1f} GB per GPU, which still fits with the at-risk margin to spare",
+                    inp,
+                    once,
+                    "communication",
+                )
+            )
+
     # quantized weights when memory is the constraint (only where the trainer can store them)
     if _quantized_init_available(inp) and not inp.quantized_model_init:
         q = _try(evaluate, inp.replace(quantized_model_init=True))
@@ -414,7 +531,8 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
             recs.append(
                 _rec(
                     "Store weights quantized (quantized_model_init)",
-                    f"low precision uses more memory than bf16 by default (TransformerEngine keeps high-precision "
+                    f"low precision uses more memory than {get_precision(inp.precision).high_precision} by default "
+                    "(TransformerEngine keeps high-precision "
                     f"weights plus quantized copies: {plan.memory_gb.quantized_weight_copies:.1f} GB here); storing "
                     f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU, "
                     "if your optimizer supports it",
@@ -432,6 +550,7 @@ def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> l
     gpu = plan.resolved.gpu
     record = get_precision(inp.precision)
     low = GUIDE_DEFAULT_LOW_PRECISION
+    guide = get_precision(low)
     recs: list[Recommendation] = []
     if not record.quantized and supports_precision(gpu, low):
         p = _try(evaluate, inp.replace(precision=low))
@@ -473,25 +592,26 @@ def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> l
                     "precision",
                 )
             )
-    elif inp.precision == "mxfp8" and large:
+    elif record.block_scaled and record.dense_peak == guide.dense_peak and large:
         p = _try(evaluate, inp.replace(precision=low))
         if p is not None and p.fits and p.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
             recs.append(
                 _rec(
                     f"Consider precision {low}",
                     f"{size}: {low} is the balanced default ({_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s); "
-                    "keep mxfp8 if convergence stability matters more (its finer scaling holds accuracy better)",
+                    f"keep {inp.precision} if convergence stability matters more (its finer scaling holds accuracy "
+                    "better)",
                     inp,
                     p,
                     "precision",
                 )
             )
-    if inp.precision == "nvfp4":
+    if record.quantized and (record.quantized_bytes or 0.0) < (guide.quantized_bytes or 0.0):
         recs.append(
             _rec(
-                "nvfp4: use a validated recipe",
-                "nvfp4 pays off for memory-bound large models and needs a validated framework recipe "
-                "(Megatron Core); track loss curves against fp8/bf16 before production",
+                f"{inp.precision}: use a validated recipe",
+                f"{inp.precision} pays off for memory-bound large models and needs a validated framework recipe "
+                f"(Megatron Core); track loss curves against {low}/{record.high_precision} before production",
                 inp,
                 None,
                 "advice",
@@ -501,7 +621,8 @@ def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> l
         recs.append(
             _rec(
                 "Validate convergence",
-                "track loss curves across formats (e.g. against bf16) before production; if bf16 already meets "
+                f"track loss curves across formats (e.g. against {record.high_precision}) before production; if "
+                f"{record.high_precision} already meets "
                 "the throughput need, low precision may not be worth its complexity",
                 inp,
                 None,
@@ -515,7 +636,9 @@ __all__ = [
     "COMM_BOUND_FRACTION",
     "LARGE_MODEL_PARAMS",
     "MIN_GAIN",
+    "SELECTIVE_INTERVALS",
     "best_batch",
+    "checkpointing_modes",
     "describe_changes",
     "fitting_candidates",
     "largest_fitting_batch",

@@ -27,10 +27,12 @@ skeleton every family shares.
   micro-batch. This term is why fp8/mxfp8/nvfp4 give only a modest speed-up
   over bf16 for small models (the guide's observation): it scales with ``h``
   while the matmuls scale with ``h^2``.
-* Full activation checkpointing adds one forward of every block (its
-  matmuls, attention and elementwise forward work): ~+33% of block compute.
-  The guide's 10-30% is wall-clock, where communication and fixed costs
-  dilute it; :attr:`ThroughputEstimate.recompute_overhead_pct` reports ours.
+* Activation checkpointing adds one forward of each recomputing block (its
+  matmuls, attention and elementwise forward work): ``k/L`` of ~+33% of block
+  compute, ``k`` the recomputing blocks (all for ``full``, every Nth for
+  ``selective:N``, :mod:`platform_spec.training_modes`). The guide's 10-30% is
+  wall-clock, where communication and fixed costs dilute it;
+  :attr:`ThroughputEstimate.recompute_overhead_pct` reports ours.
 * Small micro-batches under-use the GPU: the step cannot run faster than the
   CPU can launch its kernels, the family's ``kernels_per_block`` per block at
   ``LAUNCH_S`` each (``t_compute = max(t_gpu, launch floor)``).
@@ -59,15 +61,22 @@ state (the trainer's metric lines exclude warm-up).
 Communication (FSDP)
 --------------------
 Per micro-batch each GPU all-gathers the block parameters in forward (and again
-in backward when ``reshard_after_forward``); once per optimizer step (the
-last micro-batch: the trainer skips gradient sync on the others) it
-reduce-scatters fp32 gradients: bytes received per GPU ``= bytes * (D - 1) / D``.
+in backward when ``reshard_after_forward``); it reduce-scatters fp32 gradients
+after every micro-batch (``gradient_sync=every_micro_batch``, the default) or
+after the last of each optimizer step only (``last_micro_batch``: the other
+micro-batches keep unsharded gradients, :mod:`platform_spec.training_modes`):
+bytes received per GPU ``= bytes * (D - 1) / D`` per reduce-scatter.
 HSDP adds an all-reduce of the sharded fp32 gradients across the ``R``
-replicas: ``2 * 4N/D * (R-1)/R``.
+replicas with each reduce-scatter: ``2 * 4N/D * (R-1)/R``.
 Bandwidth: within one NVLink domain the unidirectional NVLink bandwidth (half
-the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY``; a group that
-spans instances runs at the instance's EFA bandwidth per GPU at
-``EFA_EFFICIENCY``. Each collective also pays a latency. Overlap: FSDP
+the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY``; a shard group
+that spans instances moves each GPU's volume at the instance's whole EFA
+bandwidth at ``EFA_EFFICIENCY`` (NCCL runs one ring channel per NIC, the hops
+inside an instance over NVLink; this was the bandwidth *per GPU* until
+llm-foundry's 70B runs on 32 H100s, predicted at a third of their published
+speed, showed it 8x too low), and HSDP's replica all-reduce -- one GPU per
+instance in each of the instance's ``gpus_per_instance`` concurrent groups --
+a share of it. Each collective also pays a latency. Overlap: FSDP
 prefetches the next block's gather during the current block's compute, so only
 the first gather, the last reduce-scatter and any communication longer than the
 compute it hides behind are exposed.
@@ -89,8 +98,9 @@ from dataclasses import dataclass
 from planner.inputs import ResolvedInput
 from planner.memory import activation_bytes, loss_chunk_tokens, quantized_bytes, weight_copy_bytes
 from platform_spec.catalogue import dense_peak_tflops
-from platform_spec.models import family_of, mfu_percent, model_tflops_per_second
+from platform_spec.models import mfu_percent, model_tflops_per_second
 from platform_spec.precisions import get_precision
+from platform_spec.training_modes import gradient_reductions_per_step
 
 EFFICIENCY = 0.478
 """Achieved fraction of the roofline sum (fitted by :func:`calibrate`; see module docstring)."""
@@ -189,10 +199,12 @@ def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> Compute
         elem_bytes += (20.0 * V + 20.0 * h) * T  # logits softmax/cross-entropy, embedding, final norm
     elem = elem_bytes / bw
 
-    recompute = 0.0
-    if r.checkpointing:
-        recompute = (2.0 * L * W * T / peak + attn_per_token / 3.0 * T / peak_attn + L * fwd_b * T / bw) / efficiency
-    kernels = terms.kernels_per_block * L * (4 / 3 if r.checkpointing else 1.0)
+    # the recomputing blocks run their forward again: k of L blocks (0 off, L full, floor(L/N) selective:N)
+    share = r.checkpointed_blocks / L
+    recompute = (
+        share * (2.0 * L * W * T / peak + attn_per_token / 3.0 * T / peak_attn + L * fwd_b * T / bw) / efficiency
+    )
+    kernels = terms.kernels_per_block * L * (1.0 + share / 3.0)
     return ComputeTime(
         gemm=gemm / efficiency,
         attention=attn / efficiency,
@@ -204,8 +216,9 @@ def compute_time(r: ResolvedInput, *, efficiency: float = EFFICIENCY) -> Compute
 
 @dataclass(frozen=True)
 class CommTime:
-    """FSDP communication, seconds and bytes received per GPU: all-gathers per micro-batch; the
-    reduce-scatter (and HSDP all-reduce) once per optimizer step, on its last micro-batch."""
+    """FSDP communication of one micro-batch that reduce-scatters, seconds and bytes received per GPU: the
+    all-gathers (every micro-batch) and the reduce-scatter and HSDP all-reduce (every micro-batch, or the last
+    of each step only: ``gradient_sync``; :attr:`ThroughputEstimate.gradient_reductions`)."""
 
     allgather_bytes: float
     reduce_scatter_bytes: float
@@ -221,8 +234,14 @@ class CommTime:
         return self.allgather_s + self.reduce_scatter_s + self.allreduce_s
 
 
-def _group_bandwidth(r: ResolvedInput, group: int) -> tuple[float, float, str]:
-    """(bytes/s per GPU, latency s, link name) for a collective over ``group`` GPUs laid out instance by instance."""
+def _group_bandwidth(r: ResolvedInput, group: int, *, per_instance: int | None = None) -> tuple[float, float, str]:
+    """(bytes/s per GPU, latency s, link name) for a collective over ``group`` GPUs laid out instance by instance,
+    ``per_instance`` of them on each instance (default: every GPU of an instance, as FSDP's shard group).
+
+    Across instances NCCL runs one ring channel per NIC, so the bytes a GPU receives cross the instance's
+    network once per instance, spread over all its NICs: a group holding every GPU of each instance moves its
+    per-GPU volume at the instance's whole EFA bandwidth, while groups of one GPU per instance (HSDP's replica
+    all-reduce: ``gpus_per_instance`` such groups run at once) share it, ``1 / gpus_per_instance`` each."""
     inst = r.instance
     if group <= 1:
         return float("inf"), 0.0, "none"
@@ -231,7 +250,8 @@ def _group_bandwidth(r: ResolvedInput, group: int) -> tuple[float, float, str]:
     )
     if within_domain and inst.nvlink_bandwidth_gb_s > 0:
         return inst.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink"
-    per_gpu = inst.efa_bandwidth_gb_s / inst.gpus_per_instance * 1e9 * EFA_EFFICIENCY
+    sharing = inst.gpus_per_instance // max(1, min(per_instance or inst.gpus_per_instance, inst.gpus_per_instance))
+    per_gpu = inst.efa_bandwidth_gb_s / sharing * 1e9 * EFA_EFFICIENCY
     return per_gpu, EFA_LATENCY_S, f"EFA v{inst.efa_version}"
 
 
@@ -256,7 +276,7 @@ def comm_time(r: ResolvedInput) -> CommTime:
     ar_s = 0.0
     if R > 1:
         ar = 2 * 4.0 * N / D * (R - 1) / R
-        bw_x, lat_x, _ = _group_bandwidth(r, r.world_size)  # replicas sit on different instances
+        bw_x, lat_x, _ = _group_bandwidth(r, r.world_size, per_instance=1)  # one replica per instance
         ar_s = ar / bw_x + units * lat_x
     return CommTime(
         allgather_bytes=ag,
@@ -309,6 +329,8 @@ class ThroughputEstimate:
         recompute_overhead_pct: step time added by activation checkpointing, percent.
         cost: wall time and cost of ``tokens`` (``None`` without a token budget).
         micro_batches: micro-batches per step (``gradient_accumulation_steps``).
+        gradient_reductions: reduce-scatters of the gradients per step (``micro_batches`` for
+            ``every_micro_batch``, 1 for ``last_micro_batch``).
     """
 
     flops_per_token: float
@@ -329,6 +351,7 @@ class ThroughputEstimate:
     cost: Cost | None
 
     micro_batches: int = 1
+    gradient_reductions: int = 1
 
     @property
     def comm_fraction(self) -> float:
@@ -363,10 +386,11 @@ def estimate_throughput(
     c = compute_time(r, efficiency=efficiency)
     k = comm_time(r)
     gas = p.gradient_accumulation_steps
-    # gradients are reduce-scattered on the last micro-batch of a step only
-    exposed_last = _exposed(r, c, k, reduce=True)
+    # gradients are reduce-scattered after every micro-batch or after the last of the step only (gradient_sync)
+    reductions = gradient_reductions_per_step(p.gradient_sync, gas)
+    exposed_reduce = _exposed(r, c, k, reduce=True)
     exposed_other = _exposed(r, c, k, reduce=False)
-    exposed = (exposed_last + (gas - 1) * exposed_other) / gas  # mean per micro-batch
+    exposed = (reductions * exposed_reduce + (gas - reductions) * exposed_other) / gas  # mean per micro-batch
     N = m.block_params if p.blocks_only else m.num_params
     opt_bytes = (14.0 if p.blocks_only else 28.0) * N / r.shard_degree
     optimizer_s = opt_bytes / (r.gpu.hbm_bandwidth_tb_s * 1e12 * HBM_EFFICIENCY)
@@ -375,7 +399,7 @@ def estimate_throughput(
     step = gas * micro + optimizer_s + fixed
     tokens_per_gpu_step = gas * r.tokens_per_microbatch
     tps_gpu = tokens_per_gpu_step / step
-    fpt = family_of(p.model).flops_per_token(m, p.seq_length, include_embedding=not p.blocks_only)
+    fpt = r.family.flops_per_token(m, p.seq_length, include_embedding=not p.blocks_only)  # custom shapes too
     peak = dense_peak_tflops(r.gpu, p.precision)
     if c.launch_floor > c.gpu:
         bound = "launch"
@@ -384,9 +408,9 @@ def estimate_throughput(
     else:
         bound = "compute"
     recompute_pct = 0.0
-    if r.checkpointing:
+    if r.checkpointed_blocks:
         # the same configuration without recompute (memory aside): what checkpointing costs in wall time
-        plain = dataclasses.replace(r, input=dataclasses.replace(p, activation_checkpointing="off"))
+        plain = dataclasses.replace(r, input=p.replace(activation_checkpointing="off"))
         plain_step = estimate_throughput(plain, efficiency=efficiency, first_iteration_s=first_iteration_s).step_time_s
         recompute_pct = 100.0 * (step / plain_step - 1.0)
     cost = None
@@ -417,6 +441,7 @@ def estimate_throughput(
         recompute_overhead_pct=recompute_pct,
         cost=cost,
         micro_batches=gas,
+        gradient_reductions=reductions,
     )
     return est
 

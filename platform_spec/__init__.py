@@ -10,12 +10,15 @@ Modules:
 * :mod:`platform_spec.hyperparameters` -- the trainer's hyperparameter specs.
 * :mod:`platform_spec.metric_lines` -- the trainer's metric lines and SageMaker's regexes for them, and its
   ``[run]`` records (how a run began and ended, on which device).
-* :mod:`platform_spec.capacity` -- training-plan capacity facts (reclaim window, pending limit).
+* :mod:`platform_spec.capacity` -- capacity facts (the capacity types and their default order, the plan
+  statuses a job may use, the reclaim window, the pending limit).
+* :mod:`platform_spec.files` -- the one atomic, durable file write (records other processes read).
 * :mod:`platform_spec.training_plans` -- the training-plan ARN rule.
 * :mod:`platform_spec.request_fields` -- the job submitter's request fields, one row each (parsing,
   the JSON Schema and the README's request table derive from them).
 * :mod:`platform_spec.models` -- the model-family interface and registry (families live in
-  ``model_families/``).
+  ``model_families/``); :mod:`platform_spec.model_shape`, the shapes' protocol it re-exports (imported at
+  its first use: it needs :mod:`typing`, which the rest does not).
 
 Nothing here imports torch, numpy, boto3, botocore, the CDK or any other package of this repository
 (``model_families`` is found by name at the registry's first lookup: :mod:`platform_spec.models`);

@@ -1,11 +1,14 @@
-"""Facts about SageMaker training-plan capacity, shared by the trainer and the job submitter.
+"""Facts about SageMaker training capacity, shared by the trainer, the job submitter, the observability
+functions, the stack's configuration and the emulator.
 
 The trainer reads the reclaim window (``training.environment``: when to
 checkpoint and stop); the submitter reads it and the pending limit (its
 capacity choice: how long a block can run a job, and how far ahead a block may
-start).
+start), the capacity types and their default order, and the plan statuses a job
+may use, which the plan-metrics publisher counts as usable too.
 
-Source of both: "Training plans utilization for SageMaker training jobs",
+Source of the reclaim window, the pending limit and the usable statuses: "Training plans
+utilization for SageMaker training jobs",
 https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html.
 
 Pure Python, standard library only.
@@ -13,7 +16,60 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
-__all__ = ["CAPACITY_BLOCK_ENV", "CAPACITY_BLOCK_RECLAIM_S", "PENDING_LIMIT_S"]
+from collections.abc import Sequence
+
+__all__ = [
+    "CAPACITY_BLOCK_ENV",
+    "CAPACITY_BLOCK_RECLAIM_S",
+    "CAPACITY_FALLBACK_EXPECTED",
+    "CAPACITY_TYPES",
+    "DEFAULT_CAPACITY_FALLBACK",
+    "PENDING_LIMIT_S",
+    "TRAINING_PLAN_ARNS_PARAMETER_ENV",
+    "USABLE_PLAN_STATUSES",
+    "capacity_fallback_problem",
+]
+
+CAPACITY_TYPES: tuple[str, ...] = ("training-plan", "spot", "on-demand")
+"""How a training job gets its instances, as the platform names them (a request's ``capacity``, the
+``CapacityType`` dimension of the submitter's metrics, a job's ``platform:capacity-type`` tag):
+``training-plan`` (reserved capacity: ``ResourceConfig.TrainingPlanArn``), ``spot`` (managed spot
+training: ``EnableManagedSpotTraining``) or ``on-demand`` (neither)."""
+
+DEFAULT_CAPACITY_FALLBACK: tuple[str, ...] = CAPACITY_TYPES
+"""The order ``capacity: auto`` tries when the deployment names none (``capacityFallback``'s default):
+reserved capacity first, then spot, then on-demand, cheapest first for capacity already paid for."""
+
+CAPACITY_FALLBACK_EXPECTED = f"a non-empty order of distinct values from {', '.join(CAPACITY_TYPES)}"
+"""What a capacity fallback order must be, in words (:func:`capacity_fallback_problem`)."""
+
+USABLE_PLAN_STATUSES: tuple[str, ...] = ("Active", "Scheduled")
+"""Training-plan statuses a training job may use ("The training plan must be in the Scheduled or Active
+status to be used by a training job", the page above): the submitter places jobs on these plans only,
+and the plan-metrics publisher's all-plans totals count only these."""
+
+TRAINING_PLAN_ARNS_PARAMETER_ENV = "TRAINING_PLAN_ARNS_PARAMETER"
+"""The environment variable, of the submitter and of the plan-metrics publisher alike, naming the SSM
+String parameter that holds the deployment's training-plan ARNs as a JSON list."""
+
+
+def capacity_fallback_problem(order: Sequence[str]) -> str | None:
+    """Why ``order`` is not a capacity fallback order (:data:`CAPACITY_FALLBACK_EXPECTED`), or ``None``.
+
+    Returns:
+        ``"it is empty"``, ``"'x' is not a capacity type"`` (the first such) or ``"'spot' is listed
+        more than once"`` (the first repeated); ``None`` for a good order.
+    """
+    if not order:
+        return "it is empty"
+    for value in order:
+        if value not in CAPACITY_TYPES:
+            return f"{value!r} is not a capacity type"
+    for index, value in enumerate(order):
+        if value in order[:index]:
+            return f"{value!r} is listed more than once"
+    return None
+
 
 CAPACITY_BLOCK_ENV = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 """Milliseconds since the epoch at which the training plan's current capacity block ends (the page

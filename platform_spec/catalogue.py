@@ -33,6 +33,7 @@ Conventions:
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from platform_spec.errors import FieldError
@@ -52,6 +53,10 @@ KLOCKWOOD_B300 = (
 )
 AWS_P5 = "AWS 'Amazon EC2 P5 instances' page (instance specs table), unverified in this session"
 AWS_P6 = "AWS 'Amazon EC2 P6 instances' page (instance specs table), unverified in this session"
+SAGEMAKER_ULTRASERVER = (
+    "SageMaker API Reference, UltraServer ('An UltraServer consists of multiple instances within a shared NVLink "
+    "interconnect domain'; its InstanceType: ml.p6e-gb200.36xlarge)"
+)
 AWS_GB200_GRACE = (
     "AWS Containers blog 'Unlocking next-generation AI performance with Dynamic Resource Allocation on Amazon EKS "
     "and Amazon EC2 P6e-GB200' (each GB200 superchip: two Blackwell GPUs and one NVIDIA Grace CPU, an Arm CPU)"
@@ -141,6 +146,8 @@ class InstanceSpec:
         sources: where each figure comes from.
         cpu_architecture: the host CPUs' architecture, as OCI platforms name it
             (``"amd64"``: x86-64; ``"arm64"``: e.g. NVIDIA Grace on GB200).
+        host_instance_type: for an UltraServer, the instance type of the hosts it is made of (its
+            :attr:`gpus_per_host`); ``None`` for an instance type, which is its own host.
     """
 
     instance_type: str
@@ -154,10 +161,19 @@ class InstanceSpec:
     local_nvme_tb: float | None
     sources: dict[str, str]
     cpu_architecture: str = "amd64"
+    host_instance_type: str | None = None
 
     @property
     def gpu_spec(self) -> GPUSpec:
         return GPUS[self.gpu]
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs of one host (one machine, one SageMaker training-job instance): an UltraServer's are
+        those of its :attr:`host_instance_type`, an instance type's its own :attr:`gpus_per_instance`."""
+        if self.host_instance_type is None:
+            return self.gpus_per_instance
+        return INSTANCES[self.host_instance_type].gpus_per_instance
 
     @property
     def memory_per_gpu_gb(self) -> float:
@@ -401,6 +417,7 @@ INSTANCES: dict[str, InstanceSpec] = {
     "ml.u-p6e-gb200x36": InstanceSpec(
         instance_type="ml.u-p6e-gb200x36",
         gpu="GB200",
+        host_instance_type="ml.p6e-gb200.36xlarge",
         gpus_per_instance=36,
         gpu_memory_gb=6700.0,
         nvlink_bandwidth_gb_s=1800.0,
@@ -411,6 +428,7 @@ INSTANCES: dict[str, InstanceSpec] = {
         cpu_architecture="arm64",
         sources={
             "gpus": DIGEST + " (36 GPUs, one NVLink domain)",
+            "host_instance_type": SAGEMAKER_ULTRASERVER,
             "gpu_memory_gb": DIGEST,
             "efa_version": DIGEST,
             "efa_bandwidth_gb_s": DIGEST,
@@ -422,6 +440,7 @@ INSTANCES: dict[str, InstanceSpec] = {
     "ml.u-p6e-gb200x72": InstanceSpec(
         instance_type="ml.u-p6e-gb200x72",
         gpu="GB200",
+        host_instance_type="ml.p6e-gb200.36xlarge",
         gpus_per_instance=72,
         gpu_memory_gb=13400.0,
         nvlink_bandwidth_gb_s=1800.0,
@@ -432,6 +451,7 @@ INSTANCES: dict[str, InstanceSpec] = {
         cpu_architecture="arm64",
         sources={
             "gpus": DIGEST + " (72 GPUs, one NVLink domain)",
+            "host_instance_type": SAGEMAKER_ULTRASERVER,
             "gpu_memory_gb": DIGEST,
             "efa_version": DIGEST,
             "efa_bandwidth_gb_s": DIGEST,
@@ -473,6 +493,19 @@ TRAINABLE_INSTANCE_TYPES: tuple[str, ...] = tuple(t for t in INSTANCE_TYPES if h
 """Catalogue instance types the trainer image runs on (host CPU architecture in
 :data:`TRAINER_IMAGE_ARCHITECTURES`): what the planner plans, the submitter accepts and the
 stack allows (each further limited to what ``CreateTrainingJob`` accepts where that applies)."""
+
+
+def deployable_instance_types(accepted: Collection[str]) -> tuple[str, ...]:
+    """The instance types a deployment may allow: :data:`TRAINABLE_INSTANCE_TYPES` (in catalogue order)
+    that ``accepted`` holds.
+
+    Args:
+        accepted: the instance types ``CreateTrainingJob`` accepts (SageMaker's ``TrainingInstanceType``
+            enum, read from botocore's model by the submitter's runtime, which this pure module cannot
+            import: ``config.default_allowed_instance_types``). The GB200 UltraServer types are not
+            among them; the arm64 GB200 hosts are, but the trainer image does not run on them.
+    """
+    return tuple(t for t in TRAINABLE_INSTANCE_TYPES if t in accepted)
 
 
 def get_instance(instance_type: str) -> InstanceSpec:
@@ -564,14 +597,16 @@ def gpu_for_device_name(device_name: str) -> GPUSpec | None:
     ``"NVIDIA B200"`` -> B200, ``"NVIDIA GB200"`` -> GB200. PCIe/NVL
     variants of H100/H200 (lower clocks and peaks) and unknown GPUs -> ``None``
     (the trainer then reports no MFU rather than a wrong one).
+
+    Every GPU of :data:`GPUS` is tried (a GPU added there is found with no other change); each one's
+    ``device_names`` must match its own names only (``(?<![A-Z])B200`` keeps ``GB200`` out of B200's), so a
+    name that more than one GPU claims is ambiguous and answered ``None`` too.
     """
     text = device_name.strip()
-    # GB200 first: "GB200" must not match the B200 pattern (the look-behind guards it too).
-    for name in ("GB200", "B300", "B200", "H200", "H100"):
-        spec = GPUS[name]
-        if any(re.search(p, text, flags=re.IGNORECASE) for p in spec.device_names):
-            return spec
-    return None
+    matches = [
+        spec for spec in GPUS.values() if any(re.search(p, text, flags=re.IGNORECASE) for p in spec.device_names)
+    ]
+    return matches[0] if len(matches) == 1 else None
 
 
 __all__ = [
@@ -587,6 +622,7 @@ __all__ = [
     "UnsupportedHostArchitectureError",
     "UnsupportedPrecisionError",
     "dense_peak_tflops",
+    "deployable_instance_types",
     "get_gpu",
     "get_instance",
     "get_trainable_instance",

@@ -13,7 +13,9 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["FieldError"]
 

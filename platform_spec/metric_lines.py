@@ -130,6 +130,7 @@ RUN_FIELDS: tuple[tuple[str, str], ...] = (
 
 _INT_FIELDS = {"step": 0, "world_size": 1, "resumed_from": 0, "saved": 0}  # field -> smallest value
 _BARE = re.compile(r"[A-Za-z0-9_.:/+@%,-]+")
+_ASCII_DIGITS = re.compile(r"[0-9]+")
 _RUN_FIELD_RE = re.compile(r'([a-z_]+)=("(?:[^"\\]|\\.)*"|[^\s"]+)(?:\s+|$)')
 
 
@@ -236,9 +237,12 @@ def parse_run_record(line: str) -> RunRecord | None:
             except ValueError:
                 raise RunRecordError(name, raw, "a JSON string") from None
         elif name in _INT_FIELDS:
-            if not raw.isdigit():
+            try:  # ASCII digits only (str.isdigit() takes "²", which int() refuses); int() refuses > 4300 digits
+                value = int(raw) if _ASCII_DIGITS.fullmatch(raw) else None
+            except ValueError:
+                value = None
+            if value is None:
                 raise RunRecordError(name, raw, f"an integer >= {_INT_FIELDS[name]}")
-            value = int(raw)
         else:
             value = raw
         values[name] = value

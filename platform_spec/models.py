@@ -16,7 +16,8 @@ family's module.
 The skeleton the trainer builds around a family's blocks (``training/model.py``,
 the same for every family): token embedding ``tok_embeddings``, the
 family's blocks ``layers.<i>``, a final norm ``norm`` (built by the family's
-torch module), an untied LM head ``output`` and the chunked cross-entropy
+torch module), an LM head ``output`` (sharing the embedding's weight when the
+shape's ``tied_embeddings`` is true) and the chunked cross-entropy
 (:data:`LOSS_CHUNK_ELEMENTS`). A block module offers
 ``build_block(shape, layer_number, *, device) -> nn.Module`` (a block's
 ``forward(hidden [batch, seq, hidden_size], block_input)``) and
@@ -24,31 +25,68 @@ torch module), an untied LM head ``output`` and the chunked cross-entropy
 the hidden state, e.g. rotary angles, fp32; ``None`` if nothing); the torch
 module also ``build_final_norm(shape)``.
 
+Shapes are hyperparameters (:func:`resolve_shape`): a preset is a named shortcut, the
+shape hyperparameters a family declares (:attr:`ModelFamily.shape_hyperparameters`)
+override its fields, and a family's name instead of a preset is a custom shape
+of that family (every field without a default given). Every shape is checked
+by the one rule of its family (:attr:`ModelFamily.validate_shape`: structure,
+and the GEMM multiples of the precision, :func:`check_gemm_dimensions`) -- the
+trainer, the planner and the submitter all resolve shapes here. A family may
+also map a Hugging Face ``config.json`` to its shape and back
+(:attr:`ModelFamily.from_hf_config`, :attr:`ModelFamily.to_hf_config`) and
+name its exported parameters as that library does
+(:attr:`ModelFamily.export_layout`).
+
 Registration is by import of the ``model_families`` package
 (:data:`FAMILIES_PACKAGE`): the first lookup imports it when nothing is
 registered yet, the way ``importlib.metadata`` entry points load plugins, so
 ``platform_spec`` names no family and every reader sees the same registry.
+
+Why by name, lazily (plugin-style registration): ``model_families`` imports
+``platform_spec`` (each family builds a :class:`ModelFamily` and calls
+:func:`register_family`), so ``platform_spec`` must not import it back: a
+static import would be a cycle, break the layering (``platform_spec`` at the
+bottom, importing nothing of ours: the ``pure-spec`` contract of
+pyproject.toml's ``[tool.importlinter]``) and make adding a family an edit
+here. ``importlib.import_module(FAMILIES_PACKAGE)`` at the first lookup keeps
+the dependency a run-time one, in one direction, and a family one folder plus
+one line in ``model_families/__init__.py``. The cost: import-linter (grimp
+reads ``import`` statements) cannot see that edge, nor check that a family
+folder is registered; ``tests/platform_spec/test_model_registry.py`` checks
+instead that every registered name resolves (its record, presets and block
+modules) and every family folder is registered. (The Lambda bundles see it:
+:mod:`platform_constructs.submitter.bundling` follows ``import_module`` of a
+constant name.)
 
 Pure Python, standard library only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
-from typing import Any, Protocol, runtime_checkable
 
+from platform_spec import precisions
 from platform_spec.errors import FieldError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from platform_spec.model_shape import ModelShape
 
 __all__ = [
     "FAMILIES_PACKAGE",
     "LOSS_CHUNK_ELEMENTS",
+    "ExportSlice",
     "ModelFamily",
     "ModelShape",
     "ShapeTerms",
     "UnknownModelError",
+    "check_gemm_dimensions",
     "family_names",
     "family_of",
     "family_of_shape",
@@ -58,6 +96,9 @@ __all__ = [
     "model_tflops_per_second",
     "preset_names",
     "register_family",
+    "resolve_shape",
+    "shape_from_hf_config",
+    "shape_hyperparameters",
 ]
 
 FAMILIES_PACKAGE = "model_families"
@@ -69,35 +110,20 @@ skeleton's loss (``training.model.chunked_cross_entropy``) computes ``LOSS_CHUNK
 tokens per chunk, and the planner's ``logits_and_loss`` term counts one such chunk."""
 
 
-@runtime_checkable
-class ModelShape(Protocol):
-    """What every family's shape dataclass offers (frozen dataclasses; sizes as integers).
+if not TYPE_CHECKING:  # type checkers see the import above; a module __getattr__ would make any name valid to them
 
-    Attributes:
-        name: the preset's name (``"gpt-1b"``), or any label for a custom shape.
-        num_layers: transformer blocks.
-        hidden_size: width of the residual stream (embedding columns, LM-head rows).
-        vocab_size: embedding rows.
-        params_per_block: parameters in one block.
-        block_params: parameters in all blocks.
-        num_params: parameters of the full model.
-    """
+    def __getattr__(name: str) -> Any:
+        """``ModelShape``, the shapes' protocol (:mod:`platform_spec.model_shape`), imported at its first
+        lookup: it needs :mod:`typing`, which nothing else here does (start-up, issue 17).
 
-    name: str
-    num_layers: int
-    hidden_size: int
-    vocab_size: int
+        Raises:
+            AttributeError: any other name.
+        """
+        if name == "ModelShape":
+            from platform_spec.model_shape import ModelShape
 
-    @property
-    def params_per_block(self) -> int: ...
-
-    @property
-    def block_params(self) -> int: ...
-
-    @property
-    def num_params(self) -> int: ...
-
-    def with_overrides(self, *, num_layers: int | None = None, vocab_size: int | None = None) -> ModelShape: ...
+            return ModelShape
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -117,9 +143,11 @@ class ShapeTerms:
             TransformerEngine keeps quantized copies of; ``6W`` training FLOPs per token).
         attention_flops_per_token: ``(shape, seq_length, *, causal=True) -> float``: training FLOPs per
             token (forward + backward; a third is forward) of the attention-score matmuls of every block.
-        block_activation_terms: ``(shape, *, activation_bytes, quantized_bytes, dropout) -> {tensor: bytes}``:
-            bytes per token one block saves for backward, by tensor; the block's input (``a * hidden_size``)
-            is one of them.
+        block_activation_terms: ``(shape, *, activation_bytes, quantized_bytes, dropout, quantized_copy_bytes)
+            -> {tensor: bytes}``: bytes per token one block saves for backward, by tensor; the block's input
+            (``a * hidden_size``) is one of them. ``quantized_copy_bytes``: bytes per element of a quantized
+            tensor kept in both layouts, rowwise and columnwise (the precision's ``weight_copy_bytes`` on the
+            GPU), for the tensors TransformerEngine saves so (``None``: one layout, ``q``).
         block_backward_transient_bytes_per_token: ``(shape, *, activation_bytes, quantized_bytes) -> float``:
             extra bytes per token alive at the peak of one block's backward.
         block_elementwise_bytes_per_token: ``(shape, *, activation_bytes, quantized_bytes, dropout) ->
@@ -135,6 +163,16 @@ class ShapeTerms:
     block_backward_transient_bytes_per_token: Callable[..., float]
     block_elementwise_bytes_per_token: Callable[..., tuple[float, float]]
     kernels_per_block: int
+
+
+@dataclass(frozen=True)
+class ExportSlice:
+    """One exported tensor cut from a canonical parameter: rows ``start:stop`` of dimension 0, named ``name``
+    (e.g. the query rows of a fused QKV weight as ``model.layers.0.self_attn.q_proj.weight``)."""
+
+    name: str
+    start: int
+    stop: int
 
 
 @dataclass(frozen=True)
@@ -164,6 +202,25 @@ class ModelFamily:
             parameters (``tok_embeddings``, ``norm``, ``output``) included.
         export_format: the ``format`` of the family's model exports (``config.json``); default: the name.
         export_metadata: constants a model export records besides the shape (e.g. ``rope_base``).
+        shape_hyperparameters: ``{hyperparameter name: shape field}`` of the shape hyperparameters
+            (:data:`platform_spec.hyperparameters.SHAPE_HYPERPARAMETERS`) this family takes; a shape
+            hyperparameter it does not list is refused for it. Default: its shape fields other than
+            ``name``, under their own names.
+        validate_shape: ``(shape, *, precision=None) -> None``, the family's one shape rule (the trainer's,
+            the planner's and the submitter's): raises :class:`~platform_spec.errors.FieldError` naming the
+            shape field; ``precision`` adds its GEMM multiples (:func:`check_gemm_dimensions`). ``None``:
+            no rule beyond the shape's own construction.
+        from_hf_config: ``(config.json as a mapping) -> shape``: a Hugging Face ``config.json`` of this
+            family's architecture as its shape (named ``"<family>"``, a custom shape); raises
+            :class:`~platform_spec.errors.FieldError` naming the key it refuses. ``None``: not offered.
+        hf_model_types: the ``model_type`` values of the Hugging Face configurations :attr:`from_hf_config`
+            reads (``("llama",)``): :func:`shape_from_hf_config` picks the family by them.
+        to_hf_config: ``(shape) -> dict``: the shape as a Hugging Face ``config.json`` (the model export's
+            architecture keys); ``None``: the export's ``config.json`` is the platform's own format.
+        export_layout: ``(shape) -> {canonical name: (ExportSlice, ...)}``: the exported names of the
+            parameters a model export renames or splits (rows of the canonical tensor, dimension 0); a
+            canonical name it leaves out is exported under its own name, one it maps to ``()`` is left out
+            (a tied LM head). ``None``: every parameter under its canonical name.
     """
 
     name: str
@@ -178,6 +235,20 @@ class ModelFamily:
     init_rule: Callable[[str, Any], str | float] | None = None
     export_format: str = ""
     export_metadata: Mapping[str, Any] = field(default_factory=dict)
+    shape_hyperparameters: Mapping[str, str] = field(default_factory=dict)
+    validate_shape: Callable[..., None] | None = None
+    from_hf_config: Callable[[Mapping[str, Any]], Any] | None = None
+    hf_model_types: tuple[str, ...] = ()
+    to_hf_config: Callable[[Any], dict[str, Any]] | None = None
+    export_layout: Callable[[Any], Mapping[str, tuple[ExportSlice, ...]]] | None = None
+
+    @property
+    def shape_fields(self) -> Mapping[str, str]:
+        """``{hyperparameter name: shape field}`` this family takes (:attr:`shape_hyperparameters`, else
+        its shape dataclass's fields other than ``name`` under their own names)."""
+        if self.shape_hyperparameters:
+            return self.shape_hyperparameters
+        return {f.name: f.name for f in dataclasses.fields(self.shape_type) if f.name != "name"}
 
     @property
     def format_name(self) -> str:
@@ -218,6 +289,12 @@ def register_family(family: ModelFamily) -> ModelFamily:
         if existing == family:
             return existing
         raise ValueError(f"model family {family.name!r} is registered twice")
+    names = {family.name, *_FAMILIES}
+    named_like_family = sorted(set(family.presets) & names) + [
+        p for other in _FAMILIES.values() for p in other.presets if p == family.name
+    ]
+    if named_like_family:
+        raise ValueError(f"model family {family.name!r}: presets {named_like_family} are named like a family")
     for other in _FAMILIES.values():
         clash = sorted(set(other.presets) & set(family.presets))
         if clash:
@@ -301,6 +378,166 @@ def get_preset(name: str) -> Any:
         UnknownModelError: (a ``KeyError`` and ``ValueError``, field ``model``) naming every preset.
     """
     return family_of(name).presets[name]
+
+
+def check_gemm_dimensions(dimensions: Mapping[str, tuple[Any, int, str]], precision: str | None) -> None:
+    """Refuse a shape whose TransformerEngine GEMM dimensions the precision cannot run.
+
+    The multiple is the precision registry's ``gemm_multiple`` (:mod:`platform_spec.precisions`: 16 for
+    fp8, 32 for mxfp8 and nvfp4; none for formats without TransformerEngine GEMMs), applied to the weight
+    dimensions of a family's block GEMMs (the LM head runs outside TransformerEngine, so ``vocab_size`` is
+    never one of them).
+
+    Args:
+        dimensions: ``{shape field: (its value, the GEMM dimension it sets, what that dimension is)}``,
+            e.g. ``{"num_kv_heads": (8, 1024, "num_kv_heads * head size")}``.
+        precision: a precision name, or ``None`` (nothing to check).
+
+    Raises:
+        FieldError: naming the first field whose dimension is not a multiple (or ``precision``, unknown).
+    """
+    if precision is None:
+        return
+    record = precisions.get_precision(precision)
+    multiple = record.gemm_multiple
+    if not multiple:
+        return
+    source = record.sources.get("gemm_multiple", "")
+    for name, (value, size, what) in dimensions.items():
+        if size % multiple:
+            raise FieldError(
+                name,
+                value,
+                f"a value making {what} ({size}) a multiple of {multiple} for precision {record.name}",
+                detail=source,
+            )
+
+
+def _required_fields(shape_type: type) -> list[str]:
+    """The fields of a shape dataclass other than ``name`` that have no default."""
+    return [
+        f.name
+        for f in dataclasses.fields(shape_type)
+        if f.name != "name" and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+
+
+def resolve_shape(
+    model: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    model_family: str | None = None,
+    precision: str | None = None,
+) -> ModelShape:
+    """The model shape of ``model`` with the shape hyperparameters ``overrides``, checked by its family's rule.
+
+    This is the one place a shape is made from hyperparameters: the trainer, the planner and the
+    submitter all call it (through :func:`platform_spec.hyperparameters.model_shape`).
+
+    Args:
+        model: a preset name (its shape, ``overrides`` replacing fields; the name stays the preset's), or a
+            family name: a custom shape of that family named so, which needs every field without a
+            default in ``overrides``.
+        overrides: ``{shape hyperparameter: value}`` (the family's :attr:`ModelFamily.shape_fields`);
+            ``None`` values are absent.
+        model_family: the family the caller names (the ``model_family`` hyperparameter), or ``None``; it
+            must be ``model``'s.
+        precision: the training precision, for the GEMM multiples (:func:`check_gemm_dimensions`).
+
+    Returns:
+        The shape (a :class:`ModelShape` of the family).
+
+    Raises:
+        UnknownModelError: ``model`` (or ``model_family``) names no preset or family.
+        FieldError: ``model_family`` is not ``model``'s family; an override the family does not take, or a
+            required one missing (named by its hyperparameter name); a shape its family's rule refuses.
+    """
+    given = {name: value for name, value in (overrides or {}).items() if value is not None}
+    registry = _registry()
+    family = registry.get(model)
+    base = None
+    if family is None:
+        family = family_of(model)
+        base = family.presets[model]
+    if model_family is not None and model_family != family.name:
+        get_family(model_family)  # an unknown name is refused as such
+        raise FieldError(
+            "model_family",
+            model_family,
+            f"{family.name!r}, the family of model {model!r} (for a {model_family} shape set model to one of "
+            f"its presets, {', '.join(get_family(model_family).presets)}, or to {model_family!r} for a custom shape)",
+        )
+    mapping = family.shape_fields
+    for name, value in given.items():
+        if name not in mapping:
+            raise FieldError(
+                name,
+                value,
+                f"no value: model family {family.name!r} has no {name} (its shape hyperparameters: "
+                f"{', '.join(mapping)})",
+            )
+    inverse = {field_name: name for name, field_name in mapping.items()}
+    fields = {mapping[name]: value for name, value in given.items()}
+    try:
+        if base is None:
+            required = _required_fields(family.shape_type)
+            missing = [f for f in required if f not in fields]
+            if missing:
+                raise FieldError(
+                    inverse.get(missing[0], missing[0]),
+                    None,
+                    f"a value: model {model!r} is a custom {family.name} shape, which needs "
+                    f"{', '.join(inverse.get(f, f) for f in required)} (or set model to one of its presets: "
+                    f"{', '.join(family.presets)})",
+                )
+            shape: ModelShape = family.shape_type(model, **fields)
+        else:
+            shape = dataclasses.replace(base, **fields) if fields else base
+        if family.validate_shape is not None:
+            family.validate_shape(shape, precision=precision)
+    except FieldError as error:
+        renamed = inverse.get(error.field)
+        if renamed is None or renamed == error.field:
+            raise
+        raise FieldError(renamed, error.value, error.expected, detail=error.detail) from None
+    return shape
+
+
+def shape_from_hf_config(config: Any) -> Any:
+    """The custom shape a Hugging Face ``config.json`` (a mapping) describes, read by the family whose
+    :attr:`ModelFamily.hf_model_types` has its ``model_type``.
+
+    Raises:
+        FieldError: not a JSON object; a ``model_type`` no family reads (field ``model_type``, naming those
+            read); or the family's refusal, naming the key.
+    """
+    if not isinstance(config, Mapping):
+        raise FieldError("model_config", type(config).__name__, "a JSON object (a Hugging Face config.json)")
+    readers = {t: f for f in _registry().values() if f.from_hf_config is not None for t in f.hf_model_types}
+    family = readers.get(config.get("model_type"))  # type: ignore[arg-type]
+    if family is None or family.from_hf_config is None:
+        raise FieldError(
+            "model_type",
+            config.get("model_type"),
+            "the model_type of an architecture the trainer implements: " + ", ".join(readers),
+        )
+    return family.from_hf_config(config)
+
+
+def shape_hyperparameters(shape: Any) -> dict[str, Any]:
+    """The hyperparameters naming ``shape`` as a custom shape of its family: ``{"model": family name,
+    shape hyperparameter: value, ...}`` (:func:`resolve_shape` of them gives an equal shape, named after
+    the family). What ``--model-config`` and the ``model_config`` request field turn a Hugging Face
+    ``config.json`` into.
+
+    Raises:
+        UnknownModelError: ``shape`` is no registered family's.
+    """
+    family = family_of_shape(shape)
+    out: dict[str, Any] = {"model": family.name}
+    for name, field_name in family.shape_fields.items():
+        out[name] = getattr(shape, field_name)
+    return out
 
 
 def model_tflops_per_second(tokens_per_second: float, flops_per_token: float) -> float:

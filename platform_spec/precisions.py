@@ -58,22 +58,28 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from platform_spec.errors import FieldError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CPU_PRECISIONS",
     "PRECISIONS",
     "PRECISION_NAMES",
+    "SCALED_PRECISIONS",
+    "SCALINGS",
     "Precision",
     "TERecipe",
     "UnknownPrecisionError",
     "get_precision",
     "names_where",
+    "recipe_scalings",
     "supported_names",
 ]
 
@@ -365,7 +371,7 @@ def get_precision(name: Any, *, field: str = "precision") -> Precision:
     return precision
 
 
-def names_where(predicate: Any) -> tuple[str, ...]:
+def names_where(predicate: Callable[[Precision], bool]) -> tuple[str, ...]:
     """The names of the precisions for which ``predicate(precision)`` is true, in :data:`PRECISIONS` order."""
     return tuple(p.name for p in PRECISIONS if predicate(p))
 
@@ -377,3 +383,22 @@ def supported_names(compute_capability: tuple[int, int]) -> tuple[str, ...]:
 
 CPU_PRECISIONS: tuple[str, ...] = names_where(lambda p: p.cpu)
 """Precisions the trainer's torch-native CPU path runs."""
+
+SCALED_PRECISIONS: tuple[str, ...] = names_where(lambda p: len(p.scalings) > 1)
+"""Precisions with a choice of TransformerEngine scaling recipe, made by the ``fp8_scaling`` hyperparameter
+(fp8: current or delayed scaling); formats with one recipe ignore it."""
+
+SCALINGS: tuple[str, ...] = tuple(
+    dict.fromkeys(scaling for p in PRECISIONS if p.name in SCALED_PRECISIONS for scaling in p.scalings)
+)
+"""The ``fp8_scaling`` hyperparameter's values, the first its default: the recipe names of
+:data:`SCALED_PRECISIONS`, in registry order (``current``, ``delayed``)."""
+
+
+def recipe_scalings(precision: Precision) -> tuple[str, ...]:
+    """The ``fp8_scaling`` values that run each TransformerEngine recipe of ``precision`` once: its
+    :attr:`~Precision.scalings` where it offers a choice, else the default scaling (:data:`SCALINGS`'
+    first, which a one-recipe format ignores); ``()`` for a format that is no TE recipe."""
+    if not precision.uses_te:
+        return ()
+    return precision.scalings if precision.name in SCALED_PRECISIONS else SCALINGS[:1]

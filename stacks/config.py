@@ -18,15 +18,16 @@ Context keys (default in brackets):
                        submitter reads at run time; each in the deployment's region
                        and account (without them at synth: all in one region and
                        account, which the template then asserts) [``[]``]
-``defaultInstanceType`` instance type of requests that name none
-                       [``ml.p6-b200.48xlarge``]; must be allowed
+``defaultInstanceType`` instance type of requests that name none; must be allowed
+                       [``platform_spec.catalogue.DEFAULT_INSTANCE_TYPE``]
 ``allowedInstanceTypes`` instance types requests may use; each must be in the
                        planner catalogue, accepted by ``CreateTrainingJob``
                        (botocore's ``TrainingInstanceType``) and have host CPUs
                        the trainer image is built for (not the arm64 GB200
                        hosts) [every such catalogue instance type]
-``capacityFallback``   order tried for ``capacity=auto``
-                       [``["training-plan", "spot", "on-demand"]``]
+``capacityFallback``   order tried for ``capacity=auto``, values of
+                       ``platform_spec.capacity.CAPACITY_TYPES``
+                       [``platform_spec.capacity.DEFAULT_CAPACITY_FALLBACK``]
 ``allowedInputPrefixes`` extra read-only ``s3://bucket/prefix`` inputs (the data
                        bucket is always readable) [``[]``]
 ``logRetentionDays``   retention of the submitter's logs, a CloudWatch Logs value
@@ -71,11 +72,10 @@ from constructs import Node
 from platform_constructs.observability.construct import MAX_IDLE_CAPACITY_HOURS, SlackChannel
 from platform_constructs.observability.notifications import EMAIL_PATTERN, HTTPS_URL_PATTERN
 from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
-from platform_constructs.submitter.runtime import settings
-from platform_constructs.training_plans import TRAINING_PLAN_ARN_FORMAT, parse_training_plan_arn
+from platform_spec.capacity import CAPACITY_TYPES, DEFAULT_CAPACITY_FALLBACK
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 from platform_spec.errors import FieldError
-from platform_spec.training_plans import foreign_reason, shared_home
+from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, foreign_reason, parse_training_plan_arn, shared_home
 
 __all__ = ["CONTEXT_KEYS", "ConfigError", "PlatformConfig", "S3Location", "load_config"]
 
@@ -138,7 +138,7 @@ CONTEXT_KEYS: dict[str, Any] = {
     "trainingPlanArns": [],
     "defaultInstanceType": DEFAULT_INSTANCE_TYPE,
     "allowedInstanceTypes": None,  # None: every catalogue type CreateTrainingJob accepts and the image runs on
-    "capacityFallback": ["training-plan", "spot", "on-demand"],
+    "capacityFallback": list(DEFAULT_CAPACITY_FALLBACK),
     "allowedInputPrefixes": [],
     "logRetentionDays": 90,
     "removalPolicy": "retain",
@@ -385,11 +385,11 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     capacity_fallback = _list_of(
         "capacityFallback",
         get("capacityFallback"),
-        lambda c: c in settings.CAPACITY_TYPES,
-        f"one of {', '.join(settings.CAPACITY_TYPES)}",
+        lambda c: c in CAPACITY_TYPES,
+        f"one of {', '.join(CAPACITY_TYPES)}",
     )
     if not capacity_fallback:
-        raise ConfigError("capacityFallback", [], f"at least one of {', '.join(settings.CAPACITY_TYPES)}")
+        raise ConfigError("capacityFallback", [], f"at least one of {', '.join(CAPACITY_TYPES)}")
 
     prefixes = _list_of(
         "allowedInputPrefixes",

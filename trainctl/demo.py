@@ -25,7 +25,11 @@ Steps (each prints a section; the first failure stops the demo non-zero):
 6. **Sweep**: a small local sweep on CPU and its report (Markdown + PNGs).
 
 Everything is written under ``.demo/`` (ignored by git; removed by
-``make clean``).
+``make clean``). The demo ends with the wall time of each step (also in
+``.demo/timings.json``). The app is synthesized once, in step 1, for the
+demo's deployment (:data:`DEMO_CONTEXT` in :data:`DEMO_ENVIRON`: the two
+training plans the emulator seeds, in its account and region); step 5 reads
+that template instead of synthesizing again.
 """
 
 from __future__ import annotations
@@ -52,16 +56,36 @@ class DemoError(RuntimeError):
     """A demo step found the platform misbehaving."""
 
 
+DEMO_PLAN_ARNS = [
+    "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p6-b200-active",
+    "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p6-b200-expired",
+]
+"""The plans of ``examples/plans.json`` as the emulator names them (its account and region)."""
+DEMO_CONTEXT = {"trainingPlanArns": DEMO_PLAN_ARNS}
+"""The demo deployment's context overrides on top of ``cdk.json``."""
+DEMO_ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-east-1"}
+"""The demo deployment's account and region (the plans' own), whatever this machine's AWS configuration says."""
+
+_synthesized: dict[str, Path] = {}
+"""The stack template step 1 synthesized (``"template"``), for step 5."""
+
+
 # --------------------------------------------------------------------------- 1
 
 
 def step_infrastructure() -> None:
     from trainctl.synth_summary import render, summarize
 
-    summary = summarize(str(DEMO_DIR / "cdk.out"))
+    summary = summarize(str(DEMO_DIR / "cdk.out"), context=DEMO_CONTEXT, environ=DEMO_ENVIRON)
+    console.print(
+        f"The demo's deployment: account {DEMO_ENVIRON['CDK_DEFAULT_ACCOUNT']}, {DEMO_ENVIRON['CDK_DEFAULT_REGION']}, "
+        f"with the {len(DEMO_PLAN_ARNS)} training plans the emulator seeds in step 3."
+    )
     render(summary)
     if not summary.ok:
         raise DemoError("the synthesized app has unacknowledged cdk-nag findings or cfn-lint errors")
+    if len(summary.stacks) == 1:
+        _synthesized["template"] = summary.stacks[0].template
 
 
 # --------------------------------------------------------------------------- 2
@@ -289,21 +313,20 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
 
 # --------------------------------------------------------------------------- 5
 
-DEMO_PLAN_ARNS = [
-    "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p6-b200-active",
-    "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p6-b200-expired",
-]
-
 
 def step_observe() -> None:
     from trainctl.dashboard.export import export_dashboard, print_alarms
 
+    synthesized = _synthesized.get("template")  # step 1's, when it ran; else synthesize the same app here
     exported = export_dashboard(
         DEMO_DIR / "dashboard" / "platform-dashboard.json",
-        context={"trainingPlanArns": DEMO_PLAN_ARNS},
-        environ={"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-east-1"},
+        context=DEMO_CONTEXT,
+        environ=DEMO_ENVIRON,
+        template=json.loads(synthesized.read_text()) if synthesized else None,
     )
     json_path, png_path, alarms = exported
+    if synthesized:
+        console.print(f"From step 1's template: {synthesized.relative_to(REPO_ROOT)}")
     console.print(f"Dashboard body (with the two demo plans configured): {json_path.relative_to(REPO_ROOT)}")
     console.print(f"Layout preview: {png_path.relative_to(REPO_ROOT)}")
     print_alarms(alarms, console)
@@ -313,7 +336,15 @@ def step_observe() -> None:
 
 # --------------------------------------------------------------------------- 6
 
-DEMO_SWEEP_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [4, 16]}
+DEMO_SWEEP_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [2, 4]}
+"""Two precisions the CPU runs, one it cannot (pruned: fp8 needs an NVIDIA GPU), at two batch sizes.
+
+Kept small for the CPU: without native bf16 instructions (AVX512-BF16/AMX; this project's machines have AVX2
+only) PyTorch emulates bf16 matrix products about 40x slower than fp32's, so a bf16 configuration costs about
+as much as the rest of the demo: batch sizes 4 and 16 made this step 25 minutes (19 of them bf16 at batch 16).
+Batch 1 would be cheaper still, but its 20-step loss curves are too noisy to compare formats by."""
+DEMO_SWEEP_STEPS = 20
+"""Steps per configuration: enough for the report's loss curves to fall and be compared."""
 
 
 def step_sweep() -> None:
@@ -325,8 +356,10 @@ def step_sweep() -> None:
     sweeps = DEMO_DIR / "sweeps"
     shutil.rmtree(sweeps, ignore_errors=True)
     grid = " ".join(f"--grid {k}={','.join(map(str, v))}" for k, v in DEMO_SWEEP_GRID.items())
-    console.print(f"trainctl sweep --name demo --local {grid} --set max_steps=30 (gpt-tiny, CPython docs, CPU)")
-    result = run_local_sweep("demo", DEMO_SWEEP_GRID, sweeps_dir=sweeps, set_values={"max_steps": 30})
+    console.print(
+        f"trainctl sweep --name demo --local {grid} --set max_steps={DEMO_SWEEP_STEPS} (gpt-tiny, CPython docs, CPU)"
+    )
+    result = run_local_sweep("demo", DEMO_SWEEP_GRID, sweeps_dir=sweeps, set_values={"max_steps": DEMO_SWEEP_STEPS})
     paths = write_report(result.directory, DEMO_DIR / "sweep-report")
     console.print(Markdown(paths.markdown.read_text(encoding="utf-8")))
     for path in (paths.markdown, paths.throughput_memory, paths.loss_curves):
@@ -348,18 +381,39 @@ STEPS: list[tuple[str, Callable[[], None]]] = [
 ]
 
 
+def print_timings(timings: list[tuple[str, float]], total: float) -> None:
+    """The wall time of each step that ran and of all of them, in seconds, as a table and as
+    ``.demo/timings.json`` (``{"steps": {title: seconds}, "total_s": seconds}``)."""
+    table = Table(title="Wall time per step")
+    table.add_column("step")
+    table.add_column("s", justify="right")
+    table.add_column("share", justify="right")
+    for title, seconds in timings:
+        table.add_row(title, f"{seconds:.1f}", f"{seconds / total:.0%}" if total > 0 else "-")
+    table.add_row("[bold]all steps[/]", f"[bold]{total:.1f}[/]", "", end_section=True)
+    console.print(table)
+    record = {"steps": {title: round(seconds, 2) for title, seconds in timings}, "total_s": round(total, 2)}
+    (DEMO_DIR / "timings.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
 def main() -> int:
     DEMO_DIR.mkdir(exist_ok=True)
     started = time.monotonic()
-    for title, step in STEPS:
-        console.rule(f"[bold cyan]{title}")
-        t0 = time.monotonic()
-        try:
-            step()
-        except DemoError as exc:
-            console.print(f"[bold red]demo failed:[/] {exc}")
-            return 1
-        console.print(f"[dim]({time.monotonic() - t0:.1f} s)[/]")
+    timings: list[tuple[str, float]] = []
+    try:
+        for title, step in STEPS:
+            console.rule(f"[bold cyan]{title}")
+            t0 = time.monotonic()
+            try:
+                step()
+            except DemoError as exc:
+                console.print(f"[bold red]demo failed:[/] {exc}")
+                return 1
+            finally:
+                timings.append((title, time.monotonic() - t0))
+            console.print(f"[dim]({timings[-1][1]:.1f} s)[/]")
+    finally:
+        print_timings(timings, time.monotonic() - started)
     console.rule(f"[bold green]demo finished in {time.monotonic() - started:.0f} s; files under .demo/")
     return 0
 

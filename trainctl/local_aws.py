@@ -81,7 +81,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from platform_spec.capacity import DEFAULT_CAPACITY_FALLBACK
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.files import atomic_write_text
 
 DEFAULT_REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"
@@ -122,7 +124,7 @@ def function_environment(region: str, resources: StackResources) -> dict[str, st
     emulator's resources, its account, and the stack's defaults: the default instance type
     (:data:`platform_spec.catalogue.DEFAULT_INSTANCE_TYPE`), the allowed instance types
     (:func:`platform_constructs.submitter.runtime.config.default_allowed_instance_types`) and the
-    capacity order (:data:`~platform_constructs.submitter.runtime.config.DEFAULT_CAPACITY_FALLBACK`).
+    capacity order (:data:`platform_spec.capacity.DEFAULT_CAPACITY_FALLBACK`).
     """
     from platform_constructs.submitter.runtime import config, settings
 
@@ -136,7 +138,7 @@ def function_environment(region: str, resources: StackResources) -> dict[str, st
         account_id=ACCOUNT_ID,
         default_instance_type=DEFAULT_INSTANCE_TYPE,
         allowed_instance_types=config.default_allowed_instance_types(),
-        capacity_fallback=config.DEFAULT_CAPACITY_FALLBACK,
+        capacity_fallback=DEFAULT_CAPACITY_FALLBACK,
         platform_tags=resources.platform_tags,
     )
 
@@ -169,12 +171,7 @@ def write_env_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> None
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        partial.write_text("\n".join(lines) + "\n")
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    atomic_write_text(target, "\n".join(lines) + "\n")
 
 
 class ListenError(OSError):
@@ -625,9 +622,74 @@ def serve(
     return 0
 
 
+PROG = "trainctl local-aws"
+
+
+def run_emulator(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    plans_file: str | os.PathLike[str] | None = None,
+    region: str = DEFAULT_REGION,
+    env_file: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+) -> int:
+    """``trainctl local-aws``: :func:`serve` in the foreground, every failure one line on stderr.
+
+    The checks come first, in this order, so that nothing is created or left listening when one fails:
+    moto installed (the extra ``local``), ``plans_file`` readable and a JSON list, ``env_file``'s folder
+    creatable and ``env_file`` not a folder.
+
+    Args:
+        host, port, region, quiet: as :func:`serve` (``port`` 0: any free port).
+        plans_file: a JSON list of plans shaped like ``DescribeTrainingPlan``'s response (``None``: none).
+        env_file: where to write the ``export`` lines once listening (its folder is created).
+
+    Returns:
+        0 once stopped (SIGINT / SIGTERM); 2 after one line ``trainctl local-aws: <why>`` on stderr when
+        moto is missing, a plan or ``plans_file`` is malformed, ``host:port`` cannot be listened on,
+        or ``env_file`` cannot be written.
+    """
+    try:
+        require_moto()  # first: nothing else matters without it
+    except EmulatorUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        plans = load_plans(plans_file)
+    except (OSError, ValueError) as exc:
+        return _fail(f"--plans {plans_file}: {exc}")
+    if env_file:
+        # before listening: a bad path fails now, not after the emulator has started
+        target = Path(env_file)
+        try:
+            if target.is_dir():
+                raise IsADirectoryError(f"{target} is a folder; expected a file path")
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return _fail(f"--env-file {env_file}: {exc}")
+    try:
+        return serve(host=host, port=port, plans=plans, region=region, env_file=env_file, quiet=quiet)
+    except EmulatorUnavailable as exc:  # moto found but not importable (a dependency of its server missing)
+        return _fail(str(exc))
+    except ValueError as exc:  # a plan that does not fit DescribeTrainingPlan's shape
+        return _fail(str(exc))
+    except ListenError as exc:  # port in use, not an address of this machine
+        return _fail(str(exc))
+    except OSError as exc:  # the env file (the only other file it writes)
+        return _fail(f"--env-file {env_file}: cannot write it: {exc}")
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
 # --- the Python API --------------------------------------------------------------------------
 
-_BOOT = "import sys; from trainctl.commands.local_aws import main; sys.exit(main(sys.argv[1:]))"
+_BOOT = (
+    "import json, sys; from trainctl.local_aws import run_emulator; sys.exit(run_emulator(**json.loads(sys.argv[1])))"
+)
+"""The child process of :class:`LocalAws`: :func:`run_emulator` with keyword arguments as one JSON object."""
 
 
 class LocalAws:
@@ -689,22 +751,22 @@ class LocalAws:
         require_moto()  # before starting anything
         self._tmp = tempfile.TemporaryDirectory(prefix="local-aws-")
         tmp = Path(self._tmp.name)
-        args = ["--host", self.host, "--port", str(self.port), "--region", self.region, "--quiet"]
+        options: dict[str, Any] = {"host": self.host, "port": self.port, "region": self.region, "quiet": True}
         if self.plans is not None:
             if isinstance(self.plans, (str, os.PathLike)):
                 plans_file = Path(self.plans)
             else:
                 plans_file = tmp / "plans.json"
                 plans_file.write_text(json.dumps(list(self.plans), default=_json_default))
-            args += ["--plans", str(plans_file)]
+            options["plans_file"] = str(plans_file)
         if self.env_file:
-            args += ["--env-file", str(self.env_file)]
+            options["env_file"] = str(self.env_file)
         self.log_path = tmp / "local-aws.log"
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         child_env.update(DUMMY_CREDENTIALS)
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, *args],
+                [sys.executable, "-c", _BOOT, json.dumps(options)],
                 stdout=subprocess.PIPE,
                 stderr=log,
                 stdin=subprocess.DEVNULL,

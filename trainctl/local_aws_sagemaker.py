@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from platform_spec.capacity import USABLE_PLAN_STATUSES
 from trainctl.aws_shapes import operation_model, validate_input, validate_output, validate_shape
 from trainctl.local_aws import MOTO_MISSING, EmulatorUnavailable
 
@@ -381,7 +382,7 @@ class SageMakerExtension:
             )
         blocks = plan.get("ReservedCapacitySummaries") or []
         status = plan["Status"]
-        if status in ("Active", "Scheduled"):
+        if status in USABLE_PLAN_STATUSES:
             if blocks:
                 running = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
                 status = "Active" if running else "Expired" if now >= max(b["EndTime"] for b in blocks) else "Scheduled"
@@ -401,7 +402,7 @@ class SageMakerExtension:
         seeded_in_use = int(plan["InUseInstanceCount"])
         plan["InUseInstanceCount"] = seeded_in_use + in_use
         available = min(int(plan["AvailableInstanceCount"]), block_total - seeded_in_use) - in_use
-        plan["AvailableInstanceCount"] = max(0, available) if status in ("Active", "Scheduled") else 0
+        plan["AvailableInstanceCount"] = max(0, available) if status in USABLE_PLAN_STATUSES else 0
         return plan
 
     # --- jobs ------------------------------------------------------------------------------
@@ -661,7 +662,7 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
             raise ValidationError(
                 message=f"Instance type {resource.get('InstanceType')} does not match training plan {plan_arn} ({', '.join(sorted(types))})."
             )
-        if plan["Status"] not in ("Active", "Scheduled") or "training-job" not in plan.get("TargetResources", []):
+        if plan["Status"] not in USABLE_PLAN_STATUSES or "training-job" not in plan.get("TargetResources", []):
             raise ValidationError(message=f"Training plan {plan_arn} is {plan['Status']} and cannot run training jobs.")
     now = datetime.now(UTC)
     with EXTENSION.lock:

@@ -31,7 +31,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from platform_spec.hyperparameters import normalise_name
+from platform_spec.errors import FieldError
+from platform_spec.hyperparameters import HyperparameterError, format_value, normalise_name, unquote
+from platform_spec.hyperparameters import parse as parse_hyperparameters
+from trainctl.model_config import ModelConfigError, model_config_values
+from trainctl.output_paths import folder_problem, os_error_text, output_error
 
 if TYPE_CHECKING:
     from training.local import LocalRun
@@ -45,16 +49,6 @@ def base_directory(base_dir: str | os.PathLike[str] | None, environ: Mapping[str
 
 class PreviousRunError(ValueError):
     """The earlier run's ``hyperparameters.json`` cannot be read; names the file."""
-
-
-def _unquote(value: object) -> object:
-    """A value as older SDKs JSON-quote it (``'"bf16"'``) -> ``bf16``; anything else as it is."""
-    if isinstance(value, str) and value.startswith('"'):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def collect_hyperparameters(base: Path, flags: Mapping[str, str]) -> dict[str, str]:
@@ -80,9 +74,46 @@ def collect_hyperparameters(base: Path, flags: Mapping[str, str]) -> dict[str, s
                 f"{previous}: the previous run's hyperparameters are a JSON {type(loaded).__name__}, expected an object "
                 "of names to values; fix the file, or remove it to start from the trainer's defaults and the flags given"
             )
-        values.update({normalise_name(str(k)): _unquote(v) for k, v in loaded.items()})
+        values.update({normalise_name(str(k)): unquote(v) if isinstance(v, str) else v for k, v in loaded.items()})
     values.update(flags)
     return values
+
+
+def check_hyperparameters(base: Path, hyperparameters: Mapping[str, str], flags: Mapping[str, str]) -> None:
+    """Refuse ``hyperparameters`` (the previous run's overlaid with ``flags``) by the trainer's own rules
+    (:func:`platform_spec.hyperparameters.parse`) before anything is written, so a mistyped flag never lands
+    in ``hyperparameters.json`` to be read again by the next run. What depends on the machine (a precision its
+    device cannot run) is the entry point's to judge.
+
+    Raises:
+        HyperparameterError: the first invalid value, its message saying where it came from (the flag, the
+            previous run's ``hyperparameters.json``, or a default a cross-field rule involves) and that nothing
+            was written.
+    """
+    try:
+        parse_hyperparameters(hyperparameters)
+    except HyperparameterError as exc:
+        if exc.field in {normalise_name(name) for name in flags}:
+            origin = f"--{exc.field.replace('_', '-')}"
+        elif exc.field in hyperparameters:
+            origin = f"the previous run's {base / 'input' / 'config' / 'hyperparameters.json'}"
+        else:
+            origin = "the trainer's defaults"
+        exc.args = (f"{exc} (from {origin}; nothing was written)",)
+        raise
+
+
+def model_config_flags(path: str | os.PathLike[str], flags: Mapping[str, str]) -> dict[str, str]:
+    """``flags`` (hyperparameters given on the command line) with the shape of the Hugging Face ``config.json``
+    at ``path`` (:func:`trainctl.model_config.model_config_values`), as the strings ``hyperparameters.json``
+    holds.
+
+    Raises:
+        trainctl.model_config.ModelConfigError: the file is unreadable, a key of it is refused (named), or a
+            flag sets the shape too.
+    """
+    merged = model_config_values(path, flags)
+    return {name: value if isinstance(value, str) else format_value(value) for name, value in merged.items()}
 
 
 def train(
@@ -94,6 +125,7 @@ def train(
     nproc: int = 2,
     stop_at_step: int | None = None,
     json_quoted: bool = False,
+    model_config: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run the trainer locally on ``base_dir`` (else ``SAGEMAKER_BASE_DIR``) with the hyperparameters ``flags``
     over the previous run's, and say how it ended.
@@ -105,6 +137,7 @@ def train(
         nproc: processes per host when there is no GPU.
         stop_at_step: send SIGTERM once this step is logged (a SageMaker stop).
         json_quoted: write ``hyperparameters.json`` JSON-quoted, as older SageMaker SDKs do.
+        model_config: a Hugging Face ``config.json`` giving the model's shape (:func:`model_config_flags`).
 
     Returns:
         The exit status: the run's (0 finished or stopped by ``stop_at_step``; 1 failed), 2 bad arguments,
@@ -122,6 +155,7 @@ def train(
             nproc=nproc,
             stop_at_step=stop_at_step,
             json_quoted=json_quoted,
+            model_config=model_config,
         )
 
 
@@ -134,6 +168,7 @@ def _train(
     nproc: int,
     stop_at_step: int | None,
     json_quoted: bool,
+    model_config: str | os.PathLike[str] | None = None,
 ) -> int:
     from training.environment import SageMakerPaths
     from training.local import (
@@ -154,10 +189,21 @@ def _train(
             file=sys.stderr,
         )
         return 2
+    argument = "--base-dir" if base_dir else "SAGEMAKER_BASE_DIR"
+    problem = folder_problem(base)
+    if problem is not None:
+        print(f"trainctl train: {output_error(argument, base, problem)}", file=sys.stderr)
+        return 2
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        print(f"trainctl train: {FieldError('--nproc', nproc, 'an integer >= 1')}", file=sys.stderr)
+        return 2
     paths = SageMakerPaths(base)
     try:
+        if model_config is not None:  # before anything is written
+            flags = model_config_flags(model_config, flags)
         hyperparameters = collect_hyperparameters(base, flags)
-    except PreviousRunError as exc:
+        check_hyperparameters(base, hyperparameters, flags)  # before anything is written, too
+    except (PreviousRunError, ModelConfigError, HyperparameterError) as exc:
         print(f"trainctl train: {exc}", file=sys.stderr)
         return 2
     data_dir = Path(data) if data is not None else None
@@ -179,6 +225,9 @@ def _train(
         prepare_base_dir(base, hyperparameters, data_dir=data_dir, json_quoted=json_quoted)
     except LayoutError as exc:
         print(f"trainctl train: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # what only writing can tell: no permission, a full disk
+        print(f"trainctl train: {argument} {base}: cannot lay it out ({os_error_text(exc)})", file=sys.stderr)
         return 2
     result = run_local(
         base,
@@ -252,4 +301,12 @@ def _restart(result: LocalRun) -> str:
     return result.restart.describe("the same command")
 
 
-__all__ = ["PreviousRunError", "base_directory", "collect_hyperparameters", "end_summary", "refusal_advice", "train"]
+__all__ = [
+    "PreviousRunError",
+    "base_directory",
+    "collect_hyperparameters",
+    "end_summary",
+    "model_config_flags",
+    "refusal_advice",
+    "train",
+]

@@ -1,23 +1,28 @@
-"""What ``trainctl plan`` shows: the planner's answer for a configuration, as rich tables or as JSON.
+"""What ``trainctl plan`` shows: the planner's answer for a configuration, as tables or as JSON.
 
-:func:`plan_and_print` estimates a configuration (:func:`planner.estimate`) and prints it;
-:func:`render_plan` draws a plan's tables (configuration, memory breakdown and verdict, throughput, cost,
-recommendations with before/after) on any console (``make demo`` uses it too);
+:func:`plan_blocks` is what a plan's tables show (configuration, memory breakdown and verdict, throughput,
+cost, recommendations with before/after), the layout's one home, as :mod:`trainctl.tables` blocks;
+:func:`plan_and_print` estimates a configuration (:func:`planner.estimate`) and prints them (with rich,
+:func:`trainctl.tables.print_blocks`) or the JSON;
+:func:`render_plan` prints them on a given rich console (``make demo``);
 :func:`guide_default_input` is the guide's default request, what ``trainctl plan`` plans without flags.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 from platform_spec.errors import FieldError
-from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST
+from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, SHAPE_HYPERPARAMETERS
+from trainctl.tables import Column, Panel, Table, print_blocks
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Console
 
     from planner import Plan, PlanInput
@@ -39,32 +44,57 @@ def _tps(v: float) -> str:
     return f"{v / 1000:,.1f}K" if v >= 1000 else f"{v:,.0f}"
 
 
+NOT_RUN = "—"
+"""What a speed figure of a plan predicted out of memory shows (it would not run)."""
+
+_VERDICT = {
+    "fits": "[green]fits[/green]",
+    "at-risk": "[yellow]AT RISK[/yellow]",
+    "out-of-memory": "[red]OUT OF MEMORY[/red]",
+}
+"""The memory verdict (:data:`planner.memory.MEMORY_STATUSES`) as the tables show it."""
+
+
+def _verdict(status: str, *, plain: bool = False) -> str:
+    if plain:
+        return {"fits": "fits", "at-risk": "at-risk", "out-of-memory": "OOM"}.get(status, status)
+    return _VERDICT.get(status, status)
+
+
 def render_plan(plan: Plan, console: Console) -> None:
     """Print ``plan`` (a :class:`planner.Plan`) as rich tables on ``console`` (a ``rich.console.Console``):
-    configuration, memory breakdown and verdict, throughput, cost, recommendations with before/after."""
-    from rich.panel import Panel
-    from rich.table import Table
+    :func:`plan_blocks`, one ``print`` each."""
+    for block in plan_blocks(plan):
+        console.print(block.rich())
 
-    from planner.memory import BREAKDOWN_TERMS
+
+def plan_blocks(plan: Plan) -> list[Panel | Table]:
+    """What ``trainctl plan`` shows for ``plan`` (a :class:`planner.Plan`), in order: a panel with the
+    configuration, the memory breakdown and verdict, throughput, cost (with a token budget, for a plan that
+    runs) and the recommendations with the figures before and after each (when there are any)."""
+    from planner.memory import AT_RISK_FRACTION, BREAKDOWN_TERMS, SAFETY_FRACTION
 
     p, r, mem, t = plan.input, plan.resolved, plan.memory_gb, plan.throughput
     m = r.model
     params = m.block_params if p.blocks_only else m.num_params
+    accumulation = (
+        f" x {p.gradient_accumulation_steps} accumulation ({p.gradient_sync.replace('_', ' ')} reduce-scatter)"
+        if p.gradient_accumulation_steps > 1
+        else ""
+    )
+    recomputing = "" if p.activation_checkpointing == "off" else f" ({r.checkpointed_blocks} of {m.num_layers} blocks)"
     config = (
         f"[bold]{m.name}[/bold] ({m.num_layers} layers, hidden {m.hidden_size}, {params / 1e9:.2f}B parameters"
         f"{', blocks only' if p.blocks_only else ''})  |  {p.precision}"
         f"{' + quantized weights' if p.quantized_model_init else ''}  |  seq {p.seq_length} x batch {p.batch_size}"
-        f"{f' x {p.gradient_accumulation_steps} accumulation' if p.gradient_accumulation_steps > 1 else ''}"
-        f"  |  checkpointing {p.activation_checkpointing}\n"
+        f"{accumulation}  |  checkpointing {p.activation_checkpointing}{recomputing}\n"
         f"{p.instance_count} x {r.instance.instance_type} = {r.world_size} x {r.gpu.name} ({r.gpu.hbm_gb:g} GB)  |  "
         f"FSDP {p.sharding_strategy} (shard {r.shard_degree}, replicas {r.replicate_degree})"
         f"{'' if p.reshard_after_forward else ', no reshard after forward'}"
     )
-    console.print(Panel(config, title="trainctl plan", expand=False))
+    blocks: list[Panel | Table] = [Panel(config, title="trainctl plan")]
 
-    mt = Table(title="Memory per GPU (GB)", show_header=True, header_style="bold")
-    mt.add_column("term")
-    mt.add_column("GB", justify="right")
+    mt = Table("Memory per GPU (GB)", [Column("term"), Column("GB", justify="right")])
     for term in BREAKDOWN_TERMS:
         value = mem.terms[term]
         if value > 0:
@@ -73,64 +103,83 @@ def render_plan(plan: Plan, console: Console) -> None:
     mt.add_row("fragmentation margin (estimate)", _num(mem.fragmentation_margin, 2))
     mt.add_row("CUDA context + NCCL (estimate)", _num(mem.runtime_overhead, 2))
     mt.add_row("required", _num(mem.required, 2))
-    mt.add_row(f"usable ({r.gpu.hbm_gb:g} GiB = {mem.capacity:.0f} GB, less 5%)", _num(mem.usable, 2))
-    verdict = "[green]fits[/green]" if mem.fits else "[red]OUT OF MEMORY[/red]"
-    mt.add_row("verdict", f"{verdict} ({mem.headroom:+.1f} GB)")
+    mt.add_row(
+        f"usable ({r.gpu.hbm_gb:g} GiB = {mem.capacity:.0f} GB, less {SAFETY_FRACTION:.0%})", _num(mem.usable, 2)
+    )
+    mt.add_row("verdict", f"{_verdict(mem.status)} ({mem.headroom:+.1f} GB)")
     mt.caption = f"peak at: {mem.peak_phase.replace('_', ' ')}"
-    console.print(mt)
+    if mem.status == "at-risk":
+        mt.caption += f"; at risk: the requirement is within the model's {AT_RISK_FRACTION:.0%} error of usable memory"
+    blocks.append(mt)
 
-    tt = Table(title="Throughput", show_header=True, header_style="bold")
-    tt.add_column("figure")
-    tt.add_column("value", justify="right")
-    tt.add_row("step time", f"{t.step_time_s:.3f} s")
-    tt.add_row("tokens/s (job)", _num(t.tokens_per_second, 0))
-    tt.add_row("tokens/s per GPU", _num(t.tokens_per_second_per_gpu, 0))
-    tt.add_row("model TFLOP/s per GPU", _num(t.tflops_per_gpu, 1))
-    tt.add_row("MFU", f"{t.mfu:.1f}% of {t.peak_tflops:g} TFLOP/s ({p.precision} dense)")
-    tt.add_row("bound by", t.bound)
-    tt.add_row("exposed communication", f"{t.comm_fraction * 100:.1f}% of the step ({t.comm.link})")
-    if t.compute.recompute:
-        tt.add_row("checkpointing recompute", f"+{t.recompute_overhead_pct:.0f}% step time")
-    console.print(tt)
+    tt = Table("Throughput", [Column("figure"), Column("value", justify="right")])
+    if not plan.ran:
+        # a configuration predicted out of memory would not run: no speed as if it had
+        for figure in ("step time", "tokens/s (job)", "tokens/s per GPU", "model TFLOP/s per GPU", "MFU"):
+            tt.add_row(figure, NOT_RUN)
+        tt.caption = plan.not_run_reason
+    else:
+        tt.add_row("step time", f"{t.step_time_s:.3f} s")
+        tt.add_row("tokens/s (job)", _num(t.tokens_per_second, 0))
+        tt.add_row("tokens/s per GPU", _num(t.tokens_per_second_per_gpu, 0))
+        tt.add_row("model TFLOP/s per GPU", _num(t.tflops_per_gpu, 1))
+        tt.add_row("MFU", f"{t.mfu:.1f}% of {t.peak_tflops:g} TFLOP/s ({p.precision} dense)")
+        tt.add_row("bound by", t.bound)
+        tt.add_row("exposed communication", f"{t.comm_fraction * 100:.1f}% of the step ({t.comm.link})")
+        if t.compute.recompute:
+            tt.add_row("checkpointing recompute", f"+{t.recompute_overhead_pct:.0f}% step time")
+        if t.micro_batches > 1:
+            tt.add_row(
+                "gradient reduce-scatters", f"{t.gradient_reductions} per step of {t.micro_batches} micro-batches"
+            )
+    blocks.append(tt)
 
-    if t.cost is not None:
-        ct = Table(title="Cost", show_header=True, header_style="bold")
-        ct.add_column("figure")
-        ct.add_column("value", justify="right")
+    if t.cost is not None and plan.ran:
+        ct = Table("Cost", [Column("figure"), Column("value", justify="right")])
         ct.add_row("tokens", f"{t.cost.tokens:.3g}")
         ct.add_row("wall time", f"{t.cost.wall_time_hours:,.1f} h ({t.cost.wall_time_hours / 24:,.1f} days)")
         ct.add_row("instance-hours", _num(t.cost.instance_hours, 1))
         if t.cost.cost is not None:
             ct.add_row("cost", f"${t.cost.cost:,.0f} at ${p.price_per_hour:g}/instance-hour")
-        console.print(ct)
+        blocks.append(ct)
 
     if plan.recommendations:
-        rt = Table(title="Recommendations", show_header=True, header_style="bold", show_lines=True)
-        rt.add_column("#", justify="right")
-        rt.add_column("change")
-        rt.add_column("why")
-        rt.add_column("before -> after")
+        columns = [Column("#", justify="right"), Column("change"), Column("why"), Column("before -> after")]
+        rt = Table("Recommendations", columns, show_lines=True)
         for i, rec in enumerate(plan.recommendations, 1):
             if rec.after is None:
                 ba = "-"
             else:
                 a = rec.after
+
+                def speed(q: Plan, text: str) -> str:
+                    return text if q.ran else NOT_RUN
+
                 ba = (
-                    f"tokens/s {_tps(plan.tokens_per_second)} -> {_tps(a.tokens_per_second)}\n"
-                    f"MFU {plan.mfu:.1f}% -> {a.mfu:.1f}%\n"
+                    f"tokens/s {speed(plan, _tps(plan.tokens_per_second))} -> {speed(a, _tps(a.tokens_per_second))}\n"
+                    f"MFU {speed(plan, f'{plan.mfu:.1f}%')} -> {speed(a, f'{a.mfu:.1f}%')}\n"
                     f"memory {plan.memory_gb.total:.1f} -> {a.memory_gb.total:.1f} GB\n"
-                    f"{'fits' if plan.fits else 'OOM'} -> {'fits' if a.fits else 'OOM'}"
+                    f"{_verdict(plan.status, plain=True)} -> {_verdict(a.status, plain=True)}"
                 )
             rt.add_row(str(i), rec.title, rec.reason, ba)
-        console.print(rt)
+        blocks.append(rt)
+    return blocks
 
 
-def plan_and_print(fields: Mapping[str, Any], *, as_json: bool = False, flags: Mapping[str, str] | None = None) -> int:
+def plan_and_print(
+    fields: Mapping[str, Any],
+    *,
+    as_json: bool = False,
+    flags: Mapping[str, str] | None = None,
+    model_config: str | os.PathLike[str] | None = None,
+) -> int:
     """Estimate the configuration ``fields`` (:class:`planner.PlanInput`'s keyword arguments) and print the plan:
-    rich tables, or :meth:`planner.Plan.to_dict` as JSON with ``as_json``.
+    tables (:func:`plan_blocks`), or :meth:`planner.Plan.to_dict` as JSON with ``as_json``.
 
     Args:
         flags: input field -> the command-line flag that sets it, to name the flag in an error.
+        model_config: a Hugging Face ``config.json`` giving the model's shape
+            (:func:`trainctl.model_config.model_config_values`; ``fields`` may not set one too).
 
     Returns:
         0; 2 when a field is refused (one line on stderr naming the flag, the value and what was expected;
@@ -138,10 +187,20 @@ def plan_and_print(fields: Mapping[str, Any], *, as_json: bool = False, flags: M
     """
     from planner import PlanInput, estimate
 
+    if model_config is not None:
+        from trainctl.model_config import ModelConfigError, model_config_values
+
+        try:
+            fields = model_config_values(model_config, fields)
+        except ModelConfigError as exc:
+            print(f"trainctl plan: error: argument {exc}", file=sys.stderr)
+            return 2
     try:
         plan = estimate(PlanInput(**fields))
     except FieldError as exc:  # PlanInputError and the catalogue's refusals
         flag = (flags or {}).get(exc.field, exc.field)
+        if model_config is not None and exc.field in SHAPE_HYPERPARAMETERS:  # the file set it, not a flag
+            flag = f"--model-config {model_config}: its shape's {exc.field}"
         detail = f" ({exc.detail})" if exc.detail else ""
         print(
             f"trainctl plan: error: argument {flag}: got {exc.value!r}, expected {exc.expected}{detail}",
@@ -149,12 +208,12 @@ def plan_and_print(fields: Mapping[str, Any], *, as_json: bool = False, flags: M
         )
         return 2
     if as_json:
+        import json  # here: the tables do not need it
+
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
-    from rich.console import Console
-
-    render_plan(plan, Console())
+    print_blocks(plan_blocks(plan))
     return 0
 
 
-__all__ = ["guide_default_input", "plan_and_print", "render_plan"]
+__all__ = ["guide_default_input", "plan_and_print", "plan_blocks", "render_plan"]

@@ -9,6 +9,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from platform_spec.errors import FieldError
+from trainctl.output_paths import folder_problem, os_error_text, output_error
+
 
 def prepare_shards(
     output: str | os.PathLike[str],
@@ -27,12 +30,22 @@ def prepare_shards(
         shard_tokens: tokens per shard (default :data:`training.data.DEFAULT_SHARD_TOKENS`).
 
     Returns:
-        The exit status: 0; 1 the data cannot be tokenized (one line on stderr; the shards already in
-        ``output`` stay as they were); 2 no input given.
+        The exit status: 0; 1 the data cannot be tokenized or written (one line on stderr; the shards already
+        in ``output`` stay as they were); 2 no input given, ``shard_tokens`` below 2 or ``output`` not a
+        folder path (one line naming the argument, before anything is read or written).
     """
     from training.corpus import python_docs_corpus
     from training.data import DEFAULT_SHARD_TOKENS, DataError, prepare_data
 
+    problem = folder_problem(output)
+    if problem is not None:
+        print(f"trainctl prepare-data: {output_error('--output', output, problem)}", file=sys.stderr)
+        return 2
+    if shard_tokens is not None and shard_tokens < 2:  # 0 used to mean the default
+        print(
+            f"trainctl prepare-data: {FieldError('--shard-tokens', shard_tokens, 'an integer >= 2')}", file=sys.stderr
+        )
+        return 2
     inputs = [Path(f) for f in files]
     with tempfile.TemporaryDirectory() as tmp:
         if python_docs:
@@ -46,10 +59,13 @@ def prepare_shards(
                 inputs,
                 Path(tokenizer) if tokenizer is not None else None,
                 eod_token=eod_token,
-                shard_tokens=shard_tokens or DEFAULT_SHARD_TOKENS,
+                shard_tokens=DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens,
             )
         except DataError as exc:
             print(f"trainctl prepare-data: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:  # what only reading or writing can tell: no permission, a full disk
+            print(f"trainctl prepare-data: {os_error_text(exc)}", file=sys.stderr)
             return 1
     print(
         f"wrote {len(result.shards)} shard(s) to {result.output_dir}: {result.num_tokens:,} tokens from "

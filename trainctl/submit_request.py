@@ -68,6 +68,7 @@ def submit_and_print(
     """
     import os
 
+    from platform_constructs.submitter.runtime.errors import ConfigurationError
     from trainctl.submitter_client import (
         DEFAULT_INVOKE_READ_TIMEOUT_S,
         SubmitError,
@@ -116,9 +117,7 @@ def submit_and_print(
     except SubmitError as exc:
         print(f"{prog}: {exc}{_retry_hint(exc, request)}", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as exc:
-        if type(exc).__name__ != "ConfigurationError":  # the runtime's: a setting missing from the environment
-            raise
+    except ConfigurationError as exc:  # the in-process runtime's: a setting missing from the environment
         print(f"{prog}: {exc} (source the env file of `trainctl local-aws`)", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(response, indent=2))

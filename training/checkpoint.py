@@ -150,6 +150,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from platform_spec.files import atomic_write_text
+from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
+
 COMPLETE_MARKER = ".complete"
 TRAINER_STATE = "trainer_state.json"
 RUN_RECORD_VERSION = 1
@@ -166,8 +169,8 @@ REFUSED_HYPERPARAMETERS = ("quantized_model_init",)
 """Hyperparameters whose change changes the checkpoint's state-dict layout (TE quantized weights + FusedAdam)."""
 _COMPARED_ELSEWHERE = (
     "model",
-    "num_layers",
-    "vocab_size",
+    "model_family",
+    *SHAPE_HYPERPARAMETERS,  # the model record's shape fields are compared (refused when they differ)
     "batch_size",
     "gradient_accumulation_steps",
     "allow_data_change",
@@ -278,6 +281,12 @@ class Verification:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def _is_shape_value(value: Any) -> bool:
+    """A model shape field's value: an integer (sizes), a finite number (a RoPE base, a norm epsilon) or a
+    boolean (tied embeddings)."""
+    return isinstance(value, bool) or _is_int(value) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _is_int(value: Any) -> bool:
@@ -412,8 +421,8 @@ def _record_problems(
     if model is not None:
         if not isinstance(model, dict):
             bad("model", "an object (the model's configuration)")
-        elif any(not _is_int(model[name]) for name in model_shape_fields(model)):
-            bad("model", "integers for every field but 'name' (the model family's shape)")
+        elif any(not _is_shape_value(model[name]) for name in model_shape_fields(model)):
+            bad("model", "integers, finite numbers or booleans for every field but 'name' (the model family's shape)")
     hp = record.get("hyperparameters")
     if hp is not None and not (
         isinstance(hp, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hp.items())
@@ -849,15 +858,6 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _fsync_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def _first_line(exc: BaseException, limit: int = 160) -> str:
     """``Type: first sentence of the message`` (library messages go on for paragraphs)."""
     lines = str(exc).strip().splitlines()
@@ -1116,7 +1116,7 @@ class CheckpointManager:
         rng_dir.mkdir(exist_ok=True)
         torch.save(_rng_state(), path / rng_file(self.rank))
         if self.local_rank == 0:
-            _fsync_write(path / TRAINER_STATE, json.dumps({**trainer_state, "step": step}, indent=2, default=str))
+            atomic_write_text(path / TRAINER_STATE, json.dumps({**trainer_state, "step": step}, indent=2, default=str))
         self._barrier()
         self.last_save_seconds = time.monotonic() - start
         if self.local_rank == 0:
@@ -1126,7 +1126,7 @@ class CheckpointManager:
                 "saved_at": time.time(),
                 "seconds": self.last_save_seconds,
             }
-            _fsync_write(path / COMPLETE_MARKER, json.dumps(marker) + "\n")
+            atomic_write_text(path / COMPLETE_MARKER, json.dumps(marker) + "\n")
         self.unloadable.pop(step, None)
         self._barrier()
         self.prune(step)

@@ -264,16 +264,17 @@ def iter_documents(path: Path) -> Iterator[str]:
     the whole file is one document.
 
     Raises:
-        DataError: a JSONL line that is not an object with a string ``text``.
+        DataError: a JSONL line that is not an object with a string ``text``, or JSONL that is not UTF-8 (JSON
+            text is UTF-8: RFC 8259 section 8.1).
     """
     if path.suffix.lower() in (".jsonl", ".ndjson") or (path.suffix.lower() == ".json" and _looks_like_jsonl(path)):
         with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
+            for lineno, line in _numbered_lines(path, fh):
                 if not line.strip():
                     continue
                 try:
                     obj = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):  # RecursionError: nesting deeper than Python's stack
                     raise DataError(f"{path}:{lineno}: not valid JSON") from None
                 text = obj.get("text") if isinstance(obj, dict) else None
                 if not isinstance(text, str):
@@ -283,8 +284,23 @@ def iter_documents(path: Path) -> Iterator[str]:
         yield path.read_text(encoding="utf-8", errors="replace")
 
 
+def _numbered_lines(path: Path, fh: Iterator[str]) -> Iterator[tuple[int, str]]:
+    """``enumerate(fh, 1)``, text that is not UTF-8 refused as a :class:`DataError` naming the file."""
+    lineno = 0
+    while True:
+        try:
+            line = next(fh)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            # the decoder reads ahead in blocks, so no line number: the byte says what was found
+            raise DataError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); JSONL is UTF-8") from None
+        lineno += 1
+        yield lineno, line
+
+
 def _looks_like_jsonl(path: Path) -> bool:
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         first = fh.readline().strip()
     return first.startswith("{") and first.endswith("}")
 
@@ -388,9 +404,12 @@ def prepare_data(
         raise DataError(f"shard_tokens must be >= 2, got {shard_tokens}")
     for file in files:
         if not Path(file).is_file():
-            raise DataError(f"input file {file} does not exist")
-    tok = load_tokenizer(tokenizer_json, eod_token)
+            what = "is a folder" if Path(file).is_dir() else "does not exist"
+            raise DataError(f"input file {file} {what} (expected a text or JSONL file)")
     out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"output {out} is a file (expected a folder for the shards)")
+    tok = load_tokenizer(tokenizer_json, eod_token)
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.prepare-data-", dir=out.resolve().parent))
     try:
@@ -519,7 +538,7 @@ class TokenDataset:
                 "make them with `trainctl prepare-data`)"
             )
         first = self.headers[0]
-        for path, h in zip(self.paths, self.headers):
+        for path, h in zip(self.paths, self.headers, strict=True):
             for name in ("dtype", "vocab_size", "eod_token_id", "tokenizer"):
                 if getattr(h, name) != getattr(first, name):
                     raise DataError(
@@ -536,7 +555,7 @@ class TokenDataset:
         """
         if self._fingerprint is None:
             digest = hashlib.sha256()
-            for path, header, tokens in zip(self.paths, self.headers, self.tokens):
+            for path, header, tokens in zip(self.paths, self.headers, self.tokens, strict=True):
                 fields = [
                     path.relative_to(self.directory).as_posix(),
                     header.dtype,

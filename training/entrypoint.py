@@ -66,7 +66,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError, Hyperparameters
+from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError, Hyperparameters, model_shape
 from training.environment import (
     ConfigError,
     SageMakerPaths,
@@ -149,11 +149,10 @@ def validate(
             f"one of {', '.join(CPU_PRECISIONS)} on a host without GPUs ({hp.precision} needs an NVIDIA GPU)",
         )
     if not hp.synthetic_data:
-        from platform_spec.models import get_preset
         from training.data import TokenDataset, resolve_vocab_size
 
         dataset = TokenDataset(paths.train_dir)
-        resolve_vocab_size(hp, get_preset(hp.model).vocab_size, dataset.vocab_size)
+        resolve_vocab_size(hp, model_shape(hp).vocab_size, dataset.vocab_size)
     check_capacity_block(environ)
     return hp
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from platform_spec.files import atomic_write_bytes
 from platform_spec.hyperparameters import format_value
 from platform_spec.metric_lines import parse_line
 from training.entrypoint import DELIVERED_AS, STOP_SIGNALS
@@ -265,9 +266,7 @@ class LayoutSnapshot:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 continue
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.restore")
-            tmp.write_bytes(before)
-            os.replace(tmp, path)
+            atomic_write_bytes(path, before)
         train = self.paths.train_dir
         now = self._link_now()
         if now != self.train_link:

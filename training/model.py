@@ -5,8 +5,12 @@ Parallelism (activation checkpointing, FSDP2) is applied afterwards in
 
 This module is family-independent: the skeleton every family shares
 (:class:`CausalLM`) is a token embedding ``tok_embeddings``, the family's
-blocks ``layers.<i>``, the family's final norm ``norm``, an untied output head
-``output`` (no bias) and the loss. The family (:mod:`platform_spec.models`,
+blocks ``layers.<i>``, the family's final norm ``norm``, an output head
+``output`` (no bias) and the loss. The head is tied to the embedding when the
+shape says ``tied_embeddings`` (:meth:`CausalLM.tie_weights`: one Parameter
+under both names, counted once; FSDP2 shards it once, in the root unit that
+holds both modules, and registers its sharded and gathered forms on both, as
+``fully_shard`` does for any parameter two modules share). The family (:mod:`platform_spec.models`,
 found from the shape's type) supplies the blocks of each backend, what every
 block receives besides the hidden state (e.g. rotary angles), the names,
 initialisation and export facts of its parameters:
@@ -28,10 +32,14 @@ in chunks of tokens whose logits are recomputed in backward: at most
 :data:`platform_spec.models.LOSS_CHUNK_ELEMENTS` fp32 logits are alive at once
 instead of ``batch * seq * vocab`` (the planner counts the same chunk).
 
-Canonical parameter names (the torch-native block's) are what the final
-safetensors export uses and what initialisation is keyed on;
-:func:`canonical_name` maps another backend's names to them with the family's
-:attr:`~platform_spec.models.ModelFamily.parameter_names`.
+Canonical parameter names (the torch-native block's) are what initialisation
+is keyed on and, unless the family names its exports otherwise, what the final
+safetensors export uses; :func:`canonical_name` maps another backend's names to
+them with the family's :attr:`~platform_spec.models.ModelFamily.parameter_names`.
+A family with an :attr:`~platform_spec.models.ModelFamily.export_layout` (the
+Llama family: Hugging Face's ``LlamaForCausalLM`` names) exports under those
+names and a ``config.json`` of that library (:func:`save_pretrained`,
+:func:`export_tensors`).
 
 The blocks' second input (the family's ``block_input``, e.g. rotary angles)
 reaches every block as the family computed it (fp32 for the GPT family's
@@ -194,7 +202,24 @@ class CausalLM(nn.Module):
             )
             self.norm = family.block_module("torch").build_final_norm(config)
             self.output = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
         self._block_inputs: dict[tuple[int, str], Any] = {}
+
+    @property
+    def tied(self) -> bool:
+        """Whether the LM head shares the token embedding's weight (the shape's ``tied_embeddings``)."""
+        return bool(getattr(self.config, "tied_embeddings", False))
+
+    def tie_weights(self) -> None:
+        """Make ``output.weight`` the very Parameter ``tok_embeddings.weight`` is, when :attr:`tied`.
+
+        Called on construction, and by :meth:`init_weights`: ``to_empty`` (the meta-device path) gives each
+        module a new Parameter, so the tie is made again before any value is written. Under FSDP2 the
+        module attribute is set on both modules; ``fully_shard`` does the same for a parameter two modules
+        share (its ``shared_modules``), so sharding keeps the tie.
+        """
+        if self.tied and self.output.weight is not self.tok_embeddings.weight:
+            self.output.weight = self.tok_embeddings.weight
 
     @property
     def family(self) -> ModelFamily:
@@ -239,13 +264,14 @@ class CausalLM(nn.Module):
         base = torch.initial_seed() if seed is None else int(seed)
         family = self.family
         assert family.init_rule is not None, f"model family {family.name!r} declares no init_rule"
-        for name, param in self.named_parameters():
+        self.tie_weights()
+        for name, param in self.named_parameters():  # a tied weight once, as tok_embeddings.weight
             canonical = canonical_name(name, family)
             assert canonical is not None  # _extra_state is not a parameter
             _fill_parameter(param, family.init_rule(canonical, self.config), parameter_seed(base, canonical))
 
     def num_parameters(self) -> int:
-        """Parameters (DTensor-aware: counts the full, unsharded sizes)."""
+        """Parameters (DTensor-aware: counts the full, unsharded sizes; a tied weight once)."""
         return sum(p.numel() for p in self.parameters())
 
 
@@ -339,11 +365,79 @@ def build_model(config: ModelShape, *, backend: str = "torch", device: str | tor
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+PLATFORM_KEY = "platform"
+"""The key of a Hugging Face style ``config.json`` under which the export records what the platform knows
+(format, preset name, parameter count, dtype, weights file, training step ...); that library ignores it."""
 
 
 def _shape_fields(config: ModelShape) -> dict[str, Any]:
     """The shape dataclass's fields other than ``name`` (what defines the tensors), in field order."""
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "name"}
+
+
+def _tied(config: ModelShape) -> bool:
+    return bool(getattr(config, "tied_embeddings", False))
+
+
+def export_tensors(
+    canonical: Mapping[str, torch.Tensor], config: ModelShape, family: ModelFamily | None = None
+) -> dict[str, torch.Tensor]:
+    """Canonical tensors under the family's export names (:attr:`~platform_spec.models.ModelFamily.export_layout`:
+    renamed, or cut by rows into several tensors, e.g. a fused QKV weight into Hugging Face's q/k/v_proj);
+    names the layout leaves out keep their canonical name. A tied LM head (``output.weight``) is left out.
+
+    Raises:
+        ValueError: a layout whose slices do not cover their tensor's rows exactly, in order.
+    """
+    family = family or family_of_shape(config)
+    layout = family.export_layout(config) if family.export_layout is not None else {}
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in canonical.items():
+        if name == "output.weight" and _tied(config):
+            continue
+        slices = layout.get(name)
+        if slices is None:
+            out[name] = tensor
+            continue
+        if not slices:
+            continue
+        bounds = [(piece.start, piece.stop) for piece in slices]
+        expected = list(zip([0] + [b for _, b in bounds[:-1]], [b for _, b in bounds], strict=True))
+        if bounds != expected or bounds[-1][1] != tensor.shape[0]:
+            raise ValueError(
+                f"export layout of {name!r} (model family {family.name!r}): rows {bounds} do not cover "
+                f"0:{tensor.shape[0]} in order"
+            )
+        for piece in slices:  # a cut tensor's pieces as tensors of their own (no shared storage in the file)
+            part = tensor[piece.start : piece.stop]
+            out[piece.name] = part if len(slices) == 1 else part.clone()
+    return out
+
+
+def import_tensors(
+    exported: Mapping[str, torch.Tensor], config: ModelShape, family: ModelFamily | None = None
+) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`export_tensors`: exported tensors back under canonical names (the pieces of a cut
+    tensor concatenated in order; a tied LM head is the embedding's tensor).
+
+    Raises:
+        KeyError: an exported piece is missing (names it).
+    """
+    family = family or family_of_shape(config)
+    layout = family.export_layout(config) if family.export_layout is not None else {}
+    exported_names = {piece.name for slices in layout.values() for piece in slices}
+    out = {name: tensor for name, tensor in exported.items() if name not in exported_names}
+    for name, slices in layout.items():
+        if not slices:
+            continue
+        missing = [piece.name for piece in slices if piece.name not in exported]
+        if missing:
+            raise KeyError(f"exported weights lack {missing[0]!r} (part of {name!r})")
+        pieces = [exported[piece.name] for piece in slices]
+        out[name] = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+    if _tied(config) and "tok_embeddings.weight" in out:
+        out["output.weight"] = out["tok_embeddings.weight"]
+    return out
 
 
 def save_pretrained(
@@ -354,33 +448,54 @@ def save_pretrained(
     dtype: torch.dtype,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``model.safetensors`` (canonical names, ``dtype``) and ``config.json``.
+    """Write ``model.safetensors`` (``dtype``) and ``config.json``.
 
-    ``config.json`` holds the family's export format (``"format"``; ``"gpt-decoder"`` for GPT), the
-    preset name (``"model"``), the shape's fields, the parameter count, the dtype, the family's
-    :attr:`~platform_spec.models.ModelFamily.export_metadata` and ``extra`` (e.g. tokenizer and
-    training step).
+    The weights are named by the family's export names (:func:`export_tensors`; canonical names unless the
+    family has an ``export_layout``). ``config.json`` is:
+
+    * for a family with :attr:`~platform_spec.models.ModelFamily.to_hf_config` (Llama): that library's
+      configuration (so the directory loads there, e.g. ``LlamaForCausalLM.from_pretrained``) with
+      ``torch_dtype``, ``eos_token_id`` (``extra``'s ``eod_token_id``, the tokenizer's end of document, when
+      known: else that library's default would end generation at another token), and under
+      :data:`PLATFORM_KEY` what the platform records: ``format``, ``model`` (the preset name), ``num_params``,
+      ``dtype``, ``weights`` and ``extra``;
+    * otherwise the platform's own format: ``format`` (``"gpt-decoder"`` for GPT), ``model``, the shape's
+      fields, ``num_params``, ``dtype``, the family's
+      :attr:`~platform_spec.models.ModelFamily.export_metadata` and ``extra`` (e.g. tokenizer and step).
+
+    The weights are written beside and renamed into place, so a reader never sees half a file.
     """
     from safetensors.torch import save_file
 
     family = family_of_shape(config)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in canonical_state_dict(state_dict, family).items()}
+    canonical = canonical_state_dict(state_dict, family)
+    tensors = {
+        k: v.detach().to("cpu", dtype).contiguous() for k, v in export_tensors(canonical, config, family).items()
+    }
     tmp = out / (WEIGHTS_FILE + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out / WEIGHTS_FILE)
-    meta = {
+    dtype_name = str(dtype).removeprefix("torch.")
+    platform = {
         "format": family.format_name,
         "model": config.name,
-        **_shape_fields(config),
         "num_params": config.num_params,
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_name,
         **family.export_metadata,
         "weights": WEIGHTS_FILE,
         **(dict(extra) if extra else {}),
     }
-    (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    if family.to_hf_config is not None:
+        meta = {**family.to_hf_config(config), "torch_dtype": dtype_name, PLATFORM_KEY: platform}
+        if platform.get("eod_token_id") is not None:  # the data's document separator: where generation stops
+            meta["eos_token_id"] = platform["eod_token_id"]
+    else:
+        meta = {"format": platform.pop("format"), "model": platform.pop("model"), **_shape_fields(config), **platform}
+    tmp_config = out / (CONFIG_FILE + ".tmp")
+    tmp_config.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp_config, out / CONFIG_FILE)
     return out / WEIGHTS_FILE
 
 
@@ -390,21 +505,30 @@ def load_pretrained(directory: str | os.PathLike[str], *, dtype: torch.dtype = t
     Raises:
         FileNotFoundError: missing ``config.json`` or weights.
         ValueError: a ``format`` no registered model family exports.
+        platform_spec.errors.FieldError: a Hugging Face ``config.json`` its family refuses (names the key).
         RuntimeError: weights that do not match the config (strict load).
     """
     from safetensors.torch import load_file
 
     src = Path(directory)
     meta = json.loads((src / CONFIG_FILE).read_text(encoding="utf-8"))
+    platform = meta.get(PLATFORM_KEY) if isinstance(meta.get(PLATFORM_KEY), dict) else meta
     formats = {get_family(name).format_name: get_family(name) for name in family_names()}
-    family = formats.get(meta.get("format"))
+    family = formats.get(platform.get("format"))
     if family is None:
-        raise ValueError(f"{src / CONFIG_FILE}: format {meta.get('format')!r}; expected one of {', '.join(formats)}")
-    fields = [f.name for f in dataclasses.fields(family.shape_type) if f.name != "name"]
-    config = family.shape_type(meta["model"], **{name: meta[name] for name in fields if name in meta})
+        raise ValueError(
+            f"{src / CONFIG_FILE}: format {platform.get('format')!r}; expected one of {', '.join(formats)}"
+        )
+    if family.from_hf_config is not None and platform is not meta:
+        hf = {k: v for k, v in meta.items() if k != PLATFORM_KEY}
+        config = dataclasses.replace(family.from_hf_config(hf), name=platform.get("model", family.name))
+    else:
+        fields = [f.name for f in dataclasses.fields(family.shape_type) if f.name != "name"]
+        config = family.shape_type(meta["model"], **{name: meta[name] for name in fields if name in meta})
     model = CausalLM(config, backend="torch", device="meta")
-    state = load_file(str(src / meta.get("weights", WEIGHTS_FILE)))
+    state = import_tensors(load_file(str(src / platform.get("weights", WEIGHTS_FILE))), config, family)
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
+    model.tie_weights()  # assign=True gave each module its own Parameter
     return model
 
 
@@ -415,6 +539,8 @@ __all__ = [
     "canonical_name",
     "canonical_state_dict",
     "chunked_cross_entropy",
+    "export_tensors",
+    "import_tensors",
     "load_pretrained",
     "parameter_seed",
     "save_pretrained",

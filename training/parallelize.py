@@ -4,10 +4,14 @@ Order (torchtitan's): activation checkpointing per block, then FSDP2
 ``fully_shard`` per block, then the root (token embedding, final norm and
 head stay in the root's FSDP unit).
 
-* Activation checkpointing ``full``: every block is wrapped with
-  ``checkpoint_wrapper`` (non-reentrant). TransformerEngine blocks use
+* Activation checkpointing (:mod:`platform_spec.training_modes`, the one list of
+  modes the planner models too): ``full`` wraps every block with
+  ``checkpoint_wrapper`` (non-reentrant), ``selective:N`` every Nth block
+  (blocks ``N, 2N, ...`` counted from 1, torchtitan's block-level selective
+  checkpointing), ``off`` none. TransformerEngine blocks use
   ``te.distributed.checkpoint`` as the checkpoint function, which keeps FP8
-  scaling state consistent during the recompute.
+  scaling state consistent during the recompute. Wrapping happens before
+  ``fully_shard``, so FSDP2 shards the wrapper (torchtitan's order).
 * FSDP2 mixed precision: parameters all-gathered in the precision's compute
   dtype (bf16/fp16), gradients reduce-scattered in fp32, fp32 sharded master
   parameters (what AdamW steps). fp32: no cast. The blocks' forward inputs are
@@ -49,6 +53,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from platform_spec.training_modes import check_activation_checkpointing_for
 from training.model import CausalLM
 from training.precision import PrecisionPlan
 
@@ -72,13 +77,21 @@ def build_mesh(device_type: str, world_size: int, local_world_size: int, shardin
     return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
 
 
-def apply_activation_checkpointing(model: CausalLM, mode: str) -> None:
-    """Wrap every block for full recompute in backward (``mode="full"``); ``"off"`` does nothing."""
-    if mode == "off":
-        return
-    if mode != "full":
-        raise ValueError(f"activation_checkpointing {mode!r}: expected off or full")
-    for i, block in enumerate(model.layers):
+def apply_activation_checkpointing(model: CausalLM, mode: str) -> tuple[int, ...]:
+    """Wrap the blocks ``mode`` recomputes in backward (``off``: none; ``full``: all; ``selective:N``: every
+    Nth, :meth:`platform_spec.training_modes.ActivationCheckpointing.checkpointed_blocks`).
+
+    Returns:
+        The 0-based indices of the wrapped blocks.
+
+    Raises:
+        platform_spec.errors.FieldError: ``mode`` is not a mode (field ``activation_checkpointing``), or
+            ``selective:N`` on a model of fewer than ``N`` blocks (it would recompute none).
+    """
+    parsed = check_activation_checkpointing_for(mode, len(model.layers))
+    chosen = parsed.checkpointed_blocks(len(model.layers))
+    for i in chosen:
+        block = model.layers[i]
         if model.backend == "te":
             import transformer_engine.pytorch as te
 
@@ -87,6 +100,7 @@ def apply_activation_checkpointing(model: CausalLM, mode: str) -> None:
         else:
             wrapped = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT, preserve_rng_state=False)
         model.layers[i] = wrapped
+    return chosen
 
 
 def _custom_param_attrs(module: nn.Module) -> dict[str, dict[str, Any]]:

@@ -297,9 +297,10 @@ def check_supported(
     plan(precision).check(device, te_available=te_available, seq_length=seq_length, batch_size=batch_size)
 
 
-def te_recipe(precision: str, fp8_scaling: str = "current") -> Any:
+def te_recipe(precision: str, fp8_scaling: str | None = None) -> Any:
     """The TransformerEngine recipe object for ``precision`` (None for fp32/bf16/fp16):
-    :meth:`TransformerEnginePlan.recipe`.
+    :meth:`TransformerEnginePlan.recipe` (``fp8_scaling`` None: the registry's default,
+    :data:`platform_spec.precisions.SCALINGS`' first).
 
     Raises:
         PrecisionError: unknown precision, or the installed TE lacks the recipe (too old).

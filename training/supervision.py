@@ -12,7 +12,7 @@ folder markers or log lines. Its states are the run states of the
 metric-line contract (:data:`platform_spec.metric_lines.RUN_STATES`), and the
 trainer prints each change of state as a ``[run]`` line too
 (:meth:`TrainerStatus.run_record`), for readers of its output. The trainer's node-local rank 0 writes it
-atomically (a temporary file, then ``os.replace``) after the resume decision,
+atomically (:func:`platform_spec.files.atomic_write_text`) after the resume decision,
 when the loop starts, after every checkpoint it saves, and when it ends; the
 entry point removes a stale one before it launches the workers. One JSON
 object::
@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from platform_spec.files import atomic_write_text
 from platform_spec.metric_lines import RUN_STATES, RunRecord
 from training.environment import SageMakerPaths
 
@@ -148,9 +149,7 @@ def write_status(paths: SageMakerPaths, status: TrainerStatus) -> None:
     """Replace the record atomically (the reader sees the old or the new one, never half of one)."""
     path = status_file(paths)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(status.to_json(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(status.to_json(), indent=2) + "\n")
 
 
 def read_status(paths: SageMakerPaths) -> TrainerStatus | None:

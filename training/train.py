@@ -6,7 +6,8 @@ every hyperparameter of :mod:`platform_spec.hyperparameters` as ``--kebab-case``
 Without torchrun's environment (``RANK``...) it runs as a single process.
 
 Per optimizer step: ``gradient_accumulation_steps`` micro-batches (FSDP2
-gradient sync only on the last), loss = mean cross-entropy, gradients
+reduce-scatters every micro-batch's gradients, or only the last's with
+``gradient_sync=last_micro_batch``: :func:`accumulate_gradients`), loss = mean cross-entropy, gradients
 clipped to ``max_grad_norm`` by their global L2 norm (DTensor-aware),
 AdamW (fp32 master state: FSDP2 keeps fp32 sharded parameters under a
 bf16 compute policy), linear warmup then cosine decay to
@@ -61,18 +62,19 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from platform_spec.hyperparameters import SPECS, HyperparameterError, Hyperparameters, parse
+from platform_spec.hyperparameters import SPECS, HyperparameterError, Hyperparameters, model_shape, parse
 from platform_spec.metric_lines import format_run_record
-from platform_spec.models import family_of, get_preset
+from platform_spec.models import family_of_shape
+from platform_spec.training_modes import reduces_gradients
 from training import precision as prec
 from training.checkpoint import (
     TRAINER_STATE,
@@ -141,7 +143,7 @@ def install_early_stop_handlers() -> None:
 class StopController:
     """Collective stop decision: signal received, or the capacity-block deadline is near."""
 
-    REASONS = {1: "SIGTERM/SIGINT received", 2: "capacity block ends soon"}
+    REASONS: ClassVar[dict[int, str]] = {1: "SIGTERM/SIGINT received", 2: "capacity block ends soon"}
     CAPACITY = 2
 
     def __init__(self, deadline: float | None, group: Any, world_size: int) -> None:
@@ -164,9 +166,12 @@ class StopController:
 
     def check(self, *, step_seconds: float = 0.0, save_seconds: float = 0.0) -> str | None:
         code = 1 if self.signal_received is not None else 0
-        if code == 0 and self.deadline is not None:
-            if time.time() + self.margin(step_seconds, save_seconds) >= self.deadline:
-                code = 2
+        if (
+            code == 0
+            and self.deadline is not None
+            and time.time() + self.margin(step_seconds, save_seconds) >= self.deadline
+        ):
+            code = 2
         if self.world_size > 1:
             flag = torch.tensor([code], dtype=torch.int32)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
@@ -191,7 +196,11 @@ def oom_reason(hp: Hyperparameters, device: torch.device, rank: int, step: int, 
         device_name = f" ({torch.cuda.get_device_name(device)}, {total:.0f} GB)"
     advice = []
     if hp.activation_checkpointing == "off":
-        advice.append("set activation_checkpointing=full")
+        advice.append("set activation_checkpointing=full (or selective:N to recompute every Nth block)")
+    elif hp.activation_checkpointing != "full":
+        advice.append(f"set activation_checkpointing=full (now {hp.activation_checkpointing})")
+    if hp.gradient_accumulation_steps > 1 and hp.gradient_sync != "every_micro_batch":
+        advice.append("set gradient_sync=every_micro_batch (sharded gradient accumulation)")
     advice.append(f"lower batch_size (now {hp.batch_size}; raise gradient_accumulation_steps to keep the global batch)")
     advice.append(f"lower seq_length (now {hp.seq_length})")
     if not hp.reshard_after_forward:
@@ -203,6 +212,55 @@ def oom_reason(hp: Hyperparameters, device: torch.device, rank: int, step: int, 
         f"batch_size={hp.batch_size}, seq_length={hp.seq_length}, activation_checkpointing={hp.activation_checkpointing}: "
         + "; ".join(advice)
     )
+
+
+# ---------------------------------------------------------------------------
+# Gradient accumulation
+
+
+def accumulate_gradients(
+    model: Any,
+    micro_batch_loss: Callable[[int], torch.Tensor],
+    *,
+    micro_batches: int,
+    gradient_sync: str,
+    scale_loss: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Forward and backward of one optimizer step's micro-batches; the gradients are left in ``.grad``.
+
+    Before each micro-batch's backward the FSDP2 model is told whether to reduce-scatter its gradients
+    (``FSDPModule.set_requires_gradient_sync``), by ``gradient_sync``
+    (:func:`platform_spec.training_modes.reduces_gradients`): ``every_micro_batch`` reduce-scatters each
+    micro-batch and accumulates sharded gradients (less memory); ``last_micro_batch`` keeps unsharded
+    gradients (FSDP2 accumulates them in the reduce dtype, fp32) until the last micro-batch (less traffic).
+    Both give the same gradients up to the order of floating-point sums.
+
+    Args:
+        model: the FSDP2-sharded model (a ``torch.distributed.fsdp.FSDPModule``).
+        micro_batch_loss: ``(micro-batch index, 0-based) -> mean loss`` (a scalar tensor with its graph).
+        micro_batches: micro-batches per optimizer step (``gradient_accumulation_steps``, >= 1).
+        gradient_sync: one of :data:`platform_spec.training_modes.GRADIENT_SYNC_MODES`.
+        scale_loss: applied to each micro-batch's share of the loss before backward (fp16 loss scaling).
+
+    Returns:
+        The mean of the micro-batches' losses (detached fp32 scalar).
+
+    Raises:
+        platform_spec.errors.FieldError: an unknown ``gradient_sync`` (before any forward).
+    """
+    syncs = [reduces_gradients(gradient_sync, micro, micro_batches) for micro in range(micro_batches)]
+    total: torch.Tensor | None = None
+    for micro, sync in enumerate(syncs):
+        model.set_requires_gradient_sync(sync)
+        loss = micro_batch_loss(micro)
+        scaled = loss / micro_batches
+        if scale_loss is not None:
+            scaled = scale_loss(scaled)
+        scaled.backward()
+        detached = loss.detach().float()
+        total = detached if total is None else total + detached
+    assert total is not None, "micro_batches must be >= 1"
+    return total / micro_batches
 
 
 # ---------------------------------------------------------------------------
@@ -329,9 +387,9 @@ class Trainer:
         self.stopper.install()
 
         # TransformerEngine blocks where TE imports on a GPU and the model's family has them
-        self.backend = (
-            "te" if cuda and "te" in family_of(hp.model).blocks and transformer_engine_available() else "torch"
-        )
+        shape = model_shape(hp)  # the preset or custom shape, checked by its family's rule (parse did too)
+        family = family_of_shape(shape)
+        self.backend = "te" if cuda and "te" in family.blocks and transformer_engine_available() else "torch"
         # The precision's converter (the registry's format) and its GPU check, before anything is built or any
         # step runs; then its recipe, amax reduction and process-wide switches (TF32 for fp32).
         self.plan = prec.plan(hp.precision)
@@ -348,10 +406,9 @@ class Trainer:
         torch.manual_seed(hp.seed)
 
         # Data.
-        preset = get_preset(hp.model)
         if hp.synthetic_data:
             self.dataset = None
-            vocab = resolve_vocab_size(hp, preset.vocab_size, None)
+            vocab = resolve_vocab_size(hp, shape.vocab_size, None)
             self.sampler: DistributedSampler | SyntheticSampler = SyntheticSampler(
                 vocab_size=vocab,
                 seq_length=hp.seq_length,
@@ -364,7 +421,7 @@ class Trainer:
         else:
             # no scan of shards without max_token_id: the entry point scanned them once, and every batch is checked
             self.dataset = TokenDataset(self.paths.train_dir, scan=False)
-            vocab = resolve_vocab_size(hp, preset.vocab_size, self.dataset.vocab_size)
+            vocab = resolve_vocab_size(hp, shape.vocab_size, self.dataset.vocab_size)
             self.sampler = DistributedSampler(
                 self.dataset,
                 seq_length=hp.seq_length,
@@ -374,7 +431,7 @@ class Trainer:
                 world_size=self.world_size,
                 seed=hp.seed,
             )
-        self.config = preset.with_overrides(num_layers=hp.num_layers, vocab_size=vocab)
+        self.config = shape.with_overrides(vocab_size=vocab)
 
         # Model: built for one device on the meta device, parallelised in one place, then allocated and
         # initialised shard by shard (the same initial weights whatever the number of ranks).
@@ -416,7 +473,7 @@ class Trainer:
         self.metrics = MetricsLogger(
             tokens_per_step=self.tokens_per_step,
             world_size=self.world_size,
-            flops_per_token=family_of(hp.model).flops_per_token(self.config, hp.seq_length),
+            flops_per_token=family.flops_per_token(self.config, hp.seq_length),
             device=device,
             info=DeviceInfo.detect(device, hp.precision),
             rank=self.rank,
@@ -540,18 +597,19 @@ class Trainer:
         hp = self.hp
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
-        accum = hp.gradient_accumulation_steps
-        for micro in range(accum):
-            self.model.set_requires_gradient_sync(micro == accum - 1)
+
+        def micro_batch_loss(micro: int) -> torch.Tensor:
             inputs, targets = self._batch(micro)
             with self.plan.autocast(self.recipe, device_type=self.device.type, amax_reduction_group=self.amax_group):
-                loss = self.model(inputs, targets)
-            scaled = loss / accum
-            if self.scaler is not None:
-                scaled = self.scaler.scale_loss(scaled)
-            scaled.backward()
-            loss_sum += loss.detach()
+                return self.model(inputs, targets)
+
+        mean_loss = accumulate_gradients(
+            self.model,
+            micro_batch_loss,
+            micro_batches=hp.gradient_accumulation_steps,
+            gradient_sync=hp.gradient_sync,
+            scale_loss=None if self.scaler is None else self.scaler.scale_loss,
+        )
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.scaler is not None:
             self.scaler.unscale_(params)
@@ -559,7 +617,7 @@ class Trainer:
         if self.scaler is None or self.scaler.update(float(grad_norm)):
             self.optimizer.step()
         self.scheduler.step()
-        return loss_sum / accum, grad_norm, lr
+        return mean_loss, grad_norm, lr
 
     def save(self, reason: str) -> None:
         self.phase = "save"

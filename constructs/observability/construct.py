@@ -25,7 +25,7 @@ an ``ssm.IStringParameter`` and the ARNs configured at synth time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -33,10 +33,11 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
+from platform_spec.capacity import CAPACITY_TYPES, USABLE_PLAN_STATUSES
+from platform_spec.training_plans import parse_training_plan_arn
 
 from ..submitter.construct import ISubmitterMetrics
 from ..submitter.runtime import settings as submitter_settings
-from ..training_plans import parse_training_plan_arn
 from . import widgets
 from .functions import JobStateHandler, JobStateHandlerProps, PlanMetricsPublisher, PlanMetricsPublisherProps
 from .notifications import AlarmTopic, AlarmTopicProps, SlackChannel
@@ -90,7 +91,7 @@ class PlatformObservabilityProps:
     alarm_slack_channels: Sequence[SlackChannel] = ()
     idle_capacity_hours: int = 24
     dashboard_name: str | None = None
-    period: cdk.Duration = cdk.Duration.minutes(5)
+    period: cdk.Duration = field(default_factory=lambda: cdk.Duration.minutes(5))
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
@@ -236,6 +237,7 @@ class PlatformObservability(Construct):
             return
         publisher, hours = self.plan_metrics, idle_capacity_hours
         window = cdk.Duration.minutes(15)
+        idle_periods = 2  # windows in a row with idle instances: the description's minutes derive from these
         for name in self.plan_names:
             self._alarm(
                 f"PlanIdleNearEnd-{name}",
@@ -253,11 +255,12 @@ class PlatformObservability(Construct):
                 ),
                 threshold=1,
                 comparison_operator=gte,
-                evaluation_periods=2,
-                datapoints_to_alarm=2,
+                evaluation_periods=idle_periods,
+                datapoints_to_alarm=idle_periods,
                 treat_missing_data=quiet,
                 alarm_description=(
-                    f"Training plan {name} has had idle (available) instances for 30 minutes and ends within {hours} "
+                    f"Training plan {name} has had idle (available) instances for "
+                    f"{idle_periods * window.to_minutes():g} minutes and ends within {hours} "
                     "hours: reserved capacity is about to be wasted. Submit jobs with capacity=training-plan, or "
                     "accept the loss."
                 ),
@@ -273,7 +276,8 @@ class PlatformObservability(Construct):
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_OR_EQUAL_TO_THRESHOLD,
             evaluation_periods=1,
             treat_missing_data=quiet,
-            alarm_description="No usable training plan (Active or Scheduled) has an available instance. Part of ReservedCapacityExhausted.",
+            alarm_description=f"No usable training plan ({' or '.join(USABLE_PLAN_STATUSES)}) has an available instance. "
+            "Part of ReservedCapacityExhausted.",
         )
         refusing = self._alarm(
             "SubmissionsRefusedNoCapacity",
@@ -374,9 +378,7 @@ def _submitter_rows(submitter: ISubmitterMetrics, period: cdk.Duration) -> list[
         [
             cloudwatch.GraphWidget(
                 title="Submissions by capacity type",
-                left=[
-                    submitter.metric_submissions(c, period=period, label=c) for c in submitter_settings.CAPACITY_TYPES
-                ],
+                left=[submitter.metric_submissions(c, period=period, label=c) for c in CAPACITY_TYPES],
                 stacked=True,
                 width=12,
             ),
@@ -391,7 +393,8 @@ def _submitter_rows(submitter: ISubmitterMetrics, period: cdk.Duration) -> list[
 
 
 def _gpus_per_host(instance_types: Sequence[str]) -> list[int]:
-    """GPU counts of one host of each instance type (UltraServers are made of 4-GPU GB200 hosts).
+    """GPU counts of one host of each instance type (the catalogue's ``gpus_per_host``: an UltraServer's
+    hosts are its ``host_instance_type``).
 
     Raises:
         ValueError: an instance type is not in the catalogue.
@@ -404,15 +407,7 @@ def _gpus_per_host(instance_types: Sequence[str]) -> list[int]:
             f"PlatformObservabilityProps.instance_types: got {unknown}, not in the instance catalogue; "
             f"expected some of {', '.join(INSTANCES)}"
         )
-    counts = set()
-    for instance_type in instance_types:
-        spec = INSTANCES[instance_type]
-        counts.add(
-            spec.gpus_per_instance
-            if spec.gpus_per_instance <= 8
-            else INSTANCES["ml.p6e-gb200.36xlarge"].gpus_per_instance
-        )
-    return sorted(counts)
+    return sorted({INSTANCES[instance_type].gpus_per_host for instance_type in instance_types})
 
 
 def _plan_names(plan_arns: Sequence[str]) -> list[str]:

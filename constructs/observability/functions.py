@@ -9,7 +9,7 @@ methods named after the metrics they publish (names from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -134,7 +134,7 @@ class PlanMetricsPublisherProps:
     """
 
     plan_arns_parameter: ssm.IStringParameter
-    schedule: cdk.Duration = cdk.Duration.minutes(settings.PUBLISH_SCHEDULE_MINUTES)
+    schedule: cdk.Duration = field(default_factory=lambda: cdk.Duration.minutes(settings.PUBLISH_SCHEDULE_MINUTES))
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
@@ -250,7 +250,7 @@ class JobStateHandlerProps:
             when they leave the stack. Default: they are retained.
     """
 
-    idempotency_ttl: cdk.Duration = cdk.Duration.days(7)
+    idempotency_ttl: cdk.Duration = field(default_factory=lambda: cdk.Duration.days(7))
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 

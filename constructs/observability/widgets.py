@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
+from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS
 
 from ..execution_role import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
@@ -275,7 +276,7 @@ def training_plan_rows(publisher, plan_names: Sequence[str], period: cdk.Duratio
     ]
     tiles: Row = [
         cloudwatch.SingleValueWidget(
-            title="All usable plans (Active or Scheduled)",
+            title=f"All usable plans ({' or '.join(USABLE_PLAN_STATUSES)})",
             metrics=[
                 publisher.metric_available_instance_count(period=period, label="available"),
                 publisher.metric_in_use_instance_count(period=period, label="in use"),

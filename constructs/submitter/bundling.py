@@ -38,9 +38,27 @@ The pinned requirements are pure Python, so ``pip install --platform
 manylinux2014_aarch64 --python-version 3.13 --only-binary=:all:`` on any
 machine produces what the arm64 Python 3.13 runtime needs. The pip result is
 cached under ``.cache/submitter-deps/<key>/`` (key: the normalised
-requirement lines and the pip target, so packages with the same pins share
-one install), and copied into each bundle with hard links where the file
-system allows, so repeated synths (tests) cost milliseconds after the first.
+requirement lines, the pip target and the bytecode compiler, so packages with
+the same pins share one install), and copied into each bundle with hard links
+where the file system allows, so repeated synths (tests) cost milliseconds
+after the first.
+
+Bytecode: Lambda's file system is read-only, so a package without ``.pyc``
+files compiles every module it imports on every cold start (about 60% of the
+submitter's import time then, ``benchmarks/startup.py``). Each package therefore ships, for every ``.py``
+file (the dependencies' and ours), ``__pycache__/<name>.cpython-313.pyc``
+compiled by a CPython :data:`PYTHON_VERSION` interpreter
+(:func:`bytecode_compiler`) as *unchecked hash-based* bytecode (PEP 552,
+``py_compile.PycInvalidationMode.UNCHECKED_HASH``): Python loads it without
+looking at the source's time stamp or contents. Time-stamped ``.pyc`` files
+would be stale in Lambda, because the CDK asset zipper resets every file's
+time; checked hash-based ones would make every import read and hash its
+source. Unchecked bytecode is valid as long as the source beside it is the
+one it was compiled from, which holds in an immutable package (a new asset
+hash, a new package). Bytecode is specific to the interpreter's minor version
+(its magic number), so it is compiled by a 3.13 interpreter found on this
+machine; without one the package ships source only (slower cold starts, same
+behaviour), with a warning on stderr, and its asset hash says so.
 
 The asset hash is computed here from the same inputs (the closure's paths and
 contents, the dependency key), so CDK skips bundling entirely when
@@ -51,7 +69,10 @@ package would: when a module the handlers import changes, not when another does.
 from __future__ import annotations
 
 import ast
+import functools
+import glob
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -59,7 +80,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,16 +91,20 @@ from aws_cdk import aws_lambda as lambda_
 
 __all__ = [
     "ARCHITECTURE",
+    "BYTECODE_PYTHON_ENV",
     "CACHE_DIR",
     "PIP_PLATFORM",
     "PYTHON_VERSION",
     "REPO_ROOT",
     "RUNTIME",
     "SUBMITTER",
+    "TASK_ROOT",
+    "BytecodeCompiler",
     "ImportClosure",
     "LambdaPackage",
     "LocalPackageBundler",
     "SourceModule",
+    "bytecode_compiler",
     "import_closure",
     "package_dirs",
 ]
@@ -93,6 +118,154 @@ RUNTIME = lambda_.Runtime.PYTHON_3_13
 """The functions' runtime: the CPython version the dependencies are installed for (:data:`PYTHON_VERSION`)."""
 ARCHITECTURE = lambda_.Architecture.ARM_64
 """The functions' architecture: the platform the dependencies are installed for (:data:`PIP_PLATFORM`)."""
+TASK_ROOT = "/var/task"
+"""Where Lambda unpacks a function's package (``LAMBDA_TASK_ROOT``, AWS Lambda Developer Guide, "Defined runtime
+environment variables"): the file names recorded in the bytecode."""
+
+
+# -- bytecode ----------------------------------------------------------------------------------
+
+BYTECODE_PYTHON_ENV = "LAMBDA_BYTECODE_PYTHON"
+"""Environment variable naming the CPython :data:`PYTHON_VERSION` interpreter that compiles the packages'
+bytecode (a path or a command on ``PATH``), or ``none`` to ship source only. Unset: one is looked for
+(:func:`bytecode_compiler`)."""
+
+_PROBE = (
+    "import importlib.util, json, sys; print(json.dumps({'implementation': sys.implementation.name, "
+    "'version': '%d.%d' % sys.version_info[:2], 'releaselevel': sys.version_info.releaselevel, "
+    "'cache_tag': sys.implementation.cache_tag, 'magic': importlib.util.MAGIC_NUMBER.hex()}))"
+)
+
+_COMPILE = """
+import compileall, py_compile, sys
+mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+root, task_root, *files = sys.argv[1:]
+if files:  # our modules: each must compile
+    for rel in files:
+        py_compile.compile(f"{root}/{rel}", dfile=f"{task_root}/{rel}", doraise=True, invalidation_mode=mode)
+elif not compileall.compile_dir(root, quiet=1, workers=0, ddir=task_root, invalidation_mode=mode):
+    sys.exit("some files did not compile (listed above)")
+"""
+"""Run by the bytecode compiler: ``ROOT TASK_ROOT [FILE...]`` (FILE relative to ROOT; none: all of ROOT)."""
+
+
+@dataclass(frozen=True)
+class BytecodeCompiler:
+    """A CPython :data:`PYTHON_VERSION` interpreter that compiles a package's bytecode.
+
+    Attributes:
+        executable: its path.
+        cache_tag: ``sys.implementation.cache_tag`` (``cpython-313``): the ``.pyc`` files' tag.
+        magic: ``importlib.util.MAGIC_NUMBER`` in hex (``f30d0d0a`` for 3.13): the first 4 bytes of each
+            ``.pyc``; one value per minor version of a final release.
+    """
+
+    executable: str
+    cache_tag: str
+    magic: str
+
+    @property
+    def key(self) -> str:
+        """What the bytecode depends on, for cache keys and asset hashes: ``pyc:<cache tag>:<magic>``."""
+        return f"pyc:{self.cache_tag}:{self.magic}"
+
+    def compile(self, root: Path, files: Iterable[str] = ()) -> None:
+        """Write unchecked hash-based ``.pyc`` files under ``root``: for ``files`` (paths relative to
+        ``root``), or for every ``.py`` file under it when none are given.
+
+        Raises:
+            RuntimeError: a file did not compile (the compiler's output is in the message).
+        """
+        result = subprocess.run(
+            [self.executable, "-S", "-c", _COMPILE, str(root), TASK_ROOT, *files],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"{self.executable} could not compile the package's bytecode under {root}:\n"
+                f"{result.stdout}{result.stderr}"
+            )
+
+
+def _probe(executable: str) -> BytecodeCompiler | None:
+    """The interpreter at ``executable`` as a compiler, or ``None`` unless it is a final CPython
+    :data:`PYTHON_VERSION` that runs."""
+    try:
+        result = subprocess.run([executable, "-S", "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        facts = json.loads(result.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if (facts["implementation"], facts["version"], facts["releaselevel"]) != ("cpython", PYTHON_VERSION, "final"):
+        return None  # pre-releases carry other magic numbers
+    return BytecodeCompiler(executable=executable, cache_tag=facts["cache_tag"], magic=facts["magic"])
+
+
+def _candidates() -> Iterator[str]:
+    """Places a CPython :data:`PYTHON_VERSION` interpreter is commonly found, most specific first: this
+    interpreter, ``python3.13`` on ``PATH``, pyenv's versions (newest patch first), ``uv python find``."""
+    yield sys.executable
+    command = f"python{PYTHON_VERSION}"
+    if found := shutil.which(command):
+        yield found
+    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    pattern = os.path.join(pyenv_root, "versions", f"{PYTHON_VERSION}.*", "bin", command)
+
+    def patch(path: str) -> int:
+        version = Path(path).parents[1].name.removeprefix(f"{PYTHON_VERSION}.")
+        return int(version) if version.isdigit() else -1
+
+    yield from sorted(glob.glob(pattern), key=patch, reverse=True)
+    if uv := shutil.which("uv"):
+        try:
+            found = subprocess.run(
+                [uv, "python", "find", "--no-python-downloads", PYTHON_VERSION],
+                capture_output=True, text=True, timeout=60, check=False,
+            ).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            found = ""
+        if found:
+            yield found
+
+
+@functools.cache
+def _find_compiler(setting: str | None) -> BytecodeCompiler | None:
+    if setting is not None:
+        if setting.strip().lower() == "none":
+            return None
+        executable = shutil.which(setting) or setting
+        compiler = _probe(executable)
+        if compiler is None:
+            raise ValueError(
+                f"{BYTECODE_PYTHON_ENV}: got {setting!r}; expected a final CPython {PYTHON_VERSION} interpreter "
+                f"(the Lambda runtime's version; a path or a command on PATH), or 'none' to ship source only"
+            )
+        return compiler
+    for executable in dict.fromkeys(_candidates()):
+        compiler = _probe(executable)
+        if compiler is not None:
+            return compiler
+    sys.stderr.write(
+        f"warning: no CPython {PYTHON_VERSION} interpreter found: the Lambda packages ship source only, so each "
+        f"cold start compiles every module it imports. Install one (pyenv, uv python install {PYTHON_VERSION}, "
+        f"python{PYTHON_VERSION} on PATH) or name it in {BYTECODE_PYTHON_ENV}.\n"
+    )
+    return None
+
+
+def bytecode_compiler(environ: Mapping[str, str] | None = None) -> BytecodeCompiler | None:
+    """The interpreter that compiles the packages' bytecode, or ``None`` to ship source only.
+
+    ``$LAMBDA_BYTECODE_PYTHON`` (:data:`BYTECODE_PYTHON_ENV`) when set (``none``: source only); otherwise the
+    first final CPython :data:`PYTHON_VERSION` of :func:`_candidates` (``None``, with one warning on stderr,
+    when there is none). Looked up once per process and setting.
+
+    Raises:
+        ValueError: ``$LAMBDA_BYTECODE_PYTHON`` names no final CPython :data:`PYTHON_VERSION` interpreter.
+    """
+    env = os.environ if environ is None else environ
+    return _find_compiler(env.get(BYTECODE_PYTHON_ENV))
 
 
 # -- the import closure ------------------------------------------------------------------------
@@ -433,6 +606,8 @@ class LambdaPackage:
             what their modules import (:func:`import_closure`).
         requirements: the pinned requirements (pure-Python wheels only), installed
             with ``--no-deps`` for :data:`PIP_PLATFORM` / CPython :data:`PYTHON_VERSION`.
+            The package holds every ``.py`` file's unchecked hash-based bytecode when a
+            :func:`bytecode_compiler` is found (see the module docstring).
         display_name: the asset's name in CDK's output. Default: ``Lambda package``.
 
     Raises:
@@ -485,10 +660,13 @@ class LambdaPackage:
         ]  # fmt: skip
 
     def dependencies_key(self) -> str:
-        """Cache key of the installed dependencies: the requirement lines + the pip target."""
+        """Cache key of the installed dependencies: the requirement lines + the pip target + the bytecode
+        compiler (:attr:`BytecodeCompiler.key`, or ``pyc:none``)."""
+        compiler = bytecode_compiler()
         digest = hashlib.sha256()
         digest.update("\n".join(_requirement_lines(self.requirements)).encode())
         digest.update(f"|{PIP_PLATFORM}|{PYTHON_VERSION}|cp|no-deps".encode())
+        digest.update(f"|{compiler.key if compiler else 'pyc:none'}".encode())
         return digest.hexdigest()[:32]
 
     def asset_hash(self, repo_root: Path = REPO_ROOT, closure: ImportClosure | None = None) -> str:
@@ -502,13 +680,14 @@ class LambdaPackage:
     # -- building -------------------------------------------------------------
 
     def installed_dependencies(self) -> Path:
-        """Return the cached pip install of the requirements, installing it on first use.
+        """Return the cached pip install of the requirements (with its bytecode), installing it on first use.
 
         Safe under concurrent callers (pytest-xdist): each installs into its own
         temporary folder and renames it into place; a loser discards its copy.
+        Nothing is cached unless pip and the compiler both succeeded.
 
         Raises:
-            RuntimeError: pip failed (its output is in the message).
+            RuntimeError: pip or the bytecode compiler failed (its output is in the message).
         """
         final = CACHE_DIR / self.dependencies_key()
         if (final / ".complete").is_file():
@@ -524,6 +703,9 @@ class LambdaPackage:
                 )
             for leftover in staging.glob("bin"):
                 shutil.rmtree(leftover)  # console scripts are useless in Lambda
+            compiler = bytecode_compiler()
+            if compiler is not None:
+                compiler.compile(staging)
             os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the Lambda runtime user must read the package
             (staging / ".complete").write_text("ok\n")
             try:
@@ -540,7 +722,7 @@ class LambdaPackage:
         """Write the complete deployment package into ``output_dir`` (which may exist, empty).
 
         Raises:
-            RuntimeError: pip failed (see :meth:`installed_dependencies`).
+            RuntimeError: pip or the bytecode compiler failed (see :meth:`installed_dependencies`).
             ValueError: a handler's module is not in the repository.
         """
         output_dir = Path(output_dir)
@@ -551,13 +733,18 @@ class LambdaPackage:
             output_dir,
             dirs_exist_ok=True,
             copy_function=_link_or_copy,
-            ignore=shutil.ignore_patterns(".complete", "__pycache__"),
+            ignore=shutil.ignore_patterns(".complete"),
         )
+        ours = []
         for source, name in self.sources(repo_root, closure):
             destination = output_dir / name
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)  # our sources are copied, never linked
             os.chmod(destination, 0o644)
+            ours.append(name)
+        compiler = bytecode_compiler()
+        if compiler is not None and ours:
+            compiler.compile(output_dir, ours)
         os.chmod(output_dir, 0o755)
 
     def bundling_options(self, closure: ImportClosure | None = None) -> BundlingOptions:
@@ -573,6 +760,9 @@ class LambdaPackage:
         for source, name in self.sources(closure=closure):
             rel = source.relative_to(REPO_ROOT).as_posix()
             steps.append(f"install -D -m 644 {shlex.quote(rel)} {shlex.quote('/asset-output/' + name)}")
+        steps.append(
+            f"python -m compileall -q -j 0 --invalidation-mode unchecked-hash -d {TASK_ROOT} /asset-output"
+        )  # the image's python is the runtime's (python{PYTHON_VERSION})
         return BundlingOptions(
             image=DockerImage.from_registry(f"public.ecr.aws/sam/build-python{PYTHON_VERSION}:latest-arm64"),
             command=["bash", "-c", " && ".join(steps)],

@@ -27,6 +27,13 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
+from platform_spec.capacity import (
+    CAPACITY_FALLBACK_EXPECTED,
+    CAPACITY_TYPES,
+    DEFAULT_CAPACITY_FALLBACK,
+    capacity_fallback_problem,
+)
+from platform_spec.errors import FieldError
 
 from .. import acknowledgements as nag
 from ..trainer_image import ITrainerImage
@@ -85,7 +92,7 @@ class ISubmitterMetrics(Protocol):
     (sums) and ``Duration`` (milliseconds). The function's own (namespace
     :data:`.runtime.settings.METRICS_NAMESPACE`): ``Submissions`` by capacity
     type and ``Refusals`` by error code (sums; values from
-    :data:`.runtime.settings.CAPACITY_TYPES` and :data:`.runtime.settings.ERROR_CODES`,
+    :data:`platform_spec.capacity.CAPACITY_TYPES` and :data:`.runtime.settings.ERROR_CODES`,
     others raise ``ValueError``).
     """
 
@@ -124,7 +131,8 @@ class JobSubmitterProps:
         allowed_instance_types: instance types requests may name; each must be
             in the planner catalogue (``platform_spec.catalogue.INSTANCE_TYPES``).
         capacity_fallback: order tried for ``capacity=auto`` (values from
-            ``settings.CAPACITY_TYPES``). Default: training plan, then spot, then on-demand.
+            :data:`platform_spec.capacity.CAPACITY_TYPES`). Default:
+            :data:`platform_spec.capacity.DEFAULT_CAPACITY_FALLBACK` (training plan, then spot, then on-demand).
         allowed_input_prefixes: extra ``s3://`` input prefixes requests may
             use; the data bucket is always allowed. Default: none.
         platform_tags: tags added to every training job. Default: none.
@@ -154,14 +162,14 @@ class JobSubmitterProps:
     plan_arns_parameter: ssm.IStringParameter
     default_instance_type: str
     allowed_instance_types: Sequence[str]
-    capacity_fallback: Sequence[str] = ("training-plan", "spot", "on-demand")
+    capacity_fallback: Sequence[str] = DEFAULT_CAPACITY_FALLBACK
     allowed_input_prefixes: Sequence[str] = ()
     platform_tags: Mapping[str, str] = field(default_factory=dict)
     volume_size_gb: int | None = None
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     memory_size: int = 512
-    timeout: cdk.Duration = cdk.Duration.seconds(settings.FUNCTION_TIMEOUT_S)
+    timeout: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(settings.FUNCTION_TIMEOUT_S))
     reserved_concurrent_executions: int | None = DEFAULT_RESERVED_CONCURRENCY
 
 
@@ -390,9 +398,9 @@ class JobSubmitter(Construct):
         """``Submissions`` of one capacity type (sum): jobs created with that capacity.
 
         Raises:
-            ValueError: ``capacity_type`` is not one of ``settings.CAPACITY_TYPES``.
+            ValueError: ``capacity_type`` is not one of :data:`platform_spec.capacity.CAPACITY_TYPES`.
         """
-        _check_choice("capacity_type", capacity_type, settings.CAPACITY_TYPES)
+        _check_choice("capacity_type", capacity_type, CAPACITY_TYPES)
         return self._custom_metric(settings.METRIC_SUBMISSIONS, settings.DIMENSION_CAPACITY_TYPE, capacity_type, props)
 
     def metric_refusals(self, error_code: str, **props) -> cloudwatch.Metric:
@@ -446,11 +454,13 @@ def _validate(props: JobSubmitterProps) -> None:
             f"JobSubmitterProps.default_instance_type: got {props.default_instance_type!r}; "
             f"expected one of allowed_instance_types ({', '.join(allowed)})"
         )
-    bad = [c for c in props.capacity_fallback if c not in settings.CAPACITY_TYPES]
-    if bad or not props.capacity_fallback or len(set(props.capacity_fallback)) != len(props.capacity_fallback):
-        raise ValueError(
-            f"JobSubmitterProps.capacity_fallback: got {list(props.capacity_fallback)}; expected a non-empty "
-            f"list of distinct values from {', '.join(settings.CAPACITY_TYPES)}"
+    problem = capacity_fallback_problem(tuple(props.capacity_fallback))
+    if problem is not None:
+        raise FieldError(
+            "JobSubmitterProps.capacity_fallback",
+            list(props.capacity_fallback),
+            CAPACITY_FALLBACK_EXPECTED,
+            detail=problem,
         )
     for prefix in props.allowed_input_prefixes:
         if not prefix.startswith("s3://") or len(prefix) <= len("s3://"):

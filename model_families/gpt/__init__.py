@@ -76,13 +76,17 @@ with scales (``None``: not quantized), both from the precision registry;
 Saved for backward, per token per block (:func:`block_activation_terms`; fused
 attention never stores the ``s x s`` scores): LayerNorm inputs ``2ah``, the four
 GEMM inputs (``a`` bytes for bf16, else the columnwise quantized copy the
-weight-gradient GEMM reads, ``q`` bytes; for bf16 the output-projection input is
-the attention output itself), Q K V ``3ah``, attention output ``ah``, the softmax
-log-sum-exp ``4n``, the FC1 output before GELU ``af``, the GELU output
-``(q or a)f``, and in TransformerEngine's FSDP example (the guide's benchmark)
-two hidden-dropout masks ``2h`` (1-byte booleans; the trainer's blocks have no
-dropout). For ``gpt-1b`` in mxfp8 (blocks-only) this is ``~26.2h`` bytes
-(53.6 KB) per token per block.
+weight-gradient GEMM reads, ``q`` bytes -- except the MLP's two, which
+TransformerEngine's ``LayerNormMLP`` keeps in both layouts, ``c`` bytes, the
+precision's weight-copy bytes on the GPU: ``2q``, or ``q`` for per-tensor fp8 on
+Blackwell; for bf16 the output-projection input is the attention output itself),
+Q K V ``3ah``, attention output ``ah``, the softmax log-sum-exp ``4n``, the FC1
+output before GELU ``af``, the GELU output ``(c or a)f``, and in
+TransformerEngine's FSDP example (the guide's benchmark) two hidden-dropout
+masks ``2h`` (1-byte booleans; the trainer's blocks have no dropout). For
+``gpt-1b`` in mxfp8 (blocks-only) this is ``~30.3h`` bytes (62.1 KB) per token
+per block (with the MLP inputs in one layout, ``26.2h``: the guide's 15.5 GB
+point was under-predicted by 10% until the second layout was counted).
 
 Backward transient (:func:`block_backward_transient_bytes_per_token`), at the
 GELU backward: the incoming gradient ``ah``, FC2's data gradient ``af`` and the
@@ -108,7 +112,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from platform_spec.models import ModelFamily, ShapeTerms, register_family
+from platform_spec.errors import FieldError
+from platform_spec.models import ModelFamily, ShapeTerms, check_gemm_dimensions, register_family
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_VOCAB_SIZE = 50304
 """GPT-2's 50257 tokens padded to a multiple of 128 (synthetic data and the
@@ -149,10 +158,7 @@ class ModelConfig:
     vocab_size: int = DEFAULT_VOCAB_SIZE
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
-            )
+        check_structure(self)
 
     @property
     def head_dim(self) -> int:
@@ -181,12 +187,58 @@ class ModelConfig:
 
     def with_overrides(self, *, num_layers: int | None = None, vocab_size: int | None = None) -> ModelConfig:
         """A copy with ``num_layers`` / ``vocab_size`` replaced where given."""
-        changes = {}
+        changes: dict[str, Any] = {}
         if num_layers is not None:
             changes["num_layers"] = num_layers
         if vocab_size is not None:
             changes["vocab_size"] = vocab_size
         return dataclasses.replace(self, **changes)
+
+
+_POSITIVE_INTS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size")
+
+
+def check_structure(model: ModelConfig) -> None:
+    """The rules every GPT shape obeys whatever the precision: positive sizes, an integer and even head
+    size ``hidden_size / num_attention_heads`` (RoPE rotates pairs of dimensions).
+
+    Raises:
+        FieldError: (a ``ValueError``) naming the first field that breaks one.
+    """
+    for name in _POSITIVE_INTS:
+        value = getattr(model, name)
+        lowest = 2 if name == "vocab_size" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            raise FieldError(name, value, f"an integer >= {lowest}")
+    h, n = model.hidden_size, model.num_attention_heads
+    if h % n:
+        raise FieldError(
+            "num_attention_heads", n, f"a divisor of hidden_size ({h}): the head size hidden_size / heads is an integer"
+        )
+    if (h // n) % 2:
+        raise FieldError(
+            "num_attention_heads",
+            n,
+            f"a value making the head size hidden_size / heads ({h} / {n} = {h // n}) even (RoPE rotates pairs)",
+        )
+
+
+def validate_shape(model: ModelConfig, *, precision: str | None = None) -> None:
+    """The family's one shape rule: :func:`check_structure`, and with ``precision`` the GEMM multiples of
+    the precision registry on ``hidden_size`` and ``ffn_hidden_size``
+    (:func:`platform_spec.models.check_gemm_dimensions`).
+
+    Raises:
+        FieldError: naming the field.
+    """
+    check_structure(model)
+    check_gemm_dimensions(
+        {
+            "hidden_size": (model.hidden_size, model.hidden_size, "hidden_size"),
+            "ffn_hidden_size": (model.ffn_hidden_size, model.ffn_hidden_size, "ffn_hidden_size"),
+        },
+        precision,
+    )
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -272,7 +324,12 @@ def matmul_weights_per_block(model: ModelConfig) -> int:
 
 
 def block_activation_terms(
-    model: ModelConfig, *, activation_bytes: float, quantized_bytes: float | None, dropout: bool = False
+    model: ModelConfig,
+    *,
+    activation_bytes: float,
+    quantized_bytes: float | None,
+    dropout: bool = False,
+    quantized_copy_bytes: float | None = None,
 ) -> dict[str, float]:
     """Bytes saved for backward per token in one block, by tensor (module docstring).
 
@@ -281,6 +338,13 @@ def block_activation_terms(
         quantized_bytes: ``q``, bytes per quantized element with its scales; ``None``: not quantized.
         dropout: the block applies hidden dropout (TE's default 0.1, as in the guide's benchmark) and
             saves two boolean masks; the trainer's blocks use none.
+        quantized_copy_bytes: bytes per element of a quantized tensor kept in both layouts, rowwise and
+            columnwise (the precision's ``weight_copy_bytes`` on the GPU: ``2q``, or ``q`` for per-tensor fp8
+            on Blackwell); ``None``: ``q``. TransformerEngine's ``LayerNormMLP`` saves its two GEMM inputs
+            (the FC1 input and the GELU output) quantized in both layouts, where ``LayerNormLinear`` and
+            ``Linear`` drop the rowwise data first (TE 2.10 ``layernorm_mlp.py`` saves ``ln_out`` and
+            ``act_out`` as quantized; ``layernorm_linear.py`` and ``linear.py`` call
+            ``update_usage(rowwise_usage=False)``).
 
     Returns:
         ``{tensor: bytes per token}``; the sum is the block's saved activations, ``ln1_input`` its input.
@@ -288,6 +352,7 @@ def block_activation_terms(
     h, f, n = model.hidden_size, model.ffn_hidden_size, model.num_attention_heads
     a, q = activation_bytes, quantized_bytes
     gemm_in = q if q is not None else a
+    mlp_in = gemm_in if q is None or quantized_copy_bytes is None else quantized_copy_bytes
     return {
         "ln1_input": a * h,
         "qkv_gemm_input": gemm_in * h,
@@ -297,9 +362,9 @@ def block_activation_terms(
         "proj_gemm_input": (q * h) if q is not None else 0.0,
         "dropout_masks": 2 * DROPOUT_MASK_BYTES * h if dropout else 0.0,
         "ln2_input": a * h,
-        "fc1_gemm_input": gemm_in * h,
+        "fc1_gemm_input": mlp_in * h,
         "fc1_output": a * f,
-        "fc2_gemm_input": gemm_in * f,
+        "fc2_gemm_input": mlp_in * f,
     }
 
 
@@ -402,6 +467,16 @@ FAMILY = register_family(
         export_metadata=MappingProxyType(
             {"rope_base": ROPE_BASE, "layernorm_eps": LAYERNORM_EPS, "activation": ACTIVATION}
         ),
+        shape_hyperparameters=MappingProxyType(
+            {
+                "num_layers": "num_layers",
+                "hidden_size": "hidden_size",
+                "num_heads": "num_attention_heads",
+                "ffn_hidden_size": "ffn_hidden_size",
+                "vocab_size": "vocab_size",
+            }
+        ),
+        validate_shape=validate_shape,
     )
 )
 """The GPT family's registry record, registered when this module is imported (``model_families/__init__.py``
@@ -422,10 +497,12 @@ __all__ = [
     "block_activation_terms",
     "block_backward_transient_bytes_per_token",
     "block_elementwise_bytes_per_token",
+    "check_structure",
     "flops_per_token",
     "init_rule",
     "matmul_params",
     "matmul_weights_per_block",
     "preset_table",
     "residual_init_std",
+    "validate_shape",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -53,7 +54,40 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
 
     assert steps["transformer_engine"] == {"status": "skipped", "reason": gpu_check.SKIPPED_DRY_RUN_TE}
 
-    throughput = {name: step for name, step in steps.items() if name.startswith("throughput")}
+    # the Llama family's step: its resume (GQA, tied embeddings through DCP) bitwise, then a custom shape
+    # measured as the trainer resolves it (benchmarks/gpu_check.py asked family_of(model), which a family's
+    # name is not: every custom shape failed here)
+    llama_resume = steps[gpu_check.LLAMA_RESUME]
+    assert llama_resume["status"] == "passed" and llama_resume["bitwise"] is True, llama_resume
+    assert llama_resume["backend"] == "torch" and llama_resume["resumed_at_step"] == 3
+    assert llama_resume["continuous"] == llama_resume["resumed"] and llama_resume["parameters_equal"] is True
+    llama_name = "throughput model=llama backend=torch batch=1 activation_checkpointing=off"
+    llama = steps[llama_name]
+    assert llama["status"] == "passed", llama
+    assert llama["config"] == {
+        "label": "llama tiny (custom)",
+        "model": "llama",
+        "num_layers": 2,
+        "hidden_size": 128,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "ffn_hidden_size": 352,
+        "vocab_size": 512,
+        "rope_base": 10000.0,
+        "tied_embeddings": True,
+        "seq_length": 128,
+        "precision": "bf16",
+        "backend": "torch",
+        "batch_size": 1,
+        "activation_checkpointing": "off",
+    }
+    assert llama["measured"]["backend"] == "torch" and llama["measured"]["tokens_per_second"] > 0
+    assert all(math.isfinite(x) for x in llama["measured"]["losses"]) and len(llama["measured"]["losses"]) == 3
+    assert llama["predicted"] == gpu_check.prediction(gpu_check.LLAMA_DRY_SETUP, 1, "off", gpu_name=None, gpus=1)
+    assert llama["predicted"]["status"] == "fits" and llama["predicted"]["tokens_per_second_per_gpu"] > 0
+    assert list(steps).index(gpu_check.LLAMA_RESUME) < list(steps).index(llama_name)
+
+    throughput = {name: step for name, step in steps.items() if name.startswith("throughput backend=")}
     assert list(throughput) == [
         f"throughput backend=torch batch={b} activation_checkpointing={ac}" for b in (1, 2) for ac in ("off", "full")
     ]
@@ -70,7 +104,8 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         )
     report = (out / "results.md").read_text()
     assert report == gpu_check.report(data)  # the last write of the run
-    assert "| backend | batch | act. ckpt |" in report and "| torch | 2 | full |" in report
+    assert "| model | backend | batch | act. ckpt |" in report and "| gpt-tiny | torch | 2 | full |" in report
+    assert "| llama tiny (custom) | torch | 1 | off |" in report and "- llama resume: passed bitwise=True" in report
     assert (
         "- resume: passed bitwise=True" in report and f"- transformer_engine: {gpu_check.SKIPPED_DRY_RUN_TE}" in report
     )
@@ -210,6 +245,9 @@ def test_a_gpu_run_without_cuda_ends_after_the_environment_step_and_trains_nothi
     assert data["mode"] == "gpu" and data["status"] == "failed" and data["budget_s"] == 90
     steps = data["steps"]
     names = [gpu_check.throughput_name("torch", b, ac) for b in (1, 2, 4) for ac in ("off", "full")]
+    llama = gpu_check.throughput_name("torch", 2, "off", model="llama")
+    assert llama == "throughput model=llama backend=torch batch=2 activation_checkpointing=off"
+    names = [gpu_check.LLAMA_RESUME, llama, *names]
     assert list(steps) == ["environment", "resume", "transformer_engine", *names]
     environment = steps["environment"]
     assert environment["status"] == "failed" and environment["cuda_available"] is False
@@ -228,9 +266,10 @@ def test_a_gpu_run_without_cuda_ends_after_the_environment_step_and_trains_nothi
         "batch_size": 4,
         "activation_checkpointing": "full",
     }
+    assert steps[llama]["config"]["model"] == "llama" and steps[llama]["config"]["num_kv_heads"] == 8
     report = (out / "results.md").read_text()
-    assert report.startswith("# GPU check (gpu, failed)") and report.count("| skipped: no usable CUDA |") == 6
-    assert "- resume: skipped: no usable CUDA" in report
+    assert report.startswith("# GPU check (gpu, failed)") and report.count("| skipped: no usable CUDA |") == 7
+    assert "- resume: skipped: no usable CUDA" in report and "- llama resume: skipped: no usable CUDA" in report
 
 
 def test_measure_refuses_the_cpu_outside_the_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,8 +302,17 @@ def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(
     for gpu_name in ("NVIDIA H200", None, "a GPU the catalogue does not know"):
         record: dict = {}
         gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=gpu_name)
-        assert record["status"] == "skipped" and record["reason"].startswith("skipped: predicted ")
-        assert record["predicted"]["gpu"] == "H200" and not record["predicted"]["fits"]
+        predicted = record["predicted"]
+        assert record["status"] == "skipped" and record["reason"] == (
+            f"skipped: predicted out-of-memory, {predicted['memory_gb']} GB of {predicted['usable_gb']} GB usable on H200"
+        )
+        assert predicted["gpu"] == "H200" and not predicted["fits"] and predicted["status"] == "out-of-memory"
+        # not run: no predicted speed as if it had (issue 14), in the record or the table
+        assert not set(gpu_check.SPEED_PREDICTIONS) & set(predicted)
+        row = next(
+            line for line in gpu_check.report({"steps": {"throughput x": record}}).splitlines() if "H200" in line
+        )
+        assert row.startswith("| gpt-1b | torch | 64 | off | - (-) | - | - (-) | - (-) | - (")
     assert measured == []
     record = {}
     with pytest.raises(KeyError):  # measured (the stub's result has no figures): the skip was not applied
@@ -408,9 +456,8 @@ def test_each_throughput_row_names_its_backend(monkeypatch: pytest.MonkeyPatch) 
     with gpu_check._forced_backend("te"), gpu_check._forced_backend(None):
         assert train_module.transformer_engine_available()
     assert train_module.transformer_engine_available()
-    with pytest.raises(ValueError, match="backend 'xla': expected one of torch, te"):
-        with gpu_check._forced_backend("xla"):
-            pass
+    with pytest.raises(ValueError, match="backend 'xla': expected one of torch, te"), gpu_check._forced_backend("xla"):
+        pass
     names = [name for name, _ in gpu_check.throughput_configs(gpu_check.DRY_SETUP, ("torch", "te"))]
     assert names == [
         gpu_check.throughput_name(b, n, ac) for b in ("torch", "te") for n in (1, 2) for ac in ("off", "full")
@@ -431,8 +478,10 @@ def test_each_throughput_row_names_its_backend(monkeypatch: pytest.MonkeyPatch) 
             },
         },
     }
-    rows = [line for line in gpu_check.report(data).splitlines() if line.startswith("| t")]
-    assert rows[0].startswith("| torch | 1 | off | 10.0 (-) |") and rows[1].startswith("| te | 1 | off | - (-) |")
+    rows = [line for line in gpu_check.report(data).splitlines() if line.startswith("| - | t")]
+    assert rows[0].startswith("| - | torch | 1 | off | 10.0 (-) |") and rows[1].startswith(
+        "| - | te | 1 | off | - (-) |"
+    )
     assert rows[1].endswith("| skipped: time budget (12 s left of --budget-s) |")
 
 
@@ -534,3 +583,36 @@ def test_the_check_runs_inside_the_trainer_image_behind_nvidia_start_up(tmp_path
     assert "ENV PYTHONPATH=/opt/trainer" in dockerfile  # the image's; gpu_check.sh keeps it, after /src
     usage = subprocess.run([str(IN_IMAGE)], capture_output=True, text=True, env=env, timeout=60)
     assert usage.returncode == 2 and "usage: benchmarks/gpu_check_in_image.sh IMAGE" in usage.stderr
+
+
+# ---------------------------------------------------------------------------
+# the Llama step's shapes
+
+
+def test_the_llama_step_plans_the_shape_the_trainer_builds() -> None:
+    """A custom shape (``model`` = the family's name, every shape hyperparameter given) is resolved by the one
+    resolver the trainer uses, and the prediction is the planner's for that shape: Llama 3.2 1B's sizes,
+    1.24B parameters (Meta's 1.23B), fitting one H200 at 2 x 8K tokens."""
+    import planner
+    from planner.plan import evaluate_on_gpus
+    from platform_spec.hyperparameters import model_shape, parse
+    from platform_spec.models import family_of_shape
+
+    values = gpu_check.setup_values(gpu_check.LLAMA_GPU_SETUP, 2, "off")
+    shape = model_shape(parse(values))
+    assert family_of_shape(shape).name == "llama" and shape.name == "llama"
+    assert (shape.num_layers, shape.hidden_size, shape.num_heads, shape.num_kv_heads) == (16, 2048, 32, 8)
+    assert shape.tied_embeddings is True and round(shape.num_params / 1e9, 2) == 1.24
+    predicted = gpu_check.prediction(gpu_check.LLAMA_GPU_SETUP, 2, "off", gpu_name="NVIDIA H200", gpus=1)
+    instance = predicted["instance_type"]  # an H200 instance type of the catalogue
+    plan = evaluate_on_gpus(planner.PlanInput.from_hyperparameters(parse(values), instance_type=instance), 1)
+    assert predicted["gpu"] == "H200" and predicted["status"] == "fits"
+    assert predicted["memory_gb"] == round(plan.memory_gb.total, 2) < predicted["usable_gb"]
+    assert predicted["tokens_per_second_per_gpu"] == round(plan.tokens_per_second_per_gpu, 1)
+    ((name, config),) = gpu_check.throughput_configs(gpu_check.LLAMA_GPU_SETUP, ("torch",), named=True)
+    assert name == "throughput model=llama backend=torch batch=2 activation_checkpointing=off"
+    assert {k: config[k] for k in ("num_kv_heads", "ffn_hidden_size", "vocab_size")} == {
+        "num_kv_heads": 8,
+        "ffn_hidden_size": 8192,
+        "vocab_size": 128256,
+    }

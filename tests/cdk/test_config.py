@@ -28,20 +28,47 @@ def error_for(context: dict, environ: dict | None = None) -> ConfigError:
     return info.value
 
 
+PLATFORM_SPEC_DEFAULTS = ("defaultInstanceType", "allowedInstanceTypes", "capacityFallback")
+"""Context keys whose defaults are platform_spec facts (the default instance type, the catalogue's trainable
+types, the capacity types' order): cdk.json lists them as null, so it restates none of them."""
+
+
 def test_cdk_json_documents_every_key_with_its_default():
     context = cdk_json_context()
     for key, default in CONTEXT_KEYS.items():
         assert key in context, key
-        if default is not None:
+        if key in PLATFORM_SPEC_DEFAULTS:
+            assert context[key] is None, f"{key}: cdk.json would be a second copy of a platform_spec fact"
+        elif default is not None:
             assert context[key] == default, key
-    from platform_spec.catalogue import INSTANCE_TYPES, TRAINABLE_INSTANCE_TYPES
+    assert json.loads(CDK_JSON.read_text())["app"].endswith("app.py")
 
+
+def test_cdk_json_defaults_follow_the_catalogue_and_the_capacity_types(monkeypatch):
+    """cdk.json's deployment takes the platform_spec defaults: every catalogue type CreateTrainingJob accepts and
+    the image runs on (a type added to the catalogue is allowed with no other change), the default instance
+    type, the capacity types' order."""
+    from platform_constructs.submitter.runtime import config as runtime_config
+    from platform_spec import catalogue
+    from platform_spec.capacity import DEFAULT_CAPACITY_FALLBACK
+
+    config = config_for()
     # every catalogue type but the GB200 UltraServers, which CreateTrainingJob does not accept, and the
     # arm64 GB200 host, whose CPUs the trainer image is not built for
     ultraservers = ["ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72"]
-    assert set(ultraservers) <= set(INSTANCE_TYPES) and "ml.p6e-gb200.36xlarge" not in TRAINABLE_INSTANCE_TYPES
-    assert context["allowedInstanceTypes"] == [t for t in TRAINABLE_INSTANCE_TYPES if t not in ultraservers]
-    assert json.loads(CDK_JSON.read_text())["app"].endswith("app.py")
+    assert set(ultraservers) <= set(catalogue.INSTANCE_TYPES)
+    assert "ml.p6e-gb200.36xlarge" not in catalogue.TRAINABLE_INSTANCE_TYPES
+    assert config.allowed_instance_types == tuple(
+        t for t in catalogue.TRAINABLE_INSTANCE_TYPES if t not in ultraservers
+    )
+    assert config.default_instance_type == catalogue.DEFAULT_INSTANCE_TYPE
+    assert config.capacity_fallback == DEFAULT_CAPACITY_FALLBACK
+    # a trainable type CreateTrainingJob accepts, newly in the catalogue, is allowed by cdk.json's deployment
+    new = "ml.p4d.24xlarge"  # in botocore's TrainingInstanceType; not (yet) in the catalogue
+    monkeypatch.setattr(catalogue, "TRAINABLE_INSTANCE_TYPES", (*catalogue.TRAINABLE_INSTANCE_TYPES, new))
+    monkeypatch.setattr(catalogue, "INSTANCE_TYPES", (*catalogue.INSTANCE_TYPES, new))
+    assert new in runtime_config.default_allowed_instance_types()
+    assert new in config_for().allowed_instance_types
 
 
 def test_defaults():

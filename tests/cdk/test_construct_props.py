@@ -12,7 +12,8 @@ from platform_constructs import acknowledgements
 from platform_constructs.buckets import TrainingBuckets, TrainingBucketsProps
 from platform_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from platform_constructs.trainer_image import TrainerImage, TrainerImageProps, build_context_excludes
-from platform_constructs.training_plans import TrainingPlans, TrainingPlansProps, parse_training_plan_arn
+from platform_constructs.training_plans import TrainingPlans, TrainingPlansProps
+from platform_spec.training_plans import parse_training_plan_arn
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -50,7 +51,7 @@ def test_parse_training_plan_arn():
 def test_buckets_reject_bad_props(stack):
     with pytest.raises(ValueError, match="noncurrent_versions_to_retain: got 500"):
         TrainingBuckets(stack, "B", TrainingBucketsProps(noncurrent_versions_to_retain=500))
-    with pytest.raises(ValueError, match="removal_policy: got .*SNAPSHOT.*; expected RETAIN or DESTROY"):
+    with pytest.raises(ValueError, match=r"removal_policy: got .*SNAPSHOT.*; expected RETAIN or DESTROY"):
         TrainingBuckets(stack, "C", TrainingBucketsProps(removal_policy=cdk.RemovalPolicy.SNAPSHOT))
 
 

@@ -93,7 +93,7 @@ def test_what_it_cannot_render_raises_or_falls_back(value):
 
 def test_functions_knob_narrows_what_is_rendered_at_any_depth():
     select = {"Fn::Select": [0, ["a"]]}
-    with pytest.raises(ValueError, match="expected a string, a number, or one of Ref, Fn::GetAtt, Fn::Join, Fn::Sub$"):
+    with pytest.raises(ValueError, match=r"expected a string, a number, or one of Ref, Fn::GetAtt, Fn::Join, Fn::Sub$"):
         render({"Fn::Join": ["", ["x-", select]]}, functions=BASIC_FUNCTIONS)
     assert render({"Fn::Join": ["", ["x-", select]]}, functions=BASIC_FUNCTIONS, fallback=compact_json) == (
         'x-{"Fn::Select":[0,["a"]]}'  # only the part outside the set falls back

@@ -358,6 +358,9 @@ def test_idle_plan_alarm_is_math_over_available_and_hours_with_n_from_context(al
         assert inputs["available"]["Period"] == 900
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
         assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (2, 2)
+        # the description's duration is the alarm's own (periods x period), not a figure written beside it
+        minutes = alarm["EvaluationPeriods"] * inputs["available"]["Period"] // 60
+        assert f"has had idle (available) instances for {minutes} minutes" in alarm["AlarmDescription"]
         assert alarm["AlarmActions"] == [topic]
 
 

@@ -47,7 +47,10 @@ NO_CDK = textwrap.dedent(
 
     class Refuse(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in {"aws_cdk", "jsii", "constructs", "cdk_nag", "torch"}:
+            top = name.split(".")[0]
+            # the CDK and torch; and boto3-stubs' client types (mypy_boto3_*), which the runtimes import for
+            # the type checker only (under TYPE_CHECKING): the deployed packages do not carry them
+            if top in {"aws_cdk", "jsii", "constructs", "cdk_nag", "torch"} or top.startswith("mypy_boto3"):
                 raise ImportError(f"blocked: {name}")
             return None
 
@@ -67,7 +70,8 @@ NO_CDK = textwrap.dedent(
 
 def test_the_runtimes_import_without_the_cdk() -> None:
     """Importing a handler runs no construct code: the CDK, jsii, the constructs library and torch are refused
-    (the blocker raises on any attempt), and of ``platform_constructs`` only the runtimes' parent packages load."""
+    (the blocker raises on any attempt), and of ``platform_constructs`` only the runtimes' parent packages load.
+    The boto3-stubs client types are refused too: the runtimes import them for mypy only."""
     result = subprocess.run(
         [sys.executable, "-c", NO_CDK], cwd=bundling.REPO_ROOT, capture_output=True, text=True, timeout=120
     )
@@ -185,7 +189,7 @@ def test_a_root_outside_the_repository_is_refused(tmp_path: Path) -> None:
     for root in ("mapped.app.missing", "src.app.handler", "tests.test_x", "json"):
         with pytest.raises(ValueError, match=rf"module '{root}': not a module of the repository"):
             import_closure([root], tmp_path)
-    with pytest.raises(ValueError, match="LambdaPackage.handlers: got 'handler'; expected 'module.function'"):
+    with pytest.raises(ValueError, match=r"LambdaPackage\.handlers: got 'handler'; expected 'module\.function'"):
         LambdaPackage(handlers=("handler",), requirements=tmp_path / "r.txt")
     with pytest.raises(ValueError, match="expected a non-empty tuple"):
         LambdaPackage(handlers=(), requirements=tmp_path / "r.txt")
@@ -212,9 +216,13 @@ def test_the_submitters_closure_is_the_runtime_and_the_pure_packages_it_reads() 
 # -- the built package ------------------------------------------------------------------------------
 
 
+def _sources(files: set[str]) -> set[str]:
+    return {f for f in files if "__pycache__/" not in f}
+
+
 def test_the_package_holds_exactly_the_handlers_import_closure(package):
     dependencies = _files(SUBMITTER.installed_dependencies()) - {".complete"}
-    ours = _files(package) - dependencies
+    ours = _sources(_files(package) - dependencies)
     assert ours == set(SUBMITTER.closure().package_paths())
     assert (
         "platform_constructs/submitter/runtime/handler.py" in ours
@@ -227,7 +235,9 @@ def test_package_is_lean(package):
     top = {p.name for p in package.iterdir()}
     assert not {"torch", "numpy", "tokenizers", "safetensors", "aws_cdk", "jsii", "moto"} & top
     assert not any(p.name.startswith("torch") for p in package.iterdir())
-    assert not list(package.rglob("__pycache__")) and not list(package.rglob("*.pyc"))
+    compiler = bundling.bytecode_compiler()
+    tags = {p.name.split(".")[-2] for p in package.rglob("*.pyc")}  # name.cpython-313.pyc
+    assert tags == ({compiler.cache_tag} if compiler else set())  # no other interpreter's bytecode
     assert not (package / "bin").exists()
     size_mb = sum(f.stat().st_size for f in package.rglob("*") if f.is_file()) / 1e6
     assert size_mb < 100  # Lambda's limit is 250 MB unzipped; boto3 + powertools is ~45 MB
@@ -286,9 +296,15 @@ def test_package_imports_on_its_own(package):
         "POWERTOOLS_SERVICE_NAME": "job-submitter",
         "POWERTOOLS_METRICS_NAMESPACE": "TrainingPlatform",
     }
-    # -S: no site-packages (so no venv and no editable install); -I: isolated from the repo
+    # -S: no site-packages (so no venv and no editable install); -I: isolated from the repo; -B: the staged
+    # asset gets no bytecode of this interpreter
     result = subprocess.run(
-        [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, env=env, cwd=package, timeout=120
+        [sys.executable, "-S", "-I", "-B", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=package,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     loaded = set(json.loads(result.stdout)) - {"platform_constructs"}  # a namespace package: no file
@@ -357,3 +373,139 @@ def test_dependency_cache_is_reused():
     assert first.parent == bundling.CACHE_DIR and (first / ".complete").is_file()
     assert SUBMITTER.installed_dependencies() == first
     assert first.name == SUBMITTER.dependencies_key()
+
+
+# -- bytecode ---------------------------------------------------------------------------------------
+
+COMPILER = bundling.bytecode_compiler()
+needs_compiler = pytest.mark.skipif(
+    COMPILER is None,
+    reason=f"no CPython {bundling.PYTHON_VERSION} on this machine: the package ships source only "
+    f"(test_the_bytecode_compiler_is_chosen_or_refused_by_name covers that case)",
+)
+
+CHECK_BYTECODE = textwrap.dedent(
+    """
+    import importlib.util, json, pathlib, sys
+    root = pathlib.Path(sys.argv[1])
+    problems, count = [], 0
+    for source in sorted(root.rglob("*.py")):
+        count += 1
+        pyc = pathlib.Path(importlib.util.cache_from_source(str(source)))
+        if not pyc.is_file():
+            problems.append(f"{source.relative_to(root)}: no {pyc.name}")
+            continue
+        header = pyc.read_bytes()[:16]
+        flags = int.from_bytes(header[4:8], "little")
+        if header[:4] != importlib.util.MAGIC_NUMBER:
+            problems.append(f"{pyc.relative_to(root)}: magic {header[:4].hex()}")
+        elif flags != 0b01:  # PEP 552: bit 0 hash-based, bit 1 check_source
+            problems.append(f"{pyc.relative_to(root)}: flags {flags:#04b}, expected 0b01 (unchecked hash)")
+        elif header[8:16] != importlib.util.source_hash(source.read_bytes()):
+            problems.append(f"{pyc.relative_to(root)}: compiled from another source")
+    print(json.dumps({"sources": count, "problems": problems}))
+    """
+)
+
+
+@needs_compiler
+def test_every_module_ships_unchecked_hash_bytecode_of_its_own_source(package):
+    """Every ``.py`` of the package, ours and the dependencies', has the runtime's ``.pyc`` beside it: its
+    interpreter's magic number, unchecked hash-based (PEP 552), and the hash of the very source shipped."""
+    result = subprocess.run(
+        [COMPILER.executable, "-S", "-c", CHECK_BYTECODE, str(package)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    checked = json.loads(result.stdout)
+    assert checked["problems"] == []
+    ours = SUBMITTER.closure().package_paths()
+    assert checked["sources"] > len(ours) + 300  # botocore, boto3, powertools... were checked too
+    for path in ours:
+        pyc = package / path.rpartition("/")[0] / "__pycache__" / f"{Path(path).stem}.{COMPILER.cache_tag}.pyc"
+        assert pyc.is_file(), path
+
+
+@needs_compiler
+def test_the_runtime_loads_the_bytecode_without_reading_a_source(package, tmp_path: Path) -> None:
+    """What Lambda does with the package: every file's time reset (the CDK asset zipper writes one date), our
+    sources replaced by a line that raises, and the handler still imports and answers through its lazy paths
+    on the runtime's Python, from the bytecode alone (Python only checks that a source exists)."""
+    copy = tmp_path / "package"
+    shutil.copytree(package, copy)
+    for path in copy.rglob("*"):
+        os.utime(path, (315532800, 315532800))  # 1980-01-01, as in a zip
+    for path in SUBMITTER.closure().package_paths():
+        (copy / path).write_text("raise ImportError('the source was read')\n")
+    code = textwrap.dedent(
+        """
+        import importlib, sys
+        handler = importlib.import_module("platform_constructs.submitter.runtime.handler")
+        import planner
+        from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST
+        guide = planner.PlanInput.from_request(dict(GUIDE_DEFAULT_REQUEST), instance_type="ml.p6-b200.48xlarge")
+        assert planner.estimate(guide).fits is not None and planner.auto_tune(guide) is not None
+        ours = [m for n, m in sys.modules.items() if n.split(".")[0] in {"platform_constructs", "platform_spec",
+                "planner", "model_families"} and getattr(m, "__file__", None)]
+        assert ours and all(m.__cached__ and m.__file__.startswith(sys.argv[1]) for m in ours), ours
+        print(len(ours))
+        """
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(copy), "AWS_DEFAULT_REGION": "us-west-2"}
+    result = subprocess.run(
+        [COMPILER.executable, "-S", "-B", "-c", code, str(copy)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=copy,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 20
+
+    # the proof can fail: where the bytecode is checked against its source, the line that raises is read
+    result = subprocess.run(
+        [COMPILER.executable, "-S", "-B", "--check-hash-based-pycs", "always", "-c", code, str(copy)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=copy,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "the source was read" in result.stderr
+
+
+def test_the_bytecode_compiler_is_chosen_or_refused_by_name(monkeypatch) -> None:
+    """``$LAMBDA_BYTECODE_PYTHON`` names the compiler: ``none`` ships source only (another cache key, so another
+    asset hash); a path that is not a final CPython 3.13 is refused with the variable, the value and what was
+    expected, before anything is installed or built."""
+    default_key = SUBMITTER.dependencies_key()
+    monkeypatch.setenv(bundling.BYTECODE_PYTHON_ENV, "none")
+    assert bundling.bytecode_compiler() is None
+    assert SUBMITTER.dependencies_key() != default_key or COMPILER is None
+
+    for wrong in ("/nonexistent/python3.13", sys.executable if sys.version_info[:2] != (3, 13) else "/bin/true"):
+        monkeypatch.setenv(bundling.BYTECODE_PYTHON_ENV, wrong)
+        with pytest.raises(
+            ValueError, match=rf"^{bundling.BYTECODE_PYTHON_ENV}: got '{wrong}'; expected a final CPython"
+        ):
+            bundling.bytecode_compiler()
+        with pytest.raises(ValueError, match=bundling.BYTECODE_PYTHON_ENV):
+            SUBMITTER.asset_hash()  # synth stops here, before pip or a bundle
+
+    if COMPILER is not None:
+        monkeypatch.setenv(bundling.BYTECODE_PYTHON_ENV, COMPILER.executable)
+        assert bundling.bytecode_compiler() == COMPILER
+        assert SUBMITTER.dependencies_key() == default_key
+
+
+def test_the_docker_fallback_compiles_the_same_bytecode() -> None:
+    """CDK's required Docker description of the bundling (never used: local bundling always runs) ends with the
+    same unchecked-hash compile, by the image's Python (the runtime's)."""
+    command = SUBMITTER.bundling_options().command
+    assert command is not None
+    assert command[-1].endswith(
+        f"python -m compileall -q -j 0 --invalidation-mode unchecked-hash -d {bundling.TASK_ROOT} /asset-output"
+    )

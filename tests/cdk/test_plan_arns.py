@@ -73,7 +73,10 @@ def test_plans_of_one_home_pass_without_an_environment():
 def test_the_arn_pattern_has_one_home_and_is_a_json_schema_pattern():
     from platform_constructs import training_plans
 
-    assert training_plans.TRAINING_PLAN_ARN_PATTERN is TRAINING_PLAN_ARN_PATTERN
+    # platform_spec.training_plans is its only home: the construct uses it and re-exports nothing
+    assert not hasattr(training_plans, "TRAINING_PLAN_ARN_PATTERN") and "parse_training_plan_arn" not in (
+        training_plans.__all__
+    )
     assert "(?P<" not in TRAINING_PLAN_ARN_PATTERN.pattern  # ECMA-262 (JSON Schema) has no named groups
     assert foreign_reason(OURS, region="us-west-2", account=None) is None
     assert shared_home([OURS, OURS_TOO]) == ({"region": "us-west-2", "account": ACCOUNT}, {})

@@ -18,6 +18,7 @@ from platform_constructs.buckets import (
 from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, HANDLER
 from platform_constructs.submitter.runtime import settings
 from platform_constructs.trainer_image import copy_settings_digest
+from platform_spec.capacity import CAPACITY_TYPES
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -619,7 +620,7 @@ def test_dashboard_is_built_from_the_submitter_metrics(default_synth):
         "Throttles",
     ):
         assert name in body
-    for value in settings.CAPACITY_TYPES + settings.ERROR_CODES:
+    for value in CAPACITY_TYPES + settings.ERROR_CODES:
         assert value in body
 
 

@@ -138,7 +138,7 @@ def test_copy_settings_are_part_of_the_tag_and_of_the_copy_resource_id():
     assert again.image_tag == default.image_tag  # deterministic: same settings, same tag, same resource
     ids = [
         stack.resolve(image.deployment.node.find_child("CustomResource").node.default_child.logical_id)
-        for stack, image in zip(stacks, images)
+        for stack, image in zip(stacks, images, strict=True)
     ]
     assert ids[0] == ids[2] and ids[0] != ids[1]
     assert longer.image_uri.endswith(f":{longer.image_tag}")

@@ -13,6 +13,7 @@ import pytest
 
 from platform_constructs.submitter.construct import RECORD_WRITE_ACTIONS
 from platform_constructs.submitter.runtime import settings
+from platform_spec.errors import FieldError
 from stacks.config import ConfigError, load_config
 
 pytestmark = pytest.mark.xdist_group("cdk")
@@ -109,6 +110,14 @@ def test_the_construct_refuses_a_type_create_training_job_does_not_accept():
         ValueError, match=r"allowed_instance_types: \['ml.u-p6e-gb200x72'\] are not accepted by CreateTrainingJob"
     ):
         _validate(props)
+    # the capacity order: the one rule of platform_spec.capacity, refused as a field error naming the prop
+    props = dataclasses.replace(props, allowed_instance_types=["ml.p5.48xlarge"], capacity_fallback=["spot", "spot"])
+    with pytest.raises(FieldError) as refused:
+        _validate(props)
+    assert str(refused.value) == (
+        "JobSubmitterProps.capacity_fallback: got ['spot', 'spot']; expected a non-empty order of distinct values "
+        "from training-plan, spot, on-demand ('spot' is listed more than once)"
+    )
 
 
 # -- only the submitter writes or deletes a record ------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,12 +84,9 @@ def toy_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     shutil.copytree(TOY, root / "model_families" / "toy", ignore=shutil.ignore_patterns("__pycache__"))
     init = root / "model_families" / "__init__.py"
     registrations = init.read_text(encoding="utf-8")
-    assert registrations.count("\nfrom model_families import gpt\n") == 1  # the registration list the test extends
-    init.write_text(
-        registrations.replace(
-            "\nfrom model_families import gpt\n", "\nfrom model_families import gpt\nfrom model_families import toy\n"
-        )
-    )
+    imports = re.findall(r"^from model_families import .+$", registrations, flags=re.MULTILINE)
+    assert len(imports) == 1 and "gpt" in imports[0]  # the registration list the test extends by one line
+    init.write_text(registrations.replace(imports[0], imports[0] + "\nfrom model_families import toy", 1))
     env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1"}
     env.pop("SAGEMAKER_BASE_DIR", None)
     done = subprocess.run(
@@ -99,7 +97,7 @@ def toy_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_the_new_family_is_registered_from_its_folder_by_one_line(toy_run: dict) -> None:
-    assert toy_run["families"] == ["gpt", "toy"] and toy_run["toy_module"] == "model_families.toy"
+    assert toy_run["families"] == ["gpt", "llama", "toy"] and toy_run["toy_module"] == "model_families.toy"
 
 
 def test_the_trainer_builds_trains_exports_and_reloads_the_new_family(toy_run: dict) -> None:
@@ -175,4 +173,9 @@ def test_a_resume_compares_every_field_of_the_family_shape() -> None:
     same = compare_runs({"step": 4, "run": record(toy)}, record({**toy, "name": "toy-renamed"}))
     assert not same.model_refused and "model preset toy-tiny -> toy-renamed (same shape)" in same.notes
     problems = trainer_state_problems({"step": 4, "run": record({**toy, "ffn_hidden_size": "128"})}, 4)
-    assert any("expected integers for every field but 'name'" in problem for problem in problems)
+    assert any("expected integers, finite numbers or booleans for every field but 'name'" in p for p in problems)
+    # a Llama shape's RoPE base, RMSNorm epsilon and tie are a number, a number and a boolean: a valid record
+    llama = {**toy, "num_heads": 4, "num_kv_heads": 2, "rope_base": 500000.0, "norm_eps": 1e-5, "tied_embeddings": True}
+    assert trainer_state_problems({"step": 4, "run": record(llama)}, 4) == []
+    for bad in ({"rope_base": float("nan")}, {"norm_eps": None}, {"tied_embeddings": "true"}):
+        assert trainer_state_problems({"step": 4, "run": record({**llama, **bad})}, 4), bad

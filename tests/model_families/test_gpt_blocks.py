@@ -61,7 +61,7 @@ def test_the_te_block_computes_the_torch_block_with_its_weights(monkeypatch: pyt
     te = te_block.build_block(CONFIG, 1, device="cpu")
     weights = dict(reference.named_parameters())
     with torch.no_grad():
-        for name, param in reference.named_parameters():
+        for param in reference.parameters():
             param.normal_(0.0, 0.5)  # LayerNorm and biases too, so every mapped pair matters
         for name, param in te.named_parameters():
             param.copy_(weights[TE_PARAMETER_NAMES[name]])

@@ -112,7 +112,7 @@ def test_alarm_topic_rejects_bad_props():
     with pytest.raises(ValueError, match=r"https_endpoints\[1\]: got 'ftp://x'; expected an https:// URL"):
         AlarmTopic(stack, "B", AlarmTopicProps(https_endpoints=["https://ok.example.com", "ftp://x"]))
     twice = SlackChannel("T1", "C1")
-    with pytest.raises(ValueError, match="slack_channels: .* expected each channel once"):
+    with pytest.raises(ValueError, match=r"slack_channels: .* expected each channel once"):
         AlarmTopic(stack, "C", AlarmTopicProps(slack_channels=[twice, twice]))
 
 
@@ -120,7 +120,7 @@ def test_alarm_topic_rejects_bad_props():
 def test_alarm_topic_rejects_a_prefix_that_would_let_other_alarms_publish(prefix):
     stack = cdk.Stack(cdk.App(), "Test")
     with pytest.raises(
-        ValueError, match="AlarmTopicProps.alarm_name_prefix: got .*; expected 1-200 printable characters"
+        ValueError, match=r"AlarmTopicProps\.alarm_name_prefix: got .*; expected 1-200 printable characters"
     ):
         AlarmTopic(stack, "Topic", AlarmTopicProps(alarm_name_prefix=prefix))
     assert (

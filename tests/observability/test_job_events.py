@@ -58,7 +58,7 @@ def plan_arn(aws):
                 "StartTime": "now-1d",
                 "EndTime": "now+10d",
             }
-        ]  # fmt: skip
+        ]
     )
     return arn
 
@@ -251,7 +251,7 @@ def test_capacity_type_and_fallbacks_from_a_minimal_event():
                 "TrainingJobStatus": "Completed",
                 "EnableManagedSpotTraining": True,
                 "BillableTimeInSeconds": 1234,
-            },  # fmt: skip
+            },
         }
     )
     assert outcome.training_job_arn == "arn:aws:sagemaker:us-east-1:123456789012:training-job/j"

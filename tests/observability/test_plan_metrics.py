@@ -158,7 +158,9 @@ def test_handler_raises_after_publishing_when_a_plan_is_missing(aws, names, seed
     monkeypatch.setattr(
         plan_metrics,
         "_clients",
-        {"ssm": aws.client("ssm"), "sagemaker": aws.client("sagemaker"), "cloudwatch": aws.client("cloudwatch")},
+        plan_metrics.PlanMetricsClients(
+            ssm=aws.client("ssm"), sagemaker=aws.client("sagemaker"), cloudwatch=aws.client("cloudwatch")
+        ),
     )
     monkeypatch.setenv(settings.ENV_TRAINING_PLAN_ARNS_PARAMETER, aws.resources["plan_arns_parameter"])
     context = SimpleNamespace(function_name="plan-metrics", memory_limit_in_mb=256, aws_request_id="req-1",
@@ -217,12 +219,3 @@ def test_plan_capacity_from_a_description():
         now,
     )
     assert (plan.hours_until_end, plan.available_instances, plan.usable) == (12.5, 3, True)
-
-
-def test_statuses_match_the_submitters_eligible_plans():
-    from platform_constructs.submitter.runtime import capacity as submitter_capacity
-    from platform_constructs.submitter.runtime import settings as submitter_settings
-
-    assert settings.USABLE_PLAN_STATUSES == submitter_capacity.ELIGIBLE_STATUSES
-    assert settings.CAPACITY_TYPES == submitter_settings.CAPACITY_TYPES
-    assert settings.ENV_TRAINING_PLAN_ARNS_PARAMETER == submitter_settings.ENV_TRAINING_PLAN_ARNS_PARAMETER

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -28,7 +29,7 @@ def test_json_has_the_documented_keys(capsys):
         "--seq-length",
         "8192",
         "--batch-size",
-        "4",
+        "2",
         "--activation-checkpointing",
         "off",
         "--instance-type",
@@ -41,7 +42,10 @@ def test_json_has_the_documented_keys(capsys):
         "1e12",
     )
     for key in (
+        "status",
         "fits",
+        "not_run",
+        "activation_checkpointing",
         "memory_gb",
         "tokens_per_second",
         "tokens_per_second_per_gpu",
@@ -56,7 +60,8 @@ def test_json_has_the_documented_keys(capsys):
     ):
         assert key in d
     assert isinstance(d["memory_gb"]["total"], float) and isinstance(d["fits"], bool)
-    assert d["input"]["model"] == "gpt-8b" and d["input"]["batch_size"] == 4
+    assert d["status"] == "fits" and d["fits"] is True and d["not_run"] is None
+    assert d["input"]["model"] == "gpt-8b" and d["input"]["batch_size"] == 2
     assert d["cost"]["cost_usd"] == pytest.approx(d["cost"]["instance_hours"] * 100, rel=1e-3)
     for rec in d["recommendations"]:
         assert set(rec) == {"title", "reason", "kind", "changes", "after"}
@@ -95,7 +100,10 @@ def test_blocks_only_reproduces_the_guide(capsys):
         (["--precision", "int8"], "--precision", "mxfp8"),
         (["--instance-type", "ml.p4d.24xlarge"], "--instance-type", "ml.p6-b200.48xlarge"),
         (["--model", "gpt-2t"], "--model", "gpt-8b"),
-        (["--activation-checkpointing", "selective"], "--activation-checkpointing", "full"),
+        (["--activation-checkpointing", "selective"], "--activation-checkpointing", "selective:N"),
+        (["--activation-checkpointing", "selective:0"], "--activation-checkpointing", "selective:N"),
+        (["--activation-checkpointing", "op"], "--activation-checkpointing", "off, full or selective:N"),
+        (["--gradient-sync", "sometimes"], "--gradient-sync", "every_micro_batch"),
         (["--batch-size", "0"], "--batch-size", "integer >= 1"),
         (["--tokens", "lots"], "--tokens", "positive number"),
         (["--precision", "mxfp8", "--instance-type", "ml.p5.48xlarge"], "--precision", "fp8"),
@@ -136,3 +144,71 @@ def test_table_output_runs(capsys):
     assert main(["plan", "--model", "gpt-14b", "--precision", "fp8", "--seq-length", "8192", "--batch-size", "4"]) == 0
     out = capsys.readouterr().out
     assert "OUT OF MEMORY" in out and "Make it fit" in out
+
+
+# --- model shapes: presets, shape flags and a Hugging Face config.json plan the same model ----------------
+
+LLAMA3_8B_CONFIG = Path(__file__).resolve().parents[1] / "fixtures" / "llama3_8b_config.json"
+TRAINING = ["--precision", "bf16", "--seq-length", "8192", "--batch-size", "1", "--activation-checkpointing", "full",
+            "--instance-type", "ml.p5.48xlarge"]  # fmt: skip
+LLAMA3_8B_FLAGS = ["--num-layers", "32", "--hidden-size", "4096", "--num-heads", "32", "--num-kv-heads", "8",
+                   "--ffn-hidden-size", "14336", "--vocab-size", "128256", "--rope-base", "500000"]  # fmt: skip
+
+
+def _figures(d):
+    return (d["model"]["num_params"], d["memory_gb"]["total"], d["status"], d["tokens_per_second_per_gpu"])
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        ["--model", "llama", *LLAMA3_8B_FLAGS],  # a custom shape of the family, every field given
+        ["--model-family", "llama", *LLAMA3_8B_FLAGS],  # the family alone is the same
+        ["--model-config", str(LLAMA3_8B_CONFIG)],
+    ],
+    ids=["family-name", "model-family", "model-config"],
+)
+def test_a_shape_given_by_flags_or_a_config_json_plans_as_its_preset(capsys, model):
+    """Shapes are hyperparameters: ``trainctl plan`` takes every shape flag the trainer does (it once took only
+    --num-layers and --vocab-size, so a user's own shape could be planned only from a file)."""
+    preset = run_json(capsys, "--model", "llama3-8b", *TRAINING)
+    custom = run_json(capsys, *model, *TRAINING)
+    assert custom["input"]["model"] == "llama" and custom["model"]["num_kv_heads"] == 8
+    assert _figures(custom) == _figures(preset) and preset["model"]["num_params"] == 8_030_261_248
+
+
+def test_a_shape_flag_changes_the_preset(capsys):
+    tied = run_json(capsys, "--model", "llama3-8b", "--tied-embeddings", "true", *TRAINING)
+    untied = run_json(capsys, "--model", "llama3-8b", *TRAINING)
+    assert untied["model"]["num_params"] - tied["model"]["num_params"] == 128256 * 4096
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "expected"),
+    [
+        (["--model", "gpt-1b", "--num-kv-heads", "8"], "--num-kv-heads", "model family 'gpt' has no num_kv_heads"),
+        (["--model", "llama3-8b", "--num-kv-heads", "5"], "--num-kv-heads", "a divisor of num_heads (32)"),
+        (["--model", "llama3-8b", "--num-kv-heads", "eight"], "--num-kv-heads", "an integer >= 1"),
+        (["--model", "llama3-8b", "--tied-embeddings", "maybe"], "--tied-embeddings", "true or false"),
+        (["--model", "llama", "--num-layers", "2"], "--hidden-size", "custom llama shape, which needs"),
+        (["--model-config", str(LLAMA3_8B_CONFIG), "--num-kv-heads", "4"], "--num-kv-heads",
+         "model_config sets the model's shape"),
+    ],
+)  # fmt: skip
+def test_a_shape_flag_the_family_refuses_names_the_flag(capsys, argv, flag, expected):
+    try:
+        code = main(["plan", *argv])
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert flag in err and expected in err, err
+
+
+def test_a_shape_the_precision_refuses_from_a_config_json_names_the_file_not_a_flag(capsys, tmp_path):
+    config = json.loads(LLAMA3_8B_CONFIG.read_text(encoding="utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "intermediate_size": 14000}), encoding="utf-8")
+    assert main(["plan", "--model-config", str(path), "--precision", "mxfp8"]) == 2
+    err = capsys.readouterr().err
+    assert f"--model-config {path}: its shape's ffn_hidden_size: got 14000" in err and "multiple of 32" in err

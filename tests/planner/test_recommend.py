@@ -54,17 +54,20 @@ def test_recommendation_after_matches_its_changes(make_input):
 
 
 def test_large_model_without_checkpointing_is_fixed_by_checkpointing():
-    """~14B+: checkpointing is a prerequisite; auto_tune turns it on and keeps the tokens per step."""
+    """~14B+: checkpointing is a prerequisite; auto_tune turns it on -- here selective checkpointing of every
+    8th block is enough, and faster than recomputing every block -- and keeps the tokens per step."""
     inp = full_input(model="gpt-14b", batch_size=4)
     plan = estimate(inp)
     assert not plan.fits
     assert plan.recommendations[0].kind == "fit"
-    assert plan.recommendations[0].changes["activation_checkpointing"] == "full"
+    assert plan.recommendations[0].changes["activation_checkpointing"] == "selective:8"
     tuned, changes = auto_tune(inp)
-    assert tuned.activation_checkpointing == "full"
+    assert tuned.activation_checkpointing == "selective:8"
     assert evaluate(tuned).fits
+    full = evaluate(tuned.replace(activation_checkpointing="full"))
+    assert full.fits and evaluate(tuned).tokens_per_second > full.tokens_per_second
     assert tuned.batch_size * tuned.gradient_accumulation_steps >= inp.batch_size * inp.gradient_accumulation_steps
-    assert any(c.startswith("activation_checkpointing: off -> full") for c in changes)
+    assert any(c.startswith("activation_checkpointing: off -> selective:8") for c in changes)
     assert tuned.model == inp.model and tuned.seq_length == inp.seq_length and tuned.precision == inp.precision
 
 
@@ -73,10 +76,21 @@ def test_auto_tune_lowers_batch_with_accumulation_when_needed():
     assert not evaluate(inp).fits
     tuned, changes = auto_tune(inp)
     assert tuned.batch_size < 256
-    assert tuned.batch_size * tuned.gradient_accumulation_steps >= 256
+    assert tuned.batch_size * tuned.gradient_accumulation_steps == 256
     assert evaluate(tuned).fits
     assert any(c.startswith("batch_size: 256 ->") for c in changes)
     assert any(c.startswith("gradient_accumulation_steps: 1 ->") for c in changes)
+
+
+@pytest.mark.parametrize("batch_size", [7, 11, 12])
+def test_auto_tune_never_changes_the_sequences_per_optimizer_step_while_keeping_them(batch_size):
+    """A micro-batch that does not divide the sequences per step would train another run (batch 7 tuned to
+    3 x 3 micro-batches is 9 sequences per step, once offered as "keeps the tokens per optimizer step")."""
+    inp = full_input(model="llama3-8b", precision="mxfp8", batch_size=batch_size, seq_length=4096)
+    assert not evaluate(inp).fits
+    tuned, changes = auto_tune(inp)
+    assert evaluate(tuned).fits
+    assert tuned.batch_size * tuned.gradient_accumulation_steps == batch_size, changes
 
 
 def test_auto_tune_returns_input_when_it_fits_and_none_when_nothing_fits():
@@ -88,6 +102,16 @@ def test_auto_tune_returns_input_when_it_fits_and_none_when_nothing_fits():
     assert not plan.fits and plan.recommendations[0].kind == "fit"
     # the way out is more instances
     assert "instance_count" in plan.recommendations[0].changes or plan.recommendations[0].after is None
+
+
+def test_more_instances_are_recommended_with_every_change_their_figures_include():
+    """70B with selective:2 on one ml.p5.48xlarge: the fit is 4 instances *and* full checkpointing; the title once
+    said only "Use 4 instances" while its figures were those of full checkpointing."""
+    inp = full_input(model="llama3-70b", precision="bf16", batch_size=1, activation_checkpointing="selective:2",
+                     instance_type="ml.p5.48xlarge")  # fmt: skip
+    rec = estimate(inp).recommendations[0]
+    assert rec.changes == {"instance_count": 4, "activation_checkpointing": "full"}
+    assert rec.title == "Use 4 instances, activation_checkpointing=full" and rec.after.fits
 
 
 def test_small_model_in_bf16_is_told_to_start_with_fp8():
@@ -200,16 +224,6 @@ def test_from_request_rejects_bad_values():
         PlanInput.from_request({"precision": "int4"}, instance_type="ml.p6-b200.48xlarge")
     assert info.value.field == "precision"
     assert not isinstance(info.value, HyperparameterError)
-
-
-def test_gradient_accumulation_keeps_unsharded_gradients():
-    """FSDP accumulates unsharded gradients between syncs: memory grows by ~2 bytes per parameter."""
-    one = evaluate(full_input(model="gpt-3b", batch_size=2, seq_length=2048))
-    four = evaluate(full_input(model="gpt-3b", batch_size=2, seq_length=2048, gradient_accumulation_steps=4))
-    n = one.resolved.model.num_params
-    assert four.memory_gb.total - one.memory_gb.total == pytest.approx(2 * n / 1e9, rel=0.05)
-    # and the gradients are reduce-scattered once per step, so each micro-batch is no slower
-    assert four.tokens_per_second >= one.tokens_per_second * 0.999
 
 
 def test_raising_the_batch_under_accumulation_keeps_tokens_per_step():

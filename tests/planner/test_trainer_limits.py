@@ -70,10 +70,10 @@ def test_the_submitter_refuses_gb200_before_anything_is_created() -> None:
         training_plan_arns_parameter="/plans",
         allowed_instance_types=("ml.p5.48xlarge", GB200),  # a configuration from before the refusal
     )
-    assert request_mod.allowed_instance_types(config, catalogue) == ("ml.p5.48xlarge",)
+    assert request_mod.allowed_instance_types(config) == ("ml.p5.48xlarge",)
     request = request_mod.parse_request({"instance_type": GB200, "inputs": {"train": "x/"}}, config)
     with pytest.raises(errors.Refusal) as refused:
-        request_mod.check_instance(request, config, catalogue)
+        request_mod.check_instance(request, config)
     assert refused.value.field == "instance_type"
     assert "arm64 host CPUs" in refused.value.message and "ml.p5.48xlarge" in refused.value.message
 
@@ -173,8 +173,9 @@ def test_trainctl_plan_says_quantized_model_init_is_refused_and_why(capsys: pyte
     """Kept as a flag (it mirrors the trainer's hyperparameter, and the planner answers with the reason);
     its help says so from the one refusal rule."""
     from trainctl.cli import main
-    from trainctl.commands.plan import QUANTIZED_MODEL_INIT_HELP
+    from trainctl.commands.plan import quantized_model_init_help
 
+    QUANTIZED_MODEL_INIT_HELP = quantized_model_init_help()
     assert hpmod.QUANTIZED_MODEL_INIT_REFUSAL is not None  # while the image cannot train it
     assert QUANTIZED_MODEL_INIT_HELP.startswith("store block weights quantized (fp8 family). REFUSED")
     assert hpmod.QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ") in QUANTIZED_MODEL_INIT_HELP

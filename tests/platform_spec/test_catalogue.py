@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from platform_spec.catalogue import (
     GPUS,
     INSTANCES,
+    TRAINABLE_INSTANCE_TYPES,
     UnsupportedPrecisionError,
     dense_peak_tflops,
+    deployable_instance_types,
     get_instance,
     gpu_for_device_name,
     supported_precisions,
@@ -162,3 +165,47 @@ def test_unknown_instance_lists_allowed():
 def test_gpu_for_device_name(device, gpu):
     spec = gpu_for_device_name(device)
     assert (spec.name if spec else None) == gpu
+
+
+def test_a_gpu_added_to_the_catalogue_is_found_by_its_device_name(monkeypatch):
+    """The trainer's MFU lookup reads GPUS, not a second list of GPU names (it used to try a hand-written
+    tuple of five names, so a new catalogue GPU got no MFU)."""
+    a100 = dataclasses.replace(GPUS["H100"], name="A100", compute_capability=(8, 0), device_names=(r"\bA100\b",))
+    monkeypatch.setitem(GPUS, "A100", a100)
+    assert gpu_for_device_name("NVIDIA A100-SXM4-80GB") is a100
+    assert gpu_for_device_name("NVIDIA GB200").name == "GB200"  # the others still found, GB200 not as B200
+    # a name two GPUs claim is ambiguous: no MFU rather than a wrong one
+    monkeypatch.setitem(GPUS, "A100X", dataclasses.replace(a100, name="A100X"))
+    assert gpu_for_device_name("NVIDIA A100-SXM4-80GB") is None
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_each_gpu_claims_only_its_own_device_names(name):
+    """Device names as torch reports them match exactly one catalogue GPU each (the lookup tries them all)."""
+    for device in (f"NVIDIA {name}", f"NVIDIA {name} SXM"):
+        assert [g for g in GPUS.values() if any(re.search(p, device, re.IGNORECASE) for p in g.device_names)] == [
+            GPUS[name]
+        ], device
+
+
+def test_every_instance_knows_the_gpus_of_one_host():
+    """One host is what a training job's instance is: an UltraServer's hosts are its host instance type
+    (the observability dashboard reads this; it used to special-case GB200 by name)."""
+    for spec in INSTANCES.values():
+        if spec.host_instance_type is None:
+            assert spec.gpus_per_host == spec.gpus_per_instance
+        else:
+            host = INSTANCES[spec.host_instance_type]
+            assert host.host_instance_type is None and host.gpu == spec.gpu
+            assert spec.gpus_per_instance % host.gpus_per_instance == 0 and "host_instance_type" in spec.sources
+            assert spec.gpus_per_host == host.gpus_per_instance
+    assert INSTANCES["ml.u-p6e-gb200x72"].gpus_per_host == 4
+    assert INSTANCES["ml.p6-b200.48xlarge"].gpus_per_host == 8
+
+
+def test_deployable_instance_types_are_the_trainable_ones_create_training_job_accepts():
+    accepted = {"ml.p5.48xlarge", "ml.p6e-gb200.36xlarge", "ml.u-p6e-gb200x72", "ml.p6-b200.48xlarge", "ml.m5.large"}
+    # catalogue order; no arm64 host (the image is amd64), no type outside the catalogue
+    assert deployable_instance_types(accepted) == ("ml.p5.48xlarge", "ml.p6-b200.48xlarge")
+    assert deployable_instance_types(()) == ()
+    assert set(deployable_instance_types(INSTANCES)) == set(TRAINABLE_INSTANCE_TYPES)

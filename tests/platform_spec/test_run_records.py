@@ -89,6 +89,11 @@ def test_a_newer_writers_fields_are_ignored_and_order_does_not_matter() -> None:
         ("[run] state=starting step=0 world_size=0", "world_size", "an integer >= 1"),
         ('[run] state=starting step="0"', "step", "an integer >= 0"),
         ("[run] state=starting step=0 junk", "record", "space-separated name=value fields"),
+        # digits int() refuses (a superscript, past its 4300-digit limit) or that no other reader takes: refused
+        # as malformed, never a ValueError that ends the reader (trainctl report, a local sweep's outcome)
+        ("[run] state=finished step=\u00b2", "step", "an integer >= 0"),
+        ("[run] state=finished step=" + "9" * 5000, "step", "an integer >= 0"),
+        ("[run] state=finished step=1 world_size=\u0663", "world_size", "an integer >= 1"),
     ],
 )
 def test_a_malformed_record_names_the_field(line: str, field: str, expected: str) -> None:

@@ -21,6 +21,7 @@ from platform_constructs.submitter.runtime import errors as _errors
 from platform_constructs.submitter.runtime import handler as _handler
 from platform_constructs.submitter.runtime import job as _job
 from platform_constructs.submitter.runtime import request as _request
+from platform_constructs.submitter.runtime import request_schema as _request_schema
 from platform_constructs.submitter.runtime import service as _service
 from platform_constructs.submitter.runtime import settings as _settings
 from trainctl.local_aws import LocalAws
@@ -99,6 +100,7 @@ def runtime() -> SimpleNamespace:
         service=_service,
         handler=_handler,
         request=_request,
+        request_schema=_request_schema,
         config=_config,
         aws=_aws,
         job=_job,

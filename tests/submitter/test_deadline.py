@@ -173,9 +173,11 @@ def test_a_retry_is_made_only_when_its_worst_backoff_and_an_attempt_fit(runtime,
     clock = FakeClock()
     with aws.deadline_scope(aws.Deadline(needed + aws.DEADLINE_RESERVE_S + 0.1, clock=clock)):
         assert aws._needs_retry(2.0, checker, **kwargs) is None  # fits: botocore decides (and retries)
-    with aws.deadline_scope(aws.Deadline(needed + aws.DEADLINE_RESERVE_S - 0.1, clock=clock)):
-        with pytest.raises(aws.DeadlineExceeded) as raised:
-            aws._needs_retry(2.0, checker, **kwargs)
+    with (
+        aws.deadline_scope(aws.Deadline(needed + aws.DEADLINE_RESERVE_S - 0.1, clock=clock)),
+        pytest.raises(aws.DeadlineExceeded) as raised,
+    ):
+        aws._needs_retry(2.0, checker, **kwargs)
     assert raised.value.__cause__ is failure
     # the last attempt is botocore's to end: its own error, not DeadlineExceeded
     with aws.deadline_scope(aws.Deadline(0.5, clock=clock)):

@@ -133,7 +133,7 @@ def test_every_request_the_submitter_validates_passes_botocore_validation(runtim
     rq, job, capacity = runtime.request, runtime.job, runtime.capacity
     try:
         request = rq.parse_request(event, local_config)
-        rq.check_instance(request, local_config, catalogue)
+        rq.check_instance(request, local_config)
         name = job.job_name_for(request)
         choices = [capacity.CapacityChoice("on-demand", "t"), capacity.CapacityChoice("spot", "t")]
         if request.capacity in ("training-plan", "auto"):
@@ -204,7 +204,7 @@ def test_the_schema_and_the_parser_agree_on_every_scalar_field(runtime, local_co
              row.name: value}  # fmt: skip
     try:
         request = runtime.request.parse_request(event, local_config)
-        runtime.request.check_instance(request, local_config, catalogue)
+        runtime.request.check_instance(request, local_config)
         accepted = True
     except runtime.errors.Refusal as refusal:
         assert refusal.field == row.name, refusal.message
@@ -228,7 +228,7 @@ _VALIDATORS: dict[int, jsonschema.Draft202012Validator] = {}
 def _request_validator(runtime) -> jsonschema.Draft202012Validator:
     key = id(runtime.request)
     if key not in _VALIDATORS:
-        _VALIDATORS[key] = jsonschema.Draft202012Validator(runtime.request.request_json_schema())
+        _VALIDATORS[key] = jsonschema.Draft202012Validator(runtime.request_schema.request_json_schema())
     return _VALIDATORS[key]
 
 
@@ -279,7 +279,7 @@ def test_any_sequence_of_retries_with_one_token_leaves_at_most_one_job(
             (sends,) = args
             events = [event(body, name) for body, name in sends]
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(events)) as pool:
-                answers.extend(zip(events, pool.map(submit, events)))
+                answers.extend(zip(events, pool.map(submit, events), strict=True))
         else:  # a function killed after claiming the token, before CreateTrainingJob
             body, name = args
             record = {

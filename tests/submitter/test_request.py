@@ -255,7 +255,7 @@ def test_tags_beyond_sagemakers_fifty_are_refused(runtime, local_config):
 
 
 def test_request_json_schema_accepts_the_examples_and_rejects_unknown_fields(runtime):
-    schema = runtime.request.request_json_schema()
+    schema = runtime.request_schema.request_json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     example = json.loads((REPO / "examples" / "guide-default-request.json").read_text())
@@ -269,8 +269,11 @@ def test_configuration_errors_name_the_variable(runtime, env):
     broken = {k: v for k, v in env.items() if k != "EXECUTION_ROLE_ARN"}
     with pytest.raises(runtime.errors.ConfigurationError, match="EXECUTION_ROLE_ARN"):
         runtime.config.SubmitterConfig.from_environ(broken)
-    with pytest.raises(runtime.errors.ConfigurationError, match="CAPACITY_FALLBACK"):
+    with pytest.raises(runtime.errors.ConfigurationError, match="CAPACITY_FALLBACK='spot,cheap': expected a non-empty"):
         runtime.config.SubmitterConfig.from_environ({**env, "CAPACITY_FALLBACK": "spot,cheap"})
+    # the one rule (platform_spec.capacity.capacity_fallback_problem), as the construct and the stack apply it
+    with pytest.raises(runtime.errors.ConfigurationError, match=r"'spot' is listed more than once"):
+        runtime.config.SubmitterConfig.from_environ({**env, "CAPACITY_FALLBACK": "spot,on-demand,spot"})
 
 
 def test_every_error_code_is_known(runtime):

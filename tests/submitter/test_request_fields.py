@@ -18,6 +18,8 @@ from platform_spec.hyperparameters import HyperparameterError
 from platform_spec.request_fields import Check, OnlyWith, RequestField
 from trainctl.aws_shapes import operation_model
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"inputs": {"train": "x/"}}
 GOLDEN_REQUEST = {  # test_request.py's: the guide's default request and its stored v2 fingerprint
@@ -62,14 +64,17 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
     # before: the unknown-field check refuses it
     refusal = _refusal(runtime, local_config, event)
     assert refusal.field == "max_pending_seconds" and "a known request field" in refusal.message
-    assert "max_pending_seconds" not in runtime.request.request_json_schema()["properties"]
+    assert "max_pending_seconds" not in runtime.request_schema.request_json_schema()["properties"]
 
     monkeypatch.setattr(request_fields, "FIELDS", (*request_fields.FIELDS, PENDING, PRIORITY))
 
     # parsing: the value (an integral number as an integer), readable like any field; absent -> its default
     request = parse({**event, "max_pending_seconds": 3600.0}, local_config)
     assert request.value("max_pending_seconds") == 3600 and isinstance(request.value("max_pending_seconds"), int)
-    assert request.extras == {"max_pending_seconds": 3600, "priority": None}
+    assert {name: request.extras[name] for name in ("max_pending_seconds", "priority")} == {
+        "max_pending_seconds": 3600,
+        "priority": None,
+    }
     assert parse(BASE, local_config).value("max_pending_seconds") is None
     # the limits are the model's (MaxPendingTimeInSeconds: min 1800, max 2419200 = 28 days); botocore's own
     # validation checks only the minimum, SageMaker the maximum
@@ -113,7 +118,7 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
 
     # the unknown-field check lists it; the JSON Schema and the README table carry it
     assert "max_pending_seconds, priority)" in _refusal(runtime, local_config, {**BASE, "nope": 1}).message
-    schema = runtime.request.request_json_schema()
+    schema = runtime.request_schema.request_json_schema()
     assert schema["properties"]["max_pending_seconds"] == {
         "type": "integer", "minimum": 1800, "maximum": 2419200, "description": PENDING.help,
     }  # fmt: skip
@@ -130,7 +135,11 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
     assert list(validator.iter_errors({**event})) == []
     assert list(validator.iter_errors({**event, "max_pending_seconds": 1799}))
     assert list(validator.iter_errors({**event, "capacity": "spot"}))
-    row = [line for line in runtime.request.readme_table().splitlines() if line.startswith("| `max_pending_seconds` |")]
+    row = [
+        line
+        for line in runtime.request_schema.readme_table().splitlines()
+        if line.startswith("| `max_pending_seconds` |")
+    ]
     assert row == [
         "| `max_pending_seconds` | - | seconds a job may wait for its training plan's capacity | an integer from 1800 to "
         "2419200; only with `capacity` `training-plan` or `auto` |"
@@ -210,11 +219,15 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
         "capacity": "auto", "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p",
         "hyperparameters": {"batch_size": 4}, "inputs": {"train": "x/"}, "max_runtime_hours": 2, "max_wait_hours": 3,
         "max_retry_attempts": 1, "tags": {"team": "a"}, "auto_tune": False, "dry_run": True,
+        "accept_memory_risk": True,
+        "model_config": json.loads((FIXTURES / "llama3_8b_config.json").read_text()),
     }  # fmt: skip
     assert set(everything) == set(request_fields.names())
     sent = runtime.request.parse_request(everything, local_config).sent
     assert set(sent) == {row.name for row in request_fields.FIELDS if row.fingerprint}
-    assert not {"job_name", "client_token", "dry_run"} & set(sent)
+    assert not {"job_name", "client_token", "dry_run", "accept_memory_risk"} & set(sent)
+    # a model_config is hashed as the shape it maps to, not as the file's text
+    assert sent["model_config"]["num_kv_heads"] == "8" and "architectures" not in sent["model_config"]
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e-4, 10**400])
@@ -253,7 +266,7 @@ def test_fields_are_checked_in_the_tables_order_and_a_check_runs_once_its_fields
 
 
 def test_the_schema_and_the_parser_agree_on_fields_accepted_only_with_a_capacity(runtime, local_config):
-    validator = jsonschema.Draft202012Validator(runtime.request.request_json_schema())
+    validator = jsonschema.Draft202012Validator(runtime.request_schema.request_json_schema())
     plan = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"
     cases = [
         ({"max_wait_hours": 30}, False),  # capacity absent is training-plan: no spot wait
@@ -300,16 +313,16 @@ def test_invalid_request_is_built_from_a_field_error(runtime):
 def test_the_readme_holds_exactly_the_generated_request_table(runtime):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert readme.count(request_fields.README_BEGIN) == readme.count(request_fields.README_END) == 1
-    assert _readme_region(readme) == "\n" + runtime.request.readme_table(), (
-        "README.md's request table is stale: run python -m platform_constructs.submitter.runtime.request --readme"
+    assert _readme_region(readme) == "\n" + runtime.request_schema.readme_table(), (
+        "README.md's request table is stale: run python -m platform_constructs.submitter.runtime.request_schema --readme"
     )
-    assert runtime.request.main(["--readme", str(REPO / "README.md"), "--check"]) == 0
+    assert runtime.request_schema.main(["--readme", str(REPO / "README.md"), "--check"]) == 0
 
 
 def test_regenerating_the_readme_replaces_only_the_table_and_refuses_a_readme_without_markers(
     runtime, tmp_path, capsys
 ):
-    main, table = runtime.request.main, runtime.request.readme_table()
+    main, table = runtime.request_schema.main, runtime.request_schema.readme_table()
     begin, end = request_fields.README_BEGIN, request_fields.README_END
     readme = tmp_path / "README.md"
     stale = f"# Title\n\nbefore\n{begin}\n| old | table |\n{end}\nafter: `{end[:4]}` and more\n"
@@ -332,5 +345,5 @@ def test_regenerating_the_readme_replaces_only_the_table_and_refuses_a_readme_wi
 
 
 def test_the_schema_command_prints_the_generated_schema(runtime, capsys):
-    assert runtime.request.main(["--schema"]) == 0
-    assert json.loads(capsys.readouterr().out) == runtime.request.request_json_schema()
+    assert runtime.request_schema.main(["--schema"]) == 0
+    assert json.loads(capsys.readouterr().out) == runtime.request_schema.request_json_schema()

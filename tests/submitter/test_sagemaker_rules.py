@@ -24,7 +24,7 @@ def _refusal(runtime, local_config, **fields):
     event = {"inputs": {"train": "x/"}, **fields}
     with pytest.raises(runtime.errors.Refusal) as refused:
         request = runtime.request.parse_request(event, local_config)
-        runtime.request.check_instance(request, local_config, catalogue)
+        runtime.request.check_instance(request, local_config)
     return refused.value
 
 
@@ -127,12 +127,12 @@ def test_instance_types_are_those_create_training_job_accepts(rules, runtime, lo
         assert ultraserver in catalogue.INSTANCE_TYPES and ultraserver not in accepted
         refusal = _refusal(runtime, local_config, instance_type=ultraserver)
         assert refusal.field == "instance_type" and "CreateTrainingJob accepts" in refusal.message
-    allowed = runtime.request.allowed_instance_types(local_config, catalogue)
+    allowed = runtime.request.allowed_instance_types(local_config)
     # ... nor the arm64 GB200 host, whose CPUs the trainer image is not built for
     assert set(allowed) == set(catalogue.TRAINABLE_INSTANCE_TYPES) - {"ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72"}
     # a configured type CreateTrainingJob does not accept is not offered either
     configured = dataclasses.replace(local_config, allowed_instance_types=("ml.p5.48xlarge", "ml.u-p6e-gb200x72"))
-    assert runtime.request.allowed_instance_types(configured, catalogue) == ("ml.p5.48xlarge",)
+    assert runtime.request.allowed_instance_types(configured) == ("ml.p5.48xlarge",)
 
 
 def test_limits_come_from_the_model(rules, runtime, local_config):

@@ -239,7 +239,8 @@ def test_predicted_out_of_memory_gives_the_estimate_and_the_fix(aws, submit, mak
     assert error["details"]["estimate"]["fits"] is False
     assert error["details"]["estimate"]["memory_gb"]["total"] > 180
     suggestion = error["details"]["suggestion"]
-    assert suggestion["changes"] and suggestion["hyperparameters"]["activation_checkpointing"] == "full"
+    # a checkpointing mode (selective every Nth block, or full) is part of the fix at ~14B+
+    assert suggestion["changes"] and suggestion["hyperparameters"]["activation_checkpointing"] != "off"
     assert aws.calls("CreateTrainingJob") == []
 
 
@@ -248,7 +249,7 @@ def test_auto_tune_applies_the_planners_change(aws, submit, make_request):
     assert response["status"] == "submitted", response
     assert response["estimate"]["fits"] is True
     changed = response["auto_tune"]["hyperparameters"]
-    assert changed["activation_checkpointing"] == "full"
+    assert changed["activation_checkpointing"] in ("full", "selective:2", "selective:3", "selective:4", "selective:8")
     job = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
     for name, value in changed.items():
         assert job["HyperParameters"][name] == value

@@ -259,6 +259,23 @@ def test_in_process_sweep_refuses_real_aws(aws, env, tmp_path: Path, monkeypatch
     assert not (tmp_path / "real").exists()
 
 
+def test_an_incomplete_submitter_environment_stops_the_sweep_naming_the_variable(aws, env, tmp_path: Path) -> None:
+    """The in-process runtime's ConfigurationError is caught by its type (it was matched by class name):
+    the sweep stops with the fix, sends nothing and leaves every configuration to submit on the next run."""
+    before = _job_names(aws)
+    broken = {k: v for k, v in env.items() if k != "EXECUTION_ROLE_ARN"}
+    with pytest.raises(
+        SweepError,
+        match=r"^the submitter's environment is incomplete: environment variable EXECUTION_ROLE_ARN is required "
+        r"and not set; source the env file of `trainctl local-aws --env-file FILE`, or use --function NAME$",
+    ):
+        run_aws_sweep("unset", {"precision": ["bf16"]}, P5_BASE_REQUEST, sweeps_dir=tmp_path, env=broken, wait=False)
+    assert _job_names(aws) == before
+    assert [c.status for c in load_sweep("unset", sweeps_dir=tmp_path).configs] == ["Pending"]
+    again = run_aws_sweep("unset", None, None, sweeps_dir=tmp_path, env=env, wait=False, progress=False)
+    assert [c.status for c in again.configs] == ["InProgress"] and len(_job_names(aws) - before) == 1
+
+
 def test_a_dry_run_nothing_would_pass_and_an_all_skipped_grid_exit_1(
     aws, env, tmp_path: Path, monkeypatch, capsys
 ) -> None:
@@ -324,4 +341,65 @@ def test_an_unreachable_emulator_stops_the_sweep_and_a_rerun_resumes(aws, env, t
     again = run_aws_sweep("down", grid, P5_BASE_REQUEST, sweeps_dir=tmp_path, env=env, wait=False, progress=False)
     assert [c.status for c in again.configs] == ["InProgress", "InProgress"]
     for c in again.configs:
+        aws.set_job_status(c.job_name, "Completed")
+
+
+# --- issue 14: a model_config base, shape axes and memory verdicts, through the submitter ------------------
+
+
+def test_a_model_config_sweep_with_a_shape_axis_and_an_accepted_risk_is_what_the_submitter_runs(
+    aws, env, tmp_path: Path
+) -> None:
+    """The submitter agrees with the sweep's planning: the shape of the base's model_config, varied by a grid
+    axis, is submitted as hyperparameters (beside a model_config the submitter would refuse them), and an
+    at-risk configuration runs once the base accepts the risk -- refused by neither."""
+    config_json = json.loads((Path(__file__).parents[1] / "fixtures" / "llama3_8b_config.json").read_text())
+    base = {
+        **P5_BASE_REQUEST,
+        "model_config": config_json,
+        "hyperparameters": {"precision": "bf16", "seq_length": 8192, "activation_checkpointing": "full"},
+    }
+    before = _job_names(aws)
+    result = run_aws_sweep(
+        "llama-kv", {"num_kv_heads": [8, 32]}, base, sweeps_dir=tmp_path, env=env, wait=False, progress=False
+    )
+    assert [c.status for c in result.configs] == ["InProgress", "InProgress"], [c.reason for c in result.configs]
+    sm = aws.client("sagemaker")
+    for config, kv_heads in zip(result.configs, ("8", "32"), strict=True):
+        job = sm.describe_training_job(TrainingJobName=config.job_name)["HyperParameters"]
+        assert (job["model"], job["num_kv_heads"], job["hidden_size"], job["num_layers"]) == (
+            "llama",
+            kv_heads,
+            "4096",
+            "32",
+        )
+        assert (job["rope_base"], job["vocab_size"], job["tied_embeddings"]) == ("500000.0", "128256", "false")
+
+    # gpt-1b (24 blocks) at 8K tokens, batch 6, bf16 on 8x H100: at-risk (see test_grid.AT_RISK_BASE)
+    risky = {**P5_BASE_REQUEST, "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 8192}}
+    skipped = run_aws_sweep(
+        "risk", {"batch_size": [6]}, risky, sweeps_dir=tmp_path, env=env, wait=False, progress=False
+    )
+    assert skipped.configs[0].status == "Skipped" and skipped.answers == []
+    accepted = run_aws_sweep(
+        "risk",
+        {"batch_size": [6]},
+        {**risky, "accept_memory_risk": True},
+        sweeps_dir=tmp_path,
+        env=env,
+        wait=False,
+        progress=False,
+    )
+    (config,) = accepted.configs
+    assert config.status == "InProgress" and config.prediction["status"] == "at-risk", config.reason
+    assert [a["status"] for a in accepted.answers] == ["InProgress"]
+    # the submitter itself refuses it without accept_memory_risk: the sweep's skip was its rule
+    from trainctl.submitter_client import submit_local
+
+    refused = submit_local(
+        {**risky, "hyperparameters": {**risky["hyperparameters"], "batch_size": 6}, "dry_run": True}, env
+    )
+    assert refused["status"] == "rejected" and refused["error"]["details"]["status"] == "at-risk"
+    assert len(_job_names(aws) - before) == 3
+    for c in [*result.configs, config]:
         aws.set_job_status(c.job_name, "Completed")

@@ -107,7 +107,7 @@ def test_the_readers_use_the_records_not_the_trainers_words(local_sweep, tmp_pat
 def test_tokens_per_second_is_the_steady_state_median_of_the_run(local_sweep) -> None:
     """Cross-check against the trainer's own full-precision metrics file."""
     sweep = local_sweep.result.sweep
-    for row, config in zip(_rows(local_sweep)[:4], sweep.configs):
+    for row, config in zip(_rows(local_sweep)[:4], sweep.configs[:4], strict=True):
         records = read_metrics(sweep.directory / config.run_dir)
         expected = statistics.median(r["tokens_per_sec"] for r in records if r["step"] > 6)
         assert row["tokens_per_sec"] == pytest.approx(expected, rel=1e-3, abs=0.01)

@@ -33,11 +33,7 @@ def test_help_does_not_import_heavy_modules():
     assert out.stdout.strip() == ""
 
 
-# local-aws: the emulator's command (its own work item) still handles the emulator's errors itself
-ARGUMENTS_AND_ONE_CALL_EXCEPT = {"local-aws"}
-
-
-@pytest.mark.parametrize("name", sorted(set(COMMANDS) - ARGUMENTS_AND_ONE_CALL_EXCEPT))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_a_command_parses_its_arguments_and_makes_one_library_call(name: str) -> None:
     """``run(args)`` imports one function from a trainctl library (never another command) and returns its
     answer: the command's behaviour lives in the library, where the demo and tests call it too."""

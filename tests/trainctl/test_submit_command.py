@@ -105,10 +105,11 @@ def test_a_lost_connection_is_not_retried(lambda_env, tmp_path, capsys) -> None:
 def test_the_fake_function_sees_botocores_default_retries(lambda_env) -> None:
     # the harness can fail the test above: a default Lambda client sends a lost invocation again
     import boto3
+    from botocore.exceptions import ConnectionClosedError
 
     lambda_env.answer = lambda invocation: Reply(kind="close")
     client = boto3.client("lambda", region_name="us-west-2", endpoint_url=lambda_env.endpoint)
-    with pytest.raises(Exception):
+    with pytest.raises(ConnectionClosedError):
         client.invoke(FunctionName=FUNCTION, Payload=b"{}")
     assert len(lambda_env.invocations) > 1
 
@@ -402,6 +403,22 @@ def test_local_unreachable_endpoint_is_one_line(aws, tmp_path, capsys, monkeypat
 
 
 @pytestmark_aws
+def test_local_with_an_incomplete_environment_is_one_line_naming_the_variable(
+    aws, tmp_path, capsys, monkeypatch
+) -> None:
+    """The in-process runtime's ConfigurationError is caught by its type (it was matched by class name)."""
+    _aws_environ(monkeypatch, aws.env)
+    monkeypatch.delenv("EXECUTION_ROLE_ARN")
+    before = {j["name"] for j in aws.training_jobs()}
+    assert main(["submit", "--local", _file(tmp_path)]) == EXIT_FAILED
+    assert _one_line(capsys.readouterr().err) == (
+        "trainctl submit --local: environment variable EXECUTION_ROLE_ARN is required and not set "
+        "(source the env file of `trainctl local-aws`)"
+    )
+    assert {j["name"] for j in aws.training_jobs()} == before
+
+
+@pytestmark_aws
 def test_a_lost_answer_retried_with_the_printed_token_replays_the_one_job(lambda_env, aws, tmp_path, capsys) -> None:
     # The function runs the submitter against the emulator, creates the job, then its answer is lost.
     handled = threading.Event()
@@ -481,7 +498,8 @@ def test_the_local_deadline_is_the_deployed_functions_timeout(aws, monkeypatch) 
     from platform_constructs.submitter.construct import JobSubmitterProps
 
     settings = runtime_settings
-    default = next(f.default for f in dataclasses.fields(JobSubmitterProps) if f.name == "timeout")
+    timeout = next(f for f in dataclasses.fields(JobSubmitterProps) if f.name == "timeout")
+    default = timeout.default_factory()  # a Duration made per props object (RUF009)
     assert default.to_seconds() == settings.FUNCTION_TIMEOUT_S == 60  # the construct's default, from one home
     handler, seen = runtime_handler, {}
 

@@ -16,7 +16,13 @@ github.com/NVIDIA/TransformerEngine), so our calls meet the same names:
   keyword parameters and defaults, ``forward``'s parameters; submodule and
   parameter names (``self_attention.layernorm_qkv``, ``.core_attention``,
   ``.proj``, ``layernorm_mlp`` with ``fc1_weight`` ...). Unknown keywords raise
-  ``TypeError`` as they would there.
+  ``TypeError`` as they would there. The two configurations the trainer's
+  families use: LayerNorm, ``gelu``, biases (GPT); ``normalization="RMSNorm"``
+  (no ``layer_norm_bias``), ``activation="swiglu"`` (FC1 ``2f`` rows, ``silu``
+  of the first half times the second), ``bias=False`` (biases are empty plain
+  tensors, not Parameters) and ``num_gqa_groups`` (QKV ``h + 2 * groups * d``
+  rows, ``[q; k; v]``) (Llama), as ``module/layernorm_linear.py``,
+  ``module/layernorm_mlp.py`` and ``attention/multi_head_attention.py`` build them.
 * ``transformer_engine/pytorch/module/base.py``: ``get_extra_state`` returns
   ``torch.empty(0, dtype=torch.uint8)`` until the module has run under
   ``autocast``, then a ``uint8`` tensor holding a pickle of ``{"recipe", ...,
@@ -374,6 +380,18 @@ def _param(*shape: int, dtype: torch.dtype, device: Any) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
 
 
+def _norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The module's ``normalization`` (TE: ``LayerNorm`` with ``layer_norm_bias``, ``RMSNorm`` without one)."""
+    if module.normalization == "RMSNorm":
+        return F.rms_norm(x, (x.shape[-1],), module.layer_norm_weight, module.eps)
+    return F.layer_norm(x, (x.shape[-1],), module.layer_norm_weight, module.layer_norm_bias, module.eps)
+
+
+def _no_bias(dtype: torch.dtype, device: Any) -> torch.Tensor:
+    """What TE 2.10 sets for a bias when ``bias=False``: an empty plain tensor, not a Parameter."""
+    return torch.Tensor().to(dtype=dtype, device=device)
+
+
 class LayerNormLinear(_BaseModule):
     def __init__(
         self,
@@ -384,41 +402,53 @@ class LayerNormLinear(_BaseModule):
         dtype: torch.dtype,
         device: Any,
         init_method: Callable | None,
+        normalization: str = "LayerNorm",
+        bias: bool = True,
     ) -> None:
         super().__init__(1, init_method)
         self.eps = eps
+        self.normalization = normalization
         self.layer_norm_weight = _param(in_features, dtype=dtype, device=device)
-        self.layer_norm_bias = _param(in_features, dtype=dtype, device=device)
+        if normalization == "RMSNorm":
+            self.layer_norm_bias = None
+        else:
+            self.layer_norm_bias = _param(in_features, dtype=dtype, device=device)
         self.weight = _param(out_features, in_features, dtype=dtype, device=device)
-        self.bias = _param(out_features, dtype=dtype, device=device)
+        self.bias = _param(out_features, dtype=dtype, device=device) if bias else _no_bias(dtype, device)
 
     def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
-        return {
-            "layer_norm_weight": _SEQUENCE_PARALLEL,
-            "layer_norm_bias": _SEQUENCE_PARALLEL,
-            "weight": _tensor_parallel(0),
-        }
+        attributes = {"layer_norm_weight": _SEQUENCE_PARALLEL, "weight": _tensor_parallel(0)}
+        if self.layer_norm_bias is not None:
+            attributes["layer_norm_bias"] = _SEQUENCE_PARALLEL
+        return attributes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._record(x)
-        h = F.layer_norm(x, (x.shape[-1],), self.layer_norm_weight, self.layer_norm_bias, self.eps)
-        return F.linear(h, self.weight, self.bias)
+        h = _norm(self, x)
+        return F.linear(h, self.weight, self.bias if isinstance(self.bias, nn.Parameter) else None)
 
 
 class Linear(_BaseModule):
     def __init__(
-        self, in_features: int, out_features: int, *, dtype: torch.dtype, device: Any, init_method: Callable | None
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        dtype: torch.dtype,
+        device: Any,
+        init_method: Callable | None,
+        bias: bool = True,
     ) -> None:
         super().__init__(1, init_method)
         self.weight = _param(out_features, in_features, dtype=dtype, device=device)
-        self.bias = _param(out_features, dtype=dtype, device=device)
+        self.bias = _param(out_features, dtype=dtype, device=device) if bias else _no_bias(dtype, device)
 
     def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
         return {"weight": _tensor_parallel(0)}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._record(x)
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias if isinstance(self.bias, nn.Parameter) else None)
 
 
 class LayerNormMLP(_BaseModule):
@@ -432,32 +462,50 @@ class LayerNormMLP(_BaseModule):
         device: Any,
         init_method: Callable | None,
         output_layer_init_method: Callable | None,
+        normalization: str = "LayerNorm",
+        bias: bool = True,
+        activation: str = "gelu",
     ) -> None:
         super().__init__(2, init_method)
         self.eps = eps
+        self.normalization = normalization
+        self.activation = activation
         self._output_init = output_layer_init_method
+        fc1_rows = 2 * ffn if activation == "swiglu" else ffn  # TE: gated activations double FC1
         self.layer_norm_weight = _param(hidden, dtype=dtype, device=device)
-        self.layer_norm_bias = _param(hidden, dtype=dtype, device=device)
-        self.fc1_weight = _param(ffn, hidden, dtype=dtype, device=device)
-        self.fc1_bias = _param(ffn, dtype=dtype, device=device)
+        if normalization == "RMSNorm":
+            self.layer_norm_bias = None
+        else:
+            self.layer_norm_bias = _param(hidden, dtype=dtype, device=device)
+        self.fc1_weight = _param(fc1_rows, hidden, dtype=dtype, device=device)
+        self.fc1_bias = _param(fc1_rows, dtype=dtype, device=device) if bias else _no_bias(dtype, device)
         self.fc2_weight = _param(hidden, ffn, dtype=dtype, device=device)
-        self.fc2_bias = _param(hidden, dtype=dtype, device=device)
+        self.fc2_bias = _param(hidden, dtype=dtype, device=device) if bias else _no_bias(dtype, device)
 
     def _parallelism_attributes(self) -> dict[str, dict[str, Any]]:
-        return {
+        attributes = {
             "layer_norm_weight": _SEQUENCE_PARALLEL,
-            "layer_norm_bias": _SEQUENCE_PARALLEL,
             "fc1_weight": _tensor_parallel(0),
             "fc2_weight": _tensor_parallel(1),
-            "fc1_bias": _tensor_parallel(0),
         }
+        if self.layer_norm_bias is not None:
+            attributes["layer_norm_bias"] = _SEQUENCE_PARALLEL
+        if isinstance(self.fc1_bias, nn.Parameter):
+            attributes["fc1_bias"] = _tensor_parallel(0)
+        return attributes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._record(x)
-        h = F.layer_norm(x, (x.shape[-1],), self.layer_norm_weight, self.layer_norm_bias, self.eps)
-        return F.linear(
-            F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh"), self.fc2_weight, self.fc2_bias
-        )
+        h = _norm(self, x)
+        fc1_bias = self.fc1_bias if isinstance(self.fc1_bias, nn.Parameter) else None
+        fc2_bias = self.fc2_bias if isinstance(self.fc2_bias, nn.Parameter) else None
+        fc1 = F.linear(h, self.fc1_weight, fc1_bias)
+        if self.activation == "swiglu":  # TE's gated activations gate the first half: silu(a) * b
+            gate, up = fc1.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        else:
+            act = F.gelu(fc1, approximate="tanh")
+        return F.linear(act, self.fc2_weight, fc2_bias)
 
 
 class DotProductAttention(_BaseModule):
@@ -489,21 +537,32 @@ class MultiheadAttention(nn.Module):
         device: Any,
         init_method: Callable | None,
         output_layer_init_method: Callable | None,
+        num_gqa_groups: int | None = None,
+        normalization: str = "LayerNorm",
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.heads = heads
+        self.groups = num_gqa_groups or heads
+        kv = self.groups * (hidden // heads)  # TE: hidden_size_kv = head size * num_gqa_groups
+        self.sizes = (hidden, kv, kv)
         self.layernorm_qkv = LayerNormLinear(
-            hidden, 3 * hidden, eps, dtype=dtype, device=device, init_method=init_method
-        )
+            hidden, hidden + 2 * kv, eps, dtype=dtype, device=device, init_method=init_method,
+            normalization=normalization, bias=bias,
+        )  # fmt: skip
         self.core_attention = DotProductAttention()
-        self.proj = Linear(hidden, hidden, dtype=dtype, device=device, init_method=output_layer_init_method)
+        self.proj = Linear(hidden, hidden, dtype=dtype, device=device, init_method=output_layer_init_method, bias=bias)
 
     def forward(self, x: torch.Tensor, rotary_pos_emb: torch.Tensor | None) -> torch.Tensor:
         b, s, h = x.shape
-        q, k, v = self.layernorm_qkv(x).split(h, dim=-1)  # qkv_weight_interleaved=False: [q; k; v]
-        q, k, v = (t.view(b, s, self.heads, h // self.heads) for t in (q, k, v))
+        d = h // self.heads
+        q, k, v = self.layernorm_qkv(x).split(self.sizes, dim=-1)  # qkv_weight_interleaved=False: [q; k; v]
+        q = q.view(b, s, self.heads, d)
+        k, v = (t.view(b, s, self.groups, d) for t in (k, v))
         if rotary_pos_emb is not None:
             q, k = _rotate(q, rotary_pos_emb), _rotate(k, rotary_pos_emb)
+        if self.groups != self.heads:  # GQA: query head j reads KV head j // (heads / groups)
+            k, v = (t.repeat_interleave(self.heads // self.groups, dim=2) for t in (k, v))
         out = self.core_attention(*(t.transpose(1, 2) for t in (q, k, v)))
         return self.proj(out.transpose(1, 2).reshape(b, s, h))
 
@@ -566,8 +625,10 @@ class TransformerLayer(nn.Module):
     ) -> None:
         super().__init__()
         # what this stand-in implements (the trainer's configuration); anything else would be a silent lie
-        assert fuse_qkv_params and not qkv_weight_interleaved and bias and activation == "gelu"
-        assert normalization == "LayerNorm" and attn_input_format == "bshd" and self_attn_mask_type == "causal"
+        # (the GPT family's: LayerNorm, gelu, biases; the Llama family's: RMSNorm, swiglu, no biases, GQA)
+        assert fuse_qkv_params and not qkv_weight_interleaved and not rotary_pos_interleaved
+        assert activation in ("gelu", "swiglu") and normalization in ("LayerNorm", "RMSNorm")
+        assert attn_input_format == "bshd" and self_attn_mask_type == "causal" and kv_channels is None
         assert hidden_dropout == 0.0 and attention_dropout == 0.0
         dtype = params_dtype or torch.float32
         self.self_attention = MultiheadAttention(
@@ -578,6 +639,9 @@ class TransformerLayer(nn.Module):
             device=device,
             init_method=init_method,
             output_layer_init_method=output_layer_init_method,
+            num_gqa_groups=num_gqa_groups,
+            normalization=normalization,
+            bias=bias,
         )
         self.layernorm_mlp = LayerNormMLP(
             hidden_size,
@@ -587,6 +651,9 @@ class TransformerLayer(nn.Module):
             device=device,
             init_method=init_method,
             output_layer_init_method=output_layer_init_method,
+            normalization=normalization,
+            bias=bias,
+            activation=activation,
         )
         self.layernorm_mlp._init_method = init_method
         if torch.device(device).type != "meta":  # TE initialises on construction unless deferred

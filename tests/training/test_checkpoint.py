@@ -124,7 +124,7 @@ def test_resume_restores_model_optimizer_and_rng(tmp_path: Path) -> None:
     torch.testing.assert_close(torch.rand(4), expected_random)  # the RNG continues where it was saved
     torch.manual_seed(7)
     _train(fresh, fresh_opt, 2)  # the resumed run
-    for a, b in zip(fresh.parameters(), model.parameters()):
+    for a, b in zip(fresh.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)  # weights and Adam moments restored exactly
 
 
@@ -159,7 +159,7 @@ def test_truncated_shard_of_the_newest_checkpoint_falls_back_to_the_previous(tmp
     assert resumed is not None and resumed.step == 3 and resumed.samples_consumed == 15
     assert resumed.skipped == {6: problems[0]}
     assert log == [f"skipping checkpoint step-6: {problems[0]}; falling back to step-3"]
-    for got, want in zip(model.parameters(), saved[3]):
+    for got, want in zip(model.parameters(), saved[3], strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert complete_steps(tmp_path) == [3, 6]  # nothing deleted by the fallback
 
@@ -209,7 +209,7 @@ def test_every_kind_of_damage_falls_back_with_its_reason(six_steps, damage, expe
     assert resumed is not None and resumed.step == 3
     assert expected in resumed.skipped[6], resumed.skipped
     assert log[0].startswith("skipping checkpoint step-6: ") and log[0].endswith("; falling back to step-3")
-    for got, want in zip(model.parameters(), saved[3]):  # a half-done load of step-6 is fully overwritten
+    for got, want in zip(model.parameters(), saved[3], strict=True):  # a half-done load of step-6 is fully overwritten
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -298,7 +298,7 @@ def test_another_model_shape_is_refused_naming_both_values_and_nothing_changes(t
         ResumeRefused, match=r"model tensors differ: \d+ tensors only in the checkpoint \(e\.g\. layers\.2\."
     ):
         manager.load_latest(model2, opt2)
-    for got, want in zip(model2.parameters(), initial):
+    for got, want in zip(model2.parameters(), initial, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)  # nothing loaded
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing pruned or written
 
@@ -413,6 +413,13 @@ def _record(
             None,
             "hyperparameters changed: learning_rate 0.0003 -> 0.0001, max_steps 1000 -> 5000",
         ),
+        (  # memory modes change what is kept or when gradients are reduced, not the run's math: allowed
+            _record(activation_checkpointing="selective:2", gradient_sync="last_micro_batch"),
+            False,
+            None,
+            "hyperparameters changed: activation_checkpointing off -> selective:2, "
+            "gradient_sync every_micro_batch -> last_micro_batch",
+        ),
     ],
     ids=[
         "same",
@@ -428,6 +435,7 @@ def _record(
         "precision",
         "quantized-init",
         "schedule",
+        "memory-modes",
     ],
 )
 def test_resume_policy_per_recorded_item(current: dict, allow: bool, refusal: str | None, note: str | None) -> None:
@@ -505,7 +513,7 @@ def test_zero_padded_and_non_ascii_step_folders_are_never_loaded_pruned_or_delet
         f"ignoring step-\u0669 in {directory}: not a checkpoint name (this trainer writes step-<step>, ASCII digits, "
         "no leading zeros); never loaded, pruned or deleted",
     ]
-    for got, want in zip(model.parameters(), saved[3]):
+    for got, want in zip(model.parameters(), saved[3], strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     # saves of 9 and 10 with keep=1 prune every older checkpoint of ours, and nothing else
     manager.save(9, model, opt, {"data": {"step": 9}})
@@ -637,7 +645,7 @@ _RUN = {
         ({"run": {**_RUN, "world_size": 0}}, "field 'run.world_size': got 0, expected an integer >= 1"),
         (
             {"run": {**_RUN, "model": {"num_layers": "2"}}},
-            "field 'run.model': got {'num_layers': '2'}, expected integers for",
+            "field 'run.model': got {'num_layers': '2'}, expected integers, finite numbers or booleans for",
         ),
         # a bad position used to be replaced silently by step x samples_per_step
         (
@@ -680,7 +688,7 @@ def test_every_field_of_the_trainer_state_is_verified_and_a_bad_one_falls_back(
     model, opt = _model_and_optimizer(1)
     resumed = _manager(directory).load_latest(model, opt)
     assert resumed is not None and resumed.step == 3 and expected in resumed.skipped[6]
-    for got, want in zip(model.parameters(), saved[3]):
+    for got, want in zip(model.parameters(), saved[3], strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -702,7 +710,7 @@ def test_a_state_the_caller_cannot_restore_is_a_failure_to_load(six_steps) -> No
         "skipping checkpoint step-6: loading failed: ValueError: trainer_state.json 'scheduler.last_epoch' "
         "is 5; ...; falling back to step-3"
     ]
-    for got, want in zip(model.parameters(), saved[3]):
+    for got, want in zip(model.parameters(), saved[3], strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -742,7 +750,7 @@ def test_the_trainer_restores_scheduler_and_data_position_or_refuses_the_state(t
         trainer.restore_trainer_state({**state, "scheduler": {**state["scheduler"], "last_epoch": 5}})
     with pytest.raises(ValueError, match="has no LR scheduler state"):
         trainer.restore_trainer_state({"step": 6})
-    with pytest.raises(ValueError, match="'scheduler.base_lrs' has 1 entries; this optimizer has 2 parameter groups"):
+    with pytest.raises(ValueError, match=r"'scheduler\.base_lrs' has 1 entries; this optimizer has 2 parameter groups"):
         trainer.restore_trainer_state({**state, "scheduler": {**state["scheduler"], "base_lrs": [1e-3]}})
     with pytest.raises(KeyError):  # a state_dict without LambdaLR's own fields: a failure to load, not a crash later
         trainer.restore_trainer_state({**state, "scheduler": {"last_epoch": 6, "base_lrs": [1.0, 1.0]}})

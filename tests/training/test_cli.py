@@ -17,6 +17,27 @@ def test_prepare_data_python_docs(tmp_path: Path, capsys) -> None:
     assert main(["prepare-data", "--output", str(tmp_path / "x")]) == 2
 
 
+def test_prepare_data_refuses_its_arguments_before_reading_anything(tmp_path: Path, capsys) -> None:
+    """Regression: --output naming a file was a FileExistsError traceback, and --shard-tokens 0 meant the
+    default; each is now one line naming the argument, exit status 2, nothing written."""
+    text = tmp_path / "doc.txt"
+    text.write_text("some text", encoding="utf-8")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for argv, expected in (
+        (
+            ["--output", str(a_file)],
+            f"--output: got '{a_file}'; expected a folder path (created if missing) ({a_file} is a file)",
+        ),
+        (["--output", str(a_file / "shards")], f"({a_file} is a file)"),
+        (["--output", str(tmp_path / "out"), "--shard-tokens", "0"], "--shard-tokens: got 0; expected an integer >= 2"),
+    ):
+        assert main(["prepare-data", *argv, str(text)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("trainctl prepare-data: ") and expected in err and err.count("\n") == 1, err
+    assert a_file.read_text() == "x" and not (tmp_path / "out").exists()
+
+
 def test_train_lays_out_opt_ml_and_reports_a_bad_precision(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     base = tmp_path / "run"
@@ -45,10 +66,49 @@ def test_train_lays_out_opt_ml_and_reports_a_bad_precision(tmp_path: Path, monke
     assert "'precision': got 'nvfp4'" in failure
     assert "failed (exit 1)" in capsys.readouterr().err
     # a second call without flags reuses the previous hyperparameters (resume-friendly)
-    assert main(["train", "--base-dir", str(base), "--precision", "fp32", "--batch-size", "-1"]) == 1
-    assert "'batch_size': got '-1'" in (base / "output" / "failure").read_text()
+    assert main(["train", "--base-dir", str(base), "--precision", "fp8"]) == 1
+    assert "'precision': got 'fp8'" in (base / "output" / "failure").read_text()
     hp = json.loads((base / "input" / "config" / "hyperparameters.json").read_text())
-    assert hp["model"] == "gpt-tiny" and hp["precision"] == "fp32"
+    assert hp["model"] == "gpt-tiny" and hp["precision"] == "fp8" and hp["batch_size"] == "2"
+
+
+def test_a_bad_hyperparameter_is_refused_before_anything_is_written(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Regression: a mistyped flag was written to hyperparameters.json before the entry point refused it, so
+    every later run of the base directory read it again (a half-done layout); a file as --base-dir, or
+    --nproc 0, reached a traceback or the entry point's environment variable."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    base = tmp_path / "run"
+    assert main(["train", "--base-dir", str(base), "--synthetic-data", "true", "--batch-size", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "trainctl train: hyperparameter 'batch_size': got 'abc', expected an integer >= 1 and <= 4096 "
+        "(from --batch-size; nothing was written)\n"
+    )
+    assert not base.exists()
+    # a laid-out base directory keeps its hyperparameters.json as it was
+    assert main(["train", "--base-dir", str(base), "--synthetic-data", "true", "--precision", "nvfp4"]) == 1
+    config = base / "input" / "config" / "hyperparameters.json"
+    before = config.read_text()
+    capsys.readouterr()
+    assert main(["train", "--base-dir", str(base), "--max-steps", "10"]) == 2  # warmup_steps' default is 100
+    err = capsys.readouterr().err
+    assert "'warmup_steps': got 100, expected <= max_steps (10)" in err and "nothing was written" in err
+    assert config.read_text() == before
+    config.write_text(json.dumps({**json.loads(before), "seq_length": "0"}))  # an earlier file's own bad value
+    assert main(["train", "--base-dir", str(base)]) == 2
+    assert f"(from the previous run's {config}; nothing was written)" in capsys.readouterr().err
+    # where it writes, and how many processes: one line naming the argument, nothing started
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for argv, expected in (
+        (["--base-dir", str(a_file / "run")], f"--base-dir: got '{a_file / 'run'}'; expected a folder path"),
+        (["--base-dir", str(a_file)], f"({a_file} is a file)"),
+        (["--base-dir", str(tmp_path / "new"), "--nproc", "0"], "--nproc: got 0; expected an integer >= 1"),
+    ):
+        assert main(["train", *argv, "--synthetic-data", "true"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("trainctl train: ") and expected in err and err.count("\n") == 1, err
+    assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
 
 
 def test_train_takes_its_base_dir_from_sagemaker_base_dir_once(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -58,14 +118,13 @@ def test_train_takes_its_base_dir_from_sagemaker_base_dir_once(tmp_path: Path, m
     assert main(["train", "--synthetic-data", "true"]) == 2
     assert "no base directory: give --base-dir DIR or set SAGEMAKER_BASE_DIR" in capsys.readouterr().err
     monkeypatch.setenv("SAGEMAKER_BASE_DIR", "jobs/ml")  # relative, as the container would read it
-    status = main(
-        ["train", "--synthetic-data", "true", "--model", "gpt-tiny", "--precision", "fp32", "--max-steps", "10"]
-    )
+    status = main(["train", "--synthetic-data", "true", "--model", "gpt-tiny", "--precision", "nvfp4"])
     assert status == 1
     # validation read the layout trainctl wrote, and the failure landed in the same folder
     failure = (tmp_path / "jobs" / "ml" / "output" / "failure").read_text()
     assert failure.strip() == (
-        "hyperparameter 'warmup_steps': got 100, expected <= max_steps (10); warmup_steps=100 is its default (not set)"
+        "hyperparameter 'precision': got 'nvfp4', expected one of fp32, bf16 on a host without GPUs "
+        "(nvfp4 needs an NVIDIA GPU)"
     )
 
 

@@ -69,6 +69,23 @@ def test_tokenizer_json_from_the_tokenizers_library(tmp_path: Path) -> None:
 def test_bad_inputs_and_shards_give_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="does not exist"):
         prepare_data(tmp_path / "o", [tmp_path / "missing.txt"])
+    # Regression: a folder was "does not exist"; JSONL that is not UTF-8 or nests past Python's stack, and a file
+    # where the output folder goes, were tracebacks (UnicodeDecodeError, RecursionError, FileExistsError)
+    with pytest.raises(DataError, match=r"input file .* is a folder \(expected a text or JSONL file\)"):
+        prepare_data(tmp_path / "o", [tmp_path])
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"latin1.jsonl: not UTF-8 text \(byte 0xe9\); JSONL is UTF-8"):
+        prepare_data(tmp_path / "o", [latin1])
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"deep.jsonl:1: not valid JSON"):
+        prepare_data(tmp_path / "o", [deep])
+    ok = tmp_path / "ok.txt"
+    ok.write_text("text", encoding="utf-8")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(DataError, match=r"output .*a-file is a file \(expected a folder for the shards\)"):
+        prepare_data(tmp_path / "a-file", [ok])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": "no text field"}\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"bad.jsonl:1: expected an object with a string 'text' field"):

@@ -107,7 +107,7 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
     for hidden_dtype, rope in seen:
         assert hidden_dtype == torch.bfloat16  # the policy is in force: the block computes in bf16
         assert [t.dtype for t in rope] == [torch.float32] * len(expected)
-        for got, want in zip(rope, expected):
+        for got, want in zip(rope, expected, strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -169,7 +169,7 @@ def _assert_same_fp8_state(got: dict[str, dict], want: dict[str, dict]) -> None:
     for name, state in want.items():
         assert got[name]["recipe"] == state["recipe"] and got[name]["saved"] == state["saved"], name
         assert len(got[name]["history"]) == len(state["history"]), name
-        for a, b in zip(got[name]["history"] + got[name]["scale"], state["history"] + state["scale"]):
+        for a, b in zip(got[name]["history"] + got[name]["scale"], state["history"] + state["scale"], strict=True):
             assert torch.equal(a, b), name  # delayed scaling's amax history and scales, bitwise
 
 
@@ -438,7 +438,7 @@ def test_initial_weights_depend_on_the_seed_and_the_name_only() -> None:
     a, b = build_model(CONFIG), build_model(CONFIG)
     a.init_weights(11)
     b.init_weights(11)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     b.init_weights(12)
     assert not torch.equal(a.tok_embeddings.weight, b.tok_embeddings.weight)
     std = a.layers[0].attention.proj.weight.std().item()

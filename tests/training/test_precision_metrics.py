@@ -188,7 +188,9 @@ def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(
     params = [p for p in model.parameters() if p.grad is not None]
     grads = [p.grad.full_tensor().clone() for p in params]
     scaler.unscale_(params)
-    assert all(torch.allclose(p.grad.full_tensor() * scaler.scale, g) for p, g in zip(params, grads))  # unscaled
+    assert all(
+        torch.allclose(p.grad.full_tensor() * scaler.scale, g) for p, g in zip(params, grads, strict=True)
+    )  # unscaled
     assert scaler.update(float(torch.stack([p.grad.full_tensor().norm() for p in params]).norm()))
     optimizer.step()
     assert seen == [torch.float16] and math.isfinite(loss.item())  # the block computed in the new format's dtype
@@ -236,6 +238,25 @@ def test_a_new_transformer_engine_format_is_its_registry_entry_plus_its_recipe(m
         plan.check(_cuda_device(monkeypatch, "NVIDIA A100", (8, 0)), te_available=True)
     with pytest.raises(precision.PrecisionError, match=r"recipe.Float8NextScaling \(installed TE is too old\)"):
         precision.te_recipe("fp8-next")
+
+
+def test_the_default_recipe_is_the_registrys_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: ``te_recipe``'s default scaling was the literal ``"current"``, not the registry's first, so a
+    format offering a choice of other scalings was refused without ``fp8_scaling``."""
+    fake_te.install(monkeypatch)
+    two = dataclasses.replace(
+        FP8_E4M3,
+        name="fp8-two",
+        te_recipes=MappingProxyType(
+            {
+                "tensorwise": TERecipe("Float8CurrentScaling", MappingProxyType({"fp8_format": "E4M3"})),
+                "history": TERecipe("DelayedScaling", MappingProxyType({"fp8_format": "HYBRID"})),
+            }
+        ),
+    )
+    _registry_with(monkeypatch, two)
+    assert precision.te_recipe("fp8-two") == precision.plan("fp8-two").recipe("tensorwise")
+    assert precision.te_recipe("fp8-two", "history") == precision.plan("fp8-two").recipe("history")
 
 
 def _precision_literal_comparisons(source: str, where: str) -> list[str]:

@@ -10,20 +10,15 @@ parses the arguments; :mod:`trainctl.plans` estimates and prints.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
 
-from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
-from platform_spec.errors import FieldError
-from platform_spec.hyperparameters import (
-    ACTIVATION_CHECKPOINTING,
-    GUIDE_DEFAULT_REQUEST,
-    MODEL_PRESETS,
-    PRECISIONS,
-    QUANTIZED_MODEL_INIT_REFUSAL,
-    SHARDING_STRATEGIES,
-)
-
+# The top level imports argparse only (``trainctl --help`` imports this module for HELP): the facts the flags
+# offer are imported by add_arguments, the planner by run (trainctl.cli). TYPE_CHECKING is typing's, without
+# importing typing (about 2 ms of `trainctl --help`'s start-up); type checkers take the name as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from planner import PlanInput
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
@@ -37,6 +32,7 @@ _FLAGS = {
     "batch_size": "--batch-size",
     "gradient_accumulation_steps": "--gradient-accumulation-steps",
     "activation_checkpointing": "--activation-checkpointing",
+    "gradient_sync": "--gradient-sync",
     "instance_type": "--instance-type",
     "instance_count": "--instance-count",
     "sharding_strategy": "--sharding-strategy",
@@ -72,6 +68,7 @@ def _instance_type(text: str) -> str:
     """An instance type the trainer image runs on (the planner's one rule), normalised (``p5.48xlarge`` ->
     ``ml.p5.48xlarge``); otherwise the types to use and, for a known one, why not."""
     from platform_spec.catalogue import get_trainable_instance
+    from platform_spec.errors import FieldError
 
     try:
         return get_trainable_instance(text).instance_type
@@ -80,15 +77,30 @@ def _instance_type(text: str) -> str:
         raise argparse.ArgumentTypeError(f"got {text!r}, expected {exc.expected}{detail}") from None
 
 
-QUANTIZED_MODEL_INIT_HELP = (
-    "store block weights quantized (fp8, mxfp8, nvfp4)"
-    if QUANTIZED_MODEL_INIT_REFUSAL is None
-    else "store block weights quantized (fp8 family). REFUSED with the current trainer image (exit 2, no plan): "
-    + QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ")
-    + ". The flag mirrors the trainer's hyperparameter, so the planner answers with the reason and plans it "
-    "again once the image supports it"
-)
-"""``--quantized-model-init``'s help, from the trainer's one refusal rule."""
+def quantized_model_init_help() -> str:
+    """``--quantized-model-init``'s help, from the trainer's one refusal rule."""
+    from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+
+    return (
+        "store block weights quantized (fp8, mxfp8, nvfp4)"
+        if QUANTIZED_MODEL_INIT_REFUSAL is None
+        else "store block weights quantized (fp8 family). REFUSED with the current trainer image (exit 2, no plan): "
+        + QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ")
+        + ". The flag mirrors the trainer's hyperparameter, so the planner answers with the reason and plans it "
+        "again once the image supports it"
+    )
+
+
+def _activation_checkpointing(text: str) -> str:
+    """An activation-checkpointing mode (``off``, ``full``, ``selective:N``), normalised; else what is accepted
+    (:mod:`platform_spec.training_modes`, the trainer's one grammar)."""
+    from platform_spec.errors import FieldError
+    from platform_spec.training_modes import activation_checkpointing
+
+    try:
+        return activation_checkpointing(text).name
+    except FieldError as exc:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected {exc.expected}") from None
 
 
 def _bool(text: str) -> bool:
@@ -100,17 +112,71 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"got {text!r}, expected true or false")
 
 
+def _hyperparameter(name: str) -> Callable[[str], Any]:
+    """The argparse type of the trainer hyperparameter ``name``: the trainer's own parser
+    (:func:`platform_spec.hyperparameters.coerce`), its refusal as argparse's."""
+
+    def parse(text: str) -> Any:
+        from platform_spec.hyperparameters import HyperparameterError, coerce
+
+        try:
+            return coerce(name, text)
+        except HyperparameterError as exc:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {exc.expected}") from None
+
+    parse.__name__ = name  # argparse's "invalid <type> value" names it
+    return parse
+
+
+_LISTED_SHAPE_FLAGS = ("num_layers", "vocab_size")
+"""Shape hyperparameters with their own flag above the others (the guide's knobs)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
+    from platform_spec.hyperparameters import (
+        GRADIENT_SYNC_MODES,
+        GUIDE_DEFAULT_REQUEST,
+        MODEL_FAMILIES,
+        PRECISIONS,
+        SHAPE_HYPERPARAMETERS,
+        SHARDING_STRATEGIES,
+        SPECS,
+    )
+    from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
+
     g = parser.add_argument_group("model")
     g.add_argument(
         "--model",
-        choices=MODEL_PRESETS,
+        choices=SPECS["model"].choices,
         default=None,
-        help=f"model preset (default: the guide's request, {GUIDE_DEFAULT_REQUEST['model']} with "
-        f"{GUIDE_DEFAULT_REQUEST['num_layers']} layers)",
+        help="model preset, or a family's name for a custom shape of it (its shape flags given) (default: the "
+        f"guide's request, {GUIDE_DEFAULT_REQUEST['model']} with {GUIDE_DEFAULT_REQUEST['num_layers']} layers)",
+    )
+    g.add_argument(
+        "--model-config",
+        default=None,
+        metavar="FILE",
+        help="the model's shape from a Hugging Face config.json of a Llama-style model (model_type llama) instead "
+        "of --model; unsupported content (rope_scaling, biases) is refused with the key named",
     )
     g.add_argument("--num-layers", type=_positive_int, default=None, help="transformer blocks (default: the preset's)")
     g.add_argument("--vocab-size", type=_positive_int, default=None, help="vocabulary size (default: the preset's)")
+    g.add_argument(
+        "--model-family",
+        choices=MODEL_FAMILIES,
+        default=None,
+        help=SPECS["model_family"].help.replace("%", "%%"),
+    )
+    for name in SHAPE_HYPERPARAMETERS:  # the trainer's shape hyperparameters, its rules (a family refuses others)
+        if name not in _LISTED_SHAPE_FLAGS:
+            g.add_argument(
+                "--" + name.replace("_", "-"),
+                type=_hyperparameter(name),
+                default=None,
+                metavar="VALUE",
+                help=f"{SPECS[name].help} (default: the preset's)".replace("%", "%%"),
+            )
     g.add_argument(
         "--blocks-only",
         action="store_true",
@@ -134,7 +200,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--gradient-accumulation-steps", type=_positive_int, default=1, help="(default: %(default)s)")
     t.add_argument(
-        "--activation-checkpointing", choices=ACTIVATION_CHECKPOINTING, default="off", help="(default: %(default)s)"
+        "--activation-checkpointing",
+        type=_activation_checkpointing,
+        default="off",
+        metavar="{off,full,selective:N}",
+        help="recompute blocks in backward: none, every block, or every Nth block (default: %(default)s)",
+    )
+    t.add_argument(
+        "--gradient-sync",
+        choices=GRADIENT_SYNC_MODES,
+        default=DEFAULT_GRADIENT_SYNC,
+        help="with gradient accumulation: reduce-scatter every micro-batch (less memory) or the last only "
+        "(less traffic) (default: %(default)s)",
     )
     t.add_argument(
         "--sharding-strategy",
@@ -149,7 +226,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="{true,false}",
         help="free gathered parameters after forward (default: true)",
     )
-    t.add_argument("--quantized-model-init", action="store_true", help=QUANTIZED_MODEL_INIT_HELP.replace("%", "%%"))
+    t.add_argument("--quantized-model-init", action="store_true", help=quantized_model_init_help().replace("%", "%%"))
     h = parser.add_argument_group("hardware and budget")
     h.add_argument(
         "--instance-type",
@@ -168,14 +245,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     """:class:`planner.PlanInput`'s keyword arguments for parsed ``trainctl plan`` arguments (no flag: the
     guide's default request's model and layers)."""
+    from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, SHAPE_HYPERPARAMETERS
+
     model = args.model
     num_layers = args.num_layers
-    if model is None:
+    family = getattr(args, "model_family", None)
+    if model is None and family is not None:
+        model = family  # the family alone: a custom shape of it (as the trainer reads model_family alone)
+    if model is None and getattr(args, "model_config", None) is None:
         model = GUIDE_DEFAULT_REQUEST["model"]
         if num_layers is None:
             num_layers = int(GUIDE_DEFAULT_REQUEST["num_layers"])
+    shape = {n: getattr(args, n, None) for n in SHAPE_HYPERPARAMETERS if n not in _LISTED_SHAPE_FLAGS}
     return {
         "model": model,
+        "model_family": family,
+        **shape,
         "num_layers": num_layers,
         "precision": args.precision,
         "seq_length": args.seq_length,
@@ -187,6 +272,7 @@ def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
         "reshard_after_forward": args.reshard_after_forward,
         "quantized_model_init": args.quantized_model_init,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "gradient_sync": args.gradient_sync,
         "vocab_size": args.vocab_size,
         "blocks_only": args.blocks_only,
         "price_per_hour": args.price_per_hour,
@@ -205,7 +291,19 @@ def plan_input_from_args(args: argparse.Namespace) -> PlanInput:
     return PlanInput(**plan_fields(args))
 
 
+def flags() -> dict[str, str]:
+    """Plan input field -> the flag that sets it (to name the flag in an error): :data:`_FLAGS` and the shape
+    hyperparameters' flags."""
+    from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
+
+    return {
+        **_FLAGS,
+        "model_family": "--model-family",
+        **{n: "--" + n.replace("_", "-") for n in SHAPE_HYPERPARAMETERS},
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from trainctl.plans import plan_and_print
 
-    return plan_and_print(plan_fields(args), as_json=args.json, flags=_FLAGS)
+    return plan_and_print(plan_fields(args), as_json=args.json, flags=flags(), model_config=args.model_config)

@@ -29,6 +29,7 @@ Examples::
     trainctl train --base-dir runs/tiny --data data/pydocs --model gpt-tiny --precision bf16 \\
         --batch-size 8 --seq-length 128 --max-steps 200
     trainctl train --base-dir runs/tiny --python-docs --model gpt-tiny --max-steps 50 --stop-at-step 20
+    trainctl train --base-dir runs/mine --python-docs --model-config my-llama/config.json --precision fp32
 
 This module parses the arguments; :mod:`trainctl.local_train` runs and reports.
 """
@@ -38,8 +39,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from platform_spec.hyperparameters import SPECS, Hyperparameters
-
 HELP = (
     "Run the trainer locally through the container's entry point, on a directory laid out like /opt/ml. "
     "Ctrl-C (or SIGTERM) stops it as SageMaker does: it exits once the workers have saved a checkpoint "
@@ -48,6 +47,8 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from platform_spec.hyperparameters import SPECS, Hyperparameters
+
     parser.add_argument(
         "--base-dir",
         type=Path,
@@ -70,6 +71,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in flight, so it reports the step it really stopped after (run again to resume)",
     )
     parser.add_argument(
+        "--model-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the model's shape from a Hugging Face config.json of a Llama-style model (model_type llama): the "
+        "family's custom shape, with its layers, sizes, heads, KV heads, vocabulary, RoPE base, RMSNorm epsilon "
+        "and tied embeddings; content the trainer does not implement (rope_scaling, biases) is refused with the "
+        "key named, and so is a shape flag given too",
+    )
+    parser.add_argument(
         "--json-quoted",
         action="store_true",
         help="write hyperparameters.json JSON-quoted, as older SageMaker SDKs do",
@@ -90,6 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def hyperparameter_flags(args: argparse.Namespace) -> dict[str, str]:
     """The hyperparameters given as flags (``--batch-size 8`` -> ``{"batch_size": "8"}``)."""
+    from platform_spec.hyperparameters import SPECS
+
     return {name: value for name in SPECS if (value := getattr(args, "hp_" + name)) is not None}
 
 
@@ -104,4 +117,5 @@ def run(args: argparse.Namespace) -> int:
         nproc=args.nproc,
         stop_at_step=args.stop_at_step,
         json_quoted=args.json_quoted,
+        model_config=args.model_config,
     )

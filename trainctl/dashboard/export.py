@@ -12,6 +12,7 @@ refuses what ``npx cdk synth`` refuses.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trainctl.dashboard.preview import render_layout_png
 from trainctl.dashboard.template import AlarmSummary, alarm_summaries, dashboard_bodies
+from trainctl.output_paths import file_problem, os_error_text, output_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -121,7 +123,8 @@ def export_and_print(
 ) -> int:
     """``trainctl dashboard``: export the dashboard (:func:`export_dashboard`) and print where it went and the
     alarms (a table, or JSON with ``json_alarms``); return the exit status: 0, or 2 with the configuration
-    error on one line (an invalid context value, unreadable AWS config files)."""
+    error on one line (an invalid context value, unreadable AWS config files) or ``out_path`` that cannot be
+    a file (a folder, a file among its parents: checked before the synth), 1 when writing fails."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -129,11 +132,18 @@ def export_and_print(
     from trainctl.cdk_context import CdkEnvironmentError
 
     console = Console()
+    problem = file_problem(out_path)
+    if problem is not None:  # before the synth, which takes a while
+        print(f"trainctl dashboard: {output_error('--out', out_path, problem, folder=False)}", file=sys.stderr)
+        return 2
     try:
         result = export_dashboard(out_path, context=context)
     except (ConfigError, CdkEnvironmentError) as exc:
         console.print(f"[red]configuration error:[/red] {escape(str(exc))}")
         return 2
+    except OSError as exc:  # what only writing can tell: no permission, a full disk
+        print(f"trainctl dashboard: {os_error_text(exc)}", file=sys.stderr)
+        return 1
     if json_alarms:
         print(json.dumps([a.to_dict() for a in result.alarms], indent=2))
         return 0

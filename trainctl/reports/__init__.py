@@ -7,7 +7,9 @@ configuration's measurements and writes to ``DIR``:
 * ``report.md``: one table row per configuration -- skipped, rejected, failed
   and running ones included, with their reasons: status, tokens/s, MFU, peak
   memory, final loss, and the planner's prediction next to the measurement
-  (measured / predicted); then the convergence check, in numbers;
+  (measured / predicted; a configuration skipped for its memory verdict shows
+  ``not run`` with the verdict, no predicted speed); then the convergence
+  check, in numbers;
 * ``throughput_memory.png``: tokens/s (bars, coloured by precision) and peak
   memory (line, right axis) per configuration -- the guide's figure;
 * ``loss_curves.png``: loss against step per precision, one panel per

@@ -182,7 +182,7 @@ def _compare(group: str, base: ConfigResult, other: ConfigResult) -> Divergence:
         b, o = dict(base.curve), dict(other.curve)
         window = smoothing_window(len(common))
         sb, so = smooth([b[s] for s in common], window), smooth([o[s] for s in common], window)
-        diffs = [abs(x - y) for x, y in zip(so, sb)]
+        diffs = [abs(x - y) for x, y in zip(so, sb, strict=True)]
         return Divergence(
             group=group,
             precision=other.config.precision,

@@ -63,7 +63,7 @@ def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: 
     finite_tps = [v for v in tps if math.isfinite(v)]
     preds = [(r.predicted or {}).get("tokens_per_second") if r.predicted else None for r in results]
     top = max(finite_tps + [p for p in preds if isinstance(p, (int, float)) and sweep.mode == "aws"] or [1.0])
-    for x, r in zip(xs, results):
+    for x, r in zip(xs, results, strict=True):
         if math.isfinite(r.tokens_per_sec):
             ax.bar(x, r.tokens_per_sec, width=0.65, color=_color(r.config.precision), edgecolor="black", linewidth=0.4)
             if r.tokens_per_sec > top * 0.12:  # inside the bar, clear of the memory line's labels
@@ -100,10 +100,8 @@ def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: 
             )
     has_pred = False
     if sweep.mode == "aws":
-        for x, p, r in zip(xs, preds, results):
-            if isinstance(p, (int, float)) and (r.predicted or {}).get(
-                "fits"
-            ):  # no speed for a config that does not fit
+        for x, p in zip(xs, preds, strict=True):
+            if isinstance(p, (int, float)):  # a configuration that did not run has no predicted speed (None)
                 ax.plot([x - 0.32, x + 0.32], [p, p], color="black", linestyle="--", linewidth=1.2)
                 has_pred = True
     ax.set_ylim(0, top * 1.6)
@@ -117,12 +115,12 @@ def plot_throughput_memory(sweep: Sweep, results: Sequence[ConfigResult], path: 
     ax.set_axisbelow(True)
 
     ax2 = ax.twinx()
-    mem_x = [x for x, r in zip(xs, results) if math.isfinite(r.peak_memory_gb)]
+    mem_x = [x for x, r in zip(xs, results, strict=True) if math.isfinite(r.peak_memory_gb)]
     mem_y = [r.peak_memory_gb for r in results if math.isfinite(r.peak_memory_gb)]
     if mem_y:
         # NaN breaks the line at configurations without a measurement
         ax2.plot(xs, [r.peak_memory_gb for r in results], color="#222222", marker="o", linewidth=1.6, markersize=5)
-        for x, y in zip(mem_x, mem_y):
+        for x, y in zip(mem_x, mem_y, strict=True):
             ax2.annotate(
                 f"{y:.2f} GB" if y < 10 else f"{y:.1f} GB",
                 (x, y),
@@ -186,7 +184,7 @@ def plot_loss_curves(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequen
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.3 * nrows), dpi=130, squeeze=False)
     for ax in axes.flat[len(keys) :]:
         ax.axis("off")
-    for ax, key in zip(axes.flat, keys):
+    for ax, key in zip(axes.flat[: len(keys)], keys, strict=True):
         label = group_label(key)
         drawn = False
         styles = iter(["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))])

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from platform_spec.metric_lines import FIELDS, parse_line, run_records
 from trainctl.reports.analysis import summarise
-from trainctl.reports.results import ConfigResult
+from trainctl.reports.results import ConfigResult, reported_prediction
 from trainctl.sweeps.jobs import aws_client
 from trainctl.sweeps.state import ACTIVE_STATUSES, SKIPPED, Sweep, SweepConfig
 
@@ -56,7 +56,9 @@ def device_of(lines: Sequence[str]) -> str | None:
 
 def collect_local(sweep: Sweep, config: SweepConfig) -> ConfigResult:
     """Read a local run's ``train.log``: its metric lines and its ``[run]`` records (the device)."""
-    result = ConfigResult(config=config, status=config.status, reason=config.reason)
+    result = ConfigResult(
+        config=config, status=config.status, reason=config.reason, predicted=reported_prediction(config)
+    )
     if config.status == SKIPPED or not config.run_dir:
         return result
     log = sweep.directory / config.run_dir / "train.log"
@@ -69,7 +71,6 @@ def collect_local(sweep: Sweep, config: SweepConfig) -> ConfigResult:
     result.source = f"train.log ({len(steps)} metric lines)"
     result.device = device_of(lines)
     device = sweep.target.get("device") or {}
-    result.predicted = config.prediction
     # a prediction exists only for a known local GPU (the planner models GPUs, not CPUs)
     result.comparable = bool(config.prediction) and device.get("type") == "cuda"
     return result
@@ -107,7 +108,9 @@ def job_log_lines(logs: BaseClient, job_name: str, log_group: str = SAGEMAKER_LO
 
 def collect_job(sweep: Sweep, config: SweepConfig, sagemaker: BaseClient, logs: BaseClient) -> ConfigResult:
     """``DescribeTrainingJob`` + the job's CloudWatch Logs for one configuration."""
-    result = ConfigResult(config=config, status=config.status, reason=config.reason, predicted=config.prediction)
+    result = ConfigResult(
+        config=config, status=config.status, reason=config.reason, predicted=reported_prediction(config)
+    )
     if not config.job_name or config.status in (SKIPPED, "Pending", "Rejected", "SubmitError"):
         return result
     try:
@@ -150,7 +153,7 @@ def collect_job(sweep: Sweep, config: SweepConfig, sagemaker: BaseClient, logs: 
         gpu = None
     per = catalogue.get_instance(instance_type).gpus_per_instance if gpu else None
     result.device = f"{count}x {instance_type} ({(per or 0) * count}x {gpu})" if gpu else instance_type
-    pred = config.prediction or {}
+    pred = result.predicted or {}
     result.comparable = (
         bool(pred) and pred.get("instance_type") == instance_type and pred.get("instance_count") == count
     )

@@ -26,8 +26,15 @@ def _prediction_cells(r: ConfigResult, sweep: Sweep) -> tuple[str, str]:
         if sweep.mode == "local" and (sweep.target.get("device") or {}).get("type") != "cuda":
             return "n/a (CPU run)", "n/a (CPU run)"
         return "-", "-"
-    tps = format_tokens_per_second(pred.get("tokens_per_second", math.nan))
     mem = _fmt(pred.get("memory_gb_total", math.nan), ".1f")
+    speed = pred.get("tokens_per_second")
+    if speed is None:  # skipped: the planner's verdict, no speed as if it had run
+        return f"not run ({pred.get('status') or 'skipped'})", mem
+    tps = format_tokens_per_second(speed)
+    if pred.get("auto_tune"):
+        tps += " (with auto_tune's change)"
+    elif pred.get("status") == "at-risk":
+        tps += " (at-risk, accepted)"
     if r.comparable and math.isfinite(r.tokens_ratio):
         tps += f" ({r.tokens_ratio:.2f}x)"
     if r.comparable and math.isfinite(r.memory_ratio):
@@ -176,7 +183,9 @@ def render_markdown(
         "- peak memory: the largest `peak_mem_allocated_gb` logged, per GPU (CPU: peak resident set size per process), GB = 1e9 bytes.",
         "- final loss: training cross-entropy of the last logged step, nats/token.",
         "- planner: `planner.estimate` for the configuration on the sweep's hardware; the ratio is measured / predicted "
-        "(shown where the run was on that hardware).",
+        "(shown where the run was on that hardware). A configuration skipped for its memory verdict (`out-of-memory`, "
+        "or `at-risk` without `accept_memory_risk`) did not run: it shows the predicted memory and `not run` with the "
+        "verdict instead of a speed; one run with `auto_tune` shows the prediction of the changed configuration.",
         "- convergence: formats that differ only in precision, compared with the group's highest precision; centred "
         "moving average over a tenth of the common steps; mean/max absolute difference over the common steps.",
         "",

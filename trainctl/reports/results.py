@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainctl.sweeps.state import SweepConfig
+from trainctl.sweeps.pruning import SPEED_FIGURES, not_run_reason
+from trainctl.sweeps.state import SKIPPED, SweepConfig
 
 
 @dataclass
@@ -26,7 +27,8 @@ class ConfigResult:
         peak_memory_gb: peak allocated per GPU (CPU: peak RSS per process), GB (1e9 bytes).
         final_loss: cross-entropy of the last logged step, nats/token.
         device: e.g. ``"CPU (x86_64), 2 processes"`` or ``"1x ml.p6-b200.48xlarge (8x B200)"``.
-        predicted: the planner's figures (:func:`trainctl.sweeps.pruning.prediction_of`) or None.
+        predicted: the planner's figures (:func:`trainctl.sweeps.pruning.prediction_of`) as the report shows
+            them (:func:`reported_prediction`: no speed figures for a configuration that did not run), or None.
         comparable: the prediction is for the hardware the measurement ran on.
     """
 
@@ -90,6 +92,33 @@ class ConfigResult:
         }
 
 
+def reported_prediction(config: SweepConfig) -> dict[str, Any] | None:
+    """The planner's prediction of ``config`` as a report shows it, or None without one.
+
+    A configuration the sweep skipped did not run: its speed figures
+    (:data:`trainctl.sweeps.pruning.SPEED_FIGURES`) are ``None`` and ``not_run`` says why, from the
+    planner's memory verdict ``status`` -- also for a state written before predictions withheld them
+    (whose verdict, without ``status``, was ``out-of-memory`` when it did not fit: the sweep skipped only
+    those then).
+    """
+    prediction = config.prediction
+    if not prediction:
+        return None
+    out = dict(prediction)
+    if config.status != SKIPPED:
+        return out
+    status = out.get("status") or ("fits" if out.get("fits") else "out-of-memory")
+    out["status"] = status
+    out.update(dict.fromkeys(SPEED_FIGURES))
+    if not out.get("not_run"):
+        required, usable = out.get("memory_gb_required"), out.get("memory_gb_usable")
+        if isinstance(required, (int, float)) and isinstance(usable, (int, float)):
+            out["not_run"] = not_run_reason(status, float(required), float(usable))
+        else:
+            out["not_run"] = f"not run: {status}"
+    return out
+
+
 def json_number(value: float) -> float | None:
     """A figure for ``report.json``: rounded to 6 decimals; None for NaN, infinities and non-numbers."""
     return round(value, 6) if isinstance(value, (int, float)) and math.isfinite(value) else None
@@ -109,4 +138,4 @@ def format_tokens_per_second(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
-__all__ = ["ConfigResult", "format_tokens_per_second", "json_number", "ratio"]
+__all__ = ["ConfigResult", "format_tokens_per_second", "json_number", "ratio", "reported_prediction"]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainctl.output_paths import folder_problem, os_error_text, output_error
 from trainctl.reports.analysis import Divergence, divergences
 from trainctl.reports.charts import plot_loss_curves, plot_throughput_memory
 from trainctl.reports.collection import collect
@@ -111,12 +112,20 @@ def write_and_print(
     region: str | None = None,
 ) -> int:
     """``trainctl report``: write the report (:func:`write_report`), print its table and the files written;
-    return the exit status: 0, or 2 (one line on stderr) when there is no such sweep."""
+    return the exit status: 0, or 2 (one line on stderr) when there is no such sweep or ``out_dir`` cannot be a
+    folder (checked before anything is read or written), 1 when a file cannot be read or written."""
+    problem = folder_problem(out_dir)
+    if problem is not None:
+        print(f"trainctl report: {output_error('--out', out_dir, problem)}", file=sys.stderr)
+        return 2
     try:
         paths = write_report(name_or_dir, out_dir, sweeps_dir=sweeps_dir or DEFAULT_SWEEPS_DIR, region=region)
     except SweepError as exc:
         print(f"trainctl report: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # what only reading or writing can tell: no permission, a full disk
+        print(f"trainctl report: {os_error_text(exc)}", file=sys.stderr)
+        return 1
     text = paths.markdown.read_text(encoding="utf-8")
     table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
     print(table)

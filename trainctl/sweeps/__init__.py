@@ -14,9 +14,12 @@ One module per step, in order:
 * :mod:`~trainctl.sweeps.grid` -- parse the grid, expand it over a base into
   configurations, name them (deterministic ``job_name`` / ``client_token``);
 * :mod:`~trainctl.sweeps.pruning` -- skip what the hardware cannot run or the
-  planner predicts will not fit, with the reason and the planner's figures;
-* :mod:`~trainctl.sweeps.planning` -- define a sweep (base, grid, target), or
-  resume the existing one of that name (:func:`~trainctl.sweeps.planning.plan_sweep`);
+  planner's memory verdict refuses (``out-of-memory``; ``at-risk`` unless the
+  base sets ``accept_memory_risk``: the submitter's rule), with the reason and
+  the planner's figures (no speed for what does not run);
+* :mod:`~trainctl.sweeps.planning` -- define a sweep (base, with the shape of its
+  ``model_config``; grid; target), or resume the existing one of that name
+  (:func:`~trainctl.sweeps.planning.plan_sweep`);
 * :mod:`~trainctl.sweeps.state` -- the sweep and its configurations, kept in
   ``<sweeps dir>/<name>/sweep.json`` (written after every change);
 * :mod:`~trainctl.sweeps.submission` -- AWS: each configuration through the

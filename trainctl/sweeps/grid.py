@@ -3,8 +3,8 @@ configurations' deterministic names (the training job's ``job_name`` and ``clien
 
 Grid keys and values are checked with :mod:`platform_spec.hyperparameters` (a bad one raises
 :class:`~platform_spec.hyperparameters.HyperparameterError` naming the key and its allowed values); each
-configuration is validated as a whole (cross-field rules): one that breaks a rule is ``Skipped`` with the
-rule as its reason.
+configuration is validated as a whole (cross-field rules and the model family's shape rule): one that breaks a
+rule is ``Skipped`` with the rule as its reason.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from platform_spec import hyperparameters as hpmod
+from platform_spec.errors import FieldError
 from trainctl.sweeps.state import SKIPPED, SweepConfig, SweepError
 
 
@@ -96,17 +97,20 @@ def expand(grid: Mapping[str, Sequence[str]], base_hyperparameters: Mapping[str,
     """The cartesian product of ``grid`` (first key slowest) over ``base_hyperparameters``.
 
     A combination that breaks a cross-field rule (e.g. ``quantized_model_init``
-    without an fp8-family precision) is ``Skipped`` with the rule as its reason.
+    without an fp8-family precision), or whose model shape its family's rule refuses
+    (:func:`platform_spec.hyperparameters.model_shape`: e.g. ``num_kv_heads`` not dividing ``num_heads``,
+    a width that is not the precision's GEMM multiple), is ``Skipped`` with the rule as its reason,
+    naming the field: ``invalid combination: hyperparameter 'num_kv_heads': got 3, expected ...``.
     """
     keys = list(grid)
     configs: list[SweepConfig] = []
     for index, values in enumerate(itertools.product(*(grid[k] for k in keys))):
-        overrides = dict(zip(keys, values))
+        overrides = dict(zip(keys, values, strict=True))
         full = {**base_hyperparameters, **overrides}
         config = SweepConfig(index=index, overrides=overrides, hyperparameters=full)
         try:
             hpmod.parse(full)
-        except hpmod.HyperparameterError as exc:
+        except FieldError as exc:  # HyperparameterError: a cross-field rule, or the model family's shape rule
             config.mark(SKIPPED, f"invalid combination: {exc}")
         configs.append(config)
     return configs

@@ -1,12 +1,23 @@
 """Defining a sweep: its base (a submitter request, or hyperparameters for local runs), the grid expanded
 over it and pruned, or the existing sweep of that name when its definition is the same.
 
-What happens, in order (:func:`plan_sweep`): the grid is parsed and expanded
-(:mod:`trainctl.sweeps.grid`), then pruned (:mod:`trainctl.sweeps.pruning`);
-AWS configurations get their deterministic ``job_name`` and ``client_token``,
-local ones their run folder. A sweep's definition (mode, base, grid, target)
-is fixed once created: running it again with a different one raises
-:class:`~trainctl.sweeps.state.SweepError` (choose another name).
+What happens, in order (:func:`plan_sweep`): the base's hyperparameters are read (with the shape of its
+``model_config``, a Hugging Face ``config.json``, when it has one), the grid is parsed and expanded over
+them (:mod:`trainctl.sweeps.grid`), then pruned (:mod:`trainctl.sweeps.pruning`); AWS configurations get
+their deterministic ``job_name`` and ``client_token``, local ones their run folder. A sweep's definition
+(mode, base, grid, target) is fixed once created: running it again with a different one raises
+:class:`~trainctl.sweeps.state.SweepError` (choose another name). ``accept_memory_risk`` is not part of the
+definition (as it is not part of the submitter's request fingerprint): running a sweep again with it set
+runs the configurations it skipped as ``at-risk``, and without it skips those not yet submitted or run.
+
+``model_config`` is mapped as the submitter maps it
+(:func:`platform_spec.hyperparameters.merge_model_config`): ``model`` becomes the family's custom shape
+and the shape hyperparameters come from the file, so the sweep plans, prunes and runs the shape the base
+names. The base's own ``hyperparameters`` may not set the shape too (the submitter's rule); the grid and
+``--set`` may vary its shape hyperparameters (``num_kv_heads``, ``hidden_size``, ...), each configuration
+checked by the family's shape rule (one that breaks it is skipped with the field named), but not ``model``
+or ``model_family``. The AWS requests then carry the merged shape hyperparameters instead of
+``model_config`` (the training job's hyperparameters are the same either way).
 """
 
 from __future__ import annotations
@@ -21,9 +32,20 @@ from typing import Any
 
 from platform_spec import hyperparameters as hpmod
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.errors import FieldError
 from trainctl.sweeps.grid import client_token_for, expand, job_name_for, parse_assignments, parse_grid
 from trainctl.sweeps.pruning import local_device, prune_for_instance, prune_for_local, trainable_instance
-from trainctl.sweeps.state import DEFAULT_SWEEPS_DIR, SKIPPED, STATE_FILE, Sweep, SweepError, check_name
+from trainctl.sweeps.state import (
+    ACCEPT_MEMORY_RISK,
+    DEFAULT_SWEEPS_DIR,
+    PENDING,
+    SKIPPED,
+    STATE_FILE,
+    Sweep,
+    SweepConfig,
+    SweepError,
+    check_name,
+)
 
 LOCAL_BASE_HYPERPARAMETERS: dict[str, str] = {
     "model": "gpt-tiny",
@@ -82,6 +104,55 @@ def _strings(hyperparameters: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+LOCAL_BASE_REQUEST_FIELDS: tuple[str, ...] = ("model_config", ACCEPT_MEMORY_RISK, "auto_tune")
+"""Request fields a local sweep's base may carry besides its hyperparameters (in either form): the model's
+shape and the memory-risk choice; ``auto_tune`` is refused (a local run trains the configuration as given)."""
+
+
+def _flag(data: Mapping[str, Any], key: str, where: str) -> bool:
+    """A request's boolean field (absent or ``null``: false), as the submitter reads it.
+
+    Raises:
+        SweepError: not true or false (named).
+    """
+    value = data.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise SweepError(f"{where}{key} {value!r}: expected true or false")
+    return value
+
+
+def _with_model_config(
+    values: Mapping[str, Any],
+    model_config: Any,
+    *,
+    where: str,
+    grid: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``values`` (the base's hyperparameters) with the shape of ``model_config``
+    (:func:`platform_spec.hyperparameters.merge_model_config`, the submitter's mapping).
+
+    Raises:
+        SweepError: a key of ``model_config`` refused (``model_config.<key>``), a base hyperparameter that
+            sets the shape too, or ``model`` / ``model_family`` in the grid or ``--set``.
+    """
+    try:
+        merged = hpmod.merge_model_config(values, model_config)
+    except FieldError as exc:
+        raise SweepError(f"{where}{exc}") from None
+    for kind, keys in (("grid key", grid), ("--set", overrides)):
+        for name in ("model", "model_family"):
+            if name in keys:
+                shape = ", ".join(n for n in hpmod.SHAPE_HYPERPARAMETERS if n in merged)
+                raise SweepError(
+                    f"{kind} {name!r}: {where.rstrip(': ')}'s model_config sets the model (model={merged['model']}); "
+                    f"vary its shape hyperparameters ({shape}) instead, or remove model_config"
+                )
+    return merged
+
+
 def plan_sweep(
     name: str,
     grid: Mapping[str, Sequence[Any]] | Sequence[str] | None,
@@ -103,8 +174,12 @@ def plan_sweep(
         mode: ``"local"`` or ``"aws"``.
         base: AWS: a submit request (path or mapping; default :data:`AWS_BASE_REQUEST`);
             local: a request (its ``hyperparameters`` are used) or a hyperparameters
-            object, over :data:`LOCAL_BASE_HYPERPARAMETERS`.
-        set_values: ``KEY=VALUE`` hyperparameters applied over the base.
+            object, over :data:`LOCAL_BASE_HYPERPARAMETERS`, with the request fields of
+            :data:`LOCAL_BASE_REQUEST_FIELDS`. Either may carry ``model_config`` (a Hugging Face
+            ``config.json`` object: the model's shape, module docstring) and ``accept_memory_risk``
+            (run ``at-risk`` configurations, :mod:`trainctl.sweeps.pruning`).
+        set_values: ``KEY=VALUE`` hyperparameters applied over the base (shape hyperparameters over a
+            ``model_config``'s too).
         nproc: local: processes per run when there is no GPU.
         data_dir: local: token shards (default: CPython's docs, prepared once under ``sweeps_dir``).
         device: local: :func:`~trainctl.sweeps.pruning.local_device` (detected when None).
@@ -115,9 +190,12 @@ def plan_sweep(
         The sweep (not yet saved when new).
 
     Raises:
-        SweepError: bad name / mode / base, no grid for a new sweep, or an existing
+        SweepError: bad name / mode / base (its ``model_config`` refused, naming the key; a base
+            hyperparameter setting the shape it gives; ``auto_tune`` or ``accept_memory_risk`` not true or
+            false), ``model`` / ``model_family`` in the grid or ``--set`` over a ``model_config``, no grid for
+            a new sweep, every configuration of the grid invalid (the first's rule named), or an existing
             sweep of that name with a different definition.
-        HyperparameterError: a bad grid or ``--set`` key or value.
+        HyperparameterError: a bad grid, base or ``--set`` key or value.
     """
     check_name(name)
     if mode not in ("local", "aws"):
@@ -139,27 +217,53 @@ def plan_sweep(
     if mode == "local":
         if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
             raise SweepError(f"nproc {nproc!r}: expected an integer >= 1")
-        given = {}
+        where = "--base: "
+        given: Any = {}
+        model_config = None
+        accept = False
         if raw_base is not None:
-            given = raw_base.get("hyperparameters", raw_base)
+            if "hyperparameters" in raw_base:  # a request: its hyperparameters
+                given = raw_base["hyperparameters"]
+            else:  # a hyperparameters object
+                given = {k: v for k, v in raw_base.items() if k not in LOCAL_BASE_REQUEST_FIELDS}
             if not isinstance(given, Mapping):
                 raise SweepError("--base: 'hyperparameters' must be a JSON object")
-        base_hp = {**LOCAL_BASE_HYPERPARAMETERS, **_strings(given), **overrides}
-        hpmod.parse(base_hp)
+            model_config = raw_base.get("model_config")
+            accept = _flag(raw_base, ACCEPT_MEMORY_RISK, where)
+            if _flag(raw_base, "auto_tune", where):
+                raise SweepError(
+                    "--base: auto_tune true: a local sweep runs each configuration as given (auto_tune is the "
+                    "job submitter's); remove it"
+                )
+        defaults = dict(LOCAL_BASE_HYPERPARAMETERS)
+        if model_config is not None:
+            given = _with_model_config(given, model_config, where=where, grid=parsed_grid, overrides=overrides)
+            del defaults["model"]
+        base_hp = {**defaults, **_strings(given), **overrides}
         dev = dict(device) if device is not None else local_device()
-        target: dict[str, Any] = {"nproc": nproc, "device": dev, "data": str(data_dir) if data_dir else "python-docs"}
+        target: dict[str, Any] = {
+            "nproc": nproc,
+            "device": dev,
+            "data": str(data_dir) if data_dir else "python-docs",
+            ACCEPT_MEMORY_RISK: accept,
+        }
         sweep_base: dict[str, Any] = base_hp
     else:
+        where = "base request: "
         request = raw_base if raw_base is not None else copy.deepcopy(AWS_BASE_REQUEST)
-        hp_raw = request.get("hyperparameters") or {}
-        if not isinstance(hp_raw, Mapping):
-            raise SweepError("base request: 'hyperparameters' must be a JSON object")
-        base_hp = {**_strings(hp_raw), **overrides}
-        hpmod.parse(base_hp)
-        request["hyperparameters"] = base_hp
         for key in ("client_token", "job_name", "dry_run"):
             if key in request:
                 raise SweepError(f"base request: remove {key!r}: the sweep sets it for each configuration")
+        hp_raw = request.get("hyperparameters") or {}
+        if not isinstance(hp_raw, Mapping):
+            raise SweepError("base request: 'hyperparameters' must be a JSON object")
+        _flag(request, "auto_tune", where)
+        _flag(request, ACCEPT_MEMORY_RISK, where)
+        model_config = request.pop("model_config", None)
+        if model_config is not None:  # the requests carry its shape as hyperparameters (module docstring)
+            hp_raw = _with_model_config(hp_raw, model_config, where=where, grid=parsed_grid, overrides=overrides)
+        base_hp = {**_strings(hp_raw), **overrides}
+        request["hyperparameters"] = base_hp
         environ = os.environ if env is None else env
         instance_type = request.get("instance_type") or environ.get("DEFAULT_INSTANCE_TYPE") or DEFAULT_INSTANCE_TYPE
         request["instance_type"] = instance_type
@@ -189,27 +293,66 @@ def plan_sweep(
                 f"run it again as defined (omit --grid to resume it) or choose another --name"
             )
         existing.target.update({k: v for k, v in target.items() if k in ("submitter", "device")})
+        _set_memory_risk(existing, sweep.accepts_memory_risk)
         return existing
 
     sweep.configs = expand(parsed_grid, base_hp)
-    if mode == "local":
-        prune_for_local(sweep.configs, target["device"])
-    else:
-        prune_for_instance(
-            sweep.configs,
-            target["instance_type"],
-            target["instance_count"],
-            auto_tune=bool(sweep_base.get("auto_tune")),
+    invalid = [c for c in sweep.configs if c.status == SKIPPED]
+    if invalid and len(invalid) == len(sweep.configs):
+        raise SweepError(
+            f"every configuration of the grid is invalid; the first, {invalid[0].title}: "
+            + (invalid[0].reason or "").removeprefix("invalid combination: ")
         )
-    for config in sweep.configs:
-        if config.status == SKIPPED:
-            continue
-        if mode == "aws":
-            config.client_token = client_token_for(name, config)
-            config.job_name = job_name_for(name, config)
-        else:
-            config.run_dir = f"runs/{config.id}"
+    _prune(sweep, sweep.configs)
     return sweep
 
 
-__all__ = ["AWS_BASE_REQUEST", "LOCAL_BASE_HYPERPARAMETERS", "plan_sweep"]
+def _prune(sweep: Sweep, configs: Sequence[SweepConfig]) -> None:
+    """Prune ``configs`` of ``sweep`` for its target, then name those that run (AWS: ``job_name`` and
+    ``client_token``; local: the run folder)."""
+    if sweep.mode == "local":
+        prune_for_local(configs, sweep.target["device"], accept_memory_risk=sweep.accepts_memory_risk)
+    else:
+        prune_for_instance(
+            configs,
+            sweep.target["instance_type"],
+            sweep.target["instance_count"],
+            auto_tune=bool(sweep.base.get("auto_tune")),
+            accept_memory_risk=sweep.accepts_memory_risk,
+        )
+    for config in configs:
+        if config.status == SKIPPED:
+            config.client_token = config.job_name = config.run_dir = None
+        elif sweep.mode == "aws":
+            config.client_token = client_token_for(sweep.name, config)
+            config.job_name = job_name_for(sweep.name, config)
+        else:
+            config.run_dir = f"runs/{config.id}"
+
+
+def _set_memory_risk(sweep: Sweep, accept: bool) -> None:
+    """Record ``accept_memory_risk`` on an existing sweep; when it changed, prune again the configurations
+    the planner calls ``at-risk`` that have not been submitted or run (``Pending``, or ``Skipped`` for that
+    verdict): accepted, they run; no longer accepted, they are skipped."""
+    if sweep.accepts_memory_risk == accept:
+        return
+    if sweep.mode == "aws":
+        sweep.base[ACCEPT_MEMORY_RISK] = accept
+    else:
+        sweep.target[ACCEPT_MEMORY_RISK] = accept
+    from planner.memory import AT_RISK
+
+    again = [
+        c
+        for c in sweep.configs
+        if c.status in (PENDING, SKIPPED)
+        and (c.prediction or {}).get("status") == AT_RISK
+        and not (c.prediction or {}).get("auto_tune")
+    ]
+    for config in again:
+        config.mark(PENDING)
+        config.prediction = None
+    _prune(sweep, again)
+
+
+__all__ = ["AWS_BASE_REQUEST", "LOCAL_BASE_HYPERPARAMETERS", "LOCAL_BASE_REQUEST_FIELDS", "plan_sweep"]

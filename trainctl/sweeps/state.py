@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from platform_spec import hyperparameters as hpmod
+from platform_spec.files import atomic_write_text
 
 DEFAULT_SWEEPS_DIR = Path(".sweeps")
 """Where sweeps keep their state by default (relative to the working directory; git-ignored)."""
@@ -45,6 +46,12 @@ FAILED = "Failed"
 STOPPED = "Stopped"
 TERMINAL_STATUSES = (COMPLETED, FAILED, STOPPED)
 ACTIVE_STATUSES = ("InProgress", "Stopping")
+
+ACCEPT_MEMORY_RISK = "accept_memory_risk"
+"""The request field that runs configurations the planner calls ``at-risk`` (the submitter's
+:data:`platform_spec.request_fields.FIELDS` row): in an AWS sweep's base request, in a local sweep's target.
+Not part of a sweep's definition (:meth:`Sweep.definition`), as it is not part of the submitter's request
+fingerprint."""
 
 _SHORT = {
     "batch_size": "bs",
@@ -151,7 +158,7 @@ class Sweep:
         mode: ``"local"`` or ``"aws"``.
         grid: ``{key: [value strings]}``.
         base: local: the base hyperparameters (strings); AWS: the base request.
-        target: local: ``{"nproc", "device", "data"}``; AWS: ``{"instance_type",
+        target: local: ``{"nproc", "device", "data", "accept_memory_risk"}``; AWS: ``{"instance_type",
             "instance_count", "gpu", "submitter"}``.
         directory: the sweep folder (``<sweeps dir>/<name>``).
         configs: every configuration, skipped ones included.
@@ -171,10 +178,18 @@ class Sweep:
     def state_file(self) -> Path:
         return self.directory / STATE_FILE
 
+    @property
+    def accepts_memory_risk(self) -> bool:
+        """Whether configurations the planner calls ``at-risk`` run (:data:`ACCEPT_MEMORY_RISK`)."""
+        source = self.base if self.mode == "aws" else self.target
+        return source.get(ACCEPT_MEMORY_RISK) is True
+
     def definition(self) -> dict[str, Any]:
-        """What fixes the sweep: mode, grid, base and the target (hardware / processes)."""
-        target = {k: v for k, v in self.target.items() if k not in ("submitter", "device")}
-        return {"mode": self.mode, "grid": self.grid, "base": self.base, "target": target}
+        """What fixes the sweep: mode, grid, base and the target (hardware / processes); not where it is
+        submitted from, the local device's details or :data:`ACCEPT_MEMORY_RISK`."""
+        target = {k: v for k, v in self.target.items() if k not in ("submitter", "device", ACCEPT_MEMORY_RISK)}
+        base = {k: v for k, v in self.base.items() if not (self.mode == "aws" and k == ACCEPT_MEMORY_RISK)}
+        return {"mode": self.mode, "grid": self.grid, "base": base, "target": target}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -191,9 +206,7 @@ class Sweep:
     def save(self) -> None:
         """Write ``sweep.json`` atomically (a rename), so an interrupted sweep never leaves half a file."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, self.state_file)
+        atomic_write_text(self.state_file, json.dumps(self.to_json(), indent=2, default=str) + "\n")
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Sweep:
@@ -263,6 +276,7 @@ def load_sweep(name_or_dir: str | os.PathLike[str], sweeps_dir: str | os.PathLik
 
 
 __all__ = [
+    "ACCEPT_MEMORY_RISK",
     "ACTIVE_STATUSES",
     "COMPLETED",
     "DEFAULT_SWEEPS_DIR",

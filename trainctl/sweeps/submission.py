@@ -136,6 +136,7 @@ def submit_configs(
         SweepError: the in-process submitter's environment is incomplete.
         SubmitError: the deployed function's region or credentials do not resolve.
     """
+    from platform_constructs.submitter.runtime.errors import ConfigurationError
     from trainctl.submitter_client import SubmitError
 
     todo = [c for c in sweep.configs if c.status in (PENDING, REJECTED, SUBMIT_ERROR)]
@@ -149,12 +150,12 @@ def submit_configs(
             answer: dict[str, Any] = {"config": config.id}
             try:
                 response = send(request_for(sweep, config, dry_run=dry_run))
+            except ConfigurationError as exc:  # the in-process runtime's: a setting missing from the environment
+                raise SweepError(
+                    f"the submitter's environment is incomplete: {exc}; source the env file of "
+                    "`trainctl local-aws --env-file FILE`, or use --function NAME"
+                ) from None
             except Exception as exc:
-                if type(exc).__name__ == "ConfigurationError":
-                    raise SweepError(
-                        f"the submitter's environment is incomplete: {exc}; source the env file of "
-                        "`trainctl local-aws --env-file FILE`, or use --function NAME"
-                    ) from None
                 reason = str(exc) if isinstance(exc, SubmitError) else f"{type(exc).__name__}: {exc}"
                 answer.update(status=SUBMIT_ERROR, reason=reason)
                 if not dry_run:

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from platform_spec.errors import FieldError
+from trainctl.output_paths import folder_problem, output_error
 from trainctl.sweeps.runner import SweepResult
 from trainctl.sweeps.state import DEFAULT_SWEEPS_DIR, PENDING, REJECTED, SKIPPED, SUBMIT_ERROR, Sweep, SweepError
 
@@ -71,6 +73,15 @@ def sweep_and_summarise(
     from trainctl.sweeps.runner import run_aws_sweep, run_local_sweep
 
     directory = Path(sweeps_dir) if sweeps_dir is not None else DEFAULT_SWEEPS_DIR
+    problem = folder_problem(directory)
+    if problem is not None:  # before a sweep state is written or a run started
+        print(f"trainctl sweep: {output_error('--dir', directory, problem)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if local and data_dir is not None and not Path(data_dir).is_dir():
+        what = "is a file" if Path(data_dir).exists() else "does not exist"
+        refusal = FieldError("--data", str(data_dir), "a folder of token shards (trainctl prepare-data)", detail=what)
+        print(f"trainctl sweep: {refusal}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         if local and dry_run:
             sweep = plan_sweep(

@@ -29,14 +29,23 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
 from . import settings
-from .aws import client, put_metric_data
+from .aws import cloudwatch_client, dynamodb_client, put_metric_data
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_cloudwatch.type_defs import MetricDatumTypeDef
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 logger = Logger(service=settings.JOB_EVENTS_SERVICE)
+
+Recorder = Callable[["TrainingJobOutcome"], dict[str, Any]]
+"""Records one outcome (publishes its count and logs it); returns what :func:`record_outcome` returns."""
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 7 * 24 * 3600
 """A week: longer than EventBridge's (24 h) and Lambda's (6 h) retry windows."""
@@ -173,7 +182,7 @@ def _event_time(value: Any) -> datetime:
     raise EventError("time", value, "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z")
 
 
-def outcome_datum(outcome: TrainingJobOutcome) -> dict[str, Any]:
+def outcome_datum(outcome: TrainingJobOutcome) -> MetricDatumTypeDef:
     """The ``PutMetricData`` datum counting one outcome."""
     return {
         "MetricName": settings.METRIC_JOB_OUTCOMES,
@@ -184,7 +193,7 @@ def outcome_datum(outcome: TrainingJobOutcome) -> dict[str, Any]:
     }
 
 
-def record_outcome(outcome: TrainingJobOutcome, *, cloudwatch: Any) -> dict[str, Any]:
+def record_outcome(outcome: TrainingJobOutcome, *, cloudwatch: CloudWatchClient) -> dict[str, Any]:
     """Publish the outcome's count and log it; returns ``{"counted": bool, ...}``.
 
     Non-terminal statuses are ignored (``counted`` false); the rule does not
@@ -211,11 +220,11 @@ def record_outcome(outcome: TrainingJobOutcome, *, cloudwatch: Any) -> dict[str,
 
 def make_recorder(
     *,
-    cloudwatch: Any,
-    dynamodb: Any,
+    cloudwatch: CloudWatchClient,
+    dynamodb: DynamoDBClient,
     table_name: str,
     expires_after_seconds: int = DEFAULT_IDEMPOTENCY_TTL_SECONDS,
-) -> tuple[Callable[[TrainingJobOutcome], dict[str, Any]], Any]:
+) -> tuple[Recorder, IdempotencyConfig]:
     """An idempotent :func:`record_outcome` keyed on ``(TrainingJobArn, TrainingJobStatus)``.
 
     Returns ``(record, idempotency_config)``; the handler registers its Lambda
@@ -235,33 +244,37 @@ def make_recorder(
         expires_after_seconds=expires_after_seconds,
     )
 
-    @idempotent_function(data_keyword_argument="fields", config=config, persistence_store=persistence)
     def _record(*, fields: dict[str, Any], outcome: TrainingJobOutcome) -> dict[str, Any]:
         return record_outcome(outcome, cloudwatch=cloudwatch)
 
+    # Powertools types its decorator's result as Any; the wrapped function keeps _record's keywords and answer
+    once: Callable[..., dict[str, Any]] = idempotent_function(
+        data_keyword_argument="fields", config=config, persistence_store=persistence
+    )(_record)
+
     def record(outcome: TrainingJobOutcome) -> dict[str, Any]:
         key = {"training_job_arn": outcome.training_job_arn, "training_job_status": outcome.training_job_status}
-        return _record(fields=key, outcome=outcome)
+        return once(fields=key, outcome=outcome)
 
     return record, config
 
 
-def handle(event: Any, record: Callable[[TrainingJobOutcome], dict[str, Any]]) -> dict[str, Any]:
+def handle(event: Any, record: Recorder) -> dict[str, Any]:
     """Read ``event`` and record its outcome with ``record``; what :func:`lambda_handler` runs."""
     outcome = TrainingJobOutcome.from_event(event)
     logger.set_correlation_id(outcome.event_id or None)
     return record(outcome)
 
 
-_recorder: tuple[Callable[[TrainingJobOutcome], dict[str, Any]], Any] | None = None
+_recorder: tuple[Recorder, IdempotencyConfig] | None = None
 
 
-def _default_recorder() -> tuple[Callable[[TrainingJobOutcome], dict[str, Any]], Any]:
+def _default_recorder() -> tuple[Recorder, IdempotencyConfig]:
     global _recorder
     if _recorder is None:
         _recorder = make_recorder(
-            cloudwatch=client("cloudwatch"),
-            dynamodb=client("dynamodb"),
+            cloudwatch=cloudwatch_client(),
+            dynamodb=dynamodb_client(),
             table_name=os.environ[settings.ENV_IDEMPOTENCY_TABLE],
             expires_after_seconds=int(
                 os.environ.get(settings.ENV_IDEMPOTENCY_TTL_SECONDS, DEFAULT_IDEMPOTENCY_TTL_SECONDS)

@@ -27,17 +27,24 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from aws_lambda_powertools import Logger
 
+from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.training_plans import PlanArn, TrainingPlanArnError
 
 from . import settings
-from .aws import client, error_code, put_metric_data
+from .aws import cloudwatch_client, error_code, put_metric_data, sagemaker_client, ssm_client
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_ssm import SSMClient
 
 logger = Logger(service=settings.PLAN_METRICS_SERVICE)
 
@@ -70,10 +77,10 @@ class PlanCapacity:
     @property
     def usable(self) -> bool:
         """Jobs may be placed on it (status ``Active`` or ``Scheduled``)."""
-        return self.status in settings.USABLE_PLAN_STATUSES
+        return self.status in USABLE_PLAN_STATUSES
 
     @classmethod
-    def from_description(cls, description: dict[str, Any], now: datetime) -> PlanCapacity:
+    def from_description(cls, description: Mapping[str, Any], now: datetime) -> PlanCapacity:
         """Build from a ``DescribeTrainingPlan`` response (boto3 shape: ``EndTime`` a datetime)."""
         end = description["EndTime"]
         if end.tzinfo is None:
@@ -124,7 +131,7 @@ class PublishReport:
         }
 
 
-def read_plan_arns(ssm: Any, parameter_name: str) -> list[str]:
+def read_plan_arns(ssm: SSMClient, parameter_name: str) -> list[str]:
     """The plan ARNs in the SSM String parameter ``parameter_name`` (a JSON list).
 
     Raises:
@@ -150,7 +157,9 @@ def read_plan_arns(ssm: Any, parameter_name: str) -> list[str]:
     return list(dict.fromkeys(arns))  # each plan once, order kept
 
 
-def describe_plans(sagemaker: Any, arns: Sequence[str], now: datetime) -> tuple[list[PlanCapacity], list[PlanProblem]]:
+def describe_plans(
+    sagemaker: SageMakerClient, arns: Sequence[str], now: datetime
+) -> tuple[list[PlanCapacity], list[PlanProblem]]:
     """``DescribeTrainingPlan`` for each ARN; AWS errors become :class:`PlanProblem` entries."""
     plans, problems = [], []
     for arn in arns:
@@ -167,17 +176,19 @@ def describe_plans(sagemaker: Any, arns: Sequence[str], now: datetime) -> tuple[
     return plans, problems
 
 
-def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[dict[str, Any]]:
+def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[MetricDatumTypeDef]:
     """``PutMetricData`` datums: four per plan plus the all-plans instance totals (see the module doc)."""
-    datums: list[dict[str, Any]] = []
+    datums: list[MetricDatumTypeDef] = []
 
-    def add(name: str, value: float, unit: str, dimensions: list[dict[str, str]]) -> None:
+    def add(name: str, value: float, unit: Literal["Count", "None"], dimensions: list[DimensionTypeDef]) -> None:
         datums.append(
             {"MetricName": name, "Dimensions": dimensions, "Timestamp": now, "Value": float(value), "Unit": unit}
         )
 
     for plan in plans:
-        dims = [{"Name": settings.DIMENSION_TRAINING_PLAN_NAME, "Value": plan.training_plan_name}]
+        dims: list[DimensionTypeDef] = [
+            {"Name": settings.DIMENSION_TRAINING_PLAN_NAME, "Value": plan.training_plan_name}
+        ]
         add(settings.METRIC_AVAILABLE_INSTANCES, plan.available_instances, "Count", dims)
         add(settings.METRIC_IN_USE_INSTANCES, plan.in_use_instances, "Count", dims)
         add(settings.METRIC_TOTAL_INSTANCES, plan.total_instances, "Count", dims)
@@ -191,9 +202,9 @@ def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[dict[str, 
 
 def publish_plan_metrics(
     *,
-    ssm: Any,
-    sagemaker: Any,
-    cloudwatch: Any,
+    ssm: SSMClient,
+    sagemaker: SageMakerClient,
+    cloudwatch: CloudWatchClient,
     parameter_name: str,
     now: datetime | None = None,
 ) -> PublishReport:
@@ -218,22 +229,33 @@ def publish_plan_metrics(
     return PublishReport(observed_at=now, plans=plans, problems=problems, datums=len(datums))
 
 
-_clients: dict[str, Any] = {}
+@dataclass(frozen=True)
+class PlanMetricsClients:
+    """The publisher's AWS clients (created once per warm function)."""
+
+    ssm: SSMClient
+    sagemaker: SageMakerClient
+    cloudwatch: CloudWatchClient
 
 
-def _client(service: str) -> Any:
-    if service not in _clients:
-        _clients[service] = client(service)
-    return _clients[service]
+_clients: PlanMetricsClients | None = None
+
+
+def _default_clients() -> PlanMetricsClients:
+    global _clients
+    if _clients is None:
+        _clients = PlanMetricsClients(ssm=ssm_client(), sagemaker=sagemaker_client(), cloudwatch=cloudwatch_client())
+    return _clients
 
 
 @logger.inject_lambda_context
 def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
     """EventBridge schedule target: publish the plans' metrics now (the event's content is not used)."""
+    clients = _default_clients()
     report = publish_plan_metrics(
-        ssm=_client("ssm"),
-        sagemaker=_client("sagemaker"),
-        cloudwatch=_client("cloudwatch"),
+        ssm=clients.ssm,
+        sagemaker=clients.sagemaker,
+        cloudwatch=clients.cloudwatch,
         parameter_name=os.environ[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER],
     )
     if report.problems:

@@ -7,8 +7,10 @@ here, so neither side hand-types them.
 
 from __future__ import annotations
 
+from platform_spec.capacity import TRAINING_PLAN_ARNS_PARAMETER_ENV
+
 # -- environment variables (set by the construct) --------------------------------------------
-ENV_TRAINING_PLAN_ARNS_PARAMETER = "TRAINING_PLAN_ARNS_PARAMETER"
+ENV_TRAINING_PLAN_ARNS_PARAMETER = TRAINING_PLAN_ARNS_PARAMETER_ENV
 """SSM String parameter holding the JSON list of training-plan ARNs (the submitter reads the same one)."""
 ENV_IDEMPOTENCY_TABLE = "IDEMPOTENCY_TABLE"
 """DynamoDB table of the job-state handler's Powertools idempotency records."""
@@ -29,9 +31,6 @@ METRIC_HOURS_UNTIL_END = "HoursUntilEnd"
 """Hours from the observation to the plan's ``EndTime`` (0 once it has passed); unit ``None``."""
 INSTANCE_COUNT_METRICS = (METRIC_AVAILABLE_INSTANCES, METRIC_IN_USE_INSTANCES, METRIC_TOTAL_INSTANCES)
 PLAN_METRICS = (*INSTANCE_COUNT_METRICS, METRIC_HOURS_UNTIL_END)
-USABLE_PLAN_STATUSES = ("Active", "Scheduled")
-"""Plan statuses the submitter may place jobs on (its ``capacity.ELIGIBLE_STATUSES``); the
-all-plans totals count only these plans."""
 PUBLISH_SCHEDULE_MINUTES = 5
 """The publisher runs every this many minutes (EventBridge schedule)."""
 
@@ -60,6 +59,3 @@ OUTCOME_LOG_FIELDS = (
     "billable_time_s",
 )
 """Keys of that log line besides Powertools' own."""
-
-CAPACITY_TYPES = ("training-plan", "spot", "on-demand")
-"""Capacity type of a job, named as the submitter names them (``settings.CAPACITY_TYPES`` there)."""

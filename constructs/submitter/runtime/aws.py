@@ -44,14 +44,26 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from botocore.config import Config
 
 from .errors import DeadlineExceeded
 from .sagemaker_rules import shared_loader
 
-DEFAULT_RETRY_MODE = "standard"
+if TYPE_CHECKING:  # boto3-stubs, for the type checker only: the Lambda package does not carry them
+    import boto3
+    from aws_lambda_powertools.utilities.parameters import SSMProvider
+    from botocore.client import BaseClient
+    from botocore.retries.standard import RetryEventAdapter, StandardRetryConditions
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_ssm import SSMClient
+
+RetryMode = Literal["standard", "adaptive", "legacy"]
+RETRY_MODES: tuple[RetryMode, ...] = ("standard", "adaptive", "legacy")
+"""botocore's retry modes (``AWS_RETRY_MODE``); another value means the default."""
+DEFAULT_RETRY_MODE: RetryMode = "standard"
 DEFAULT_MAX_ATTEMPTS = 5
 """Total attempts per AWS call (first try + 4 retries), botocore ``total_max_attempts``."""
 
@@ -79,9 +91,8 @@ PLAN_ARNS_MAX_AGE_S = 60
 def client_config(environ: Mapping[str, str] | None = None) -> Config:
     """botocore ``Config`` with the retry mode and attempts from ``environ`` (default: the process's)."""
     env = os.environ if environ is None else environ
-    mode = env.get("AWS_RETRY_MODE", DEFAULT_RETRY_MODE) or DEFAULT_RETRY_MODE
-    if mode not in ("standard", "adaptive", "legacy"):
-        mode = DEFAULT_RETRY_MODE
+    requested = env.get("AWS_RETRY_MODE")
+    mode = next((m for m in RETRY_MODES if m == requested), DEFAULT_RETRY_MODE)
     try:
         attempts = max(1, int(env.get("AWS_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)))
     except ValueError:
@@ -184,13 +195,13 @@ def current_deadline() -> Deadline | None:
     return _CURRENT.get()
 
 
-def install_deadline_hooks(client: Any) -> None:
+def install_deadline_hooks(client: BaseClient) -> None:
     """Register the deadline hooks (module docstring) on ``client``'s events (idempotent)."""
     service = client.meta.service_model.service_id.hyphenize()
     config = client.meta.config
-    connect = float(config.connect_timeout)
-    read = float(config.read_timeout)
-    attempts = int((config.retries or {}).get("total_max_attempts") or DEFAULT_MAX_ATTEMPTS)
+    connect = float(_option(config, "connect_timeout"))
+    read = float(_option(config, "read_timeout"))
+    attempts = int((_option(config, "retries") or {}).get("total_max_attempts") or DEFAULT_MAX_ATTEMPTS)
     client.meta.events.register(
         f"before-send.{service}",
         functools.partial(_before_send, connect, read),
@@ -198,9 +209,16 @@ def install_deadline_hooks(client: Any) -> None:
     )
     client.meta.events.register_first(
         f"needs-retry.{service}",
-        functools.partial(_needs_retry, connect, _retry_checker(attempts)),
+        # ignored: botocore-stubs type every event handler as returning None, but a needs-retry handler
+        # answers (None: no opinion; False: do not retry), as botocore/retryhandler.py's own do
+        functools.partial(_needs_retry, connect, _retry_checker(attempts)),  # type: ignore[arg-type]
         unique_id=f"submitter-deadline-needs-retry-{service}",
     )
+
+
+def _option(config: Config, name: str) -> Any:
+    """An option of a botocore ``Config`` (set as attributes at run time; botocore-stubs declare none)."""
+    return getattr(config, name)
 
 
 def _operation(event_name: str) -> str:
@@ -261,7 +279,7 @@ def attempt_outcome(caught: BaseException | None, response: Any, parsed: Any) ->
 
 
 @functools.lru_cache(maxsize=8)
-def _retry_checker(attempts: int) -> tuple[Any, Any]:
+def _retry_checker(attempts: int) -> tuple[RetryEventAdapter, StandardRetryConditions]:
     from botocore.retries.standard import RetryEventAdapter, StandardRetryConditions
 
     return RetryEventAdapter(), StandardRetryConditions(max_attempts=attempts)
@@ -269,11 +287,16 @@ def _retry_checker(attempts: int) -> tuple[Any, Any]:
 
 def worst_backoff_s(attempt: int, *, retry_after: bool = False) -> float:
     """The longest delay botocore's standard mode can sleep after attempt ``attempt`` (1-based)."""
-    delay = min(THROTTLING_BACKOFF_BASE_S * 2 ** (attempt - 1), MAX_BACKOFF_S)
+    delay = min(THROTTLING_BACKOFF_BASE_S * 2.0 ** (attempt - 1), MAX_BACKOFF_S)
     return delay + (RETRY_AFTER_EXTRA_S if retry_after else 0.0)
 
 
-def _needs_retry(connect: float, checker: tuple[Any, Any], event_name: str = "", **kwargs: Any) -> bool | None:
+def _needs_retry(
+    connect: float,
+    checker: tuple[RetryEventAdapter, StandardRetryConditions],
+    event_name: str = "",
+    **kwargs: Any,
+) -> bool | None:
     deadline = current_deadline()
     if deadline is None:
         return None
@@ -320,17 +343,17 @@ class Clients:
         s3: S3 client (the client-token records, :mod:`.idempotency`).
     """
 
-    sagemaker: Any
-    ssm: Any
-    s3: Any = None
-    _parameters: Any = field(default=None, repr=False)
+    sagemaker: SageMakerClient
+    ssm: SSMClient
+    s3: S3Client
+    _parameters: SSMProvider | None = field(default=None, repr=False)
 
     @classmethod
     def create(
         cls,
         *,
         environ: Mapping[str, str] | None = None,
-        session: Any = None,
+        session: boto3.session.Session | None = None,
     ) -> Clients:
         """Clients for the region and endpoint of ``environ`` (default: the process environment).
 
@@ -351,20 +374,29 @@ class Clients:
             if environ.get("AWS_ENDPOINT_URL"):
                 kwargs["endpoint_url"] = environ["AWS_ENDPOINT_URL"]
         if session is not None:
-            make = functools.partial(session.client, config=config, **kwargs)
+            clients = cls(
+                sagemaker=session.client("sagemaker", config=config, **kwargs),
+                ssm=session.client("ssm", config=config, **kwargs),
+                s3=session.client("s3", config=config, **kwargs),
+            )
         else:
             import botocore.session
 
             core = botocore.session.Session()
             core.register_component("data_loader", shared_loader())
-            make = functools.partial(core.create_client, config=config, **kwargs)
-        clients = cls(sagemaker=make("sagemaker"), ssm=make("ssm"), s3=make("s3"))
+            # botocore builds each service's client from its model at run time (a BaseClient to the type
+            # checker); what it builds is the service's client, whose type boto3-stubs declare
+            clients = cls(
+                sagemaker=cast("SageMakerClient", core.create_client("sagemaker", config=config, **kwargs)),
+                ssm=cast("SSMClient", core.create_client("ssm", config=config, **kwargs)),
+                s3=cast("S3Client", core.create_client("s3", config=config, **kwargs)),
+            )
         for client in (clients.sagemaker, clients.ssm, clients.s3):
             install_deadline_hooks(client)
         return clients
 
     @property
-    def parameters(self) -> Any:
+    def parameters(self) -> SSMProvider:
         """Powertools ``SSMProvider`` over :attr:`ssm` (its cache lives as long as these clients)."""
         if self._parameters is None:
             from aws_lambda_powertools.utilities.parameters import SSMProvider
@@ -377,7 +409,8 @@ def error_code(exc: BaseException | None) -> str | None:
     """The AWS error code of a botocore ``ClientError`` (``None`` for anything else)."""
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
-        return response.get("Error", {}).get("Code")
+        code = response.get("Error", {}).get("Code")
+        return code if isinstance(code, str) else None
     return None
 
 

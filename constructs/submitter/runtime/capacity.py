@@ -63,28 +63,27 @@ SageMaker answers ``ResourceLimitExceeded`` for one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S
+from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S, USABLE_PLAN_STATUSES
 from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
 
-from .aws import PLAN_ARNS_MAX_AGE_S, error_code
+from .aws import PLAN_ARNS_MAX_AGE_S, Clients, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
 from .request import SubmitRequest
 from .settings import SERVICE_NAME
 
-logger = Logger(service=SERVICE_NAME, child=True)
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker.type_defs import DescribeTrainingPlanResponseTypeDef
 
-ELIGIBLE_STATUSES = ("Active", "Scheduled")
-"""Plan statuses a training job may use ("The training plan must be in the Scheduled or
-Active status to be used by a training job", see :data:`~platform_spec.capacity.PENDING_LIMIT_S`'s page)."""
+logger = Logger(service=SERVICE_NAME, child=True)
 
 UNUSABLE_BLOCK_STATUSES = ("Expired", "Failed")
 
@@ -107,6 +106,7 @@ RULES = (
 
 _RECLAIM = timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S)
 _RECLAIM_TEXT = f"{CAPACITY_BLOCK_RECLAIM_S // 60} min"
+_USABLE_TEXT = " or ".join(USABLE_PLAN_STATUSES)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class CapacityChoice:
         return out
 
 
-def configured_plan_entries(clients: Any, config: SubmitterConfig) -> list[Any]:
+def configured_plan_entries(clients: Clients, config: SubmitterConfig) -> list[Any]:
     """The entries of the SSM parameter's JSON list, duplicates dropped (cached briefly per warm function).
 
     Entries are returned as they are: :func:`configured_plan_arns` keeps the
@@ -189,7 +189,8 @@ def configured_plan_entries(clients: Any, config: SubmitterConfig) -> list[Any]:
 
     name = config.training_plan_arns_parameter
     try:
-        value = clients.parameters.get(name, max_age=PLAN_ARNS_MAX_AGE_S, transform="json")
+        # any JSON value (Powertools types a json transform's result as a dict): checked below
+        value: object = clients.parameters.get(name, max_age=PLAN_ARNS_MAX_AGE_S, transform="json")
     except GetParameterError as exc:
         cause = exc.__context__
         if cause is not None and error_code(cause) not in (None, "ParameterNotFound"):
@@ -206,7 +207,7 @@ def configured_plan_entries(clients: Any, config: SubmitterConfig) -> list[Any]:
     return entries
 
 
-def configured_plan_arns(clients: Any, config: SubmitterConfig) -> list[str]:
+def configured_plan_arns(clients: Clients, config: SubmitterConfig) -> list[str]:
     """The training-plan ARNs of the SSM parameter (other entries left out; see :func:`configured_plan_entries`).
 
     Raises:
@@ -222,7 +223,7 @@ def malformed_entry_reason(entry: Any) -> str | None:
     return f"not a training-plan ARN: {entry!r} (expected {TRAINING_PLAN_ARN_FORMAT})"
 
 
-def describe_plan(clients: Any, arn: str) -> dict[str, Any] | None:
+def describe_plan(clients: Clients, arn: str) -> DescribeTrainingPlanResponseTypeDef | None:
     """``DescribeTrainingPlan`` for the full ``arn`` (never its name alone), or ``None`` if it does not exist.
 
     ``TrainingPlanName`` accepts a name or an ARN (botocore's ``TrainingPlanNameOrArn``);
@@ -249,7 +250,7 @@ class _Block:
         return self.end - _RECLAIM
 
 
-def _blocks(description: dict[str, Any], instance_type: str) -> tuple[list[_Block], list[str]]:
+def _blocks(description: Mapping[str, Any], instance_type: str) -> tuple[list[_Block], list[str]]:
     """The plan's blocks of ``instance_type`` by start, and notes on the ones that cannot be judged."""
     plan_start, plan_end = _utc(description.get("StartTime")), _utc(description.get("EndTime"))
     blocks, notes = [], []
@@ -268,7 +269,7 @@ def _blocks(description: dict[str, Any], instance_type: str) -> tuple[list[_Bloc
     return blocks, notes
 
 
-def judge_plan(arn: str, description: dict[str, Any] | None, request: SubmitRequest, now: datetime) -> PlanVerdict:
+def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitRequest, now: datetime) -> PlanVerdict:
     """Apply the eligibility rules (module docstring) to one described plan."""
     if description is None:
         return PlanVerdict(arn, False, "not found (DescribeTrainingPlan: ResourceNotFound)")
@@ -276,10 +277,8 @@ def judge_plan(arn: str, description: dict[str, Any] | None, request: SubmitRequ
     if described is not None and described != arn:
         return PlanVerdict(arn, False, f"DescribeTrainingPlan answered for {described}, a different plan")
     status = description.get("Status")
-    if status not in ELIGIBLE_STATUSES:
-        return PlanVerdict(
-            arn, False, f"status is {status} (needs Active or Scheduled)", _utc(description.get("EndTime"))
-        )
+    if status not in USABLE_PLAN_STATUSES:
+        return PlanVerdict(arn, False, f"status is {status} (needs {_USABLE_TEXT})", _utc(description.get("EndTime")))
     targets = description.get("TargetResources") or []
     if "training-job" not in targets:
         return PlanVerdict(arn, False, f"reserved for {', '.join(targets) or 'nothing'}, not training-job")
@@ -300,7 +299,7 @@ def judge_plan(arn: str, description: dict[str, Any] | None, request: SubmitRequ
                 f"{_RECLAIM_TEXT} before a block ends, so none is usable after now"
             )
         else:
-            why = "; ".join(notes) or f"no {request.instance_type} block is Active or Scheduled"
+            why = "; ".join(notes) or f"no {request.instance_type} block is {_USABLE_TEXT}"
         return PlanVerdict(arn, False, why, blocks[-1].end if blocks else None)
 
     available_now = int(description.get("AvailableInstanceCount") or 0)
@@ -361,7 +360,7 @@ def judge_plan(arn: str, description: dict[str, Any] | None, request: SubmitRequ
 def choose_capacity(
     request: SubmitRequest,
     *,
-    clients: Any,
+    clients: Clients,
     config: SubmitterConfig,
     now: datetime | None = None,
 ) -> list[CapacityChoice]:
@@ -476,7 +475,7 @@ def _passed_over(verdict: PlanVerdict, best: PlanVerdict) -> PlanVerdict:
 
 
 def _judge_configured_plans(
-    request: SubmitRequest, *, clients: Any, config: SubmitterConfig, now: datetime
+    request: SubmitRequest, *, clients: Clients, config: SubmitterConfig, now: datetime
 ) -> list[PlanVerdict]:
     if not config.region or not config.account_id:
         raise ConfigurationError(
@@ -567,7 +566,6 @@ def _utc(value: Any) -> datetime | None:
 
 
 __all__ = [
-    "ELIGIBLE_STATUSES",
     "RULES",
     "CapacityChoice",
     "PlanVerdict",

@@ -13,12 +13,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from platform_spec.capacity import CAPACITY_FALLBACK_EXPECTED, DEFAULT_CAPACITY_FALLBACK, capacity_fallback_problem
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 
 from . import settings
 from .errors import ConfigurationError
 
-DEFAULT_CAPACITY_FALLBACK: tuple[str, ...] = ("training-plan", "spot", "on-demand")
 DEFAULT_VOLUME_SIZE_GB = 500
 """EBS volume per instance in GB when ``TRAINING_VOLUME_SIZE_GB`` is unset (SageMaker
 ignores it on instances whose local NVMe serves as the training volume)."""
@@ -86,11 +86,11 @@ class SubmitterConfig:
             return tuple(p.strip() for p in environ.get(name, "").split(",") if p.strip())
 
         fallback = csv(settings.ENV_CAPACITY_FALLBACK) or DEFAULT_CAPACITY_FALLBACK
-        unknown = [c for c in fallback if c not in settings.CAPACITY_TYPES]
-        if unknown or len(set(fallback)) != len(fallback):
+        problem = capacity_fallback_problem(fallback)
+        if problem is not None:
             raise ConfigurationError(
-                f"{settings.ENV_CAPACITY_FALLBACK}={environ.get(settings.ENV_CAPACITY_FALLBACK)!r}: expected a "
-                f"comma-separated order of distinct values from {', '.join(settings.CAPACITY_TYPES)}"
+                f"{settings.ENV_CAPACITY_FALLBACK}={environ.get(settings.ENV_CAPACITY_FALLBACK)!r}: expected "
+                f"{CAPACITY_FALLBACK_EXPECTED}, comma-separated ({problem})"
             )
 
         raw_tags = environ.get(settings.ENV_PLATFORM_TAGS, "").strip() or "{}"
@@ -150,16 +150,15 @@ class SubmitterConfig:
 def default_allowed_instance_types() -> tuple[str, ...]:
     """The instance types a deployment allows when it names none (``allowedInstanceTypes``' default).
 
-    The planner catalogue's types (:data:`platform_spec.catalogue.INSTANCE_TYPES`, in its order)
-    that ``CreateTrainingJob`` accepts (botocore's ``TrainingInstanceType``: not the GB200
-    UltraServer types) and whose host CPUs the trainer image runs on
-    (:data:`platform_spec.catalogue.TRAINABLE_INSTANCE_TYPES`: not the arm64 GB200 hosts). The stack's
-    configuration and the emulator (``trainctl local-aws``) both take it from here; it reads
-    botocore's model, so it is not evaluated at import.
+    The catalogue's rule (:func:`platform_spec.catalogue.deployable_instance_types`: the types whose
+    host CPUs the trainer image runs on, in catalogue order) applied to what ``CreateTrainingJob``
+    accepts (botocore's ``TrainingInstanceType``: not the GB200 UltraServer types). The stack's
+    configuration, the request's allowed types (:func:`.request.allowed_instance_types`) and the
+    emulator (``trainctl local-aws``) all take it from here; it reads botocore's model, so it is not
+    evaluated at import.
     """
-    from platform_spec.catalogue import INSTANCE_TYPES, TRAINABLE_INSTANCE_TYPES
+    from platform_spec.catalogue import deployable_instance_types
 
     from .sagemaker_rules import training_instance_types
 
-    accepted = set(training_instance_types())
-    return tuple(t for t in INSTANCE_TYPES if t in accepted and t in TRAINABLE_INSTANCE_TYPES)
+    return deployable_instance_types(frozenset(training_instance_types()))

@@ -42,11 +42,14 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import sagemaker_rules as model
 from .aws import error_code
 from .errors import ConfigurationError, IdempotencyRecordError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 RECORD_SCHEMA = 1
 CLAIMED = "claimed"
@@ -94,7 +97,7 @@ class TokenRecords:
         ConfigurationError: ``location`` is not an ``s3://bucket/prefix/`` URI.
     """
 
-    def __init__(self, s3: Any, location: str) -> None:
+    def __init__(self, s3: S3Client, location: str) -> None:
         match = _URI_RE.fullmatch(location or "")
         if match is None:
             raise ConfigurationError(f"client-token records location {location!r}: expected s3://<bucket>/<prefix>/")
@@ -156,8 +159,7 @@ class TokenRecords:
         }
         if adopted:
             body["adopted"] = True
-        condition = {"IfMatch": replace.etag} if replace is not None else {"IfNoneMatch": "*"}
-        etag = self._put(digest, body, condition)
+        etag = self._put(digest, body, if_match=replace.etag if replace is not None else None)
         if etag is None:
             return None
         return TokenRecord(job_name, fingerprint, CLAIMED, body["created"], etag, self.uri(digest), adopted=adopted)
@@ -175,17 +177,29 @@ class TokenRecords:
         }
         if record.adopted:
             body["adopted"] = True
-        return self._put(digest, body, {"IfMatch": record.etag}) is not None
+        return self._put(digest, body, if_match=record.etag) is not None
 
-    def _put(self, digest: str, body: dict[str, Any], condition: dict[str, str]) -> str | None:
+    def _put(self, digest: str, body: dict[str, Any], *, if_match: str | None) -> str | None:
+        """Write the record conditionally: ``If-Match: if_match`` (replace that version), or, with
+        ``None``, ``If-None-Match: *`` (only if there is none); ``None`` when the condition failed."""
+        body_bytes = json.dumps(body, sort_keys=True).encode()
         try:
-            written = self.s3.put_object(
-                Bucket=self.bucket,
-                Key=self.key(digest),
-                Body=json.dumps(body, sort_keys=True).encode(),
-                ContentType="application/json",
-                **condition,
-            )
+            if if_match is not None:
+                written = self.s3.put_object(
+                    Bucket=self.bucket,
+                    Key=self.key(digest),
+                    Body=body_bytes,
+                    ContentType="application/json",
+                    IfMatch=if_match,
+                )
+            else:
+                written = self.s3.put_object(
+                    Bucket=self.bucket,
+                    Key=self.key(digest),
+                    Body=body_bytes,
+                    ContentType="application/json",
+                    IfNoneMatch="*",
+                )
         except Exception as exc:
             if error_code(exc) in _LOST_RACE_CODES:
                 return None

@@ -25,10 +25,12 @@ here: ``job_name`` -> ``TrainingJobName`` (:func:`job_name_for`);
 ``instance_type``, ``instance_count`` -> ``ResourceConfig``; ``capacity`` and
 ``training_plan_arn`` -> ``ResourceConfig.TrainingPlanArn`` or
 ``EnableManagedSpotTraining``, through the :class:`.capacity.CapacityChoice`;
-``hyperparameters`` -> ``HyperParameters``; ``inputs`` -> ``InputDataConfig``;
+``hyperparameters`` -> ``HyperParameters``; ``model_config`` -> ``HyperParameters`` too (its shape's
+``model`` and shape hyperparameters, merged into ``hyperparameters`` when the request is parsed, so the
+planner's estimate and the trainer see the same shape); ``inputs`` -> ``InputDataConfig``;
 ``max_runtime_hours``, ``max_wait_hours`` -> ``StoppingCondition`` (seconds);
 ``max_retry_attempts`` -> ``RetryStrategy``; ``tags`` and ``client_token`` ->
-``Tags``; ``auto_tune`` and ``dry_run`` act before (:mod:`.service`). A field
+``Tags``; ``auto_tune``, ``accept_memory_risk`` and ``dry_run`` act before (:mod:`.service`). A field
 added to the table is mapped in :func:`build_create_training_job`, reading its
 value with ``request.value("<name>")``.
 

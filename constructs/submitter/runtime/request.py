@@ -23,9 +23,9 @@ A request is a JSON object (the Lambda event)::
 **One table.** The fields are the rows of :data:`platform_spec.request_fields.FIELDS`
 (name, JSON type, default, help, constraints, rule reference, fingerprint or
 not, JSON-Schema fragment). This module derives from them the parsing
-(:func:`parse_request`), the unknown-field check, the fingerprint's domain,
-the JSON Schema (:func:`request_json_schema`) and the README's request table
-(:func:`readme_table`; ``python -m platform_constructs.submitter.runtime.request
+(:func:`parse_request`), the unknown-field check and the fingerprint's domain;
+:mod:`.request_schema` renders the same bound rows as the JSON Schema and the
+README's request table (``python -m platform_constructs.submitter.runtime.request_schema
 --readme`` rewrites it). It binds what the pure table only names:
 
 * ``rule="sagemaker:<path>"`` -> the limit of botocore's model of
@@ -33,7 +33,7 @@ the JSON Schema (:func:`request_json_schema`) and the README's request table
   whole-string and by exact length): a string's lengths and pattern, an
   integer's range;
 * the named rules of :data:`RULES` (the deployment's default instance type, the
-  capacity types of :mod:`.settings`, and the parsers of ``hyperparameters``
+  capacity types of :mod:`platform_spec.capacity`, and the parsers of ``hyperparameters``
   (the trainer's own :mod:`platform_spec.hyperparameters`), ``inputs`` and
   ``tags``);
 * the named cross-field checks of :data:`CHECKS`.
@@ -86,8 +86,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from platform_spec import catalogue, models, request_fields
 from platform_spec import hyperparameters as hpmod
-from platform_spec import request_fields
+from platform_spec.capacity import CAPACITY_TYPES
+from platform_spec.catalogue import InstanceSpec
 from platform_spec.errors import FieldError
 from platform_spec.request_fields import (
     CLIENT_TOKEN_PATTERN,
@@ -99,9 +101,8 @@ from platform_spec.request_fields import (
 )
 
 from . import sagemaker_rules as model
-from .config import SubmitterConfig
+from .config import SubmitterConfig, default_allowed_instance_types
 from .errors import invalid
-from .settings import CAPACITY_TYPES
 
 CAPACITY_CHOICES: tuple[str, ...] = (*CAPACITY_TYPES, "auto")
 """The ``capacity`` field's values (its rule ``capacity``): the capacity types, or ``auto`` (the
@@ -319,8 +320,10 @@ class FieldRule:
     limits: Callable[[], str] | None = None
 
 
-Check = Callable[[Mapping[str, Any], SubmitterConfig], None]
-"""A cross-field check: ``(values parsed so far, configuration)``; raises :class:`FieldError`."""
+Check = Callable[[Mapping[str, Any], SubmitterConfig], Mapping[str, Any] | None]
+"""A cross-field check: ``(values parsed so far, configuration)``; raises :class:`FieldError`. It returns
+``None``, or ``{field: value}`` for fields it completes from another (``model_config`` gives
+``hyperparameters`` its shape), which replace their parsed values."""
 
 SAGEMAKER_RULE_PREFIX = "sagemaker:"
 _NO_RULE = FieldRule()
@@ -352,7 +355,8 @@ def bound_rule(row: RequestField) -> FieldRule:
         ) from None
 
 
-def _range(row: RequestField, rule: FieldRule) -> tuple[float | None, float | None]:
+def field_range(row: RequestField, rule: FieldRule) -> tuple[float | None, float | None]:
+    """``(minimum, maximum)`` of a number row (``None``: unbounded): the stricter of the row's and its rule's."""
     low, high = row.minimum, row.maximum
     if rule.bounds is not None:
         model_low, model_high = rule.bounds()
@@ -363,7 +367,8 @@ def _range(row: RequestField, rule: FieldRule) -> tuple[float | None, float | No
     return low, high
 
 
-def _choices(row: RequestField, rule: FieldRule) -> tuple[str, ...]:
+def field_choices(row: RequestField, rule: FieldRule) -> tuple[str, ...]:
+    """The allowed strings of a row (its rule's, else its own; ``()``: any)."""
     return rule.choices() if rule.choices is not None else row.choices
 
 
@@ -378,7 +383,7 @@ def expected_text(row: RequestField, rule: FieldRule | None = None) -> str:
     if row.type == "boolean":
         return "true or false"
     if row.type in ("integer", "number"):
-        low, high = _range(row, rule)
+        low, high = field_range(row, rule)
         if row.type == "integer":
             if low is not None and high is not None:
                 return f"an integer from {_number_text(low)} to {_number_text(high)}"
@@ -393,7 +398,7 @@ def expected_text(row: RequestField, rule: FieldRule | None = None) -> str:
         return " ".join([kind, " and ".join(parts)]) if parts else kind
     if row.type == "object":
         return row.expected or "a JSON object"
-    choices = _choices(row, rule)
+    choices = field_choices(row, rule)
     if choices:
         return "one of " + ", ".join(choices)
     string_rule = rule.string_rule() if rule.string_rule is not None else None
@@ -418,8 +423,7 @@ def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
     """Validate ``event`` field by field, in the table's order, and apply defaults.
 
     Instance types are checked against the configuration, ``CreateTrainingJob``'s
-    enum and the planner's catalogue later (:func:`check_instance`), because
-    that needs the catalogue.
+    enum and the catalogue afterwards (:func:`check_instance`).
 
     Raises:
         Refusal: code ``InvalidRequest``, naming the first bad field (:func:`.errors.invalid`).
@@ -432,6 +436,9 @@ def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
 
 
 _ABSENT = object()
+_ABSENT_OBJECT: Mapping[str, Any] = MappingProxyType({})
+"""What an object field's parser receives for the field absent or ``null`` (an empty mapping, told apart
+by identity from an empty object the request sent: ``model_config: {}`` names no model and is refused)."""
 _CHECKED_TABLE: list[Sequence[RequestField] | None] = [None]
 
 
@@ -456,7 +463,9 @@ def _parse(event: Any, config: SubmitterConfig, rows: Sequence[RequestField]) ->
         ready = [(name, check) for name, check in pending if name in values and all(n in values for n in check.needs)]
         for item in ready:
             pending.remove(item)
-            _bound_check(item[1].name)(values, config)
+            settled = _bound_check(item[1].name)(values, config)
+            if settled:
+                values.update(settled)
     attributes = {k: v for k, v in values.items() if k in _FIELD_ATTRIBUTES}
     extras = {k: v for k, v in values.items() if k not in _FIELD_ATTRIBUTES}
     return SubmitRequest(**attributes, extras=MappingProxyType(extras), sent=sent)
@@ -477,7 +486,7 @@ def _parse_field(row: RequestField, raw: Any, values: Mapping[str, Any], config:
     name = row.name
     if row.type == "object":
         if raw is None:
-            raw = {}
+            raw = _ABSENT_OBJECT
         if not isinstance(raw, Mapping):
             raise FieldError(name, raw, expected_text(row, rule))
         if rule.parse is None:
@@ -524,7 +533,7 @@ def _typed(row: RequestField, rule: FieldRule, raw: Any) -> Any:
 def _constrain(row: RequestField, rule: FieldRule, raw: Any, value: Any) -> None:
     """The row's range, choices, pattern and bound rule. Raises FieldError."""
     if row.type in ("integer", "number"):
-        low, high = _range(row, rule)
+        low, high = field_range(row, rule)
         fine = isinstance(value, int) or math.isfinite(value)  # math.isfinite(10**400) overflows
         if fine and low is not None:
             fine = value > low if row.exclusive_minimum else value >= low
@@ -535,7 +544,7 @@ def _constrain(row: RequestField, rule: FieldRule, raw: Any, value: Any) -> None
         if not fine:
             raise FieldError(row.name, value if row.type == "integer" else raw, expected_text(row, rule))
     elif row.type == "string":
-        choices = _choices(row, rule)
+        choices = field_choices(row, rule)
         fine = (not choices or value in choices) and (
             row.pattern is None or re.fullmatch(row.pattern, value) is not None
         )
@@ -578,7 +587,52 @@ def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> 
         raise FieldError("max_wait_hours", wait, f">= max_runtime_hours ({runtime:g})")
 
 
+def _model_config_shape(values: Mapping[str, Any], config: SubmitterConfig) -> Mapping[str, Any] | None:
+    """A ``model_config`` gives the hyperparameters its shape (the file is the shape's one source, so
+    ``hyperparameters`` may not set one too), checked with the request's precision by the family's rule."""
+    derived = values["model_config"]
+    if not derived:
+        return None
+    hp: hpmod.Hyperparameters = values["hyperparameters"]
+    try:
+        hpmod.refuse_shape_values(_shape_values(hp), derived)
+    except FieldError as exc:
+        raise FieldError(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
+    try:
+        return {"hyperparameters": hpmod.parse(derived, base=hp)}
+    except hpmod.HyperparameterError as exc:
+        raise FieldError(
+            "model_config",
+            f"{exc.field} {exc.value!r}",
+            f"a shape the trainer runs with hyperparameters.precision {hp.precision}: {exc.field} {exc.expected}",
+        ) from None
+
+
+def _shape_values(hp: hpmod.Hyperparameters) -> dict[str, Any]:
+    """The shape hyperparameters (and ``model``, unless it is the default) that ``hp`` sets."""
+    names = ("model_family", *hpmod.SHAPE_HYPERPARAMETERS)
+    out = {name: getattr(hp, name) for name in names if getattr(hp, name) is not None}
+    if hp.model != hpmod.Hyperparameters().model:
+        out["model"] = hp.model
+    return out
+
+
 # --- the structured fields --------------------------------------------------------------------------
+
+
+def _model_config(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """A Hugging Face ``config.json`` as the hyperparameters of its shape (``model`` and the shape
+    hyperparameters, :func:`platform_spec.hyperparameters.merge_model_config`); canonical: those, formatted
+    (two files of one shape are one job)."""
+    if raw is _ABSENT_OBJECT:
+        return None, {}
+    derived = hpmod.merge_model_config({}, raw)  # {} too: a config.json names its model_type
+    return derived, {name: hpmod.format_value(value) for name, value in sorted(derived.items())}
+
+
+def _model_config_schema() -> dict[str, Any]:
+    types = sorted({t for name in models.family_names() for t in models.get_family(name).hf_model_types})
+    return {"required": ["model_type"], "properties": {"model_type": {"enum": types}}}
 
 
 def _hyperparameters(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[hpmod.Hyperparameters, dict[str, str]]:
@@ -661,7 +715,7 @@ def _inputs_schema() -> dict[str, Any]:
         "propertyNames": {
             "minLength": channel.min_length,
             "maxLength": channel.max_length,
-            "pattern": _whole_string_pattern(channel.pattern or ".*"),
+            "pattern": whole_string_pattern(channel.pattern or ".*"),
         },
         "additionalProperties": {"type": "string", "maxLength": uri.max_length},
     }
@@ -737,6 +791,7 @@ RULES: Mapping[str, FieldRule] = MappingProxyType({
     ),
     "capacity": FieldRule(choices=lambda: CAPACITY_CHOICES),
     "hyperparameters": FieldRule(parse=_hyperparameters, schema=_hyperparameters_schema),
+    "model_config": FieldRule(parse=_model_config, schema=_model_config_schema),
     "inputs": FieldRule(parse=_inputs, schema=_inputs_schema, limits=_inputs_limits),
     "tags": FieldRule(parse=_tags, schema=_tags_schema, limits=_tags_limits),
 })  # fmt: skip
@@ -744,29 +799,29 @@ RULES: Mapping[str, FieldRule] = MappingProxyType({
 
 CHECKS: Mapping[str, Check] = MappingProxyType({
     "derived_job_name_reserved": _derived_job_name_reserved,
+    "model_config_shape": _model_config_shape,
     "train_channel": _train_channel,
     "wait_covers_runtime": _wait_covers_runtime,
 })  # fmt: skip
 """The named cross-field checks the table's rows reference."""
 
 
-# --- instance types (need the catalogue) ---------------------------------------------------------
+# --- instance types ----------------------------------------------------------------------------------
 
 
-def allowed_instance_types(config: SubmitterConfig, catalogue: Any) -> tuple[str, ...]:
-    """Instance types requests may use: the configured ones (default: the planner catalogue's)
-    that ``CreateTrainingJob`` accepts (:func:`.sagemaker_rules.training_instance_types`) and
-    whose host CPUs the trainer image runs on (:func:`platform_spec.catalogue.host_architecture_problem`)."""
-    accepted = set(model.training_instance_types())
-    configured = config.allowed_instance_types or tuple(sorted(catalogue.INSTANCES))
-    return tuple(t for t in configured if t in accepted and catalogue.host_architecture_problem(t) is None)
+def allowed_instance_types(config: SubmitterConfig) -> tuple[str, ...]:
+    """Instance types requests may use: the configured ones (none configured: all) among those a
+    deployment may allow (:func:`.config.default_allowed_instance_types`: catalogue types the trainer
+    image runs on that ``CreateTrainingJob`` accepts), in the configured order (else the catalogue's)."""
+    deployable = default_allowed_instance_types()
+    if not config.allowed_instance_types:
+        return deployable
+    return tuple(t for t in config.allowed_instance_types if t in deployable)
 
 
-def check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: Any) -> Any:
-    """Check the instance type against ``CreateTrainingJob``, the configuration and the planner's catalogue.
-
-    Args:
-        catalogue: :mod:`platform_spec.catalogue` (``get_instance``, ``supports_precision``).
+def check_instance(request: SubmitRequest, config: SubmitterConfig) -> InstanceSpec:
+    """Check the instance type against ``CreateTrainingJob``, the configuration and the catalogue
+    (:mod:`platform_spec.catalogue`).
 
     Returns:
         The catalogue's instance entry.
@@ -778,12 +833,12 @@ def check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: A
         ``hyperparameters.precision`` (the instance's GPU cannot run it).
     """
     try:
-        return _check_instance(request, config, catalogue)
+        return _check_instance(request, config)
     except FieldError as error:
         raise invalid(error) from None
 
 
-def _check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: Any) -> Any:
+def _check_instance(request: SubmitRequest, config: SubmitterConfig) -> InstanceSpec:
     instance_type = request.instance_type
     if instance_type not in model.training_instance_types():
         raise FieldError(
@@ -796,104 +851,27 @@ def _check_instance(request: SubmitRequest, config: SubmitterConfig, catalogue: 
         raise FieldError(
             "instance_type", instance_type,
             f"an instance type the trainer image runs on ({architecture}): one of "
-            + ", ".join(allowed_instance_types(config, catalogue)),
+            + ", ".join(allowed_instance_types(config)),
         )  # fmt: skip
-    allowed = allowed_instance_types(config, catalogue)
+    allowed = allowed_instance_types(config)
     if instance_type not in allowed:
         raise FieldError("instance_type", instance_type, "one of the allowed types: " + ", ".join(allowed))
-    try:
-        instance = catalogue.get_instance(instance_type)
-    except KeyError:
-        raise FieldError(
-            "instance_type",
-            instance_type,
-            "an instance type the planner knows: " + ", ".join(sorted(catalogue.INSTANCES)),
-        ) from None
-    gpu_name = _gpu_name(instance)
+    instance = catalogue.get_instance(instance_type)  # allowed types are catalogue types
     precision = request.hyperparameters.precision
-    if gpu_name is not None and not catalogue.supports_precision(gpu_name, precision):
-        supported = catalogue.supported_precisions(gpu_name)
+    if not catalogue.supports_precision(instance.gpu, precision):
+        supported = catalogue.supported_precisions(instance.gpu)
         raise FieldError(
             "hyperparameters.precision",
             precision,
-            f"a precision {gpu_name} on {instance_type} supports: {', '.join(supported)}",
+            f"a precision {instance.gpu} on {instance_type} supports: {', '.join(supported)}",
         )
     return instance
 
 
-def _gpu_name(instance: Any) -> str | None:
-    gpu = getattr(instance, "gpu", None)
-    if isinstance(gpu, str):
-        return gpu
-    name = getattr(gpu, "name", None)
-    return name if isinstance(name, str) else getattr(instance, "gpu_name", None)
+# --- JSON Schema helpers (the schema itself: :mod:`.request_schema`) --------------------------------------
 
 
-# --- the JSON Schema and the README table ------------------------------------------------------------
-
-
-def request_json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of the request, generated from the table, for the README and clients.
-
-    SageMaker's limits are filled in from botocore's model; a field accepted only with another
-    field's values is a ``dependentSchemas`` entry. Rules that need the deployment (allowed
-    instance types, the data bucket, the configured plans) and the cross-field checks are
-    described in the ``description`` fields.
-    """
-    rows = request_fields.FIELDS
-    properties = {row.name: _field_schema(row) for row in rows}
-    schema: dict[str, Any] = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "Training job submission request",
-        "type": "object",
-        "properties": properties,
-        "additionalProperties": False,
-    }
-    dependent = {}
-    for row in rows:
-        if row.only_with is not None:
-            other = request_fields.get_field(row.only_with.field, rows)
-            condition: dict[str, Any] = {"properties": {other.name: {"enum": list(row.only_with.values)}}}
-            if other.default not in row.only_with.values:
-                condition["required"] = [other.name]  # absent, it takes its default, which is not allowed
-            dependent[row.name] = condition
-    if dependent:
-        schema["dependentSchemas"] = dependent
-    return schema
-
-
-def _field_schema(row: RequestField) -> dict[str, Any]:
-    rule = bound_rule(row)
-    out: dict[str, Any] = {"type": row.type}
-    choices = _choices(row, rule)
-    if choices:
-        out["enum"] = list(choices)
-    if row.type in ("integer", "number"):
-        low, high = _range(row, rule)
-        if low is not None:
-            out["exclusiveMinimum" if row.exclusive_minimum else "minimum"] = low
-        if high is not None:
-            out["maximum"] = high
-    if row.type == "string":
-        string_rule = rule.string_rule() if rule.string_rule is not None else None
-        if string_rule is not None:
-            out["minLength"] = string_rule.min_length
-            if string_rule.max_length is not None:
-                out["maxLength"] = string_rule.max_length
-        if row.pattern is not None:
-            out["pattern"] = _whole_string_pattern(row.pattern)
-        elif string_rule is not None and string_rule.pattern is not None and string_rule.ecma_pattern() is not None:
-            out["pattern"] = _whole_string_pattern(string_rule.pattern)
-    if row.default is not None:
-        out["default"] = row.default
-    if rule.schema is not None:
-        _merge(out, rule.schema())
-    _merge(out, row.schema)
-    out["description"] = row.help + (f"; {row.notes}" if row.notes else "")
-    return out
-
-
-def _whole_string_pattern(pattern: str) -> str:
+def whole_string_pattern(pattern: str) -> str:
     """A whole-string pattern for JSON Schema, whose ``pattern`` searches: ``^(?:...)(?![\\s\\S])``.
 
     The end is a look-ahead for no character rather than ``$``, which Python's ``re`` (the
@@ -904,125 +882,3 @@ def _whole_string_pattern(pattern: str) -> str:
         pattern[1:-1] if pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$") else pattern
     )
     return f"^(?:{body})(?![\\s\\S])"
-
-
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
-
-
-def accepted_markdown(row: RequestField) -> str:
-    """The README's "accepted" cell of ``row``: its expectation, bound limits, ``only_with`` and notes."""
-    rule = bound_rule(row)
-    parts = [expected_text(row, rule)]
-    if rule.limits is not None:
-        parts.append(rule.limits())
-    if row.only_with is not None:
-        parts.append(f"only with `{row.only_with.field}` " + " or ".join(f"`{v}`" for v in row.only_with.values))
-    if row.notes:
-        parts.append(row.notes)
-    return "; ".join(parts)
-
-
-def readme_table() -> str:
-    """The README's request table (Markdown), one row per field of the table, in its order."""
-    lines = ["| field | default | meaning | accepted |", "|---|---|---|---|"]
-    for row in request_fields.FIELDS:
-        cells = (f"`{row.name}`", row.default_markdown(), row.help, accepted_markdown(row))
-        lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-_HTML_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
-
-
-def _markdown_cell(text: str) -> str:
-    """``text`` as one Markdown table cell: pipes escaped, and outside code spans a ``<`` that would
-    open an HTML tag (``<region>``)."""
-    pieces = text.replace("\n", " ").split("`")
-    for i in range(0, len(pieces), 2):  # even pieces are outside code spans
-        pieces[i] = _HTML_TAG_START.sub(r"\\<", pieces[i])
-    return "`".join(pieces).replace("|", "\\|")
-
-
-def render_readme(text: str) -> str:
-    """``text`` (a README) with the request table between the markers replaced by :func:`readme_table`.
-
-    Raises:
-        ValueError: the markers (:data:`platform_spec.request_fields.README_BEGIN` / ``README_END``)
-            are missing, repeated or out of order; nothing is replaced.
-    """
-    begin, end = request_fields.README_BEGIN, request_fields.README_END
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise ValueError(f"expected one {begin!r} line before one {end!r} line around the request table")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{readme_table()}{end}{tail}"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m platform_constructs.submitter.runtime.request``: regenerate or check the README's
-    request table, or print the request's JSON Schema. Exit status: 0 done (or up to date),
-    1 ``--check`` found the table out of date, 2 the README is unreadable or has no markers."""
-    import argparse
-    import os
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    default = Path(__file__).resolve().parents[3] / "README.md"
-    parser = argparse.ArgumentParser(
-        prog="python -m platform_constructs.submitter.runtime.request",
-        description="The submitter's request table (platform_spec/request_fields.py) as README Markdown or JSON Schema.",
-    )
-    parser.add_argument(
-        "--readme",
-        nargs="?",
-        const=str(default),
-        metavar="PATH",
-        help=f"rewrite the request table between the markers of PATH (default: {default})",
-    )
-    parser.add_argument(
-        "--check", action="store_true", help="with --readme: change nothing; exit 1 when the table is out of date"
-    )
-    parser.add_argument("--schema", action="store_true", help="print the request's JSON Schema")
-    args = parser.parse_args(argv)  # fmt: skip
-    if args.schema:
-        print(json.dumps(request_json_schema(), indent=2))
-    if args.readme is None:
-        if not args.schema:
-            parser.print_usage(sys.stderr)
-            return 2
-        return 0
-    path = Path(args.readme)
-    try:
-        text = path.read_text(encoding="utf-8")
-        updated = render_readme(text)
-    except (OSError, ValueError) as exc:
-        print(f"{parser.prog}: {path}: {exc}", file=sys.stderr)
-        return 2
-    if updated == text:
-        print(f"{path}: the request table is up to date")
-        return 0
-    if args.check:
-        print(f"{path}: the request table is out of date; run {parser.prog} --readme", file=sys.stderr)
-        return 1
-    # write beside it and rename: a reader (or a kill mid-write) never sees half a README
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(updated)
-        os.chmod(temporary, path.stat().st_mode & 0o777)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-    print(f"{path}: request table rewritten")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -36,7 +36,11 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # botocore is imported on first use (cold start)
+    from botocore.loaders import Loader
+    from botocore.model import ServiceModel, Shape
 
 SERVICE = "sagemaker"
 OPERATION = "CreateTrainingJob"
@@ -59,7 +63,7 @@ _NEVER = "\uf8ff"  # private use too; stands in for input characters equal to a 
 
 
 @functools.lru_cache(maxsize=1)
-def shared_loader() -> Any:
+def shared_loader() -> Loader:
     """The botocore data loader shared by the submitter's clients and this module (one per process)."""
     from botocore.loaders import create_loader
 
@@ -67,14 +71,14 @@ def shared_loader() -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def service_model(service: str = SERVICE) -> Any:
+def service_model(service: str = SERVICE) -> ServiceModel:
     """botocore's ``ServiceModel`` for ``service``, from :func:`shared_loader` (cached)."""
     from botocore.model import ServiceModel
 
     return ServiceModel(shared_loader().load_service_model(service, "service-2"), service_name=service)
 
 
-def shape(path: str, operation: str = OPERATION) -> Any:
+def shape(path: str, operation: str = OPERATION) -> Shape:
     """The model's shape at ``path`` in ``operation``'s input.
 
     ``path`` is dotted member names; ``member`` steps into a list, ``key`` and
@@ -88,14 +92,18 @@ def shape(path: str, operation: str = OPERATION) -> Any:
 
 
 @functools.lru_cache(maxsize=128)
-def _shape(operation: str, path: str) -> Any:
-    current = service_model().operation_model(operation).input_shape
+def _shape(operation: str, path: str) -> Shape:
+    from botocore.model import ListShape, MapShape, StructureShape
+
+    current: Shape | None = service_model().operation_model(operation).input_shape
+    if current is None:
+        raise KeyError(f"{operation} has no input in botocore's SageMaker model")
     for part in path.split("."):
-        if current.type_name == "list" and part == "member":
+        if isinstance(current, ListShape) and part == "member":
             current = current.member
-        elif current.type_name == "map" and part in ("key", "value"):
-            current = getattr(current, part)
-        elif current.type_name == "structure" and part in current.members:
+        elif isinstance(current, MapShape) and part in ("key", "value"):
+            current = current.key if part == "key" else current.value
+        elif isinstance(current, StructureShape) and part in current.members:
             current = current.members[part]
         else:
             raise KeyError(f"{operation} input has no member {path!r} (at {part!r}) in botocore's SageMaker model")
@@ -112,7 +120,12 @@ def bounds(path: str, operation: str = OPERATION) -> tuple[int | None, int | Non
 def training_instance_types() -> tuple[str, ...]:
     """The instance types ``CreateTrainingJob`` accepts: the ``TrainingInstanceType`` enum
     (``ResourceConfig.InstanceType``)."""
-    return tuple(shape("ResourceConfig.InstanceType").enum)
+    from botocore.model import StringShape
+
+    instance_type = shape("ResourceConfig.InstanceType")
+    if not isinstance(instance_type, StringShape):
+        raise KeyError(f"ResourceConfig.InstanceType is a {instance_type.type_name} in botocore's SageMaker model")
+    return tuple(instance_type.enum)
 
 
 @dataclass(frozen=True)

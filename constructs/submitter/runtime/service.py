@@ -5,9 +5,12 @@ tests call. Steps, each able to refuse (nothing is created before the last):
 
 1. **Validate** the event (:func:`.request.parse_request`, :func:`.request.check_instance`).
 2. **Preflight** with the planner: a configuration predicted not to fit in GPU
-   memory is refused with ``PredictedOutOfMemory`` (the estimate and the change
-   that would fit), unless ``auto_tune`` is set: then the planner's change is
-   applied and reported.
+   memory -- ``out-of-memory``, or ``at-risk`` (its requirement within the
+   model's stated error of usable memory) -- is refused with
+   ``PredictedOutOfMemory`` (the estimate, the verdict and the change that
+   would fit), unless ``auto_tune`` is set: then the planner's change is
+   applied and reported. An ``at-risk`` configuration is submitted as it is
+   when the request sets ``accept_memory_risk``.
 3. **Idempotency** (one request, at most one job; a token, at most one job, ever):
 
    * with a ``client_token``: the token's record (:mod:`.idempotency`) names
@@ -70,11 +73,10 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 import planner
-from platform_spec import catalogue
 from platform_spec import hyperparameters as hpmod
 from platform_spec.errors import FieldError
 
-from .aws import Deadline, current_deadline, deadline_scope, error_code, error_message
+from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code, error_message
 from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, invalid
@@ -85,9 +87,8 @@ from .job import (
     TAG_REQUEST_SHA256_V1,
     build_create_training_job,
     job_name_for,
-    token_digest,
 )
-from .request import SubmitRequest, check_instance, parse_request
+from .request import SubmitRequest, check_instance, parse_request, token_digest
 from .settings import SERVICE_NAME
 
 logger = Logger(service=SERVICE_NAME, child=True)
@@ -104,7 +105,7 @@ CLAIM_ATTEMPTS = 3
 def submit(
     event: Any,
     *,
-    clients: Any,
+    clients: Clients,
     config: SubmitterConfig,
     now: datetime | None = None,
     deadline: Deadline | None = None,
@@ -159,10 +160,19 @@ def submit(
             raise
 
 
-def _submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
+def _submit(event: Any, *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
     request = parse_request(event, config)
-    check_instance(request, config, catalogue)
-    tuned, estimate, tuning = preflight(request)
+    check_instance(request, config)
+    # A predicted out-of-memory refuses only what would be created: a request that already has its job
+    # (a retry after a planner upgrade, or without accept_memory_risk, which is not fingerprinted) replays it.
+    refused: Refusal | None = None
+    try:
+        tuned, estimate, tuning = preflight(request)
+    except Refusal as exc:
+        if exc.code != "PredictedOutOfMemory":
+            raise
+        refused, tuned, tuning = exc, request, None
+        estimate = dict((exc.details or {}).get("estimate") or {})
     fingerprint = request.fingerprint()
     records = _records(clients, config) if request.client_token else None
 
@@ -182,6 +192,8 @@ def _submit(event: Any, *, clients: Any, config: SubmitterConfig, now: datetime)
                     continue
                 logger.info("client token bound to a job made without one", extra={"training_job_name": slot.job_name})
             return _replay(request, slot.existing, fingerprint, estimate, tuning, via=slot.via)
+        if refused is not None:
+            raise refused
         if candidates is None:
             candidates = choose_capacity(tuned, clients=clients, config=config, now=now)
         first = build_create_training_job(
@@ -228,7 +240,7 @@ def _create(
     estimate: dict[str, Any],
     tuning: dict[str, Any] | None,
     *,
-    clients: Any,
+    clients: Clients,
     records: TokenRecords | None,
     config: SubmitterConfig,
 ) -> dict[str, Any]:
@@ -313,9 +325,10 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
         ``None`` or ``{"changes": [...], "hyperparameters": {changed name: new value}}``.
 
     Raises:
-        Refusal: ``PredictedOutOfMemory`` with the estimate and the planner's
-            suggested change, when the configuration does not fit and
-            ``auto_tune`` is off (or the planner finds no change that fits).
+        Refusal: ``PredictedOutOfMemory`` with the estimate, its ``status`` and the planner's
+            suggested change, when the configuration does not fit (``out-of-memory``, or
+            ``at-risk`` without ``accept_memory_risk``) and ``auto_tune`` is off (or the planner
+            finds no change that fits).
     """
     try:
         plan_input = planner.PlanInput.from_hyperparameters(
@@ -328,6 +341,13 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
         expected = getattr(exc, "expected", f"a configuration the planner can estimate ({exc})")
         raise invalid(FieldError(where, getattr(exc, "value", None), expected)) from None
     if plan.fits:
+        return request, plan.to_dict(), None
+    status = plan.status
+    if status == "at-risk" and request.value("accept_memory_risk"):
+        logger.warning(
+            "at-risk configuration accepted",
+            extra={"memory_gb_required": plan.memory_gb.required, "memory_gb_usable": plan.memory_gb.usable},
+        )
         return request, plan.to_dict(), None
 
     tuned = planner.auto_tune(plan_input)
@@ -342,19 +362,29 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
         logger.info("auto_tune applied", extra={"auto_tune": suggestion})
         return dataclasses.replace(request, hyperparameters=new_hp), tuned_plan.to_dict(), suggestion
 
-    why = (
-        "and the planner found no change that fits" if tuned is None else "set auto_tune to apply the suggested change"
-    )
+    if tuned is None:
+        why = "the planner found no change of the hyperparameters that fits"
+        if status == "at-risk":
+            why += "; set accept_memory_risk to submit it as it is"
+    else:
+        why = "set auto_tune to apply the suggested change"
+        if status == "at-risk":
+            why += ", or accept_memory_risk to submit it as it is"
     required, usable = getattr(plan.memory_gb, "required", None), getattr(plan.memory_gb, "usable", None)
     if isinstance(required, (int, float)) and isinstance(usable, (int, float)):
         figures = f"{memory:.1f} GB peak per GPU ({required:.1f} GB with margins) of {usable:.1f} GB usable"
     else:
         figures = f"{memory:.1f} GB per GPU, more than fits"
+    verdict = (
+        f"at risk of running out of memory: within the model's {planner.AT_RISK_FRACTION:.0%} error of the limit"
+        if status == "at-risk"
+        else "out of memory"
+    )
     raise Refusal(
         "PredictedOutOfMemory",
-        f"the planner predicts {figures} on {request.instance_type}; {why}",
+        f"the planner predicts {figures} on {request.instance_type}, {verdict}; {why}",
         field="hyperparameters",
-        details={"estimate": plan.to_dict(), "suggestion": suggestion},
+        details={"status": status, "estimate": plan.to_dict(), "suggestion": suggestion},
     )
 
 
@@ -397,7 +427,7 @@ class _Slot:
     adopt: bool = False
 
 
-def _records(clients: Any, config: SubmitterConfig) -> TokenRecords:
+def _records(clients: Clients, config: SubmitterConfig) -> TokenRecords:
     if not config.client_token_records:
         raise ConfigurationError("the client-token records location (CLIENT_TOKEN_RECORDS_URI) is not configured")
     if getattr(clients, "s3", None) is None:
@@ -406,7 +436,7 @@ def _records(clients: Any, config: SubmitterConfig) -> TokenRecords:
 
 
 def _resolve(
-    request: SubmitRequest, fingerprint: str, *, clients: Any, records: TokenRecords | None, now: datetime
+    request: SubmitRequest, fingerprint: str, *, clients: Clients, records: TokenRecords | None, now: datetime
 ) -> _Slot:
     """Settle the request against what its token and name already stand for (reads only).
 
@@ -443,7 +473,7 @@ def _by_own_name(
     fingerprint: str,
     digest: str,
     own_name: str,
-    clients: Any,
+    clients: Clients,
     *,
     record: TokenRecord | None,
     write: str,
@@ -462,7 +492,7 @@ def _by_own_name(
 
 
 def _from_record(
-    request: SubmitRequest, fingerprint: str, record: TokenRecord, digest: str, clients: Any
+    request: SubmitRequest, fingerprint: str, record: TokenRecord, digest: str, clients: Clients
 ) -> _Slot | None:
     """What the token's record says: its job (replay or ``Conflict``), a name to finish under, or
     ``None`` when the record binds no job (released, or its name is held by another request's job)."""
@@ -495,10 +525,11 @@ def _from_record(
 def _record_owns(existing: dict[str, Any], record: TokenRecord, digest: str) -> bool:
     """Whether the job at a record's name is the token's: tagged with the token, or made without a
     token and bound to it (adopted, or created by the very request the record holds)."""
-    owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
+    tags: dict[str, str] = existing["tags"]
+    owner = tags.get(TAG_CLIENT_TOKEN_SHA256)
     if owner is not None:
         return owner == digest
-    return record.adopted or existing["tags"].get(TAG_REQUEST_SHA256) == record.request_sha256
+    return record.adopted or tags.get(TAG_REQUEST_SHA256) == record.request_sha256
 
 
 def _token_owner(request: SubmitRequest, existing: dict[str, Any]) -> str:
@@ -539,7 +570,7 @@ def _release(records: TokenRecords, record: TokenRecord, reason: str) -> None:
         logger.warning("client-token record not released", extra={"record": record.uri, "error": repr(exc)})
 
 
-def _job_by_token_tag(clients: Any, digest: str) -> dict[str, Any] | None:
+def _job_by_token_tag(clients: Clients, digest: str) -> dict[str, Any] | None:
     """The oldest job tagged with this token's digest (``Search``), as ``{"description", "tags"}``, or ``None``.
 
     Finds jobs created before client-token records existed. ``Search`` is
@@ -567,7 +598,7 @@ def _job_by_token_tag(clients: Any, digest: str) -> dict[str, Any] | None:
     return {"description": job, "tags": {t["Key"]: t["Value"] for t in job.get("Tags") or []}}
 
 
-def _existing_job(clients: Any, job_name: str, *, settle: bool = False) -> dict[str, Any] | None:
+def _existing_job(clients: Clients, job_name: str, *, settle: bool = False) -> dict[str, Any] | None:
     """``DescribeTrainingJob`` + its tags, or ``None`` when no job has that name.
 
     ``settle``: after a ``ResourceInUse`` the job exists; retry a not-found

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from platform_spec.capacity import TRAINING_PLAN_ARNS_PARAMETER_ENV
+
 # Environment variables the function reads (set through function_environment()).
 ENV_TRAINER_IMAGE_URI = "TRAINER_IMAGE_URI"
 ENV_EXECUTION_ROLE_ARN = "EXECUTION_ROLE_ARN"
 ENV_DATA_BUCKET = "DATA_BUCKET"
 ENV_CHECKPOINT_BUCKET = "CHECKPOINT_BUCKET"
 ENV_OUTPUT_BUCKET = "OUTPUT_BUCKET"
-ENV_TRAINING_PLAN_ARNS_PARAMETER = "TRAINING_PLAN_ARNS_PARAMETER"  # SSM String parameter holding a JSON list of ARNs
+ENV_TRAINING_PLAN_ARNS_PARAMETER = TRAINING_PLAN_ARNS_PARAMETER_ENV  # SSM String parameter holding a JSON list of ARNs
 ENV_DEFAULT_INSTANCE_TYPE = "DEFAULT_INSTANCE_TYPE"
 ENV_ALLOWED_INSTANCE_TYPES = "ALLOWED_INSTANCE_TYPES"  # comma-separated
 ENV_CAPACITY_FALLBACK = (
@@ -52,7 +54,6 @@ METRIC_REFUSALS = "Refusals"  # count, dimensions: service, ErrorCode
 DIMENSION_CAPACITY_TYPE = "CapacityType"
 DIMENSION_ERROR_CODE = "ErrorCode"
 
-CAPACITY_TYPES = ("training-plan", "spot", "on-demand")
 ERROR_CODES = ("InvalidRequest", "NoCapacity", "PredictedOutOfMemory", "QuotaExceeded", "Conflict")
 
 
@@ -87,7 +88,7 @@ def function_environment(
         account_id: the deployment's account; plans of other accounts are refused.
         default_instance_type: instance type of requests that name none.
         allowed_instance_types: instance types requests may name (written comma-separated).
-        capacity_fallback: order tried for ``capacity=auto`` (values from :data:`CAPACITY_TYPES`).
+        capacity_fallback: order tried for ``capacity=auto`` (values from :data:`platform_spec.capacity.CAPACITY_TYPES`).
         allowed_input_prefixes: extra ``s3://`` input prefixes. Default: none (the variable is
             left out; the data bucket is always allowed).
         platform_tags: tags added to every job. Default: none (``{}``).

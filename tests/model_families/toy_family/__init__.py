@@ -70,7 +70,12 @@ def flops_per_token(model: ToyConfig, seq_length: int, *, include_embedding: boo
 
 
 def block_activation_terms(
-    model: ToyConfig, *, activation_bytes: float, quantized_bytes: float | None, dropout: bool = False
+    model: ToyConfig,
+    *,
+    activation_bytes: float,
+    quantized_bytes: float | None,
+    dropout: bool = False,
+    quantized_copy_bytes: float | None = None,  # no TransformerEngine block: one layout
 ) -> dict[str, float]:
     h, f, a = model.hidden_size, model.ffn_hidden_size, activation_bytes
     gemm_in = quantized_bytes if quantized_bytes is not None else a

@@ -1,0 +1,374 @@
+"""Start-up where people wait, each as a ratio to a baseline measured side by side in the same run.
+
+Run: ``.venv/bin/python benchmarks/startup.py [--repeats 21] [--json OUT]`` (``make bench``).
+
+| row | subject | baseline | target |
+|---|---|---|---|
+| submitter cold import | ``import platform_constructs.submitter.runtime.handler`` | ``import boto3`` | <= 1.1 |
+| trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | <= 1.5 |
+| trainctl plan | ``trainctl plan`` (the guide's request; tables) | ``python -c pass`` | <= 1.5 |
+| trainctl plan --json | ``trainctl plan --json`` | ``python -c pass`` | <= 1.5 |
+
+and, without a target, what explains them: the same imports without bytecode
+(the package as it shipped before it carried ``.pyc`` files); ``trainctl plan``
+as a terminal runs it (rich draws the tables in colour; a pipe gets rich's
+plain text); the floor of ``trainctl plan``, the
+planner's own import and estimate in a bare ``python -c``; and under it, the
+planner's import alone and the standard library's ``dataclasses``, which every
+module defining a dataclass imports (see **Floor** below).
+
+**Submitter.** The package is built exactly as the construct builds it
+(``platform_constructs.submitter.bundling.SUBMITTER.build``: the pinned
+requirements for arm64 / CPython 3.13 with their bytecode, and the modules
+the handler imports with theirs). Each import runs in a fresh ``python -S``
+(no site-packages: only the package and the standard library) of the
+bundle's bytecode compiler, a CPython 3.13 like Lambda's ``python3.13``
+runtime, and is timed inside that process (``time.perf_counter`` around the
+``import``), so the interpreter's own start-up, equal for both, is left out.
+Without a 3.13 interpreter on this machine the package carries no bytecode;
+this benchmark then compiles a copy with the local interpreter and says so
+(a proxy: other version, same mechanism).
+
+**trainctl.** Wall time of the whole process (what a person waits for), the
+console script next to this interpreter against the same interpreter's
+``python -c pass`` (which pays the same ``site`` start-up, the editable
+install's finder included). Bytecode is allowed (``PYTHONDONTWRITEBYTECODE``
+is removed from the children's environment) and one warm-up run of each
+command writes it, as a user's first run would.
+
+**Floor.** What ``trainctl plan`` cannot go below, measured by the rows without
+a target: the interpreter's start-up (the baseline itself), ``import
+dataclasses`` (which imports ``inspect``, ``ast``, ``dis``, ``tokenize``), the
+dataclasses the platform's facts and the planner are made of (the standard
+library generates each one's ``__init__``, ``__repr__``, ``__eq__``,
+``__hash__`` and frozen ``__setattr__``/``__delattr__`` as source and compiles
+them with ``exec`` at import: about 1 ms a class on the 2-core machine this was
+written on, some 20 classes on the way to a plan), and the estimate with its
+recommendations (about 120 configurations weighed for the guide's request, some
+15 ms there), before argparse and the tables.
+
+**Noise.** The machine is shared. Every repeat runs the subject and its
+baseline back to back, in alternating order; the ratio reported is the
+median of the per-repeat ratios (each pair saw the same load), with the 10th
+to 90th percentile of those ratios as the spread, next to each side's median.
+
+**Memory curve (modelled).** Lambda gives a function CPU in proportion to its
+memory: "At 1,769 MB, a function has the equivalent of one vCPU" (AWS Lambda
+Developer Guide, "Configure Lambda function memory"). No Lambda is reachable
+here and this machine has no cgroup CPU controller to throttle a process
+honestly, so the curve is a model, labelled as such: an import is one
+CPU-bound thread, so its duration at memory M is the one-core time measured
+here times ``max(1, 1769 / M)`` (more than one vCPU does not speed up one
+thread). It scales this machine's core, not Graviton's, and assumes the
+initialisation phase gets the same share as an invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
+"""The module Lambda imports (``bundling.SUBMITTER.handlers``), as the package lays it out."""
+
+ONE_VCPU_MB = 1769
+"""Function memory with the equivalent of one vCPU (AWS Lambda Developer Guide, "Configure Lambda function memory")."""
+MEMORY_CURVE_MB = (128, 256, 512, 1024, ONE_VCPU_MB, 3008)
+"""Memory sizes of the modelled curve, MB (Lambda accepts 128 to 10,240)."""
+
+TARGETS = {
+    "submitter cold import": 1.1,
+    "trainctl --help": 1.5,
+    "trainctl plan": 1.5,
+    "trainctl plan --json": 1.5,
+}
+"""The ratio each row must stay under (issue 17)."""
+
+PLANNER_FLOOR = (
+    "import planner\n"
+    "from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST\n"
+    "planner.estimate(planner.PlanInput.from_request(GUIDE_DEFAULT_REQUEST, instance_type='ml.p6-b200.48xlarge'))"
+)
+"""What ``trainctl plan`` cannot go below: the planner's import and one estimate of the guide's request."""
+
+
+@dataclasses.dataclass
+class Row:
+    """One subject against its baseline: seconds per repeat, paired."""
+
+    name: str
+    subject: str
+    baseline: str
+    subject_s: list[float] = dataclasses.field(default_factory=list)
+    baseline_s: list[float] = dataclasses.field(default_factory=list)
+    note: str = ""
+
+    @property
+    def target(self) -> float | None:
+        return TARGETS.get(self.name)
+
+    def ratios(self) -> list[float]:
+        return [s / b for s, b in zip(self.subject_s, self.baseline_s, strict=True)]
+
+    def summary(self) -> dict[str, Any]:
+        ratios = sorted(self.ratios())
+        ratio = statistics.median(ratios)
+        target = self.target
+        return {
+            "name": self.name,
+            "subject": self.subject,
+            "baseline": self.baseline,
+            "subject_ms_median": round(statistics.median(self.subject_s) * 1e3, 1),
+            "baseline_ms_median": round(statistics.median(self.baseline_s) * 1e3, 1),
+            "ratio_median": round(ratio, 3),
+            "ratio_p10_p90": [round(_quantile(ratios, 0.1), 3), round(_quantile(ratios, 0.9), 3)],
+            "repeats": len(ratios),
+            "target": target,
+            "met": None if target is None else ratio <= target,
+            "note": self.note,
+        }
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted values."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def measure(rows: Sequence[tuple[Row, Callable[[], float], Callable[[], float]]], repeats: int) -> None:
+    """Run each row's subject and baseline ``repeats`` times, back to back, alternating which goes first."""
+    for i in range(repeats):
+        for row, subject, baseline in rows:
+            if i % 2:
+                row.subject_s.append(subject())
+                row.baseline_s.append(baseline())
+            else:
+                row.baseline_s.append(baseline())
+                row.subject_s.append(subject())
+
+
+# -- the submitter ----------------------------------------------------------------------------------------------
+
+
+def build_packages(workdir: Path) -> tuple[str, Path, Path, str]:
+    """The submitter's package as the construct builds it, and a copy without bytecode.
+
+    Returns:
+        (interpreter, package, source-only copy, note): the interpreter to import them with (the bundle's
+        bytecode compiler, else this one with a proxy copy compiled by it).
+    """
+    from platform_constructs.submitter import bundling
+
+    package = workdir / "package"
+    bundling.SUBMITTER.build(package)
+    source_only = workdir / "source-only"
+    shutil.copytree(package, source_only, ignore=shutil.ignore_patterns("__pycache__"))
+    compiler = bundling.bytecode_compiler()
+    if compiler is not None:
+        return compiler.executable, package, source_only, f"CPython {bundling.PYTHON_VERSION} ({compiler.executable})"
+    proxy = bundling.BytecodeCompiler(sys.executable, sys.implementation.cache_tag, "")
+    proxy.compile(package)
+    return (
+        sys.executable,
+        package,
+        source_only,
+        f"PROXY: no CPython {bundling.PYTHON_VERSION} here; compiled and imported with {sys.version.split()[0]}",
+    )
+
+
+def timed_import(interpreter: str, package: Path, module: str) -> float:
+    """Seconds ``import module`` takes in a fresh ``python -S`` with only ``package`` (and the standard library)
+    on ``sys.path``, writing no bytecode."""
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(package), "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run(
+        [interpreter, "-S", "-c", code], env=env, cwd=package, capture_output=True, text=True, check=True
+    )
+    return float(out.stdout.strip())
+
+
+def submitter_rows(interpreter: str, package: Path, source_only: Path, note: str) -> list[tuple[Row, Any, Any]]:
+    with_pyc = Row("submitter cold import", HANDLER_MODULE, "import boto3", note=note + "; with the shipped .pyc")
+    without = Row(
+        "submitter cold import, source only",
+        HANDLER_MODULE,
+        "import boto3",
+        note="both without .pyc: the package before it shipped bytecode (Lambda cannot write a cache)",
+    )
+    return [
+        (
+            with_pyc,
+            lambda: timed_import(interpreter, package, HANDLER_MODULE),
+            lambda: timed_import(interpreter, package, "boto3"),
+        ),
+        (
+            without,
+            lambda: timed_import(interpreter, source_only, HANDLER_MODULE),
+            lambda: timed_import(interpreter, source_only, "boto3"),
+        ),
+    ]
+
+
+def configured_memory_mb() -> int:
+    """The submitter's memory size: ``JobSubmitterProps.memory_size``'s default."""
+    from platform_constructs.submitter.construct import JobSubmitterProps
+
+    memory = next(f.default for f in dataclasses.fields(JobSubmitterProps) if f.name == "memory_size")
+    assert isinstance(memory, int), memory
+    return memory
+
+
+def memory_curve(one_core_s: float, configured_mb: int) -> list[dict[str, Any]]:
+    """Modelled cold-import duration per memory size (see the module docstring)."""
+    sizes = sorted({*MEMORY_CURVE_MB, configured_mb})
+    return [
+        {
+            "memory_mb": mb,
+            "vcpu_share": round(mb / ONE_VCPU_MB, 3),
+            "modelled_import_ms": round(one_core_s * max(1.0, ONE_VCPU_MB / mb) * 1e3, 1),
+            "configured": mb == configured_mb,
+        }
+        for mb in sizes
+    ]
+
+
+# -- trainctl ---------------------------------------------------------------------------------------------------
+
+
+def _trainctl() -> list[str]:
+    script = Path(sys.executable).parent / "trainctl"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "trainctl.cli"]
+
+
+def _wall(command: Sequence[str], env: Mapping[str, str]) -> float:
+    import time
+
+    start = time.perf_counter()
+    subprocess.run(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def trainctl_rows() -> list[tuple[Row, Any, Any]]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    trainctl = _trainctl()
+    baseline = [sys.executable, "-c", "pass"]
+    terminal = {**env, "TTY_COMPATIBLE": "1"}  # rich's switch: draw as on a terminal (colour to /dev/null here)
+    commands: dict[str, tuple[list[str], Mapping[str, str]]] = {
+        "trainctl --help": ([*trainctl, "--help"], env),
+        "trainctl plan": ([*trainctl, "plan"], env),
+        "trainctl plan --json": ([*trainctl, "plan", "--json"], env),
+        "trainctl plan, on a terminal": ([*trainctl, "plan"], terminal),
+        "planner floor": ([sys.executable, "-c", PLANNER_FLOOR], env),
+        "planner import": ([sys.executable, "-c", "import planner"], env),
+        "import dataclasses": ([sys.executable, "-c", "import dataclasses"], env),
+    }
+    for command, command_env in commands.values():  # warm-up: writes bytecode, fills the page cache
+        subprocess.run(command, env=command_env, cwd=REPO, stdout=subprocess.DEVNULL, check=True)
+    notes = {
+        "trainctl plan": "the tables people read, stdout a pipe: rich's plain text",
+        "trainctl plan, on a terminal": "no target: TTY_COMPATIBLE=1, rich draws the tables in colour (importing "
+        "rich is what a terminal adds)",
+        "planner floor": "no target: `python -c` importing the planner and estimating the guide's request",
+        "planner import": "no target: the planner's and the platform facts' modules (some 20 dataclasses)",
+        "import dataclasses": "no target: the standard library every dataclass module imports first",
+    }
+    rows = []
+    for name, (command, command_env) in commands.items():
+        shown = " ".join(["trainctl", *command[len(trainctl) :]]) if command[: len(trainctl)] == trainctl else name
+        if command_env is terminal:
+            shown = "TTY_COMPATIBLE=1 " + shown
+        row = Row(name, shown, "python -c pass", note=notes.get(name, ""))
+        rows.append((row, lambda c=command, e=command_env: _wall(c, e), lambda: _wall(baseline, env)))
+    return rows
+
+
+# -- report -----------------------------------------------------------------------------------------------------
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "| measurement | subject | baseline | subject ms | baseline ms | ratio (p10-p90) | target | met |",
+        "|---|---|---|---:|---:|---|---:|---|",
+    ]
+    for r in results["rows"]:
+        low, high = r["ratio_p10_p90"]
+        target = "-" if r["target"] is None else f"<= {r['target']}"
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(
+            f"| {r['name']} | `{r['subject']}` | `{r['baseline']}` | {r['subject_ms_median']} | "
+            f"{r['baseline_ms_median']} | {r['ratio_median']:.2f} ({low:.2f}-{high:.2f}) | {target} | {met} |"
+        )
+    lines += ["", "Notes:"] + [f"- {r['name']}: {r['note']}" for r in results["rows"] if r["note"]]
+    curve = results.get("memory_curve")
+    if curve:
+        lines += [
+            "",
+            "Submitter cold import against function memory (MODELLED from AWS's proportionality, "
+            f"1,769 MB = 1 vCPU; one core of this machine = {curve['one_core_ms']} ms):",
+            "",
+            "| memory MB | vCPU share | modelled import ms | |",
+            "|---:|---:|---:|---|",
+        ]
+        for point in curve["points"]:
+            mark = "configured (JobSubmitterProps.memory_size)" if point["configured"] else ""
+            lines.append(f"| {point['memory_mb']} | {point['vcpu_share']} | {point['modelled_import_ms']} | {mark} |")
+    lines += ["", f"{results['repeats']} repeats, interleaved; python {results['python']}, {results['cpus']} CPUs."]
+    return "\n".join(lines)
+
+
+def run(repeats: int = 21, *, submitter: bool = True, cli: bool = True) -> dict[str, Any]:
+    results: dict[str, Any] = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "repeats": repeats}
+    rows: list[tuple[Row, Any, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
+        if submitter:
+            interpreter, package, source_only, note = build_packages(Path(tmp))
+            for module in (HANDLER_MODULE, "boto3"):  # warm-up: the page cache
+                timed_import(interpreter, package, module)
+            rows += submitter_rows(interpreter, package, source_only, note)
+        if cli:
+            rows += trainctl_rows()
+        measure(rows, repeats)
+    results["rows"] = [row.summary() for row, _, _ in rows]
+    if submitter:
+        handler = rows[0][0]
+        one_core = statistics.median(handler.subject_s)
+        results["memory_curve"] = {
+            "one_core_ms": round(one_core * 1e3, 1),
+            "points": memory_curve(one_core, configured_memory_mb()),
+            "modelled": True,
+        }
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=21, help="pairs of runs per row (default: %(default)s)")
+    parser.add_argument("--only", choices=("submitter", "trainctl"), help="measure one group of rows")
+    parser.add_argument("--json", metavar="OUT", help="also write the figures here")
+    args = parser.parse_args(argv)
+    if args.repeats < 3:
+        parser.error(f"--repeats: got {args.repeats}; expected 3 or more (a median of fewer is noise)")
+    results = run(args.repeats, submitter=args.only in (None, "submitter"), cli=args.only in (None, "trainctl"))
+    print(markdown(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

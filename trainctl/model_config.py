@@ -1,0 +1,58 @@
+"""``--model-config FILE``: a Hugging Face ``config.json`` as the model's shape, for ``trainctl train`` and
+``trainctl plan``.
+
+The mapping is the model family's (:func:`platform_spec.hyperparameters.merge_model_config`, the same one
+the submitter applies to a request's ``model_config``): ``model`` becomes the family's custom shape and its
+shape hyperparameters come from the file; content the trainer does not implement (``rope_scaling``, biases,
+another activation, an unknown key) is refused with the key named, and so is a shape flag given as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from platform_spec.errors import FieldError
+from platform_spec.hyperparameters import merge_model_config
+
+
+class ModelConfigError(ValueError):
+    """A ``--model-config`` file cannot be read, or describes a shape the trainer refuses; the message names
+    the file and the key (or the flag that sets the shape too)."""
+
+
+def read_model_config(path: str | os.PathLike[str]) -> Any:
+    """The JSON value of the file at ``path``.
+
+    Raises:
+        ModelConfigError: unreadable or not JSON (names the file and why).
+    """
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        detail = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise ModelConfigError(f"--model-config {path}: cannot read a JSON config.json ({detail})") from None
+
+
+def model_config_values(path: str | os.PathLike[str], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (hyperparameters given as flags, ``None`` for unset) with the shape of the ``config.json``
+    at ``path``: ``model`` and the family's shape hyperparameters (typed values).
+
+    Raises:
+        ModelConfigError: the file is unreadable, a key of it is refused (named as ``model_config.<key>``),
+            or a flag sets the shape too (named as ``--<flag>``).
+    """
+    config = read_model_config(path)
+    given = {name: value for name, value in values.items() if value is not None}
+    try:
+        merged = merge_model_config(given, config)
+    except FieldError as exc:
+        where = exc.field if exc.field.startswith("model_config") else "--" + exc.field.replace("_", "-")
+        raise ModelConfigError(f"--model-config {path}: {where}: {exc.reason}") from None
+    return {**dict(values), **merged}
+
+
+__all__ = ["ModelConfigError", "model_config_values", "read_model_config"]

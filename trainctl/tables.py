@@ -1,0 +1,115 @@
+"""Panels and tables described once and drawn by rich.
+
+A command describes what it shows as :class:`Panel` and :class:`Table` blocks (the layout's one home;
+``trainctl plan``'s are :func:`trainctl.plans.plan_blocks`); :func:`print_blocks` draws them with
+``rich.console.Console`` (:meth:`Panel.rich`, :meth:`Table.rich`), which decides colour and width. rich is
+imported only when a block is drawn, so ``trainctl --help`` and ``trainctl plan --json`` start without it.
+Drawing is rich's alone: a second renderer of its layout (tried for start-up time, issue 17) would be our own
+copy of a well-kept library's algorithm, which the platform does not keep.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's, without importing typing (a few ms of start-up); type checkers take it as true
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import rich.panel
+    import rich.table
+
+__all__ = ["Column", "Panel", "Table", "print_blocks"]
+
+
+class Column:
+    """A table column: its header (markup) and how its cells are justified (``"left"`` or ``"right"``)."""
+
+    __slots__ = ("header", "justify")
+
+    def __init__(self, header: str, *, justify: str = "left") -> None:
+        if justify not in ("left", "right"):
+            raise ValueError(f"justify: got {justify!r}; expected left or right")
+        self.header = header
+        self.justify = justify
+
+
+class Table:
+    """A table as ``rich.table.Table`` draws it with these arguments (header shown, ``HEAVY_HEAD`` box).
+
+    Args:
+        title: above the table, centred (markup).
+        columns: left to right.
+        caption: below the table, centred (markup), or ``None``.
+        show_lines: a line between every two rows.
+        header_style: the header row's style (terminals only).
+
+    Rows are added with :meth:`add_row`, cells as markup.
+    """
+
+    __slots__ = ("caption", "columns", "header_style", "rows", "show_lines", "title")
+
+    def __init__(
+        self,
+        title: str,
+        columns: Sequence[Column],
+        *,
+        caption: str | None = None,
+        show_lines: bool = False,
+        header_style: str = "bold",
+    ) -> None:
+        self.title = title
+        self.columns = tuple(columns)
+        self.caption = caption
+        self.show_lines = show_lines
+        self.header_style = header_style
+        self.rows: list[tuple[tuple[str, ...], bool]] = []
+
+    def add_row(self, *cells: str, end_section: bool = False) -> None:
+        """A row of one cell per column; ``end_section``: a line after it.
+
+        Raises:
+            ValueError: not one cell per column.
+        """
+        if len(cells) != len(self.columns):
+            raise ValueError(f"cells: got {len(cells)}; expected {len(self.columns)} (one per column)")
+        self.rows.append((cells, end_section))
+
+    def rich(self) -> rich.table.Table:
+        """This table as a ``rich.table.Table`` (imports rich)."""
+        from rich.table import Table as RichTable
+
+        table = RichTable(
+            title=self.title, show_header=True, header_style=self.header_style, show_lines=self.show_lines
+        )
+        for column in self.columns:
+            table.add_column(column.header, justify=column.justify)  # type: ignore[arg-type]
+        for cells, end_section in self.rows:
+            table.add_row(*cells, end_section=end_section)
+        table.caption = self.caption
+        return table
+
+
+class Panel:
+    """Text in a box with a title, as ``rich.panel.Panel(text, title=title, expand=False)`` draws it: as wide as
+    the text (or the title) allows, the text wrapped to the console, the title centred in the top edge."""
+
+    __slots__ = ("text", "title")
+
+    def __init__(self, text: str, *, title: str) -> None:
+        self.text = text
+        self.title = title
+
+    def rich(self) -> rich.panel.Panel:
+        """This panel as a ``rich.panel.Panel`` (imports rich)."""
+        from rich.panel import Panel as RichPanel
+
+        return RichPanel(self.text, title=self.title, expand=False)
+
+
+def print_blocks(blocks: Sequence[Panel | Table]) -> None:
+    """Print ``blocks`` on standard output with ``rich.console.Console`` (imported here, when there is a table
+    to draw: ``--help`` and ``--json`` never import rich)."""
+    from rich.console import Console
+
+    console = Console()
+    for block in blocks:
+        console.print(block.rich())
