@@ -1005,9 +1005,10 @@ def te_block_against_torch(
     """
     import torch
 
-    from model_families.gpt import ModelConfig
+    from model_families.gpt import ROPE_BASE, ModelConfig
     from model_families.gpt.te_block import TEBlock
-    from model_families.gpt.torch_block import TransformerBlock, rope_angles
+    from model_families.gpt.torch_block import TransformerBlock
+    from model_families.rotary import rope_angles
     from training.model import canonical_name
 
     torch.manual_seed(0)
@@ -1021,7 +1022,7 @@ def te_block_against_torch(
             param.copy_(weights[name])
         for name, param in te_block.named_parameters():
             param.copy_(weights[canonical_name(f"layers.0.{name}").removeprefix("layers.0.")])
-    angles = rope_angles(seq, config.head_dim, device)
+    angles = rope_angles(seq, config.head_dim, ROPE_BASE, device)
     x = torch.randn(batch, seq, config.hidden_size, device=device)
     grad = torch.randn_like(x)
     runs = {}

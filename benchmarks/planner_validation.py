@@ -42,7 +42,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from planner import PlanInputError
+from planner import PlanInput, PlanInputError
 from planner.plan import evaluate, evaluate_on_gpus
 from platform_spec.metric_lines import parse_line
 from trainctl.commands import plan as plan_cmd
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.log, encoding="utf-8") as fh:
             text = fh.read()
     try:
-        rows = compare(text, plan_cmd.plan_input_from_args(args), gpus=args.gpus)
+        rows = compare(text, PlanInput(**plan_cmd.plan_fields(args)), gpus=args.gpus)
     except (PlanInputError, ValueError) as exc:
         print(f"planner_validation: error: {exc}", file=sys.stderr)
         return 2

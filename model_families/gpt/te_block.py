@@ -18,8 +18,8 @@ from functools import partial
 import torch
 from torch import nn
 
-from model_families.gpt import INIT_STD, LAYERNORM_EPS, ModelConfig, residual_init_std
-from model_families.gpt.torch_block import rope_angles
+from model_families.gpt import INIT_STD, LAYERNORM_EPS, ROPE_BASE, ModelConfig, residual_init_std
+from model_families.rotary import rope_angles
 
 
 class TEBlock(nn.Module):
@@ -71,7 +71,7 @@ def build_block(config: ModelConfig, layer_number: int, *, device: str | torch.d
 def block_input(config: ModelConfig, seq_length: int, device: torch.device | str) -> torch.Tensor:
     """What every block receives besides the hidden state: the rotary angles in TE's
     ``[seq_length, 1, 1, head_dim]`` layout, fp32 radians."""
-    return rope_angles(seq_length, config.head_dim, device).view(seq_length, 1, 1, -1)
+    return rope_angles(seq_length, config.head_dim, ROPE_BASE, device).view(seq_length, 1, 1, -1)
 
 
 __all__ = ["TEBlock", "block_input", "build_block"]

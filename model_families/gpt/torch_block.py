@@ -30,23 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model_families.gpt import LAYERNORM_EPS, ROPE_BASE, ModelConfig
-
-
-def rope_angles(seq_length: int, head_dim: int, device: torch.device | str) -> torch.Tensor:
-    """Rotary angles ``[seq_length, head_dim]`` (fp32, radians): ``cat(freqs, freqs)``,
-    ``freqs = pos * base^(-2i/d)``."""
-    inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    positions = torch.arange(seq_length, device=device, dtype=torch.float32)
-    freqs = torch.outer(positions, inv_freq)
-    return torch.cat([freqs, freqs], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[batch, heads, seq, head_dim]`` by the angles (rotate-half layout), in fp32."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
-    return (xf * cos + rotated * sin).type_as(x)
+from model_families.rotary import apply_rope, rope_angles
 
 
 class Attention(nn.Module):
@@ -115,7 +99,7 @@ def build_final_norm(config: ModelConfig) -> nn.Module:
 def block_input(config: ModelConfig, seq_length: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """What every block receives besides the hidden state: ``(cos, sin)`` of the rotary angles,
     ``[seq_length, head_dim]`` each, fp32."""
-    angles = rope_angles(seq_length, config.head_dim, device)
+    angles = rope_angles(seq_length, config.head_dim, ROPE_BASE, device)
     return angles.cos(), angles.sin()
 
 
@@ -123,9 +107,7 @@ __all__ = [
     "Attention",
     "FeedForward",
     "TransformerBlock",
-    "apply_rope",
     "block_input",
     "build_block",
     "build_final_norm",
-    "rope_angles",
 ]

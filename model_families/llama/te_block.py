@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from model_families.llama import INIT_STD, LlamaShape, residual_init_std
-from model_families.llama.torch_block import rope_angles
+from model_families.rotary import rope_angles
 
 
 class TEBlock(nn.Module):

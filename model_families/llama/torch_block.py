@@ -33,25 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model_families.llama import LlamaShape
-
-
-def rope_angles(seq_length: int, head_dim: int, base: float, device: torch.device | str) -> torch.Tensor:
-    """Rotary angles ``[seq_length, head_dim]`` (fp32, radians): ``cat(freqs, freqs)``,
-    ``freqs[pos, i] = pos * base^(-2i/d)`` (the rotate-half layout; the inverse frequencies in fp32, as
-    Hugging Face's ``LlamaRotaryEmbedding`` and TransformerEngine's ``RotaryPositionEmbedding`` compute them)."""
-    inv_freq = 1.0 / (float(base) ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
-    positions = torch.arange(seq_length, device=device, dtype=torch.float32)
-    freqs = torch.outer(positions, inv_freq)
-    return torch.cat([freqs, freqs], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[batch, heads, seq, head_dim]`` by the angles (rotate-half layout), in fp32:
-    ``x * cos + rotate_half(x) * sin`` with ``rotate_half([x1, x2]) = [-x2, x1]``."""
-    half = x.shape[-1] // 2
-    xf = x.float()
-    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
-    return (xf * cos + rotated * sin).type_as(x)
+from model_families.rotary import apply_rope, rope_angles
 
 
 class RMSNorm(nn.Module):
@@ -146,9 +128,7 @@ __all__ = [
     "FeedForward",
     "RMSNorm",
     "TransformerBlock",
-    "apply_rope",
     "block_input",
     "build_block",
     "build_final_norm",
-    "rope_angles",
 ]

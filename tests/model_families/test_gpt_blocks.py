@@ -19,6 +19,7 @@ from model_families import gpt
 from model_families.gpt import (
     FAMILY,
     INIT_STD,
+    ROPE_BASE,
     TE_PARAMETER_NAMES,
     ModelConfig,
     init_rule,
@@ -78,7 +79,7 @@ def test_the_te_block_computes_the_torch_block_with_its_weights(monkeypatch: pyt
 
 def test_bf16_rounding_would_move_long_context_angles_by_radians() -> None:
     """Why the rotary table must stay fp32: at 8K positions bf16's spacing is 32, an error up to 16 radians."""
-    angles = torch_block.rope_angles(8192, 128, "cpu")
+    angles = torch_block.rope_angles(8192, 128, ROPE_BASE, "cpu")
     error = (angles.to(torch.bfloat16).float() - angles).abs().max().item()
     assert 8.0 < error <= 16.0
     cos, sin = torch_block.block_input(CONFIG, 8, "cpu")

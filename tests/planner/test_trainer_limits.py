@@ -172,12 +172,14 @@ def test_trainctl_plan_offers_only_the_instance_types_the_trainer_runs_on(capsys
 def test_trainctl_plan_says_quantized_model_init_is_refused_and_why(capsys: pytest.CaptureFixture[str]) -> None:
     """Kept as a flag (it mirrors the trainer's hyperparameter, and the planner answers with the reason);
     its help says so from the one refusal rule."""
+    from platform_spec.precisions import names_where
     from trainctl.cli import main
     from trainctl.commands.plan import quantized_model_init_help
 
     QUANTIZED_MODEL_INIT_HELP = quantized_model_init_help()
     assert hpmod.QUANTIZED_MODEL_INIT_REFUSAL is not None  # while the image cannot train it
-    assert QUANTIZED_MODEL_INIT_HELP.startswith("store block weights quantized (fp8 family). REFUSED")
+    te_formats = ", ".join(names_where(lambda p: p.uses_te))  # the registry's TransformerEngine formats
+    assert QUANTIZED_MODEL_INIT_HELP.startswith(f"store block weights quantized ({te_formats}). REFUSED")
     assert hpmod.QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ") in QUANTIZED_MODEL_INIT_HELP
     assert "".join(QUANTIZED_MODEL_INIT_HELP.split()) in "".join(_plan_help(capsys).split())  # argparse wraps at "-"
     assert main(["plan", "--precision", "fp8", "--quantized-model-init"]) == 2

@@ -35,8 +35,8 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.device_mesh import init_device_mesh
 
-from model_families.gpt import ModelConfig
-from model_families.gpt.torch_block import rope_angles
+from model_families.gpt import ROPE_BASE, ModelConfig
+from model_families.rotary import rope_angles
 from platform_spec.hyperparameters import Hyperparameters
 from training import precision as prec
 from training.checkpoint import CheckpointManager, size_extra_state
@@ -102,7 +102,7 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
     model(tokens[:, :-1], tokens[:, 1:]).backward()
 
     assert len(seen) >= CONFIG.num_layers  # every block (and its recompute under checkpointing)
-    angles = rope_angles(32, CONFIG.head_dim, "cpu")
+    angles = rope_angles(32, CONFIG.head_dim, ROPE_BASE, "cpu")
     expected = [angles.view(32, 1, 1, -1)] if backend == "te" else [angles.cos(), angles.sin()]
     for hidden_dtype, rope in seen:
         assert hidden_dtype == torch.bfloat16  # the policy is in force: the block computes in bf16

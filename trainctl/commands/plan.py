@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from planner import PlanInput
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
 
@@ -80,11 +79,13 @@ def _instance_type(text: str) -> str:
 def quantized_model_init_help() -> str:
     """``--quantized-model-init``'s help, from the trainer's one refusal rule."""
     from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+    from platform_spec.precisions import names_where
 
+    formats = ", ".join(names_where(lambda p: p.uses_te))
     return (
-        "store block weights quantized (fp8, mxfp8, nvfp4)"
+        f"store block weights quantized ({formats})"
         if QUANTIZED_MODEL_INIT_REFUSAL is None
-        else "store block weights quantized (fp8 family). REFUSED with the current trainer image (exit 2, no plan): "
+        else f"store block weights quantized ({formats}). REFUSED with the current trainer image (exit 2, no plan): "
         + QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ")
         + ". The flag mirrors the trainer's hyperparameter, so the planner answers with the reason and plans it "
         "again once the image supports it"
@@ -278,17 +279,6 @@ def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
         "price_per_hour": args.price_per_hour,
         "tokens": args.tokens,
     }
-
-
-def plan_input_from_args(args: argparse.Namespace) -> PlanInput:
-    """The :class:`planner.PlanInput` for parsed ``trainctl plan`` arguments.
-
-    Raises:
-        planner.PlanInputError: a field the planner refuses.
-    """
-    from planner import PlanInput
-
-    return PlanInput(**plan_fields(args))
 
 
 def flags() -> dict[str, str]:
