@@ -74,9 +74,22 @@ from platform_spec.errors import FieldError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
 
     from platform_spec.model_shape import ModelShape
+
+    class _DecoderSizes(Protocol):
+        """What the FLOP count reads of a shape (read-only: the families' shapes are frozen dataclasses)."""
+
+        @property
+        def num_layers(self) -> int: ...
+        @property
+        def hidden_size(self) -> int: ...
+        @property
+        def vocab_size(self) -> int: ...
+        @property
+        def block_params(self) -> int: ...
+
 
 __all__ = [
     "FAMILIES_PACKAGE",
@@ -86,12 +99,14 @@ __all__ = [
     "ModelShape",
     "ShapeTerms",
     "UnknownModelError",
+    "attention_flops_per_token",
     "check_gemm_dimensions",
     "family_names",
     "family_of",
     "family_of_shape",
     "get_family",
     "get_preset",
+    "matmul_params",
     "mfu_percent",
     "model_tflops_per_second",
     "preset_names",
@@ -99,6 +114,7 @@ __all__ = [
     "resolve_shape",
     "shape_from_hf_config",
     "shape_hyperparameters",
+    "transformer_flops_per_token",
 ]
 
 FAMILIES_PACKAGE = "model_families"
@@ -538,6 +554,43 @@ def shape_hyperparameters(shape: Any) -> dict[str, Any]:
     for name, field_name in family.shape_fields.items():
         out[name] = getattr(shape, field_name)
     return out
+
+
+def matmul_params(shape: _DecoderSizes, *, include_embedding: bool = True) -> int:
+    """``N`` of a decoder's ``6N`` training FLOPs per token: its block parameters, plus the LM head's ``h*V``
+    when ``include_embedding`` (a real matmul, tied or not; the input embedding is a lookup and never counts)."""
+    n = shape.block_params
+    if include_embedding:
+        n += shape.hidden_size * shape.vocab_size
+    return n
+
+
+def attention_flops_per_token(num_layers: int, attention_width: int, seq_length: int, *, causal: bool = True) -> float:
+    """Training FLOPs per token of the attention score and value matmuls: ``6 L w s`` causal (fused kernels skip
+    the masked half), ``12 L w s`` the full square (PaLM, Chowdhery et al. 2022, appendix B); ``w`` is the
+    query heads times the head size (grouped-query attention shares K and V, not the score work).
+
+    Raises:
+        ValueError: ``seq_length < 1``.
+    """
+    if seq_length < 1:
+        raise ValueError(f"seq_length must be >= 1, got {seq_length}")
+    factor = 6.0 if causal else 12.0
+    return factor * num_layers * attention_width * seq_length
+
+
+def transformer_flops_per_token(
+    shape: _DecoderSizes, seq_length: int, *, attention_width: int, include_embedding: bool = True, causal: bool = True
+) -> float:
+    """Training (forward + backward) FLOPs per token of a decoder-only transformer: ``6N`` (:func:`matmul_params`)
+    plus the attention scores (:func:`attention_flops_per_token`); every family's ``flops_per_token``.
+
+    Raises:
+        ValueError: ``seq_length < 1``.
+    """
+    return 6.0 * matmul_params(shape, include_embedding=include_embedding) + attention_flops_per_token(
+        shape.num_layers, attention_width, seq_length, causal=causal
+    )
 
 
 def model_tflops_per_second(tokens_per_second: float, flops_per_token: float) -> float:

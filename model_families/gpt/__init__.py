@@ -112,6 +112,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from platform_spec import models
 from platform_spec.errors import FieldError
 from platform_spec.models import ModelFamily, ShapeTerms, check_gemm_dimensions, register_family
 
@@ -275,18 +276,12 @@ def preset_table() -> list[dict[str, int | str]]:
 
 def matmul_params(model: ModelConfig, *, include_embedding: bool = True) -> int:
     """``N`` of ``6N``: block parameters, plus the output head ``h*V`` when ``include_embedding``."""
-    n = model.block_params
-    if include_embedding:
-        n += model.hidden_size * model.vocab_size
-    return n
+    return models.matmul_params(model, include_embedding=include_embedding)
 
 
 def attention_flops_per_token(model: ModelConfig, seq_length: int, *, causal: bool = True) -> float:
     """Training FLOPs per token of the attention score/value matmuls: ``6Lhs`` causal, ``12Lhs`` full."""
-    if seq_length < 1:
-        raise ValueError(f"seq_length must be >= 1, got {seq_length}")
-    factor = 6.0 if causal else 12.0
-    return factor * model.num_layers * model.hidden_size * seq_length
+    return models.attention_flops_per_token(model.num_layers, model.hidden_size, seq_length, causal=causal)
 
 
 def flops_per_token(
@@ -308,8 +303,8 @@ def flops_per_token(
     Raises:
         ValueError: ``seq_length < 1``.
     """
-    return 6.0 * matmul_params(model, include_embedding=include_embedding) + attention_flops_per_token(
-        model, seq_length, causal=causal
+    return models.transformer_flops_per_token(
+        model, seq_length, attention_width=model.hidden_size, include_embedding=include_embedding, causal=causal
     )
 
 

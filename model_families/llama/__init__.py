@@ -136,6 +136,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from platform_spec import models
 from platform_spec.errors import FieldError
 from platform_spec.models import ExportSlice, ModelFamily, ShapeTerms, check_gemm_dimensions, register_family
 
@@ -348,10 +349,7 @@ def preset_table() -> list[dict[str, int | str | float | bool]]:
 
 def matmul_params(model: LlamaShape, *, include_embedding: bool = True) -> int:
     """``N`` of ``6N``: block parameters, plus the LM head ``h*V`` when ``include_embedding`` (tied or not)."""
-    n = model.block_params
-    if include_embedding:
-        n += model.hidden_size * model.vocab_size
-    return n
+    return models.matmul_params(model, include_embedding=include_embedding)
 
 
 def attention_flops_per_token(model: LlamaShape, seq_length: int, *, causal: bool = True) -> float:
@@ -361,10 +359,9 @@ def attention_flops_per_token(model: LlamaShape, seq_length: int, *, causal: boo
     Raises:
         ValueError: ``seq_length < 1``.
     """
-    if seq_length < 1:
-        raise ValueError(f"seq_length must be >= 1, got {seq_length}")
-    factor = 6.0 if causal else 12.0
-    return factor * model.num_layers * model.num_heads * model.head_dim * seq_length
+    return models.attention_flops_per_token(
+        model.num_layers, model.num_heads * model.head_dim, seq_length, causal=causal
+    )
 
 
 def flops_per_token(
@@ -381,8 +378,12 @@ def flops_per_token(
     Raises:
         ValueError: ``seq_length < 1``.
     """
-    return 6.0 * matmul_params(model, include_embedding=include_embedding) + attention_flops_per_token(
-        model, seq_length, causal=causal
+    return models.transformer_flops_per_token(
+        model,
+        seq_length,
+        attention_width=model.num_heads * model.head_dim,
+        include_embedding=include_embedding,
+        causal=causal,
     )
 
 
