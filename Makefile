@@ -17,13 +17,15 @@ NODE_STAMP := node_modules/.installed
 
 all: test
 
-# The project itself is installed editable with its extra `local` (the AWS emulator, moto: pyproject.toml),
-# which `make test` and `make demo` use; the project declares no other dependency, so pip adds only the
-# extra's (resolved against the pins already installed from requirements*.txt).
-$(VENV_STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py
+# The project itself is installed editable with its extras `local` (the AWS emulator, moto: pyproject.toml)
+# and `sdk` (the SageMaker Python SDK, trainctl.sdk; its closure pinned by requirements-sdk.txt, given as
+# constraints), which `make test` and `make demo` use; the project declares no other dependency, so pip adds
+# only the extras' (resolved against the pins already installed from requirements*.txt).
+$(VENV_STAMP): requirements.txt requirements-dev.txt requirements-sdk.txt pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[local]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e ".[local,sdk]" \
+		-c requirements-sdk.txt
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json $(VENV_STAMP)

@@ -15,7 +15,8 @@ as a terminal runs it (rich draws the tables in colour; a pipe gets rich's
 plain text); the floor of ``trainctl plan``, the
 planner's own import and estimate in a bare ``python -c``; and under it, the
 planner's import alone and the standard library's ``dataclasses``, which every
-module defining a dataclass imports (see **Floor** below).
+module defining a dataclass imports; and the import of the rich modules that
+draw the tables (see **Floor** below).
 
 **Submitter.** The package is built exactly as the construct builds it
 (``platform_constructs.submitter.bundling.SUBMITTER.build``: the pinned
@@ -45,7 +46,8 @@ library generates each one's ``__init__``, ``__repr__``, ``__eq__``,
 them with ``exec`` at import: about 1 ms a class on the 2-core machine this was
 written on, some 20 classes on the way to a plan), and the estimate with its
 recommendations (about 120 configurations weighed for the guide's request, some
-15 ms there), before argparse and the tables.
+15 ms there), before argparse and the tables; then rich's own import (the
+``import rich`` row) and its drawing of the four tables (about 15 ms here).
 
 **Noise.** The machine is shared. Every repeat runs the subject and its
 baseline back to back, in alternating order; the ratio reported is the
@@ -103,6 +105,9 @@ PLANNER_FLOOR = (
     "planner.estimate(planner.PlanInput.from_request(GUIDE_DEFAULT_REQUEST, instance_type='ml.p6-b200.48xlarge'))"
 )
 """What ``trainctl plan`` cannot go below: the planner's import and one estimate of the guide's request."""
+
+RICH_FLOOR = "import rich.console, rich.panel, rich.table"
+"""What drawing the tables adds before the first line is drawn: the rich modules ``trainctl.tables`` uses."""
 
 
 @dataclasses.dataclass
@@ -276,6 +281,7 @@ def trainctl_rows() -> list[tuple[Row, Any, Any]]:
         "planner floor": ([sys.executable, "-c", PLANNER_FLOOR], env),
         "planner import": ([sys.executable, "-c", "import planner"], env),
         "import dataclasses": ([sys.executable, "-c", "import dataclasses"], env),
+        "import rich": ([sys.executable, "-c", RICH_FLOOR], env),
     }
     for command, command_env in commands.values():  # warm-up: writes bytecode, fills the page cache
         subprocess.run(command, env=command_env, cwd=REPO, stdout=subprocess.DEVNULL, check=True)
@@ -286,6 +292,7 @@ def trainctl_rows() -> list[tuple[Row, Any, Any]]:
         "planner floor": "no target: `python -c` importing the planner and estimating the guide's request",
         "planner import": "no target: the planner's and the platform facts' modules (some 20 dataclasses)",
         "import dataclasses": "no target: the standard library every dataclass module imports first",
+        "import rich": "no target: the rich modules `trainctl plan` draws its tables with (before drawing them)",
     }
     rows = []
     for name, (command, command_env) in commands.items():

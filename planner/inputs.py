@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from planner.errors import PlanInputError
 from platform_spec import hyperparameters as hpmod
@@ -202,12 +203,14 @@ class ResolvedInput:
         """Tokens one GPU processes per micro-batch: ``batch_size * seq_length``."""
         return self.input.batch_size * self.input.seq_length
 
-    @property
+    # Worked out on first use and kept with the instance (its fields are frozen): the memory and speed models ask
+    # for them several times per configuration, and one estimate weighs about 120 configurations (issue 17).
+    @cached_property
     def activation_checkpointing(self) -> ActivationCheckpointing:
         """The input's activation-checkpointing mode, parsed (:mod:`platform_spec.training_modes`)."""
         return parse_activation_checkpointing(self.input.activation_checkpointing)
 
-    @property
+    @cached_property
     def checkpointed_blocks(self) -> int:
         """Blocks that recompute in backward: 0 (``off``), all (``full``) or every Nth (``selective:N``)."""
         return self.activation_checkpointing.checkpointed_count(self.model.num_layers)

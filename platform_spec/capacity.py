@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "CAPACITY_BLOCK_ENDED_REASON",
     "CAPACITY_BLOCK_ENV",
     "CAPACITY_BLOCK_RECLAIM_S",
     "CAPACITY_FALLBACK_EXPECTED",
     "CAPACITY_TYPES",
     "DEFAULT_CAPACITY_FALLBACK",
     "PENDING_LIMIT_S",
+    "STOP_MARGIN_S",
     "TRAINING_PLAN_ARNS_PARAMETER_ENV",
     "USABLE_PLAN_STATUSES",
     "capacity_fallback_problem",
@@ -93,3 +95,14 @@ The API reference of ``StoppingCondition.MaxPendingTimeInSeconds`` says that tim
 spent waiting for a Scheduled plan's start does not count against that newer
 setting; the submitter keeps to the 2 days all the same, so that no job it
 places can be ended for waiting."""
+
+STOP_MARGIN_S = 300.0
+"""Fixed part of the trainer's safety margin before the capacity-block deadline, in seconds (the
+trainer adds twice its last step and checkpoint times): a job that starts with less than this left
+cannot train a step and save it. The submitter places a run's segment on a block that ends before
+the segment's ``max_runtime_hours`` only when the block leaves more than this (``runtime/capacity.py``)."""
+
+CAPACITY_BLOCK_ENDED_REASON = "the training plan's capacity block leaves no time to train"
+"""How the trainer's failure reason begins when it starts with less than its stop margin left in its
+capacity block (``training.environment.CapacityBlockEnded``): nothing was trained, the capacity ended.
+The run continuation reads it as a capacity end, not a code failure (``platform_spec.runs``)."""

@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.runs import DEFAULT_MIN_SEGMENT_MINUTES, RUN_FIELDS
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN
 
 __all__ = [
@@ -201,6 +202,14 @@ class RequestField:
 
 FIELDS: tuple[RequestField, ...] = (
     RequestField(
+        "action", "string",
+        help="what the request asks: `submit`, a submission (these fields)",
+        default="submit",
+        choices=("submit",),
+        fingerprint=False,
+        notes="the other actions (`describe`, `list`, `stop`, ...) take their own fields (README, *The job API*)",
+    ),
+    RequestField(
         "job_name", "string",
         help="the SageMaker training job's name",
         default_text="derived: `job-` + 24 hex digits of SHA-256(`client_token`), else `<model>-<precision>-<UTC time>-<4 hex>`",
@@ -326,6 +335,21 @@ FIELDS: tuple[RequestField, ...] = (
         help="validate, choose capacity and estimate; create nothing",
         default=False,
         fingerprint=False,
+    ),
+    RequestField(
+        "run", "object",
+        help="make the job segment 1 of a run: one training carried across jobs, each resuming the last one's "
+        "checkpoint, until `max_steps` or the budget (`platform_spec/runs.py`)",
+        rule="run",
+        expected="a JSON object: {" + ", ".join(k if k == "run_id" else k + "?" for k in RUN_FIELDS) + "}",
+        checks=(Check("run_names_its_jobs", needs=("job_name", "client_token")),),
+        notes="`run_id`: 1-48 lowercase letters, digits and hyphens, starting with a letter; the run's key (a retry "
+        "of the same request replays segment 1, another request with the same `run_id` is a `Conflict`); "
+        "segments are named `<run_id>-seg-001`, `-002`, ... and checkpoint to `run-checkpoints/<run_id>/`, so "
+        "`job_name` and `client_token` are refused with it; budget: `max_segments` (1-999), `deadline` (ISO 8601 "
+        "with a time zone, in the future when the run starts), `max_instance_hours` (> 0); on a training plan a "
+        "block shorter than `max_runtime_hours` is used when it leaves the trainer's stop margin plus "
+        f"`min_segment_minutes` (> 0, default {DEFAULT_MIN_SEGMENT_MINUTES:g}) of training",
     ),
 )  # fmt: skip
 """The request's fields, in the order they are checked (the first bad one is refused)."""

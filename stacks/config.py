@@ -52,6 +52,13 @@ Context keys (default in brackets):
                        reserved concurrency, 1-900, taken from the account's
                        unreserved pool, which must keep 100), or ``"none"`` to
                        reserve nothing [``10``]
+``readerPrincipals``   IAM role/user/root ARNs allowed to invoke the read-only job API
+                       (describe, list, list_runs), not the submitter [``[]``]
+``runContinuationScheduleMinutes`` how often the run continuation retries the runs
+                       waiting for capacity and publishes the longest wait (1-1440) [``5``]
+``runCapacityWaitAlarmMinutes`` a run waiting for capacity longer than this raises the
+                       ``RunWaitingForCapacity`` alarm (from the schedule's minutes to
+                       43200, 30 days) [``120``]
 ====================== ============================================================
 """
 
@@ -69,9 +76,19 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 
 from constructs import Node
-from platform_constructs.observability.construct import MAX_IDLE_CAPACITY_HOURS, SlackChannel
+from platform_constructs.observability.construct import (
+    DEFAULT_RUN_CAPACITY_WAIT_MINUTES,
+    MAX_IDLE_CAPACITY_HOURS,
+    MAX_RUN_CAPACITY_WAIT_MINUTES,
+    SlackChannel,
+)
 from platform_constructs.observability.notifications import EMAIL_PATTERN, HTTPS_URL_PATTERN
-from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, MAX_RESERVED_CONCURRENCY
+from platform_constructs.submitter.construct import (
+    DEFAULT_CONTINUATION_SCHEDULE_MINUTES,
+    DEFAULT_RESERVED_CONCURRENCY,
+    MAX_CONTINUATION_SCHEDULE_MINUTES,
+    MAX_RESERVED_CONCURRENCY,
+)
 from platform_spec.capacity import CAPACITY_TYPES, DEFAULT_CAPACITY_FALLBACK
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 from platform_spec.errors import FieldError
@@ -151,6 +168,9 @@ CONTEXT_KEYS: dict[str, Any] = {
     "idleCapacityAlarmHours": 24,
     "imageRetainCount": 20,
     "submitterReservedConcurrency": DEFAULT_RESERVED_CONCURRENCY,
+    "readerPrincipals": [],
+    "runContinuationScheduleMinutes": DEFAULT_CONTINUATION_SCHEDULE_MINUTES,
+    "runCapacityWaitAlarmMinutes": DEFAULT_RUN_CAPACITY_WAIT_MINUTES,
 }
 """Every context key this app reads, with its default."""
 
@@ -209,6 +229,9 @@ class PlatformConfig:
     idle_capacity_alarm_hours: int
     image_retain_count: int
     submitter_reserved_concurrency: int | None
+    reader_principals: tuple[str, ...]
+    run_continuation_schedule_minutes: int
+    run_capacity_wait_alarm_minutes: int
 
     @property
     def env(self) -> cdk.Environment | None:
@@ -452,6 +475,28 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
 
     reserved = _reserved_concurrency(get("submitterReservedConcurrency"))
 
+    readers = _list_of(
+        "readerPrincipals",
+        get("readerPrincipals"),
+        lambda arn: bool(_PRINCIPAL_ARN.fullmatch(arn)),
+        "an IAM principal ARN: arn:aws:iam::<account>:role/<name>, :user/<name> or :root",
+    )
+    schedule_minutes = _int("runContinuationScheduleMinutes", get("runContinuationScheduleMinutes"))
+    if not 1 <= schedule_minutes <= MAX_CONTINUATION_SCHEDULE_MINUTES:
+        raise ConfigError(
+            "runContinuationScheduleMinutes",
+            schedule_minutes,
+            f"an integer from 1 to {MAX_CONTINUATION_SCHEDULE_MINUTES} (minutes between the continuation's runs)",
+        )
+    wait_minutes = _int("runCapacityWaitAlarmMinutes", get("runCapacityWaitAlarmMinutes"))
+    if not schedule_minutes <= wait_minutes <= MAX_RUN_CAPACITY_WAIT_MINUTES:
+        raise ConfigError(
+            "runCapacityWaitAlarmMinutes",
+            wait_minutes,
+            f"an integer from runContinuationScheduleMinutes ({schedule_minutes}: the wait is measured on each "
+            f"scheduled run) to {MAX_RUN_CAPACITY_WAIT_MINUTES} (minutes)",
+        )
+
     return PlatformConfig(
         stack_name=stack_name,
         account=account,
@@ -472,6 +517,9 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         idle_capacity_alarm_hours=idle_hours,
         image_retain_count=retain_count,
         submitter_reserved_concurrency=reserved,
+        reader_principals=readers,
+        run_continuation_schedule_minutes=schedule_minutes,
+        run_capacity_wait_alarm_minutes=wait_minutes,
     )
 
 

@@ -32,8 +32,8 @@ class TrainingPlatformStack(cdk.Stack):
     """Everything a training job needs: image, buckets, execution role, plans, submitter, dashboard.
 
     Construct IDs (stable): ``TrainerImage``, ``Buckets``, ``ExecutionRole``,
-    ``TrainingPlans``, ``Submitter``, ``Observability`` (dashboard, alarms, alarm topic,
-    plan-metrics publisher, job-state handler).
+    ``TrainingPlans``, ``Submitter`` (submitter, reader and run continuation functions),
+    ``Observability`` (dashboard, alarms, alarm topic, plan-metrics publisher, job-state handler).
     """
 
     def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
@@ -98,10 +98,13 @@ class TrainingPlatformStack(cdk.Stack):
                 log_retention=config.log_retention,
                 removal_policy=removal,
                 reserved_concurrent_executions=config.submitter_reserved_concurrency,
+                continuation_schedule=cdk.Duration.minutes(config.run_continuation_schedule_minutes),
             ),
         )
         for principal_arn in config.invoker_principals:
-            self.submitter.grant_invoke(iam.ArnPrincipal(principal_arn))
+            self.submitter.grant_submit(iam.ArnPrincipal(principal_arn))
+        for principal_arn in config.reader_principals:
+            self.submitter.grant_read(iam.ArnPrincipal(principal_arn))
         self.observability = PlatformObservability(
             self,
             "Observability",
@@ -116,6 +119,8 @@ class TrainingPlatformStack(cdk.Stack):
                 idle_capacity_hours=config.idle_capacity_alarm_hours,
                 log_retention=config.log_retention,
                 removal_policy=removal,
+                runs=self.submitter,
+                run_capacity_wait_minutes=config.run_capacity_wait_alarm_minutes,
             ),
         )
 
@@ -136,6 +141,15 @@ class TrainingPlatformStack(cdk.Stack):
             ),
             "SubmitterFunctionName": (self.submitter.function.function_name, "Job submitter Lambda function name"),
             "SubmitterFunctionArn": (self.submitter.function.function_arn, "Job submitter Lambda function ARN"),
+            "ReaderFunctionName": (
+                self.submitter.reader_function.function_name,
+                "Read-only job API Lambda function name (describe, list, list_runs)",
+            ),
+            "ReaderFunctionArn": (self.submitter.reader_function.function_arn, "Read-only job API Lambda function ARN"),
+            "RunContinuationFunctionName": (
+                self.submitter.continuation_function.function_name,
+                "Run continuation Lambda function name (its log group holds every run decision)",
+            ),
             "DataBucketName": (self.buckets.data.bucket_name, "Training data bucket"),
             "CheckpointBucketName": (self.buckets.checkpoints.bucket_name, "Checkpoint bucket (versioned)"),
             "OutputBucketName": (self.buckets.output.bucket_name, "Job output bucket (versioned)"),

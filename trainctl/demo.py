@@ -311,6 +311,194 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
     )
 
 
+# --------------------------------------------------------------------------- 4b
+
+RUN_ID = "demo-run"
+RUN_CONTINUATION = "platform_constructs.submitter.runtime.continuation:lambda_handler"
+"""The continuation function's handler, which the emulator calls with every job state-change event (as the
+stack's EventBridge rule invokes the deployed function)."""
+RUN_FIRST_BLOCK_TRAINING_S = 30
+"""Seconds of training the first plan's block leaves the first segment: the block ends at seeding +
+reclaim window (30 min) + the trainer's stop margin + this, so the trainer checkpoints and stops itself at
+about this many seconds after the emulator starts (the segment's start-up, ~10 s, comes out of it)."""
+RUN_MIN_SEGMENT_MINUTES = 0.25
+"""The run's ``min_segment_minutes``: a block must leave a segment 15 s of training (the default, 30 min, suits
+real blocks of days): the first block leaves more, and what is left of it after the first segment less."""
+RUN_HYPERPARAMETERS: dict[str, object] = {
+    "model": "gpt-tiny",
+    "num_layers": 2,
+    "precision": "fp32",
+    "batch_size": 8,
+    "seq_length": 128,
+    "max_steps": 200,
+    "warmup_steps": 10,
+    "learning_rate": 3e-3,
+    "min_learning_rate": 3e-4,
+    "log_interval": 10,
+    "checkpoint_interval": 40,
+    "keep_checkpoints": 2,
+}
+"""The run's training: gpt-tiny on CPython's docs, 0.3-0.7 s a step on one CPU process of this project's
+2-core machines (idle or busy), so the first block ends far below ``max_steps`` (at most ~75 steps) and the
+second segment finishes the run."""
+RUN_TIMEOUT_S = 900
+"""The longest the demo waits for the run to end."""
+
+
+def _run_plans() -> list[dict[str, object]]:
+    from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, STOP_MARGIN_S
+
+    ends = round(CAPACITY_BLOCK_RECLAIM_S + STOP_MARGIN_S + RUN_FIRST_BLOCK_TRAINING_S)
+    common = {"Status": "Active", "InstanceType": "ml.p6-b200.48xlarge", "TotalInstanceCount": 1}
+    return [
+        {**common, "TrainingPlanName": "p6-b200-ending", "StartTime": "now-1d", "EndTime": f"now+{ends}s"},
+        {**common, "TrainingPlanName": "p6-b200-next", "StartTime": "now-1h", "EndTime": "now+7d"},
+    ]
+
+
+def _segment_losses(aws: object, job_name: str) -> list[tuple[int, float]]:
+    """``(step, loss)`` of a segment's ``[metrics]`` lines, read back from its CloudWatch Logs stream."""
+    from platform_spec.metric_lines import parse_line
+
+    logs = aws.client("logs")  # type: ignore[attr-defined]
+    group = "/aws/sagemaker/TrainingJobs"
+    points: list[tuple[int, float]] = []
+    for stream in logs.describe_log_streams(logGroupName=group, logStreamNamePrefix=f"{job_name}/")["logStreams"]:
+        kwargs = {"logGroupName": group, "logStreamName": stream["logStreamName"], "startFromHead": True}
+        while True:
+            page = logs.get_log_events(**kwargs)
+            for event in page["events"]:
+                values = parse_line(event["message"])
+                if values and "loss" in values and "step" in values:
+                    points.append((int(values["step"]), float(values["loss"])))
+            if page.get("nextForwardToken") in (None, kwargs.get("nextToken")):
+                break
+            kwargs["nextToken"] = page["nextForwardToken"]
+    return points
+
+
+def step_run() -> None:
+    import contextlib
+
+    from platform_spec.runs import TERMINAL_DECISIONS, segment_job_name
+    from trainctl.local_aws import LocalAws
+    from trainctl.runs import run_blocks
+    from trainctl.submitter_client import submit_local
+    from trainctl.tables import print_blocks
+    from training.corpus import python_docs_corpus
+    from training.data import prepare_data
+
+    out = DEMO_DIR / "run"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    data = DEMO_DIR / "train" / "data"  # step 4's shards, else made here
+    if not any(data.glob("shard-*.bin")):
+        data = out / "data"
+        prepare_data(data, [python_docs_corpus(out / "python-docs.jsonl")])
+    plans = _run_plans()
+    with (
+        LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION]) as aws,
+        open(out / "submitter.log", "w") as log,
+    ):
+
+        def ask(request: dict) -> dict:
+            with contextlib.redirect_stderr(log):  # the handler's JSON logs, as CloudWatch would get them
+                return submit_local(request, aws.env)
+
+        bucket = aws.resources["data_bucket"]
+        s3 = aws.client("s3")
+        for shard in sorted(data.iterdir()):
+            s3.upload_file(str(shard), bucket, f"datasets/python-docs/{shard.name}")
+        console.print(
+            f"Two plans in the emulator: [bold]p6-b200-ending[/] (its block leaves ~{RUN_FIRST_BLOCK_TRAINING_S} s "
+            "of training before the trainer must checkpoint and stop) and [bold]p6-b200-next[/] (7 days). The "
+            "emulator runs each job it accepts through the trainer's entry point on this CPU, syncs its checkpoints "
+            "with S3, and sends each state-change event to the continuation function."
+        )
+        request = {
+            "instance_type": "ml.p6-b200.48xlarge",
+            "capacity": "training-plan",
+            "hyperparameters": RUN_HYPERPARAMETERS,
+            "inputs": {"train": "datasets/python-docs/"},
+            "max_runtime_hours": 1,
+            "run": {"run_id": RUN_ID, "max_segments": 3, "min_segment_minutes": RUN_MIN_SEGMENT_MINUTES},
+        }
+        console.print("[bold]A run request[/] (one training; the platform continues it across capacity blocks):")
+        console.print_json(data=request)
+        first = ask(request)
+        (out / "submitted.json").write_text(json.dumps(first, indent=2))
+        if first.get("status") != "submitted":
+            raise DemoError(f"the run was not submitted: {first}")
+        console.print(
+            f"-> [green]submitted[/] {first['training_job_name']} on {first['capacity']['type']}: "
+            f"{first['capacity']['reason']}"
+        )
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        seen: dict[str, str] = {}
+        view: dict = {}
+        while time.monotonic() < deadline:
+            view = ask({"action": "describe", "run_id": RUN_ID})["run"]
+            for segment in view["segments"]:
+                status = f"{segment['status']}/{segment.get('secondary_status')}"
+                if seen.get(segment["training_job_name"]) != status:
+                    seen[segment["training_job_name"]] = status
+                    console.print(f"  {segment['training_job_name']}: {status}")
+            if view["state"] in TERMINAL_DECISIONS:
+                break
+            time.sleep(2)
+        else:
+            raise DemoError(f"the run did not end within {RUN_TIMEOUT_S} s: {view.get('state')}")
+        (out / "run.json").write_text(json.dumps(view, indent=2))
+        console.print("[bold]trainctl runs demo-run --local[/]:")
+        print_blocks(run_blocks(view), console)
+        names = [s["training_job_name"] for s in view["segments"]]
+        if view["state"] != "finished" or names[:2] != [segment_job_name(RUN_ID, 1), segment_job_name(RUN_ID, 2)]:
+            raise DemoError(f"expected a run finished in two segments; got {view['state']} with {names}")
+        plans_used = [s["capacity"].get("training_plan_arn", "").rsplit("/", 1)[-1] for s in view["segments"]]
+        if plans_used[0] == plans_used[1]:
+            raise DemoError(f"both segments ran on {plans_used[0]}; the second should have moved to another plan")
+        curves = [_segment_losses(aws, name) for name in names]
+    if not all(curves):
+        raise DemoError("a segment published no loss")
+    stopped_at, resumed_at = curves[0][-1][0], curves[1][0][0]
+    if not resumed_at > view["segments"][0]["last_step"] >= stopped_at - RUN_HYPERPARAMETERS["log_interval"]:
+        raise DemoError(f"segment 2 did not continue segment 1's steps (logged up to {stopped_at}, then {resumed_at})")
+    console.print(
+        "[bold]One loss curve across both segments[/] (each segment's \\[metrics] lines, from its CloudWatch log):"
+    )
+    for index, curve in enumerate(curves, start=1):
+        shown = ", ".join(f"{step}: {loss:.3f}" for step, loss in curve[:: max(1, len(curve) // 6)])
+        console.print(f"  segment {index} ({plans_used[index - 1]}): {shown}")
+    (first_step, first_loss), (last_step, last_loss) = curves[0][0], curves[-1][-1]
+    console.print(
+        f"  loss {first_loss:.3f} at step {first_step} -> {last_loss:.3f} at step {last_step}; segment 2 resumed "
+        f"at step {resumed_at} from the checkpoint segment 1 wrote at its block's end"
+    )
+    _plot_run(curves, plans_used, out / "loss.png")
+    console.print(f"wrote {(out / 'loss.png').relative_to(REPO_ROOT)}")
+    if not last_loss < first_loss:
+        raise DemoError("the loss did not fall across the run")
+
+
+def _plot_run(curves: list[list[tuple[int, float]]], plans: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for index, curve in enumerate(curves, start=1):
+        steps, losses = zip(*curve, strict=True)
+        ax.plot(steps, losses, marker=".", label=f"segment {index} ({plans[index - 1]})")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"Run {RUN_ID}: one training across two capacity blocks")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # --------------------------------------------------------------------------- 5
 
 
@@ -376,8 +564,9 @@ STEPS: list[tuple[str, Callable[[], None]]] = [
     ("2. Plan: the guide's default request", step_plan),
     ("3. Submit: the job submitter against the embedded AWS emulator", step_submit),
     ("4. Train: the trainer through the SageMaker entry point, interrupted and resumed", step_train),
-    ("5. Observe: the CloudWatch dashboard and alarms", step_observe),
-    ("6. Sweep: a local tuning grid and its report", step_sweep),
+    ("5. Run: one training continued by the platform across two capacity blocks", step_run),
+    ("6. Observe: the CloudWatch dashboard and alarms", step_observe),
+    ("7. Sweep: a local tuning grid and its report", step_sweep),
 ]
 
 

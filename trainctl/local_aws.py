@@ -47,7 +47,17 @@ POST     ``/_local-aws/training-jobs/NAME/status``    ``{"status", "secondary_st
 POST     ``/_local-aws/training-jobs/complete-active``  mark every running job ``Completed`` (frees plans)
 GET/PUT  ``/_local-aws/training-plans``               the plans as described now / replace the seeded plans
                                                       (and the SSM parameter)
+GET/PUT  ``/_local-aws/run-jobs``                     ``{"enabled": bool}``: whether jobs created from now on run
+                                                      (:mod:`trainctl.local_aws_jobs`)
+GET      ``/_local-aws/events[?job=NAME]``            the job state-change events emitted, each with its bus
+                                                      status and its deliveries to the event targets
+POST     ``/_local-aws/events/ID/redeliver``          ``{"targets"?: [...]}``: deliver event ``ID`` again
+                                                      (duplicate / out-of-order delivery)
 =======  ===========================================  ======================================================
+
+``--run-jobs`` executes the jobs it accepts on this machine's CPU and ``--event-target
+module:function`` receives every job state-change event: see :mod:`trainctl.local_aws_jobs` for
+what is emulated and what is not.
 
 Python API: :class:`LocalAws` starts the emulator in a child process (so its
 moto state never mixes with a test's own moto mocks) and wraps the admin
@@ -78,6 +88,7 @@ import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +240,10 @@ class EmulatorApp:
         self.lock = threading.Lock()
         self.faults: list[dict[str, Any]] = []
         self.calls: deque[dict[str, Any]] = deque(maxlen=20000)
+        self.runner: Any = None  # trainctl.local_aws_jobs.JobRunner, set by serve()
+        self.events: Any = None  # trainctl.local_aws_jobs.EventBus, set by serve()
+        self._clients: dict[str, Any] = {}
+        self._session: Any = None
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         path = environ.get("PATH_INFO", "")
@@ -334,12 +349,35 @@ class EmulatorApp:
                 return _json(start_response, 200, {"training_jobs": jobs})
             if parts == ["training-jobs", "complete-active"] and method == "POST":
                 with EXTENSION.lock:
-                    names = [j.name for j in EXTENSION.jobs.values() if j.status == "InProgress"]
-                    for name in names:
-                        EXTENSION.set_job_status(name, "Completed")
+                    ends = {"InProgress": "Completed", "Stopping": "Stopped"}
+                    holding = [(j.name, ends[j.status]) for j in EXTENSION.jobs.values() if j.status in ends]
+                    for name, status in holding:
+                        EXTENSION.set_job_status(name, status)
+                    names = [name for name, _ in holding]
                 return _json(start_response, 200, {"completed": names})
             if len(parts) == 3 and parts[0] == "training-jobs" and parts[2] == "status" and method == "POST":
                 return self._set_status(start_response, parts[1], payload)
+            if parts == ["events"] and method == "GET":
+                job = query.get("job", [None])[0]
+                return _json(start_response, 200, {"events": self.events.snapshot(job) if self.events else []})
+            if len(parts) == 3 and parts[0] == "events" and parts[2] == "redeliver" and method == "POST":
+                if self.events is None:
+                    raise KeyError("event bus (the emulator has none)")
+                targets = (payload or {}).get("targets") if isinstance(payload, dict) else None
+                if targets is not None and (
+                    not isinstance(targets, list) or not all(isinstance(t, str) for t in targets)
+                ):
+                    raise ValueError("targets: expected a list of event target names (module:function)")
+                return _json(start_response, 200, {"deliveries": self.events.redeliver(parts[1], targets)})
+            if parts == ["run-jobs"] and method == "GET":
+                return _json(start_response, 200, {"enabled": bool(self.runner and self.runner.enabled)})
+            if parts == ["run-jobs"] and method == "PUT":
+                if not isinstance(payload, dict) or not isinstance(payload.get("enabled"), bool):
+                    raise ValueError('expected {"enabled": true|false}')
+                if self.runner is None:
+                    raise KeyError("job runner (the emulator has none)")
+                self.runner.enabled = payload["enabled"]
+                return _json(start_response, 200, {"enabled": self.runner.enabled})
             if parts == ["training-plans"] and method == "GET":
                 with EXTENSION.lock:
                     plans = [EXTENSION.describe_plan(n) for n in EXTENSION.plans]
@@ -354,7 +392,7 @@ class EmulatorApp:
         return _json(start_response, 404, {"error": f"no admin endpoint {method} {environ['PATH_INFO']}"})
 
     def _set_status(self, start_response: Any, name: str, payload: Any) -> list[bytes]:
-        from trainctl.local_aws_sagemaker import EXTENSION, metrics_from_log
+        from trainctl.local_aws_sagemaker import EXTENSION
 
         if not isinstance(payload, dict) or not isinstance(payload.get("status"), str):
             raise ValueError('expected {"status": "InProgress|Completed|Failed|Stopping|Stopped", ...}')
@@ -370,7 +408,7 @@ class EmulatorApp:
             log_lines=lines,
         )
         if lines:
-            self._publish_logs(job, lines, metrics_from_log)
+            self.publish_logs(job, lines)
         return _json(
             start_response,
             200,
@@ -382,39 +420,63 @@ class EmulatorApp:
             },
         )
 
-    def _publish_logs(self, job: Any, lines: list[str], metrics_from_log: Any) -> None:
-        """Put ``lines`` in CloudWatch Logs and their metrics in CloudWatch, as SageMaker does."""
+    def publish_logs(self, job: Any, lines: Sequence[str], times: Sequence[float] | None = None) -> None:
+        """Put ``lines`` in CloudWatch Logs and their metrics in CloudWatch, as SageMaker does.
+
+        Group ``/aws/sagemaker/TrainingJobs``, stream ``<job>/algo-1-<creation epoch>``; metrics
+        matched with the job's ``MetricDefinitions`` go to namespace ``/aws/sagemaker/TrainingJobs``,
+        dimension ``TrainingJobName``. ``times`` (epoch seconds, one per line): when each line was
+        seen, the timestamp of its log event and its datapoints (default: now).
+        """
+        from trainctl.local_aws_sagemaker import metrics_from_log
+
+        if not lines:
+            return
         logs, cloudwatch = self.client("logs"), self.client("cloudwatch")
         stream = f"{job.name}/algo-1-{int(job.created.timestamp())}"
         with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_group(logGroupName=SAGEMAKER_LOG_GROUP)
         with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
             logs.create_log_stream(logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream)
-        now_ms = int(time.time() * 1000)
-        logs.put_log_events(
-            logGroupName=SAGEMAKER_LOG_GROUP,
-            logStreamName=stream,
-            logEvents=[{"timestamp": now_ms, "message": line} for line in lines],
-        )
+        now = time.time()
+        seen = list(times) if times is not None else [now] * len(lines)
+        events = [{"timestamp": int(t * 1000), "message": line or " "} for t, line in zip(seen, lines, strict=True)]
+        for start in range(0, len(events), 1000):  # PutLogEvents takes at most 10,000 events a call
+            logs.put_log_events(
+                logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream, logEvents=events[start : start + 1000]
+            )
         data = []
-        for line in lines:
+        for t, line in zip(seen, lines, strict=True):
             for name, value in metrics_from_log(job.params, [line]).items():
                 data.append(
-                    {"MetricName": name, "Value": value, "Dimensions": [{"Name": "TrainingJobName", "Value": job.name}]}
+                    {
+                        "MetricName": name,
+                        "Value": value,
+                        "Timestamp": datetime.fromtimestamp(t, tz=UTC),
+                        "Dimensions": [{"Name": "TrainingJobName", "Value": job.name}],
+                    }
                 )
         for start in range(0, len(data), 500):
             cloudwatch.put_metric_data(Namespace=SAGEMAKER_METRICS_NAMESPACE, MetricData=data[start : start + 500])
 
     def client(self, service: str) -> Any:
-        import boto3
+        """A boto3 client of the emulator's own endpoint (one per service, shared by threads: boto3
+        clients are thread-safe once made, their creation is not, so it happens under a lock)."""
+        with self.lock:
+            client = self._clients.get(service)
+            if client is None:
+                import boto3
 
-        return boto3.client(
-            service,
-            endpoint_url=self.endpoint,
-            region_name=self.region,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+                if self._session is None:
+                    self._session = boto3.session.Session()
+                client = self._clients[service] = self._session.client(
+                    service,
+                    endpoint_url=self.endpoint,
+                    region_name=self.region,
+                    aws_access_key_id="testing",
+                    aws_secret_access_key="testing",
+                )
+            return client
 
     # stack ----------------------------------------------------------------------------------
 
@@ -543,17 +605,33 @@ def serve(
     env_file: str | os.PathLike[str] | None = None,
     quiet: bool = False,
     stop: threading.Event | None = None,
+    run_jobs: bool = False,
+    event_targets: Sequence[str] = (),
+    state_dir: str | os.PathLike[str] | None = None,
+    job_processes: int | None = None,
 ) -> int:
     """Run the emulator in the foreground until ``stop`` is set (or SIGINT / SIGTERM).
 
     Prints one line ``LOCAL_AWS_READY {json}`` on stdout once the stack is
     created (``endpoint``, ``region``, ``env``, ``resources``,
-    ``training_plan_arns``), and a human summary on stderr.
+    ``training_plan_arns``, ``state_dir``), and a human summary on stderr.
+
+    Args:
+        run_jobs: execute the training jobs it accepts (:mod:`trainctl.local_aws_jobs`); off, a job
+            stays as created and tests drive it (``POST /_local-aws/training-jobs/NAME/status``).
+        event_targets: ``module:function`` targets of every job state-change event, imported once
+            listening, after the process's environment was set to the submitter's
+            (:func:`submitter_environment`: they run like the deployed functions).
+        state_dir: where executed jobs' ``/opt/ml`` folders go (default: a temporary folder,
+            removed when the emulator stops).
+        job_processes: ``TRAINER_NPROC_PER_NODE`` of executed jobs (default
+            :data:`trainctl.local_aws_jobs.JOB_PROCESSES`).
 
     Raises:
         EmulatorUnavailable: moto (the extra ``local``) is not installed.
         ListenError: it cannot listen on ``host:port`` (in use, not an address of this machine).
         OSError: ``env_file`` cannot be written.
+        trainctl.local_aws_jobs.TargetError: an event target cannot be imported.
     """
     import logging
     import signal
@@ -565,7 +643,8 @@ def serve(
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server, select_address_family
 
-        from trainctl.local_aws_sagemaker import install
+        from trainctl.local_aws_jobs import JOB_PROCESSES, EventBus, JobRunner, load_target
+        from trainctl.local_aws_sagemaker import EXTENSION, install
     except ImportError as exc:
         raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
 
@@ -590,9 +669,25 @@ def serve(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
+    own_state = state_dir is None
+    state = Path(tempfile.mkdtemp(prefix="local-aws-state-")) if state_dir is None else Path(state_dir)
     try:
         arns = app.create_stack(plans or [])
         env = submitter_environment(app.endpoint, region, resources)
+        targets = []
+        if event_targets:
+            os.environ.update(env)  # the targets run like the deployed functions, with their environment
+            targets = [(spec, load_target(spec)) for spec in event_targets]
+        app.events = EXTENSION.events = EventBus(
+            lambda entries: app.client("events").put_events(Entries=entries),
+            targets,
+            account=ACCOUNT_ID,
+            region=region,
+        )
+        state.mkdir(parents=True, exist_ok=True)
+        app.runner = EXTENSION.runner = JobRunner(
+            app, EXTENSION, state, enabled=run_jobs, processes=job_processes or JOB_PROCESSES
+        )
         if env_file:
             write_env_file(env_file, env)
         info = {
@@ -601,6 +696,7 @@ def serve(
             "env": env,
             "resources": asdict(resources),
             "training_plan_arns": arns,
+            "state_dir": str(state),
         }
         print(READY_MARKER + json.dumps(info), flush=True)
         print(
@@ -617,8 +713,17 @@ def serve(
         )
         stop.wait()
     finally:
+        if app.runner is not None:
+            app.runner.shutdown()  # no job process outlives the emulator
         server.shutdown()
         thread.join(timeout=10)
+        if app.events is not None:
+            app.events.close()
+        EXTENSION.runner = EXTENSION.events = None
+        if own_state:
+            import shutil
+
+            shutil.rmtree(state, ignore_errors=True)
     return 0
 
 
@@ -633,15 +738,21 @@ def run_emulator(
     region: str = DEFAULT_REGION,
     env_file: str | os.PathLike[str] | None = None,
     quiet: bool = False,
+    run_jobs: bool = False,
+    event_targets: Sequence[str] = (),
+    state_dir: str | os.PathLike[str] | None = None,
+    job_processes: int | None = None,
 ) -> int:
     """``trainctl local-aws``: :func:`serve` in the foreground, every failure one line on stderr.
 
     The checks come first, in this order, so that nothing is created or left listening when one fails:
     moto installed (the extra ``local``), ``plans_file`` readable and a JSON list, ``env_file``'s folder
-    creatable and ``env_file`` not a folder.
+    creatable and ``env_file`` not a folder, each event target ``module:function`` with a module that
+    can be found (imported once listening), ``job_processes`` positive.
 
     Args:
-        host, port, region, quiet: as :func:`serve` (``port`` 0: any free port).
+        host, port, region, quiet, run_jobs, event_targets, state_dir, job_processes: as :func:`serve`
+            (``port`` 0: any free port).
         plans_file: a JSON list of plans shaped like ``DescribeTrainingPlan``'s response (``None``: none).
         env_file: where to write the ``export`` lines once listening (its folder is created).
 
@@ -667,16 +778,47 @@ def run_emulator(
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             return _fail(f"--env-file {env_file}: {exc}")
+    for spec in event_targets:
+        problem = _target_problem(spec)
+        if problem:
+            return _fail(f"--event-target {spec!r}: {problem}")
+    if job_processes is not None and (isinstance(job_processes, bool) or job_processes < 1):
+        return _fail(f"--job-processes {job_processes}: expected a positive integer")
     try:
-        return serve(host=host, port=port, plans=plans, region=region, env_file=env_file, quiet=quiet)
+        return serve(
+            host=host,
+            port=port,
+            plans=plans,
+            region=region,
+            env_file=env_file,
+            quiet=quiet,
+            run_jobs=run_jobs,
+            event_targets=event_targets,
+            state_dir=state_dir,
+            job_processes=job_processes,
+        )
     except EmulatorUnavailable as exc:  # moto found but not importable (a dependency of its server missing)
         return _fail(str(exc))
-    except ValueError as exc:  # a plan that does not fit DescribeTrainingPlan's shape
+    except ValueError as exc:  # a plan that does not fit DescribeTrainingPlan's shape; an event target's import
         return _fail(str(exc))
     except ListenError as exc:  # port in use, not an address of this machine
         return _fail(str(exc))
     except OSError as exc:  # the env file (the only other file it writes)
         return _fail(f"--env-file {env_file}: cannot write it: {exc}")
+
+
+def _target_problem(spec: str) -> str | None:
+    """Why ``spec`` cannot be an event target, found without importing its module; None if it may be."""
+    import importlib.util
+
+    module, sep, function = spec.partition(":")
+    if not sep or not module or not function:
+        return "expected module:function (e.g. package.module:lambda_handler)"
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:
+        return f"cannot find module {module}: {exc}"
+    return None if found else f"no module named {module}"
 
 
 def _fail(message: str) -> int:
@@ -702,6 +844,12 @@ class LocalAws:
         region: AWS region the emulator answers for.
         env_file: also write the ``export`` lines there.
         startup_timeout: seconds to wait for the emulator to be ready.
+        run_jobs: execute the training jobs it accepts on this machine's CPU
+            (:mod:`trainctl.local_aws_jobs`; default off: jobs stay as created, and tests
+            drive them with :meth:`set_job_status`); :meth:`set_run_jobs` switches it later.
+        event_targets: ``module:function`` names (strings: they run in the emulator's
+            process) called with every job state-change event, like Lambda functions.
+        job_processes: CPU processes of each executed job (``TRAINER_NPROC_PER_NODE``; default 1).
 
     Attributes (after start):
         endpoint: ``http://127.0.0.1:PORT``.
@@ -709,6 +857,7 @@ class LocalAws:
         resources: bucket / parameter / role names and the platform tags (:class:`StackResources` as a dict).
         training_plan_arns: ARNs of the seeded plans.
         log_path: the child's stderr (request log, errors).
+        state_dir: the emulator's state folder (executed jobs' ``training-jobs/<job>/opt_ml``).
 
     Raises:
         EmulatorUnavailable: moto (the extra ``local``) is not installed (raised by ``start``,
@@ -725,7 +874,16 @@ class LocalAws:
         env_file: str | os.PathLike[str] | None = None,
         host: str = "127.0.0.1",
         startup_timeout: float = 90.0,
+        run_jobs: bool = False,
+        event_targets: Sequence[str] = (),
+        job_processes: int | None = None,
     ) -> None:
+        if isinstance(event_targets, str) or not all(isinstance(t, str) for t in event_targets):
+            raise TypeError("event_targets: expected a list of 'module:function' strings")
+        self.run_jobs = run_jobs
+        self.event_targets = list(event_targets)
+        self.job_processes = job_processes
+        self.state_dir: Path | None = None
         self.port = port
         self.plans = plans
         self.region = region
@@ -761,6 +919,11 @@ class LocalAws:
             options["plans_file"] = str(plans_file)
         if self.env_file:
             options["env_file"] = str(self.env_file)
+        options["run_jobs"] = self.run_jobs
+        options["event_targets"] = self.event_targets
+        options["state_dir"] = str(tmp / "state")
+        if self.job_processes is not None:
+            options["job_processes"] = self.job_processes
         self.log_path = tmp / "local-aws.log"
         child_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         child_env.update(DUMMY_CREDENTIALS)
@@ -778,6 +941,7 @@ class LocalAws:
         self.env = info["env"]
         self.resources = info["resources"]
         self.training_plan_arns = info["training_plan_arns"]
+        self.state_dir = Path(info["state_dir"])
 
     def _wait_ready(self) -> dict[str, Any]:
         assert self.process is not None and self.process.stdout is not None
@@ -792,8 +956,9 @@ class LocalAws:
                     break
             elif self.process.poll() is not None:
                 break
+        tail = self.log_tail()  # before stop(), which removes the log with its folder
         self.stop()
-        raise RuntimeError(f"local-aws did not start within {self.startup_timeout:g} s:\n{self.log_tail()}")
+        raise RuntimeError(f"local-aws did not start within {self.startup_timeout:g} s:\n{tail}")
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -858,7 +1023,8 @@ class LocalAws:
         return self.admin("POST", f"training-jobs/{quote(name)}/status", {"status": status, **fields})
 
     def complete_active_jobs(self) -> list[str]:
-        """Mark every ``InProgress`` job ``Completed`` (frees training-plan instances)."""
+        """End every job that holds instances: ``InProgress`` ones ``Completed``, ``Stopping`` ones ``Stopped``
+        (frees training-plan instances); returns their names."""
         return self.admin("POST", "training-jobs/complete-active", {})["completed"]
 
     def inject_fault(
@@ -898,6 +1064,70 @@ class LocalAws:
     def training_jobs(self) -> list[dict[str, Any]]:
         """Every training job the emulator holds: ``{"name", "status", "secondary_status"}``."""
         return self.admin("GET", "training-jobs")["training_jobs"]
+
+    def set_run_jobs(self, enabled: bool) -> None:
+        """Execute the jobs created from now on (``True``) or leave them as created (``False``)."""
+        self.admin("PUT", "run-jobs", {"enabled": bool(enabled)})
+
+    def events(self, job: str | None = None) -> list[dict[str, Any]]:
+        """The state-change events emitted (oldest first), each ``{"id", "job", "status",
+        "secondary_status", "event", "bus", "deliveries"}``; ``job`` keeps that job's only."""
+        from urllib.parse import quote
+
+        return self.admin("GET", "events" + (f"?job={quote(job)}" if job else ""))["events"]
+
+    def redeliver_event(self, event_id: str, targets: Sequence[str] | None = None) -> list[str]:
+        """Deliver a recorded event again (to ``targets``, default every target); returns the delivery ids."""
+        from urllib.parse import quote
+
+        payload = {} if targets is None else {"targets": list(targets)}
+        return self.admin("POST", f"events/{quote(event_id)}/redeliver", payload)["deliveries"]
+
+    def wait_for_job(
+        self, name: str, *, timeout: float = 120.0, statuses: Sequence[str] = ("Completed", "Failed", "Stopped")
+    ) -> dict[str, Any]:
+        """Poll ``DescribeTrainingJob`` until the job's status is one of ``statuses``; returns the description.
+
+        Raises:
+            TimeoutError: not there within ``timeout`` seconds (with the job's status and the emulator's log tail).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            described = self.describe_training_job(name)
+            if described["TrainingJobStatus"] in statuses:
+                return described
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"training job {name} is {described['TrainingJobStatus']}/{described.get('SecondaryStatus')} "
+                    f"after {timeout:g} s (waiting for {', '.join(statuses)}):\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def wait_for_deliveries(self, *, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Wait until every event is on the bus and every delivery delivered or failed; returns :meth:`events`.
+
+        Raises:
+            TimeoutError: still busy after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            events = self.events()
+            busy = [
+                e["id"]
+                for e in events
+                if e["bus"]["status"] == "pending"
+                or any(d["status"] in ("pending", "running") for d in e["deliveries"])
+            ]
+            if not busy:
+                return events
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"events still being delivered after {timeout:g} s: {', '.join(busy)}")
+            time.sleep(0.1)
+
+    def job_dir(self, name: str) -> Path:
+        """An executed job's ``/opt/ml`` folder (``SAGEMAKER_BASE_DIR``) in the emulator's state folder."""
+        assert self.state_dir is not None, "start the emulator first"
+        return self.state_dir / "training-jobs" / name / "opt_ml"
 
     def describe_training_job(self, name: str) -> dict[str, Any]:
         """``DescribeTrainingJob`` for ``name`` as JSON-ready data (timestamps ISO 8601, no ResponseMetadata)."""

@@ -32,7 +32,10 @@ process only) so that
 * ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping``.
 
 This is an emulator for tests and demos, not SageMaker: there is no
-scheduling, no container, no billing. It needs moto (the project's extra
+scheduling, no container, no billing. With the job runner on
+(:mod:`trainctl.local_aws_jobs`) a created job really trains on the CPU and
+moves itself through these statuses; every status change emits a state-change
+event (:meth:`SageMakerExtension.notify`). It needs moto (the project's extra
 ``local``); without it, importing this module raises
 :class:`trainctl.local_aws.EmulatorUnavailable` naming ``pip install .[local]``.
 """
@@ -181,6 +184,10 @@ class SageMakerExtension:
         self.lock = threading.RLock()
         self.plans: dict[str, dict[str, Any]] = {}
         self.jobs: dict[tuple[str, str, str], JobRecord] = {}
+        self.runner: Any = None
+        """The job runner (:class:`trainctl.local_aws_jobs.JobRunner`) once the emulator serves; None: jobs never run."""
+        self.events: Any = None
+        """The event bus (:class:`trainctl.local_aws_jobs.EventBus`); None: no state-change events."""
 
     # --- plans -----------------------------------------------------------------------------
 
@@ -425,13 +432,18 @@ class SageMakerExtension:
         final_metrics: Mapping[str, float] | None = None,
         log_lines: Iterable[str] | None = None,
         now: datetime | None = None,
+        message: str | None = None,
+        record: JobRecord | None = None,
     ) -> JobRecord:
-        """Drive a job's lifecycle (the emulator's admin endpoint calls this).
+        """Drive a job's lifecycle (the emulator's admin endpoint and job runner call this).
 
         ``final_metrics`` (metric name -> value) become ``FinalMetricDataList``;
         ``log_lines`` are matched with the job's own ``MetricDefinitions`` (the
         last match of each regex wins, as SageMaker reports final values) and
-        merged under ``final_metrics``.
+        merged under ``final_metrics``. ``message`` is the new secondary status's
+        ``StatusMessage`` (default: one saying the emulator set it); ``record`` is the
+        job itself (default: found by ``name``). Every change emits a state-change event
+        (:meth:`notify`).
 
         Raises:
             KeyError: no such job.
@@ -439,7 +451,7 @@ class SageMakerExtension:
         """
         now = now or datetime.now(UTC)
         with self.lock:
-            job = self.find_job(name)
+            job = record if record is not None else self.find_job(name)
             allowed = _TRANSITIONS.get(job.status, ())
             if status not in allowed:
                 raise TransitionError(
@@ -449,9 +461,10 @@ class SageMakerExtension:
                 secondary = secondary_status or "Training"
                 if job.started is None and secondary in ("Training", "Downloading", "DownloadingTrainingImage"):
                     job.started = now
-                job.move(secondary, f"{secondary} (set through the emulator)", now)
+                job.move(secondary, message or f"{secondary} (set through the emulator)", now)
             else:
-                secondary, message = _SECONDARY[status]
+                secondary, default_message = _SECONDARY[status]
+                message = message or default_message
                 if status == "Failed":
                     job.failure_reason = failure_reason or "AlgorithmError: the job failed (set through the emulator)"
                     message = job.failure_reason
@@ -467,7 +480,17 @@ class SageMakerExtension:
                     {"MetricName": k, "Value": float(v), "Timestamp": now} for k, v in sorted(metrics.items())
                 ]
             sync_moto_status(sagemaker_backends[job.account][job.region], job)
+            self.notify(job)
             return job
+
+    def notify(self, job: JobRecord) -> None:
+        """Emit the job's ``SageMaker Training Job State Change`` event (its state now) on the event bus."""
+        if self.events is None:
+            return
+        with self.lock:
+            detail = self.describe_job(job)
+            detail["Tags"] = {t["Key"]: t["Value"] for t in job.params.get("Tags") or []}
+            self.events.emit(detail, arn=job.arn)
 
     def describe_job(self, job: JobRecord) -> dict[str, Any]:
         """``DescribeTrainingJob``'s answer: the request as sent plus the lifecycle fields."""
@@ -707,6 +730,9 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
         else:
             record.move("Starting", "Launching requested ML instances", now)
         EXTENSION.jobs[(record.account, record.region, name)] = record
+        EXTENSION.notify(record)
+        if EXTENSION.runner is not None:
+            EXTENSION.runner.job_created(record)
     return ActionResult({"TrainingJobArn": job.arn})
 
 
@@ -731,7 +757,9 @@ def stop_training_job(self: SageMakerResponse) -> EmptyResult:
         record = _record(self, name)
         if record.status != "InProgress":
             raise ValidationError(message=f"The training job {name} is {record.status} and cannot be stopped.")
-        EXTENSION.set_job_status(name, "Stopping")
+        EXTENSION.set_job_status(name, "Stopping", record=record)
+        if EXTENSION.runner is not None:
+            EXTENSION.runner.stop_requested(name)  # SIGTERM to an executed job's entry point
     return EmptyResult()
 
 
@@ -760,3 +788,6 @@ def install() -> None:
     """Patch moto's ``SageMakerResponse`` with the methods above (idempotent; emulator process only)."""
     for name, function in _PATCHES.items():
         setattr(SageMakerResponse, name, function)
+    from trainctl import local_aws_search  # Search of training jobs (its own module: it imports this one)
+
+    local_aws_search.install()

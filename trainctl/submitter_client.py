@@ -194,13 +194,16 @@ def lambda_client(
     region: str | None = None,
     read_timeout: float = DEFAULT_INVOKE_READ_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    session: Any = None,
 ) -> Any:
     """A Lambda client for invoking ``function``: one attempt, ``read_timeout`` seconds to answer.
 
     The region is :func:`function_region`'s; ``AWS_ENDPOINT_URL`` (or
     ``AWS_ENDPOINT_URL_LAMBDA``) and credentials come from ``environ`` when
     given (e.g. :attr:`trainctl.local_aws.LocalAws.env`), else from botocore's
-    usual chain. Credentials are resolved here, so a missing one fails before
+    usual chain; ``session``: a boto3 session to make the client from (its
+    credentials, profile and endpoints; its region when none of the above is
+    set). Credentials are resolved here, so a missing one fails before
     anything is sent.
 
     Raises:
@@ -218,7 +221,9 @@ def lambda_client(
     resolved = function_region(function, region, environ)
     endpoint: str | None = None
     try:
-        if environ is None:  # the process environment, through botocore's own chain (AWS_ENDPOINT_URL included)
+        if session is not None:  # the caller's boto3 session (trainctl.sdk): its credentials, profile and endpoints
+            resolved = resolved or session.region_name
+        elif environ is None:  # the process environment, through botocore's own chain (AWS_ENDPOINT_URL included)
             session = boto3.session.Session(region_name=resolved)
         else:
             session = boto3.session.Session(
@@ -228,7 +233,7 @@ def lambda_client(
                 region_name=resolved,
             )
             endpoint = environ.get("AWS_ENDPOINT_URL_LAMBDA") or environ.get("AWS_ENDPOINT_URL") or None
-        if session.region_name is None:
+        if resolved is None and session.region_name is None:
             raise SubmitError(
                 "no AWS region: pass --region, set AWS_REGION, or give the function's ARN",
                 may_have_run=False,
@@ -247,7 +252,7 @@ def lambda_client(
             read_timeout=read_timeout,
             connect_timeout=INVOKE_CONNECT_TIMEOUT_S,
         )
-        return session.client("lambda", config=config, endpoint_url=endpoint)
+        return session.client("lambda", region_name=resolved, config=config, endpoint_url=endpoint)
     except botocore.exceptions.BotoCoreError as exc:  # ProfileNotFound, a broken config file, SSO without a token
         raise SubmitError(f"cannot set up AWS access: {exc}", may_have_run=False, unavailable=True) from None
     except ValueError as exc:  # botocore's "Invalid endpoint: ..." for an endpoint URL that is not one

@@ -14,6 +14,7 @@ TYPE_CHECKING = False  # typing's, without importing typing (a few ms of start-u
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import rich.console
     import rich.panel
     import rich.table
 
@@ -105,11 +106,12 @@ class Panel:
         return RichPanel(self.text, title=self.title, expand=False)
 
 
-def print_blocks(blocks: Sequence[Panel | Table]) -> None:
-    """Print ``blocks`` on standard output with ``rich.console.Console`` (imported here, when there is a table
-    to draw: ``--help`` and ``--json`` never import rich)."""
-    from rich.console import Console
+def print_blocks(blocks: Sequence[Panel | Table], console: rich.console.Console | None = None) -> None:
+    """Print ``blocks`` with ``console`` (default: a ``rich.console.Console`` on standard output, imported here,
+    when there is a table to draw: ``--help`` and ``--json`` never import rich)."""
+    if console is None:
+        from rich.console import Console
 
-    console = Console()
+        console = Console()
     for block in blocks:
         console.print(block.rich())

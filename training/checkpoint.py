@@ -126,7 +126,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -150,17 +149,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step
 from platform_spec.files import atomic_write_text
 from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
 
-COMPLETE_MARKER = ".complete"
-TRAINER_STATE = "trainer_state.json"
 RUN_RECORD_VERSION = 1
 MODEL_PREFIX = "model."
 """Prefix of the model's tensors in the DCP state dict (``{"model": ..., "optimizer": ...}``)."""
-STEP_PREFIX = "step-"
-_STEP_RE = re.compile(r"step-(0|[1-9][0-9]*)", re.ASCII)
-"""The only folder name this trainer writes (:meth:`CheckpointManager.step_dir`): ASCII digits, no leading zeros."""
 MOVED_ASIDE = ".moved-aside-"
 """Infix of the new name of a link or file that was in the way of a save (``step-6.moved-aside-20261130T165500Z``)."""
 DATA_STREAM_HYPERPARAMETERS = ("seq_length", "seed", "synthetic_data")
@@ -192,17 +187,6 @@ class CheckpointError(RuntimeError):
 
 class ResumeRefused(CheckpointError):
     """The newest loadable checkpoint belongs to another run; names what differs, with both values."""
-
-
-def checkpoint_step(name: str) -> int | None:
-    """The step of a checkpoint folder name (``step-12`` -> 12), or None for any other name.
-
-    Only the name this trainer writes counts: ``step-`` and the step in ASCII
-    digits without leading zeros (``step-012``, ``step-+12`` and ``step-12``
-    spelled in other scripts' digits are not checkpoint names).
-    """
-    m = _STEP_RE.fullmatch(name)
-    return int(m.group(1)) if m else None
 
 
 def step_dirs(directory: Path) -> dict[int, Path]:

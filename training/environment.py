@@ -46,7 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.capacity import (
+    CAPACITY_BLOCK_ENDED_REASON,
+    CAPACITY_BLOCK_ENV,
+    CAPACITY_BLOCK_RECLAIM_S,
+    STOP_MARGIN_S,
+)
 from platform_spec.catalogue import INSTANCES
 from platform_spec.hyperparameters import (
     GUIDE_DEFAULT_REQUEST,
@@ -63,10 +68,6 @@ TRAIN_CHANNEL = "train"
 FAILURE_REASON_LIMIT = 1024
 """SageMaker keeps the first 1024 characters of ``/opt/ml/output/failure`` as FailureReason."""
 
-STOP_MARGIN_S = 300.0
-"""Fixed part of the trainer's safety margin before the capacity-block deadline, in seconds
-(the trainer adds twice its last step and checkpoint times); a job that starts with less
-than this left cannot train a step and save it."""
 
 GUIDE_VARIABLES: dict[str, str] = {name.upper(): name for name in GUIDE_DEFAULT_REQUEST}
 """The published guide's ``train.sh`` variables (``MODEL``, ``PRECISION``, ``NUM_LAYERS``,
@@ -478,7 +479,7 @@ def capacity_block_ended_reason(deadline: float, now: float, margin_s: float) ->
     left = deadline - now
     when = f"{-left:.0f} s ago" if left <= 0 else f"in {left:.0f} s"
     return (
-        f"the training plan's capacity block leaves no time to train: its instances are reclaimed from "
+        f"{CAPACITY_BLOCK_ENDED_REASON}: its instances are reclaimed from "
         f"{_utc(deadline)} ({CAPACITY_BLOCK_ENV} {_utc(deadline + CAPACITY_BLOCK_RECLAIM_S)} less "
         f"{CAPACITY_BLOCK_RECLAIM_S // 60} min), {when}, and a step plus its checkpoint needs at least "
         f"{margin_s:.0f} s; nothing was trained. Checkpoints are kept: a job on a later capacity block resumes from the newest"

@@ -158,6 +158,7 @@ def prepare_base_dir(
     current_host: str = "algo-1",
     network_interface_name: str | None = None,
     json_quoted: bool = False,
+    input_data_config: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SageMakerPaths:
     """Lay out ``base_dir`` like ``/opt/ml``.
 
@@ -170,6 +171,10 @@ def prepare_base_dir(
         hosts, current_host, network_interface_name: ``resourceconfig.json``;
             the interface defaults to the loopback (:func:`loopback_interface`),
             which carries every local "host".
+        input_data_config: ``inputdataconfig.json`` as given (channel name ->
+            ``TrainingInputMode``, ``S3DistributionType``, ``RecordWrapperType``), for a
+            caller that laid out the channels itself (the emulator's job runner); None
+            derives it: a ``train`` channel when ``input/data/train`` exists.
 
     Returns:
         The paths of the layout. Existing checkpoints are kept (a rerun resumes).
@@ -194,7 +199,9 @@ def prepare_base_dir(
     channels: dict[str, Any] = {}
     if plan is not None:
         link_train_channel(paths, *plan)
-    if paths.train_dir.exists():
+    if input_data_config is not None:
+        channels = {name: dict(config) for name, config in input_data_config.items()}
+    elif paths.train_dir.exists():
         channels["train"] = {
             "TrainingInputMode": "File",
             "S3DistributionType": "FullyReplicated",

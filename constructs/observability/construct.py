@@ -11,8 +11,8 @@ Composes:
 * :class:`~.notifications.AlarmTopic` (``AlarmTopic``): KMS-encrypted SNS topic,
   e-mail / HTTPS / Slack (AWS Chatbot) subscriptions;
 * the dashboard (``Resource``), sections top to bottom: alarm status, Fleet,
-  Training progress, Job submitter, Training plans, Job outcomes, Logs
-  (see :mod:`.widgets`);
+  Training progress, Job submitter, Training plans, Job outcomes, Training runs
+  (with ``runs``), Logs (see :mod:`.widgets`);
 * the alarms (:attr:`PlatformObservability.alarms`).
 
 Widgets and alarms are built from the constructs' ``metric_*`` methods, the
@@ -36,15 +36,26 @@ from constructs import Construct
 from platform_spec.capacity import CAPACITY_TYPES, USABLE_PLAN_STATUSES
 from platform_spec.training_plans import parse_training_plan_arn
 
-from ..submitter.construct import ISubmitterMetrics
+from ..submitter.construct import IRunMetrics, ISubmitterMetrics
 from ..submitter.runtime import settings as submitter_settings
 from . import widgets
 from .functions import JobStateHandler, JobStateHandlerProps, PlanMetricsPublisher, PlanMetricsPublisherProps
 from .notifications import AlarmTopic, AlarmTopicProps, SlackChannel
 
-__all__ = ["MAX_IDLE_CAPACITY_HOURS", "PlatformObservability", "PlatformObservabilityProps", "SlackChannel"]
+__all__ = [
+    "DEFAULT_RUN_CAPACITY_WAIT_MINUTES",
+    "MAX_IDLE_CAPACITY_HOURS",
+    "MAX_RUN_CAPACITY_WAIT_MINUTES",
+    "PlatformObservability",
+    "PlatformObservabilityProps",
+    "SlackChannel",
+]
 
 MAX_IDLE_CAPACITY_HOURS = 24 * 30
+DEFAULT_RUN_CAPACITY_WAIT_MINUTES = 120
+"""A run waiting for capacity this long raises ``RunWaitingForCapacity``: two hours is longer than the
+usual wait for a spot or on-demand instance, shorter than a capacity block people would miss."""
+MAX_RUN_CAPACITY_WAIT_MINUTES = 30 * 24 * 60
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +91,14 @@ class PlatformObservabilityProps:
         log_retention: retention of the observability functions' logs. Default: three months.
         removal_policy: what happens to the functions' logs, the idempotency table
             and the topic key when they leave the stack. Default: they are retained.
+        runs: the training runs' metrics and decision log (a
+            :class:`~platform_constructs.submitter.construct.JobSubmitter`, or anything with
+            :class:`~platform_constructs.submitter.construct.IRunMetrics`' members); they get the
+            ``RunWaitingForCapacity`` and ``RunContinuationDeadLetters`` alarms and the Training runs
+            section. Default: no run alarms or section.
+        run_capacity_wait_minutes: a run waiting for capacity longer than this many minutes
+            raises ``RunWaitingForCapacity`` (1 to :data:`MAX_RUN_CAPACITY_WAIT_MINUTES`).
+            Default: :data:`DEFAULT_RUN_CAPACITY_WAIT_MINUTES`.
     """
 
     submitter: ISubmitterMetrics
@@ -94,6 +113,8 @@ class PlatformObservabilityProps:
     period: cdk.Duration = field(default_factory=lambda: cdk.Duration.minutes(5))
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    runs: IRunMetrics | None = None
+    run_capacity_wait_minutes: int = DEFAULT_RUN_CAPACITY_WAIT_MINUTES
 
 
 class PlatformObservability(Construct):
@@ -110,7 +131,8 @@ class PlatformObservability(Construct):
         alarms: every alarm by its short name (``SubmitterErrors``,
             ``TrainingJobFailed``, ``PlanIdleNearEnd-<plan>``, ``ReservedCapacityExhausted``
             (composite) with ``PlansHaveNoAvailableInstances`` and ``SubmissionsRefusedNoCapacity``,
-            ``ObservabilityFunctionErrors``).
+            ``ObservabilityFunctionErrors``, and with ``runs`` ``RunWaitingForCapacity`` and
+            ``RunContinuationDeadLetters``).
     """
 
     def __init__(self, scope: Construct, id: str, props: PlatformObservabilityProps) -> None:
@@ -152,6 +174,10 @@ class PlatformObservability(Construct):
         )
         self.alarms: dict[str, cloudwatch.AlarmBase] = {}
         self._create_alarms(props.submitter, props.idle_capacity_hours)
+        self._runs = props.runs
+        self._run_wait_alarm_seconds = props.run_capacity_wait_minutes * 60
+        if props.runs is not None:
+            self._create_run_alarms(props.runs, props.run_capacity_wait_minutes)
 
         # Dashboard names are unique per account across regions: include the region.
         name = props.dashboard_name or f"{stack.stack_name}-{stack.region}"
@@ -308,6 +334,41 @@ class PlatformObservability(Construct):
         composite.add_ok_action(self.alarm_topic.action)
         self.alarms["ReservedCapacityExhausted"] = composite
 
+    def _create_run_alarms(self, runs: IRunMetrics, wait_minutes: int) -> None:
+        quiet = cloudwatch.TreatMissingData.NOT_BREACHING
+        wait = runs.metric_run_capacity_wait_seconds()
+        self._alarm(
+            "RunWaitingForCapacity",
+            "RunWaitingForCapacityAlarm",
+            metric=wait,
+            threshold=wait_minutes * 60,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            # one value per scheduled run: 1 of 2 periods, so a tick published late does not clear the alarm
+            evaluation_periods=2,
+            datapoints_to_alarm=1,
+            treat_missing_data=quiet,
+            alarm_description=(
+                f"A training run has waited for capacity longer than {wait_minutes} minutes: no eligible capacity "
+                "(training plan, spot or on-demand, as its request allows) for its next segment. The dashboard's "
+                "'Run decisions' table names the run; `trainctl runs RUN_ID` shows it. Extend or buy a plan, "
+                "allow other capacity, or stop the run."
+            ),
+        )
+        self._alarm(
+            "RunContinuationDeadLetters",
+            "RunContinuationDeadLettersAlarm",
+            metric=runs.metric_continuation_dead_letters(period=cdk.Duration.minutes(5)),
+            threshold=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=quiet,
+            alarm_description=(
+                "The run continuation could not handle a job state change or a scheduled run after its retries; "
+                "the event is in its dead-letter queue. A run may be stuck: see the continuation's log group, "
+                "then resubmit or stop the run."
+            ),
+        )
+
     # -- dashboard ------------------------------------------------------------------------------
 
     def _rows(
@@ -319,7 +380,8 @@ class PlatformObservability(Construct):
                     markdown=(
                         f"# {cdk.Stack.of(self).stack_name}: SageMaker training platform\n"
                         "Sections: **Fleet** · **Training progress** · **Job submitter** · **Training plans** · "
-                        "**Job outcomes** · **Logs**. Alarms notify the platform's SNS topic."
+                        f"**Job outcomes** · {'**Training runs** · ' if self._runs is not None else ''}**Logs**. "
+                        "Alarms notify the platform's SNS topic."
                     ),
                     width=24,
                     height=2,
@@ -341,6 +403,8 @@ class PlatformObservability(Construct):
         if self.plan_metrics is not None:
             rows += widgets.training_plan_rows(self.plan_metrics, self.plan_names, period)
         rows += widgets.job_outcome_rows(self.job_outcomes, period)
+        if self._runs is not None:
+            rows += widgets.run_rows(self._runs, self._run_wait_alarm_seconds, period)
         rows += widgets.log_rows()
         return rows
 
@@ -448,6 +512,18 @@ def _validate(props: PlatformObservabilityProps) -> None:
     if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_IDLE_CAPACITY_HOURS:
         raise ValueError(
             f"PlatformObservabilityProps.idle_capacity_hours: got {hours!r}; expected an integer from 1 to {MAX_IDLE_CAPACITY_HOURS}"
+        )
+    if props.runs is not None and not isinstance(props.runs, IRunMetrics):
+        raise ValueError(
+            f"PlatformObservabilityProps.runs: got {type(props.runs).__name__}; expected the runs' metrics "
+            "(IRunMetrics: continuation_log_group, metric_run_decisions, metric_run_segments_started, "
+            "metric_run_capacity_wait_seconds, metric_continuation_dead_letters), e.g. a JobSubmitter"
+        )
+    wait = props.run_capacity_wait_minutes
+    if isinstance(wait, bool) or not isinstance(wait, int) or not 1 <= wait <= MAX_RUN_CAPACITY_WAIT_MINUTES:
+        raise ValueError(
+            f"PlatformObservabilityProps.run_capacity_wait_minutes: got {wait!r}; expected an integer from 1 to "
+            f"{MAX_RUN_CAPACITY_WAIT_MINUTES}"
         )
     seconds = props.period.to_seconds()
     if seconds < 60 or seconds % 60:

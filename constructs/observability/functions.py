@@ -154,10 +154,10 @@ class PlanMetricsPublisher(Construct):
 
     def __init__(self, scope: Construct, id: str, props: PlanMetricsPublisherProps) -> None:
         super().__init__(scope, id)
-        minutes = props.schedule.to_minutes()
+        minutes = props.schedule.to_seconds() / 60  # to_minutes() raises on a part of a minute
         if minutes < 1 or minutes != int(minutes):
             raise ValueError(
-                f"PlanMetricsPublisherProps.schedule: got {minutes} minutes; expected whole minutes, at least 1"
+                f"PlanMetricsPublisherProps.schedule: got {minutes:g} minutes; expected whole minutes, at least 1"
             )
         stack = cdk.Stack.of(self)
         fn = _ObservabilityFunction(

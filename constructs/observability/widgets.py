@@ -24,6 +24,7 @@ from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS
 
 from ..execution_role import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
+from ..submitter.runtime import settings as submitter_settings
 from .runtime import settings
 
 __all__ = [
@@ -351,6 +352,79 @@ def job_outcome_rows(handler, period: cdk.Duration) -> list[Row]:
                 view=cloudwatch.LogQueryVisualizationType.TABLE,
                 width=24,
                 height=6,
+            )
+        ],
+    ]
+
+
+def run_decisions_query() -> list[str]:
+    """Logs Insights lines listing the continuation's decisions, newest first (one row per decision), with the
+    fields of its decision log line (``submitter.runtime.settings.RUN_DECISION_LOG_FIELDS``)."""
+    return [
+        f"fields @timestamp, {', '.join(submitter_settings.RUN_DECISION_LOG_FIELDS)}",
+        f'filter message = "{submitter_settings.RUN_DECISION_LOG_MESSAGE}"',
+        "sort @timestamp desc",
+        "limit 100",
+    ]
+
+
+def run_rows(runs, wait_alarm_seconds: float | None, period: cdk.Duration) -> list[Row]:
+    """Training runs: the continuation's decisions (by kind, and each with its reason), segments it started, and
+    the longest wait for capacity against its alarm.
+
+    Args:
+        runs: the runs' metrics and decision log (:class:`~platform_constructs.submitter.construct.IRunMetrics`).
+        wait_alarm_seconds: the ``RunWaitingForCapacity`` threshold, drawn on the wait graph. Default: no line.
+        period: aggregation period of the single-value tile.
+    """
+    from platform_spec.runs import DECISIONS
+
+    hourly = cdk.Duration.hours(1)
+    wait = cloudwatch.GraphWidget(
+        title="Longest wait for capacity (seconds)",
+        left=[runs.metric_run_capacity_wait_seconds(label="longest wait of a waiting run")],
+        left_y_axis=cloudwatch.YAxisProps(label="seconds", min=0, show_units=False),
+        left_annotations=(
+            [cloudwatch.HorizontalAnnotation(value=wait_alarm_seconds, label="RunWaitingForCapacity alarm")]
+            if wait_alarm_seconds is not None
+            else None
+        ),
+        width=8,
+        height=GRAPH_HEIGHT,
+    )
+    return [
+        header(
+            "Training runs",
+            "Runs carried across capacity blocks: the continuation judges each ended segment (its newest complete "
+            "checkpoint against `max_steps` and the run's budget) and submits the next one; runs waiting for "
+            "capacity are retried on its schedule.",
+        ),
+        [
+            cloudwatch.GraphWidget(
+                title="Run decisions per hour",
+                left=[runs.metric_run_decisions(d, period=hourly, label=d) for d in DECISIONS],
+                stacked=True,
+                left_y_axis=cloudwatch.YAxisProps(label="decisions", min=0, show_units=False),
+                width=12,
+                height=GRAPH_HEIGHT,
+            ),
+            wait,
+            cloudwatch.SingleValueWidget(
+                title="Segments started",
+                metrics=[runs.metric_run_segments_started(period=period, label="segments")],
+                set_period_to_time_range=True,
+                width=4,
+                height=GRAPH_HEIGHT,
+            ),
+        ],
+        [
+            cloudwatch.LogQueryWidget(
+                title="Run decisions (run, segment, decision, reason, newest step, next segment's job)",
+                log_group_names=[runs.continuation_log_group.log_group_name],
+                query_lines=run_decisions_query(),
+                view=cloudwatch.LogQueryVisualizationType.TABLE,
+                width=24,
+                height=8,
             )
         ],
     ]

@@ -802,8 +802,12 @@ class LocalPackageBundler:
 
 
 SUBMITTER = LambdaPackage(
-    handlers=("platform_constructs.submitter.runtime.handler.lambda_handler",),
+    handlers=(
+        "platform_constructs.submitter.runtime.handler.lambda_handler",
+        "platform_constructs.submitter.runtime.continuation.lambda_handler",
+    ),
     requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="job submitter package",
 )
-"""The job submitter's package."""
+"""The job submitter's package: the job API's handler (the submitter and reader functions) and the run
+continuation's."""

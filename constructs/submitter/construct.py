@@ -1,13 +1,23 @@
-"""The job submitter's construct: a Lambda function that turns a job request into ``CreateTrainingJob``.
+"""The job submitter's construct: the Lambda functions that run the job API and continue runs.
 
 Its logic lives in :mod:`platform_constructs.submitter.runtime`, a plain
-package; its deployment package is what the handler (:data:`HANDLER`) imports
-(:data:`.bundling.SUBMITTER`). This construct deploys it with its own
-least-privilege role, its environment (:func:`.runtime.settings.function_environment`),
-a log group with a retention period, and exposes
-``grant_invoke`` and ``metric_*`` methods for the dashboard and alarms
-(:class:`ISubmitterMetrics`, what observability takes). It takes the other
-resources through interfaces: the image as an
+package; one deployment package (:data:`.bundling.SUBMITTER`, what the
+handlers import) serves three functions, each with its own least-privilege
+role, log group and environment (:func:`.runtime.settings.function_environment`):
+
+* the submitter (``Resource``, handler :data:`HANDLER`): every action of the job API
+  (submit, describe, list, stop, the runs'); other services get it with
+  :meth:`JobSubmitter.grant_submit`;
+* the reader (``Reader``): the same handler limited to :data:`READER_ACTIONS` by
+  the ``SUBMITTER_ALLOWED_ACTIONS`` variable, with a role that can read jobs, plans,
+  run records and checkpoints and change nothing (:meth:`JobSubmitter.grant_read`);
+* the run continuation (``Continuation``, handler :data:`CONTINUATION_HANDLER`):
+  SageMaker's terminal ``Training Job State Change`` events and a schedule decide
+  and submit each run's next segment through the submitter's own code path.
+
+It exposes ``grant_*`` and ``metric_*`` methods for the dashboard and alarms
+(:class:`ISubmitterMetrics` and :class:`IRunMetrics`, what observability takes),
+and takes the other resources through interfaces: the image as an
 :class:`~platform_constructs.trainer_image.ITrainerImage`, the role, buckets
 and plan parameter as ``iam.IRole``, ``s3.IBucket`` and ``ssm.IStringParameter``.
 """
@@ -20,10 +30,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
@@ -34,6 +48,8 @@ from platform_spec.capacity import (
     capacity_fallback_problem,
 )
 from platform_spec.errors import FieldError
+from platform_spec.runs import DECISIONS as RUN_DECISIONS
+from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 from .. import acknowledgements as nag
 from ..trainer_image import ITrainerImage
@@ -43,18 +59,48 @@ from .runtime import settings
 
 __all__ = [
     "AUTO_DELETE_PROVIDER_ID",
+    "CONTINUATION_HANDLER",
+    "DEFAULT_CONTINUATION_SCHEDULE_MINUTES",
     "DEFAULT_RESERVED_CONCURRENCY",
     "HANDLER",
+    "MAX_CONTINUATION_SCHEDULE_MINUTES",
     "MAX_RESERVED_CONCURRENCY",
+    "READER_ACTIONS",
     "RECORD_WRITE_ACTIONS",
+    "IRunMetrics",
     "ISubmitterMetrics",
     "JobSubmitter",
     "JobSubmitterProps",
 ]
 
-HANDLER = bundling.SUBMITTER.handlers[0]
-"""The function's handler, ``platform_constructs.submitter.runtime.handler.lambda_handler``: the
-bundle lays the code out under its import names, so Lambda imports the module the tests import."""
+HANDLER, CONTINUATION_HANDLER = bundling.SUBMITTER.handlers
+"""The submitter's and reader's handler, ``platform_constructs.submitter.runtime.handler.lambda_handler``,
+and the run continuation's, ``platform_constructs.submitter.runtime.continuation.lambda_handler``: the
+bundle lays the code out under its import names, so Lambda imports the modules the tests import."""
+
+READER_ACTIONS = settings.READ_ACTIONS
+"""The actions of the job API the reader function serves (its ``SUBMITTER_ALLOWED_ACTIONS``):
+the ones that change nothing (``settings.READ_ACTIONS``). Its role could not do more anyway."""
+
+DEFAULT_CONTINUATION_SCHEDULE_MINUTES = 5
+"""How often the continuation retries the runs waiting for capacity and publishes the longest
+wait (``RunCapacityWaitSeconds``), minutes."""
+MAX_CONTINUATION_SCHEDULE_MINUTES = 24 * 60
+"""The longest schedule: a run waiting for capacity is retried at least daily."""
+CONTINUATION_TIMEOUT = cdk.Duration.minutes(2)
+"""The continuation function's timeout: one event decides one run (a few AWS calls and at most
+one submission, each bounded by the submitter's ``FUNCTION_TIMEOUT_S``); a scheduled tick
+retries every waiting run, and less than the 1-minute minimum schedule would cut it short."""
+CONTINUATION_EVENT_RETRIES = 2
+"""Attempts after the first, both for EventBridge delivering an event to the function and for
+Lambda's asynchronous invocation of it (its maximum, 2); an event still failing then goes to the
+dead-letter queue, where ``RunContinuationDeadLetters`` raises the alarm."""
+CONTINUATION_MAX_EVENT_AGE = cdk.Duration.hours(6)
+"""How long EventBridge and Lambda keep retrying an event before it is dead-lettered: Lambda's
+maximum for asynchronous invocations (``MaximumEventAgeInSeconds``, 60-21600; EventBridge's
+target retry policy allows up to 24 hours)."""
+DEAD_LETTER_RETENTION = cdk.Duration.days(14)
+"""How long a dead-lettered event is kept (SQS's maximum message retention)."""
 
 UNRESERVED_CONCURRENCY_FLOOR = 100
 """Lambda keeps at least this many of an account's concurrent executions unreserved:
@@ -109,6 +155,32 @@ class ISubmitterMetrics(Protocol):
     def metric_refusals(self, error_code: str, **props: Any) -> cloudwatch.Metric: ...
 
 
+@runtime_checkable
+class IRunMetrics(Protocol):
+    """The runs' metrics and decision log, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`).
+
+    Metric methods return a ``cloudwatch.Metric`` (keyword arguments are
+    ``cloudwatch.MetricOptions`` overriding the defaults), in the submitter's
+    namespace (:data:`.runtime.settings.METRICS_NAMESPACE`), as the continuation
+    publishes them: ``RunDecisions`` by decision (sum; values from the decision
+    vocabulary, others raise ``ValueError``), ``RunSegmentsStarted`` (sum),
+    ``RunCapacityWaitSeconds`` (maximum: the longest wait of a run waiting for
+    capacity, 0 when none, on every scheduled tick), and the continuation's
+    dead-letter queue depth (``ApproximateNumberOfMessagesVisible``, maximum).
+    ``continuation_log_group`` holds one structured line per decision.
+    """
+
+    continuation_log_group: logs.ILogGroup
+
+    def metric_run_decisions(self, decision: str, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_run_segments_started(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_run_capacity_wait_seconds(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_continuation_dead_letters(self, **props: Any) -> cloudwatch.Metric: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobSubmitterProps:
     """Properties of :class:`JobSubmitter`.
@@ -152,6 +224,9 @@ class JobSubmitterProps:
             bound. ``None`` reserves nothing and shares the account's unreserved
             pool (for accounts whose concurrency quota is too small to reserve
             from). Default: :data:`DEFAULT_RESERVED_CONCURRENCY`.
+        continuation_schedule: how often the run continuation retries the runs
+            waiting for capacity and publishes the longest wait (whole minutes, 1 to
+            1440). Default: every :data:`DEFAULT_CONTINUATION_SCHEDULE_MINUTES` minutes.
     """
 
     trainer_image: ITrainerImage
@@ -171,21 +246,59 @@ class JobSubmitterProps:
     memory_size: int = 512
     timeout: cdk.Duration = field(default_factory=lambda: cdk.Duration.seconds(settings.FUNCTION_TIMEOUT_S))
     reserved_concurrent_executions: int | None = DEFAULT_RESERVED_CONCURRENCY
+    continuation_schedule: cdk.Duration = field(
+        default_factory=lambda: cdk.Duration.minutes(DEFAULT_CONTINUATION_SCHEDULE_MINUTES)
+    )
 
 
 class JobSubmitter(Construct):
-    """The submitter Lambda (primary child ``Resource``), its ``Role`` and ``LogGroup``.
+    """The submitter Lambda (primary child ``Resource``), its ``Role`` and ``LogGroup``; the ``Reader`` and the
+    run ``Continuation`` (each a ``Resource`` function with its ``Role`` and ``LogGroup``; the continuation also
+    its ``JobStateRule``, ``Schedule`` and ``DeadLetterQueue``).
+
+    Grants, each role its own (``*`` below is every name of that kind in the stack's account and region):
+
+    ========================= ========== ========== ============
+    what                      submitter  reader     continuation
+    ========================= ========== ========== ============
+    Describe/ListTags jobs    yes        yes        yes
+    Search, ListTrainingJobs  yes        yes        yes
+    DescribeTrainingPlan      yes        yes        yes
+    read checkpoints          yes        yes        yes
+    read run records          yes        yes        yes
+    Create/AddTags/Stop jobs  yes        --         yes
+    iam:PassRole (exec role)  yes        --         yes
+    plan parameter, plans     yes        --         yes
+    client-token records rw   yes        --         yes
+    run records write         yes        --         yes (+ delete)
+    PutEvents (decisions)     --         --         yes
+    ========================= ========== ========== ============
+
+    Checkpoints are read below ``settings.JOB_CHECKPOINT_PREFIX`` (a job's) and
+    :data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX` (a run's segments); run records
+    are the run store below ``settings.RUN_STORE_PREFIX`` of the output bucket;
+    the output bucket's policy denies writing the client-token records and the
+    run store to every principal but the submitter's and the continuation's
+    roles (:meth:`_protect_records`).
 
     Attributes:
-        function: the Lambda function.
-        role: the function's role.
-        log_group: the function's log group.
+        function: the submitter function (every action).
+        role: the submitter function's role.
+        log_group: the submitter function's log group.
+        reader_function / reader_role / reader_log_group: the reader (read-only actions).
+        continuation_function / continuation_role / continuation_log_group: the run continuation
+            (its log group holds one structured line per decision).
+        continuation_rule: the EventBridge rule of SageMaker's terminal job state changes.
+        continuation_schedule: the EventBridge schedule rule.
+        dead_letter_queue: events the continuation could not be given or could not handle.
     """
 
     def __init__(self, scope: Construct, id: str, props: JobSubmitterProps) -> None:
         super().__init__(scope, id)
         _validate(props)
-        stack = cdk.Stack.of(self)
+        self._continuation_schedule = props.continuation_schedule
+        code = bundling.SUBMITTER.code()  # one asset for the three functions
+        environment = self._environment(props)
 
         self.log_group = logs.LogGroup(
             self,
@@ -200,69 +313,8 @@ class JobSubmitter(Construct):
             description="Job submitter: creates SageMaker training jobs with the platform's execution role",
         )
         self.log_group.grant_write(self.role)
-
-        training_jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
-        training_plans = stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="TrainingJobs",
-                # ListTags: idempotency compares the request hash tag of an existing job of the same name.
-                actions=[
-                    "sagemaker:CreateTrainingJob",
-                    "sagemaker:DescribeTrainingJob",
-                    "sagemaker:AddTags",
-                    "sagemaker:ListTags",
-                ],
-                resources=[training_jobs],
-            )
-        )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="DescribeTrainingPlans",
-                actions=["sagemaker:DescribeTrainingPlan"],
-                resources=[training_plans],
-            )
-        )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListTrainingPlans",
-                actions=["sagemaker:ListTrainingPlans"],
-                resources=["*"],  # List* actions have no resource-level permissions
-            )
-        )
-        iam.Grant.add_to_principal(
-            grantee=self.role,
-            actions=["iam:PassRole"],
-            resource_arns=[props.execution_role.role_arn],
-            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-        )
-        props.plan_arns_parameter.grant_read(self.role)
-
-        # Client-token records (runtime/idempotency.py): read and conditionally write objects under one
-        # prefix of the output bucket, and list that prefix only (GetObject of a missing key answers 403,
-        # not 404, without s3:ListBucket). No delete: a record is released by an overwrite.
-        records = props.output_bucket.arn_for_objects(f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*")
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ClientTokenRecords", actions=["s3:GetObject", "s3:PutObject"], resources=[records])
-        )
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListClientTokenRecords",
-                actions=["s3:ListBucket"],
-                resources=[props.output_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]}},
-            )
-        )
-        self._protect_records(props.output_bucket, records)
-        if props.output_bucket.encryption_key is not None:
-            # SSE-KMS: GenerateDataKey to write a record, Decrypt to read one
-            props.output_bucket.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
-        self.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="SearchTrainingJobs",
-                actions=["sagemaker:Search"],  # jobs of the previous version, by their client-token tag
-                resources=["*"],  # Search has no resource-level permissions
-            )
+        _acknowledge(
+            self.role, self._grant_reading(self, self.role, props), self._grant_submission(self, self.role, props)
         )
 
         self.function = lambda_.Function(
@@ -272,85 +324,378 @@ class JobSubmitter(Construct):
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
             handler=HANDLER,
-            code=bundling.SUBMITTER.code(),
+            code=code,
             role=self.role,
             memory_size=props.memory_size,
             timeout=props.timeout,
             reserved_concurrent_executions=props.reserved_concurrent_executions,
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
-            environment=self._environment(props),
+            environment=environment,
         )
         # The image must be in the repository before the function can submit jobs with it.
         self.function.node.add_dependency(props.trainer_image.deployment)
+        _acknowledge_runtime(self.function)
 
-        nag.acknowledge(
-            self.role,
-            nag.IAM5,
-            "Training-job names are generated per request, so CreateTrainingJob/DescribeTrainingJob/AddTags/ListTags "
-            "are granted on the account's training-job ARNs in this region only.",
-            finding=nag.resource(self, training_jobs),
+        # -- the reader: read-only actions, a role that changes nothing ---------------------------
+        reader = Construct(self, "Reader")
+        self.reader_log_group, self.reader_role, self.reader_function = self._function(
+            reader,
+            props,
+            description="Job API, read-only: describes and lists training jobs and runs",
+            role_description="Job API reader: reads training jobs, plans, run records and checkpoints; changes nothing",
+            handler=HANDLER,
+            code=code,
+            environment=self._environment(props, allowed_actions=READER_ACTIONS),
+            timeout=props.timeout,
+            # Nothing reserved: it creates nothing, and a second reservation would take the submitter's again
+            # from the account's unreserved pool (900 and 900 would fail the deployment).
+            reserved_concurrent_executions=None,
         )
-        nag.acknowledge(
-            self.role,
-            nag.IAM5,
-            "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
-            "is granted on the account's training-plan ARNs in this region.",
-            finding=nag.resource(self, training_plans),
-        )
-        nag.acknowledge(
-            self.role,
-            nag.IAM5,
-            "sagemaker:ListTrainingPlans and sagemaker:Search have no resource-level permissions (AWS requires "
-            "'*'); Search finds the training jobs of a client token by its tag.",
-            finding="Resource::*",
-        )
-        nag.acknowledge(
-            self.role,
-            nag.IAM5,
-            "Client-token records are one object per token (named by its SHA-256) under one prefix of the "
-            "output bucket; GetObject/PutObject are granted on that prefix only.",
-            finding=nag.resource(self, records),
-        )
-        nag.acknowledge(
-            self.function,
-            "AwsSolutions-L1",
-            f"Runtime pinned to {RUNTIME.name}: the package's dependencies are installed for exactly this "
-            "CPython version (bundling.PYTHON_VERSION) and it is supported by Lambda; moving to a newer "
-            "runtime changes both together.",
-        )
+        _acknowledge(self.reader_role, self._grant_reading(reader, self.reader_role, props))
 
-    def _protect_records(self, bucket: s3.IBucket, records: str) -> None:
-        """Deny every principal but this function's role writing or deleting the client-token records.
+        # -- the run continuation --------------------------------------------------------------
+        continuation = Construct(self, "Continuation")
+        self.continuation_log_group, self.continuation_role, self.continuation_function = self._function(
+            continuation,
+            props,
+            description="Continues training runs: decides on each ended segment and submits the next",
+            role_description="Run continuation: submits a run's next segment as the submitter would, records decisions",
+            handler=CONTINUATION_HANDLER,
+            code=code,
+            environment=environment,
+            timeout=CONTINUATION_TIMEOUT,
+            reserved_concurrent_executions=None,
+        )
+        self.continuation_function.node.add_dependency(props.trainer_image.deployment)
+        _acknowledge(
+            self.continuation_role,
+            self._grant_reading(continuation, self.continuation_role, props),
+            self._grant_submission(continuation, self.continuation_role, props),
+        )
+        self._grant_continuation(continuation, self.continuation_role, props)
+        self._route_events(continuation, props)
 
-        The records are the idempotency lock: a job, a person or another
-        function overwriting or deleting one could make a retry create a second
-        job. Identity policies grant nobody else these keys (the execution role
-        writes below ``settings.TRAINING_JOB_OUTPUT_PREFIX`` only); this bucket
-        policy statement also holds against a broad grant added later (an
-        administrator's ``s3:*``). With ``removal_policy=DESTROY`` CDK's
-        auto-delete function, which empties the bucket when the stack is
-        deleted, is exempt too. Lifecycle expiration is not subject to bucket
-        policies. A record that must be repaired by hand needs this statement
-        lifted first. An imported bucket's policy is left alone.
+        self._protect_records(props.output_bucket, writers=[self.role, self.continuation_role])
+
+    # -- functions and grants ---------------------------------------------------------------------
+
+    @staticmethod
+    def _function(
+        scope: Construct,
+        props: JobSubmitterProps,
+        *,
+        description: str,
+        role_description: str,
+        handler: str,
+        code: lambda_.Code,
+        environment: Mapping[str, str],
+        timeout: cdk.Duration,
+        reserved_concurrent_executions: int | None,
+        **function_props: Any,
+    ) -> tuple[logs.LogGroup, iam.Role, lambda_.Function]:
+        """A ``LogGroup``, a ``Role`` that may write it, and the ``Resource`` function of the package."""
+        log_group = logs.LogGroup(scope, "LogGroup", retention=props.log_retention, removal_policy=props.removal_policy)
+        role = iam.Role(
+            scope, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=role_description
+        )
+        log_group.grant_write(role)
+        function = lambda_.Function(
+            scope,
+            "Resource",
+            description=description,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=handler,
+            code=code,
+            role=role,
+            memory_size=props.memory_size,
+            timeout=timeout,
+            reserved_concurrent_executions=reserved_concurrent_executions,
+            log_group=log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            environment=dict(environment),
+            **function_props,
+        )
+        _acknowledge_runtime(function)
+        return log_group, role, function
+
+    @staticmethod
+    def _grant_reading(scope: Construct, role: iam.Role, props: JobSubmitterProps) -> dict[str, str]:
+        """Read-only: describe and list the account's training jobs, describe plans, read run records and checkpoints.
+
+        Statements (Sids): ``DescribeTrainingJobs`` (``DescribeTrainingJob``, ``ListTags`` on
+        training-job ARNs), ``DescribeTrainingPlans``, ``SearchTrainingJobs`` and
+        ``ListTrainingJobs`` (no resource-level permissions: ``*``), ``RunRecordsRead`` /
+        ``ListRunRecords`` (the run store), ``CheckpointsRead`` / ``ListCheckpoints`` (the job and
+        run checkpoint prefixes), and ``kms:Decrypt`` on the buckets' keys.
+
+        Returns:
+            The cdk-nag findings these statements raise -> why each is acceptable (:func:`_acknowledge`).
         """
-        exempt = [self.role.role_arn]
-        auto_delete = cdk.Stack.of(bucket).node.try_find_child(AUTO_DELETE_PROVIDER_ID)
-        if auto_delete is not None:
-            exempt.append(auto_delete.role_arn)
-        bucket.add_to_resource_policy(
+        stack = cdk.Stack.of(scope)
+        training_jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
+        training_plans = stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
+        role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="ClientTokenRecordsSubmitterOnly",
-                effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
-                actions=list(RECORD_WRITE_ACTIONS),
-                resources=[records],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": exempt}},
+                sid="DescribeTrainingJobs",
+                actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"],
+                resources=[training_jobs],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[training_plans]
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="SearchTrainingJobs",
+                actions=["sagemaker:Search"],  # jobs by their tags (client token, run id)
+                resources=["*"],  # Search has no resource-level permissions
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListTrainingJobs",
+                actions=["sagemaker:ListTrainingJobs"],
+                resources=["*"],  # List* actions have no resource-level permissions
+            )
+        )
+        runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(sid="RunRecordsRead", actions=["s3:GetObject"], resources=[runs])
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListRunRecords",
+                actions=["s3:ListBucket"],
+                resources=[props.output_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{settings.RUN_STORE_PREFIX}*"]}},
+            )
+        )
+        checkpoint_prefixes = (settings.JOB_CHECKPOINT_PREFIX, RUN_CHECKPOINT_PREFIX)
+        checkpoints = [props.checkpoint_bucket.arn_for_objects(f"{prefix}*") for prefix in checkpoint_prefixes]
+        role.add_to_principal_policy(
+            iam.PolicyStatement(sid="CheckpointsRead", actions=["s3:GetObject"], resources=checkpoints)
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListCheckpoints",
+                actions=["s3:ListBucket"],
+                resources=[props.checkpoint_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in checkpoint_prefixes]}},
+            )
+        )
+        for bucket in (props.output_bucket, props.checkpoint_bucket):
+            if bucket.encryption_key is not None:
+                bucket.encryption_key.grant(role, "kms:Decrypt")
+
+        findings = {
+            nag.resource(scope, training_jobs): (
+                "Training-job names are generated per request and per run segment, so the job actions are granted "
+                "on the account's training-job ARNs in this region only."
+            ),
+            nag.resource(scope, training_plans): (
+                "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
+                "is granted on the account's training-plan ARNs in this region."
+            ),
+            "Resource::*": (
+                "sagemaker:Search, sagemaker:ListTrainingJobs and sagemaker:ListTrainingPlans have no "
+                "resource-level permissions (AWS requires '*'); Search finds the jobs of a client token or a run "
+                "by tag."
+            ),
+            nag.resource(scope, runs): (
+                "Run records are objects per run (<run store prefix><run id>/...) under one prefix of the output "
+                "bucket; they are read (and written, by the submitter and the continuation) under that prefix only."
+            ),
+        }
+        for arn in checkpoints:
+            findings[nag.resource(scope, arn)] = (
+                "Checkpoints are folders per job or per run named at submit time; they are read (never written) "
+                "under the job and run checkpoint prefixes only, to find the newest complete step."
+            )
+        return findings
+
+    @staticmethod
+    def _grant_submission(scope: Construct, role: iam.Role, props: JobSubmitterProps) -> dict[str, str]:
+        """What creating, tagging and stopping training jobs adds to :meth:`_grant_reading`: the submission path
+        (``service.submit``) and ``stop``.
+
+        Statements (Sids): ``TrainingJobs`` (``CreateTrainingJob``, ``AddTags``,
+        ``StopTrainingJob``), ``ListTrainingPlans``, ``iam:PassRole`` of the execution role
+        to SageMaker only, the plan parameter, ``ClientTokenRecords`` (``GetObject``,
+        ``PutObject``) / ``ListClientTokenRecords``, ``RunRecords`` (``PutObject``: a run's
+        ``run.json``, written once, and its stop marker) and KMS to write them.
+
+        Returns:
+            The cdk-nag findings these statements raise -> why each is acceptable (:func:`_acknowledge`).
+        """
+        stack = cdk.Stack.of(scope)
+        training_jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="TrainingJobs",
+                actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags", "sagemaker:StopTrainingJob"],
+                resources=[training_jobs],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListTrainingPlans",
+                actions=["sagemaker:ListTrainingPlans"],
+                resources=["*"],  # List* actions have no resource-level permissions
+            )
+        )
+        iam.Grant.add_to_principal(
+            grantee=role,
+            actions=["iam:PassRole"],
+            resource_arns=[props.execution_role.role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+        )
+        props.plan_arns_parameter.grant_read(role)
+
+        # Client-token records (runtime/idempotency.py): read and conditionally write objects under one
+        # prefix of the output bucket, and list that prefix only (GetObject of a missing key answers 403,
+        # not 404, without s3:ListBucket). No delete: a record is released by an overwrite.
+        records = props.output_bucket.arn_for_objects(f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(sid="ClientTokenRecords", actions=["s3:GetObject", "s3:PutObject"], resources=[records])
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ListClientTokenRecords",
+                actions=["s3:ListBucket"],
+                resources=[props.output_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]}},
+            )
+        )
+        # The run store (runtime/runs.py): run.json (a conditional write) with a run's first submission,
+        # the stop marker; reading and listing it come with _grant_reading.
+        runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
+        role.add_to_principal_policy(iam.PolicyStatement(sid="RunRecords", actions=["s3:PutObject"], resources=[runs]))
+        if props.output_bucket.encryption_key is not None:
+            # SSE-KMS: GenerateDataKey to write a record, Decrypt to read one
+            props.output_bucket.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")
+        return {
+            nag.resource(scope, records): (
+                "Client-token records are one object per token (named by its SHA-256) under one prefix of the "
+                "output bucket; GetObject/PutObject are granted on that prefix only."
+            ),
+        }
+
+    def _grant_continuation(self, scope: Construct, role: iam.Role, props: JobSubmitterProps) -> None:
+        """The continuation's own: remove its markers from the run store and publish decisions (events).
+
+        No ``cloudwatch:PutMetricData``: its metrics are EMF log lines (Powertools ``Metrics``) that
+        CloudWatch Logs turns into metrics, so the log-group grants are all they need.
+        """
+        stack = cdk.Stack.of(scope)
+        runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="RunMarkers",  # a run's waiting marker goes when its segment is submitted (versioned bucket)
+                actions=["s3:DeleteObject"],
+                resources=[runs],
+            )
+        )
+        default_bus = stack.format_arn(service="events", resource="event-bus", resource_name="default")
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="RunDecisionEvents",
+                actions=["events:PutEvents"],
+                resources=[default_bus],
+                conditions={"StringEquals": {"events:source": [settings.RUN_EVENT_SOURCE]}},
             )
         )
 
+    def _route_events(self, scope: Construct, props: JobSubmitterProps) -> None:
+        """The continuation's triggers: SageMaker's terminal job state changes and a schedule, with retries and a DLQ."""
+        from ..observability.functions import job_state_event_pattern
+
+        minutes = int(props.continuation_schedule.to_minutes())
+        self.dead_letter_queue = sqs.Queue(
+            scope,
+            "DeadLetterQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=DEAD_LETTER_RETENTION,
+            removal_policy=props.removal_policy,
+        )
+        nag.acknowledge(
+            self.dead_letter_queue,
+            "AwsSolutions-SQS3",
+            "This queue is itself the dead-letter queue of the run continuation (its EventBridge targets and its "
+            "asynchronous invocations); a dead-letter queue of a dead-letter queue would only move the events.",
+        )
+        # Lambda's asynchronous invocation: retries of a failed run, then the queue.
+        self.continuation_function.configure_async_invoke(
+            retry_attempts=CONTINUATION_EVENT_RETRIES,
+            max_event_age=CONTINUATION_MAX_EVENT_AGE,
+            on_failure=destinations.SqsDestination(self.dead_letter_queue),
+        )
+
+        def target() -> targets.LambdaFunction:
+            # EventBridge's delivery: retries of an undeliverable event (throttling), then the queue.
+            return targets.LambdaFunction(
+                self.continuation_function,
+                dead_letter_queue=self.dead_letter_queue,
+                retry_attempts=CONTINUATION_EVENT_RETRIES,
+                max_event_age=CONTINUATION_MAX_EVENT_AGE,
+            )
+
+        self.continuation_rule = events.Rule(
+            scope,
+            "JobStateRule",
+            description="SageMaker training jobs that completed, failed or stopped: continue their runs",
+            event_pattern=job_state_event_pattern(),
+            targets=[target()],
+        )
+        self.continuation_schedule = events.Rule(
+            scope,
+            "Schedule",
+            description=f"Retries the training runs waiting for capacity every {minutes} minutes",
+            schedule=events.Schedule.rate(props.continuation_schedule),
+            targets=[target()],
+        )
+
+    def _protect_records(self, bucket: s3.IBucket, *, writers: Sequence[iam.IRole]) -> None:
+        """Deny every principal but ``writers`` writing or deleting the client-token records and the run store.
+
+        The client-token records are the idempotency lock: a job, a person or
+        another function overwriting or deleting one could make a retry create
+        a second job; the run store holds each run's request, budget and
+        decisions, which the continuation trusts. Identity policies grant
+        nobody else these keys (the execution role writes below
+        ``settings.TRAINING_JOB_OUTPUT_PREFIX`` only); this bucket policy also
+        holds against a broad grant added later (an administrator's ``s3:*``).
+        With ``removal_policy=DESTROY`` CDK's auto-delete function, which
+        empties the bucket when the stack is deleted, is exempt too. Lifecycle
+        expiration is not subject to bucket policies. A record that must be
+        repaired by hand needs its statement lifted first. An imported
+        bucket's policy is left alone.
+        """
+        exempt = [role.role_arn for role in writers]
+        auto_delete = cdk.Stack.of(bucket).node.try_find_child(AUTO_DELETE_PROVIDER_ID)
+        if auto_delete is not None:
+            exempt.append(auto_delete.role_arn)
+        for sid, prefix in (
+            ("ClientTokenRecordsSubmitterOnly", settings.CLIENT_TOKEN_RECORDS_PREFIX),
+            ("RunRecordsSubmitterOnly", settings.RUN_STORE_PREFIX),
+        ):
+            bucket.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=sid,
+                    effect=iam.Effect.DENY,
+                    principals=[iam.AnyPrincipal()],
+                    actions=list(RECORD_WRITE_ACTIONS),
+                    resources=[bucket.arn_for_objects(f"{prefix}*")],
+                    conditions={"ArnNotEquals": {"aws:PrincipalArn": exempt}},
+                )
+            )
+
     @staticmethod
-    def _environment(props: JobSubmitterProps) -> dict[str, str]:
+    def _environment(props: JobSubmitterProps, allowed_actions: Sequence[str] | None = None) -> dict[str, str]:
         return settings.function_environment(
             trainer_image_uri=props.trainer_image.image_uri,
             execution_role_arn=props.execution_role.role_arn,
@@ -366,13 +711,24 @@ class JobSubmitter(Construct):
             allowed_input_prefixes=props.allowed_input_prefixes,
             platform_tags=props.platform_tags,
             volume_size_gb=props.volume_size_gb,
+            allowed_actions=allowed_actions,
         )
 
     # -- grants ---------------------------------------------------------------
 
-    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Allow ``grantee`` to invoke the submitter (``lambda:InvokeFunction``)."""
+    def grant_submit(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Allow ``grantee`` to invoke the submitter function (``lambda:InvokeFunction``): every action of the job
+        API (submit, describe, list, stop, the runs')."""
         return self.function.grant_invoke(grantee)
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Alias of :meth:`grant_submit` (the name before the job API had read-only callers)."""
+        return self.grant_submit(grantee)
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Allow ``grantee`` to invoke the reader function only (``lambda:InvokeFunction``): the actions of
+        :data:`READER_ACTIONS`. It cannot invoke the submitter function, so it cannot submit or stop a job."""
+        return self.reader_function.grant_invoke(grantee)
 
     # -- Lambda's standard metrics (AWS/Lambda) -------------------------------
 
@@ -420,6 +776,62 @@ class JobSubmitter(Construct):
             dimensions_map={"service": settings.SERVICE_NAME, dimension: value},
             **options,
         )
+
+    def _run_metric(self, name: str, decision: str | None, props: dict, statistic: str) -> cloudwatch.Metric:
+        options = {"statistic": statistic, "period": cdk.Duration.minutes(5), **props}
+        dimensions = {"service": settings.CONTINUATION_SERVICE_NAME}
+        if decision is not None:
+            dimensions[settings.DIMENSION_DECISION] = decision
+        return cloudwatch.Metric(
+            namespace=settings.METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions, **options
+        )
+
+    # -- the runs' metrics (the continuation's, settings.METRICS_NAMESPACE) ----
+
+    def metric_run_decisions(self, decision: str, **props) -> cloudwatch.Metric:
+        """``RunDecisions`` with one decision (sum): what the continuation decided about ended segments and waiting runs.
+
+        Raises:
+            ValueError: ``decision`` is not one of the decision vocabulary (``platform_spec.runs``).
+        """
+        _check_choice("decision", decision, RUN_DECISIONS)
+        return self._run_metric(settings.METRIC_RUN_DECISIONS, decision, props, cloudwatch.Stats.SUM)
+
+    def metric_run_segments_started(self, **props) -> cloudwatch.Metric:
+        """``RunSegmentsStarted`` (sum): segments the continuation submitted (a run's first is the submitter's)."""
+        return self._run_metric(settings.METRIC_RUN_SEGMENTS_STARTED, None, props, cloudwatch.Stats.SUM)
+
+    def metric_run_capacity_wait_seconds(self, **props) -> cloudwatch.Metric:
+        """``RunCapacityWaitSeconds`` (maximum, seconds): the longest wait of a run waiting for capacity, 0 when
+        none; published on every scheduled tick, so its default period is the schedule's (one value a period)."""
+        props = {"period": self._continuation_schedule, **props}
+        return self._run_metric(settings.METRIC_RUN_CAPACITY_WAIT_SECONDS, None, props, cloudwatch.Stats.MAXIMUM)
+
+    def metric_continuation_dead_letters(self, **props) -> cloudwatch.Metric:
+        """Events in the continuation's dead-letter queue (``ApproximateNumberOfMessagesVisible``, maximum): state
+        changes or ticks the continuation never handled, so a run may be stuck."""
+        options = {"statistic": cloudwatch.Stats.MAXIMUM, "period": cdk.Duration.minutes(5), **props}
+        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(**options)
+
+
+def _acknowledge(role: iam.IRole, *findings: Mapping[str, str]) -> None:
+    """Acknowledge each cdk-nag finding (``IAM5``) of ``role`` once, with the first reason given for it."""
+    merged: dict[str, str] = {}
+    for group in findings:
+        for finding, reason in group.items():
+            merged.setdefault(finding, reason)
+    for finding, reason in merged.items():
+        nag.acknowledge(role, nag.IAM5, reason, finding=finding)
+
+
+def _acknowledge_runtime(function: lambda_.Function) -> None:
+    nag.acknowledge(
+        function,
+        "AwsSolutions-L1",
+        f"Runtime pinned to {RUNTIME.name}: the package's dependencies are installed for exactly this "
+        "CPython version (bundling.PYTHON_VERSION) and it is supported by Lambda; moving to a newer "
+        "runtime changes both together.",
+    )
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
@@ -480,6 +892,12 @@ def _validate(props: JobSubmitterProps) -> None:
         raise ValueError(
             f"JobSubmitterProps.reserved_concurrent_executions: got {reserved!r}; expected an integer from 1 to "
             f"{MAX_RESERVED_CONCURRENCY}, or None for no reservation (0 would throttle every invocation)"
+        )
+    seconds = props.continuation_schedule.to_seconds()  # to_minutes() raises on a part of a minute
+    if seconds % 60 or not 1 <= seconds / 60 <= MAX_CONTINUATION_SCHEDULE_MINUTES:
+        raise ValueError(
+            f"JobSubmitterProps.continuation_schedule: got {seconds / 60:g} minutes; expected whole minutes from 1 to "
+            f"{MAX_CONTINUATION_SCHEDULE_MINUTES} (an EventBridge rate)"
         )
     if not isinstance(props.trainer_image, ITrainerImage):
         raise ValueError(

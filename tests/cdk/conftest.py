@@ -19,6 +19,7 @@ ACCOUNT = "123456789012"
 REGION = "us-west-2"
 PLAN_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/p6-b200-reserved"
 INVOKER_ARN = f"arn:aws:iam::{ACCOUNT}:role/JobScheduler"
+READER_ARN = f"arn:aws:iam::{ACCOUNT}:role/Dashboards"
 
 VARIANT_CONTEXT = {
     "removalPolicy": "destroy",
@@ -31,6 +32,9 @@ VARIANT_CONTEXT = {
     "projectTag": "llm-pretraining",
     "costCenter": "cc-1234",
     "submitterReservedConcurrency": 25,
+    "readerPrincipals": [READER_ARN],
+    "runContinuationScheduleMinutes": 10,
+    "runCapacityWaitAlarmMinutes": 45,
 }
 """A deployment to a test account: everything non-default at once."""
 

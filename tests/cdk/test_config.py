@@ -217,6 +217,9 @@ VALID_SAMPLES: dict[str, object] = {
     "idleCapacityAlarmHours": "12",
     "imageRetainCount": "7",
     "submitterReservedConcurrency": "25",
+    "readerPrincipals": ["arn:aws:iam::123456789012:role/Dashboards"],
+    "runContinuationScheduleMinutes": "10",
+    "runCapacityWaitAlarmMinutes": "30",
 }
 """One valid value per context key, as `-c` or cdk.json gives it (every key must have one)."""
 ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}
@@ -269,7 +272,15 @@ def test_the_environment_account_and_region_are_matched_whole_in_ascii(variable,
 
 
 @pytest.mark.parametrize(
-    "key", ["submitterReservedConcurrency", "idleCapacityAlarmHours", "imageRetainCount", "logRetentionDays"]
+    "key",
+    [
+        "submitterReservedConcurrency",
+        "idleCapacityAlarmHours",
+        "imageRetainCount",
+        "logRetentionDays",
+        "runContinuationScheduleMinutes",
+        "runCapacityWaitAlarmMinutes",
+    ],
 )
 @pytest.mark.parametrize("digits", ["١٠", "３０", "۳۰"], ids=["arabic-indic", "fullwidth", "extended-arabic"])
 def test_numbers_take_ascii_digits_only(key, digits):

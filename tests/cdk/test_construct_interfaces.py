@@ -212,16 +212,24 @@ def test_submitter_takes_imported_resources_through_their_interfaces():
     stack = imported_stack()
     job_submitter = submitter.JobSubmitter(stack, "Submitter", submitter_props(stack))
     template = Template.from_stack(stack)
-    ((_function_id, function),) = template.find_resources("AWS::Lambda::Function").items()
+    # three functions of one package: the submitter, the reader and the run continuation
+    functions = template.find_resources("AWS::Lambda::Function")
+    assert len(functions) == 3
+    ((_function_id, function),) = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": submitter.HANDLER, "Role": {"Fn::GetAtt": [
+            stack.resolve(job_submitter.role.node.default_child.logical_id), "Arn"]}}}
+    ).items()  # fmt: skip
     env = function["Properties"]["Environment"]["Variables"]
     assert env[settings.ENV_TRAINER_IMAGE_URI] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/shared-trainer:v7"
     assert env[settings.ENV_EXECUTION_ROLE_ARN] == f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"
     assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == "/shared/training-plan-arns"
     assert env[settings.ENV_DATA_BUCKET] == "shared-datasets"
     assert stack.resolve(stack.get_logical_id(stack.node.find_child("ImageCopied"))) in function["DependsOn"]
+    role_id = stack.resolve(job_submitter.role.node.default_child.logical_id)
     statements = [
         s
         for p in template.find_resources("AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [{"Ref": role_id}]
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
     assert any(
@@ -233,6 +241,7 @@ def test_submitter_takes_imported_resources_through_their_interfaces():
     ]
     assert len(reads) == 1 and "parameter/shared/training-plan-arns" in json.dumps(stack.resolve(reads[0]["Resource"]))
     assert isinstance(job_submitter, submitter.ISubmitterMetrics)
+    assert isinstance(job_submitter, submitter.IRunMetrics)
 
 
 def test_submitter_refuses_an_image_without_its_interface_and_builds_nothing():

@@ -115,6 +115,7 @@ def test_sections_in_order(default_synth):
         "## Job submitter",
         "## Training plans",
         "## Job outcomes",
+        "## Training runs",
         "## Logs",
     ]
     (status,) = [w for w in body["widgets"] if w["type"] == "alarm"]
@@ -301,6 +302,7 @@ def test_alarm_set_thresholds_and_actions(alarm_synth):
         [p + "SubmitterErrors", p + "TrainingJobFailed", p + "ObservabilityFunctionErrors"]
         + [p + f"PlanIdleNearEnd-{name}" for name in PLANS]
         + [p + "PlansHaveNoAvailableInstances", p + "SubmissionsRefusedNoCapacity", p + "ReservedCapacityExhausted"]
+        + [p + "RunWaitingForCapacity", p + "RunContinuationDeadLetters"]
     )
 
     errors = alarms[p + "SubmitterErrors"]
@@ -503,7 +505,7 @@ def test_every_notifying_alarm_matches_the_publish_condition_and_nothing_else_do
         for name, props in alarms_by_name(template).items()
         if topic in props.get("AlarmActions", []) + props.get("OKActions", [])
     ]
-    assert len(notifying) == 6  # 3 platform alarms, 2 plans, the composite
+    assert len(notifying) == 8  # 3 platform alarms, 2 plans, the composite, 2 run alarms
     for name in notifying:
         assert fnmatch.fnmatchcase(f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{name}", ALARM_ARN_PATTERN), name
     for elsewhere in (
@@ -569,6 +571,7 @@ NAME_PROPERTIES = {
     "AWS::DynamoDB::Table": ("TableName", "region"),
     "AWS::SNS::Topic": ("TopicName", "region"),
     "AWS::Events::Rule": ("Name", "region"),
+    "AWS::SQS::Queue": ("QueueName", "region"),
     "AWS::KMS::Key": (None, None),  # no name (aliases would be AWS::KMS::Alias)
 }
 UNNAMED_TYPES = {
@@ -577,6 +580,7 @@ UNNAMED_TYPES = {
     "AWS::Lambda::EventInvokeConfig",
     "AWS::S3::BucketPolicy",
     "AWS::SNS::TopicPolicy",
+    "AWS::SQS::QueuePolicy",
     "AWS::SNS::Subscription",
     "Custom::CDKECRDeployment",
     "Custom::S3AutoDeleteObjects",

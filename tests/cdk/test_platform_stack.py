@@ -517,13 +517,16 @@ def test_submitter_role_sagemaker_permissions(default_synth):
     assert "ManagedPolicyArns" not in default_synth.resources[role_id]["Properties"]
     found = {s.get("Sid"): s for s in statements(default_synth, "SubmitterRole")}
     jobs = found["TrainingJobs"]
+    # the job API's stop (of a job, or of a run's running segment) is the submitter's too
     assert sorted(as_list(jobs["Action"])) == [
         "sagemaker:AddTags",
         "sagemaker:CreateTrainingJob",
-        "sagemaker:DescribeTrainingJob",
-        "sagemaker:ListTags",
+        "sagemaker:StopTrainingJob",
     ]
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
+    described = found["DescribeTrainingJobs"]
+    assert sorted(as_list(described["Action"])) == ["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"]
+    assert described["Resource"] == jobs["Resource"]
     assert found["DescribeTrainingPlans"]["Action"] == "sagemaker:DescribeTrainingPlan"
     assert json.dumps(found["DescribeTrainingPlans"]["Resource"]).endswith(':training-plan/*"]]}')
     assert found["ListTrainingPlans"] == {
@@ -547,15 +550,18 @@ def test_pass_role_only_on_the_execution_role_only_to_sagemaker(default_synth, v
             for s in resource["Properties"]["PolicyDocument"]["Statement"]
             if any(a in ("iam:PassRole", "iam:*", "*") for a in as_list(s["Action"]))
         ]
-        assert len(passes) == 1, passes
-        logical_id, statement = passes[0]
-        assert logical_id.startswith("SubmitterRole")
-        assert statement == {
-            "Action": "iam:PassRole",
-            "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-            "Effect": "Allow",
-            "Resource": role_arn,
-        }
+        # the submitter and the run continuation, which submits a run's next segment through the same code
+        assert sorted(logical_id.rstrip("0123456789ABCDEF") for logical_id, _ in passes) == [
+            "SubmitterContinuationRoleDefaultPolicy",
+            "SubmitterRoleDefaultPolicy",
+        ], passes
+        for _, statement in passes:
+            assert statement == {
+                "Action": "iam:PassRole",
+                "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+                "Effect": "Allow",
+                "Resource": role_arn,
+            }
 
 
 def test_invoker_principals_may_invoke_the_submitter(default_synth, variant_synth):

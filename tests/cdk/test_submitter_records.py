@@ -50,7 +50,9 @@ def test_the_submitter_reads_and_writes_records_under_their_prefix_only(default_
     found = _submitter_statements(default_synth)
     s3 = [s for s in found if any(a.startswith("s3:") for a in _actions(s))]
     by_sid = {s.get("Sid"): s for s in s3}
-    assert set(by_sid) == {"ClientTokenRecords", "ListClientTokenRecords"}, s3
+    # beside the records: the run store and the checkpoints (tests/cdk/test_runs_infrastructure.py)
+    assert set(by_sid) == {"ClientTokenRecords", "ListClientTokenRecords", "RunRecords", "RunRecordsRead",
+                           "ListRunRecords", "CheckpointsRead", "ListCheckpoints"}, s3  # fmt: skip
     objects = by_sid["ClientTokenRecords"]
     assert sorted(_actions(objects)) == ["s3:GetObject", "s3:PutObject"]  # no delete: a record is never removed
     assert objects["Resource"] == {
@@ -218,15 +220,16 @@ def test_no_role_but_the_submitters_may_write_or_delete_a_record(default_synth, 
     for synth in (default_synth, variant_synth):
         output = synth.logical_id(synth.stack.buckets.output)
         submitter_role = synth.logical_id(synth.stack.submitter.role)
+        continuation_role = synth.logical_id(synth.stack.submitter.continuation_role)
         record = f"arn:aws:s3:::{output}/{RECORD_KEY}"
         writers = {}
         for who, statement in _allow_statements(synth):
             granted = _writes_record(statement, record, synth)
             if granted:
                 writers.setdefault(who, set()).update(granted)
-        assert writers.pop(json.dumps([{"Ref": submitter_role}])) == {
-            "s3:PutObject"
-        }  # no delete: released by overwrite
+        # no delete: released by overwrite; the continuation submits a run's next segment through the same code
+        assert writers.pop(json.dumps([{"Ref": submitter_role}])) == {"s3:PutObject"}
+        assert writers.pop(json.dumps([{"Ref": continuation_role}])) == {"s3:PutObject"}
         if synth is variant_synth:  # removalPolicy=destroy: CDK's function that empties the bucket on stack deletion
             (who,) = [w for w in writers if AUTO_DELETE_ROLE in w]
             assert writers.pop(who) == {"s3:DeleteObject", "s3:DeleteObjectVersion"}  # s3:DeleteObject*, nothing more
@@ -242,7 +245,10 @@ def test_the_output_bucket_denies_record_writes_to_everyone_but_the_submitter(de
             if r["Properties"]["Bucket"] == {"Ref": output}
         ]
         (deny,) = [s for s in policy["Statement"] if s.get("Sid") == "ClientTokenRecordsSubmitterOnly"]
-        exempt = [{"Fn::GetAtt": [synth.logical_id(synth.stack.submitter.role), "Arn"]}]
+        exempt = [
+            {"Fn::GetAtt": [synth.logical_id(synth.stack.submitter.role), "Arn"]},
+            {"Fn::GetAtt": [synth.logical_id(synth.stack.submitter.continuation_role), "Arn"]},
+        ]
         if synth is variant_synth:
             auto_delete = [i for i in synth.of_type("AWS::IAM::Role") if i.startswith(AUTO_DELETE_ROLE)]
             exempt += [{"Fn::GetAtt": [auto_delete[0], "Arn"]}]

@@ -160,3 +160,21 @@ def test_slack_configuration_name_keeps_the_channel_and_fits_the_limit():
     assert a != b and len(a) == len(b) == SLACK_CONFIGURATION_NAME_MAX_LENGTH
     with pytest.raises(ValueError, match="channel_id: got 'c-1'; expected a Slack channel ID"):
         slack_configuration_name("P", "c-1")
+
+
+@pytest.mark.parametrize("seconds", [30, 90])
+def test_plan_metrics_schedule_of_a_part_of_a_minute_is_refused_naming_the_prop(seconds):
+    # Before: Duration.to_minutes() raised jsii's "CannotConvertedIntoWhole" instead of the prop's error.
+    from aws_cdk import aws_ssm as ssm
+
+    from platform_constructs.observability.functions import PlanMetricsPublisher, PlanMetricsPublisherProps
+
+    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "Test")
+    props = PlanMetricsPublisherProps(
+        plan_arns_parameter=ssm.StringParameter.from_string_parameter_name(stack, "Plans", "/plans"),
+        schedule=cdk.Duration.seconds(seconds),
+    )
+    with pytest.raises(ValueError, match=rf"PlanMetricsPublisherProps.schedule: got {seconds / 60:g} minutes; "
+                                         "expected whole minutes, at least 1"):  # fmt: skip
+        PlanMetricsPublisher(stack, "Refused", props)
+    assert not stack.node.find_child("Refused").node.children

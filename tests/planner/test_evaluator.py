@@ -170,3 +170,28 @@ def test_a_plan_of_the_memo_is_a_plan() -> None:
     plan = estimate(GUIDE)
     for rec in plan.recommendations:
         assert rec.after is None or (isinstance(rec.after, Plan) and rec.after.recommendations == [])
+
+
+@pytest.mark.parametrize(
+    ("mode", "layers", "checkpointing", "blocks"),
+    [
+        ("off", 10, "off", 0),
+        ("full", 10, "full", 10),
+        ("selective:3", 10, "selective:3", 3),
+        ("selective:1", 7, "full", 7),
+    ],
+)
+def test_the_resolved_checkpointing_is_kept_with_its_input_and_follows_a_replaced_one(
+    mode, layers, checkpointing, blocks
+) -> None:
+    """``ResolvedInput.activation_checkpointing`` and ``checkpointed_blocks`` are worked out once per instance
+    (issue 17); a copy with another input or model has its own, and the kept values do not change equality."""
+    r = resolve(GUIDE.replace(activation_checkpointing=mode, num_layers=layers))
+    fresh = resolve(GUIDE.replace(activation_checkpointing=mode, num_layers=layers))
+    assert (r.activation_checkpointing.name, r.checkpointed_blocks) == (checkpointing, blocks)
+    assert r.checkpointing is (blocks > 0)
+    assert r == fresh  # one has its values kept, the other not yet
+    other = resolve(GUIDE.replace(activation_checkpointing="full", num_layers=4))
+    copy = dataclasses.replace(r, input=other.input, model=other.model)
+    assert (copy.activation_checkpointing.name, copy.checkpointed_blocks) == ("full", 4)
+    assert (r.activation_checkpointing.name, r.checkpointed_blocks) == (checkpointing, blocks)

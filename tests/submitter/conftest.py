@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from platform_constructs.submitter.runtime import actions as _actions
 from platform_constructs.submitter.runtime import aws as _aws
 from platform_constructs.submitter.runtime import capacity as _capacity
 from platform_constructs.submitter.runtime import config as _config
@@ -97,6 +98,7 @@ def make_request():
 def runtime() -> SimpleNamespace:
     """The submitter's runtime modules (``platform_constructs.submitter.runtime``, as Lambda imports them)."""
     return SimpleNamespace(
+        actions=_actions,
         service=_service,
         handler=_handler,
         request=_request,
@@ -184,3 +186,52 @@ def _reset_emulator(request):
         emulator = request.getfixturevalue("aws")
         emulator.clear_faults()
         emulator.complete_active_jobs()
+
+
+@pytest.fixture(scope="session")
+def run_kit(aws, clients, config, make_request):
+    """Helpers for runs (tests/submitter/test_runs.py, test_continuation.py): ``request(run_id, **run)``,
+    ``checkpoint(run_id, step, state=...)``, ``event(job_name)`` (a SageMaker state-change event built
+    from DescribeTrainingJob, as EventBridge delivers it), ``handle(event, now=None)`` (the continuation)."""
+    import json as _json
+
+    from platform_constructs.submitter.runtime import continuation as _continuation
+    from platform_spec.runs import run_checkpoint_prefix
+
+    s3, events = aws.client("s3"), aws.client("events")
+
+    def request(run_id: str, *, max_steps: int = 100, **run: Any) -> dict[str, Any]:
+        body = _make_request(client_token=None, run={"run_id": run_id, **run})
+        body["hyperparameters"] = {**body["hyperparameters"], "max_steps": max_steps}
+        return body
+
+    def checkpoint(run_id: str, step: int, *, complete: bool = True, state: Any = None) -> None:
+        prefix = f"{run_checkpoint_prefix(run_id)}step-{step}/"
+        if state is None:
+            state = {
+                "step": step,
+                "data": {"step": step, "samples_consumed": step * 8},
+                "run": {"hyperparameters": {"seq_length": "2048"}},
+            }
+        raw = state if isinstance(state, bytes) else _json.dumps(state).encode()
+        s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + "trainer_state.json", Body=raw)
+        if complete:
+            s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + ".complete", Body=b"{}")
+
+    def event(job_name: str) -> dict[str, Any]:
+        detail = aws.describe_training_job(job_name)
+        tags = aws.client("sagemaker").list_tags(ResourceArn=detail["TrainingJobArn"])["Tags"]
+        detail["Tags"] = {t["Key"]: t["Value"] for t in tags}
+        return {
+            "version": "0", "id": str(uuid.uuid4()), "source": "aws.sagemaker",
+            "detail-type": "SageMaker Training Job State Change", "account": "123456789012", "region": aws.region,
+            "time": detail.get("LastModifiedTime"), "resources": [detail["TrainingJobArn"]], "detail": detail,
+        }  # fmt: skip
+
+    def handle(body: Any, now: Any = None) -> dict[str, Any]:
+        return _continuation.handle(body, clients=clients, config=config, events=events, now=now)
+
+    def jobs(run_id: str) -> list[str]:
+        return sorted(j["name"] for j in aws.training_jobs() if j["name"].startswith(f"{run_id}-seg-"))
+
+    return SimpleNamespace(request=request, checkpoint=checkpoint, event=event, handle=handle, jobs=jobs)

@@ -215,6 +215,7 @@ def test_an_empty_string_is_absent_only_where_the_row_says_so(runtime, local_con
 
 def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_sent(runtime, local_config):
     everything = {
+        "action": "submit",
         "job_name": "run-1", "client_token": "tok-1", "instance_type": "ml.p6-b200.48xlarge", "instance_count": 2,
         "capacity": "auto", "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p",
         "hyperparameters": {"batch_size": 4}, "inputs": {"train": "x/"}, "max_runtime_hours": 2, "max_wait_hours": 3,
@@ -222,10 +223,14 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
         "accept_memory_risk": True,
         "model_config": json.loads((FIXTURES / "llama3_8b_config.json").read_text()),
     }  # fmt: skip
-    assert set(everything) == set(request_fields.names())
+    # run names its own jobs (job_name and client_token are refused with it): sent on its own below
+    assert set(everything) | {"run"} == set(request_fields.names())
     sent = runtime.request.parse_request(everything, local_config).sent
-    assert set(sent) == {row.name for row in request_fields.FIELDS if row.fingerprint}
-    assert not {"job_name", "client_token", "dry_run", "accept_memory_risk"} & set(sent)
+    assert set(sent) | {"run"} == {row.name for row in request_fields.FIELDS if row.fingerprint}
+    run = {k: v for k, v in everything.items() if k not in ("job_name", "client_token")}
+    run_sent = runtime.request.parse_request({**run, "run": {"run_id": "r1", "max_segments": 2}}, local_config).sent
+    assert run_sent["run"] == {"run_id": "r1", "max_segments": 2} and set(run_sent) == set(sent) | {"run"}
+    assert not {"action", "job_name", "client_token", "dry_run", "accept_memory_risk"} & set(sent)
     # a model_config is hashed as the shape it maps to, not as the file's text
     assert sent["model_config"]["num_kv_heads"] == "8" and "architectures" not in sent["model_config"]
 

@@ -168,7 +168,7 @@ def test_the_emulator_modules_import_moto_only_when_it_starts() -> None:
     )
 
 
-def test_moto_is_the_pinned_extra_local_that_make_installs() -> None:
+def test_moto_is_the_pinned_extra_local_that_make_installs_with_the_sdk_extra() -> None:
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -181,4 +181,4 @@ def test_moto_is_the_pinned_extra_local_that_make_installs() -> None:
     install = [
         line for line in (REPO / "Makefile").read_text().splitlines() if "pip install" in line and " -e " in line
     ]
-    assert install and all('-e ".[local]"' in line and "--no-deps" not in line for line in install), install
+    assert install and all('-e ".[local,sdk]"' in line and "--no-deps" not in line for line in install), install

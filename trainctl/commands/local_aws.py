@@ -24,6 +24,16 @@ def _port(text: str) -> int:
     return port
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from trainctl.local_aws import DEFAULT_REGION
 
@@ -44,6 +54,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--region", default=DEFAULT_REGION, help=f"region the emulator answers for (default {DEFAULT_REGION})"
     )
     parser.add_argument("--quiet", action="store_true", help="do not log every request")
+    parser.add_argument(
+        "--run-jobs",
+        action="store_true",
+        help="execute the training jobs it accepts on this machine's CPU through the trainer's entry point "
+        "(small models only; one node); without it a job stays as created",
+    )
+    parser.add_argument(
+        "--event-target",
+        metavar="MODULE:FUNCTION",
+        action="append",
+        default=[],
+        help="call FUNCTION(event, context) like a Lambda function with every training-job state-change event "
+        "(repeatable; e.g. platform_constructs.submitter.runtime.continuation:lambda_handler)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where executed jobs' /opt/ml folders go (default: a temporary folder removed on exit)",
+    )
+    parser.add_argument(
+        "--job-processes",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="CPU processes per executed job (TRAINER_NPROC_PER_NODE; default 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,4 +92,8 @@ def run(args: argparse.Namespace) -> int:
         region=args.region,
         env_file=args.env_file,
         quiet=args.quiet,
+        run_jobs=args.run_jobs,
+        event_targets=args.event_target,
+        state_dir=args.state_dir,
+        job_processes=args.job_processes,
     )

@@ -28,7 +28,11 @@ instances. A plan is **eligible** when
 * its ``TargetResources`` include ``training-job``,
 * it has a block of the request's instance type whose usable time has not ended,
 * the job's block starts within :data:`platform_spec.capacity.PENDING_LIMIT_S` (2 days) of now,
-* the block's usable time from the job's start covers ``max_runtime_hours``.
+* the block's usable time from the job's start covers ``max_runtime_hours``; for a segment of a
+  run (a request with ``run``), the trainer's stop margin
+  (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus the run's ``min_segment_minutes`` of training
+  (:attr:`platform_spec.runs.RunSpec.min_segment_s`) is enough: the trainer checkpoints and stops at
+  the block's end, and the run continues with its next segment (:mod:`platform_spec.runs`).
 
 The **job's block** is the first usable block (by start) with ``instance_count``
 instances: ``min(AvailableInstanceCount, TotalInstanceCount)`` for the block
@@ -70,7 +74,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S, USABLE_PLAN_STATUSES
+from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S, STOP_MARGIN_S, USABLE_PLAN_STATUSES
 from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
 
@@ -328,9 +332,17 @@ def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitR
             continue
         # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
         room = block.usable_end - job_start
-        if room < timedelta(seconds=request.max_runtime_seconds):
+        run_segment = request.run is not None and timedelta(seconds=STOP_MARGIN_S + request.run.min_segment_s) <= room
+        if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
             hours = max(room.total_seconds(), 0) / 3600
             nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
+            if request.run is not None:
+                least = STOP_MARGIN_S + request.run.min_segment_s
+                nxt = (
+                    f"; a run's segment may end with the block, but needs at least {least / 60:g} min of it (the "
+                    f"trainer's {STOP_MARGIN_S / 60:g} min stop margin + min_segment_minutes="
+                    f"{request.run.min_segment_s / 60:g}){nxt}"
+                )
             return PlanVerdict(
                 arn,
                 False,
@@ -347,6 +359,11 @@ def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitR
                 f"{instances} {request.instance_type} available"
             )
         earlier = f"; it cannot start in an earlier block: {'; '.join(passed)}" if passed else ""
+        if room < timedelta(seconds=request.max_runtime_seconds):
+            earlier += (
+                f"; the block leaves {room.total_seconds() / 3600:.1f} h of max_runtime_hours="
+                f"{request.max_runtime_hours:g}: the run's segment ends at the block's end and the run continues"
+            )
         return PlanVerdict(
             arn,
             True,

@@ -23,6 +23,7 @@ applies.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from platform_spec.errors import FieldError
@@ -77,6 +78,40 @@ def invalid(error: FieldError, *, details: dict[str, Any] | None = None) -> Refu
     where = f"{error.field}: " if error.field else ""
     message = f"{where}got {_short_repr(error.value)}, expected {expected}"
     return Refusal("InvalidRequest", message, field=error.field or None, details=details)
+
+
+def action_not_allowed(action: str, allowed: Iterable[str]) -> Refusal:
+    """The ``ActionNotAllowed`` refusal: this function is not deployed to answer ``action``.
+
+    Args:
+        action: the request's action.
+        allowed: the actions the function answers (its ``SUBMITTER_ALLOWED_ACTIONS``).
+
+    Returns:
+        A :class:`Refusal` with ``field`` ``action`` and ``details.allowed_actions``.
+    """
+    allowed = tuple(allowed)
+    return Refusal(
+        "ActionNotAllowed",
+        f"action: got {_short_repr(action)}, expected one this function answers: {', '.join(allowed)} "
+        "(another action needs the function it is granted on)",
+        field="action",
+        details={"allowed_actions": list(allowed)},
+    )
+
+
+def not_found(field: str, value: str, what: str) -> Refusal:
+    """The ``NotFound`` refusal: ``what`` (e.g. ``"training job 'x'"``) does not exist or is not the platform's.
+
+    A resource this platform did not make is answered exactly as one that does not exist, so a
+    caller learns nothing of the account's other jobs.
+    """
+    return Refusal(
+        "NotFound",
+        f"{field}: no {what} made by this platform exists in this account and region",
+        field=field,
+        details={field: value},
+    )
 
 
 class DeadlineExceeded(RuntimeError):

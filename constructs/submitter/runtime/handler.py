@@ -4,7 +4,11 @@ A thin adapter: it sets up structured logging (Powertools ``Logger``: JSON,
 Lambda context, a correlation id = the request's ``client_token`` or the
 Lambda request id) and metrics (Powertools ``Metrics``, EMF), builds the
 clients and configuration once per warm container, and calls
-:func:`.service.submit`, a plain function tested without Lambda.
+:func:`.actions.dispatch`, a plain function tested without Lambda: a request
+without ``action`` (or ``"submit"``) goes to :func:`.service.submit`, the
+others (``describe``, ``list``, ``stop``, ...) to :data:`.actions.ACTIONS`.
+The function answers only the actions of its ``SUBMITTER_ALLOWED_ACTIONS``
+(absent: all; a reader is deployed with :data:`.settings.READ_ACTIONS`).
 
 Metrics (namespace :data:`.settings.METRICS_NAMESPACE`, dimension ``service``):
 
@@ -43,14 +47,15 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from . import settings
+from .actions import action_of, allowed_actions_from_environ, dispatch
 from .aws import Clients, Deadline
 from .config import SubmitterConfig
-from .service import submit
 
 logger = Logger(service=settings.SERVICE_NAME)
 metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.SERVICE_NAME)
 
 _dependencies: tuple[Clients, SubmitterConfig] | None = None
+_allowed_actions: list[tuple[str, ...] | None] = []
 
 
 def dependencies() -> tuple[Clients, SubmitterConfig]:
@@ -61,6 +66,17 @@ def dependencies() -> tuple[Clients, SubmitterConfig]:
     return _dependencies
 
 
+def allowed_actions() -> tuple[str, ...] | None:
+    """The actions this container answers (``SUBMITTER_ALLOWED_ACTIONS``; ``None``: all), read on first use.
+
+    Raises:
+        ConfigurationError: the variable names no action or an unknown one.
+    """
+    if not _allowed_actions:
+        _allowed_actions.append(allowed_actions_from_environ(os.environ))
+    return _allowed_actions[0]
+
+
 def handle(
     event: Any,
     *,
@@ -68,22 +84,26 @@ def handle(
     config: SubmitterConfig,
     correlation_id: str | None = None,
     deadline: Deadline | None = None,
+    allowed_actions: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Submit ``event`` with logging and metrics; what :func:`lambda_handler` and ``trainctl submit --local`` run.
+    """Answer ``event`` with logging and metrics; what :func:`lambda_handler` and ``trainctl submit --local`` run.
 
     Args:
         deadline: when the answer is due (the invocation's end); ``None``: no bound.
+        allowed_actions: the actions answered (others are refused ``ActionNotAllowed``); ``None``: all.
 
     Raises:
         DeadlineExceeded: too little time was left for an AWS call (retriable).
     """
     token = event.get("client_token") if isinstance(event, dict) else None
     logger.set_correlation_id(token if isinstance(token, str) and token else correlation_id)
-    response = submit(event, clients=clients, config=config, deadline=deadline)
+    response = dispatch(event, clients=clients, config=config, allowed_actions=allowed_actions, deadline=deadline)
     record_metrics(response)
+    action = action_of(event)
     logger.info(
-        "submission answered",
+        "submission answered" if action == "submit" else "request answered",
         extra={
+            "action": action if isinstance(action, str) else repr(action),
             "status": response.get("status"),
             "training_job_name": response.get("training_job_name"),
             "error_code": (response.get("error") or {}).get("code"),
@@ -117,4 +137,5 @@ def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
         config=config,
         correlation_id=getattr(context, "aws_request_id", None),
         deadline=deadline,
+        allowed_actions=allowed_actions(),
     )

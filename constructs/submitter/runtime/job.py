@@ -9,7 +9,8 @@ What every job gets:
 * ``ResourceConfig``: instance type and count, volume, and ``TrainingPlanArn``
   on a training plan.
 * ``CheckpointConfig``: ``s3://<checkpoint bucket>/checkpoints/<job name>/``
-  (job-unique, ending in ``/``) synced with ``/opt/ml/checkpoints``.
+  (job-unique, ending in ``/``) synced with ``/opt/ml/checkpoints``; a run's segments share
+  ``s3://<checkpoint bucket>/run-checkpoints/<run_id>/`` (:func:`checkpoint_uri`).
 * ``StoppingCondition``: ``MaxRuntimeInSeconds``; ``MaxWaitTimeInSeconds`` only
   with spot, together with ``EnableManagedSpotTraining``.
 * no ``Environment``: the NCCL/EFA settings live in the trainer image
@@ -41,7 +42,8 @@ and the length of their names and values, and the number of tags.
 
 Bookkeeping tags (``platform:``, reserved for the submitter):
 :data:`TAG_REQUEST_SHA256` (the request's fingerprint, version 2),
-:data:`TAG_CLIENT_TOKEN_SHA256`, :data:`TAG_CAPACITY_TYPE`, :data:`TAG_SUBMITTER`.
+:data:`TAG_CLIENT_TOKEN_SHA256`, :data:`TAG_CAPACITY_TYPE`, :data:`TAG_SUBMITTER`, and for a run's
+segment :data:`platform_spec.runs.TAG_RUN_ID` and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`.
 Jobs created before version 2 carry :data:`TAG_REQUEST_SHA256_V1` instead.
 """
 
@@ -54,6 +56,7 @@ from typing import Any
 
 from platform_spec.errors import FieldError
 from platform_spec.metric_lines import METRIC_DEFINITIONS
+from platform_spec.runs import TAG_RUN_ID, TAG_RUN_SEGMENT, run_checkpoint_prefix
 
 from . import sagemaker_rules as model
 from . import settings
@@ -139,7 +142,7 @@ def build_create_training_job(
         "ResourceConfig": resource,
         "StoppingCondition": stopping,
         "CheckpointConfig": {
-            "S3Uri": f"s3://{config.checkpoint_bucket}/checkpoints/{job_name}/",
+            "S3Uri": checkpoint_uri(request, job_name, config),
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         },
         "RetryStrategy": {"MaximumRetryAttempts": request.max_retry_attempts},
@@ -163,6 +166,17 @@ def build_create_training_job(
         params["EnableManagedSpotTraining"] = True
     check_limits(params)
     return params
+
+
+def checkpoint_uri(request: SubmitRequest, job_name: str, config: SubmitterConfig) -> str:
+    """``CheckpointConfig.S3Uri``: ``s3://<checkpoint bucket>/checkpoints/<job name>/``
+    (:data:`.settings.JOB_CHECKPOINT_PREFIX`), or for a run's
+    segment the run's one prefix, ``s3://<checkpoint bucket>/run-checkpoints/<run_id>/``
+    (:func:`platform_spec.runs.run_checkpoint_prefix`), so each segment resumes the last one's checkpoint."""
+    run = request.run
+    if run is not None:
+        return f"s3://{config.checkpoint_bucket}/{run_checkpoint_prefix(run.run_id)}"
+    return f"s3://{config.checkpoint_bucket}/{settings.JOB_CHECKPOINT_PREFIX}{job_name}/"
 
 
 def check_limits(params: dict[str, Any]) -> None:
@@ -204,6 +218,9 @@ def _tags(
     merged[TAG_SUBMITTER] = "job-submitter"
     if request.client_token:
         merged[TAG_CLIENT_TOKEN_SHA256] = token_digest(request.client_token)
+    if request.run is not None:
+        merged[TAG_RUN_ID] = request.run.run_id
+        merged[TAG_RUN_SEGMENT] = str(request.segment or 1)
     most = model.bounds("Tags")[1]
     if most is not None and len(merged) > most:
         own = len(merged) - len(request.tags)

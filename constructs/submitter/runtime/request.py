@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from platform_spec import catalogue, models, request_fields
+from platform_spec import catalogue, models, request_fields, runs
 from platform_spec import hyperparameters as hpmod
 from platform_spec.capacity import CAPACITY_TYPES
 from platform_spec.catalogue import InstanceSpec
@@ -182,6 +182,21 @@ class SubmitRequest:
     dry_run: bool
     extras: Mapping[str, Any] = field(default_factory=dict)
     sent: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def run(self) -> runs.RunSpec | None:
+        """The request's ``run`` (:class:`platform_spec.runs.RunSpec`), or ``None``."""
+        spec = self.extras.get("run")
+        return spec if isinstance(spec, runs.RunSpec) else None
+
+    @property
+    def segment(self) -> int | None:
+        """For a request with ``run``: the index of the segment its ``job_name`` names (the submitter sets
+        it to :func:`platform_spec.runs.segment_job_name`: 1 for the caller's request, the next ones for
+        the run continuation); ``None`` otherwise."""
+        run = self.run
+        parsed = runs.parse_segment_job_name(self.job_name) if run is not None and self.job_name else None
+        return parsed[1] if parsed is not None and run is not None and parsed[0] == run.run_id else None
 
     def value(self, name: str) -> Any:
         """The parsed value (default filled in) of the request field ``name``.
@@ -572,6 +587,22 @@ def _derived_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfi
         )  # fmt: skip
 
 
+def _run_names_its_jobs(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """A run names its segments (``<run_id>-seg-NNN``) and keys them by its run id: no ``job_name`` or
+    ``client_token`` with it."""
+    if values["run"] is None:
+        return
+    run_id = values["run"].run_id
+    for name in ("job_name", "client_token"):
+        if values[name] is not None:
+            raise FieldError(
+                name,
+                values[name],
+                f"no {name} with run: the run's segments are named {runs.segment_job_name(run_id, 1)}, "
+                f"{runs.segment_job_name(run_id, 2)}, ... and run.run_id is the key a retry is matched on",
+            )
+
+
 def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
     """The trainer reads the ``train`` channel unless it makes synthetic data."""
     if not values["hyperparameters"].synthetic_data and "train" not in values["inputs"]:
@@ -633,6 +664,26 @@ def _model_config(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict
 def _model_config_schema() -> dict[str, Any]:
     types = sorted({t for name in models.family_names() for t in models.get_family(name).hf_model_types})
     return {"required": ["model_type"], "properties": {"model_type": {"enum": types}}}
+
+
+def _run(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[runs.RunSpec | None, dict[str, Any]]:
+    """The run (:func:`platform_spec.runs.parse_run`); canonical: its JSON form, the deadline in UTC."""
+    if raw is _ABSENT_OBJECT:
+        return None, {}
+    return runs.parse_run(raw)
+
+
+def _run_schema() -> dict[str, Any]:
+    return {
+        "required": ["run_id"],
+        "additionalProperties": False,
+        "properties": {
+            "run_id": {"type": "string", "pattern": whole_string_pattern(runs.RUN_ID_PATTERN)},
+            "max_segments": {"type": ["integer", "null"], "minimum": 1, "maximum": runs.MAX_SEGMENTS},
+            "deadline": {"type": ["string", "null"], "format": "date-time"},
+            "max_instance_hours": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        },
+    }
 
 
 def _hyperparameters(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[hpmod.Hyperparameters, dict[str, str]]:
@@ -794,12 +845,14 @@ RULES: Mapping[str, FieldRule] = MappingProxyType({
     "model_config": FieldRule(parse=_model_config, schema=_model_config_schema),
     "inputs": FieldRule(parse=_inputs, schema=_inputs_schema, limits=_inputs_limits),
     "tags": FieldRule(parse=_tags, schema=_tags_schema, limits=_tags_limits),
+    "run": FieldRule(parse=_run, schema=_run_schema),
 })  # fmt: skip
 """The named rules the table's rows reference (besides ``sagemaker:<path>``)."""
 
 CHECKS: Mapping[str, Check] = MappingProxyType({
     "derived_job_name_reserved": _derived_job_name_reserved,
     "model_config_shape": _model_config_shape,
+    "run_names_its_jobs": _run_names_its_jobs,
     "train_channel": _train_channel,
     "wait_covers_runtime": _wait_covers_runtime,
 })  # fmt: skip

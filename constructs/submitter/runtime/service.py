@@ -74,6 +74,7 @@ from aws_lambda_powertools import Logger
 
 import planner
 from platform_spec import hyperparameters as hpmod
+from platform_spec import runs as runspec
 from platform_spec.errors import FieldError
 
 from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code, error_message
@@ -89,6 +90,7 @@ from .job import (
     job_name_for,
 )
 from .request import SubmitRequest, check_instance, parse_request, token_digest
+from .runs import RunRecord, RunStore, RunStoreError, bind_refusal_to_run, claim_run, describe_job, read_run
 from .settings import SERVICE_NAME
 
 logger = Logger(service=SERVICE_NAME, child=True)
@@ -109,6 +111,7 @@ def submit(
     config: SubmitterConfig,
     now: datetime | None = None,
     deadline: Deadline | None = None,
+    segment: int | None = None,
 ) -> dict[str, Any]:
     """Validate ``event`` and create (or, for ``dry_run``, plan) one SageMaker training job.
 
@@ -119,6 +122,12 @@ def submit(
         now: the current time (tests); default: the clock.
         deadline: when the answer is due (the Lambda invocation's end); default:
             the deadline already in scope, else none (no bound beyond the clients' timeouts).
+        segment: for a request with ``run``, the segment to create (default 1: the caller's
+            request; the run continuation, :mod:`.runs`, passes the next one). A run's segment is named
+            :func:`platform_spec.runs.segment_job_name` and submitted under the client token
+            :func:`platform_spec.runs.segment_client_token`, so it is created once whatever the
+            retries; segment 1 writes the run's ``run.json`` (once) right before its job is created.
+            A ``run_id`` whose ``run.json`` holds another request is a ``Conflict`` on ``run.run_id``.
 
     Returns:
         ``{"status": "submitted", "training_job_name", "training_job_arn",
@@ -138,7 +147,7 @@ def submit(
     """
     with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
         try:
-            return _submit(event, clients=clients, config=config, now=now or datetime.now(UTC))
+            return _submit(event, clients=clients, config=config, now=now or datetime.now(UTC), segment=segment)
         except Refusal as refusal:
             logger.info(
                 "request refused",
@@ -160,8 +169,103 @@ def submit(
             raise
 
 
-def _submit(event: Any, *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
+@dataclasses.dataclass
+class _RunClaim:
+    """A run's ``run.json`` as the submission of its segment found it: ``write`` ``"new"`` / ``"replace"``
+    when segment 1 must still write it (``existing``: the record of another request, whose run never had
+    a job, that it replaces)."""
+
+    store: RunStore
+    existing: RunRecord | None
+    write: str | None
+
+
+def _submit(
+    event: Any, *, clients: Clients, config: SubmitterConfig, now: datetime, segment: int | None = None
+) -> dict[str, Any]:
     request = parse_request(event, config)
+    run = request.run
+    if run is None:
+        if segment is not None:
+            raise ValueError(f"segment {segment!r}: only a request with run has segments")
+        return _submit_request(request, None, event, clients=clients, config=config, now=now)
+    index = 1 if segment is None else segment
+    request = dataclasses.replace(
+        request,
+        job_name=runspec.segment_job_name(run.run_id, index),
+        client_token=runspec.segment_client_token(run.run_id, index),
+    )
+    try:
+        response = _submit_request(
+            request, _run_claim(request, clients, config), event, clients=clients, config=config, now=now
+        )
+    except Refusal as refusal:
+        raise bind_refusal_to_run(refusal) from None
+    response["run"] = {
+        "run_id": run.run_id,
+        "segment": index,
+        "checkpoint_s3_uri": f"s3://{config.checkpoint_bucket}/{runspec.run_checkpoint_prefix(run.run_id)}",
+    }
+    return response
+
+
+def _run_claim(request: SubmitRequest, clients: Clients, config: SubmitterConfig) -> _RunClaim:
+    """Settle a run's segment against the run's ``run.json`` (reads only)."""
+    run, index = request.run, request.segment or 1
+    assert run is not None
+    store = RunStore.of(clients, config)
+    existing = read_run(store, run.run_id)
+    if existing is None:
+        if index > 1:
+            raise RunStoreError(
+                f"run {run.run_id!r} has no {store.uri(store.run_key(run.run_id))}; segment {index} has no request"
+            )
+        return _RunClaim(store, None, "new")
+    if existing.request_sha256 == request.fingerprint():
+        return _RunClaim(store, existing, None)
+    first = runspec.segment_job_name(run.run_id, 1)
+    if index == 1 and describe_job(clients, first) is None:
+        return _RunClaim(store, existing, "replace")  # that request's run never had a job
+    raise Refusal(
+        "Conflict",
+        f"run.run_id: run {run.run_id!r} was started at {existing.created} by a different request (its fingerprint "
+        "differs); a run_id stands for one request: use another run_id",
+        field="run.run_id",
+        details={"run_id": run.run_id, "training_job_name": first, "run_record": store.uri(store.run_key(run.run_id))},
+    )
+
+
+def _write_run(request: SubmitRequest, claim: _RunClaim, event: Any, fingerprint: str, now: datetime) -> None:
+    """Write the run's ``run.json`` (segment 1, right before its job is created); a concurrent writer's
+    record is accepted when it holds this same request, else ``Conflict``."""
+    run = request.run
+    assert run is not None
+    record = RunRecord(run, dict(event), fingerprint, request.hyperparameters.max_steps, runspec.format_time(now))
+    replace = claim.existing.etag if claim.write == "replace" and claim.existing is not None else None
+    if claim_run(claim.store, record, replace=replace) is not None:
+        claim.write = None
+        return
+    winner = read_run(claim.store, run.run_id)
+    if winner is not None and winner.request_sha256 == fingerprint:
+        claim.write = None
+        return
+    raise Refusal(
+        "Conflict",
+        f"run.run_id: run {run.run_id!r} was started concurrently by a different request; use another run_id",
+        field="run.run_id",
+        details={"run_id": run.run_id},
+    )
+
+
+def _submit_request(
+    request: SubmitRequest,
+    run_claim: _RunClaim | None,
+    event: Any,
+    *,
+    clients: Clients,
+    config: SubmitterConfig,
+    now: datetime,
+) -> dict[str, Any]:
     check_instance(request, config)
     # A predicted out-of-memory refuses only what would be created: a request that already has its job
     # (a retry after a planner upgrade, or without accept_memory_risk, which is not fingerprinted) replays it.
@@ -194,6 +298,13 @@ def _submit(event: Any, *, clients: Clients, config: SubmitterConfig, now: datet
             return _replay(request, slot.existing, fingerprint, estimate, tuning, via=slot.via)
         if refused is not None:
             raise refused
+        run = request.run
+        if run is not None and request.segment == 1 and run.deadline is not None and run.deadline <= now:
+            raise invalid(
+                FieldError(
+                    "run.deadline", runspec.format_time(run.deadline), f"a time after now ({runspec.format_time(now)})"
+                )
+            )
         if candidates is None:
             candidates = choose_capacity(tuned, clients=clients, config=config, now=now)
         first = build_create_training_job(
@@ -205,6 +316,8 @@ def _submit(event: Any, *, clients: Clients, config: SubmitterConfig, now: datet
         )
         if request.dry_run:
             return _answer("validated", slot.job_name, None, candidates[0], estimate, tuning, create_training_job=first)
+        if run_claim is not None and run_claim.write is not None:
+            _write_run(request, run_claim, event, fingerprint, now)
         if records is not None and slot.write:
             claimed = records.claim(
                 token_digest(request.client_token or ""), slot.job_name, fingerprint,

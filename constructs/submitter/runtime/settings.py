@@ -39,6 +39,15 @@ TRAINING_JOB_OUTPUT_PREFIX = "training-jobs/"
 """Key prefix, in the output bucket, of every job's ``OutputDataConfig.S3OutputPath`` (runtime/job.py):
 SageMaker writes a job's artifacts under ``<prefix><job name>/``, and the execution role may write
 the output bucket below this prefix only, never the client-token records."""
+JOB_CHECKPOINT_PREFIX = "checkpoints/"
+"""Key prefix, in the checkpoint bucket, of a plain job's ``CheckpointConfig.S3Uri``
+(``<prefix><job name>/``, runtime/job.py); the construct grants reading below it. A run's segments
+use :data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX` instead (``run-checkpoints/<run_id>/``)."""
+RUN_STORE_PREFIX = "submitter/runs/"
+"""Key prefix, in the output bucket, of the run store (runtime/runs.py): ``<prefix><run_id>/run.json``
+(the run's request and budget, written once), ``decisions/seg-NNN.json``, ``stop.json``, ``end.json``,
+and ``<prefix>_waiting/<run_id>.json`` (the runs waiting for capacity; ``_`` is no run id's first
+character). The submitter and the continuation function are granted this prefix; the execution role never."""
 ENV_ACCOUNT_ID = "PLATFORM_ACCOUNT_ID"  # the deployment's account (Aws.ACCOUNT_ID): plans of other accounts are refused
 ENV_REGION = "AWS_REGION"  # set by Lambda itself: plans of other regions are refused
 
@@ -54,7 +63,42 @@ METRIC_REFUSALS = "Refusals"  # count, dimensions: service, ErrorCode
 DIMENSION_CAPACITY_TYPE = "CapacityType"
 DIMENSION_ERROR_CODE = "ErrorCode"
 
-ERROR_CODES = ("InvalidRequest", "NoCapacity", "PredictedOutOfMemory", "QuotaExceeded", "Conflict")
+# The run continuation function (runtime/continuation.py): same namespace, its own `service` dimension.
+CONTINUATION_SERVICE_NAME = "run-continuation"
+METRIC_RUN_DECISIONS = "RunDecisions"  # count, dimensions: service, Decision (platform_spec.runs.DECISIONS)
+METRIC_RUN_SEGMENTS_STARTED = "RunSegmentsStarted"  # count, dimension: service
+METRIC_RUN_CAPACITY_WAIT_SECONDS = "RunCapacityWaitSeconds"  # seconds, dimension: service; every scheduled tick
+DIMENSION_DECISION = "Decision"
+RUN_EVENT_SOURCE = "platform.training-runs"
+"""``Source`` of the EventBridge event (default bus) published for every run decision."""
+RUN_EVENT_DETAIL_TYPE = "Training Run Decision"
+"""``DetailType`` of that event; its detail is the decision record (runtime/runs.py)."""
+RUN_DECISION_LOG_MESSAGE = "run decision"
+"""The ``message`` of the continuation's one log line per decision (JSON, Powertools Logger), with the
+fields :data:`RUN_DECISION_LOG_FIELDS`: what the dashboard's Logs Insights table of run decisions reads."""
+RUN_DECISION_LOG_FIELDS = ("run_id", "segment", "decision", "reason", "newest_step", "next_training_job_name")
+"""The fields of that log line, each the decision record's field of that name (runtime/runs.py; one the
+record lacks is left out of the line, and its table cell is empty): ``continuation.publish`` logs exactly
+these, and the dashboard's run decisions table (observability/widgets.py) shows them, in this order."""
+
+ERROR_CODES = (
+    "InvalidRequest",
+    "NoCapacity",
+    "PredictedOutOfMemory",
+    "QuotaExceeded",
+    "Conflict",
+    "NotFound",
+    "ActionNotAllowed",
+)
+"""Refusal codes (``runtime/errors.py``). ``NotFound``: the job (or run) an action names does not exist or
+was not made by this platform (the two are answered alike). ``ActionNotAllowed``: the request's ``action``
+is not among the function's :data:`ENV_ALLOWED_ACTIONS`."""
+
+ENV_ALLOWED_ACTIONS = "SUBMITTER_ALLOWED_ACTIONS"
+"""Comma-separated actions the function answers (``runtime/actions.py``); absent: every action. Another
+action is refused with ``ActionNotAllowed`` naming ``action`` and the allowed values."""
+READ_ACTIONS: tuple[str, ...] = ("describe", "list", "list_runs")
+"""The actions that change nothing: what a reader function (``JobSubmitter.grant_read``) is deployed with."""
 
 
 def function_environment(
@@ -72,6 +116,7 @@ def function_environment(
     allowed_input_prefixes: Sequence[str] = (),
     platform_tags: Mapping[str, str] | None = None,
     volume_size_gb: int | None = None,
+    allowed_actions: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """The function's environment variables: what ``config.SubmitterConfig.from_environ`` reads.
 
@@ -94,6 +139,9 @@ def function_environment(
         platform_tags: tags added to every job. Default: none (``{}``).
         volume_size_gb: ``ResourceConfig.VolumeSizeInGB``. Default: the variable is left out
             and the function uses ``config.DEFAULT_VOLUME_SIZE_GB``.
+        allowed_actions: the actions the function answers (:data:`ENV_ALLOWED_ACTIONS`, written
+            comma-separated; e.g. :data:`READ_ACTIONS` for a reader). Default: the variable is left out
+            and every action is answered.
 
     Returns:
         Variable name -> value (strings; tokens stay tokens).
@@ -119,4 +167,6 @@ def function_environment(
         env[ENV_ALLOWED_INPUT_PREFIXES] = ",".join(allowed_input_prefixes)
     if volume_size_gb is not None:
         env[ENV_VOLUME_SIZE_GB] = str(volume_size_gb)
+    if allowed_actions is not None:
+        env[ENV_ALLOWED_ACTIONS] = ",".join(allowed_actions)
     return env

@@ -1,0 +1,682 @@
+"""The submitter's job API: ``describe``, ``list`` and ``stop`` of the platform's training jobs.
+
+The function's event is one JSON object. Its ``action`` says what is asked:
+absent or ``"submit"``, a submission (:func:`.service.submit`, unchanged);
+otherwise one of :data:`ACTIONS` (the one table of actions: name -> function).
+:func:`dispatch` routes the event, refuses an action the function is not
+deployed to answer (``SUBMITTER_ALLOWED_ACTIONS``, :func:`allowed_actions_from_environ`)
+with ``ActionNotAllowed``, and answers refusals in the submission's shape
+(:mod:`.errors`)::
+
+    {"action": "describe", "job_name": "gpt-1b-run-7"}
+    {"action": "list", "status": "InProgress", "tags": {"team": "nlp"},
+     "created_after": "2025-06-01T00:00:00Z", "max_results": 20, "next_token": "..."}
+    {"action": "stop", "job_name": "gpt-1b-run-7"}
+
+**Which jobs.** Only the platform's: jobs carrying the submitter's
+``platform:submitted-by`` tag (:data:`.job.TAG_SUBMITTER`). A job without it
+is answered exactly as a job that does not exist (``NotFound``, the same
+message), and ``list`` never returns one, so a caller granted this function
+learns nothing of the account's other training jobs. Every deployment of the
+platform in one account and region tags its jobs alike, so each sees the
+others' jobs.
+
+**Fields.** Each action takes the fields of its row in :data:`ACTION_FIELDS`;
+``null`` is absent, and an unknown field, a wrong type or a value out of range
+is an ``InvalidRequest`` naming the field, the value and what was expected,
+before any AWS call. ``job_name`` follows the submission's rule (SageMaker's
+``TrainingJobName``), tag keys and values SageMaker's ``TagKey`` /
+``TagValue``, ``run_id`` :data:`platform_spec.runs.RUN_ID_PATTERN`.
+
+**Idempotency.** ``describe`` and ``list`` read only. ``stop`` of a job
+``InProgress`` calls ``StopTrainingJob`` and answers ``"changed": true``; of a
+job already ``Stopping`` or ended it answers the job's state with
+``"changed": false``, never an error, so a retried or concurrent ``stop`` is
+safe: when two race, SageMaker accepts one ``StopTrainingJob`` and refuses the
+other (``ValidationException``: the job is no longer ``InProgress``), which is
+answered as the unchanged state it is.
+
+**Listing.** ``list`` is SageMaker ``Search`` over ``TrainingJob`` (tag,
+status and creation-time filters evaluated by SageMaker, newest first, at
+most :data:`MAX_RESULTS` per page; ``ListTrainingJobs`` cannot filter by tag,
+and would take a ``ListTags`` call per job). SageMaker documents ``Search``
+as eventually consistent: a job created a moment ago may not be listed yet
+(``describe`` reads it at once). ``next_token`` is opaque: it wraps
+SageMaker's token with a digest of the query (filters and deployment), so a
+token of another query or another deployment, or one altered, is refused as
+``InvalidRequest`` on ``next_token`` (it carries no secret: a crafted token
+can only make SageMaker's own token check refuse it, and the platform-only
+filter is always applied).
+
+AWS calls (permissions the function's role needs): ``describe``:
+``sagemaker:DescribeTrainingJob``, ``sagemaker:ListTags``,
+``sagemaker:DescribeTrainingPlan`` and ``s3:ListBucket`` on the job's
+checkpoint prefix; ``list``: ``sagemaker:Search``; ``stop``: those of
+``describe`` less S3 and the plan, plus ``sagemaker:StopTrainingJob``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, CAPACITY_TYPES
+from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, checkpoint_step, newest_complete_step
+from platform_spec.errors import FieldError
+from platform_spec.metric_lines import FIELDS as METRIC_FIELDS
+from platform_spec.runs import RUN_ID_EXPECTED, RUN_ID_RE, TAG_RUN_ID, TERMINAL_JOB_STATUSES, format_time, parse_time
+
+from . import runs
+from . import sagemaker_rules as model
+from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code
+from .config import SubmitterConfig
+from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
+from .job import TAG_CAPACITY_TYPE, TAG_SUBMITTER
+from .request import job_name_expected
+from .service import _existing_job, submit
+from .settings import ENV_ALLOWED_ACTIONS, SERVICE_NAME
+
+logger = Logger(service=SERVICE_NAME, child=True)
+
+Handler = Callable[..., dict[str, Any]]
+"""An action: ``fn(request, *, clients, config, now) -> response``; raises :class:`.errors.Refusal`."""
+
+SUBMIT = "submit"
+MAX_RESULTS = 100
+"""The most jobs one ``list`` page holds, and its default: ``Search``'s ``MaxResults`` maximum
+(botocore's model; checked when the table is read, :func:`_max_results_bounds`)."""
+NEXT_TOKEN_MAX_LENGTH = 16384
+"""Longest ``next_token`` accepted: SageMaker's ``NextToken`` (at most 8192 characters) wrapped with
+the query digest, base64-encoded."""
+_TOKEN_VERSION = 1
+
+
+ACTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "describe": ("action", "job_name", "run_id"),
+    "list": ("action", "status", "tags", "created_after", "created_before", "run_id", "max_results", "next_token"),
+    "stop": ("action", "job_name", "run_id"),
+    "list_runs": ("action", "max_results", "next_token"),
+}
+"""The fields each action (other than ``submit``, whose fields are ``platform_spec.request_fields``) takes."""
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def _submit(event: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
+    return submit(event, clients=clients, config=config, now=now)
+
+
+def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
+    """``describe`` of one job (``job_name``); the ``run_id`` form is :data:`RUN_ACTIONS` ``["describe"]``.
+
+    Returns:
+        ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus
+        ``checkpoint`` (``{"s3_uri", "newest_complete_step"}``: the newest ``step-<n>/`` folder holding
+        ``.complete`` under the job's ``CheckpointConfig.S3Uri``, ``None`` when there is none; with
+        ``"unavailable"`` naming the error when the prefix cannot be listed) and
+        ``capacity.block`` (:func:`capacity_block`).
+
+    Raises:
+        Refusal: ``InvalidRequest`` (a field), ``NotFound`` (no such platform job).
+    """
+    if _run_form(request, "describe"):
+        return RUN_ACTIONS["describe"](request, clients=clients, config=config, now=now)
+    name = _job_name(request)
+    job = _platform_job(clients, name)
+    description, tags = job["description"], job["tags"]
+    view = job_view(description, tags)
+    view["checkpoint"] = _checkpoint(clients, description)
+    view["capacity"]["block"] = capacity_block(clients, description, now)
+    return {"status": "described", "job": view}
+
+
+def list_jobs(
+    request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> dict[str, Any]:
+    """``list``: one page of the platform's jobs, newest first (SageMaker ``Search``).
+
+    Fields (all optional): ``status`` (a ``TrainingJobStatus``), ``tags`` (exact match of every
+    key and value), ``created_after`` / ``created_before`` (ISO 8601 with a UTC offset; exclusive),
+    ``run_id`` (the run's jobs), ``max_results`` (1-:data:`MAX_RESULTS`, default :data:`MAX_RESULTS`),
+    ``next_token`` (from the previous page of the same query).
+
+    Returns:
+        ``{"status": "listed", "jobs": [job_view ...], "next_token"?: str}``: ``next_token`` is present
+        when more jobs may follow (a page may hold fewer than ``max_results`` then).
+
+    Raises:
+        Refusal: ``InvalidRequest`` naming the field (``next_token`` for a token of another query,
+            deployment, or altered).
+    """
+    query = _list_query(request, config)
+    params: dict[str, Any] = {
+        "Resource": "TrainingJob",
+        "SearchExpression": {"Filters": query.filters},
+        "SortBy": "CreationTime",
+        "SortOrder": "Descending",
+        "MaxResults": query.max_results,
+    }
+    if query.sagemaker_token is not None:
+        params["NextToken"] = query.sagemaker_token
+    try:
+        response = clients.sagemaker.search(**params)
+    except Exception as exc:
+        if query.sagemaker_token is not None and error_code(exc) == "ValidationException":
+            raise _bad_token("SageMaker no longer accepts it (it may have expired)") from None
+        raise
+    jobs = []
+    for result in response.get("Results") or []:
+        job = result.get("TrainingJob")
+        if not job:
+            continue
+        tags = {t["Key"]: t["Value"] for t in job.get("Tags") or []}
+        created = job.get("CreationTime")
+        if TAG_SUBMITTER not in tags or not _within(created, query.created_after, query.created_before):
+            continue  # the server-side filters are second-granular; these are exact
+        jobs.append(job_view(job, tags))
+    out: dict[str, Any] = {"status": "listed", "jobs": jobs}
+    if response.get("NextToken"):
+        out["next_token"] = _encode_token(query.digest, response["NextToken"])
+    return out
+
+
+def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
+    """``stop`` of one job (``job_name``); the ``run_id`` form is :data:`RUN_ACTIONS` ``["stop"]``.
+
+    Returns:
+        ``{"status": <the job's status in lower case: "stopping", "stopped", "completed", "failed">,
+        "changed": bool, "training_job_name", "training_job_arn", "training_job_status",
+        "secondary_status"}``; ``changed`` is true only for the call that moved the job from
+        ``InProgress`` to ``Stopping``.
+
+    Raises:
+        Refusal: ``InvalidRequest`` (a field), ``NotFound`` (no such platform job).
+    """
+    if _run_form(request, "stop"):
+        return RUN_ACTIONS["stop"](request, clients=clients, config=config, now=now)
+    name = _job_name(request)
+    description = _platform_job(clients, name)["description"]
+    changed = False
+    if description.get("TrainingJobStatus") == "InProgress":
+        try:
+            clients.sagemaker.stop_training_job(TrainingJobName=name)
+            changed = True
+        except Exception as exc:
+            if error_code(exc) != "ValidationException":  # the job is no longer InProgress: settle below
+                raise
+        description = clients.sagemaker.describe_training_job(TrainingJobName=name)
+    status = str(description.get("TrainingJobStatus"))
+    logger.info("stop answered", extra={"training_job_name": name, "training_job_status": status, "changed": changed})
+    return {
+        "status": status.lower(),
+        "changed": changed,
+        "training_job_name": description["TrainingJobName"],
+        "training_job_arn": description["TrainingJobArn"],
+        "training_job_status": status,
+        "secondary_status": description.get("SecondaryStatus"),
+    }
+
+
+ACTIONS: dict[str, Handler] = {
+    SUBMIT: _submit,
+    "describe": describe,
+    "list": list_jobs,
+    "stop": stop,
+    "list_runs": runs.list_runs,
+}
+"""Every action the function answers: name -> function (``fn(request, *, clients, config, now)``).
+An action is added by a row here (and, when it takes fields, one in :data:`ACTION_FIELDS`)."""
+
+RUN_ACTIONS: dict[str, Handler] = {"describe": runs.describe_run, "stop": runs.stop_run}
+"""The ``run_id`` forms of ``describe`` and ``stop`` (``runtime/runs.py``); a request
+with ``run_id`` for an action not registered here is an ``InvalidRequest`` on ``run_id``."""
+
+
+# --- dispatch --------------------------------------------------------------------------------
+
+
+def action_of(event: Any) -> str:
+    """The event's action: ``"submit"`` when absent or ``null`` (or when the event is no JSON object,
+    which the submission refuses); otherwise the value, unchecked."""
+    if not isinstance(event, Mapping):
+        return SUBMIT
+    action = event.get("action")
+    return SUBMIT if action is None else action
+
+
+def dispatch(
+    event: Any,
+    *,
+    clients: Clients,
+    config: SubmitterConfig,
+    allowed_actions: tuple[str, ...] | None = None,
+    now: datetime | None = None,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
+    """Answer one event: a submission, or one of :data:`ACTIONS`.
+
+    Args:
+        event: the function's event (a JSON object).
+        allowed_actions: the actions this function answers (:func:`allowed_actions_from_environ`);
+            ``None``: every action.
+        now: the current time (tests); default: the clock.
+        deadline: when the answer is due; default: the deadline already in scope, else none.
+
+    Returns:
+        The action's response, or a refusal ``{"status": "rejected", "error": {...}}``:
+        ``InvalidRequest`` on ``action`` for an action that is not a string of :data:`ACTIONS`,
+        ``ActionNotAllowed`` for one outside ``allowed_actions``.
+
+    Raises:
+        DeadlineExceeded, botocore.exceptions.ClientError, ConfigurationError: as :func:`.service.submit`.
+    """
+    action = action_of(event)
+    now = now or datetime.now(UTC)
+    with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
+        try:
+            if not isinstance(action, str) or action not in ACTIONS:
+                raise invalid(FieldError("action", action, "one of " + ", ".join(ACTIONS)))
+            if allowed_actions is not None and action not in allowed_actions:
+                raise action_not_allowed(action, allowed_actions)
+            if action == SUBMIT:
+                return submit(event, clients=clients, config=config, now=now)
+            return ACTIONS[action](_fields(event, action), clients=clients, config=config, now=now)
+        except Refusal as refusal:
+            logger.info(
+                "request refused",
+                extra={
+                    "action": action if isinstance(action, str) else repr(action),
+                    "refusal": {"code": refusal.code, "field": refusal.field, "message": refusal.message},
+                },
+            )
+            return refusal.to_response()
+        except DeadlineExceeded:
+            raise
+        except Exception as exc:
+            if scoped is not None and scoped.error is not None:
+                raise scoped.error from exc
+            raise
+
+
+def allowed_actions_from_environ(environ: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The function's ``SUBMITTER_ALLOWED_ACTIONS`` (comma-separated), or ``None`` (absent: every action).
+
+    Raises:
+        ConfigurationError: the variable is blank or names an action that is not in :data:`ACTIONS`.
+    """
+    raw = environ.get(ENV_ALLOWED_ACTIONS)
+    if raw is None:
+        return None
+    names = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
+    unknown = [name for name in names if name not in ACTIONS]
+    if not names or unknown:
+        raise ConfigurationError(
+            f"{ENV_ALLOWED_ACTIONS}={raw!r}: expected a comma-separated list of actions from "
+            f"{', '.join(ACTIONS)}" + (f" ({', '.join(map(repr, unknown))} is not one)" if unknown else "")
+        )
+    return names
+
+
+def _fields(event: Mapping[str, Any], action: str) -> dict[str, Any]:
+    """The event's fields for ``action`` (``null`` dropped); an unknown one is refused, naming it."""
+    known = ACTION_FIELDS[action]
+    for key in event:
+        if key not in known:
+            raise invalid(
+                FieldError(str(key), event[key], f"a field of action {action!r} (one of: {', '.join(known)})")
+            )
+    return {k: v for k, v in event.items() if v is not None}
+
+
+# --- fields ----------------------------------------------------------------------------------
+
+
+def _run_form(request: Mapping[str, Any], action: str) -> bool:
+    """Whether ``request`` names a run (``run_id``) rather than a job; both, or neither, is refused."""
+    has_run, has_job = "run_id" in request, "job_name" in request
+    if has_run and has_job:
+        raise invalid(FieldError("run_id", request["run_id"], "job_name or run_id, not both"))
+    if not has_run and not has_job:
+        raise invalid(FieldError("job_name", None, f"a job_name (or a run_id) of the job to {action}"))
+    if not has_run:
+        return False
+    _run_id(request["run_id"])
+    if action not in RUN_ACTIONS:
+        raise invalid(FieldError("run_id", request["run_id"], f"a job_name: this function has no run form of {action}"))
+    return True
+
+
+def _job_name(request: Mapping[str, Any]) -> str:
+    name = request.get("job_name")
+    if not isinstance(name, str) or not model.string_rule("TrainingJobName").accepts(name):
+        raise invalid(FieldError("job_name", name, job_name_expected()))
+    return name
+
+
+def _run_id(value: Any) -> str:
+    if not isinstance(value, str) or not RUN_ID_RE.match(value):
+        raise invalid(FieldError("run_id", value, RUN_ID_EXPECTED))
+    return value
+
+
+def _timestamp(request: Mapping[str, Any], name: str) -> datetime | None:
+    value = request.get(name)
+    if value is None:
+        return None
+    try:
+        return parse_time(value, name)
+    except FieldError as error:
+        raise invalid(error) from None
+
+
+def _max_results_bounds() -> tuple[int, int]:
+    low, high = model.bounds("MaxResults", "Search")
+    return int(low or 1), min(int(high or MAX_RESULTS), MAX_RESULTS)
+
+
+def _statuses() -> tuple[str, ...]:
+    """``TrainingJobStatus``'s enum in botocore's model (``Search``'s answers carry the same shape)."""
+    from botocore.model import StringShape
+
+    shape = model.service_model().shape_for("TrainingJobStatus")
+    return tuple(shape.enum) if isinstance(shape, StringShape) else ()
+
+
+@dataclass(frozen=True)
+class _ListQuery:
+    filters: list[dict[str, str]]
+    created_after: datetime | None
+    created_before: datetime | None
+    max_results: int
+    digest: str
+    sagemaker_token: str | None
+
+
+def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQuery:
+    filters: list[dict[str, str]] = [{"Name": f"Tags.{TAG_SUBMITTER}", "Operator": "Exists"}]
+    status = request.get("status")
+    if status is not None:
+        statuses = _statuses()
+        if status not in statuses:
+            raise invalid(FieldError("status", status, "one of " + ", ".join(statuses)))
+        filters.append({"Name": "TrainingJobStatus", "Operator": "Equals", "Value": status})
+    after, before = _timestamp(request, "created_after"), _timestamp(request, "created_before")
+    if after is not None and before is not None and before <= after:
+        raise invalid(FieldError("created_before", request["created_before"], "a time after created_after"))
+    if after is not None:  # Search takes whole seconds: widen here, filter exactly on the answer
+        filters.append({"Name": "CreationTime", "Operator": "GreaterThanOrEqualTo", "Value": _search_time(after)})
+    if before is not None:
+        ceiling = before if before.microsecond == 0 else before + timedelta(seconds=1)
+        filters.append({"Name": "CreationTime", "Operator": "LessThanOrEqualTo", "Value": _search_time(ceiling)})
+    run_id = request.get("run_id")
+    if run_id is not None:
+        filters.append({"Name": f"Tags.{TAG_RUN_ID}", "Operator": "Equals", "Value": _run_id(run_id)})
+    tags = request.get("tags", {})
+    if not isinstance(tags, Mapping):
+        raise invalid(FieldError("tags", tags, "a JSON object of tag key -> value, each matched exactly"))
+    most = model.bounds("SearchExpression.Filters", "Search")[1] or 20
+    if len(filters) + len(tags) > most:
+        raise invalid(
+            FieldError(
+                "tags", f"{len(tags)} tags", f"at most {most - len(filters)} with these filters "
+                f"(SageMaker Search takes {most} filters; the others use {len(filters)})",
+            )
+        )  # fmt: skip
+    key_rule, value_rule = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
+    for key, value in sorted(tags.items()):
+        if not isinstance(key, str) or not key_rule.accepts(key):
+            raise invalid(
+                FieldError("tags", key, f"tag keys of {key_rule.length_text()} (SageMaker's {key_rule.name})")
+            )
+        if not isinstance(value, str) or not value_rule.accepts(value):
+            raise invalid(
+                FieldError(
+                    f"tags.{key}", value, f"a string of {value_rule.length_text()} (SageMaker's {value_rule.name})"
+                )
+            )
+        filters.append({"Name": f"Tags.{key}", "Operator": "Equals", "Value": value})
+    low, high = _max_results_bounds()
+    max_results = request.get("max_results", high)
+    if isinstance(max_results, float) and max_results.is_integer():
+        max_results = int(max_results)
+    if not isinstance(max_results, int) or isinstance(max_results, bool) or not low <= max_results <= high:
+        raise invalid(FieldError("max_results", max_results, f"an integer from {low} to {high}"))
+    digest = _query_digest(filters, after, before, config)
+    token = request.get("next_token")
+    sagemaker_token = None if token is None else _decode_token(token, digest)
+    return _ListQuery(filters, after, before, max_results, digest, sagemaker_token)
+
+
+def _search_time(at: datetime) -> str:
+    """A ``Search`` timestamp value: ``YYYY-mm-dd'T'HH:MM:SS`` in UTC (API Reference, Filter.Value)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _within(created: Any, after: datetime | None, before: datetime | None) -> bool:
+    if not isinstance(created, datetime):
+        return after is None and before is None
+    created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    return (after is None or created > after) and (before is None or created < before)
+
+
+# --- next_token --------------------------------------------------------------------------------
+
+
+def _query_digest(
+    filters: list[dict[str, str]], after: datetime | None, before: datetime | None, config: SubmitterConfig
+) -> str:
+    """SHA-256 of what a page's token is bound to: the query (filters, exact times) and the deployment."""
+    body = {
+        "filters": filters,
+        "after": after.isoformat() if after else None,
+        "before": before.isoformat() if before else None,
+        "deployment": [config.account_id, config.region, config.checkpoint_bucket, config.output_bucket],
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _encode_token(digest: str, sagemaker_token: str) -> str:
+    body = {"v": _TOKEN_VERSION, "q": digest[:32], "t": sagemaker_token}
+    body["c"] = _checksum(body)
+    return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _decode_token(token: Any, digest: str) -> str:
+    if not isinstance(token, str) or not 0 < len(token) <= NEXT_TOKEN_MAX_LENGTH:
+        raise _bad_token("it is not one")
+    try:
+        body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise _bad_token("it is not one") from None
+    if not isinstance(body, dict) or body.get("v") != _TOKEN_VERSION or not isinstance(body.get("t"), str):
+        raise _bad_token("it is not one")
+    if body.get("c") != _checksum({k: body.get(k) for k in ("v", "q", "t")}):
+        raise _bad_token("it was altered")
+    if body.get("q") != digest[:32]:
+        raise _bad_token("it belongs to another query (other filters) or another deployment")
+    return str(body["t"])
+
+
+def _checksum(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _bad_token(why: str) -> Refusal:
+    return invalid(
+        FieldError(
+            "next_token", "<token>", "the next_token of the previous page of this same list (same filters)", detail=why
+        )
+    )
+
+
+# --- the job's view ------------------------------------------------------------------------------
+
+
+def _platform_job(clients: Clients, name: str) -> dict[str, Any]:
+    """``{"description", "tags"}`` of the platform job ``name``.
+
+    Raises:
+        Refusal: ``NotFound`` when no job has that name, or the one that has it was not made by the
+            platform (no :data:`.job.TAG_SUBMITTER` tag): the two are answered alike.
+    """
+    job = _existing_job(clients, name)
+    if job is None or TAG_SUBMITTER not in job["tags"]:
+        raise not_found("job_name", name, f"training job {name!r}")
+    return job
+
+
+def job_view(description: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
+    """What ``describe`` and ``list`` show of one job (``DescribeTrainingJob`` or a ``Search`` record).
+
+    Returns:
+        ``training_job_name``, ``training_job_arn``, ``training_job_status``, ``secondary_status``,
+        ``failure_reason`` (``None`` unless it failed), ``capacity`` (``{"type": one of
+        platform_spec.capacity.CAPACITY_TYPES, "training_plan_arn": str | None}``), ``run_id`` (its
+        ``platform:run-id`` tag, or ``None``), ``metrics`` (the last value of each metric of
+        ``platform_spec.metric_lines`` in the job's ``FinalMetricDataList``, by the metric line's field
+        name: ``step``, ``loss``, ``tokens_per_sec``, ``mfu`` (percent), ...; ``step`` an integer; a metric
+        not reported yet is absent), ``tags`` (all of the job's tags), and ``creation_time``,
+        ``training_start_time``, ``training_end_time``, ``last_modified_time`` (ISO 8601 in UTC, or
+        ``None``).
+    """
+    resource = description.get("ResourceConfig") or {}
+    plan = resource.get("TrainingPlanArn")
+    kind = tags.get(TAG_CAPACITY_TYPE)
+    if kind not in CAPACITY_TYPES:
+        kind = "training-plan" if plan else "spot" if description.get("EnableManagedSpotTraining") else "on-demand"
+    return {
+        "training_job_name": description.get("TrainingJobName"),
+        "training_job_arn": description.get("TrainingJobArn"),
+        "training_job_status": description.get("TrainingJobStatus"),
+        "secondary_status": description.get("SecondaryStatus"),
+        "failure_reason": description.get("FailureReason"),
+        "capacity": {"type": kind, "training_plan_arn": plan},
+        "run_id": tags.get(TAG_RUN_ID),
+        "metrics": metrics_of(description.get("FinalMetricDataList") or []),
+        "tags": dict(sorted(tags.items())),
+        "creation_time": _iso(description.get("CreationTime")),
+        "training_start_time": _iso(description.get("TrainingStartTime")),
+        "training_end_time": _iso(description.get("TrainingEndTime")),
+        "last_modified_time": _iso(description.get("LastModifiedTime")),
+    }
+
+
+def metrics_of(final_metrics: list[Mapping[str, Any]]) -> dict[str, float | int]:
+    """``FinalMetricDataList`` -> metric-line field -> value, for the metrics of
+    :data:`platform_spec.metric_lines.FIELDS` (others are left out; the newest of a repeated one wins).
+    ``step`` is an integer; a value that is not finite is left out (JSON has no NaN)."""
+    by_metric = {metric: line_field for line_field, metric, _ in METRIC_FIELDS}
+    newest: dict[str, tuple[Any, float]] = {}
+    for datum in final_metrics:
+        line_field = by_metric.get(str(datum.get("MetricName")))
+        value = datum.get("Value")
+        if line_field is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        stamp = datum.get("Timestamp")
+        key = stamp.timestamp() if isinstance(stamp, datetime) else 0.0
+        if line_field not in newest or key >= newest[line_field][0]:
+            newest[line_field] = (key, float(value))
+    out: dict[str, float | int] = {}
+    for line_field, _, _ in METRIC_FIELDS:
+        if line_field in newest:
+            value = newest[line_field][1]
+            out[line_field] = int(value) if line_field == "step" else value
+    return out
+
+
+def capacity_block(clients: Clients, description: Mapping[str, Any], now: datetime) -> dict[str, Any] | None:
+    """The reserved capacity block a training-plan job runs in, and its time left; ``None`` off a plan.
+
+    The block is the plan's ``ReservedCapacitySummaries`` entry of the job's instance type holding
+    ``now`` (else the next one to start, for a job waiting ``Pending``). Its usable time ends
+    :data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S` (30 minutes) before its ``EndTime``, when
+    SageMaker starts reclaiming the instances.
+
+    Returns:
+        ``None`` for a job not on a plan; for an ended job ``{"training_plan_arn", "ended": true}``;
+        else ``{"training_plan_arn", "reserved_capacity_arn", "start_time", "end_time", "usable_until"
+        (ISO 8601), "seconds_left" (int, >= 0, until usable_until), "running" (the block holds now)}``,
+        or ``{"training_plan_arn", "unavailable": why}`` when the plan cannot be read or reserves no
+        such block now or later.
+    """
+    plan = (description.get("ResourceConfig") or {}).get("TrainingPlanArn")
+    if not plan:
+        return None
+    if description.get("TrainingJobStatus") in TERMINAL_JOB_STATUSES:
+        return {"training_plan_arn": plan, "ended": True}
+    try:
+        answer = clients.sagemaker.describe_training_plan(TrainingPlanName=plan)
+    except Exception as exc:
+        code = error_code(exc)
+        if code not in ("ResourceNotFound", "ValidationException"):
+            raise
+        return {"training_plan_arn": plan, "unavailable": f"DescribeTrainingPlan answered {code}"}
+    instance_type = (description.get("ResourceConfig") or {}).get("InstanceType")
+    blocks = [
+        b
+        for b in answer.get("ReservedCapacitySummaries") or []
+        if b.get("InstanceType") in (None, instance_type) and isinstance(b.get("EndTime"), datetime)
+    ]
+    running = [b for b in blocks if b.get("StartTime") and b["StartTime"] <= now < b["EndTime"]]
+    later = sorted((b for b in blocks if b.get("StartTime") and b["StartTime"] > now), key=lambda b: b["StartTime"])
+    if not running and not later:
+        return {"training_plan_arn": plan, "unavailable": f"the plan reserves no {instance_type} block now or later"}
+    block = (running or later)[0]
+    usable_until = block["EndTime"] - timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S)
+    return {
+        "training_plan_arn": plan,
+        "reserved_capacity_arn": block.get("ReservedCapacityArn"),
+        "start_time": _iso(block.get("StartTime")),
+        "end_time": _iso(block["EndTime"]),
+        "usable_until": _iso(usable_until),
+        "seconds_left": max(0, int((usable_until - now).total_seconds())),
+        "running": bool(running),
+    }
+
+
+def _checkpoint(clients: Clients, description: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job's checkpoint prefix and its newest complete step (see :func:`describe`); ``None`` without one."""
+    uri = (description.get("CheckpointConfig") or {}).get("S3Uri")
+    if not uri or not str(uri).startswith("s3://"):
+        return None
+    bucket, _, prefix = str(uri)[len("s3://") :].partition("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    try:
+        steps = []
+        for page in clients.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix + STEP_PREFIX, Delimiter="/"
+        ):
+            for common in page.get("CommonPrefixes") or []:
+                step = checkpoint_step(common["Prefix"][len(prefix) :].rstrip("/"))
+                if step is not None:
+                    steps.append(step)
+        newest = None
+        for step in sorted(steps, reverse=True):  # the trainer keeps a few: newest first, stop at the first whole
+            marker = f"{STEP_PREFIX}{step}/{COMPLETE_MARKER}"
+            listed = clients.s3.list_objects_v2(Bucket=bucket, Prefix=prefix + marker, MaxKeys=1)
+            newest = newest_complete_step(o["Key"][len(prefix) :] for o in listed.get("Contents") or [])
+            if newest is not None:
+                break
+    except Exception as exc:
+        code = error_code(exc)
+        if code not in ("AccessDenied", "NoSuchBucket"):
+            raise
+        return {"s3_uri": uri, "newest_complete_step": None, "unavailable": f"ListObjectsV2 answered {code}"}
+    return {"s3_uri": uri, "newest_complete_step": newest}
+
+
+def _iso(value: Any) -> str | None:
+    if not isinstance(value, datetime):
+        return None
+    return format_time(value if value.tzinfo else value.replace(tzinfo=UTC))

@@ -1,0 +1,142 @@
+"""The trainer's checkpoint folder layout: what the trainer writes and everything else reads.
+
+The trainer (``training/checkpoint.py``) writes one folder per checkpoint under its checkpoint
+directory (``/opt/ml/checkpoints``, which SageMaker syncs with the job's ``CheckpointConfig.S3Uri``)::
+
+    step-120/
+        .metadata, __0_0.distcp, ...   DCP: model + optimizer
+        trainer_state.json              step, data position, LR scheduler, loss scaler, run record
+        rng/rank-00000.pt               per-rank RNG states
+        .complete                       written last: the checkpoint is whole
+
+The submitter's run continuation and the job API read the same facts from S3 object keys
+(:func:`newest_complete_step`) and from ``trainer_state.json`` (:func:`read_trainer_state`), so a
+checkpoint counts for them exactly when it counts for the trainer: a folder named ``step-<step>``
+(ASCII digits, no leading zeros) holding ``.complete``.
+
+Pure Python, standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "STEP_NAME_RE",
+    "STEP_PREFIX",
+    "TRAINER_STATE",
+    "StepState",
+    "checkpoint_step",
+    "complete_steps_of_keys",
+    "newest_complete_step",
+    "read_trainer_state",
+]
+
+COMPLETE_MARKER = ".complete"
+"""Written last into a checkpoint folder, after every rank's files: the checkpoint is whole."""
+TRAINER_STATE = "trainer_state.json"
+"""The trainer's JSON record in each checkpoint folder (step, data position, scheduler, run record)."""
+STEP_PREFIX = "step-"
+"""Prefix of every checkpoint folder name."""
+STEP_NAME_RE = re.compile(r"step-(0|[1-9][0-9]*)", re.ASCII)
+"""The only folder name the trainer writes: ``step-`` and the step in ASCII digits without leading zeros."""
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint folder name (``step-12`` -> 12), or ``None`` for any other name.
+
+    Only the name the trainer writes counts: ``step-012``, ``step-+12`` and ``step-12`` spelled in
+    other scripts' digits are not checkpoint names.
+    """
+    match = STEP_NAME_RE.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def complete_steps_of_keys(keys: Iterable[str]) -> list[int]:
+    """Steps of the complete checkpoints among object ``keys`` relative to a checkpoint prefix, ascending.
+
+    Args:
+        keys: keys below the prefix, e.g. ``step-12/.complete``, ``step-12/trainer_state.json``
+            (a leading ``/`` is ignored).
+
+    Returns:
+        Each step whose folder holds ``step-<step>/.complete`` directly (a marker deeper down, or in a
+        folder that is not a checkpoint name, does not count).
+    """
+    steps: set[int] = set()
+    for key in keys:
+        parts = key.lstrip("/").split("/")
+        if len(parts) == 2 and parts[1] == COMPLETE_MARKER:
+            step = checkpoint_step(parts[0])
+            if step is not None:
+                steps.add(step)
+    return sorted(steps)
+
+
+def newest_complete_step(keys: Iterable[str]) -> int | None:
+    """The newest step whose ``.complete`` marker is among ``keys`` (:func:`complete_steps_of_keys`), or ``None``."""
+    steps = complete_steps_of_keys(keys)
+    return steps[-1] if steps else None
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What a checkpoint's ``trainer_state.json`` declares, as far as the platform reads it.
+
+    Attributes:
+        step: the optimizer step the checkpoint holds (equal to its folder's).
+        samples_consumed: samples the run had read before this step (``data.samples_consumed``), or
+            ``None`` when not recorded.
+        seq_length: tokens per sample (the run record's ``seq_length`` hyperparameter), or ``None``.
+    """
+
+    step: int
+    samples_consumed: int | None = None
+    seq_length: int | None = None
+
+    @property
+    def tokens(self) -> int | None:
+        """Tokens the run had trained on before this step (``samples_consumed x seq_length``), or ``None``."""
+        if self.samples_consumed is None or self.seq_length is None:
+            return None
+        return self.samples_consumed * self.seq_length
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def read_trainer_state(raw: bytes, step: int) -> StepState | str:
+    """Read ``trainer_state.json`` of folder ``step-<step>``: a :class:`StepState`, or why it cannot be used.
+
+    Args:
+        raw: the file's bytes.
+        step: the folder's step.
+
+    Returns:
+        The state; or one sentence naming the problem (not JSON, not an object, no integer ``step``,
+        a ``step`` other than the folder's: a file copied from another folder or run, or a damaged
+        one). The trainer never resumes such a checkpoint, so neither does anything that reads this.
+    """
+    try:
+        state = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return f"{TRAINER_STATE} is not readable JSON ({type(exc).__name__})"
+    if not isinstance(state, dict):
+        return f"{TRAINER_STATE} holds {type(state).__name__}, expected an object"
+    saved = _int(state.get("step"))
+    if saved is None:
+        return f"{TRAINER_STATE} has no integer 'step' >= 0"
+    if saved != step:
+        return f"{TRAINER_STATE} says step {saved}, the folder is step-{step}"
+    data = state.get("data")
+    samples = _int(data.get("samples_consumed")) if isinstance(data, dict) else None
+    record = state.get("run")
+    hyperparameters = record.get("hyperparameters") if isinstance(record, dict) else state.get("hyperparameters")
+    text = hyperparameters.get("seq_length") if isinstance(hyperparameters, dict) else None
+    seq_length = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else _int(text)
+    return StepState(step, samples, seq_length)

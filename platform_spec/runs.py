@@ -1,0 +1,489 @@
+"""Runs: one training carried across several SageMaker training jobs (segments), and how each is judged.
+
+A run is asked for by a submission's ``run`` field (:func:`parse_run`): a run id and an optional
+budget. Segment ``i`` (from 1) is the training job :func:`segment_job_name` ``(run_id, i)``, tagged
+:data:`TAG_RUN_ID` and :data:`TAG_RUN_SEGMENT`; every segment checkpoints to the run's one prefix,
+``s3://<checkpoint bucket>/`` + :func:`run_checkpoint_prefix` ``(run_id)``, so each resumes from the last.
+
+When a segment ends, :func:`decide` judges it from **declared state**, not from the job's status
+alone: SageMaker reports both "reached ``max_steps``" and "stopped cleanly at the end of its capacity
+block" as ``Completed``, so the newest complete checkpoint's step (the trainer's ``.complete`` marker
+and its ``trainer_state.json``: :mod:`platform_spec.checkpoint_layout`) tells them apart.
+
+Decisions (:data:`DECISIONS`), in the order they are tried:
+
+==========================  =================================================================================
+``stale-event``             the event is not of the run's newest segment, that segment was already decided,
+                            or it has not ended (``InProgress`` / ``Stopping``): nothing is done
+``finished``                newest complete step >= ``max_steps`` and the segment ``Completed`` or ``Stopped``
+``failed``                  the segment ``Failed`` for a reason that is not capacity (a code bug is not retried
+                            forever), or after its last checkpoint reached ``max_steps`` (the final export failed)
+``stopped``                 the run was stopped (its stop marker), or the segment was stopped by a caller's
+                            ``StopTrainingJob`` (``Stopped`` with secondary status ``Stopped``)
+``no-progress``             the segment's capacity ended but its newest complete step did not advance over the
+                            step it started from (a segment that never got instances is exempt: see below)
+``budget-segments``         ``max_segments`` segments have run
+``budget-deadline``         the run's ``deadline`` has passed
+``budget-instance-hours``   the segments used ``max_instance_hours`` (sum of ``InstanceCount`` x
+                            (``TrainingEndTime`` - ``TrainingStartTime``))
+``continue``                the segment's capacity ended below ``max_steps``: the next segment is submitted
+``waiting-for-capacity``    (the runtime's) ``continue`` whose next segment found no capacity: retried on
+                            the continuation's schedule
+==========================  =================================================================================
+
+**Capacity ends** (:func:`capacity_end`): the segment ``Completed`` below ``max_steps`` (the trainer
+stops itself at its block's end, ``SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP``, and
+SageMaker reports the job ``Completed``); ``Stopped`` with secondary status ``MaxRuntimeExceeded``
+("The job stopped because it exceeded the maximum allowed runtime"), ``MaxWaitTimeExceeded`` or
+``Interrupted`` (managed spot: the wait for spot capacity plus the run exceeded
+``MaxWaitTimeInSeconds``, "If the job does not complete during this time, SageMaker ends the job";
+SageMaker API Reference, SecondaryStatusTransition and StoppingCondition); ``Failed`` with
+``InsufficientCapacityError`` ("If a job has been pending for 2 days, it is terminated with an
+InsufficientCapacityError", "Training plans utilization for SageMaker training jobs",
+https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html),
+SageMaker's ``CapacityError`` (instances could not be provisioned), or the trainer's own
+:data:`platform_spec.capacity.CAPACITY_BLOCK_ENDED_REASON` (it started with too little of its block
+left). The last three never got to train: they are exempt from ``no-progress`` (the budget still
+bounds them).
+
+Pure Python, standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON
+from platform_spec.errors import FieldError
+
+__all__ = [
+    "BUDGET_DEADLINE",
+    "BUDGET_INSTANCE_HOURS",
+    "BUDGET_SEGMENTS",
+    "CONTINUE",
+    "DECISIONS",
+    "FAILED",
+    "FINISHED",
+    "MAX_SEGMENTS",
+    "NO_PROGRESS",
+    "RUN_CHECKPOINT_PREFIX",
+    "RUN_ID_EXPECTED",
+    "RUN_ID_PATTERN",
+    "STALE_EVENT",
+    "STOPPED",
+    "TAG_RUN_ID",
+    "TAG_RUN_SEGMENT",
+    "TERMINAL_DECISIONS",
+    "WAITING_FOR_CAPACITY",
+    "Decision",
+    "RunSpec",
+    "SegmentOutcome",
+    "budget_exhausted",
+    "capacity_end",
+    "decide",
+    "parse_run",
+    "parse_segment_job_name",
+    "run_checkpoint_prefix",
+    "segment_client_token",
+    "segment_job_name",
+]
+
+TAG_RUN_ID = "platform:run-id"
+"""Tag of every segment of a run: the run id."""
+TAG_RUN_SEGMENT = "platform:run-segment"
+"""Tag of every segment of a run: its index (``"1"``, ``"2"``, ...)."""
+
+RUN_ID_PATTERN = r"[a-z][a-z0-9-]{0,47}"
+"""A run id, matched whole: 1-48 lowercase letters, digits and hyphens, starting with a letter (so that
+``<run_id>-seg-NNN`` is a valid TrainingJobName of at most 56 characters, and a run id is a valid S3
+key segment and tag value)."""
+RUN_ID_RE = re.compile(rf"(?:{RUN_ID_PATTERN})\Z")
+RUN_ID_EXPECTED = "1-48 lowercase letters, digits and hyphens, starting with a letter"
+
+MAX_SEGMENTS = 999
+"""The most segments a run may have (a segment's index is written with 3 digits in its job name)."""
+_SEGMENT_NAME_RE = re.compile(rf"({RUN_ID_PATTERN})-seg-([0-9]{{3}})\Z")
+
+DEFAULT_MIN_SEGMENT_MINUTES = 30.0
+"""The least training time (minutes) a capacity block must leave a run's segment, beyond the trainer's
+stop margin (:data:`platform_spec.capacity.STOP_MARGIN_S`), for the submitter to place the segment on
+it, unless the run sets ``min_segment_minutes``. A segment pays its start-up before it trains (instance
+provisioning, the image download, the data and checkpoint downloads, the model build: minutes on
+SageMaker), so a block with less left would mostly pay start-up and may leave the trainer no time to
+train at all (``platform_spec.capacity.CAPACITY_BLOCK_ENDED_REASON``)."""
+
+RUN_CHECKPOINT_PREFIX = "run-checkpoints/"
+"""Key prefix, in the checkpoint bucket, of the runs' checkpoint prefixes (``run-checkpoints/<run_id>/``).
+Never under ``checkpoints/``, where a plain job's prefix is ``checkpoints/<job name>/``: a job named like
+a run would share its checkpoints."""
+
+CONTINUE = "continue"
+FINISHED = "finished"
+STOPPED = "stopped"
+FAILED = "failed"
+BUDGET_SEGMENTS = "budget-segments"
+BUDGET_DEADLINE = "budget-deadline"
+BUDGET_INSTANCE_HOURS = "budget-instance-hours"
+NO_PROGRESS = "no-progress"
+WAITING_FOR_CAPACITY = "waiting-for-capacity"
+STALE_EVENT = "stale-event"
+DECISIONS: tuple[str, ...] = (
+    CONTINUE,
+    FINISHED,
+    STOPPED,
+    FAILED,
+    BUDGET_SEGMENTS,
+    BUDGET_DEADLINE,
+    BUDGET_INSTANCE_HOURS,
+    NO_PROGRESS,
+    WAITING_FOR_CAPACITY,
+    STALE_EVENT,
+)
+"""Every decision (module docstring); the ``Decision`` dimension of the ``RunDecisions`` metric."""
+TERMINAL_DECISIONS: tuple[str, ...] = (
+    FINISHED,
+    STOPPED,
+    FAILED,
+    BUDGET_SEGMENTS,
+    BUDGET_DEADLINE,
+    BUDGET_INSTANCE_HOURS,
+    NO_PROGRESS,
+)
+"""The decisions that end a run."""
+
+TERMINAL_JOB_STATUSES: tuple[str, ...] = ("Completed", "Failed", "Stopped")
+"""``TrainingJobStatus`` values of a job that has ended."""
+CAPACITY_STOPS: tuple[str, ...] = ("MaxRuntimeExceeded", "MaxWaitTimeExceeded", "Interrupted")
+"""Secondary statuses of a ``Stopped`` job that SageMaker stopped because its time or its spot capacity ran out."""
+NEVER_TRAINED_FAILURES: tuple[str, ...] = ("InsufficientCapacityError", "CapacityError", CAPACITY_BLOCK_ENDED_REASON)
+"""Text in a ``FailureReason`` that says the job never got instances (or time) to train: a capacity end."""
+
+
+def segment_job_name(run_id: str, index: int) -> str:
+    """The training job name of segment ``index`` (from 1) of run ``run_id``: ``<run_id>-seg-<index:03d>``.
+
+    Raises:
+        ValueError: ``run_id`` breaks :data:`RUN_ID_PATTERN`, or ``index`` is not 1..:data:`MAX_SEGMENTS`.
+    """
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise ValueError(f"run_id {run_id!r}: expected {RUN_ID_EXPECTED}")
+    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= MAX_SEGMENTS:
+        raise ValueError(f"segment index {index!r}: expected an integer from 1 to {MAX_SEGMENTS}")
+    return f"{run_id}-seg-{index:03d}"
+
+
+def parse_segment_job_name(name: str) -> tuple[str, int] | None:
+    """``(run_id, index)`` of a segment's job name, or ``None`` for any other name."""
+    match = _SEGMENT_NAME_RE.fullmatch(name) if isinstance(name, str) else None
+    if match is None or int(match.group(2)) < 1:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def run_checkpoint_prefix(run_id: str) -> str:
+    """The key prefix of a run's checkpoints in the checkpoint bucket: ``run-checkpoints/<run_id>/``."""
+    segment_job_name(run_id, 1)  # validates run_id
+    return f"{RUN_CHECKPOINT_PREFIX}{run_id}/"
+
+
+def segment_client_token(run_id: str, index: int) -> str:
+    """The client token under which segment ``index`` is submitted: ``run:<run_id>:seg-<index:03d>``.
+
+    A function of the run and the index alone, so every submission of one segment (the run's first
+    request and its retries, duplicate or concurrent continuation events) settles on one job.
+    """
+    segment_job_name(run_id, index)  # validates both
+    return f"run:{run_id}:seg-{index:03d}"
+
+
+# --- the run field ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A submission's ``run``: the run id and its budget (each ``None``: no limit).
+
+    Attributes:
+        run_id: :data:`RUN_ID_PATTERN`.
+        max_segments: at most this many segments (1..:data:`MAX_SEGMENTS`).
+        deadline: no segment is started after this time (UTC).
+        max_instance_hours: no segment is started once the segments used this many instance-hours.
+        min_segment_minutes: a block is used for a segment only when it leaves this much training
+            time beyond the trainer's stop margin (``None``: :data:`DEFAULT_MIN_SEGMENT_MINUTES`).
+    """
+
+    run_id: str
+    max_segments: int | None = None
+    deadline: datetime | None = None
+    max_instance_hours: float | None = None
+    min_segment_minutes: float | None = None
+
+    @property
+    def min_segment_s(self) -> float:
+        """:attr:`min_segment_minutes` (else :data:`DEFAULT_MIN_SEGMENT_MINUTES`) in seconds."""
+        minutes = DEFAULT_MIN_SEGMENT_MINUTES if self.min_segment_minutes is None else self.min_segment_minutes
+        return minutes * 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (what a request sends; ``deadline`` as ISO 8601 UTC), absent limits left out."""
+        out: dict[str, Any] = {"run_id": self.run_id}
+        if self.max_segments is not None:
+            out["max_segments"] = self.max_segments
+        if self.deadline is not None:
+            out["deadline"] = format_time(self.deadline)
+        if self.max_instance_hours is not None:
+            out["max_instance_hours"] = self.max_instance_hours
+        if self.min_segment_minutes is not None:
+            out["min_segment_minutes"] = self.min_segment_minutes
+        return out
+
+
+RUN_FIELDS: Mapping[str, str] = {
+    "run_id": f"{RUN_ID_EXPECTED} (the run's key: a retry with the same run and request replays)",
+    "max_segments": f"an integer from 1 to {MAX_SEGMENTS}",
+    "deadline": "an ISO 8601 date-time with a time zone (e.g. 2026-03-01T00:00:00Z)",
+    "max_instance_hours": "a number of instance-hours > 0",
+    "min_segment_minutes": f"a number of minutes > 0 (default {DEFAULT_MIN_SEGMENT_MINUTES:g}): the least training "
+    "time a capacity block must leave a segment, beyond the trainer's stop margin",
+}
+"""The keys of a request's ``run`` object and what each must be."""
+
+
+def format_time(when: datetime) -> str:
+    """``when`` in UTC as ISO 8601 with ``Z`` (``2026-03-01T00:00:00Z``)."""
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(value: Any, field: str) -> datetime:
+    """An ISO 8601 date-time with a time zone, as UTC.
+
+    Raises:
+        FieldError: not a string, not ISO 8601, or without a time zone (naming ``field``).
+    """
+    expected = RUN_FIELDS["deadline"]
+    if not isinstance(value, str):
+        raise FieldError(field, value, expected)
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise FieldError(field, value, expected) from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise FieldError(field, value, expected, detail="it has no time zone")
+    return when.astimezone(UTC)
+
+
+def parse_run(raw: Mapping[str, Any]) -> tuple[RunSpec, dict[str, Any]]:
+    """A request's ``run`` object: ``(RunSpec, canonical form)`` (canonical: :meth:`RunSpec.to_dict`).
+
+    ``null`` values are absent. Whether the deadline has passed is checked by the submitter when it
+    creates the run's first segment (a retry of that submission replays whatever the clock says).
+
+    Raises:
+        FieldError: naming ``run.<key>`` (an unknown key, a missing or malformed ``run_id``, a budget
+            out of range).
+    """
+    for key in raw:
+        if key not in RUN_FIELDS:
+            raise FieldError(f"run.{key}", raw[key], "a key of run: " + ", ".join(RUN_FIELDS))
+    run_id = raw.get("run_id")
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise FieldError("run.run_id", run_id, RUN_FIELDS["run_id"])
+    segments = raw.get("max_segments")
+    if segments is not None:
+        if isinstance(segments, float) and segments.is_integer():
+            segments = int(segments)
+        if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= MAX_SEGMENTS:
+            raise FieldError("run.max_segments", raw.get("max_segments"), RUN_FIELDS["max_segments"])
+    deadline = raw.get("deadline")
+    when = parse_time(deadline, "run.deadline") if deadline is not None else None
+    hours = raw.get("max_instance_hours")
+    if hours is not None:
+        if (
+            isinstance(hours, bool)
+            or not isinstance(hours, (int, float))
+            or not math.isfinite(float(hours))
+            or float(hours) <= 0
+        ):
+            raise FieldError("run.max_instance_hours", hours, RUN_FIELDS["max_instance_hours"])
+        hours = float(hours)
+    minutes = raw.get("min_segment_minutes")
+    if minutes is not None:
+        if (
+            isinstance(minutes, bool)
+            or not isinstance(minutes, (int, float))
+            or not math.isfinite(float(minutes))
+            or float(minutes) <= 0
+        ):
+            raise FieldError("run.min_segment_minutes", minutes, RUN_FIELDS["min_segment_minutes"])
+        minutes = float(minutes)
+    spec = RunSpec(run_id, segments, when, hours, minutes)
+    return spec, spec.to_dict()
+
+
+# --- the decision -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentOutcome:
+    """How a segment's job stands (``DescribeTrainingJob``).
+
+    Attributes:
+        index: the segment's index (from 1).
+        status: ``TrainingJobStatus``.
+        secondary_status: ``SecondaryStatus``, or ``None``.
+        failure_reason: ``FailureReason``, or ``None``.
+    """
+
+    index: int
+    status: str
+    secondary_status: str | None = None
+    failure_reason: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL_JOB_STATUSES
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decision (one of :data:`DECISIONS`) and its reason, one sentence."""
+
+    decision: str
+    reason: str
+
+    @property
+    def terminal(self) -> bool:
+        return self.decision in TERMINAL_DECISIONS
+
+
+def capacity_end(outcome: SegmentOutcome) -> tuple[str, bool] | None:
+    """Why an ended segment's end is a capacity end (module docstring), or ``None`` when it is not.
+
+    Returns:
+        ``(why, trained)``: ``trained`` is ``False`` when the job never got instances or time to train
+        (exempt from ``no-progress``).
+    """
+    if outcome.status == "Completed":
+        return "it Completed (the trainer stops cleanly at its capacity block's end)", True
+    if outcome.status == "Stopped" and outcome.secondary_status in CAPACITY_STOPS:
+        return f"SageMaker stopped it ({outcome.secondary_status})", True
+    if outcome.status == "Failed":
+        reason = outcome.failure_reason or ""
+        for marker in NEVER_TRAINED_FAILURES:
+            if marker in reason:
+                return f"it Failed for capacity ({_short(reason)})", False
+    return None
+
+
+def budget_exhausted(spec: RunSpec, *, segments: int, instance_hours: float, now: datetime) -> Decision | None:
+    """The budget decision when another segment may not start, else ``None``.
+
+    Args:
+        segments: segments started so far.
+        instance_hours: instance-hours the segments used so far.
+        now: the current time (aware).
+    """
+    most = min(spec.max_segments or MAX_SEGMENTS, MAX_SEGMENTS)
+    if segments >= most:
+        named = "max_segments" if spec.max_segments is not None else "the platform's most segments per run,"
+        return Decision(BUDGET_SEGMENTS, f"{segments} of {named} {most} segment(s) have run")
+    if spec.deadline is not None and now >= spec.deadline:
+        return Decision(BUDGET_DEADLINE, f"the run's deadline {format_time(spec.deadline)} has passed")
+    if spec.max_instance_hours is not None and instance_hours >= spec.max_instance_hours:
+        return Decision(
+            BUDGET_INSTANCE_HOURS,
+            f"the segments used {instance_hours:.2f} of max_instance_hours {spec.max_instance_hours:g} instance-hours",
+        )
+    return None
+
+
+def decide(
+    outcome: SegmentOutcome,
+    *,
+    spec: RunSpec,
+    newest_segment: int,
+    already_decided: bool,
+    stop_requested: bool,
+    newest_step: int | None,
+    start_step: int | None,
+    max_steps: int,
+    instance_hours: float,
+    now: datetime,
+) -> Decision:
+    """Judge segment ``outcome`` of a run (module docstring; never raises).
+
+    Args:
+        outcome: the segment's job as described now.
+        spec: the run (its budget).
+        newest_segment: the index of the run's newest segment (the event's segment, unless another
+            already exists).
+        already_decided: a decision on this segment is already recorded (a duplicate event).
+        stop_requested: the run's stop marker exists.
+        newest_step: the newest complete, readable checkpoint step of the run now, or ``None``.
+        start_step: the newest complete step when this segment started (what it resumed from), or
+            ``None`` (it started from nothing).
+        max_steps: the run's ``max_steps``.
+        instance_hours: instance-hours used by the run's segments, this one included.
+        now: the current time (aware).
+
+    Returns:
+        The decision: ``continue`` never when ``newest_step >= max_steps``, and only for the newest,
+        undecided, ended segment.
+    """
+    step_text = "no complete checkpoint" if newest_step is None else f"newest complete step {newest_step}"
+    if outcome.index != newest_segment:
+        return Decision(STALE_EVENT, f"segment {outcome.index} is not the run's newest (segment {newest_segment} is)")
+    if already_decided:
+        return Decision(STALE_EVENT, f"segment {outcome.index} was already decided (a duplicate event)")
+    if not outcome.ended:
+        return Decision(STALE_EVENT, f"segment {outcome.index} is {outcome.status}; it is decided when it ends")
+    reached = newest_step is not None and newest_step >= max_steps
+    if reached:
+        if outcome.status == "Failed":
+            return Decision(
+                FAILED,
+                f"{step_text} reached max_steps {max_steps} but the segment Failed "
+                f"({_short(outcome.failure_reason or 'no FailureReason')}): the final export did not complete",
+            )
+        return Decision(FINISHED, f"{step_text} reached max_steps {max_steps} (the segment {outcome.status})")
+    if stop_requested:
+        return Decision(STOPPED, f"the run was stopped (stop requested); {step_text} of max_steps {max_steps}")
+    capacity = capacity_end(outcome)
+    if capacity is None:
+        if outcome.status == "Stopped":
+            return Decision(
+                STOPPED,
+                f"segment {outcome.index} was stopped by StopTrainingJob (secondary status "
+                f"{outcome.secondary_status or 'Stopped'}); {step_text} of max_steps {max_steps}",
+            )
+        return Decision(
+            FAILED,
+            f"segment {outcome.index} Failed for a reason that is not capacity "
+            f"({_short(outcome.failure_reason or 'no FailureReason')}); it is not retried",
+        )
+    why, trained = capacity
+    advanced = newest_step is not None and (start_step is None or newest_step > start_step)
+    if trained and not advanced:
+        began = "nothing" if start_step is None else f"step {start_step}"
+        return Decision(
+            NO_PROGRESS,
+            f"segment {outcome.index} ended ({why}) with {step_text}, no further than it started from ({began})",
+        )
+    spent = budget_exhausted(spec, segments=newest_segment, instance_hours=instance_hours, now=now)
+    if spent is not None:
+        return Decision(spent.decision, f"{spent.reason}; segment {outcome.index} ended ({why}) with {step_text}")
+    return Decision(
+        CONTINUE,
+        f"segment {outcome.index} ended ({why}) with {step_text} of max_steps {max_steps}: "
+        f"segment {newest_segment + 1} resumes from it",
+    )
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

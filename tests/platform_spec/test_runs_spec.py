@@ -1,0 +1,210 @@
+"""Runs' pure facts: segment names, the run field, the checkpoint layout read from keys, and the decision."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from platform_spec import checkpoint_layout as layout
+from platform_spec import runs
+from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON, STOP_MARGIN_S
+from platform_spec.errors import FieldError
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+RUN = runs.RunSpec("r1")
+
+
+def test_segment_names_are_training_job_names_and_round_trip():
+    longest = "a" + "b" * 47
+    assert runs.segment_job_name("r1", 1) == "r1-seg-001"
+    assert runs.segment_job_name(longest, runs.MAX_SEGMENTS) == f"{longest}-seg-999"
+    assert len(runs.segment_job_name(longest, 999)) == 56 <= 63
+    assert runs.parse_segment_job_name("my-seg-run-seg-012") == ("my-seg-run", 12)
+    for name in ("r1-seg-000", "r1-seg-12", "R1-seg-001", "r1-seg-0001", "job-1"):
+        assert runs.parse_segment_job_name(name) is None, name
+    assert runs.segment_client_token("a-seg-b", 3) == "run:a-seg-b:seg-003"
+    for bad in ("", "1abc", "Abc", "a_b", "a" * 49):
+        with pytest.raises(ValueError, match="run_id"):
+            runs.segment_job_name(bad, 1)
+    with pytest.raises(ValueError, match="segment index"):
+        runs.segment_job_name("r1", 1000)
+    assert runs.run_checkpoint_prefix("r1") == "run-checkpoints/r1/"
+    assert not runs.run_checkpoint_prefix("r1").startswith("checkpoints/")
+
+
+def test_parse_run_normalises_and_names_the_bad_key():
+    spec, canonical = runs.parse_run({"run_id": "r1", "deadline": "2026-03-02T14:00:00+02:00", "max_segments": 3.0})
+    assert spec == runs.RunSpec("r1", 3, NOW, None)
+    assert canonical == {"run_id": "r1", "max_segments": 3, "deadline": "2026-03-02T12:00:00Z"}
+    assert spec.min_segment_s == runs.DEFAULT_MIN_SEGMENT_MINUTES * 60
+    short, canonical = runs.parse_run({"run_id": "r1", "min_segment_minutes": 2})
+    assert short.min_segment_s == 120 and canonical == {"run_id": "r1", "min_segment_minutes": 2.0}
+    cases = [
+        ({}, "run.run_id"),
+        ({"run_id": "R1"}, "run.run_id"),
+        ({"run_id": "r1", "max_segments": 0}, "run.max_segments"),
+        ({"run_id": "r1", "max_segments": True}, "run.max_segments"),
+        ({"run_id": "r1", "deadline": "2026-03-02T12:00:00"}, "run.deadline"),  # no time zone
+        ({"run_id": "r1", "deadline": "tomorrow"}, "run.deadline"),
+        ({"run_id": "r1", "max_instance_hours": 0}, "run.max_instance_hours"),
+        ({"run_id": "r1", "max_instance_hours": float("nan")}, "run.max_instance_hours"),
+        ({"run_id": "r1", "segments": 3}, "run.segments"),
+        ({"run_id": "r1", "min_segment_minutes": 0}, "run.min_segment_minutes"),
+        ({"run_id": "r1", "min_segment_minutes": "5"}, "run.min_segment_minutes"),
+        ({"run_id": "r1", "min_segment_minutes": float("inf")}, "run.min_segment_minutes"),
+    ]
+    for raw, field in cases:
+        with pytest.raises(FieldError) as caught:
+            runs.parse_run(raw)
+        assert caught.value.field == field, raw
+
+
+def test_newest_complete_step_counts_only_markers_of_checkpoint_folders():
+    keys = [
+        "step-10/.complete",
+        "step-10/trainer_state.json",
+        "step-30/trainer_state.json",  # no marker: a save cut short
+        "step-020/.complete",  # not a name the trainer writes
+        "step-25/sub/.complete",  # a marker deeper down
+        "/step-20/.complete",
+    ]
+    assert layout.complete_steps_of_keys(keys) == [10, 20]
+    assert layout.newest_complete_step(keys) == 20
+    assert layout.newest_complete_step([]) is None
+
+
+def test_read_trainer_state_refuses_foreign_and_damaged_files():
+    good = {"step": 6, "data": {"step": 6, "samples_consumed": 48}, "run": {"hyperparameters": {"seq_length": "128"}}}
+    state = layout.read_trainer_state(json.dumps(good).encode(), 6)
+    assert state == layout.StepState(6, 48, 128) and state.tokens == 48 * 128
+    assert "says step 5" in layout.read_trainer_state(b'{"step": 5}', 6)
+    assert "not readable JSON" in layout.read_trainer_state(b'{"step": 6', 6)
+    assert "expected an object" in layout.read_trainer_state(b"[6]", 6)
+    assert "no integer 'step'" in layout.read_trainer_state(b'{"step": true}', 6)
+    assert layout.read_trainer_state(b'{"step": 6}', 6) == layout.StepState(6)
+
+
+def test_the_stop_margin_has_one_home():
+    import training.environment as environment
+
+    assert environment.STOP_MARGIN_S is STOP_MARGIN_S
+    reason = environment.capacity_block_ended_reason(1_000.0, 900.0, STOP_MARGIN_S)
+    assert reason.startswith(CAPACITY_BLOCK_ENDED_REASON)
+
+
+def _decide(outcome: runs.SegmentOutcome, **overrides):
+    values = {
+        "spec": RUN,
+        "newest_segment": outcome.index,
+        "already_decided": False,
+        "stop_requested": False,
+        "newest_step": 50,
+        "start_step": None,
+        "max_steps": 100,
+        "instance_hours": 1.0,
+        "now": NOW,
+    }
+    values.update(overrides)
+    return runs.decide(outcome, **values)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "overrides", "decision"),
+    [
+        (runs.SegmentOutcome(1, "Completed"), {}, runs.CONTINUE),
+        (runs.SegmentOutcome(1, "Completed"), {"newest_step": 100}, runs.FINISHED),
+        (runs.SegmentOutcome(1, "Stopped", "Stopped"), {"newest_step": 120}, runs.FINISHED),
+        (runs.SegmentOutcome(1, "Failed", "Failed", "AlgorithmError: exporting"), {"newest_step": 100}, runs.FAILED),
+        (runs.SegmentOutcome(1, "Completed"), {"stop_requested": True}, runs.STOPPED),
+        (runs.SegmentOutcome(1, "Stopped", "Stopped"), {}, runs.STOPPED),
+        (runs.SegmentOutcome(1, "Stopped", "MaxWaitTimeExceeded"), {}, runs.CONTINUE),
+        (runs.SegmentOutcome(1, "Stopped", "MaxRuntimeExceeded"), {}, runs.CONTINUE),
+        (runs.SegmentOutcome(1, "Stopped", "Interrupted"), {}, runs.CONTINUE),
+        (runs.SegmentOutcome(1, "Failed", "Failed", "AlgorithmError: ZeroDivisionError"), {}, runs.FAILED),
+        (runs.SegmentOutcome(1, "Failed", "Failed", "InsufficientCapacityError: pending 2 days"), {}, runs.CONTINUE),
+        # never got to train: no progress is not held against it
+        (
+            runs.SegmentOutcome(2, "Failed", "Failed", f"{CAPACITY_BLOCK_ENDED_REASON}: reclaimed"),
+            {"newest_step": 50, "start_step": 50},
+            runs.CONTINUE,
+        ),
+        (runs.SegmentOutcome(2, "Completed"), {"newest_step": 50, "start_step": 50}, runs.NO_PROGRESS),
+        (runs.SegmentOutcome(1, "Completed"), {"newest_step": None}, runs.NO_PROGRESS),
+        (runs.SegmentOutcome(2, "Completed"), {"spec": runs.RunSpec("r1", max_segments=2)}, runs.BUDGET_SEGMENTS),
+        (runs.SegmentOutcome(1, "Completed"), {"spec": runs.RunSpec("r1", deadline=NOW)}, runs.BUDGET_DEADLINE),
+        (
+            runs.SegmentOutcome(1, "Completed"),
+            {"spec": runs.RunSpec("r1", max_instance_hours=1.0)},
+            runs.BUDGET_INSTANCE_HOURS,
+        ),
+        (runs.SegmentOutcome(1, "Completed"), {"spec": runs.RunSpec("r1", deadline=NOW + timedelta(1))}, runs.CONTINUE),
+        (runs.SegmentOutcome(1, "Completed"), {"newest_segment": 2}, runs.STALE_EVENT),
+        (runs.SegmentOutcome(1, "Completed"), {"already_decided": True}, runs.STALE_EVENT),
+        (runs.SegmentOutcome(1, "InProgress", "Training"), {}, runs.STALE_EVENT),
+        (runs.SegmentOutcome(999, "Completed"), {}, runs.BUDGET_SEGMENTS),  # no segment 1000
+    ],
+)
+def test_decide(outcome, overrides, decision):
+    got = _decide(outcome, **overrides)
+    assert got.decision == decision, got.reason
+    assert got.reason
+
+
+STATUSES = st.sampled_from(["InProgress", "Stopping", "Completed", "Failed", "Stopped"])
+SECONDARY = st.sampled_from([None, "Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded", "Interrupted", "Failed"])
+REASONS = st.sampled_from([None, "AlgorithmError: boom", "InsufficientCapacityError", CAPACITY_BLOCK_ENDED_REASON])
+STEPS = st.one_of(st.none(), st.integers(0, 300))
+
+
+@given(
+    status=STATUSES,
+    secondary=SECONDARY,
+    reason=REASONS,
+    newest=STEPS,
+    start=STEPS,
+    max_steps=st.integers(1, 200),
+    stop=st.booleans(),
+    segments=st.integers(1, 20),
+)
+def test_never_continue_at_or_past_max_steps(status, secondary, reason, newest, start, max_steps, stop, segments):
+    outcome = runs.SegmentOutcome(segments, status, secondary, reason)
+    got = _decide(outcome, newest_step=newest, start_step=start, max_steps=max_steps, stop_requested=stop)
+    assert got.decision in runs.DECISIONS
+    if newest is not None and newest >= max_steps:
+        assert got.decision != runs.CONTINUE
+    if got.decision == runs.CONTINUE:
+        assert outcome.ended and not stop
+
+
+@given(
+    events=st.lists(
+        st.tuples(st.integers(1, 6), st.sampled_from(["Completed", "InProgress", "Stopped"])), min_size=1, max_size=30
+    ),
+    steps=st.lists(st.integers(0, 40), min_size=7, max_size=7),
+)
+def test_never_two_segments(events, steps):
+    """Events of any segment, in any order, duplicated: each decided against the recorded decisions (as
+    the store does) continues a segment at most once, so segment ``i + 1`` is started at most once."""
+    newest, decided, started = 1, set(), []
+    for index, status in events:
+        if index > newest:
+            continue  # no event for a segment that does not exist
+        got = _decide(
+            runs.SegmentOutcome(index, status),
+            newest_segment=newest,
+            already_decided=index in decided,
+            newest_step=steps[index],
+            start_step=steps[index - 1] if index > 1 else None,
+            max_steps=35,
+        )
+        if got.decision != runs.STALE_EVENT:
+            decided.add(index)
+        if got.decision == runs.CONTINUE:
+            started.append(index + 1)
+            newest = index + 1
+    assert len(started) == len(set(started))
+    assert started == sorted(started)

@@ -1,0 +1,299 @@
+"""The run continuation against the embedded AWS: state-change events built like SageMaker's (the
+job's status set through the emulator's admin ``set_job_status``, checkpoints written into the
+emulated S3 at the run's prefix) and the scheduled tick."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from platform_spec import runs as spec
+
+from .conftest import PLANS
+
+pytestmark = pytest.mark.xdist_group("submitter")
+
+
+def new_run_id() -> str:
+    return f"c{uuid.uuid4().hex[:12]}"
+
+
+def seg(run_id: str, index: int) -> str:
+    return spec.segment_job_name(run_id, index)
+
+
+def end_segment(aws, run_kit, run_id: str, index: int, status: str = "Completed", **fields: Any) -> dict[str, Any]:
+    """Run segment ``index`` and end it with ``status``; returns its state-change event."""
+    aws.set_job_status(seg(run_id, index), "InProgress")
+    aws.set_job_status(seg(run_id, index), status, **fields)
+    return run_kit.event(seg(run_id, index))
+
+
+def start_run(submit, run_kit, run_id: str, **run: Any) -> None:
+    answer = submit(run_kit.request(run_id, **run))
+    assert answer["status"] == "submitted", answer
+
+
+def decision(answer: dict[str, Any]) -> str:
+    assert answer["status"] == "decided", answer
+    return answer["decision"]["decision"]
+
+
+def test_capacity_end_below_max_steps_continues_exactly_once(aws, submit, run_kit, config):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 40)
+    event = end_segment(aws, run_kit, run_id, 1)
+    first = run_kit.handle(event)
+    assert decision(first) == spec.CONTINUE
+    record = first["decision"]
+    assert record["newest_step"] == 40 and record["next_training_job_name"] == seg(run_id, 2)
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+    job = aws.describe_training_job(seg(run_id, 2))
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{config.checkpoint_bucket}/run-checkpoints/{run_id}/"
+
+    assert decision(run_kit.handle(event)) == spec.STALE_EVENT  # the same event twice
+    aws.set_job_status(seg(run_id, 2), "InProgress")
+    assert decision(run_kit.handle(run_kit.event(seg(run_id, 2)))) == spec.STALE_EVENT  # still running
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_concurrent_events_start_one_segment(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    event = end_segment(aws, run_kit, run_id, 1)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda _: run_kit.handle(json.loads(json.dumps(event))), range(4)))
+    decisions = sorted(decision(a) for a in answers)
+    assert decisions.count(spec.CONTINUE) >= 1
+    assert set(decisions) <= {spec.CONTINUE, spec.STALE_EVENT}
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_an_older_segments_late_event_is_stale(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    event = end_segment(aws, run_kit, run_id, 1)
+    assert decision(run_kit.handle(event)) == spec.CONTINUE
+    run_kit.checkpoint(run_id, 60)
+    assert decision(run_kit.handle(end_segment(aws, run_kit, run_id, 2))) == spec.CONTINUE
+    late = run_kit.handle(event)  # segment 1's event again, after segment 3 exists
+    assert decision(late) == spec.STALE_EVENT and "not the run's newest" in late["decision"]["reason"]
+    assert run_kit.jobs(run_id) == [seg(run_id, i) for i in (1, 2, 3)]
+
+
+def test_reaching_max_steps_finishes(aws, submit, run_kit, runtime, clients, config):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 100)
+    answer = run_kit.handle(end_segment(aws, run_kit, run_id, 1))
+    assert decision(answer) == spec.FINISHED
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)["run"]
+    assert view["state"] == spec.FINISHED and view["stopped_by"] == spec.FINISHED
+
+
+def test_a_code_failure_is_not_retried(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 20)
+    event = end_segment(
+        aws, run_kit, run_id, 1, "Failed", failure_reason="AlgorithmError: ZeroDivisionError at step 21"
+    )
+    answer = run_kit.handle(event)
+    assert decision(answer) == spec.FAILED and "ZeroDivisionError" in answer["decision"]["reason"]
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+
+
+def test_a_capacity_failure_continues_without_progress(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    event = end_segment(
+        aws, run_kit, run_id, 1, "Failed", failure_reason="InsufficientCapacityError: pending for capacity 2 days"
+    )
+    assert decision(run_kit.handle(event)) == spec.CONTINUE
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_a_stopped_run_is_stopped(aws, submit, run_kit, runtime, clients, config):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    aws.set_job_status(seg(run_id, 1), "InProgress")
+    run_kit.checkpoint(run_id, 15)
+    stopping = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
+    assert stopping["status"] == "stopping" and stopping["changed"] is True
+    aws.set_job_status(seg(run_id, 1), "Stopped")
+    answer = run_kit.handle(run_kit.event(seg(run_id, 1)))
+    assert decision(answer) == spec.STOPPED and "stop requested" in answer["decision"]["reason"]
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    again = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
+    assert again == {"status": "stopped", "run_id": run_id, "changed": False, "state": spec.STOPPED}
+
+
+def test_no_progress_ends_the_run(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 50)
+    assert decision(run_kit.handle(end_segment(aws, run_kit, run_id, 1))) == spec.CONTINUE
+    answer = run_kit.handle(end_segment(aws, run_kit, run_id, 2))  # no newer checkpoint
+    assert decision(answer) == spec.NO_PROGRESS
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+@pytest.mark.parametrize(
+    ("run", "now", "expected"),
+    [
+        ({"max_segments": 1}, None, spec.BUDGET_SEGMENTS),
+        ({"deadline": "2099-01-01T00:00:00Z"}, datetime(2099, 1, 2, tzinfo=UTC), spec.BUDGET_DEADLINE),
+        ({"max_instance_hours": 1e-9}, None, spec.BUDGET_INSTANCE_HOURS),
+    ],
+)
+def test_budget_exhausted(aws, submit, run_kit, run, now, expected):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id, **run)
+    run_kit.checkpoint(run_id, 10)
+    event = end_segment(aws, run_kit, run_id, 1)
+    assert decision(run_kit.handle(event, now=now)) == expected
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+
+
+def test_checkpoints_without_marker_or_with_a_foreign_state_are_ignored(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    run_kit.checkpoint(run_id, 100, complete=False)  # cut short: no .complete
+    run_kit.checkpoint(run_id, 90, state={"step": 7})  # copied from elsewhere
+    run_kit.checkpoint(run_id, 80, state=b'{"step": 8')  # damaged
+    answer = run_kit.handle(end_segment(aws, run_kit, run_id, 1))
+    assert decision(answer) == spec.CONTINUE
+    record = answer["decision"]
+    assert record["newest_step"] == 30
+    assert [s.split(":")[0] for s in record["skipped_checkpoints"]] == ["step-90", "step-80"]
+
+
+def test_an_event_of_a_job_that_is_no_run_segment_is_ignored(aws, submit, run_kit, make_request):
+    plain = submit(make_request())
+    aws.set_job_status(plain["training_job_name"], "Completed")
+    assert run_kit.handle(run_kit.event(plain["training_job_name"]))["status"] == "ignored"
+    assert run_kit.handle({"source": "aws.sagemaker", "detail-type": "Something else"})["status"] == "ignored"
+
+
+P5_RUN = {
+    "TrainingPlanName": "p5-run-a", "Status": "Active", "InstanceType": "ml.p5.48xlarge",
+    "TotalInstanceCount": 3, "StartTime": "now-1d", "EndTime": "now+10d",
+}  # fmt: skip
+
+
+def set_plans(aws, clients, plans) -> None:
+    """Replace the emulator's plans, and forget the SSM list the warm clients cached (60 s)."""
+    aws.set_plans(plans)
+    clients.parameters.clear_cache()
+
+
+def test_waiting_for_capacity_then_the_tick_submits(aws, submit, run_kit, clients):
+    """Segment 2 finds no plan with 3 x p5 (waiting); the tick retries, and starts it once a plan appears."""
+    run_id = new_run_id()
+    body = run_kit.request(run_id)
+    body.update(instance_type="ml.p5.48xlarge", instance_count=3)
+    body["hyperparameters"] = {**body["hyperparameters"], "precision": "bf16"}
+    try:
+        set_plans(aws, clients, [*PLANS, P5_RUN])
+        assert submit(body)["status"] == "submitted"
+        run_kit.checkpoint(run_id, 25)
+        aws.set_job_status(seg(run_id, 1), "InProgress")
+        aws.set_job_status(seg(run_id, 1), "Completed")
+        set_plans(aws, clients, PLANS)  # the block is gone
+        waiting = run_kit.handle(run_kit.event(seg(run_id, 1)))
+        assert decision(waiting) == spec.WAITING_FOR_CAPACITY and "NoCapacity" in waiting["decision"]["reason"]
+        assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+        tick = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+        later = datetime.now(UTC) + timedelta(minutes=10)
+        still = run_kit.handle(tick, now=later)
+        mine = [d for d in still["decisions"] if d["run_id"] == run_id]
+        assert [d["decision"] for d in mine] == [spec.WAITING_FOR_CAPACITY]
+        assert still["longest_wait_s"] >= 600
+        set_plans(aws, clients, [*PLANS, {**P5_RUN, "TrainingPlanName": "p5-run-b"}])
+        started = run_kit.handle(tick)
+        mine = [d for d in started["decisions"] if d["run_id"] == run_id]
+        assert [d["decision"] for d in mine] == [spec.CONTINUE]
+        assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+        assert all(d["run_id"] != run_id for d in run_kit.handle(tick)["decisions"])  # no longer waiting
+    finally:
+        aws.complete_active_jobs()
+        set_plans(aws, clients, PLANS)
+
+
+def test_stopping_a_waiting_run_ends_it(aws, submit, run_kit, runtime, clients, config):
+    run_id = new_run_id()
+    body = run_kit.request(run_id)
+    body.update(instance_type="ml.p5.48xlarge", instance_count=3)
+    body["hyperparameters"] = {**body["hyperparameters"], "precision": "bf16"}
+    try:
+        set_plans(aws, clients, [*PLANS, P5_RUN])
+        assert submit(body)["status"] == "submitted"
+        run_kit.checkpoint(run_id, 25)
+        aws.set_job_status(seg(run_id, 1), "InProgress")
+        aws.set_job_status(seg(run_id, 1), "Completed")
+        set_plans(aws, clients, PLANS)
+        assert decision(run_kit.handle(run_kit.event(seg(run_id, 1)))) == spec.WAITING_FOR_CAPACITY
+        stopped = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
+        assert stopped["status"] == "stopped" and stopped["changed"] is True
+        view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)
+        assert view["run"]["state"] == spec.STOPPED
+        tick = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+        assert all(d["run_id"] != run_id for d in run_kit.handle(tick)["decisions"])
+    finally:
+        set_plans(aws, clients, PLANS)
+
+
+def test_a_run_view_shows_segments_steps_tokens_and_idle_gaps(aws, submit, run_kit, runtime, clients, config):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 40)
+    assert decision(run_kit.handle(end_segment(aws, run_kit, run_id, 1))) == spec.CONTINUE
+    run_kit.checkpoint(run_id, 100)
+    assert decision(run_kit.handle(end_segment(aws, run_kit, run_id, 2))) == spec.FINISHED
+    view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)["run"]
+    assert view["state"] == spec.FINISHED and view["newest_complete_step"] == 100
+    first, second = view["segments"]
+    assert (first["first_step"], first["last_step"], first["tokens"]) == (1, 40, 40 * 8 * 2048)
+    assert (second["first_step"], second["last_step"], second["tokens"]) == (41, 100, 60 * 8 * 2048)
+    assert first["decision"]["decision"] == spec.CONTINUE and second["decision"]["decision"] == spec.FINISHED
+    assert len(view["idle_gaps_s"]) == 1 and view["idle_gaps_s"][0] >= 0
+
+
+def test_a_continue_whose_submission_failed_is_finished_by_the_retried_event(aws, submit, run_kit):
+    """The decision is recorded before the next segment is submitted: when that submission dies (here a
+    persistent SageMaker fault), EventBridge's retry of the event finishes it, once."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 20)
+    event = end_segment(aws, run_kit, run_id, 1)
+    aws.inject_fault("CreateTrainingJob", "InternalFailure", count=-1, status=500)
+    with pytest.raises(ClientError, match="InternalFailure"):
+        run_kit.handle(event)
+    aws.clear_faults()
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    retried = run_kit.handle(event)
+    assert decision(retried) == spec.CONTINUE and retried["decision"]["newest_step"] == 20
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+    assert decision(run_kit.handle(event)) == spec.STALE_EVENT
+
+
+def test_a_run_stopped_between_segments_starts_none(aws, submit, run_kit, runtime, clients, config):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 20)
+    event = end_segment(aws, run_kit, run_id, 1)
+    stopped = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
+    assert stopped["status"] == "stopped" and stopped["changed"] is True
+    assert decision(run_kit.handle(event)) == spec.STALE_EVENT  # the run ended with the stop
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]

@@ -1,0 +1,192 @@
+"""Runs through the submission path and the job API: segment 1, run.json, replays and conflicts,
+the run's capacity rule, ``describe`` / ``list_runs`` / ``stop`` with ``run_id``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from platform_spec import runs as spec
+from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, STOP_MARGIN_S
+from platform_spec.runs import DEFAULT_MIN_SEGMENT_MINUTES
+
+pytestmark = pytest.mark.xdist_group("submitter")
+
+
+def new_run_id() -> str:
+    return f"r{uuid.uuid4().hex[:12]}"
+
+
+def test_a_run_creates_segment_1_on_the_run_prefix_with_its_tags(aws, submit, run_kit, config, clients):
+    run_id = new_run_id()
+    answer = submit(run_kit.request(run_id, max_segments=4))
+    assert answer["status"] == "submitted", answer
+    name = spec.segment_job_name(run_id, 1)
+    assert answer["training_job_name"] == name and answer["replayed"] is False
+    assert answer["run"] == {
+        "run_id": run_id,
+        "segment": 1,
+        "checkpoint_s3_uri": f"s3://{config.checkpoint_bucket}/run-checkpoints/{run_id}/",
+    }
+    job = aws.describe_training_job(name)
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{config.checkpoint_bucket}/run-checkpoints/{run_id}/"
+    tags = {t["Key"]: t["Value"] for t in aws.client("sagemaker").list_tags(ResourceArn=job["TrainingJobArn"])["Tags"]}
+    assert tags[spec.TAG_RUN_ID] == run_id and tags[spec.TAG_RUN_SEGMENT] == "1"
+    stored = json.loads(
+        aws.client("s3").get_object(Bucket=config.output_bucket, Key=f"submitter/runs/{run_id}/run.json")["Body"].read()
+    )
+    assert stored["request"]["run"] == {"run_id": run_id, "max_segments": 4}
+    assert stored["max_steps"] == 100 and stored["budget"] == {"run_id": run_id, "max_segments": 4}
+
+
+def test_a_retry_of_the_first_submission_replays_and_another_request_is_a_conflict(submit, run_kit, aws):
+    run_id = new_run_id()
+    first = submit(run_kit.request(run_id))
+    again = submit(run_kit.request(run_id))
+    assert again["status"] == "submitted" and again["replayed"] is True
+    assert again["training_job_arn"] == first["training_job_arn"]
+    other = run_kit.request(run_id)
+    other["hyperparameters"]["batch_size"] = 4
+    refused = submit(other)
+    assert refused["status"] == "rejected"
+    assert refused["error"]["code"] == "Conflict" and refused["error"]["field"] == "run.run_id"
+    budget = submit(run_kit.request(run_id, max_segments=2))  # the budget is part of the request
+    assert budget["error"]["code"] == "Conflict" and budget["error"]["field"] == "run.run_id"
+    assert run_kit.jobs(run_id) == [spec.segment_job_name(run_id, 1)]
+
+
+def test_concurrent_first_submissions_make_one_run(submit, run_kit):
+    import concurrent.futures
+
+    run_id = new_run_id()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda _: submit(run_kit.request(run_id)), range(4)))
+    assert {a["status"] for a in answers} == {"submitted"}
+    assert sum(not a["replayed"] for a in answers) == 1
+    assert run_kit.jobs(run_id) == [spec.segment_job_name(run_id, 1)]
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"job_name": "mine"}, "job_name"),
+        ({"client_token": "tok-1"}, "client_token"),
+        ({"run": {"run_id": "Bad_Id"}}, "run.run_id"),
+        ({"run": {"run_id": "ok", "deadline": "2020-01-01T00:00:00Z"}}, "run.deadline"),
+    ],
+)
+def test_bad_run_requests_are_refused_and_create_nothing(submit, run_kit, aws, config, extra, field):
+    run_id = new_run_id()
+    body = {**run_kit.request(run_id), **extra}
+    answer = submit(body)
+    assert answer["status"] == "rejected" and answer["error"]["code"] == "InvalidRequest", answer
+    assert answer["error"]["field"] == field
+    assert run_kit.jobs(run_id) == [] and run_kit.jobs("ok") == []
+    listed = aws.client("s3").list_objects_v2(Bucket=config.output_bucket, Prefix=f"submitter/runs/{run_id}/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_a_dry_run_of_a_run_writes_nothing(submit, run_kit, aws, config):
+    run_id = new_run_id()
+    answer = submit({**run_kit.request(run_id), "dry_run": True})
+    assert answer["status"] == "validated", answer
+    params = answer["create_training_job"]
+    assert params["TrainingJobName"] == spec.segment_job_name(run_id, 1)
+    assert params["CheckpointConfig"]["S3Uri"].endswith(f"/run-checkpoints/{run_id}/")
+    listed = aws.client("s3").list_objects_v2(Bucket=config.output_bucket, Prefix=f"submitter/runs/{run_id}/")
+    assert listed.get("KeyCount", 0) == 0 and run_kit.jobs(run_id) == []
+
+
+def test_a_run_may_use_a_block_shorter_than_its_runtime(submit, run_kit, make_request):
+    """b200-short ends in 3 h: too short for a 24 h job, but a run's segment ends at the block's end."""
+    plain = submit(make_request())
+    assert plain["capacity"]["training_plan_arn"].endswith("/b200-soon"), plain["capacity"]
+    run = submit(run_kit.request(new_run_id()))
+    assert run["capacity"]["training_plan_arn"].endswith("/b200-short"), run["capacity"]
+    assert "the run continues" in run["capacity"]["reason"]
+
+
+def test_a_block_must_leave_the_stop_margin_and_the_runs_least_segment_time(runtime, local_config, run_kit):
+    request = runtime.request.parse_request(run_kit.request("r1"), local_config)
+    now = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/edge"
+
+    def plan(room_s: float) -> dict:
+        end = now + timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S + room_s)
+        block = {
+            "ReservedCapacityArn": "arn:aws:sagemaker:us-east-1:123456789012:reserved-capacity/rc-edge",
+            "InstanceType": "ml.p6-b200.48xlarge", "TotalInstanceCount": 2, "Status": "Active",
+            "StartTime": now - timedelta(days=1), "EndTime": end,
+        }  # fmt: skip
+        return {
+            "TrainingPlanArn": arn, "Status": "Active", "TargetResources": ["training-job"],
+            "AvailableInstanceCount": 2, "StartTime": block["StartTime"], "EndTime": end,
+            "ReservedCapacitySummaries": [block],
+        }  # fmt: skip
+
+    least = STOP_MARGIN_S + DEFAULT_MIN_SEGMENT_MINUTES * 60
+    assert not runtime.capacity.judge_plan(arn, plan(least - 1), request, now).eligible
+    assert runtime.capacity.judge_plan(arn, plan(least), request, now).eligible
+    # the run's own min_segment_minutes moves the edge; the refusal names it
+    short = runtime.request.parse_request(run_kit.request("r1", min_segment_minutes=0.5), local_config)
+    assert runtime.capacity.judge_plan(arn, plan(STOP_MARGIN_S + 30), short, now).eligible
+    refused = runtime.capacity.judge_plan(arn, plan(STOP_MARGIN_S + 29), short, now)
+    assert not refused.eligible and "min_segment_minutes=0.5" in refused.reason
+    plain = runtime.request.parse_request({**run_kit.request("r1"), "run": None}, local_config)
+    assert not runtime.capacity.judge_plan(arn, plan(3600), plain, now).eligible
+
+
+def _act(runtime, clients, config, body):
+    return runtime.actions.dispatch(body, clients=clients, config=config)
+
+
+def test_describe_list_and_stop_a_run(aws, submit, run_kit, runtime, clients, config):
+    run_id = new_run_id()
+    submit(run_kit.request(run_id, max_segments=3))
+    name = spec.segment_job_name(run_id, 1)
+    aws.set_job_status(name, "InProgress")
+    run_kit.checkpoint(run_id, 10)
+    described = _act(runtime, clients, config, {"action": "describe", "run_id": run_id})
+    assert described["status"] == "described", described
+    view = described["run"]
+    assert view["state"] == "running" and view["max_steps"] == 100 and view["newest_complete_step"] == 10
+    assert view["tokens_done"] == 10 * 8 * 2048
+    [segment] = view["segments"]
+    assert segment["training_job_name"] == name and segment["capacity"]["type"] == "training-plan"
+    assert segment["first_step"] == 1 and segment["last_step"] == 10
+
+    listed = _act(runtime, clients, config, {"action": "list_runs", "max_results": 100})
+    pages, token = [listed], listed.get("next_token")
+    while token:
+        pages.append(_act(runtime, clients, config, {"action": "list_runs", "max_results": 100, "next_token": token}))
+        token = pages[-1].get("next_token")
+    mine = [r for p in pages for r in p["runs"] if r["run_id"] == run_id]
+    assert mine and mine[0]["state"] == "active"
+
+    stopped = _act(runtime, clients, config, {"action": "stop", "run_id": run_id})
+    assert stopped["status"] == "stopping" and stopped["changed"] is True
+    assert aws.describe_training_job(name)["TrainingJobStatus"] == "Stopping"
+    again = _act(runtime, clients, config, {"action": "stop", "run_id": run_id})
+    assert again["status"] == "stopping" and again["changed"] is False  # idempotent
+    missing = _act(runtime, clients, config, {"action": "describe", "run_id": new_run_id()})
+    assert missing["error"]["code"] == "NotFound" and missing["error"]["field"] == "run_id"
+
+
+def test_list_runs_pages_and_refuses_a_tampered_token(submit, run_kit, runtime, clients, config):
+    for _ in range(3):
+        submit(run_kit.request(new_run_id()))
+    first = _act(runtime, clients, config, {"action": "list_runs", "max_results": 2})
+    assert len(first["runs"]) == 2 and first["next_token"]
+    second = _act(
+        runtime, clients, config, {"action": "list_runs", "max_results": 2, "next_token": first["next_token"]}
+    )
+    assert {r["run_id"] for r in second["runs"]}.isdisjoint({r["run_id"] for r in first["runs"]})
+    bad = _act(runtime, clients, config, {"action": "list_runs", "max_results": 0})
+    assert bad["error"]["field"] == "max_results"
+    tampered = _act(runtime, clients, config, {"action": "list_runs", "next_token": first["next_token"][:-3] + "xyz"})
+    assert tampered["status"] == "rejected" and tampered["error"]["field"] == "next_token", tampered
+    foreign = _act(runtime, clients, config, {"action": "list_runs", "next_token": "not-a-token"})
+    assert foreign["status"] == "rejected" and foreign["error"]["field"] == "next_token", foreign

@@ -1,0 +1,99 @@
+"""``trainctl runs``: the job API's run actions sent in-process (``--local``) against the emulator, drawn as
+tables; the answers come from the real run store and the continuation (tests/submitter/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from platform_spec import runs as spec
+from trainctl.cli import main
+from trainctl.runs import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, run_blocks, run_request
+
+pytestmark = pytest.mark.xdist_group("submitter")
+
+
+@pytest.fixture
+def local_env(env, monkeypatch):
+    """The process environment of ``trainctl runs --local`` after ``source``-ing the emulator's env file."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def two_segment_run(aws, submit, run_kit) -> str:
+    """A run whose segment 1 ended with its capacity at step 40 and whose segment 2 the continuation started."""
+    run_id = f"r{uuid.uuid4().hex[:12]}"
+    assert submit(run_kit.request(run_id, max_segments=3))["status"] == "submitted"
+    run_kit.checkpoint(run_id, 40)
+    first = spec.segment_job_name(run_id, 1)
+    aws.set_job_status(first, "InProgress")
+    aws.set_job_status(first, "Completed")
+    assert run_kit.handle(run_kit.event(first))["decision"]["decision"] == spec.CONTINUE
+    return run_id
+
+
+def test_a_run_shows_both_segments_their_capacity_and_what_ended_the_first(aws, submit, run_kit, local_env, capsys):
+    run_id = two_segment_run(aws, submit, run_kit)
+    assert main(["runs", run_id, "--local"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert spec.segment_job_name(run_id, 1) in out and spec.segment_job_name(run_id, 2) in out
+    assert "continue" in out and "training-plan" in out
+    assert "state: running" in out
+    assert "steps: 40 of 100" in out
+
+    assert main(["runs", run_id, "--local", "--json"]) == EXIT_OK
+    view = json.loads(capsys.readouterr().out)["run"]
+    assert [s["index"] for s in view["segments"]] == [1, 2]
+    assert view["segments"][0]["last_step"] == 40
+
+
+def test_the_listing_names_the_run_and_a_stop_is_idempotent(aws, submit, run_kit, local_env, capsys):
+    run_id = two_segment_run(aws, submit, run_kit)
+    assert main(["runs", "--local", "--max-results", "100"]) == EXIT_OK
+    assert run_id in capsys.readouterr().out
+
+    assert main(["runs", run_id, "--local", "--stop"]) == EXIT_OK
+    first = json.loads(capsys.readouterr().out)
+    assert first["changed"] is True and first["status"] == "stopping"
+    aws.set_job_status(spec.segment_job_name(run_id, 2), "Stopped")
+    assert main(["runs", run_id, "--local", "--stop"]) == EXIT_OK
+    again = json.loads(capsys.readouterr().out)
+    assert again["run_id"] == run_id and again["status"] in ("stopping", "stopped")
+
+
+def test_an_unknown_run_is_refused_with_the_job_apis_answer(local_env, capsys):
+    assert main(["runs", "no-such-run-0", "--local"]) == EXIT_REFUSED
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["status"] == "rejected" and answer["error"]["field"] == "run_id"
+
+
+def test_without_a_submitter_it_says_which_flag_is_missing(capsys, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    assert main(["runs", "--local"]) == EXIT_FAILED
+    assert "AWS_ENDPOINT_URL" in capsys.readouterr().err
+
+
+def test_the_requests_it_sends():
+    assert run_request(None) == {"action": "list_runs"}
+    assert run_request("r1", stop=True) == {"action": "stop", "run_id": "r1"}
+    with pytest.raises(ValueError, match="RUN_ID"):
+        run_request(None, stop=True)
+
+
+def test_idle_gaps_sit_before_the_segment_they_precede():
+    view = {
+        "run_id": "r1", "state": "finished", "max_steps": 10, "newest_complete_step": 10, "tokens_done": 100,
+        "idle_gaps_s": [90.0],
+        "segments": [
+            {"index": 1, "training_job_name": "r1-seg-001", "status": "Completed", "capacity": {"type": "spot"},
+             "first_step": 1, "last_step": 4},
+            {"index": 2, "training_job_name": "r1-seg-002", "status": "Completed", "capacity": {"type": "spot"},
+             "first_step": 5, "last_step": 10},
+        ],
+    }  # fmt: skip
+    _, table = run_blocks(view)
+    idle = [c.header for c in table.columns].index("idle before")
+    assert [cells[idle] for cells, _ in table.rows] == ["-", "90 s"]

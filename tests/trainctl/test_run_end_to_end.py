@@ -1,0 +1,111 @@
+"""A run end to end, as other services and `trainctl runs` see it, with every part real but AWS: the emulator
+executes each segment through the trainer's container entry point on this CPU and sends every job state-change
+event to the continuation function's handler (as the stack's EventBridge rule invokes it).
+
+Segment 1 runs on a plan whose capacity block ends ~25 s into training: the trainer checkpoints and stops
+itself, the job is ``Completed`` below ``max_steps``, and the continuation judges that from the checkpoint
+in S3 and submits segment 2, on the other plan (what is left of the first block is too short), which resumes
+from segment 1's checkpoint. The run is then stopped through the job API: segment 2 gets SIGTERM, saves,
+ends ``Stopped``, and the run ends ``stopped`` with no third segment. ``max_steps`` is out of reach, so the
+test does not depend on this machine's speed (``make demo`` shows a run that finishes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from platform_spec.metric_lines import parse_line
+from platform_spec.runs import segment_job_name
+from trainctl import demo
+from trainctl.local_aws import LocalAws
+from trainctl.runs import show_runs
+from trainctl.submitter_client import submit_local
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainctl-run-end-to-end")]
+
+RUN_ID = "e2e-run"
+STEPS = 1_000_000  # never reached: the run ends because it is stopped
+
+
+def _wait(predicate: Any, what: str, timeout: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout:g} s: {what}")
+
+
+def _steps_logged(aws: LocalAws, job: str) -> list[int]:
+    log = aws.job_dir(job).parent / "job.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [int(v["step"]) for v in map(parse_line, lines) if v and "step" in v and "loss" in v]
+
+
+def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(demo, "RUN_FIRST_BLOCK_TRAINING_S", 25)
+    hyperparameters = {**demo.RUN_HYPERPARAMETERS, "max_steps": STEPS, "checkpoint_interval": 1000, "log_interval": 1}
+    request = {
+        "instance_type": "ml.p6-b200.48xlarge",
+        "capacity": "training-plan",
+        "hyperparameters": {**hyperparameters, "synthetic_data": True},
+        "max_runtime_hours": 1,
+        "run": {"run_id": RUN_ID, "max_segments": 3, "min_segment_minutes": demo.RUN_MIN_SEGMENT_MINUTES},
+    }
+    first, second = segment_job_name(RUN_ID, 1), segment_job_name(RUN_ID, 2)
+    with LocalAws(plans=demo._run_plans(), run_jobs=True, event_targets=[demo.RUN_CONTINUATION]) as aws:
+        for key, value in aws.env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("COLUMNS", "200")  # rich's width off a terminal: the job names in full
+        answer = submit_local(request, aws.env)
+        assert answer["status"] == "submitted" and answer["training_job_name"] == first, answer
+        assert answer["capacity"]["training_plan_arn"].endswith("/p6-b200-ending")
+
+        # segment 1 ends with its block: Completed below max_steps, with a checkpoint the trainer saved
+        ended = aws.wait_for_job(first, timeout=180)
+        assert ended["TrainingJobStatus"] == "Completed", ended.get("FailureReason")
+        stopped_at = _steps_logged(aws, first)[-1]
+        assert 0 < stopped_at < STEPS
+
+        # the continuation (an event target) started segment 2 on the other plan; it resumes from S3
+        _wait(lambda: _steps_logged(aws, second) if aws.job_dir(second).parent.exists() else None, "segment 2 trains")
+        job = aws.describe_training_job(second)
+        assert job["ResourceConfig"]["TrainingPlanArn"].endswith("/p6-b200-next")
+        assert job["CheckpointConfig"]["S3Uri"] == aws.describe_training_job(first)["CheckpointConfig"]["S3Uri"]
+        assert _steps_logged(aws, second)[0] == stopped_at + 1
+
+        # metrics from the MetricDefinitions, and the events the rule would deliver
+        assert {m["MetricName"] for m in ended["FinalMetricDataList"]} >= {"train:loss"}
+        delivered = [e for e in aws.events(first) if e["status"] == "Completed"]
+        assert delivered and all(d["status"] == "delivered" for e in delivered for d in e["deliveries"])
+
+        # stopped through the job API, as `trainctl runs RUN_ID --stop` does: SIGTERM, a checkpoint, no segment 3
+        assert show_runs(RUN_ID, local=True, stop=True) == 0
+        stop = json.loads(capsys.readouterr().out)
+        assert (stop["status"], stop["changed"], stop["training_job_name"]) == ("stopping", True, second)
+        assert aws.wait_for_job(second, timeout=180)["TrainingJobStatus"] == "Stopped"
+        view = _wait(
+            lambda: (
+                (v := submit_local({"action": "describe", "run_id": RUN_ID}, aws.env)["run"])["state"] == "stopped"
+                and v
+            ),
+            "the run is decided stopped",
+            timeout=60,
+        )
+        assert [s["training_job_name"] for s in view["segments"]] == [first, second]
+        assert view["segments"][0]["decision"]["decision"] == "continue"
+        assert view["segments"][1]["decision"]["decision"] == "stopped"
+        assert view["newest_complete_step"] > stopped_at  # segment 2's SIGTERM checkpoint reached S3
+        assert view["segments"][1]["first_step"] == stopped_at + 1
+
+        assert show_runs(RUN_ID, local=True) == 0
+        shown = capsys.readouterr().out
+        assert first in shown and second in shown and "stopped" in shown

@@ -1,0 +1,909 @@
+"""The ``trainctl local-aws`` emulator's job runner and event bus: accepted training jobs really train.
+
+With execution on (``trainctl local-aws --run-jobs``, ``LocalAws(run_jobs=True)``, or the admin
+endpoint ``PUT /_local-aws/run-jobs``), every training job the emulator accepts runs on this
+machine's CPU through the trainer's container entry point (``python -m training.entrypoint
+train``, started by :func:`training.local.start_local`), the code path of a SageMaker job:
+
+* **Layout** (:meth:`JobRunner.lay_out`): ``<state dir>/training-jobs/<job>/opt_ml`` is the job's
+  ``/opt/ml`` (``SAGEMAKER_BASE_DIR``), written by :func:`training.local.prepare_base_dir`:
+  ``hyperparameters.json`` from ``HyperParameters`` (strings, as SageMaker writes them),
+  ``resourceconfig.json`` with one host ``algo-1`` (one node: ``InstanceCount`` above 1 runs as
+  one node, said in the job's log) and *no* ``current_instance_type``: the instance's GPUs are not
+  emulated, so the trainer's GPU check (:func:`training.environment.check_gpus_visible`) has no
+  instance type to hold this CPU host to, and the precision check still refuses a GPU-only
+  precision (such a job fails with the trainer's reason, as a job whose GPUs were missing would);
+  ``inputdataconfig.json`` naming every channel; each ``S3Prefix`` channel downloaded from the
+  emulated S3 into ``input/data/<channel>/`` (keys relative to the prefix; ``ManifestFile``,
+  ``AugmentedManifestFile`` and ``Pipe`` mode fail the job with ``ClientError``; ``FastFile`` is
+  downloaded as ``File``).
+* **Environment**: the job's ``Environment``, plus
+  :data:`platform_spec.capacity.CAPACITY_BLOCK_ENV` (the current block's ``EndTime`` in epoch
+  milliseconds) for a job on a training plan, and ``TRAINER_NPROC_PER_NODE`` (the runner's
+  ``processes``, default 1: this describes the machine, so it overrides the job's).
+* **Checkpoints** (:class:`CheckpointSync`), as SageMaker documents it ("Enable checkpointing",
+  "Resume training from a checkpoint",
+  https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html): everything under
+  ``CheckpointConfig.S3Uri`` is downloaded to ``LocalPath`` (default ``/opt/ml/checkpoints``,
+  which must lie under ``/opt/ml``) before the entry point starts; while it runs, new and changed
+  files are uploaded every :data:`CHECKPOINT_SYNC_INTERVAL_S` seconds (oldest change first, so a
+  checkpoint's ``.complete`` marker, written last, follows its shards), and once more after it
+  exits. Not emulated: deletions (a file the trainer removes stays in S3; the emulator never
+  deletes from S3) and S3 directory buckets.
+* **Statuses**: ``InProgress`` (``Pending`` while the plan's block has not started, then
+  ``Starting`` -> ``Downloading`` (``TrainingStartTime``) -> ``Training`` -> ``Uploading``) ->
+  ``Completed`` (exit 0), ``Failed`` (``FailureReason`` ``AlgorithmError: <output/failure>``) or,
+  after a stop, ``Stopping`` -> ``Stopped``; ``TrainingEndTime``, ``BillableTimeInSeconds``.
+  ``StopTrainingJob`` sends SIGTERM to the entry point (which relays it to the workers) and
+  SIGKILL to its process tree :data:`STOP_GRACE_S` seconds later ("SageMaker sends the algorithm
+  the SIGTERM signal, which delays job termination for 120 seconds", ``StopTrainingJob``'s API
+  reference). ``StoppingCondition.MaxRuntimeInSeconds`` past (counted from
+  ``TrainingStartTime``) stops the job the same way, ending ``Stopped`` with secondary status
+  ``MaxRuntimeExceeded``. A plan job still running at its block's reclaim point (``EndTime -``
+  :data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S`) is stopped the same way and ends
+  ``Stopped`` with secondary status ``Interrupted`` (the documentation says only that SageMaker
+  "begins terminating" the instances then; the emulator's choice of status is its own). A trainer
+  that stops itself before the reclaim point exits 0 and the job is ``Completed``, as on SageMaker.
+* **Logs and metrics**: each output line goes to CloudWatch Logs (group
+  ``/aws/sagemaker/TrainingJobs``, stream ``<job>/algo-1-<creation epoch>``) and, matched with the
+  job's ``MetricDefinitions``, to CloudWatch (namespace ``/aws/sagemaker/TrainingJobs``,
+  dimension ``TrainingJobName``), timestamped when the line was read; ``FinalMetricDataList``
+  holds the last value of each metric. Published every :data:`LOG_FLUSH_INTERVAL_S` seconds.
+* **Model**: ``/opt/ml/model`` and ``/opt/ml/output/data`` are uploaded as ``model.tar.gz`` and
+  ``output.tar.gz`` under ``S3OutputPath/<job>/output/``.
+
+Not emulated: containers and images (every job runs this checkout's trainer, whatever its
+``TrainingImage``), more than one node, GPUs, ``RetryStrategy``, spot interruptions and
+``MaxWaitTimeInSeconds``, the 2-day pending limit, warm pools, ``VpcConfig``, billing beyond
+``BillableTimeInSeconds``. A job driven by hand (``set_job_status``) to a terminal status while
+it runs has its process tree killed.
+
+Events (:class:`EventBus`): every status change of every job (executed or driven by hand) emits a
+``SageMaker Training Job State Change`` event (``source: aws.sagemaker``; ``detail`` =
+``DescribeTrainingJob``'s answer plus ``Tags`` as a map, timestamps in epoch milliseconds as
+SageMaker's events carry them) to moto's EventBridge default bus (``PutEvents``) and to each
+in-process target (``--event-target module:function``, ``LocalAws(event_targets=[...])``),
+called like a Lambda function that an EventBridge rule invokes asynchronously: ``fn(event,
+context)`` in a worker thread of its own, with :data:`TARGET_ATTEMPTS` attempts when it raises
+(Lambda retries an asynchronous invocation's function error twice, "Asynchronous invocation",
+https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html; the emulator
+waits :data:`TARGET_RETRY_DELAYS_S` instead of Lambda's minutes). A target receives every event
+(a rule matching the source and detail type; filtering terminal statuses is the target's job, as
+the deployed rule does it). Each event and each delivery is recorded (``GET /_local-aws/events``);
+``POST /_local-aws/events/<id>/redeliver`` delivers a recorded event again (duplicate and
+out-of-order delivery, which EventBridge allows: "at least once", no ordering).
+
+Pure standard library plus boto3 (clients of the emulator's own endpoint); imported only by the
+emulator process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import io
+import json
+import shutil
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
+
+if TYPE_CHECKING:
+    from trainctl.local_aws import EmulatorApp
+    from trainctl.local_aws_sagemaker import JobRecord, SageMakerExtension
+
+EVENT_SOURCE = "aws.sagemaker"
+EVENT_DETAIL_TYPE = "SageMaker Training Job State Change"
+TARGET_ATTEMPTS = 3
+"""Attempts per event and target: Lambda's asynchronous invocation retries a function error twice."""
+TARGET_RETRY_DELAYS_S = (1.0, 2.0)
+"""Seconds before the 2nd and 3rd attempt (Lambda waits about 1 and 2 minutes; shortened here)."""
+TARGET_TIMEOUT_S = 300.0
+"""What ``context.get_remaining_time_in_millis()`` counts down from (no target is cut off)."""
+STOP_GRACE_S = 120.0
+"""SIGTERM to SIGKILL on a stop: ``StopTrainingJob``'s 120 seconds."""
+CHECKPOINT_SYNC_INTERVAL_S = 2.0
+"""Seconds between two uploads of new and changed checkpoint files while the job runs."""
+LOG_FLUSH_INTERVAL_S = 1.0
+"""Seconds between two publications of the job's new log lines and their metrics."""
+POLL_S = 0.2
+"""How often the runner looks at a running job (exit, stop request, deadlines)."""
+JOB_PROCESSES = 1
+"""Default ``TRAINER_NPROC_PER_NODE`` of an executed job (CPU processes)."""
+OPT_ML = "/opt/ml"
+
+
+class TargetError(ValueError):
+    """An ``--event-target`` that is not ``module:function`` naming a callable that can be imported."""
+
+
+def load_target(spec: str) -> Callable[[dict[str, Any], Any], Any]:
+    """The callable ``module:function`` names (``function`` may be dotted: ``module:Class.method``).
+
+    Raises:
+        TargetError: naming ``spec``: not ``module:function``, the module cannot be imported, or the
+            name is missing or not callable.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"--event-target {spec!r}: expected module:function (e.g. package.module:lambda_handler)")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # an import error of any kind, said in one line
+        raise TargetError(
+            f"--event-target {spec!r}: cannot import {module_name}: {type(exc).__name__}: {exc}"
+        ) from None
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise TargetError(f"--event-target {spec!r}: {module_name} has no {attr}")
+    if not callable(target):
+        raise TargetError(f"--event-target {spec!r}: {attr} is not callable")
+    return target
+
+
+@dataclass
+class LambdaContext:
+    """The ``context`` a target gets: what Lambda's Python context object offers."""
+
+    function_name: str
+    aws_request_id: str
+    invoked_function_arn: str
+    deadline: float
+    memory_limit_in_mb: int = 1024
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+def event_value(value: Any) -> Any:
+    """``value`` as an event carries it: datetimes as epoch milliseconds, containers copied."""
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, Mapping):
+        return {k: event_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [event_value(v) for v in value]
+    return value
+
+
+def state_change_event(detail: Mapping[str, Any], *, account: str, region: str, arn: str) -> dict[str, Any]:
+    """A ``SageMaker Training Job State Change`` event around ``detail`` (DescribeTrainingJob + Tags)."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": EVENT_DETAIL_TYPE,
+        "source": EVENT_SOURCE,
+        "account": account,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [arn],
+        "detail": event_value(detail),
+    }
+
+
+class EventBus:
+    """Emits state-change events to moto's default bus and to in-process targets; records deliveries.
+
+    Args:
+        put_events: ``fn(entries)`` -> PutEvents on the emulator's default bus.
+        targets: ``(name, callable)`` pairs.
+        retry_delays: seconds before each retry (its length + 1 attempts).
+    """
+
+    def __init__(
+        self,
+        put_events: Callable[[list[dict[str, Any]]], Any],
+        targets: Sequence[tuple[str, Callable[[dict[str, Any], Any], Any]]] = (),
+        *,
+        retry_delays: Sequence[float] = TARGET_RETRY_DELAYS_S,
+        account: str = "123456789012",
+        region: str = "us-east-1",
+    ) -> None:
+        self.put_events = put_events
+        self.targets = list(targets)
+        self.retry_delays = tuple(retry_delays)
+        self.account = account
+        self.region = region
+        self.lock = threading.Lock()
+        self.records: list[dict[str, Any]] = []
+        self._by_id: dict[str, dict[str, Any]] = {}
+        self._queue: list[dict[str, Any]] = []
+        self._wake = threading.Condition(self.lock)
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._dispatcher = threading.Thread(target=self._dispatch, name="local-aws-events", daemon=True)
+        self._dispatcher.start()
+
+    # emitting ---------------------------------------------------------------------------------
+
+    def emit(self, detail: Mapping[str, Any], *, arn: str) -> str:
+        """Queue one event (non-blocking; callers may hold the SageMaker state lock). Returns its id."""
+        event = state_change_event(detail, account=self.account, region=self.region, arn=arn)
+        record = {
+            "id": event["id"],
+            "job": detail.get("TrainingJobName"),
+            "status": detail.get("TrainingJobStatus"),
+            "secondary_status": detail.get("SecondaryStatus"),
+            "event": event,
+            "bus": {"status": "pending", "error": None},
+            "deliveries": [],
+        }
+        with self.lock:
+            self.records.append(record)
+            self._by_id[event["id"]] = record
+            self._queue.append(record)
+            self._wake.notify()
+        return event["id"]
+
+    def _dispatch(self) -> None:
+        while True:
+            with self.lock:
+                while not self._queue and not self._closed:
+                    self._wake.wait()
+                if self._closed and not self._queue:
+                    return
+                record = self._queue.pop(0)
+            self._put_on_bus(record)
+            for name, _ in self.targets:
+                self._start_delivery(record, name, redelivery=False)
+
+    def _put_on_bus(self, record: dict[str, Any]) -> None:
+        event = record["event"]
+        entry = {
+            "Source": event["source"],
+            "DetailType": event["detail-type"],
+            "Detail": json.dumps(event["detail"]),
+            "Resources": event["resources"],
+            "EventBusName": "default",
+        }
+        try:
+            answer = self.put_events([entry]) or {}
+            failed = int(answer.get("FailedEntryCount") or 0)
+            status, error = ("failed", json.dumps(answer.get("Entries"))) if failed else ("sent", None)
+        except Exception as exc:  # the bus is best effort: the targets still get the event
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            record["bus"] = {"status": status, "error": error}
+
+    # delivering -------------------------------------------------------------------------------
+
+    def _start_delivery(self, record: dict[str, Any], name: str, *, redelivery: bool) -> str:
+        delivery = {
+            "delivery_id": str(uuid.uuid4()),
+            "target": name,
+            "redelivery": redelivery,
+            "status": "pending",
+            "attempts": [],
+            "result": None,
+        }
+        with self.lock:
+            record["deliveries"].append(delivery)
+        function = dict(self.targets)[name]
+        thread = threading.Thread(
+            target=self._deliver, args=(record["event"], function, name, delivery), name=f"event-{name}", daemon=True
+        )
+        with self.lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return delivery["delivery_id"]
+
+    def _deliver(
+        self, event: dict[str, Any], function: Callable[..., Any], name: str, delivery: dict[str, Any]
+    ) -> None:
+        attempts = len(self.retry_delays) + 1
+        for attempt in range(attempts):
+            request_id = str(uuid.uuid4())
+            context = LambdaContext(
+                function_name=name.rsplit(":", 1)[-1],
+                aws_request_id=request_id,
+                invoked_function_arn=f"arn:aws:lambda:{self.region}:{self.account}:function:{name.rsplit(':', 1)[-1]}",
+                deadline=time.monotonic() + TARGET_TIMEOUT_S,
+            )
+            entry: dict[str, Any] = {"request_id": request_id, "started": time.time(), "error": None}
+            with self.lock:
+                delivery["attempts"].append(entry)
+                delivery["status"] = "running"
+            try:
+                result = function(copy.deepcopy(event), context)
+            except Exception as exc:
+                with self.lock:
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+                    entry["traceback"] = traceback.format_exc(limit=8)
+                if attempt + 1 < attempts:
+                    time.sleep(self.retry_delays[attempt])
+                    continue
+                with self.lock:
+                    delivery["status"] = "failed"
+                return
+            with self.lock:
+                delivery["status"] = "delivered"
+                delivery["result"] = json.loads(json.dumps(result, default=str))
+            return
+
+    def redeliver(self, event_id: str, targets: Iterable[str] | None = None) -> list[str]:
+        """Deliver a recorded event again to ``targets`` (default: every target); returns delivery ids.
+
+        Raises:
+            KeyError: no event ``event_id``, or a target name that is not configured.
+        """
+        with self.lock:
+            record = self._by_id[event_id]
+        names = list(targets) if targets is not None else [n for n, _ in self.targets]
+        known = {n for n, _ in self.targets}
+        for name in names:
+            if name not in known:
+                raise KeyError(f"event target {name!r} (configured: {', '.join(sorted(known)) or 'none'})")
+        return [self._start_delivery(record, name, redelivery=True) for name in names]
+
+    def snapshot(self, job: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded event (oldest first) with its deliveries; ``job`` keeps that job's only."""
+        with self.lock:
+            return [copy.deepcopy(r) for r in self.records if job is None or r["job"] == job]
+
+    def idle(self) -> bool:
+        """No event queued and no delivery pending or running."""
+        with self.lock:
+            return (
+                not self._queue
+                and all(d["status"] in ("delivered", "failed") for r in self.records for d in r["deliveries"])
+                and all(r["bus"]["status"] != "pending" for r in self.records)
+            )
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self.lock:
+            self._closed = True
+            self._wake.notify_all()
+        self._dispatcher.join(timeout=timeout)
+
+
+# --- checkpoints and S3 ----------------------------------------------------------------------
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key/prefix`` -> ``("bucket", "key/prefix")``.
+
+    Raises:
+        ValueError: not an ``s3://`` URI with a bucket.
+    """
+    if not uri.startswith("s3://"):
+        raise ValueError(f"{uri!r} is not an s3:// URI")
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"{uri!r} names no bucket")
+    return bucket, key
+
+
+def _safe_relative(rel: str, where: str) -> Path:
+    path = Path(rel)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ValueError(f"{where}: object key part {rel!r} would leave the local folder")
+    return path
+
+
+def download_prefix(s3: Any, uri: str, local: Path) -> int:
+    """Copy every object under ``uri`` into ``local`` (key relative to the prefix); returns the count.
+
+    Raises:
+        ValueError: a key that would land outside ``local``.
+        botocore.exceptions.ClientError: S3 refused (no such bucket...).
+    """
+    bucket, prefix = split_s3_uri(uri)
+    count = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents") or []:
+            key = item["Key"]
+            if key.endswith("/"):
+                continue
+            rel = key[len(prefix) :].lstrip("/") if prefix else key
+            if not rel:  # the prefix is the object's whole key
+                rel = key.rsplit("/", 1)[-1]
+            target = local / _safe_relative(rel, uri)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(target))
+            count += 1
+    return count
+
+
+class CheckpointSync:
+    """Uploads a local checkpoint folder's new and changed files to an S3 prefix (never deletes).
+
+    A file is uploaded when its ``(size, mtime_ns)`` differs from its last upload; files go
+    oldest change first, so a marker written after a checkpoint's shards follows them.
+    """
+
+    def __init__(self, s3: Any, uri: str, local: Path) -> None:
+        self.s3 = s3
+        self.bucket, prefix = split_s3_uri(uri)
+        self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+        self.local = local
+        self.uploaded: dict[str, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+
+    def download(self) -> int:
+        return download_prefix(self.s3, f"s3://{self.bucket}/{self.prefix}", self.local)
+
+    def mark_present(self) -> None:
+        """Treat the files now present (just downloaded) as already in S3."""
+        for path, stamp in self._files():
+            self.uploaded[path.relative_to(self.local).as_posix()] = stamp
+
+    def _files(self) -> list[tuple[Path, tuple[int, int]]]:
+        found = []
+        if not self.local.is_dir():
+            return found
+        for path in self.local.rglob("*"):
+            try:
+                if path.is_file() and not path.is_symlink():
+                    st = path.stat()
+                    found.append((path, (st.st_size, st.st_mtime_ns)))
+            except FileNotFoundError:  # removed by the trainer meanwhile (keep_checkpoints)
+                continue
+        found.sort(key=lambda item: (item[1][1], str(item[0])))
+        return found
+
+    def upload_changes(self) -> list[str]:
+        """Upload what is new or changed; returns the keys uploaded."""
+        done = []
+        with self.lock:
+            for path, stamp in self._files():
+                rel = path.relative_to(self.local).as_posix()
+                if self.uploaded.get(rel) == stamp:
+                    continue
+                try:
+                    data = path.read_bytes()
+                except FileNotFoundError:
+                    continue
+                key = self.prefix + rel
+                self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
+                self.uploaded[rel] = stamp
+                done.append(key)
+        return done
+
+
+def _tar_gz(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        if folder.is_dir():
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    tar.add(path, arcname=path.relative_to(folder).as_posix())
+    return buffer.getvalue()
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+
+@dataclass
+class Execution:
+    """One executed job: its folder, process, stop request and the lines read so far."""
+
+    name: str
+    base: Path
+    proc: subprocess.Popen[str] | None = None
+    stop_reason: str | None = None  # "StopTrainingJob" | "MaxRuntimeExceeded" | "Interrupted"
+    stop_sent: float | None = None
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    published: int = 0
+    final: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> (value, time)
+    thread: threading.Thread | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class JobFailure(Exception):
+    """The job fails with this ``FailureReason`` (already prefixed: ``ClientError: ...``)."""
+
+
+class JobRunner:
+    """Executes accepted training jobs (see the module docstring).
+
+    Args:
+        app: the emulator's WSGI app (its boto3 clients and :meth:`EmulatorApp.publish_logs`).
+        extension: the SageMaker state (:data:`trainctl.local_aws_sagemaker.EXTENSION`).
+        state_dir: where ``training-jobs/<job>/`` folders go.
+        enabled: execute newly created jobs (``False``: jobs stay as created, driven by hand).
+        processes: ``TRAINER_NPROC_PER_NODE`` of every job (1 or 2 on a small machine).
+    """
+
+    def __init__(
+        self,
+        app: EmulatorApp,
+        extension: SageMakerExtension,
+        state_dir: Path,
+        *,
+        enabled: bool = False,
+        processes: int = JOB_PROCESSES,
+        stop_grace_s: float = STOP_GRACE_S,
+        sync_interval_s: float = CHECKPOINT_SYNC_INTERVAL_S,
+    ) -> None:
+        if processes < 1:
+            raise ValueError(f"job processes: got {processes}; expected a positive integer")
+        self.app = app
+        self.extension = extension
+        self.state_dir = Path(state_dir)
+        self.enabled = enabled
+        self.processes = processes
+        self.stop_grace_s = stop_grace_s
+        self.sync_interval_s = sync_interval_s
+        self.executions: dict[str, Execution] = {}
+        self.lock = threading.Lock()
+        self._closing = False
+
+    # hooks called by the SageMaker extension (under its lock: never block) ----------------------
+
+    def job_created(self, job: JobRecord) -> None:
+        if not self.enabled or self._closing:
+            return
+        base = self.state_dir / "training-jobs" / job.name / "opt_ml"
+        execution = Execution(job.name, base)
+        with self.lock:
+            self.executions[job.name] = execution
+        execution.thread = threading.Thread(
+            target=self._run, args=(job, execution), name=f"job-{job.name}", daemon=True
+        )
+        execution.thread.start()
+
+    def executes(self, name: str) -> bool:
+        with self.lock:
+            return name in self.executions
+
+    def stop_requested(self, name: str, reason: str = "StopTrainingJob") -> None:
+        """SIGTERM the job's entry point (or keep it from starting); SIGKILL follows after the grace."""
+        with self.lock:
+            execution = self.executions.get(name)
+        if execution is None:
+            return
+        self._signal_stop(execution, reason)
+
+    def _signal_stop(self, execution: Execution, reason: str) -> None:
+        with execution.lock:
+            if execution.stop_reason is None:
+                execution.stop_reason = reason
+            proc = execution.proc
+            if proc is not None and execution.stop_sent is None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                execution.stop_sent = time.monotonic()
+
+    def shutdown(self) -> None:
+        """Kill every running job's process tree (the emulator is going away; nothing waits for them)."""
+        from training.local import kill_tree
+
+        self._closing = True
+        with self.lock:
+            executions = list(self.executions.values())
+        for execution in executions:
+            proc = execution.proc
+            if proc is not None and proc.poll() is None:
+                kill_tree(proc.pid)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+
+    # the job's thread ------------------------------------------------------------------------
+
+    def _move(self, job: JobRecord, status: str, secondary: str | None, message: str, **fields: Any) -> bool:
+        """Move the job; False when it was ended by hand meanwhile (the runner then gives up)."""
+        from trainctl.local_aws_sagemaker import TERMINAL_STATUSES, TransitionError
+
+        with self.extension.lock:
+            if job.status in TERMINAL_STATUSES:
+                return False
+            if job.status == status and job.secondary == secondary and status != "InProgress":
+                return True
+            try:
+                self.extension.set_job_status(
+                    job.name, status, secondary_status=secondary, message=message, record=job, **fields
+                )
+            except TransitionError:
+                return False
+        return True
+
+    def _run(self, job: JobRecord, execution: Execution) -> None:
+        try:
+            self._execute(job, execution)
+        except JobFailure as exc:
+            self._end(job, execution, failure=str(exc))
+        except Exception as exc:  # an emulator bug: the job says so instead of hanging InProgress
+            traceback.print_exc()
+            self._end(job, execution, failure=f"InternalServerError: the emulator failed: {type(exc).__name__}: {exc}")
+        finally:
+            from training.local import kill_tree
+
+            if execution.proc is not None and execution.proc.poll() is None:
+                kill_tree(execution.proc.pid)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    execution.proc.wait(timeout=5)
+
+    def _plan_block(self, job: JobRecord, now: datetime) -> dict[str, Any] | None:
+        """The job's plan's block running at ``now`` (of the job's instance type), else None."""
+        plan = self.extension.describe_plan(job.plan_arn, now)
+        instance_type = (job.params.get("ResourceConfig") or {}).get("InstanceType")
+        for block in plan.get("ReservedCapacitySummaries") or []:
+            if block["InstanceType"] == instance_type and block["StartTime"] <= now < block["EndTime"]:
+                return block
+        return None
+
+    def _execute(self, job: JobRecord, execution: Execution) -> None:
+        block = None
+        if job.plan_arn:
+            waited = False
+            while True:
+                now = datetime.now(UTC)
+                block = self._plan_block(job, now)
+                if block is not None:
+                    break
+                status = self.extension.describe_plan(job.plan_arn, now)["Status"]
+                if status != "Scheduled":
+                    raise JobFailure(
+                        f"CapacityError: training plan {job.plan_arn} is {status}; its capacity cannot run the job"
+                    )
+                if execution.stop_reason is not None:
+                    self._end(job, execution)
+                    return
+                waited = True
+                time.sleep(POLL_S)
+            if waited and not self._move(job, "InProgress", "Starting", "Launching requested ML instances"):
+                return
+        if execution.stop_reason is not None:
+            self._end(job, execution)
+            return
+        if not self._move(job, "InProgress", "Downloading", "Downloading input data"):
+            return
+        s3 = self.app.client("s3")
+        sync = self.lay_out(job, execution, s3)
+        if execution.stop_reason is not None:
+            self._end(job, execution, sync=sync)
+            return
+        if not self._move(job, "InProgress", "Training", "Training image download completed. Training in progress."):
+            return
+        env = {str(k): str(v) for k, v in (job.params.get("Environment") or {}).items()}
+        env["TRAINER_NPROC_PER_NODE"] = str(self.processes)
+        reclaim_at = None
+        if block is not None:
+            env[CAPACITY_BLOCK_ENV] = str(int(block["EndTime"].timestamp() * 1000))
+            reclaim_at = block["EndTime"].timestamp() - CAPACITY_BLOCK_RECLAIM_S
+        from training.local import start_local
+
+        log_file = execution.base.parent / "job.log"
+        with execution.lock:
+            if execution.stop_reason is not None:
+                proc = None
+            else:
+                proc = execution.proc = start_local(
+                    execution.base, None, env=env, nproc=self.processes, new_session=True
+                )
+        if proc is None:
+            self._end(job, execution, sync=sync)
+            return
+        reader = threading.Thread(target=self._read, args=(execution, proc, log_file), daemon=True)
+        reader.start()
+        max_runtime = (job.params.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
+        started = (job.started or datetime.now(UTC)).timestamp()
+        last_sync = last_flush = time.monotonic()
+        count = int((job.params.get("ResourceConfig") or {}).get("InstanceCount") or 1)
+        if count > 1:
+            self._note(execution, f"[local-aws] InstanceCount={count}: the emulator runs one node (algo-1) only")
+        while proc.poll() is None:
+            time.sleep(POLL_S)
+            now = time.time()
+            if job.status in ("Completed", "Failed", "Stopped"):  # ended by hand: nothing to report
+                from training.local import kill_tree
+
+                kill_tree(proc.pid)
+                break
+            if max_runtime is not None and now - started >= float(max_runtime) and execution.stop_reason is None:
+                self._note(execution, f"[local-aws] MaxRuntimeInSeconds={max_runtime} reached: stopping the job")
+                self._move(job, "Stopping", "MaxRuntimeExceeded", "The job reached its MaxRuntimeInSeconds")
+                self._signal_stop(execution, "MaxRuntimeExceeded")
+            if reclaim_at is not None and now >= reclaim_at and execution.stop_reason is None:
+                end = datetime.fromtimestamp(reclaim_at + CAPACITY_BLOCK_RECLAIM_S, tz=UTC).isoformat()
+                self._note(execution, f"[local-aws] capacity block ends {end}: reclaiming its instances")
+                self._move(job, "Stopping", "Stopping", f"The training plan's capacity block ends at {end}")
+                self._signal_stop(execution, "Interrupted")
+            if execution.stop_sent is not None and time.monotonic() - execution.stop_sent >= self.stop_grace_s:
+                from training.local import kill_tree
+
+                self._note(execution, f"[local-aws] still running {self.stop_grace_s:g} s after SIGTERM: SIGKILL")
+                kill_tree(proc.pid)
+            if time.monotonic() - last_flush >= LOG_FLUSH_INTERVAL_S:
+                self._flush(job, execution)
+                last_flush = time.monotonic()
+            if time.monotonic() - last_sync >= self.sync_interval_s and sync is not None:
+                sync.upload_changes()
+                last_sync = time.monotonic()
+        rc = proc.wait()
+        reader.join(timeout=30)
+        self._flush(job, execution)
+        if job.status in ("Completed", "Failed", "Stopped"):
+            return
+        self._end(job, execution, sync=sync, returncode=rc)
+
+    def lay_out(self, job: JobRecord, execution: Execution, s3: Any) -> CheckpointSync | None:
+        """Write the job's ``/opt/ml`` and download its channels and checkpoints (see the module docstring).
+
+        Raises:
+            JobFailure: ``ClientError: ...`` for a channel or checkpoint location the emulator cannot serve.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from training.environment import SageMakerPaths
+        from training.local import prepare_base_dir
+
+        base = execution.base
+        if base.parent.exists():
+            shutil.rmtree(base.parent)  # a folder of an earlier emulator run with the same state dir
+        base.mkdir(parents=True)
+        paths = SageMakerPaths(base)
+        algorithm = job.params.get("AlgorithmSpecification") or {}
+        default_mode = algorithm.get("TrainingInputMode", "File")
+        channels: dict[str, Any] = {}
+        for channel in job.params.get("InputDataConfig") or []:
+            name = channel["ChannelName"]
+            mode = channel.get("InputMode") or default_mode
+            source = (channel.get("DataSource") or {}).get("S3DataSource")
+            if source is None:
+                raise JobFailure(f"ClientError: channel {name!r}: only S3DataSource channels are emulated")
+            if mode == "Pipe":
+                raise JobFailure(f"ClientError: channel {name!r}: Pipe input mode is not emulated (File or FastFile)")
+            if source.get("S3DataType", "S3Prefix") != "S3Prefix":
+                raise JobFailure(f"ClientError: channel {name!r}: S3DataType {source['S3DataType']} is not emulated")
+            try:
+                count = download_prefix(s3, source["S3Uri"], paths.channel_dir(name))
+            except (ClientError, BotoCoreError, ValueError) as exc:
+                raise JobFailure(
+                    f"ClientError: Data download failed: channel {name!r} ({source['S3Uri']}): {exc}"
+                ) from None
+            if count == 0:
+                raise JobFailure(
+                    f"ClientError: Data download failed: channel {name!r}: no objects under {source['S3Uri']}"
+                )
+            channels[name] = {
+                "TrainingInputMode": mode,
+                "S3DistributionType": source.get("S3DataDistributionType", "FullyReplicated"),
+                "RecordWrapperType": channel.get("RecordWrapperType", "None"),
+            }
+        prepare_base_dir(base, job.params.get("HyperParameters") or {}, input_data_config=channels)
+        checkpoint = job.params.get("CheckpointConfig") or {}
+        if not checkpoint.get("S3Uri"):
+            return None
+        local_path = (checkpoint.get("LocalPath") or f"{OPT_ML}/checkpoints").rstrip("/")
+        if local_path != OPT_ML and not local_path.startswith(OPT_ML + "/"):
+            raise JobFailure(
+                f"ClientError: CheckpointConfig.LocalPath {local_path!r}: the emulator maps only /opt/ml/..."
+            )
+        local = base / local_path[len(OPT_ML) + 1 :]
+        local.mkdir(parents=True, exist_ok=True)
+        sync = CheckpointSync(s3, checkpoint["S3Uri"], local)
+        try:
+            count = sync.download()
+        except (ClientError, BotoCoreError, ValueError) as exc:
+            raise JobFailure(f"ClientError: checkpoint download from {checkpoint['S3Uri']} failed: {exc}") from None
+        sync.mark_present()
+        self._note(execution, f"[local-aws] {count} checkpoint file(s) downloaded from {checkpoint['S3Uri']}")
+        return sync
+
+    def _note(self, execution: Execution, line: str) -> None:
+        with execution.lock:
+            execution.lines.append((time.time(), line))
+
+    def _read(self, execution: Execution, proc: subprocess.Popen[str], log_file: Path) -> None:
+        assert proc.stdout is not None
+        with open(log_file, "a", encoding="utf-8") as log:
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                log.write(raw)
+                log.flush()
+                with execution.lock:
+                    execution.lines.append((time.time(), line))
+
+    def _flush(self, job: JobRecord, execution: Execution) -> None:
+        from trainctl.local_aws_sagemaker import metrics_from_log
+
+        with execution.lock:
+            new = execution.lines[execution.published :]
+            execution.published = len(execution.lines)
+        if not new:
+            return
+        for seen, line in new:
+            for metric, value in metrics_from_log(job.params, [line]).items():
+                execution.final[metric] = (value, seen)
+        try:
+            self.app.publish_logs(job, [line for _, line in new], times=[seen for seen, _ in new])
+        except Exception:  # CloudWatch of the emulator: never the job's failure
+            traceback.print_exc()
+        with self.extension.lock:
+            job.final_metrics = [
+                {"MetricName": k, "Value": v, "Timestamp": datetime.fromtimestamp(t, tz=UTC)}
+                for k, (v, t) in sorted(execution.final.items())
+            ]
+
+    def _end(
+        self,
+        job: JobRecord,
+        execution: Execution,
+        *,
+        sync: CheckpointSync | None = None,
+        returncode: int | None = None,
+        failure: str | None = None,
+    ) -> None:
+        """Upload what the job left, then move it to its terminal status."""
+        from training.environment import SageMakerPaths
+
+        stopped = execution.stop_reason
+        if failure is None and returncode is not None and stopped is None:
+            self._move(job, "InProgress", "Uploading", "Uploading generated training model")
+        upload_error = None
+        try:
+            if sync is not None:
+                sync.upload_changes()
+            if returncode is not None:
+                self._upload_artifacts(job, execution.base)
+        except Exception as exc:
+            upload_error = f"ClientError: uploading the job's files failed: {type(exc).__name__}: {exc}"
+        self._flush(job, execution)
+        paths = SageMakerPaths(execution.base)
+        if failure is None and returncode not in (None, 0):
+            reason = paths.failure_file.read_text(encoding="utf-8").strip() if paths.failure_file.exists() else ""
+            failure = "AlgorithmError: " + (reason or f"the entry point exited with status {returncode}")
+        failure = failure or upload_error
+        if failure is not None:
+            self._move(job, "Failed", None, failure, failure_reason=failure)
+        elif stopped is not None:
+            secondary = {"MaxRuntimeExceeded": "MaxRuntimeExceeded", "Interrupted": "Interrupted"}.get(
+                stopped, "Stopped"
+            )
+            if job.status == "InProgress":
+                self._move(job, "Stopping", "Stopping", "Stopping the training job")
+            self._move(job, "Stopped", secondary, f"Training job stopped ({stopped})")
+        else:
+            self._move(job, "Completed", "Completed", "Training job completed")
+
+    def _upload_artifacts(self, job: JobRecord, base: Path) -> None:
+        output = (job.params.get("OutputDataConfig") or {}).get("S3OutputPath")
+        if not output:
+            return
+        bucket, prefix = split_s3_uri(output.rstrip("/") + "/")
+        s3 = self.app.client("s3")
+        for folder, name in ((base / "model", "model.tar.gz"), (base / "output" / "data", "output.tar.gz")):
+            s3.put_object(Bucket=bucket, Key=f"{prefix}{job.name}/output/{name}", Body=_tar_gz(folder))
+
+
+def default_state_dir() -> Path:
+    """A fresh temporary folder for an emulator started without ``--state-dir``."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="local-aws-state-"))
+
+
+__all__ = [
+    "CHECKPOINT_SYNC_INTERVAL_S",
+    "EVENT_DETAIL_TYPE",
+    "EVENT_SOURCE",
+    "STOP_GRACE_S",
+    "TARGET_ATTEMPTS",
+    "TARGET_RETRY_DELAYS_S",
+    "CheckpointSync",
+    "EventBus",
+    "JobRunner",
+    "LambdaContext",
+    "TargetError",
+    "download_prefix",
+    "event_value",
+    "load_target",
+    "state_change_event",
+]
