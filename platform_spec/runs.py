@@ -263,7 +263,8 @@ def parse_time(value: Any, field: str) -> datetime:
     """An ISO 8601 date-time with a time zone, as UTC.
 
     Raises:
-        FieldError: not a string, not ISO 8601, or without a time zone (naming ``field``).
+        FieldError: not a string, not ISO 8601, without a time zone, or outside years 1-9999 once in UTC
+            (naming ``field``).
     """
     expected = RUN_FIELDS["deadline"]
     if not isinstance(value, str):
@@ -274,7 +275,10 @@ def parse_time(value: Any, field: str) -> datetime:
         raise FieldError(field, value, expected) from None
     if when.tzinfo is None or when.utcoffset() is None:
         raise FieldError(field, value, expected, detail="it has no time zone")
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise FieldError(field, value, expected, detail="it is outside years 1-9999 in UTC") from None
 
 
 def parse_run(raw: Mapping[str, Any]) -> tuple[RunSpec, dict[str, Any]]:
@@ -369,14 +373,14 @@ def capacity_end(outcome: SegmentOutcome) -> tuple[str, bool] | None:
         (exempt from ``no-progress``).
     """
     if outcome.status == "Completed":
-        return "it Completed (the trainer stops cleanly at its capacity block's end)", True
+        return "it Completed, as the trainer does when it stops at its capacity block's end", True
     if outcome.status == "Stopped" and outcome.secondary_status in CAPACITY_STOPS:
-        return f"SageMaker stopped it ({outcome.secondary_status})", True
+        return f"SageMaker stopped it: {outcome.secondary_status}", True
     if outcome.status == "Failed":
         reason = outcome.failure_reason or ""
         for marker in NEVER_TRAINED_FAILURES:
             if marker in reason:
-                return f"it Failed for capacity ({_short(reason)})", False
+                return f"it Failed for capacity: {_short(reason)}", False
     return None
 
 
@@ -450,7 +454,7 @@ def decide(
                 f"{step_text} reached max_steps {max_steps} but the segment Failed "
                 f"({_short(outcome.failure_reason or 'no FailureReason')}): the final export did not complete",
             )
-        return Decision(FINISHED, f"{step_text} reached max_steps {max_steps} (the segment {outcome.status})")
+        return Decision(FINISHED, f"{step_text} reached max_steps {max_steps}; the segment {outcome.status}")
     if stop_requested:
         return Decision(STOPPED, f"the run was stopped (stop requested); {step_text} of max_steps {max_steps}")
     capacity = capacity_end(outcome)
@@ -472,14 +476,14 @@ def decide(
         began = "nothing" if start_step is None else f"step {start_step}"
         return Decision(
             NO_PROGRESS,
-            f"segment {outcome.index} ended ({why}) with {step_text}, no further than it started from ({began})",
+            f"segment {outcome.index} ended with {step_text}, no further than it started from ({began}); {why}",
         )
     spent = budget_exhausted(spec, segments=newest_segment, instance_hours=instance_hours, now=now)
     if spent is not None:
-        return Decision(spent.decision, f"{spent.reason}; segment {outcome.index} ended ({why}) with {step_text}")
+        return Decision(spent.decision, f"{spent.reason}; segment {outcome.index} ended with {step_text}; {why}")
     return Decision(
         CONTINUE,
-        f"segment {outcome.index} ended ({why}) with {step_text} of max_steps {max_steps}: "
+        f"segment {outcome.index} ended with {step_text} of max_steps {max_steps} ({why}): "
         f"segment {newest_segment + 1} resumes from it",
     )
 

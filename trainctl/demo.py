@@ -20,15 +20,21 @@ Steps (each prints a section; the first failure stops the demo non-zero):
    start and end; then cut the newest checkpoint's largest shard short (as an
    interrupted S3 upload leaves it) and restart: the trainer skips it with a
    log line and resumes from the one before.
-5. **Observe**: write the CloudWatch dashboard body as JSON with a PNG preview
+5. **Run**: one training continued by the platform across two capacity blocks: the
+   emulator executes each job it accepts through the trainer's entry point and sends
+   its state-change events to the continuation function; the first segment stops
+   itself at the end of its plan's block, the platform submits the second on the
+   other plan, which resumes from the checkpoint in S3 and finishes; ``trainctl runs``
+   shows both, and one loss curve spans them (``.demo/run/loss.png``).
+6. **Observe**: write the CloudWatch dashboard body as JSON with a PNG preview
    of its layout, and list the alarms.
-6. **Sweep**: a small local sweep on CPU and its report (Markdown + PNGs).
+7. **Sweep**: a small local sweep on CPU and its report (Markdown + PNGs).
 
 Everything is written under ``.demo/`` (ignored by git; removed by
 ``make clean``). The demo ends with the wall time of each step (also in
 ``.demo/timings.json``). The app is synthesized once, in step 1, for the
 demo's deployment (:data:`DEMO_CONTEXT` in :data:`DEMO_ENVIRON`: the two
-training plans the emulator seeds, in its account and region); step 5 reads
+training plans the emulator seeds, in its account and region); step 6 reads
 that template instead of synthesizing again.
 """
 
@@ -67,7 +73,7 @@ DEMO_ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us
 """The demo deployment's account and region (the plans' own), whatever this machine's AWS configuration says."""
 
 _synthesized: dict[str, Path] = {}
-"""The stack template step 1 synthesized (``"template"``), for step 5."""
+"""The stack template step 1 synthesized (``"template"``), for step 6."""
 
 
 # --------------------------------------------------------------------------- 1
@@ -338,9 +344,9 @@ RUN_HYPERPARAMETERS: dict[str, object] = {
     "checkpoint_interval": 40,
     "keep_checkpoints": 2,
 }
-"""The run's training: gpt-tiny on CPython's docs, 0.3-0.7 s a step on one CPU process of this project's
-2-core machines (idle or busy), so the first block ends far below ``max_steps`` (at most ~75 steps) and the
-second segment finishes the run."""
+"""The run's training: gpt-tiny on CPython's docs, 0.3-1 s a step on one CPU process of this project's
+2-core machines (idle or busy), so the first block ends far below ``max_steps`` (10-75 steps) and the second
+segment finishes the run."""
 RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
 

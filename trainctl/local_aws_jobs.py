@@ -99,6 +99,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.checkpoint_layout import COMPLETE_MARKER
 
 if TYPE_CHECKING:
     from trainctl.local_aws import EmulatorApp
@@ -424,7 +425,8 @@ class CheckpointSync:
     """Uploads a local checkpoint folder's new and changed files to an S3 prefix (never deletes).
 
     A file is uploaded when its ``(size, mtime_ns)`` differs from its last upload; files go
-    oldest change first, so a marker written after a checkpoint's shards follows them.
+    oldest change first, so a marker written after a checkpoint's shards follows them (and, at an
+    equal ``mtime_ns``, a ``.complete`` marker goes after the other files, though ``.`` sorts first).
     """
 
     def __init__(self, s3: Any, uri: str, local: Path) -> None:
@@ -454,7 +456,8 @@ class CheckpointSync:
                     found.append((path, (st.st_size, st.st_mtime_ns)))
             except FileNotFoundError:  # removed by the trainer meanwhile (keep_checkpoints)
                 continue
-        found.sort(key=lambda item: (item[1][1], str(item[0])))
+        # oldest change first; of files changed at the same instant (a coarse clock) a folder's marker last
+        found.sort(key=lambda item: (item[1][1], item[0].name == COMPLETE_MARKER, str(item[0])))
         return found
 
     def upload_changes(self) -> list[str]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import math
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -529,7 +530,12 @@ class SageMakerExtension:
 
 
 def metrics_from_log(params: Mapping[str, Any], lines: Iterable[str]) -> dict[str, float]:
-    """Final metric values from log ``lines`` with the job's ``MetricDefinitions`` (last match wins)."""
+    """Final metric values from log ``lines`` with the job's ``MetricDefinitions`` (last match wins).
+
+    A captured value that is not a finite number (``nan``: the trainer's MFU on a CPU, which has no peak
+    to divide by) is dropped: CloudWatch refuses it (``PutMetricData``: "The value NaN ... is invalid"),
+    and one such value would fail its whole batch.
+    """
     definitions = (params.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
     compiled = []
     for d in definitions:
@@ -543,9 +549,11 @@ def metrics_from_log(params: Mapping[str, Any], lines: Iterable[str]) -> dict[st
             match = regex.search(line)
             if match:
                 try:
-                    values[metric] = float(match.group(1))
+                    value = float(match.group(1))
                 except (IndexError, ValueError):
                     continue
+                if math.isfinite(value):
+                    values[metric] = value
     return values
 
 

@@ -108,13 +108,17 @@ def runs_blocks(listing: Mapping[str, Any]) -> list[Panel | Table]:
     table = Table(
         "Runs",
         [
-            Column("run"),
+            Column("run", no_wrap=True),
             Column("state"),
             Column("max steps", justify="right"),
             Column("budget"),
             Column("created (UTC)"),
         ],
-        caption="more runs: --next-token " + listing["next_token"] if listing.get("next_token") else None,
+        caption="more runs: --next-token " + listing["next_token"]
+        if listing.get("next_token")
+        else None
+        if listing.get("runs")
+        else "no runs (a submission with `run` starts one)",
     )
     for run in listing.get("runs") or []:
         table.add_row(
@@ -136,7 +140,7 @@ def run_blocks(view: Mapping[str, Any]) -> list[Panel | Table]:
         f"Run {_escape(view.get('run_id'))}: segments",
         [
             Column("#", justify="right"),
-            Column("training job"),
+            Column("training job", no_wrap=True),
             Column("status"),
             Column("capacity"),
             Column("steps", justify="right"),
@@ -144,7 +148,6 @@ def run_blocks(view: Mapping[str, Any]) -> list[Panel | Table]:
             Column("idle before", justify="right"),
             Column("start (UTC)"),
             Column("end (UTC)"),
-            Column("instance-h", justify="right"),
             Column("decided"),
         ],
     )
@@ -176,12 +179,11 @@ def run_blocks(view: Mapping[str, Any]) -> list[Panel | Table]:
             _duration(gaps[position - 1]) if 0 < position <= len(gaps) else "-",
             _time(segment.get("start_time")),
             _time(segment.get("end_time")),
-            _cell(segment.get("instance_hours"), "{:.3f}"),
             _escape(decision.get("decision") or "-"),
         )
     lines = [
         f"state: {_escape(view.get('state'))}"
-        + (f" ({_escape(view['reason'])})" if view.get("reason") else "")
+        + (f": {_escape(view['reason'])}" if view.get("reason") else "")
         + (f"; stop requested {_time(view['stop_requested'])}" if view.get("stop_requested") else ""),
         f"steps: {_cell(view.get('newest_complete_step'))} of {_cell(view.get('max_steps'))} "
         f"(newest complete checkpoint); tokens: {_cell(view.get('tokens_done'), '{:,}')}",
@@ -258,8 +260,12 @@ def show_runs(
         blocks = runs_blocks(response)
     elif "run" in response:
         blocks = run_blocks(response["run"])
-    else:  # a stop's answer: what changed, then the run as it now is
-        print(json.dumps(response, indent=2))
+    else:  # a stop's answer, in a line
+        what = {
+            "stopping": f"stopping: {response.get('training_job_name')} gets StopTrainingJob; no next segment starts",
+            "stopped": f"stopped ({response.get('state')})",
+        }.get(str(status), str(status))
+        print(f"run {run_id}: {what}" + ("" if response.get("changed") else " (already; nothing changed)"))
         return EXIT_OK
     print_blocks(blocks)
     return EXIT_OK

@@ -124,6 +124,8 @@ def submit_and_print(
     status = response.get("status")
     if status in ("submitted", "validated"):
         return EXIT_SUBMITTED
+    if request.get("action", "submit") != "submit" and status != "rejected" and isinstance(status, str):
+        return EXIT_SUBMITTED  # a job-API request (describe, list, stop, ...): answered
     if status == "rejected":
         return EXIT_REJECTED
     print(

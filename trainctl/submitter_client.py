@@ -133,7 +133,9 @@ def with_client_token(request: Mapping[str, Any], client_token: str | None = Non
       ``null``, which the submitter reads as absent) that is not a dry run gets
       a generated one, :data:`GENERATED_TOKEN_PREFIX` + UUID4;
     * else the request is unchanged (``job_name`` is its idempotency key; a
-      dry run creates nothing). A value the caller gave is never replaced,
+      dry run creates nothing; a ``run`` is keyed by its ``run_id`` and names
+      its jobs itself; a job-API ``action`` other than ``submit`` creates no
+      job). A value the caller gave is never replaced,
       even an empty or malformed one: the submitter refuses it
       (``InvalidRequest`` naming the field).
 
@@ -153,7 +155,13 @@ def with_client_token(request: Mapping[str, Any], client_token: str | None = Non
             )
         out["client_token"] = client_token
         return out, None
-    if out.get("dry_run") is True or out.get("job_name") is not None or out.get("client_token") is not None:
+    if (
+        out.get("dry_run") is True
+        or out.get("job_name") is not None
+        or out.get("client_token") is not None
+        or out.get("run") is not None
+        or out.get("action", "submit") != "submit"
+    ):
         return out, None
     token = f"{GENERATED_TOKEN_PREFIX}{uuid.uuid4()}"
     out["client_token"] = token

@@ -22,15 +22,18 @@ __all__ = ["Column", "Panel", "Table", "print_blocks"]
 
 
 class Column:
-    """A table column: its header (markup) and how its cells are justified (``"left"`` or ``"right"``)."""
+    """A table column: its header (markup), how its cells are justified (``"left"`` or ``"right"``), and whether
+    they are never wrapped or cut (``no_wrap``: a name people copy, such as a training job's; the other columns
+    give way first)."""
 
-    __slots__ = ("header", "justify")
+    __slots__ = ("header", "justify", "no_wrap")
 
-    def __init__(self, header: str, *, justify: str = "left") -> None:
+    def __init__(self, header: str, *, justify: str = "left", no_wrap: bool = False) -> None:
         if justify not in ("left", "right"):
             raise ValueError(f"justify: got {justify!r}; expected left or right")
         self.header = header
         self.justify = justify
+        self.no_wrap = no_wrap
 
 
 class Table:
@@ -81,8 +84,14 @@ class Table:
         table = RichTable(
             title=self.title, show_header=True, header_style=self.header_style, show_lines=self.show_lines
         )
-        for column in self.columns:
-            table.add_column(column.header, justify=column.justify)  # type: ignore[arg-type]
+        for index, column in enumerate(self.columns):
+            widest = max([len(column.header)] + [len(cells[index].replace("\\[", "[")) for cells, _ in self.rows])
+            table.add_column(
+                column.header,
+                justify=column.justify,  # type: ignore[arg-type]
+                no_wrap=column.no_wrap,
+                min_width=widest if column.no_wrap else None,
+            )
         for cells, end_section in self.rows:
             table.add_row(*cells, end_section=end_section)
         table.caption = self.caption

@@ -8,7 +8,9 @@ configuration refusals are checked without a synth.
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
+import logging
 
 import aws_cdk as cdk
 import pytest
@@ -551,7 +553,7 @@ def test_observability_refuses_bad_run_props_and_builds_nothing(overrides, messa
     assert not stack.node.find_child("Refused").node.children
 
 
-def test_the_decisions_table_reads_fields_the_continuation_logs(capsys):
+def test_the_decisions_table_reads_fields_the_continuation_logs():
     """The Logs Insights table's fields and filter against the continuation's own decision line."""
     from platform_constructs.submitter.runtime import continuation
     from platform_constructs.submitter.runtime.runs import Outcome
@@ -568,8 +570,19 @@ def test_the_decisions_table_reads_fields_the_continuation_logs(capsys):
               "newest_step": 1200, "next_training_job_name": "llm-7b-seg-003",
               "training_job_name": "llm-7b-seg-002", "max_steps": 5000, "decided_at": "2025-01-01T00:00:00Z"}  # fmt: skip
     events = Events()
-    continuation.publish(Outcome(record=record, segment_started=True), events=events)
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    # read the line from the continuation logger's own handlers: their stream is whatever sys.stdout was when
+    # the logger was made (an earlier test's capture, when one made it), so capsys may not see it
+    out = io.StringIO()
+    handlers = [h for h in continuation.logger.handlers if isinstance(h, logging.StreamHandler)]
+    streams = [h.stream for h in handlers]
+    for handler in handlers:  # by assignment: setStream would flush the old stream, which may be closed
+        handler.stream = out
+    try:
+        continuation.publish(Outcome(record=record, segment_started=True), events=events)
+    finally:
+        for handler, stream in zip(handlers, streams, strict=True):
+            handler.stream = stream
+    lines = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
     (logged,) = [line for line in lines if line.get("message") == settings.RUN_DECISION_LOG_MESSAGE]
     fields = settings.RUN_DECISION_LOG_FIELDS
     # every field the table reads is logged, with the decision record's value, and none of the record's others

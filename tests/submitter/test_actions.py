@@ -183,12 +183,16 @@ def test_describe_finds_the_newest_complete_checkpoint(act, aws, submit, make_re
     bucket, prefix = uri[len("s3://") :].split("/", 1)
     s3 = aws.client("s3")
     for key in (
-        "step-5/.complete", "step-10/trainer_state.json", "step-10/.complete",
+        "step-5/.complete", "step-10/.complete",
         "step-20/__0_0.distcp",  # cut short: no marker
         "step-030/.complete", "other/.complete", "step-40/deeper/.complete",  # not the trainer's names
+        "step-50/.complete", "step-50/trainer_state.json",  # a damaged state (below): the run could not resume it
     ):  # fmt: skip
         s3.put_object(Bucket=bucket, Key=prefix + key, Body=b"x")
+    state = {"step": 10, "data": {"step": 10, "samples_consumed": 80}, "run": {"hyperparameters": {}}}
+    s3.put_object(Bucket=bucket, Key=prefix + "step-10/trainer_state.json", Body=json.dumps(state).encode())
     job = act({"action": "describe", "job_name": name})["job"]
+    # the same judgement as the run continuation's: the newest marked folder whose trainer_state.json verifies
     assert job["checkpoint"] == {"s3_uri": uri, "newest_complete_step": 10}
     assert job["capacity"] == {"type": "on-demand", "training_plan_arn": None, "block": None}
 
@@ -318,12 +322,27 @@ def test_a_tampered_or_foreign_next_token_is_refused_naming_next_token(act, subm
         ({"max_results": 101}, "max_results"),
         ({"max_results": True}, "max_results"),
         ({"next_token": ""}, "next_token"),
+        ({"created_after": "0001-01-01T00:00:00+14:00"}, "created_after"),  # before year 1 in UTC
+        ({"created_before": "9999-12-31T23:59:59-14:00"}, "created_before"),  # after year 9999 in UTC
     ],
 )
 def test_bad_list_fields_are_refused_before_any_search(act, aws, fields, field):
     aws.clear_calls()
     assert _refusal(act({"action": "list", **fields})) == ("InvalidRequest", field)
     assert aws.calls("Search") == []
+
+
+def test_list_bounds_at_the_calendars_ends_list_without_overflowing(act):
+    """A ``created_before`` within a second of 9999-12-31T23:59:59.999999Z cannot be widened to Search's whole
+    second: it is filtered on the answer only (it once raised OverflowError, a function error)."""
+    for fields in (
+        {"created_before": "9999-12-31T23:59:59.5+00:00"},
+        {"created_after": "9999-12-31T23:59:59+00:00"},
+        {"created_before": "0001-01-01T00:00:00+00:00"},
+    ):
+        answer = act({"action": "list", **fields})
+        assert answer["status"] == "listed", (fields, answer)
+    assert act({"action": "list", "created_before": "9999-12-31T23:59:59.5+00:00", "max_results": 1})["jobs"]
 
 
 # --- stop ---------------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def test_checkpoints_without_marker_or_with_a_foreign_state_are_ignored(aws, sub
     assert decision(answer) == spec.CONTINUE
     record = answer["decision"]
     assert record["newest_step"] == 30
-    assert [s.split(":")[0] for s in record["skipped_checkpoints"]] == ["step-90", "step-80"]
+    assert [s.split(":")[0] for s in record["skipped_checkpoints"]] == ["step-100", "step-90", "step-80"]
 
 
 def test_an_event_of_a_job_that_is_no_run_segment_is_ignored(aws, submit, run_kit, make_request):
@@ -248,8 +248,14 @@ def test_stopping_a_waiting_run_ends_it(aws, submit, run_kit, runtime, clients, 
         assert stopped["status"] == "stopped" and stopped["changed"] is True
         view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)
         assert view["run"]["state"] == spec.STOPPED
+        # the submitter's role may not delete from the run store (tests/cdk/test_runs_infrastructure.py): the
+        # marker stays until the continuation's tick, which removes it without deciding anything
+        marker = f"submitter/runs/_waiting/{run_id}.json"
+        s3 = aws.client("s3")
+        assert s3.list_objects_v2(Bucket=config.output_bucket, Prefix=marker).get("KeyCount") == 1
         tick = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
         assert all(d["run_id"] != run_id for d in run_kit.handle(tick)["decisions"])
+        assert s3.list_objects_v2(Bucket=config.output_bucket, Prefix=marker).get("KeyCount") == 0
     finally:
         set_plans(aws, clients, PLANS)
 
@@ -297,3 +303,58 @@ def test_a_run_stopped_between_segments_starts_none(aws, submit, run_kit, runtim
     assert stopped["status"] == "stopped" and stopped["changed"] is True
     assert decision(run_kit.handle(event)) == spec.STALE_EVENT  # the run ended with the stop
     assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+
+
+def test_a_stop_landing_while_the_next_segment_is_submitted_stops_that_segment(
+    aws, submit, run_kit, runtime, clients, config, monkeypatch
+):
+    """The stop arrives after the continuation checked for it and before its CreateTrainingJob: the stop
+    sees no segment running and ends the run, so the continuation stops the segment it just made."""
+    from platform_constructs.submitter.runtime import continuation, service
+
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 20)
+    event = end_segment(aws, run_kit, run_id, 1)
+
+    def submit_after_a_stop(*args, **kwargs):
+        stopped = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
+        assert stopped["status"] == "stopped", stopped  # no segment ran when it looked
+        return service.submit(*args, **kwargs)
+
+    monkeypatch.setattr(continuation, "submit", submit_after_a_stop)
+    answer = run_kit.handle(event)
+    assert decision(answer) == spec.CONTINUE and answer["decision"]["stopped_on_start"] is True
+    assert aws.describe_training_job(seg(run_id, 2))["TrainingJobStatus"] in ("Stopping", "Stopped")
+    view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)
+    assert view["run"]["state"] == spec.STOPPED
+
+
+def test_a_stop_that_read_the_run_before_its_segment_was_decided_still_stops_the_segment(
+    aws, submit, run_kit, runtime, clients, config, monkeypatch
+):
+    """The stop reads the run (no decision yet), then a whole continuation runs (decides segment 1 and
+    submits segment 2, before the stop's marker exists), then the marker is written: the stop reads the
+    run again and stops segment 2 rather than answering ``stopped`` over a running segment."""
+    from platform_constructs.submitter.runtime import runs
+
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 20)
+    event = end_segment(aws, run_kit, run_id, 1)
+    real_load = runs.load_run
+    first_read = []
+
+    def load_then_continue(store, wanted):
+        state = real_load(store, wanted)
+        if wanted == run_id and not first_read:
+            first_read.append(state)
+            assert decision(run_kit.handle(event)) == spec.CONTINUE
+        return state
+
+    monkeypatch.setattr(runs, "load_run", load_then_continue)
+    stopping = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
+    monkeypatch.setattr(runs, "load_run", real_load)
+    assert first_read and first_read[0].decisions == {}
+    assert stopping["status"] == "stopping" and stopping["training_job_name"] == seg(run_id, 2), stopping
+    assert aws.describe_training_job(seg(run_id, 2))["TrainingJobStatus"] == "Stopping"

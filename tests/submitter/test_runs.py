@@ -3,6 +3,7 @@ the run's capacity rule, ``describe`` / ``list_runs`` / ``stop`` with ``run_id``
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -76,6 +77,7 @@ def test_concurrent_first_submissions_make_one_run(submit, run_kit):
         ({"client_token": "tok-1"}, "client_token"),
         ({"run": {"run_id": "Bad_Id"}}, "run.run_id"),
         ({"run": {"run_id": "ok", "deadline": "2020-01-01T00:00:00Z"}}, "run.deadline"),
+        ({"run": {"run_id": "ok", "deadline": "0001-01-01T00:00:00+14:00"}}, "run.deadline"),  # before year 1 in UTC
     ],
 )
 def test_bad_run_requests_are_refused_and_create_nothing(submit, run_kit, aws, config, extra, field):
@@ -190,3 +192,52 @@ def test_list_runs_pages_and_refuses_a_tampered_token(submit, run_kit, runtime, 
     assert tampered["status"] == "rejected" and tampered["error"]["field"] == "next_token", tampered
     foreign = _act(runtime, clients, config, {"action": "list_runs", "next_token": "not-a-token"})
     assert foreign["status"] == "rejected" and foreign["error"]["field"] == "next_token", foreign
+    # made by hand (a position of the caller's choosing, well-formed but without this deployment's checksum)
+    forged = base64.urlsafe_b64encode(json.dumps({"v": 2, "after": "a", "sum": "0" * 24}).encode()).decode()
+    refused = _act(runtime, clients, config, {"action": "list_runs", "next_token": forged})
+    assert refused["status"] == "rejected" and refused["error"]["field"] == "next_token", refused
+
+
+def test_list_runs_lists_the_other_runs_past_a_damaged_record(submit, run_kit, aws, config, runtime, clients):
+    good, bad = new_run_id(), new_run_id()
+    for run_id in (good, bad):
+        assert submit(run_kit.request(run_id))["status"] == "submitted"
+    key = f"submitter/runs/{bad}/run.json"
+    aws.client("s3").put_object(Bucket=config.output_bucket, Key=key, Body=b"{cut sho")
+    seen: dict[str, dict] = {}
+    token = None
+    try:
+        while True:
+            page = _act(runtime, clients, config, {"action": "list_runs", "max_results": 100, "next_token": token})
+            assert page["status"] == "listed", page
+            seen.update({r["run_id"]: r for r in page["runs"]})
+            token = page.get("next_token")
+            if token is None:
+                break
+    finally:
+        aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)  # the other tests list runs too
+    assert seen[good]["state"] == "active"
+    assert seen[bad]["state"] == "unreadable" and key in seen[bad]["reason"]
+
+
+def test_a_first_segment_sagemaker_refuses_releases_the_run_and_frees_its_id(
+    aws, submit, run_kit, runtime, clients, config
+):
+    run_id = new_run_id()
+    aws.inject_fault("CreateTrainingJob", "ValidationException", count=1, status=400)
+    refused = submit(run_kit.request(run_id, max_steps=100))
+    assert refused["status"] == "rejected", refused
+    assert spec.segment_job_name(run_id, 1) not in [j["name"] for j in aws.training_jobs()]
+    # the record is kept, marked released (the submitter may not delete), and the run does not exist for the API
+    key = f"submitter/runs/{run_id}/run.json"
+    record = json.loads(aws.client("s3").get_object(Bucket=config.output_bucket, Key=key)["Body"].read())
+    assert record["released"]["reason"].startswith("InvalidRequest")
+    described = _act(runtime, clients, config, {"action": "describe", "run_id": run_id})
+    assert described["status"] == "rejected" and described["error"]["code"] == "NotFound"
+    listed = _act(runtime, clients, config, {"action": "list_runs", "max_results": 100})
+    assert run_id not in [r["run_id"] for r in listed["runs"]]
+    # the run_id is free: another request (here a different max_steps) starts the run
+    again = submit(run_kit.request(run_id, max_steps=200))
+    assert again["status"] == "submitted", again
+    record = json.loads(aws.client("s3").get_object(Bucket=config.output_bucket, Key=key)["Body"].read())
+    assert "released" not in record and record["max_steps"] == 200

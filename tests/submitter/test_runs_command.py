@@ -56,12 +56,16 @@ def test_the_listing_names_the_run_and_a_stop_is_idempotent(aws, submit, run_kit
     assert run_id in capsys.readouterr().out
 
     assert main(["runs", run_id, "--local", "--stop"]) == EXIT_OK
-    first = json.loads(capsys.readouterr().out)
-    assert first["changed"] is True and first["status"] == "stopping"
-    aws.set_job_status(spec.segment_job_name(run_id, 2), "Stopped")
-    assert main(["runs", run_id, "--local", "--stop"]) == EXIT_OK
+    second = spec.segment_job_name(run_id, 2)
+    assert capsys.readouterr().out.strip() == (
+        f"run {run_id}: stopping: {second} gets StopTrainingJob; no next segment starts"
+    )
+    aws.set_job_status(second, "Stopped")
+    assert main(["runs", run_id, "--local", "--stop", "--json"]) == EXIT_OK
     again = json.loads(capsys.readouterr().out)
-    assert again["run_id"] == run_id and again["status"] in ("stopping", "stopped")
+    assert again["run_id"] == run_id and again["status"] == "stopped"  # its end is recorded now
+    assert main(["runs", run_id, "--local", "--stop"]) == EXIT_OK
+    assert capsys.readouterr().out.strip().endswith("(already; nothing changed)")
 
 
 def test_an_unknown_run_is_refused_with_the_job_apis_answer(local_env, capsys):
@@ -97,3 +101,18 @@ def test_idle_gaps_sit_before_the_segment_they_precede():
     _, table = run_blocks(view)
     idle = [c.header for c in table.columns].index("idle before")
     assert [cells[idle] for cells, _ in table.rows] == ["-", "90 s"]
+
+
+def test_a_job_name_is_never_cut_even_at_80_columns(monkeypatch, capsys):
+    from trainctl.tables import print_blocks
+
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "a-rather-long-run-name-for-a-pretraining-seg-001"
+    view = {
+        "run_id": "a-rather-long-run-name-for-a-pretraining", "state": "running", "idle_gaps_s": [],
+        "segments": [{"index": 1, "training_job_name": name, "status": "InProgress",
+                      "capacity": {"type": "training-plan", "training_plan_arn": "arn:aws:sagemaker:us-east-1:1:training-plan/p"},
+                      "first_step": 1, "last_step": 10, "tokens": 1000, "start_time": "2026-11-30T10:00:00Z"}],
+    }  # fmt: skip
+    print_blocks(run_blocks(view))
+    assert name in capsys.readouterr().out

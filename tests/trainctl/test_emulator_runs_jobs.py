@@ -326,3 +326,27 @@ def test_stops_and_refusals_that_need_no_training_step(aws: LocalAws) -> None:
         assert [e["status"] for e in aws.events(idle)] == ["InProgress", "Completed"]
     finally:
         aws.set_run_jobs(True)
+
+
+def test_a_checkpoints_marker_is_uploaded_after_its_files_even_at_the_same_mtime(tmp_path: Path) -> None:
+    """A coarse file clock gives a checkpoint's shards, state and ``.complete`` one ``mtime_ns``; sorted by
+    name, ``.complete`` came first, so S3 held a "complete" folder without its files while the sync ran (or
+    for good, had it stopped there). No training run: a recording S3 client."""
+    from trainctl.local_aws_jobs import CheckpointSync
+
+    folder = tmp_path / "step-4"
+    folder.mkdir()
+    for name in (".complete", "__0_0.distcp", "trainer_state.json"):
+        (folder / name).write_bytes(b"x")
+        os.utime(folder / name, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+
+    class RecordingS3:
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def put_object(self, *, Bucket: str, Key: str, Body: bytes) -> None:
+            self.keys.append(Key)
+
+    s3 = RecordingS3()
+    CheckpointSync(s3, "s3://ckpt/run-checkpoints/r/", tmp_path).upload_changes()
+    assert s3.keys[-1] == "run-checkpoints/r/step-4/.complete" and len(s3.keys) == 3

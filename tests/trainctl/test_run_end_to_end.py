@@ -88,7 +88,7 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert delivered and all(d["status"] == "delivered" for e in delivered for d in e["deliveries"])
 
         # stopped through the job API, as `trainctl runs RUN_ID --stop` does: SIGTERM, a checkpoint, no segment 3
-        assert show_runs(RUN_ID, local=True, stop=True) == 0
+        assert show_runs(RUN_ID, local=True, stop=True, as_json=True) == 0
         stop = json.loads(capsys.readouterr().out)
         assert (stop["status"], stop["changed"], stop["training_job_name"]) == ("stopping", True, second)
         assert aws.wait_for_job(second, timeout=180)["TrainingJobStatus"] == "Stopped"

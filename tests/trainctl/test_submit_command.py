@@ -12,6 +12,7 @@ import json
 import re
 import socket
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,11 @@ def test_a_client_token_is_generated_only_for_requests_without_an_idempotency_ke
     assert with_client_token({**REQUEST, "job_name": "my-job"}) == ({**REQUEST, "job_name": "my-job"}, None)
     assert with_client_token({**REQUEST, "client_token": "t-1"}) == ({**REQUEST, "client_token": "t-1"}, None)
     assert with_client_token({**REQUEST, "dry_run": True}) == ({**REQUEST, "dry_run": True}, None)
+    run = {**REQUEST, "run": {"run_id": "r1"}}  # a run is keyed by its run_id (a token with it is refused)
+    assert with_client_token(run) == (run, None)
+    for action in ({"action": "describe", "job_name": "j"}, {"action": "list"}, {"action": "list_runs"}):
+        assert with_client_token(action) == (action, None)  # creates no job: nothing to key
+    assert with_client_token({**REQUEST, "action": "submit"})[1] is not None
     assert with_client_token(REQUEST, "t-2") == ({**REQUEST, "client_token": "t-2"}, None)
     assert with_client_token({**REQUEST, "client_token": "t-2"}, "t-2")[0]["client_token"] == "t-2"
     with pytest.raises(ValueError, match="client_token: the request carries 't-1' and --client-token is 't-2'"):
@@ -588,3 +594,20 @@ def test_local_a_deadline_already_past_sends_nothing_and_creates_nothing(aws) ->
         submit_local({**REQUEST, "client_token": "past-deadline-1"}, aws.env, timeout_s=0)
     assert raised.value.may_have_run  # a retry with the same token is the safe next step
     assert {j["name"] for j in aws.training_jobs()} == before
+
+
+@pytestmark_aws
+def test_local_a_run_and_a_job_api_request_go_through_trainctl_submit(aws, tmp_path, capsys, monkeypatch) -> None:
+    _aws_environ(monkeypatch, aws.env)
+    run_id = f"cli-{uuid.uuid4().hex[:10]}"
+    run = {**REQUEST, "capacity": "training-plan", "run": {"run_id": run_id}}
+    assert main(["submit", "--local", _file(tmp_path, run)]) == EXIT_SUBMITTED
+    out, err = capsys.readouterr()
+    submitted = json.loads(out)
+    assert submitted["training_job_name"] == f"{run_id}-seg-001" and "generated" not in err
+    describe = {"action": "describe", "job_name": submitted["training_job_name"]}
+    assert main(["submit", "--local", _file(tmp_path, describe, "describe.json")]) == EXIT_SUBMITTED
+    assert json.loads(capsys.readouterr().out)["status"] == "described"
+    missing = {"action": "describe", "job_name": "no-such-job-here"}
+    assert main(["submit", "--local", _file(tmp_path, missing, "missing.json")]) == EXIT_REJECTED
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "NotFound"

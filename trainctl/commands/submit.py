@@ -24,7 +24,8 @@ stderr); every failure is one line on stderr. This module parses the
 arguments; :mod:`trainctl.submit_request` sends and prints. Exit status
 (:data:`trainctl.submit_request.EXIT_SUBMITTED`, ``EXIT_REJECTED``, ``EXIT_FAILED``):
 
-* 0: submitted, or validated (``--dry-run``);
+* 0: submitted, or validated (``--dry-run``), or answered (a job-API request with an ``action``:
+  ``describe``, ``list``, ``stop``, ``list_runs``);
 * 1: rejected by the submitter (the response says why; nothing was created);
 * 2: no answer: the request file is unreadable (missing, not UTF-8, not a JSON
   object) or a flag is wrong; no region or credentials; the endpoint is

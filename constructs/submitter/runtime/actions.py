@@ -70,7 +70,6 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, CAPACITY_TYPES
-from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, checkpoint_step, newest_complete_step
 from platform_spec.errors import FieldError
 from platform_spec.metric_lines import FIELDS as METRIC_FIELDS
 from platform_spec.runs import RUN_ID_EXPECTED, RUN_ID_RE, TAG_RUN_ID, TERMINAL_JOB_STATUSES, format_time, parse_time
@@ -121,8 +120,10 @@ def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
 
     Returns:
         ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus
-        ``checkpoint`` (``{"s3_uri", "newest_complete_step"}``: the newest ``step-<n>/`` folder holding
-        ``.complete`` under the job's ``CheckpointConfig.S3Uri``, ``None`` when there is none; with
+        ``checkpoint`` (``{"s3_uri", "newest_complete_step"}``: the newest ``step-<n>/`` folder under the
+        job's ``CheckpointConfig.S3Uri`` holding ``.complete`` and a ``trainer_state.json`` that names its
+        step, as the run continuation judges it (:func:`.runs.newest_checkpoint_in`), ``None`` when there
+        is none; with
         ``"unavailable"`` naming the error when the prefix cannot be listed) and
         ``capacity.block`` (:func:`capacity_block`).
 
@@ -415,7 +416,7 @@ def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQue
         raise invalid(FieldError("created_before", request["created_before"], "a time after created_after"))
     if after is not None:  # Search takes whole seconds: widen here, filter exactly on the answer
         filters.append({"Name": "CreationTime", "Operator": "GreaterThanOrEqualTo", "Value": _search_time(after)})
-    if before is not None:
+    if before is not None and before < datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1):
         ceiling = before if before.microsecond == 0 else before + timedelta(seconds=1)
         filters.append({"Name": "CreationTime", "Operator": "LessThanOrEqualTo", "Value": _search_time(ceiling)})
     run_id = request.get("run_id")
@@ -459,7 +460,7 @@ def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQue
 
 def _search_time(at: datetime) -> str:
     """A ``Search`` timestamp value: ``YYYY-mm-dd'T'HH:MM:SS`` in UTC (API Reference, Filter.Value)."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds")  # strftime's %Y drops year 1's zeros
 
 
 def _within(created: Any, after: datetime | None, before: datetime | None) -> bool:
@@ -650,30 +651,14 @@ def _checkpoint(clients: Clients, description: Mapping[str, Any]) -> dict[str, A
     if not uri or not str(uri).startswith("s3://"):
         return None
     bucket, _, prefix = str(uri)[len("s3://") :].partition("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
     try:
-        steps = []
-        for page in clients.s3.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix + STEP_PREFIX, Delimiter="/"
-        ):
-            for common in page.get("CommonPrefixes") or []:
-                step = checkpoint_step(common["Prefix"][len(prefix) :].rstrip("/"))
-                if step is not None:
-                    steps.append(step)
-        newest = None
-        for step in sorted(steps, reverse=True):  # the trainer keeps a few: newest first, stop at the first whole
-            marker = f"{STEP_PREFIX}{step}/{COMPLETE_MARKER}"
-            listed = clients.s3.list_objects_v2(Bucket=bucket, Prefix=prefix + marker, MaxKeys=1)
-            newest = newest_complete_step(o["Key"][len(prefix) :] for o in listed.get("Contents") or [])
-            if newest is not None:
-                break
+        state, _ = runs.newest_checkpoint_in(clients, bucket, prefix)
     except Exception as exc:
         code = error_code(exc)
         if code not in ("AccessDenied", "NoSuchBucket"):
             raise
         return {"s3_uri": uri, "newest_complete_step": None, "unavailable": f"ListObjectsV2 answered {code}"}
-    return {"s3_uri": uri, "newest_complete_step": newest}
+    return {"s3_uri": uri, "newest_complete_step": None if state is None else state.step}
 
 
 def _iso(value: Any) -> str | None:

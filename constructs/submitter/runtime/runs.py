@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -46,9 +48,10 @@ from aws_lambda_powertools import Logger
 from platform_spec import runs as spec
 from platform_spec.checkpoint_layout import (
     COMPLETE_MARKER,
+    STEP_PREFIX,
     TRAINER_STATE,
     StepState,
-    complete_steps_of_keys,
+    checkpoint_step,
     read_trainer_state,
 )
 from platform_spec.errors import FieldError
@@ -67,6 +70,8 @@ CAPACITY_REFUSALS = ("NoCapacity", "QuotaExceeded")
 """Refusals of a next segment that mean "no capacity now": the run waits and the schedule retries."""
 MAX_STATE_READS = 5
 """Complete checkpoints whose ``trainer_state.json`` is read, newest first, before giving up (the trainer keeps 3)."""
+UNREADABLE = "unreadable"
+"""``list_runs``' state of a run whose store records cannot be read (:class:`RunStoreError`)."""
 LIST_RUNS_DEFAULT = 20
 LIST_RUNS_MAX = 100
 _LOST_RACE_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
@@ -189,6 +194,9 @@ class RunRecord:
         max_steps: the run's ``max_steps``.
         created: when it was written (ISO 8601).
         etag: the object's ETag.
+        released: why the run was released (``{"reason", "at"}``: SageMaker refused its first segment, so
+            it never had a job), or ``None``. A released run does not exist for the job API, and its
+            ``run_id`` is free; the record is kept (marked, never deleted: the submitter may not delete).
     """
 
     run: spec.RunSpec
@@ -197,9 +205,10 @@ class RunRecord:
     max_steps: int
     created: str
     etag: str = ""
+    released: dict[str, Any] | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record = {
             "run_id": self.run.run_id,
             "budget": self.run.to_dict(),
             "request": self.request,
@@ -207,6 +216,9 @@ class RunRecord:
             "max_steps": self.max_steps,
             "created": self.created,
         }
+        if self.released is not None:
+            record["released"] = self.released
+        return record
 
 
 def read_run(store: RunStore, run_id: str, known: set[str] | None = None) -> RunRecord | None:
@@ -222,23 +234,39 @@ def read_run(store: RunStore, run_id: str, known: set[str] | None = None) -> Run
     try:
         run, _ = spec.parse_run(data["budget"])
         request, sha, max_steps, created = data["request"], data["request_sha256"], data["max_steps"], data["created"]
+        released = data.get("released")
         if run.run_id != run_id or not isinstance(request, dict) or not isinstance(max_steps, int):
             raise ValueError("fields")
+        if released is not None and not isinstance(released, dict):
+            raise ValueError("released")
     except (KeyError, TypeError, ValueError, FieldError):
         raise RunStoreError(
             f"run-store object {store.uri(store.run_key(run_id))} is not a run record; inspect it"
         ) from None
-    return RunRecord(run, request, str(sha), max_steps, str(created), etag)
+    return RunRecord(run, request, str(sha), max_steps, str(created), etag, released)
 
 
 def claim_run(store: RunStore, record: RunRecord, *, replace: str | None = None) -> RunRecord | None:
     """Write ``run.json`` for a run's first segment; ``None`` when another request wrote it first.
 
     Args:
-        replace: the ETag of a ``run.json`` of another request whose run never had a job (replaced).
+        replace: the ETag of a ``run.json`` to replace: another request's whose run never had a job, or a
+            released one.
     """
     etag = store.write(store.run_key(record.run.run_id), record.to_record(), if_match=replace)
     return None if etag is None else RunRecord(**{**record.__dict__, "etag": etag})
+
+
+def release_run(store: RunStore, record: RunRecord, reason: str, now: datetime) -> bool:
+    """Mark ``record`` (written by this request) released: SageMaker refused the run's first segment, so the
+    run never had a job. Conditional on its ETag (a record another request wrote since is left alone);
+    the record is overwritten, never deleted.
+
+    Returns:
+        Whether the record was marked.
+    """
+    released = RunRecord(**{**record.__dict__, "released": {"reason": reason, "at": _now_iso(now)}})
+    return store.write(store.run_key(record.run.run_id), released.to_record(), if_match=record.etag) is not None
 
 
 # --- reading a run ---------------------------------------------------------------------------------
@@ -261,23 +289,47 @@ def job_tags(clients: Clients, arn: str) -> dict[str, str]:
     return tags
 
 
-def newest_checkpoint(clients: Clients, config: SubmitterConfig, run_id: str) -> tuple[StepState | None, list[str]]:
-    """The run's newest complete checkpoint whose ``trainer_state.json`` is readable, and what was skipped.
+def newest_checkpoint_in(clients: Clients, bucket: str, prefix: str) -> tuple[StepState | None, list[str]]:
+    """The newest complete checkpoint under ``s3://bucket/prefix`` whose ``trainer_state.json`` is readable and
+    names its folder's step (what a restart resumes, as far as S3 shows it), and what was passed over.
+
+    The ``step-<n>/`` folders are listed (one ``ListObjectsV2`` page per 1000 folders, with ``/`` as the
+    delimiter: never the shards), newest first; a folder counts when its ``.complete`` marker exists and its
+    ``trainer_state.json`` verifies (:func:`platform_spec.checkpoint_layout.read_trainer_state`). At most
+    :data:`MAX_STATE_READS` folders are read. The job API's ``describe`` (of a job, of a run) and the run
+    continuation read checkpoints only through here.
 
     Returns:
-        ``(state or None, skipped)``: ``skipped`` names each newer complete checkpoint passed over and why.
+        ``(state or None, skipped)``: ``skipped`` names each newer folder passed over and why.
     """
-    prefix = spec.run_checkpoint_prefix(run_id)
-    keys: set[str] = set()
-    for page in clients.s3.get_paginator("list_objects_v2").paginate(Bucket=config.checkpoint_bucket, Prefix=prefix):
-        keys.update(item["Key"][len(prefix) :] for item in page.get("Contents") or [])
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    steps: list[int] = []
+    for page in clients.s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=prefix + STEP_PREFIX, Delimiter="/"
+    ):
+        for common in page.get("CommonPrefixes") or []:
+            step = checkpoint_step(common["Prefix"][len(prefix) :].rstrip("/"))
+            if step is not None:
+                steps.append(step)
     skipped: list[str] = []
-    for step in sorted(complete_steps_of_keys(keys), reverse=True)[:MAX_STATE_READS]:
-        state_key = f"step-{step}/{TRAINER_STATE}"
-        if state_key not in keys:
+    for step in sorted(steps, reverse=True)[:MAX_STATE_READS]:
+        folder = f"{prefix}{STEP_PREFIX}{step}/"
+        listed = clients.s3.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
+        names = {item["Key"][len(folder) :] for item in listed.get("Contents") or []}
+        if listed.get("IsTruncated"):  # a folder of more than 1000 files: ask for the two that matter
+            names = {
+                name
+                for name in (COMPLETE_MARKER, TRAINER_STATE)
+                if clients.s3.list_objects_v2(Bucket=bucket, Prefix=folder + name, MaxKeys=1).get("KeyCount")
+            }
+        if COMPLETE_MARKER not in names:
+            skipped.append(f"step-{step}: no {COMPLETE_MARKER} (a save or an upload cut short)")
+            continue
+        if TRAINER_STATE not in names:
             skipped.append(f"step-{step}: {COMPLETE_MARKER} without {TRAINER_STATE}")
             continue
-        got = clients.s3.get_object(Bucket=config.checkpoint_bucket, Key=prefix + state_key)
+        got = clients.s3.get_object(Bucket=bucket, Key=folder + TRAINER_STATE)
         with got["Body"] as body:
             state = read_trainer_state(body.read(), step)
         if isinstance(state, str):
@@ -285,6 +337,11 @@ def newest_checkpoint(clients: Clients, config: SubmitterConfig, run_id: str) ->
             continue
         return state, skipped
     return None, skipped
+
+
+def newest_checkpoint(clients: Clients, config: SubmitterConfig, run_id: str) -> tuple[StepState | None, list[str]]:
+    """The run's newest readable complete checkpoint, and what was skipped (:func:`newest_checkpoint_in`)."""
+    return newest_checkpoint_in(clients, config.checkpoint_bucket, spec.run_checkpoint_prefix(run_id))
 
 
 def instance_hours(description: Mapping[str, Any]) -> float:
@@ -323,7 +380,7 @@ def load_run(store: RunStore, run_id: str) -> RunState | None:
     """
     keys = store.keys(store.run_prefix(run_id))
     record = read_run(store, run_id, keys)
-    if record is None:
+    if record is None or record.released is not None:
         return None
     state = RunState(record, keys)
     decision_prefix = f"{store.run_prefix(run_id)}decisions/seg-"
@@ -478,7 +535,9 @@ def list_runs(
 
     Returns:
         ``{"status": "listed", "runs": [{"run_id", "created", "state", "max_steps", "budget"}],
-        "next_token"?}``; ``state`` is the terminal decision, ``waiting-for-capacity`` or ``active``.
+        "next_token"?}``; ``state`` is the terminal decision, ``waiting-for-capacity`` or ``active``;
+        a run whose store records cannot be read is listed as ``{"run_id", "state": "unreadable",
+        "reason"}`` (naming the object), and ``describe`` of it raises :class:`RunStoreError`.
 
     Raises:
         Refusal: ``InvalidRequest`` naming ``max_results`` (1-100) or ``next_token`` (not one this action gave).
@@ -488,8 +547,8 @@ def list_runs(
         limit = int(limit)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_RUNS_MAX:
         raise invalid(FieldError("max_results", limit, f"an integer from 1 to {LIST_RUNS_MAX}"))
-    after = _token_position(request.get("next_token"))
     store = RunStore.of(clients, config)
+    after = _token_position(store, request.get("next_token"))
     # run ids start with a lowercase letter: the first page starts after "`" (just before "a"), past the
     # "_waiting/" index; a later one after every key of the last run listed ("<run_id>/" < "<run_id>0")
     params: dict[str, Any] = {
@@ -500,14 +559,18 @@ def list_runs(
         "StartAfter": f"{store.prefix}{after}0" if after else f"{store.prefix}`",
     }
     page = clients.s3.list_objects_v2(**params)
-    out = []
+    out: list[dict[str, Any]] = []
     last = None
     for common in page.get("CommonPrefixes") or []:
         run_id = common["Prefix"][len(store.prefix) :].rstrip("/")
         if not spec.RUN_ID_RE.match(run_id):
             continue  # not written by the store
         last = run_id
-        state = load_run(store, run_id)
+        try:
+            state = load_run(store, run_id)
+        except RunStoreError as exc:  # one damaged record hides that run's state, not the other runs
+            out.append({"run_id": run_id, "state": UNREADABLE, "reason": str(exc)})
+            continue
         if state is None:
             continue
         ended = terminal_record(state)
@@ -522,23 +585,30 @@ def list_runs(
         )
     answer: dict[str, Any] = {"status": "listed", "runs": out}
     if page.get("IsTruncated") and last is not None:
-        answer["next_token"] = _token(last)
+        answer["next_token"] = _token(store, last)
     return answer
 
 
-_TOKEN_VERSION = 1
+_TOKEN_VERSION = 2
 
 
-def _token(run_id: str) -> str:
+def _token_sum(store: RunStore, run_id: str) -> str:
+    """A checksum binding a ``list_runs`` token to its position and to this deployment's run store."""
+    return hashlib.sha256(f"{store.bucket}/{store.prefix}\n{run_id}".encode()).hexdigest()[:24]
+
+
+def _token(store: RunStore, run_id: str) -> str:
     """``list_runs``' ``next_token``: where the next page starts (after ``run_id``), opaque to callers."""
-    return base64.urlsafe_b64encode(json.dumps({"v": _TOKEN_VERSION, "after": run_id}).encode()).decode()
+    body = {"v": _TOKEN_VERSION, "after": run_id, "sum": _token_sum(store, run_id)}
+    return base64.urlsafe_b64encode(json.dumps(body).encode()).decode()
 
 
-def _token_position(token: Any) -> str | None:
+def _token_position(store: RunStore, token: Any) -> str | None:
     """The run id a ``next_token`` continues after (``None`` without one).
 
     Raises:
-        Refusal: ``InvalidRequest`` on ``next_token`` for anything :func:`_token` did not make.
+        Refusal: ``InvalidRequest`` on ``next_token`` for anything :func:`_token` did not make for this
+            deployment (made by hand, altered, or another deployment's).
     """
     if token is None:
         return None
@@ -552,6 +622,8 @@ def _token_position(token: Any) -> str | None:
     after = data.get("after") if isinstance(data, dict) and data.get("v") == _TOKEN_VERSION else None
     if not isinstance(after, str) or not spec.RUN_ID_RE.match(after):
         raise invalid(problem)
+    if not hmac.compare_digest(str(data.get("sum", "")), _token_sum(store, after)):
+        raise invalid(problem)
     return after
 
 
@@ -559,7 +631,8 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     """``{"action": "stop", "run_id": R}``: stop the run (idempotent).
 
     Writes the stop marker (once), stops the running segment (``StopTrainingJob``; its end is then
-    decided ``stopped``), and ends a run waiting for capacity at once (``end.json``, ``stopped``).
+    decided ``stopped``), and ends a run waiting for capacity at once (``end.json``, ``stopped``; its
+    waiting marker is removed by the continuation's next tick, :func:`retry_waiting`).
 
     Returns:
         ``{"status": "stopping" | "stopped", "run_id", "changed": bool, "state", "training_job_name"?}``:
@@ -580,16 +653,22 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         state.stop is None
         and store.write(store.stop_key(run_id), {"run_id": run_id, "requested_at": _now_iso(now)}) is not None
     )
+    # read the run again after the marker: a continuation that decided and submitted a segment before the
+    # marker existed is seen here (its decision and job), and one that did not see the marker stops its
+    # segment itself (_start_segment)
+    state = load_run(store, run_id) or state
+    ended = terminal_record(state)  # decided meanwhile (e.g. finished): that decision stands
+    if ended is not None:
+        return {"status": "stopped", "run_id": run_id, "changed": changed, "state": ended["decision"]}
     answer: dict[str, Any] = {"run_id": run_id, "changed": changed}
     descriptions = segments_of(clients, state)
     newest = descriptions[-1] if descriptions else None
-    if newest is not None and newest.get("TrainingJobStatus") == "InProgress":
-        try:
-            clients.sagemaker.stop_training_job(TrainingJobName=newest["TrainingJobName"])
-            answer["changed"] = True
-        except Exception as exc:
-            if error_code(exc) != "ValidationException":  # it ended or is stopping already
-                raise
+    if (
+        newest is not None
+        and newest.get("TrainingJobStatus") == "InProgress"
+        and _stop_job(clients, newest["TrainingJobName"])
+    ):
+        answer["changed"] = True
     if newest is not None and newest.get("TrainingJobStatus") in ("InProgress", "Stopping"):
         answer.update(status="stopping", state="running", training_job_name=newest["TrainingJobName"])
         return answer
@@ -603,10 +682,21 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     }
     if store.write(store.end_key(run_id), record) is not None:
         answer["changed"] = True
-    if state.waiting is not None:
-        store.delete(store.waiting_key(run_id))
+    # a waiting marker stays: the submitter may not delete from the run store (its role has no
+    # s3:DeleteObject), and the continuation's next tick removes the marker of a run that ended
     answer.update(status="stopped", state=spec.STOPPED)
     return answer
+
+
+def _stop_job(clients: Clients, name: str) -> bool:
+    """``StopTrainingJob`` of ``name``; ``False`` when SageMaker refuses it (it ended or is stopping already)."""
+    try:
+        clients.sagemaker.stop_training_job(TrainingJobName=name)
+    except Exception as exc:
+        if error_code(exc) != "ValidationException":
+            raise
+        return False
+    return True
 
 
 # --- continuation -----------------------------------------------------------------------------------
@@ -786,6 +876,10 @@ def _start_segment(
             store.delete(store.waiting_key(state.run_id))
         record = {**record, "decision": spec.CONTINUE, "next_training_job_name": name}
         record["capacity"] = response.get("capacity")
+        if store.read(store.stop_key(state.run_id)) is not None:
+            # a stop landed while the segment was submitted; it may have seen no segment running (stop_run
+            # reads the run after writing its marker, so one of the two sees the other): stop it here
+            record["stopped_on_start"] = _stop_job(clients, name)
         return Outcome(record, segment_started=not response.get("replayed"))
     error = response.get("error") or {}
     code, message = error.get("code"), error.get("message")

@@ -90,7 +90,16 @@ from .job import (
     job_name_for,
 )
 from .request import SubmitRequest, check_instance, parse_request, token_digest
-from .runs import RunRecord, RunStore, RunStoreError, bind_refusal_to_run, claim_run, describe_job, read_run
+from .runs import (
+    RunRecord,
+    RunStore,
+    RunStoreError,
+    bind_refusal_to_run,
+    claim_run,
+    describe_job,
+    read_run,
+    release_run,
+)
 from .settings import SERVICE_NAME
 
 logger = Logger(service=SERVICE_NAME, child=True)
@@ -178,6 +187,8 @@ class _RunClaim:
     store: RunStore
     existing: RunRecord | None
     write: str | None
+    written: RunRecord | None = None
+    """The ``run.json`` this submission wrote (released when SageMaker refuses the segment)."""
 
 
 def _submit(
@@ -221,6 +232,8 @@ def _run_claim(request: SubmitRequest, clients: Clients, config: SubmitterConfig
                 f"run {run.run_id!r} has no {store.uri(store.run_key(run.run_id))}; segment {index} has no request"
             )
         return _RunClaim(store, None, "new")
+    if existing.released is not None and index == 1:
+        return _RunClaim(store, existing, "replace")  # SageMaker refused that run's first segment: it never ran
     if existing.request_sha256 == request.fingerprint():
         return _RunClaim(store, existing, None)
     first = runspec.segment_job_name(run.run_id, 1)
@@ -242,8 +255,9 @@ def _write_run(request: SubmitRequest, claim: _RunClaim, event: Any, fingerprint
     assert run is not None
     record = RunRecord(run, dict(event), fingerprint, request.hyperparameters.max_steps, runspec.format_time(now))
     replace = claim.existing.etag if claim.write == "replace" and claim.existing is not None else None
-    if claim_run(claim.store, record, replace=replace) is not None:
-        claim.write = None
+    written = claim_run(claim.store, record, replace=replace)
+    if written is not None:
+        claim.write, claim.written = None, written
         return
     winner = read_run(claim.store, run.run_id)
     if winner is not None and winner.request_sha256 == fingerprint:
@@ -338,6 +352,8 @@ def _submit_request(
             clients=clients,
             records=records,
             config=config,
+            run_claim=run_claim,
+            now=now,
         )
     raise RuntimeError(
         f"client_token: the claim on its record was lost {CLAIM_ATTEMPTS} times to concurrent requests; retry"
@@ -356,6 +372,8 @@ def _create(
     clients: Clients,
     records: TokenRecords | None,
     config: SubmitterConfig,
+    run_claim: _RunClaim | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """``CreateTrainingJob`` on each candidate in turn (another only after ``ResourceLimitExceeded``).
 
@@ -422,6 +440,10 @@ def _create(
     except Refusal as refusal:
         if records is not None and slot.record is not None:
             _release(records, slot.record, f"{refusal.code}: {refusal.message}")
+        if run_claim is not None and run_claim.written is not None:
+            _release_run(
+                run_claim.store, run_claim.written, f"{refusal.code}: {refusal.message}", now or datetime.now(UTC)
+            )
         raise
     # the token's own job holds the name (an earlier attempt's answer was lost): it answers, the record stays
     return _replay(request, own_job, fingerprint, estimate, tuning, via="client_token")
@@ -672,6 +694,16 @@ def _another_tokens_job(existing: dict[str, Any], *, derived: bool) -> Refusal:
         field="job_name",
         details={"training_job_name": name, "training_job_arn": arn},
     )
+
+
+def _release_run(store: RunStore, record: RunRecord, reason: str, now: datetime) -> None:
+    """Mark the run's ``run.json`` released after SageMaker refused its first segment (best effort: never masks
+    the refusal; an unreleased record is replaced by the run_id's next request all the same)."""
+    try:
+        if not release_run(store, record, reason, now):
+            logger.warning("run record changed since written; not released", extra={"run_id": record.run.run_id})
+    except Exception as exc:
+        logger.warning("run record not released", extra={"run_id": record.run.run_id, "error": repr(exc)})
 
 
 def _release(records: TokenRecords, record: TokenRecord, reason: str) -> None:
