@@ -305,28 +305,24 @@ def parse_run(raw: Mapping[str, Any]) -> tuple[RunSpec, dict[str, Any]]:
             raise FieldError("run.max_segments", raw.get("max_segments"), RUN_FIELDS["max_segments"])
     deadline = raw.get("deadline")
     when = parse_time(deadline, "run.deadline") if deadline is not None else None
-    hours = raw.get("max_instance_hours")
-    if hours is not None:
-        if (
-            isinstance(hours, bool)
-            or not isinstance(hours, (int, float))
-            or not math.isfinite(float(hours))
-            or float(hours) <= 0
-        ):
-            raise FieldError("run.max_instance_hours", hours, RUN_FIELDS["max_instance_hours"])
-        hours = float(hours)
-    minutes = raw.get("min_segment_minutes")
-    if minutes is not None:
-        if (
-            isinstance(minutes, bool)
-            or not isinstance(minutes, (int, float))
-            or not math.isfinite(float(minutes))
-            or float(minutes) <= 0
-        ):
-            raise FieldError("run.min_segment_minutes", minutes, RUN_FIELDS["min_segment_minutes"])
-        minutes = float(minutes)
+    hours = _positive(raw, "max_instance_hours")
+    minutes = _positive(raw, "min_segment_minutes")
     spec = RunSpec(run_id, segments, when, hours, minutes)
     return spec, spec.to_dict()
+
+
+def _positive(raw: Mapping[str, Any], key: str) -> float | None:
+    """``raw[key]`` as a finite number > 0, or ``None`` when absent.
+
+    Raises:
+        FieldError: naming ``run.<key>`` (a boolean, a string, NaN, an infinity, zero or less).
+    """
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise FieldError(f"run.{key}", value, RUN_FIELDS[key])
+    return float(value)
 
 
 # --- the decision -------------------------------------------------------------------------------

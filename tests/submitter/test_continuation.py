@@ -198,20 +198,26 @@ def set_plans(aws, clients, plans) -> None:
     clients.parameters.clear_cache()
 
 
-def test_waiting_for_capacity_then_the_tick_submits(aws, submit, run_kit, clients):
-    """Segment 2 finds no plan with 3 x p5 (waiting); the tick retries, and starts it once a plan appears."""
-    run_id = new_run_id()
+def waiting_run(aws, submit, run_kit, clients, run_id: str) -> dict[str, Any]:
+    """A run of 3 x p5 whose segment 1 ended with its capacity after the only p5 plan went away: the
+    continuation's answer to segment 1's end (a run waiting for capacity). Callers restore the plans."""
     body = run_kit.request(run_id)
     body.update(instance_type="ml.p5.48xlarge", instance_count=3)
     body["hyperparameters"] = {**body["hyperparameters"], "precision": "bf16"}
+    set_plans(aws, clients, [*PLANS, P5_RUN])
+    assert submit(body)["status"] == "submitted"
+    run_kit.checkpoint(run_id, 25)
+    aws.set_job_status(seg(run_id, 1), "InProgress")
+    aws.set_job_status(seg(run_id, 1), "Completed")
+    set_plans(aws, clients, PLANS)  # the block is gone
+    return run_kit.handle(run_kit.event(seg(run_id, 1)))
+
+
+def test_waiting_for_capacity_then_the_tick_submits(aws, submit, run_kit, clients):
+    """Segment 2 finds no plan with 3 x p5 (waiting); the tick retries, and starts it once a plan appears."""
+    run_id = new_run_id()
     try:
-        set_plans(aws, clients, [*PLANS, P5_RUN])
-        assert submit(body)["status"] == "submitted"
-        run_kit.checkpoint(run_id, 25)
-        aws.set_job_status(seg(run_id, 1), "InProgress")
-        aws.set_job_status(seg(run_id, 1), "Completed")
-        set_plans(aws, clients, PLANS)  # the block is gone
-        waiting = run_kit.handle(run_kit.event(seg(run_id, 1)))
+        waiting = waiting_run(aws, submit, run_kit, clients, run_id)
         assert decision(waiting) == spec.WAITING_FOR_CAPACITY and "NoCapacity" in waiting["decision"]["reason"]
         assert run_kit.jobs(run_id) == [seg(run_id, 1)]
         tick = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
@@ -233,17 +239,8 @@ def test_waiting_for_capacity_then_the_tick_submits(aws, submit, run_kit, client
 
 def test_stopping_a_waiting_run_ends_it(aws, submit, run_kit, runtime, clients, config):
     run_id = new_run_id()
-    body = run_kit.request(run_id)
-    body.update(instance_type="ml.p5.48xlarge", instance_count=3)
-    body["hyperparameters"] = {**body["hyperparameters"], "precision": "bf16"}
     try:
-        set_plans(aws, clients, [*PLANS, P5_RUN])
-        assert submit(body)["status"] == "submitted"
-        run_kit.checkpoint(run_id, 25)
-        aws.set_job_status(seg(run_id, 1), "InProgress")
-        aws.set_job_status(seg(run_id, 1), "Completed")
-        set_plans(aws, clients, PLANS)
-        assert decision(run_kit.handle(run_kit.event(seg(run_id, 1)))) == spec.WAITING_FOR_CAPACITY
+        assert decision(waiting_run(aws, submit, run_kit, clients, run_id)) == spec.WAITING_FOR_CAPACITY
         stopped = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
         assert stopped["status"] == "stopped" and stopped["changed"] is True
         view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)

@@ -160,3 +160,17 @@ def aws_env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def aws(aws_env_file: Path) -> Iterator[LocalAws]:
     with LocalAws(plans=str(REPO / "examples" / "plans.json"), env_file=aws_env_file) as emulator:
         yield emulator
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 90.0, interval: float = 0.2) -> Any:
+    """Poll ``predicate`` until it returns something true, and return that; ``AssertionError`` naming ``what``
+    after ``timeout`` seconds (the emulator's jobs and events run in other threads and processes)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"not within {timeout:g} s: {what}")

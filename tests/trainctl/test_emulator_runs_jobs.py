@@ -25,6 +25,8 @@ from trainctl.local_aws import LocalAws
 from training.environment import STOP_MARGIN_S, SageMakerPaths
 from training.supervision import read_status
 
+from .conftest import wait_until
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainctl-emulator-jobs")]
 
 HERE = Path(__file__).resolve().parent
@@ -102,16 +104,6 @@ def _log_lines(aws: LocalAws, name: str) -> list[str]:
         logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream["logStreamName"], startFromHead=True
     )["events"]
     return [e["message"] for e in events]
-
-
-def _wait(predicate: Any, what: str, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
 def test_a_job_runs_end_to_end_from_its_request(aws: LocalAws, tmp_path: Path) -> None:
@@ -220,7 +212,7 @@ def test_stop_sends_sigterm_the_checkpoint_reaches_s3_and_a_second_job_resumes_i
     _create(aws, first, long_run, CheckpointConfig={"S3Uri": uri})
     paths = SageMakerPaths(aws.job_dir(first))
     log = aws.job_dir(first).parent / "job.log"  # the job's output as the emulator reads it
-    _wait(lambda: log.exists() and "[metrics] step=2 " in log.read_text(), "step 2 trained")
+    wait_until(lambda: log.exists() and "[metrics] step=2 " in log.read_text(), "step 2 trained")
 
     aws.client("sagemaker").stop_training_job(TrainingJobName=first)
     assert aws.describe_training_job(first)["TrainingJobStatus"] in ("Stopping", "Stopped")

@@ -13,9 +13,7 @@ test does not depend on this machine's speed (``make demo`` shows a run that fin
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,20 +24,12 @@ from trainctl.local_aws import LocalAws
 from trainctl.runs import show_runs
 from trainctl.submitter_client import submit_local
 
+from .conftest import wait_until
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainctl-run-end-to-end")]
 
 RUN_ID = "e2e-run"
 STEPS = 1_000_000  # never reached: the run ends because it is stopped
-
-
-def _wait(predicate: Any, what: str, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
 def _steps_logged(aws: LocalAws, job: str) -> list[int]:
@@ -76,7 +66,11 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert 0 < stopped_at < STEPS
 
         # the continuation (an event target) started segment 2 on the other plan; it resumes from S3
-        _wait(lambda: _steps_logged(aws, second) if aws.job_dir(second).parent.exists() else None, "segment 2 trains")
+        wait_until(
+            lambda: _steps_logged(aws, second) if aws.job_dir(second).parent.exists() else None,
+            "segment 2 trains",
+            timeout=180,
+        )
         job = aws.describe_training_job(second)
         assert job["ResourceConfig"]["TrainingPlanArn"].endswith("/p6-b200-next")
         assert job["CheckpointConfig"]["S3Uri"] == aws.describe_training_job(first)["CheckpointConfig"]["S3Uri"]
@@ -92,7 +86,7 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         stop = json.loads(capsys.readouterr().out)
         assert (stop["status"], stop["changed"], stop["training_job_name"]) == ("stopping", True, second)
         assert aws.wait_for_job(second, timeout=180)["TrainingJobStatus"] == "Stopped"
-        view = _wait(
+        view = wait_until(
             lambda: (
                 (v := submit_local({"action": "describe", "run_id": RUN_ID}, aws.env)["run"])["state"] == "stopped"
                 and v

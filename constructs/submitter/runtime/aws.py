@@ -333,6 +333,21 @@ def _needs_retry(
 # --- clients ----------------------------------------------------------------------------------
 
 
+def client_kwargs(environ: Mapping[str, str] | None) -> dict[str, Any]:
+    """The keyword arguments of ``create_client`` that ``environ`` decides (region, credentials and
+    ``AWS_ENDPOINT_URL``, read from it rather than from the process, so several emulators can be used side
+    by side); ``{}`` for ``None`` (botocore's own resolution: the function's environment and role)."""
+    kwargs: dict[str, Any] = {}
+    if environ is not None:
+        kwargs["region_name"] = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
+        kwargs["aws_access_key_id"] = environ.get("AWS_ACCESS_KEY_ID") or None
+        kwargs["aws_secret_access_key"] = environ.get("AWS_SECRET_ACCESS_KEY") or None
+        kwargs["aws_session_token"] = environ.get("AWS_SESSION_TOKEN") or None
+        if environ.get("AWS_ENDPOINT_URL"):
+            kwargs["endpoint_url"] = environ["AWS_ENDPOINT_URL"]
+    return kwargs
+
+
 @dataclass
 class Clients:
     """The AWS clients the submitter uses (create once per warm function and reuse).
@@ -365,14 +380,7 @@ class Clients:
         model is parsed once per process. Every client gets the deadline hooks.
         """
         config = client_config(environ)
-        kwargs: dict[str, Any] = {}
-        if environ is not None:
-            kwargs["region_name"] = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
-            kwargs["aws_access_key_id"] = environ.get("AWS_ACCESS_KEY_ID") or None
-            kwargs["aws_secret_access_key"] = environ.get("AWS_SECRET_ACCESS_KEY") or None
-            kwargs["aws_session_token"] = environ.get("AWS_SESSION_TOKEN") or None
-            if environ.get("AWS_ENDPOINT_URL"):
-                kwargs["endpoint_url"] = environ["AWS_ENDPOINT_URL"]
+        kwargs = client_kwargs(environ)
         if session is not None:
             clients = cls(
                 sagemaker=session.client("sagemaker", config=config, **kwargs),

@@ -40,7 +40,15 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from . import settings
-from .aws import Clients, Deadline, client_config, current_deadline, deadline_scope, install_deadline_hooks
+from .aws import (
+    Clients,
+    Deadline,
+    client_config,
+    client_kwargs,
+    current_deadline,
+    deadline_scope,
+    install_deadline_hooks,
+)
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded
 from .runs import Outcome, RunStore, on_segment_end, retry_waiting, waiting_runs
@@ -62,15 +70,7 @@ def events_client(environ: Mapping[str, str] | None = None) -> Any:
     endpoint from ``environ`` when given, as :meth:`.aws.Clients.create` takes them)."""
     import botocore.session
 
-    kwargs: dict[str, Any] = {}
-    if environ is not None:
-        kwargs["region_name"] = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
-        kwargs["aws_access_key_id"] = environ.get("AWS_ACCESS_KEY_ID") or None
-        kwargs["aws_secret_access_key"] = environ.get("AWS_SECRET_ACCESS_KEY") or None
-        kwargs["aws_session_token"] = environ.get("AWS_SESSION_TOKEN") or None
-        if environ.get("AWS_ENDPOINT_URL"):
-            kwargs["endpoint_url"] = environ["AWS_ENDPOINT_URL"]
-    client = botocore.session.Session().create_client("events", config=client_config(environ), **kwargs)
+    client = botocore.session.Session().create_client("events", config=client_config(environ), **client_kwargs(environ))
     install_deadline_hooks(client)
     return client
 
