@@ -323,7 +323,7 @@ RUN_ID = "demo-run"
 RUN_CONTINUATION = "platform_constructs.submitter.runtime.continuation:lambda_handler"
 """The continuation function's handler, which the emulator calls with every job state-change event (as the
 stack's EventBridge rule invokes the deployed function)."""
-RUN_FIRST_BLOCK_TRAINING_S = 30
+RUN_FIRST_BLOCK_TRAINING_S = 40
 """Seconds of training the first plan's block leaves the first segment: the block ends at seeding +
 reclaim window (30 min) + the trainer's stop margin + this, so the trainer checkpoints and stops itself at
 about this many seconds after the emulator starts (the segment's start-up, ~10 s, comes out of it)."""
@@ -340,13 +340,13 @@ RUN_HYPERPARAMETERS: dict[str, object] = {
     "warmup_steps": 10,
     "learning_rate": 3e-3,
     "min_learning_rate": 3e-4,
-    "log_interval": 10,
+    "log_interval": 5,
     "checkpoint_interval": 40,
     "keep_checkpoints": 2,
 }
 """The run's training: gpt-tiny on CPython's docs, 0.3-1 s a step on one CPU process of this project's
-2-core machines (idle or busy), so the first block ends far below ``max_steps`` (10-75 steps) and the second
-segment finishes the run."""
+2-core machines (idle or busy), so the first block ends far below ``max_steps`` (10-110 steps) and the second
+segment finishes the run. A loss line every 5 steps, so the first segment's part of the curve shows."""
 RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
 

@@ -143,7 +143,10 @@ def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        words = shlex.split(line)
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:  # shlex's "No closing quotation", "No escaped character"
+            raise ValueError(f"{path}:{number}: expected `export NAME=value`, got {line!r} ({exc})") from None
         if len(words) != 2 or words[0] != "export" or "=" not in words[1]:
             raise ValueError(f"{path}:{number}: expected `export NAME=value`, got {line!r}")
         name, value = words[1].split("=", 1)
@@ -155,13 +158,27 @@ def stack_outputs(stack_name: str, *, boto_session: Any) -> dict[str, str]:
     """``OutputKey -> OutputValue`` of a deployed stack (CloudFormation ``DescribeStacks``).
 
     Raises:
+        ValueError: ``stack_name`` is not a non-empty string (``DescribeStacks`` without a name
+            describes every stack, and the first one's outputs would be read).
         LookupError: no such stack in the session's account and region.
+        trainctl.submitter_client.SubmitError: no region or credentials.
     """
     import botocore.exceptions
 
-    client = boto_session.client("cloudformation")
+    from trainctl.submitter_client import SubmitError
+
+    if not isinstance(stack_name, str) or not stack_name.strip():
+        raise ValueError(f"stack_name: got {stack_name!r}, expected the platform stack's name (cdk.json stackName)")
     try:
+        client = boto_session.client("cloudformation")
         stacks = client.describe_stacks(StackName=stack_name)["Stacks"]
+    except (botocore.exceptions.NoRegionError, botocore.exceptions.NoCredentialsError) as exc:
+        raise SubmitError(
+            f"cannot read stack {stack_name!r}: {exc}; pass region= (or set AWS_REGION) and configure credentials, "
+            "or pass boto_session=",
+            may_have_run=False,
+            unavailable=True,
+        ) from None
     except botocore.exceptions.ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ValidationError":
             raise LookupError(
@@ -265,6 +282,7 @@ class Platform:
             telemetry, validate_role: see :class:`Platform` (the SDK's defaults: on).
 
         Raises:
+            ValueError: ``stack_name`` is empty.
             LookupError: no such stack, or it has no :data:`SUBMITTER_FUNCTION_OUTPUT` output.
             trainctl.submitter_client.SubmitError: no region or credentials.
         """
@@ -394,10 +412,13 @@ class Platform:
         ``client_token`` or ``job_name`` make it idempotent. A request with neither gets a
         generated ``client_token`` (``trainctl.submitter_client.with_client_token``), kept on the
         trainer (:attr:`PlatformModelTrainer.request`), so calling ``train()`` twice attaches to the
-        first job.
+        first job. A run (a request with ``run``) is started through the submitter only
+        (:meth:`submit`): the submitter writes the run's record that its continuation reads, which a
+        job the SDK created would lack.
 
         Raises:
-            PlatformRefusal: the submitter refused it (code, field, details).
+            PlatformRefusal: the submitter refused it (code, field, details), or ``InvalidRequest`` on
+                ``run`` for a run.
             SdkUnavailable: the extra ``sdk`` is not installed.
         """
         from trainctl.submitter_client import with_client_token
@@ -405,6 +426,18 @@ class Platform:
         _require_sdk()
         if _plain(request).get("dry_run"):
             raise ValueError("dry_run: the trainer is made from a dry run already; expected no dry_run field")
+        if _plain(request).get("run") is not None:
+            raise PlatformRefusal(
+                {
+                    "status": "rejected",
+                    "error": {
+                        "code": "InvalidRequest",
+                        "field": "run",
+                        "message": "run: a run is started through the submitter, which keeps its record for the "
+                        "continuation: use Platform.submit(request); expected no run in a ModelTrainer's request",
+                    },
+                }
+            )
         sent, _ = with_client_token(_plain(request))
         answer = self.preflight(sent)
         return _platform_model_trainer().configured(self, sent, answer)  # type: ignore[no-any-return]
@@ -570,6 +603,7 @@ def _platform_model_trainer() -> type:
                 for key, value in _fields(params).items():
                     setattr(self, key, value)
                 self._apply(params)
+            self._refuse_uploads(input_data_config)
             if dry_run:
                 return super().train(input_data_config=input_data_config, wait=wait, logs=logs, dry_run=True)
             self._platform._expect(params)
@@ -587,6 +621,30 @@ def _platform_model_trainer() -> type:
             finally:
                 self._platform._expect(None)
             return None
+
+        def _refuse_uploads(self, input_data_config: Any) -> None:
+            """The SDK uploads ``source_code`` (with its ``distributed`` drivers) and channels given as local
+            paths to its default bucket before it sends ``CreateTrainingJob``, so the wire check would come
+            after those writes: such a trainer raises :class:`TrainerChanged` here, before anything is written.
+            A ``distributed`` config alone the SDK drops without a word; it is refused too (the platform's
+            trainer image launches its own processes, one per GPU).
+            """
+            if self.source_code is not None or self.distributed is not None:
+                what = "source_code" if self.source_code is not None else "distributed"
+                raise TrainerChanged(
+                    "AlgorithmSpecification",
+                    f"the SDK's own entry point for {what} (its code uploaded to its default bucket first)",
+                    self._params["AlgorithmSpecification"],
+                )
+            for channel in [*(self.input_data_config or []), *(input_data_config or [])]:
+                source = getattr(channel, "data_source", None)
+                if isinstance(source, str) and not source.startswith("s3://"):
+                    raise TrainerChanged(
+                        "InputDataConfig",
+                        f"channel {channel.channel_name!r} from the local path {source!r} (uploaded to the SDK's "
+                        "default bucket first)",
+                        self._params.get("InputDataConfig"),
+                    )
 
         def _attach(self, name: str, *, wait: bool, logs: bool) -> None:
             job = self._platform.training_job(name)

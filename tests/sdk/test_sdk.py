@@ -307,3 +307,67 @@ def test_the_trainer_reads_the_hyperparameters_a_plain_model_trainer_sends(
     hp = validate(paths, {}, gpus=0)
     assert (hp.model, hp.num_layers, hp.batch_size, hp.seq_length) == ("gpt-tiny", 1, 2, 32)
     assert (hp.learning_rate, hp.synthetic_data, hp.max_grad_norm) == (3e-4, True, 1.0)
+
+
+def test_a_run_starts_through_the_submitter_and_a_model_trainer_refuses_it(aws, platform, tiny) -> None:
+    run_id = f"sdk-{uuid.uuid4().hex[:10]}"
+    request = {k: v for k, v in tiny.items() if k != "client_token"}
+    request.update(capacity="training-plan", instance_type="ml.p6-b200.48xlarge", run={"run_id": run_id})
+    with pytest.raises(PlatformRefusal) as caught:
+        platform.model_trainer(request)
+    assert (caught.value.code, caught.value.field) == ("InvalidRequest", "run")
+    assert not any(name.startswith(run_id) for name in _jobs(aws))
+    job = platform.submit(request)  # no client_token is generated for a run: its run_id is the key
+    assert job.training_job_name == f"{run_id}-seg-001"
+    assert platform.submit(request).training_job_name == job.training_job_name  # replayed, one job
+    assert len(_created(aws, job.training_job_name)) == 1
+
+
+def _s3_objects(aws: LocalAws) -> set[tuple[str, str]]:
+    s3 = aws.client("s3")
+    return {
+        (bucket["Name"], obj["Key"])
+        for bucket in s3.list_buckets()["Buckets"]
+        for obj in s3.list_objects_v2(Bucket=bucket["Name"]).get("Contents", [])
+    }
+
+
+@pytest.mark.parametrize(
+    "change", ["source_code", "distributed", "local channel on the trainer", "local channel to train"]
+)
+def test_a_trainer_the_sdk_would_upload_for_is_refused_before_anything_is_written(
+    aws, platform, tiny, tmp_path, change
+) -> None:
+    """The SDK uploads source code and local channel paths to its default bucket before it sends
+    CreateTrainingJob: such a trainer is refused before that upload, not only on the wire after it."""
+    from sagemaker.core.training.configs import InputData, SourceCode
+    from sagemaker.train.distributed import Torchrun
+
+    (tmp_path / "train.py").write_text("print('not the platform trainer')\n")
+    trainer = platform.model_trainer(tiny)
+    name = trainer.create_training_job["TrainingJobName"]
+    local = InputData(channel_name="eval", data_source=str(tmp_path))
+    extra = None
+    if change == "source_code":
+        trainer.source_code = SourceCode(source_dir=str(tmp_path), entry_script="train.py")
+    elif change == "distributed":
+        trainer.distributed = Torchrun()  # the SDK drops it without source_code: refused, not ignored
+    elif change == "local channel on the trainer":
+        trainer.input_data_config = [local]
+    else:
+        extra = [local]
+    before = _s3_objects(aws)
+    with pytest.raises(TrainerChanged) as caught:
+        trainer.train(input_data_config=extra, wait=False, logs=False)
+    assert caught.value.field == ("InputDataConfig" if "channel" in change else "AlgorithmSpecification")
+    assert _s3_objects(aws) == before
+    assert _created(aws, name) == []
+
+
+def test_an_env_file_line_with_an_open_quote_is_named(tmp_path) -> None:
+    from trainctl.sdk import read_env_file
+
+    path = tmp_path / "aws.env"
+    path.write_text('export A=1\nexport PLATFORM_TAGS=\'{"team": "a"}\n')
+    with pytest.raises(ValueError, match=r"aws.env:2: expected `export NAME=value`.*No closing quotation"):
+        read_env_file(path)

@@ -103,3 +103,17 @@ def test_a_stack_that_is_not_there_or_not_the_platforms_is_named(aws, deployed) 
     aws.client("cloudformation").create_stack(StackName=other, TemplateBody=json.dumps(template))
     with pytest.raises(LookupError, match=rf"stack {other!r} has no {SUBMITTER_FUNCTION_OUTPUT} output"):
         Platform.from_stack(other, telemetry=False)
+
+
+def test_an_empty_stack_name_or_no_region_is_named_before_any_stack_is_read(aws, deployed, monkeypatch) -> None:
+    # DescribeStacks without a name describes every stack: the first one's outputs must never be taken
+    for name in ("", "  "):
+        with pytest.raises(ValueError, match=r"stack_name: got .*, expected the platform stack's name"):
+            Platform.from_stack(name, telemetry=False)
+    from trainctl.submitter_client import SubmitError
+
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    with pytest.raises(SubmitError, match=r"cannot read stack .*region") as caught:
+        Platform.from_stack(deployed, telemetry=False)
+    assert caught.value.may_have_run is False
