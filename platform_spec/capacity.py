@@ -16,7 +16,8 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "CAPACITY_BLOCK_ENDED_REASON",
@@ -30,6 +31,7 @@ __all__ = [
     "TRAINING_PLAN_ARNS_PARAMETER_ENV",
     "USABLE_PLAN_STATUSES",
     "capacity_fallback_problem",
+    "capacity_type_of",
 ]
 
 CAPACITY_TYPES: tuple[str, ...] = ("training-plan", "spot", "on-demand")
@@ -53,6 +55,18 @@ and the plan-metrics publisher's all-plans totals count only these."""
 TRAINING_PLAN_ARNS_PARAMETER_ENV = "TRAINING_PLAN_ARNS_PARAMETER"
 """The environment variable, of the submitter and of the plan-metrics publisher alike, naming the SSM
 String parameter that holds the deployment's training-plan ARNs as a JSON list."""
+
+
+def capacity_type_of(description: Mapping[str, Any]) -> str:
+    """The capacity type (:data:`CAPACITY_TYPES`) of a training job as ``DescribeTrainingJob`` (or its
+    state-change event's ``detail``) shows it: ``training-plan`` with ``ResourceConfig.TrainingPlanArn``,
+    ``spot`` with ``EnableManagedSpotTraining`` true, else ``on-demand``."""
+    resource = description.get("ResourceConfig")
+    if isinstance(resource, Mapping) and resource.get("TrainingPlanArn"):
+        return "training-plan"
+    if description.get("EnableManagedSpotTraining") is True:
+        return "spot"
+    return "on-demand"
 
 
 def capacity_fallback_problem(order: Sequence[str]) -> str | None:

@@ -199,17 +199,6 @@ def run_blocks(view: Mapping[str, Any]) -> list[Panel | Table]:
     return blocks
 
 
-def _send(request: Mapping[str, Any], *, local: bool, function: str | None, region: str | None) -> dict[str, Any]:
-    import os
-
-    from trainctl.submitter_client import invoke_function, submit_local
-
-    if local:
-        return submit_local(request, dict(os.environ))
-    assert function is not None
-    return invoke_function(function, request, region=region)
-
-
 def show_runs(
     run_id: str | None,
     *,
@@ -229,7 +218,7 @@ def show_runs(
         answer came (the failure is one line on stderr, as ``trainctl submit``'s).
     """
     from platform_constructs.submitter.runtime.errors import ConfigurationError
-    from trainctl.submitter_client import SubmitError
+    from trainctl.submitter_client import SubmitError, send
 
     prog = "trainctl runs" + (" --local" if local else "")
     if not local and not function:
@@ -244,7 +233,7 @@ def show_runs(
     if next_token is not None:
         request["next_token"] = next_token
     try:
-        response = _send(request, local=local, function=function, region=region)
+        response = send(request, local=local, function=function, region=region)
     except SubmitError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -66,16 +66,9 @@ def submit_and_print(
         :data:`EXIT_SUBMITTED` (submitted or validated), :data:`EXIT_REJECTED` (the submitter refused it;
         nothing was created) or :data:`EXIT_FAILED` (no answer: see ``trainctl submit --help``).
     """
-    import os
 
     from platform_constructs.submitter.runtime.errors import ConfigurationError
-    from trainctl.submitter_client import (
-        DEFAULT_INVOKE_READ_TIMEOUT_S,
-        SubmitError,
-        invoke_function,
-        submit_local,
-        with_client_token,
-    )
+    from trainctl.submitter_client import DEFAULT_INVOKE_READ_TIMEOUT_S, SubmitError, send, with_client_token
 
     prog = "trainctl submit" + (" --local" if local else "")
     if not local and not function:
@@ -105,15 +98,13 @@ def submit_and_print(
             flush=True,
         )
     try:
-        if local:
-            response = submit_local(request, dict(os.environ))
-        else:
-            response = invoke_function(
-                function,
-                request,
-                region=region,
-                read_timeout=DEFAULT_INVOKE_READ_TIMEOUT_S if read_timeout is None else read_timeout,
-            )
+        response = send(
+            request,
+            local=local,
+            function=function,
+            region=region,
+            read_timeout=DEFAULT_INVOKE_READ_TIMEOUT_S if read_timeout is None else read_timeout,
+        )
     except SubmitError as exc:
         print(f"{prog}: {exc}{_retry_hint(exc, request)}", file=sys.stderr)
         return EXIT_FAILED

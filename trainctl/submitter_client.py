@@ -492,6 +492,28 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
     return json.loads(json.dumps(response, default=str))
 
 
+def send(
+    request: Any,
+    *,
+    local: bool,
+    function: str | None,
+    region: str | None = None,
+    read_timeout: float = DEFAULT_INVOKE_READ_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Send ``request`` to the submitter the way ``trainctl`` commands choose it: with ``local``, its handler in
+    this process against the environment's emulator (:func:`submit_local` with ``os.environ``); else the
+    deployed ``function`` (:func:`invoke_function`, one invocation).
+
+    Raises:
+        what :func:`submit_local` or :func:`invoke_function` raise.
+    """
+    if local:
+        return submit_local(request, dict(os.environ))
+    if not function:
+        raise ValueError("function: expected the submitter function's name or ARN (or local)")
+    return invoke_function(function, request, region=region, read_timeout=read_timeout)
+
+
 def _set_streams(pairs: Any) -> None:
     for log_handler, stream in pairs:
         with log_handler.lock:
@@ -510,6 +532,7 @@ __all__ = [
     "lambda_client",
     "read_timeout_problem",
     "require_local_endpoint",
+    "send",
     "submit_local",
     "with_client_token",
 ]

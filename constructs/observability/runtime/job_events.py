@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from platform_spec.capacity import capacity_type_of
+
 from . import settings
 from .aws import cloudwatch_client, dynamodb_client, put_metric_data
 
@@ -124,12 +126,7 @@ class TrainingJobOutcome:
         if not isinstance(resource_config, Mapping):
             raise EventError("detail.ResourceConfig", resource_config, "an object")
         plan_arn = resource_config.get("TrainingPlanArn") or None
-        if plan_arn:
-            capacity = "training-plan"
-        elif detail.get("EnableManagedSpotTraining") is True:
-            capacity = "spot"
-        else:
-            capacity = "on-demand"
+        capacity = capacity_type_of(detail)
         count = resource_config.get("InstanceCount")
         billable = detail.get("BillableTimeInSeconds")
         return cls(

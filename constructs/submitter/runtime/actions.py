@@ -69,7 +69,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, CAPACITY_TYPES
+from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, CAPACITY_TYPES, capacity_type_of
 from platform_spec.errors import FieldError
 from platform_spec.metric_lines import FIELDS as METRIC_FIELDS
 from platform_spec.runs import RUN_ID_EXPECTED, RUN_ID_RE, TAG_RUN_ID, TERMINAL_JOB_STATUSES, format_time, parse_time
@@ -554,7 +554,7 @@ def job_view(description: Mapping[str, Any], tags: Mapping[str, str]) -> dict[st
     plan = resource.get("TrainingPlanArn")
     kind = tags.get(TAG_CAPACITY_TYPE)
     if kind not in CAPACITY_TYPES:
-        kind = "training-plan" if plan else "spot" if description.get("EnableManagedSpotTraining") else "on-demand"
+        kind = capacity_type_of(description)
     return {
         "training_job_name": description.get("TrainingJobName"),
         "training_job_arn": description.get("TrainingJobArn"),

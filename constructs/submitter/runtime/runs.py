@@ -46,6 +46,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from platform_spec import runs as spec
+from platform_spec.capacity import capacity_type_of
 from platform_spec.checkpoint_layout import (
     COMPLETE_MARKER,
     STEP_PREFIX,
@@ -434,13 +435,7 @@ def run_view(clients: Clients, config: SubmitterConfig, state: RunState, now: da
         tokens_at_end = decided.get("tokens") if decided else (newest.tokens if newest else None)
         tokens_at_start = (previous or {}).get("tokens") if index > 1 else 0
         resource = description.get("ResourceConfig") or {}
-        capacity: dict[str, Any] = {
-            "type": "training-plan"
-            if resource.get("TrainingPlanArn")
-            else "spot"
-            if description.get("EnableManagedSpotTraining")
-            else "on-demand"
-        }
+        capacity: dict[str, Any] = {"type": capacity_type_of(description)}
         if resource.get("TrainingPlanArn"):
             capacity["training_plan_arn"] = resource["TrainingPlanArn"]
         row: dict[str, Any] = {

@@ -75,6 +75,7 @@ from aws_lambda_powertools import Logger
 import planner
 from platform_spec import hyperparameters as hpmod
 from platform_spec import runs as runspec
+from platform_spec.capacity import capacity_type_of
 from platform_spec.errors import FieldError
 
 from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code, error_message
@@ -811,12 +812,7 @@ def _replay(
             )
         raise Refusal("Conflict", message, field=via, details={"training_job_name": name, "training_job_arn": arn})
     resource = description.get("ResourceConfig") or {}
-    if resource.get("TrainingPlanArn"):
-        kind = "training-plan"
-    elif description.get("EnableManagedSpotTraining"):
-        kind = "spot"
-    else:
-        kind = "on-demand"
+    kind = capacity_type_of(description)
     created = description.get("CreationTime")
     when = created.isoformat() if isinstance(created, datetime) else "earlier"
     choice = CapacityChoice(
