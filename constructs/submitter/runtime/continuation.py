@@ -39,6 +39,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+from platform_spec.runs import STALE_EVENT
+
 from . import settings
 from .aws import (
     Clients,
@@ -160,7 +162,7 @@ def publish(outcome: Outcome, events: Any) -> None:
     metrics.add_dimension(name=settings.DIMENSION_DECISION, value=outcome.decision)
     metrics.add_metric(name=settings.METRIC_RUN_DECISIONS, unit=MetricUnit.Count, value=1)
     metrics.flush_metrics()
-    if outcome.decision == "stale-event":
+    if outcome.decision == STALE_EVENT:
         return
     entry = {
         "Source": settings.RUN_EVENT_SOURCE,
