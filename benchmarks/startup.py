@@ -5,6 +5,7 @@ Run: ``.venv/bin/python benchmarks/startup.py [--repeats 21] [--json OUT]`` (``m
 | row | subject | baseline | target |
 |---|---|---|---|
 | submitter cold import | ``import platform_constructs.submitter.runtime.handler`` | ``import boto3`` | <= 1.1 |
+| the same, then a first submission's modules | ``import ...handler, ...service`` | ``import boto3`` | - |
 | trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | <= 1.5 |
 | trainctl plan | ``trainctl plan`` (the guide's request; tables) | ``python -c pass`` | <= 1.5 |
 | trainctl plan --json | ``trainctl plan --json`` | ``python -c pass`` | <= 1.5 |
@@ -15,10 +16,15 @@ as a terminal runs it (rich draws the tables in colour; a pipe gets rich's
 plain text); the floor of ``trainctl plan``, the
 planner's own import and estimate in a bare ``python -c``; and under it, the
 planner's import alone and the standard library's ``dataclasses``, which every
-module defining a dataclass imports; and the import of the rich modules that
-draw the tables (see **Floor** below).
+module defining a dataclass imports; the import of the rich modules that
+draw the tables; and ``import argparse, dataclasses`` with each dataclass's
+generation on the way to ``trainctl plan --json`` (see **Floor** below).
 
-**Submitter.** The package is built exactly as the construct builds it
+**Submitter.** The handler imports what every action needs; a submission's
+own modules (``.service``: request parsing, capacity, the job's parameters, the
+planner) are imported by the first submission, so the second submitter row
+adds them: the cold start of a function whose first request is a submission.
+The package is built exactly as the construct builds it
 (``platform_constructs.submitter.bundling.SUBMITTER.build``: the pinned
 requirements for arm64 / CPython 3.13 with their bytecode, and the modules
 the handler imports with theirs). Each import runs in a fresh ``python -S``
@@ -48,6 +54,12 @@ written on, some 20 classes on the way to a plan), and the estimate with its
 recommendations (about 120 configurations weighed for the guide's request, some
 15 ms there), before argparse and the tables; then rich's own import (the
 ``import rich`` row) and its drawing of the four tables (about 15 ms here).
+The report ends with that floor measured: ``trainctl plan --json`` run with
+``dataclasses.dataclass`` wrapped by a timer (:data:`DATACLASS_TIMES`), each
+class's generation the median of up to 11 fresh processes, added to the
+``import argparse, dataclasses`` row: the least any ``trainctl plan`` takes
+while the platform's records are dataclasses (the house style's "config as
+dataclasses"), printed as a ratio next to the 1.5 target.
 
 **Noise.** The machine is shared. Every repeat runs the subject and its
 baseline back to back, in alternating order; the ratio reported is the
@@ -85,6 +97,9 @@ sys.path.insert(0, str(REPO))
 
 HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
 """The module Lambda imports (``bundling.SUBMITTER.handlers``), as the package lays it out."""
+SUBMISSION_MODULE = "platform_constructs.submitter.runtime.service"
+"""What a function's first submission imports on top of the handler (``actions._submit``: request parsing,
+capacity, the job's parameters, the planner); ``describe``, ``list``, ``stop`` and ``list_runs`` never do."""
 
 ONE_VCPU_MB = 1769
 """Function memory with the equivalent of one vCPU (AWS Lambda Developer Guide, "Configure Lambda function memory")."""
@@ -108,6 +123,31 @@ PLANNER_FLOOR = (
 
 RICH_FLOOR = "import rich.console, rich.panel, rich.table"
 """What drawing the tables adds before the first line is drawn: the rich modules ``trainctl.tables`` uses."""
+
+STYLE_FLOOR = "import argparse, dataclasses"
+"""What every ``trainctl plan`` imports before its first class is made: the command line's parser, and the
+standard library that makes the platform's records (the house style's "config as dataclasses")."""
+
+DATACLASS_TIMES = """
+import dataclasses, json, os, sys, time
+made = dataclasses.dataclass
+seconds = {}
+def timed(cls=None, /, **options):
+    def make(c):
+        start = time.perf_counter()
+        out = made(**options)(c)
+        seconds[f"{c.__module__}.{c.__qualname__}"] = time.perf_counter() - start
+        return out
+    return make if cls is None else make(cls)
+dataclasses.dataclass = timed
+from trainctl.cli import main
+stdout, sys.stdout = sys.stdout, open(os.devnull, "w")
+main(["plan", "--json"])
+sys.stdout = stdout
+print(json.dumps(seconds))
+"""
+"""A ``python -c`` that runs ``trainctl plan --json`` with the standard library's ``dataclasses.dataclass``
+wrapped by a timer (before any module of ours binds it), and prints each dataclass's generation in seconds."""
 
 
 @dataclasses.dataclass
@@ -215,10 +255,22 @@ def submitter_rows(interpreter: str, package: Path, source_only: Path, note: str
         "import boto3",
         note="both without .pyc: the package before it shipped bytecode (Lambda cannot write a cache)",
     )
+    submission = Row(
+        "submitter cold import, then a first submission's modules",
+        f"{HANDLER_MODULE}, {SUBMISSION_MODULE}",
+        "import boto3",
+        note="no target: with the shipped .pyc; what a function's first submission adds to its cold start (the "
+        "job API's actions and the reader never import it)",
+    )
     return [
         (
             with_pyc,
             lambda: timed_import(interpreter, package, HANDLER_MODULE),
+            lambda: timed_import(interpreter, package, "boto3"),
+        ),
+        (
+            submission,
+            lambda: timed_import(interpreter, package, f"{HANDLER_MODULE}, {SUBMISSION_MODULE}"),
             lambda: timed_import(interpreter, package, "boto3"),
         ),
         (
@@ -282,6 +334,7 @@ def trainctl_rows() -> list[tuple[Row, Any, Any]]:
         "planner import": ([sys.executable, "-c", "import planner"], env),
         "import dataclasses": ([sys.executable, "-c", "import dataclasses"], env),
         "import rich": ([sys.executable, "-c", RICH_FLOOR], env),
+        "import argparse, dataclasses": ([sys.executable, "-c", STYLE_FLOOR], env),
     }
     for command, command_env in commands.values():  # warm-up: writes bytecode, fills the page cache
         subprocess.run(command, env=command_env, cwd=REPO, stdout=subprocess.DEVNULL, check=True)
@@ -293,6 +346,8 @@ def trainctl_rows() -> list[tuple[Row, Any, Any]]:
         "planner import": "no target: the planner's and the platform facts' modules (some 20 dataclasses)",
         "import dataclasses": "no target: the standard library every dataclass module imports first",
         "import rich": "no target: the rich modules `trainctl plan` draws its tables with (before drawing them)",
+        "import argparse, dataclasses": "no target: what every `trainctl plan` imports before its first class is "
+        "made (the parser; the standard library of the house style's config dataclasses)",
     }
     rows = []
     for name, (command, command_env) in commands.items():
@@ -302,6 +357,42 @@ def trainctl_rows() -> list[tuple[Row, Any, Any]]:
         row = Row(name, shown, "python -c pass", note=notes.get(name, ""))
         rows.append((row, lambda c=command, e=command_env: _wall(c, e), lambda: _wall(baseline, env)))
     return rows
+
+
+def dataclass_generation(repeats: int) -> dict[str, Any]:
+    """Milliseconds the standard library takes to generate each dataclass on the way to ``trainctl plan --json``
+    (:data:`DATACLASS_TIMES`), the median over ``repeats`` fresh processes, and the median total."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", DATACLASS_TIMES], env=env, cwd=REPO, capture_output=True, text=True, check=True
+        )
+        runs.append(json.loads(out.stdout))
+    classes = sorted(set().union(*runs))
+    per_class = {name: statistics.median(run.get(name, 0.0) for run in runs) * 1e3 for name in classes}
+    return {
+        "classes": {name: round(ms, 2) for name, ms in sorted(per_class.items(), key=lambda item: -item[1])},
+        "total_ms": round(statistics.median(sum(run.values()) for run in runs) * 1e3, 1),
+        "repeats": repeats,
+    }
+
+
+def style_floor(rows: Sequence[dict[str, Any]], generation: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``trainctl plan --json`` cannot go below while its records are dataclasses: the interpreter, ``import
+    argparse, dataclasses`` and the dataclasses' generation, as a ratio to the interpreter next to the target."""
+    style = next(r for r in rows if r["name"] == "import argparse, dataclasses")
+    target = TARGETS["trainctl plan --json"]
+    floor_ms = style["subject_ms_median"] + generation["total_ms"]
+    return {
+        "baseline_ms": style["baseline_ms_median"],
+        "budget_ms": round((target - 1) * style["baseline_ms_median"], 1),
+        "imports_ms": round(style["subject_ms_median"] - style["baseline_ms_median"], 1),
+        "generation_ms": generation["total_ms"],
+        "floor_ms": round(floor_ms, 1),
+        "floor_ratio": round(floor_ms / style["baseline_ms_median"], 2),
+        "target": target,
+    }
 
 
 # -- report -----------------------------------------------------------------------------------------------------
@@ -334,6 +425,25 @@ def markdown(results: dict[str, Any]) -> str:
         for point in curve["points"]:
             mark = "configured (JobSubmitterProps.memory_size)" if point["configured"] else ""
             lines.append(f"| {point['memory_mb']} | {point['vcpu_share']} | {point['modelled_import_ms']} | {mark} |")
+    generation = results.get("dataclass_generation")
+    if generation:
+        floor = results["style_floor"]
+        lines += [
+            "",
+            f"Dataclasses generated on the way to `trainctl plan --json`: {len(generation['classes'])}, "
+            f"{generation['total_ms']} ms in all (median of {generation['repeats']} processes):",
+            "",
+            "| dataclass | ms |",
+            "|---|---:|",
+        ]
+        lines += [f"| `{name}` | {ms} |" for name, ms in generation["classes"].items()]
+        lines += [
+            "",
+            f"Floor while the platform's records are dataclasses: `python -c pass` {floor['baseline_ms']} ms + "
+            f"`import argparse, dataclasses` {floor['imports_ms']} ms + their generation {floor['generation_ms']} ms "
+            f"= {floor['floor_ms']} ms, **{floor['floor_ratio']:.2f}x** (target <= {floor['target']}: "
+            f"{floor['budget_ms']} ms above the interpreter for everything), before the estimate and the output.",
+        ]
     lines += ["", f"{results['repeats']} repeats, interleaved; python {results['python']}, {results['cpus']} CPUs."]
     return "\n".join(lines)
 
@@ -351,6 +461,9 @@ def run(repeats: int = 21, *, submitter: bool = True, cli: bool = True) -> dict[
             rows += trainctl_rows()
         measure(rows, repeats)
     results["rows"] = [row.summary() for row, _, _ in rows]
+    if cli:
+        results["dataclass_generation"] = dataclass_generation(min(repeats, 11))
+        results["style_floor"] = style_floor(results["rows"], results["dataclass_generation"])
     if submitter:
         handler = rows[0][0]
         one_core = statistics.median(handler.subject_s)

@@ -679,7 +679,7 @@ def _role_validation(enabled: bool) -> Iterator[None]:
 
 def _sdk_params(answer: Mapping[str, Any]) -> dict[str, Any]:
     """The submitter's ``create_training_job`` with ``platform:submitted-by`` set to :data:`SUBMITTED_BY`."""
-    from platform_constructs.submitter.runtime.job import TAG_SUBMITTER
+    from platform_constructs.submitter.runtime.training_job import TAG_SUBMITTER
 
     params = copy.deepcopy(dict(answer["create_training_job"]))
     params["Tags"] = [

@@ -18,7 +18,11 @@ from typing import Any
 
 import pytest
 
-from platform_constructs.submitter.runtime.job import TAG_CLIENT_TOKEN_SHA256, TAG_REQUEST_SHA256, TAG_SUBMITTER
+from platform_constructs.submitter.runtime.training_job import (
+    TAG_CLIENT_TOKEN_SHA256,
+    TAG_REQUEST_SHA256,
+    TAG_SUBMITTER,
+)
 from trainctl.local_aws import LocalAws
 from trainctl.sdk import SUBMITTED_BY, Platform, PlatformRefusal, TrainerChanged
 from trainctl.submitter_client import submit_local

@@ -14,7 +14,7 @@ with ``ActionNotAllowed``, and answers refusals in the submission's shape
     {"action": "stop", "job_name": "gpt-1b-run-7"}
 
 **Which jobs.** Only the platform's: jobs carrying the submitter's
-``platform:submitted-by`` tag (:data:`.job.TAG_SUBMITTER`). A job without it
+``platform:submitted-by`` tag (:data:`.training_job.TAG_SUBMITTER`). A job without it
 is answered exactly as a job that does not exist (``NotFound``, the same
 message), and ``list`` never returns one, so a caller granted this function
 learns nothing of the account's other training jobs. Every deployment of the
@@ -79,10 +79,8 @@ from . import sagemaker_rules as model
 from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
-from .job import TAG_CAPACITY_TYPE, TAG_SUBMITTER
-from .request import job_name_expected
-from .service import _existing_job, submit
 from .settings import ENV_ALLOWED_ACTIONS, SERVICE_NAME
+from .training_job import TAG_CAPACITY_TYPE, TAG_SUBMITTER, existing_job
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
@@ -112,6 +110,12 @@ ACTION_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def _submit(event: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
+    """:func:`.service.submit`, imported on the first submission: the submission's modules (request parsing,
+    capacity, the job's parameters, the planner) serve no other action, so a function answering only
+    ``describe``, ``list`` or ``list_runs`` (the reader) never loads them, and the others start without
+    them (``benchmarks/startup.py`` measures both imports)."""
+    from .service import submit
+
     return submit(event, clients=clients, config=config, now=now)
 
 
@@ -290,7 +294,7 @@ def dispatch(
             if allowed_actions is not None and action not in allowed_actions:
                 raise action_not_allowed(action, allowed_actions)
             if action == SUBMIT:
-                return submit(event, clients=clients, config=config, now=now)
+                return _submit(event, clients=clients, config=config, now=now)
             return ACTIONS[action](_fields(event, action), clients=clients, config=config, now=now)
         except Refusal as refusal:
             logger.info(
@@ -360,6 +364,8 @@ def _run_form(request: Mapping[str, Any], action: str) -> bool:
 def _job_name(request: Mapping[str, Any]) -> str:
     name = request.get("job_name")
     if not isinstance(name, str) or not model.string_rule("TrainingJobName").accepts(name):
+        from .request import job_name_expected  # the submission's rule and its wording, on this refusal only
+
         raise invalid(FieldError("job_name", name, job_name_expected()))
     return name
 
@@ -528,9 +534,9 @@ def _platform_job(clients: Clients, name: str) -> dict[str, Any]:
 
     Raises:
         Refusal: ``NotFound`` when no job has that name, or the one that has it was not made by the
-            platform (no :data:`.job.TAG_SUBMITTER` tag): the two are answered alike.
+            platform (no :data:`.training_job.TAG_SUBMITTER` tag): the two are answered alike.
     """
-    job = _existing_job(clients, name)
+    job = existing_job(clients, name)
     if job is None or TAG_SUBMITTER not in job["tags"]:
         raise not_found("job_name", name, f"training job {name!r}")
     return job

@@ -29,13 +29,17 @@ error of ``errorType`` ``DeadlineExceeded`` (:class:`.errors.DeadlineExceeded`)
 instead of being killed mid-call; it is retriable, and a retry with the same
 ``client_token`` never creates a second job.
 
-Import cost is kept small for cold starts: boto3 clients are created on the
+Import cost is kept small for cold starts: botocore's clients are created on the
 first invocation, not at import, and the package ships unchecked hash-based
 bytecode for every module (``bundling.py``), so a cold start compiles
-nothing. Every module imported here serves every request (logging, metrics,
-validation, the planner, capacity): none is left to import lazily, and
-importing one on the first request instead would only move its cost there.
-``benchmarks/startup.py`` measures the import against ``import boto3``.
+nothing. What is imported here serves every action (logging, metrics, the
+configuration, the job API, the run store); a submission's own modules
+(request parsing, capacity, the job's parameters, the planner: :mod:`.service`)
+serve submissions only and are imported by the first one
+(:func:`.actions._submit`), so ``describe``, ``list``, ``stop`` and ``list_runs``
+-- and the reader function, which answers nothing else -- start without them.
+``benchmarks/startup.py`` measures the import, with and without a submission's
+modules, against ``import boto3``.
 """
 
 from __future__ import annotations

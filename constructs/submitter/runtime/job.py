@@ -40,11 +40,10 @@ field, each read from botocore's model of ``CreateTrainingJob``
 (:mod:`.sagemaker_rules`): the job-name rule, the number of hyperparameters
 and the length of their names and values, and the number of tags.
 
-Bookkeeping tags (``platform:``, reserved for the submitter):
-:data:`TAG_REQUEST_SHA256` (the request's fingerprint, version 2),
-:data:`TAG_CLIENT_TOKEN_SHA256`, :data:`TAG_CAPACITY_TYPE`, :data:`TAG_SUBMITTER`, and for a run's
-segment :data:`platform_spec.runs.TAG_RUN_ID` and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`.
-Jobs created before version 2 carry :data:`TAG_REQUEST_SHA256_V1` instead.
+Bookkeeping tags (``platform:``, reserved for the submitter; their names' home is
+:mod:`.training_job`, which reads jobs back): the request's fingerprint, the client token's digest,
+the capacity type, the submitter's mark, and for a run's segment :data:`platform_spec.runs.TAG_RUN_ID`
+and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`.
 """
 
 from __future__ import annotations
@@ -64,17 +63,9 @@ from .capacity import CapacityChoice
 from .config import SubmitterConfig
 from .errors import invalid
 from .request import SubmitRequest, derived_job_name, job_name_expected, token_digest
+from .training_job import TAG_CAPACITY_TYPE, TAG_CLIENT_TOKEN_SHA256, TAG_REQUEST_SHA256, TAG_SUBMITTER
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-
-TAG_REQUEST_SHA256 = "platform:request-sha256-v2"
-"""The request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent)."""
-TAG_REQUEST_SHA256_V1 = "platform:request-sha256"
-"""The fingerprint of jobs created before version 2 (every normalised field; read, never written)."""
-TAG_CLIENT_TOKEN_SHA256 = "platform:client-token-sha256"
-"""SHA-256 of the request's ``client_token`` (the token itself is not stored); ``Search`` finds jobs by it."""
-TAG_CAPACITY_TYPE = "platform:capacity-type"
-TAG_SUBMITTER = "platform:submitted-by"
 
 
 def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
@@ -110,7 +101,7 @@ def build_create_training_job(
     """The keyword arguments of ``sagemaker.create_training_job`` (see module docstring).
 
     Args:
-        fingerprint: the value of the :data:`TAG_REQUEST_SHA256` tag; default
+        fingerprint: the value of the :data:`.training_job.TAG_REQUEST_SHA256` tag; default
             ``request.fingerprint()`` (equal for an auto-tuned request: it hashes
             what the caller sent).
 

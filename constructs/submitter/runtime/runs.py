@@ -61,6 +61,7 @@ from .aws import Clients, error_code
 from .config import SubmitterConfig
 from .errors import Refusal, invalid, not_found
 from .settings import RUN_STORE_PREFIX, SERVICE_NAME
+from .training_job import describe_job, job_tags
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
@@ -76,7 +77,6 @@ UNREADABLE = "unreadable"
 LIST_RUNS_DEFAULT = 20
 LIST_RUNS_MAX = 100
 _LOST_RACE_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
-_NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
 
 
 class RunStoreError(RuntimeError):
@@ -271,23 +271,6 @@ def release_run(store: RunStore, record: RunRecord, reason: str, now: datetime) 
 
 
 # --- reading a run ---------------------------------------------------------------------------------
-
-
-def describe_job(clients: Clients, name: str) -> dict[str, Any] | None:
-    """``DescribeTrainingJob`` of ``name``, or ``None`` when there is no such job."""
-    try:
-        return dict(clients.sagemaker.describe_training_job(TrainingJobName=name))
-    except Exception as exc:
-        if error_code(exc) in _NOT_FOUND_CODES:
-            return None
-        raise
-
-
-def job_tags(clients: Clients, arn: str) -> dict[str, str]:
-    tags: dict[str, str] = {}
-    for page in clients.sagemaker.get_paginator("list_tags").paginate(ResourceArn=arn):
-        tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
-    return tags
 
 
 def newest_checkpoint_in(clients: Clients, bucket: str, prefix: str) -> tuple[StepState | None, list[str]]:

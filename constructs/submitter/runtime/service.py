@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,13 +82,7 @@ from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, invalid
 from .idempotency import RELEASED, TokenRecord, TokenRecords
-from .job import (
-    TAG_CLIENT_TOKEN_SHA256,
-    TAG_REQUEST_SHA256,
-    TAG_REQUEST_SHA256_V1,
-    build_create_training_job,
-    job_name_for,
-)
+from .job import build_create_training_job, job_name_for
 from .request import SubmitRequest, check_instance, parse_request, token_digest
 from .runs import (
     RunRecord,
@@ -97,19 +90,21 @@ from .runs import (
     RunStoreError,
     bind_refusal_to_run,
     claim_run,
-    describe_job,
     read_run,
     release_run,
 )
 from .settings import SERVICE_NAME
+from .training_job import (
+    TAG_CLIENT_TOKEN_SHA256,
+    TAG_REQUEST_SHA256,
+    TAG_REQUEST_SHA256_V1,
+    describe_job,
+    existing_job,
+)
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
-_NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
 _QUOTA_RE = re.compile(r"limit '([^']+)'")
-SETTLE_ATTEMPTS = 5
-SETTLE_INTERVAL_S = 0.2
-"""After ``ResourceInUse`` the job exists; a describe that misses is retried this often, this far apart."""
 CLAIM_ATTEMPTS = 3
 """Rounds of read-record / claim when other requests with the same token keep winning the claim."""
 
@@ -396,7 +391,7 @@ def _create(
             except Exception as exc:
                 code = error_code(exc)
                 if code == "ResourceInUse":
-                    existing = _existing_job(clients, job_name, settle=True)
+                    existing = existing_job(clients, job_name, settle=True)
                     if existing is None:
                         raise
                     owner = _token_owner(request, existing)
@@ -587,7 +582,7 @@ def _resolve(
     own_name = request.job_name or job_name_for(request, now)
     if request.client_token is None or records is None:
         if request.job_name:  # without a token the name is the key
-            existing = _existing_job(clients, request.job_name)
+            existing = existing_job(clients, request.job_name)
             if existing is not None:
                 return _Slot(own_name, existing, "job_name")
         return _Slot(own_name)
@@ -615,7 +610,7 @@ def _by_own_name(
     write: str,
 ) -> _Slot:
     """A token's request whose token binds no job yet: settle it against the job holding ``own_name``, if any."""
-    existing = _existing_job(clients, own_name)
+    existing = existing_job(clients, own_name)
     if existing is None:
         return _Slot(own_name, None, "client_token", record, write)
     owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
@@ -633,7 +628,7 @@ def _from_record(
     """What the token's record says: its job (replay or ``Conflict``), a name to finish under, or
     ``None`` when the record binds no job (released, or its name is held by another request's job)."""
     name = record.training_job_name
-    existing = _existing_job(clients, name)
+    existing = existing_job(clients, name)
     if existing is not None:
         if _record_owns(existing, record, digest):
             return _Slot(name, existing, "client_token", record)  # the token's job
@@ -742,33 +737,6 @@ def _job_by_token_tag(clients: Clients, digest: str) -> dict[str, Any] | None:
         )
     job = jobs[0]
     return {"description": job, "tags": {t["Key"]: t["Value"] for t in job.get("Tags") or []}}
-
-
-def _existing_job(clients: Clients, job_name: str, *, settle: bool = False) -> dict[str, Any] | None:
-    """``DescribeTrainingJob`` + its tags, or ``None`` when no job has that name.
-
-    ``settle``: after a ``ResourceInUse`` the job exists; retry a not-found
-    :data:`SETTLE_ATTEMPTS` times, :data:`SETTLE_INTERVAL_S` apart (within the deadline).
-    """
-    attempts = SETTLE_ATTEMPTS if settle else 1
-    for attempt in range(attempts):
-        try:
-            description = clients.sagemaker.describe_training_job(TrainingJobName=job_name)
-            break
-        except Exception as exc:
-            if error_code(exc) not in _NOT_FOUND_CODES:
-                raise
-            if attempt + 1 == attempts:
-                return None
-            deadline = current_deadline()
-            if deadline is not None:
-                deadline.sleep(SETTLE_INTERVAL_S, "sagemaker.DescribeTrainingJob")
-            else:
-                time.sleep(SETTLE_INTERVAL_S)
-    tags: dict[str, str] = {}
-    for page in clients.sagemaker.get_paginator("list_tags").paginate(ResourceArn=description["TrainingJobArn"]):
-        tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
-    return {"description": description, "tags": tags}
 
 
 def _same_request(request: SubmitRequest, tags: dict[str, str], fingerprint: str, job_name: str) -> tuple[bool, str]:

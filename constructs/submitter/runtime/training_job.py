@@ -1,0 +1,99 @@
+"""One training job as SageMaker tells it, and the tags the submitter puts on its jobs.
+
+The one reader of a job for every action: a submission's replay and conflict checks
+(:mod:`.service`), the job API's ``describe`` and ``stop`` (:mod:`.actions`) and the runs
+(:mod:`.runs`). It imports none of the submission's modules (request parsing, capacity, the
+planner), so a function answering only ``describe``, ``list`` or ``list_runs`` starts without them.
+
+Bookkeeping tags (``platform:``, reserved for the submitter; written by :mod:`.job`):
+:data:`TAG_REQUEST_SHA256` (the request's fingerprint, version 2), :data:`TAG_CLIENT_TOKEN_SHA256`,
+:data:`TAG_CAPACITY_TYPE`, :data:`TAG_SUBMITTER`, and for a run's segment
+:data:`platform_spec.runs.TAG_RUN_ID` and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`. Jobs created
+before version 2 carry :data:`TAG_REQUEST_SHA256_V1` instead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .aws import Clients, current_deadline, error_code
+
+TAG_REQUEST_SHA256 = "platform:request-sha256-v2"
+"""The request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent)."""
+TAG_REQUEST_SHA256_V1 = "platform:request-sha256"
+"""The fingerprint of jobs created before version 2 (every normalised field; read, never written)."""
+TAG_CLIENT_TOKEN_SHA256 = "platform:client-token-sha256"
+"""SHA-256 of the request's ``client_token`` (the token itself is not stored); ``Search`` finds jobs by it."""
+TAG_CAPACITY_TYPE = "platform:capacity-type"
+"""The capacity the job was created on (:data:`platform_spec.capacity.CAPACITY_TYPES`)."""
+TAG_SUBMITTER = "platform:submitted-by"
+"""Present on every job the submitter creates: the job API answers only jobs carrying it."""
+
+NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
+"""Error codes of ``DescribeTrainingJob`` for a name no job has (SageMaker answers ``ValidationException``)."""
+SETTLE_ATTEMPTS = 5
+SETTLE_INTERVAL_S = 0.2
+"""After ``ResourceInUse`` the job exists; a describe that misses is retried this often, this far apart."""
+
+
+def describe_job(clients: Clients, name: str) -> dict[str, Any] | None:
+    """``DescribeTrainingJob`` of ``name``, or ``None`` when there is no such job.
+
+    Raises:
+        botocore.exceptions.ClientError: any other error of the call.
+    """
+    try:
+        return dict(clients.sagemaker.describe_training_job(TrainingJobName=name))
+    except Exception as exc:
+        if error_code(exc) in NOT_FOUND_CODES:
+            return None
+        raise
+
+
+def job_tags(clients: Clients, arn: str) -> dict[str, str]:
+    """The tags of the training job ``arn`` (``ListTags``, every page), key -> value."""
+    tags: dict[str, str] = {}
+    for page in clients.sagemaker.get_paginator("list_tags").paginate(ResourceArn=arn):
+        tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
+    return tags
+
+
+def existing_job(clients: Clients, name: str, *, settle: bool = False) -> dict[str, Any] | None:
+    """``{"description": DescribeTrainingJob, "tags": {key: value}}`` of the job ``name``, or ``None`` when no
+    job has that name.
+
+    ``settle``: after a ``ResourceInUse`` the job exists; retry a not-found :data:`SETTLE_ATTEMPTS` times,
+    :data:`SETTLE_INTERVAL_S` apart (within the deadline in scope, :func:`.aws.current_deadline`).
+
+    Raises:
+        botocore.exceptions.ClientError: any other error of the calls.
+        DeadlineExceeded: too little time is left to wait and describe again.
+    """
+    attempts = SETTLE_ATTEMPTS if settle else 1
+    for attempt in range(attempts):
+        description = describe_job(clients, name)
+        if description is not None:
+            return {"description": description, "tags": job_tags(clients, description["TrainingJobArn"])}
+        if attempt + 1 < attempts:
+            deadline = current_deadline()
+            if deadline is not None:
+                deadline.sleep(SETTLE_INTERVAL_S, "sagemaker.DescribeTrainingJob")
+            else:
+                time.sleep(SETTLE_INTERVAL_S)
+    return None
+
+
+__all__ = [
+    "NOT_FOUND_CODES",
+    "SETTLE_ATTEMPTS",
+    "SETTLE_INTERVAL_S",
+    "TAG_CAPACITY_TYPE",
+    "TAG_CLIENT_TOKEN_SHA256",
+    "TAG_REQUEST_SHA256",
+    "TAG_REQUEST_SHA256_V1",
+    "TAG_SUBMITTER",
+    "describe_job",
+    "existing_job",
+    "job_tags",
+]
