@@ -5,7 +5,7 @@ Run: ``.venv/bin/python benchmarks/startup.py [--repeats 21] [--json OUT]`` (``m
 | row | subject | baseline | target |
 |---|---|---|---|
 | submitter cold import | ``import platform_constructs.submitter.runtime.handler`` | ``import boto3`` | <= 1.1 |
-| the same, then a first submission's modules | ``import ...handler, ...service`` | ``import boto3`` | - |
+| the reader's cold import | the same, ``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs`` | ``import boto3`` | - |
 | trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | <= 1.5 |
 | trainctl plan | ``trainctl plan`` (the guide's request; tables) | ``python -c pass`` | <= 1.5 |
 | trainctl plan --json | ``trainctl plan --json`` | ``python -c pass`` | <= 1.5 |
@@ -20,10 +20,12 @@ module defining a dataclass imports; the import of the rich modules that
 draw the tables; and ``import argparse, dataclasses`` with each dataclass's
 generation on the way to ``trainctl plan --json`` (see **Floor** below).
 
-**Submitter.** The handler imports what every action needs; a submission's
-own modules (``.service``: request parsing, capacity, the job's parameters, the
-planner) are imported by the first submission, so the second submitter row
-adds them: the cold start of a function whose first request is a submission.
+**Submitter.** The handler imports what every action needs and, in a function
+that answers submissions, a submission's own modules (``.service``: request
+parsing, capacity, the job's parameters, the planner), in Lambda's init phase
+(``handler.preload_submissions``); the reader, deployed with
+``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs``, never imports them. The
+first row is the submitting function's import, the second the reader's.
 The package is built exactly as the construct builds it
 (``platform_constructs.submitter.bundling.SUBMITTER.build``: the pinned
 requirements for arm64 / CPython 3.13 with their bytecode, and the modules
@@ -57,8 +59,8 @@ recommendations (about 120 configurations weighed for the guide's request, some
 The report ends with that floor measured: ``trainctl plan --json`` run with
 ``dataclasses.dataclass`` wrapped by a timer (:data:`DATACLASS_TIMES`), each
 class's generation the median of up to 11 fresh processes, added to the
-``import argparse, dataclasses`` row: the least any ``trainctl plan`` takes
-while the platform's records are dataclasses (the house style's "config as
+``import argparse, dataclasses`` row: the least ``trainctl plan`` takes with
+the modules it imports today while the platform's records are dataclasses (the house style's "config as
 dataclasses"), printed as a ratio next to the 1.5 target.
 
 **Noise.** The machine is shared. Every repeat runs the subject and its
@@ -73,8 +75,16 @@ here and this machine has no cgroup CPU controller to throttle a process
 honestly, so the curve is a model, labelled as such: an import is one
 CPU-bound thread, so its duration at memory M is the one-core time measured
 here times ``max(1, 1769 / M)`` (more than one vCPU does not speed up one
-thread). It scales this machine's core, not Graviton's, and assumes the
-initialisation phase gets the same share as an invocation.
+thread). It scales this machine's core, not Graviton's. The handler is
+imported in Lambda's init phase, and "On-demand Lambda functions use a full
+vCPU (non-throttled) [...] during its initialization phase"; with provisioned
+concurrency "there is no cpu burst" (AWS, serverlessland.com, "Effectively
+running Java on Serverless", "Utilize initialization phase"; no Lambda
+reference page states it). So an on-demand function's import is the one-core
+time at every memory size, and the curve is what provisioned concurrency pays
+(and what any import inside an invocation would): which is why a submitting
+function imports a submission's modules at init rather than in its first
+submission.
 """
 
 from __future__ import annotations
@@ -97,9 +107,8 @@ sys.path.insert(0, str(REPO))
 
 HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
 """The module Lambda imports (``bundling.SUBMITTER.handlers``), as the package lays it out."""
-SUBMISSION_MODULE = "platform_constructs.submitter.runtime.service"
-"""What a function's first submission imports on top of the handler (``actions._submit``: request parsing,
-capacity, the job's parameters, the planner); ``describe``, ``list``, ``stop`` and ``list_runs`` never do."""
+READER_ROW = "the reader's cold import"
+"""The row of :data:`HANDLER_MODULE` imported as the reader function is deployed (:func:`reader_environ`)."""
 
 ONE_VCPU_MB = 1769
 """Function memory with the equivalent of one vCPU (AWS Lambda Developer Guide, "Configure Lambda function memory")."""
@@ -236,11 +245,19 @@ def build_packages(workdir: Path) -> tuple[str, Path, Path, str]:
     )
 
 
-def timed_import(interpreter: str, package: Path, module: str) -> float:
+def reader_environ() -> dict[str, str]:
+    """The environment setting that makes a function the reader (``JobSubmitter.grant_read``'s function)."""
+    from platform_constructs.submitter.runtime import settings
+
+    return {settings.ENV_ALLOWED_ACTIONS: ",".join(settings.READ_ACTIONS)}
+
+
+def timed_import(interpreter: str, package: Path, module: str, environ: Mapping[str, str] | None = None) -> float:
     """Seconds ``import module`` takes in a fresh ``python -S`` with only ``package`` (and the standard library)
-    on ``sys.path``, writing no bytecode."""
+    on ``sys.path``, writing no bytecode, with ``environ`` added to its environment."""
     code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(package), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.update(environ or {})
     out = subprocess.run(
         [interpreter, "-S", "-c", code], env=env, cwd=package, capture_output=True, text=True, check=True
     )
@@ -248,19 +265,24 @@ def timed_import(interpreter: str, package: Path, module: str) -> float:
 
 
 def submitter_rows(interpreter: str, package: Path, source_only: Path, note: str) -> list[tuple[Row, Any, Any]]:
-    with_pyc = Row("submitter cold import", HANDLER_MODULE, "import boto3", note=note + "; with the shipped .pyc")
+    with_pyc = Row(
+        "submitter cold import",
+        HANDLER_MODULE,
+        "import boto3",
+        note=note + "; with the shipped .pyc; the function answering submissions, which imports their modules at init",
+    )
     without = Row(
         "submitter cold import, source only",
         HANDLER_MODULE,
         "import boto3",
         note="both without .pyc: the package before it shipped bytecode (Lambda cannot write a cache)",
     )
-    submission = Row(
-        "submitter cold import, then a first submission's modules",
-        f"{HANDLER_MODULE}, {SUBMISSION_MODULE}",
+    reader = reader_environ()
+    reader_row = Row(
+        READER_ROW,
+        " ".join([*(f"{k}={v}" for k, v in reader.items()), HANDLER_MODULE]),
         "import boto3",
-        note="no target: with the shipped .pyc; what a function's first submission adds to its cold start (the "
-        "job API's actions and the reader never import it)",
+        note="no target: with the shipped .pyc; the reader answers no submission and never imports their modules",
     )
     return [
         (
@@ -269,8 +291,8 @@ def submitter_rows(interpreter: str, package: Path, source_only: Path, note: str
             lambda: timed_import(interpreter, package, "boto3"),
         ),
         (
-            submission,
-            lambda: timed_import(interpreter, package, f"{HANDLER_MODULE}, {SUBMISSION_MODULE}"),
+            reader_row,
+            lambda: timed_import(interpreter, package, HANDLER_MODULE, reader),
             lambda: timed_import(interpreter, package, "boto3"),
         ),
         (
@@ -290,18 +312,34 @@ def configured_memory_mb() -> int:
     return memory
 
 
-def memory_curve(one_core_s: float, configured_mb: int) -> list[dict[str, Any]]:
-    """Modelled cold-import duration per memory size (see the module docstring)."""
+def memory_curve(one_core_s: float, configured_mb: int, reader_one_core_s: float | None = None) -> list[dict[str, Any]]:
+    """Modelled cold-import duration per memory size at the proportional CPU share: what provisioned concurrency
+    pays (an on-demand function initialises on a full vCPU: the one-core time at every size; module docstring).
+
+    Args:
+        one_core_s: the submitting function's import on one core of this machine, seconds.
+        configured_mb: the function's configured memory (marked).
+        reader_one_core_s: the reader's import on one core, seconds; when given, each point also has
+            ``modelled_reader_import_ms``.
+
+    Returns:
+        One point per memory size: ``memory_mb``, ``vcpu_share``, ``modelled_import_ms`` (and
+        ``modelled_reader_import_ms``), ``configured``.
+    """
     sizes = sorted({*MEMORY_CURVE_MB, configured_mb})
-    return [
-        {
+    points = []
+    for mb in sizes:
+        slowdown = max(1.0, ONE_VCPU_MB / mb)
+        point: dict[str, Any] = {
             "memory_mb": mb,
             "vcpu_share": round(mb / ONE_VCPU_MB, 3),
-            "modelled_import_ms": round(one_core_s * max(1.0, ONE_VCPU_MB / mb) * 1e3, 1),
-            "configured": mb == configured_mb,
+            "modelled_import_ms": round(one_core_s * slowdown * 1e3, 1),
         }
-        for mb in sizes
-    ]
+        if reader_one_core_s is not None:
+            point["modelled_reader_import_ms"] = round(reader_one_core_s * slowdown * 1e3, 1)
+        point["configured"] = mb == configured_mb
+        points.append(point)
+    return points
 
 
 # -- trainctl ---------------------------------------------------------------------------------------------------
@@ -414,17 +452,23 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["", "Notes:"] + [f"- {r['name']}: {r['note']}" for r in results["rows"] if r["note"]]
     curve = results.get("memory_curve")
     if curve:
+        reader = "reader_one_core_ms" in curve
         lines += [
             "",
-            "Submitter cold import against function memory (MODELLED from AWS's proportionality, "
-            f"1,769 MB = 1 vCPU; one core of this machine = {curve['one_core_ms']} ms):",
+            "Submitter cold import against function memory (MODELLED). An on-demand function initialises on a full "
+            f"vCPU: its import is the one-core time at every size, {curve['one_core_ms']} ms here"
+            + (f" ({curve['reader_one_core_ms']} ms for the reader)" if reader else "")
+            + ". With provisioned concurrency init gets the proportional share (1,769 MB = 1 vCPU):",
             "",
-            "| memory MB | vCPU share | modelled import ms | |",
-            "|---:|---:|---:|---|",
+            "| memory MB | vCPU share | modelled import ms |" + (" the reader's ms |" if reader else "") + " |",
+            "|---:|---:|---:|" + ("---:|" if reader else "") + "---|",
         ]
         for point in curve["points"]:
             mark = "configured (JobSubmitterProps.memory_size)" if point["configured"] else ""
-            lines.append(f"| {point['memory_mb']} | {point['vcpu_share']} | {point['modelled_import_ms']} | {mark} |")
+            also = f" {point['modelled_reader_import_ms']} |" if reader else ""
+            lines.append(
+                f"| {point['memory_mb']} | {point['vcpu_share']} | {point['modelled_import_ms']} |{also} {mark} |"
+            )
     generation = results.get("dataclass_generation")
     if generation:
         floor = results["style_floor"]
@@ -465,11 +509,13 @@ def run(repeats: int = 21, *, submitter: bool = True, cli: bool = True) -> dict[
         results["dataclass_generation"] = dataclass_generation(min(repeats, 11))
         results["style_floor"] = style_floor(results["rows"], results["dataclass_generation"])
     if submitter:
-        handler = rows[0][0]
-        one_core = statistics.median(handler.subject_s)
+        by_name = {row.name: row for row, _, _ in rows}
+        one_core = statistics.median(by_name["submitter cold import"].subject_s)
+        reader = statistics.median(by_name[READER_ROW].subject_s)
         results["memory_curve"] = {
             "one_core_ms": round(one_core * 1e3, 1),
-            "points": memory_curve(one_core, configured_memory_mb()),
+            "reader_one_core_ms": round(reader * 1e3, 1),
+            "points": memory_curve(one_core, configured_memory_mb(), reader),
             "modelled": True,
         }
     return results

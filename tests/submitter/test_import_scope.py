@@ -1,9 +1,11 @@
-"""What the submitter's function imports for each action: its cold start is the callers' latency (issue 17).
+"""What the submitter's function imports, and when: its cold start is the callers' latency (issue 17).
 
 Not timed (``benchmarks/startup.py`` measures the imports): each test runs the deployed handler in a fresh
-interpreter against the embedded AWS and pins which modules were loaded after each answer. The job API's
-actions and the reader never load a submission's modules (request parsing, capacity, the job's parameters,
-the planner); the first submission does, and answers as before.
+interpreter against the embedded AWS and pins which modules were loaded after the import (Lambda's init phase)
+and after each answer. A function that answers submissions imports a submission's modules (request parsing,
+capacity, the job's parameters, the planner) at init, where an on-demand function has a full vCPU; the reader,
+which answers none, never loads them. One refusal loads request parsing, for its wording: a bad ``job_name``
+(never the submission itself: the service, capacity, the job, the planner).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ SUBMISSION_ONLY = (
     f"{RUNTIME}.idempotency",
 )
 """Modules only a submission needs."""
+REQUEST_WORDING = ("model_families", "platform_spec.hyperparameters", "platform_spec.models", f"{RUNTIME}.request")
+"""What a bad ``job_name``'s refusal may load: request parsing (its message's wording) and the facts it reads."""
+SUBMISSION_ITSELF = tuple(m for m in SUBMISSION_ONLY if m not in REQUEST_WORDING)
+"""What even that refusal never loads: the service, capacity, the job's parameters, the planner."""
 
 RUN = textwrap.dedent(
     f"""
@@ -47,11 +53,12 @@ RUN = textwrap.dedent(
             return 60_000
 
     loaded = {{"import": sorted(sys.modules)}}
+    preloaded = handler.SUBMISSIONS_PRELOADED
     answers = []
     for name, event in json.loads(sys.argv[1]):
         answers.append(handler.lambda_handler(event, Context()))
         loaded[name] = sorted(sys.modules)
-    print(json.dumps({{"answers": answers, "loaded": loaded}}, default=str), file=sys.stderr)
+    print(json.dumps({{"answers": answers, "loaded": loaded, "preloaded": preloaded}}, default=str), file=sys.stderr)
     """
 )
 
@@ -73,7 +80,7 @@ def _submission_modules(modules: list[str]) -> list[str]:
     return [m for m in SUBMISSION_ONLY if any(n == m or n.startswith(m + ".") for n in modules)]
 
 
-def test_the_job_api_answers_without_the_submission_modules_and_a_submission_loads_them(env, make_request):
+def test_a_function_that_answers_submissions_imports_their_modules_at_init_and_answers_every_action(env, make_request):
     events = [
         ("describe", {"action": "describe", "job_name": "no-such-job-import-scope"}),
         ("describe run", {"action": "describe", "run_id": "no-such-run-import-scope"}),
@@ -99,10 +106,8 @@ def test_the_job_api_answers_without_the_submission_modules_and_a_submission_loa
     assert job_name_expected() in answers["bad job name"]["error"]["message"]
     assert answers["submit"]["status"] == "validated", answers["submit"]
     assert answers["submit"]["estimate"]["fits"] is True
-    loaded = result["loaded"]
-    for step in ("import", "describe", "describe run", "list", "list_runs", "stop"):
-        assert _submission_modules(loaded[step]) == [], step
-    assert _submission_modules(loaded["submit"]) == list(SUBMISSION_ONLY)
+    assert result["preloaded"] is True
+    assert _submission_modules(result["loaded"]["import"]) == list(SUBMISSION_ONLY)
 
 
 def test_the_reader_never_loads_the_submission_modules_even_when_asked_to_submit(env, make_request):
@@ -112,9 +117,33 @@ def test_the_reader_never_loads_the_submission_modules_even_when_asked_to_submit
         ("describe", {"action": "describe", "job_name": "no-such-job-import-scope"}),
         ("submit", make_request(capacity="on-demand")),
         ("stop", {"action": "stop", "job_name": "no-such-job-import-scope"}),
+        ("bad job name", {"action": "describe", "job_name": "not a job name"}),
     ]
     result = _run(env, events, **{settings.ENV_ALLOWED_ACTIONS: ",".join(settings.READ_ACTIONS)})
+    assert result["preloaded"] is False
     codes = [answer["error"]["code"] for answer in result["answers"]]
-    assert codes == ["NotFound", "ActionNotAllowed", "ActionNotAllowed"]
-    for step, modules in result["loaded"].items():
-        assert _submission_modules(modules) == [], step
+    assert codes == ["NotFound", "ActionNotAllowed", "ActionNotAllowed", "InvalidRequest"]
+    loaded = result["loaded"]
+    for step in ("import", "describe", "submit", "stop"):
+        assert _submission_modules(loaded[step]) == [], step
+    assert not set(_submission_modules(loaded["bad job name"])) & set(SUBMISSION_ITSELF)  # request's wording only
+
+
+@pytest.mark.parametrize(
+    ("allowed", "preloaded"),
+    [
+        (None, True),  # absent: every action
+        ("submit", True),
+        ("describe,submit", True),
+        ("describe,list,list_runs", False),  # the reader
+        ("describe,stop", False),
+        ("describe,delete", False),  # malformed: nothing at init; the first request reports it
+        ("", False),
+    ],
+)
+def test_the_modules_are_preloaded_exactly_when_the_function_answers_submissions(runtime, allowed, preloaded):
+    environ = {} if allowed is None else {runtime.settings.ENV_ALLOWED_ACTIONS: allowed}
+    assert runtime.handler.preload_submissions(environ) is preloaded
+    if allowed in ("describe,delete", ""):
+        with pytest.raises(runtime.errors.ConfigurationError):
+            runtime.actions.allowed_actions_from_environ(environ)

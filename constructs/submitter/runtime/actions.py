@@ -110,10 +110,12 @@ ACTION_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def _submit(event: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
-    """:func:`.service.submit`, imported on the first submission: the submission's modules (request parsing,
-    capacity, the job's parameters, the planner) serve no other action, so a function answering only
-    ``describe``, ``list`` or ``list_runs`` (the reader) never loads them, and the others start without
-    them (``benchmarks/startup.py`` measures both imports)."""
+    """:func:`.service.submit`. The submission's modules (request parsing, capacity, the job's parameters, the
+    planner) serve no other action: a function that answers submissions imports them at init
+    (:func:`.handler.preload_submissions`), one that answers none (the reader) never loads :mod:`.service`,
+    capacity, the job's parameters or the planner, and a caller of :func:`dispatch` outside Lambda imports
+    them with its first submission. One refusal loads request parsing: a bad ``job_name``, whose message is
+    the submission's wording (:func:`_job_name`, :func:`.request.job_name_expected`)."""
     from .service import submit
 
     return submit(event, clients=clients, config=config, now=now)

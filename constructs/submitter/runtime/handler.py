@@ -33,33 +33,66 @@ Import cost is kept small for cold starts: botocore's clients are created on the
 first invocation, not at import, and the package ships unchecked hash-based
 bytecode for every module (``bundling.py``), so a cold start compiles
 nothing. What is imported here serves every action (logging, metrics, the
-configuration, the job API, the run store); a submission's own modules
+configuration, the job API, the run store). A submission's own modules
 (request parsing, capacity, the job's parameters, the planner: :mod:`.service`)
-serve submissions only and are imported by the first one
-(:func:`.actions._submit`), so ``describe``, ``list``, ``stop`` and ``list_runs``
--- and the reader function, which answers nothing else -- start without them.
-``benchmarks/startup.py`` measures the import, with and without a submission's
-modules, against ``import boto3``.
+are imported here too, in Lambda's init phase, when the function answers
+submissions (:func:`preload_submissions`): an on-demand function initialises on
+a full vCPU, an invocation runs at its memory's share (0.29 of one at the
+default 512 MB), so the first submission would pay about 3.5 times as much
+for them in the invocation. A function that answers no submission (the reader,
+:data:`.settings.READ_ACTIONS`) never imports them. ``benchmarks/startup.py``
+measures both functions' imports against ``import boto3``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from . import settings
-from .actions import action_of, allowed_actions_from_environ, dispatch
+from .actions import SUBMIT, action_of, allowed_actions_from_environ, dispatch
 from .aws import Clients, Deadline
 from .config import SubmitterConfig
+from .errors import ConfigurationError
 
 logger = Logger(service=settings.SERVICE_NAME)
 metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.SERVICE_NAME)
 
 _dependencies: tuple[Clients, SubmitterConfig] | None = None
 _allowed_actions: list[tuple[str, ...] | None] = []
+
+
+def preload_submissions(environ: Mapping[str, str]) -> bool:
+    """Import a submission's modules (:mod:`.service`) now when the function answers submissions.
+
+    Called at import, which Lambda runs in the init phase: "On-demand Lambda functions use a full vCPU
+    (non-throttled) [...] during its initialization phase", while provisioned concurrency gets no such burst
+    (AWS, serverlessland.com, "Effectively running Java on Serverless": "Utilize initialization phase"); an
+    invocation runs at its memory's share (1,769 MB = one vCPU, AWS Lambda Developer Guide). The first
+    submission then finds them imported (:func:`.actions._submit`).
+
+    Returns:
+        Whether they were imported: ``False`` for a function whose ``SUBMITTER_ALLOWED_ACTIONS`` leaves out
+        ``submit`` (the reader), or is malformed (its first request reports the ``ConfigurationError``, as
+        without this; :func:`allowed_actions`).
+    """
+    try:
+        allowed = allowed_actions_from_environ(environ)
+    except ConfigurationError:
+        return False
+    if allowed is not None and SUBMIT not in allowed:
+        return False
+    importlib.import_module(".service", __package__)
+    return True
+
+
+SUBMISSIONS_PRELOADED = preload_submissions(os.environ)
+"""Whether this container imported a submission's modules at init (:func:`preload_submissions`)."""
 
 
 def dependencies() -> tuple[Clients, SubmitterConfig]:
