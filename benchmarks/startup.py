@@ -6,6 +6,7 @@ Run: ``.venv/bin/python benchmarks/startup.py [--repeats 21] [--json OUT]`` (``m
 |---|---|---|---|
 | submitter cold import | ``import platform_constructs.submitter.runtime.handler`` | ``import boto3`` | <= 1.1 |
 | the reader's cold import | the same, ``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs`` | ``import boto3`` | - |
+| the submitter's init in Lambda | the same import as Lambda runs it: clients and configuration made | ``import boto3`` and its three clients | - |
 | trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | <= 1.5 |
 | trainctl plan | ``trainctl plan`` (the guide's request; tables) | ``python -c pass`` | <= 1.5 |
 | trainctl plan --json | ``trainctl plan --json`` | ``python -c pass`` | <= 1.5 |
@@ -26,6 +27,10 @@ parsing, capacity, the job's parameters, the planner), in Lambda's init phase
 (``handler.preload_submissions``); the reader, deployed with
 ``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs``, never imports them. The
 first row is the submitting function's import, the second the reader's.
+In Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set) the import also makes the
+botocore clients and reads the configuration (``handler.prepare_dependencies``):
+the third row, against ``import boto3`` with the same three clients
+(``sagemaker``, ``ssm``, ``s3``), is that whole init phase, no network involved.
 The package is built exactly as the construct builds it
 (``platform_constructs.submitter.bundling.SUBMITTER.build``: the pinned
 requirements for arm64 / CPython 3.13 with their bytecode, and the modules
@@ -107,6 +112,10 @@ sys.path.insert(0, str(REPO))
 
 HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
 """The module Lambda imports (``bundling.SUBMITTER.handlers``), as the package lays it out."""
+INIT_ROW = "the submitter's init in Lambda"
+"""The row of the handler imported as Lambda imports it: clients and configuration made (:func:`lambda_environ`)."""
+BOTO3_CLIENTS = "boto3; [boto3.client(s) for s in ('sagemaker', 'ssm', 's3')]"
+"""The init row's baseline, after ``import``: boto3 and the submitter's three clients."""
 READER_ROW = "the reader's cold import"
 """The row of :data:`HANDLER_MODULE` imported as the reader function is deployed (:func:`reader_environ`)."""
 
@@ -252,9 +261,38 @@ def reader_environ() -> dict[str, str]:
     return {settings.ENV_ALLOWED_ACTIONS: ",".join(settings.READ_ACTIONS)}
 
 
+def lambda_environ() -> dict[str, str]:
+    """A Lambda function's environment for the handler's import, with no AWS reachable or needed: what Lambda
+    sets (its function name, region, credentials) and the function's settings (``settings.function_environment``
+    with placeholder resources)."""
+    from platform_constructs.submitter.runtime import handler, settings
+    from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+
+    return {
+        handler.LAMBDA_FUNCTION_ENV: "job-submitter",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "benchmark",
+        "AWS_SECRET_ACCESS_KEY": "benchmark",
+        **settings.function_environment(
+            trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:bench",
+            execution_role_arn="arn:aws:iam::123456789012:role/bench",
+            data_bucket="bench-data",
+            checkpoint_bucket="bench-checkpoints",
+            output_bucket="bench-output",
+            plan_arns_parameter="/bench/plans",
+            account_id="123456789012",
+            default_instance_type=DEFAULT_INSTANCE_TYPE,
+            allowed_instance_types=(),
+            capacity_fallback=("training-plan", "on-demand"),
+        ),
+    }
+
+
 def timed_import(interpreter: str, package: Path, module: str, environ: Mapping[str, str] | None = None) -> float:
     """Seconds ``import module`` takes in a fresh ``python -S`` with only ``package`` (and the standard library)
-    on ``sys.path``, writing no bytecode, with ``environ`` added to its environment."""
+    on ``sys.path``, writing no bytecode, with ``environ`` added to its environment. ``module`` may carry
+    statements after it (``"boto3; boto3.client('s3')"``), timed with it."""
     code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(package), "PYTHONDONTWRITEBYTECODE": "1"}
     env.update(environ or {})
@@ -284,11 +322,24 @@ def submitter_rows(interpreter: str, package: Path, source_only: Path, note: str
         "import boto3",
         note="no target: with the shipped .pyc; the reader answers no submission and never imports their modules",
     )
+    in_lambda = lambda_environ()
+    init = Row(
+        INIT_ROW,
+        f"{HANDLER_MODULE} in Lambda",
+        f"import {BOTO3_CLIENTS}",
+        note="no target: with the shipped .pyc; the import as Lambda runs it, making the botocore clients and "
+        "reading the configuration, against boto3 making the same three clients (no network either side)",
+    )
     return [
         (
             with_pyc,
             lambda: timed_import(interpreter, package, HANDLER_MODULE),
             lambda: timed_import(interpreter, package, "boto3"),
+        ),
+        (
+            init,
+            lambda: timed_import(interpreter, package, HANDLER_MODULE, in_lambda),
+            lambda: timed_import(interpreter, package, BOTO3_CLIENTS, in_lambda),
         ),
         (
             reader_row,

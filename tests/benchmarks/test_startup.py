@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,13 @@ def test_the_dataclass_timer_sees_every_dataclass_of_ours_on_the_way_to_a_plan()
     assert len(declared) >= 15  # the platform's records and the planner's (21 when this was written)
     assert set(out["seconds"]) == declared
     assert all(seconds > 0 for seconds in out["seconds"].values())
+
+
+def test_the_init_row_imports_the_handler_as_lambda_does_making_clients_and_configuration() -> None:
+    code = (
+        "from platform_constructs.submitter.runtime import handler; "
+        "print(handler.DEPENDENCIES_PREPARED, handler.SUBMISSIONS_PRELOADED)"
+    )
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **startup.lambda_environ()}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]

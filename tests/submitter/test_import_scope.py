@@ -54,18 +54,25 @@ RUN = textwrap.dedent(
 
     loaded = {{"import": sorted(sys.modules)}}
     preloaded = handler.SUBMISSIONS_PRELOADED
+    prepared = handler.DEPENDENCIES_PREPARED
     answers = []
     for name, event in json.loads(sys.argv[1]):
-        answers.append(handler.lambda_handler(event, Context()))
+        try:
+            answers.append(handler.lambda_handler(event, Context()))
+        except Exception as exc:  # a function error, as Lambda reports it
+            answers.append({{"raised": type(exc).__name__}})
         loaded[name] = sorted(sys.modules)
-    print(json.dumps({{"answers": answers, "loaded": loaded, "preloaded": preloaded}}, default=str), file=sys.stderr)
+    print(json.dumps({{"answers": answers, "loaded": loaded, "preloaded": preloaded, "prepared": prepared}}, default=str), file=sys.stderr)
     """
 )
 
 
-def _run(env: dict[str, str], events: list[tuple[str, dict]], **extra_env: str) -> dict:
-    """Answers and the modules loaded after the import and after each named event, in a fresh interpreter."""
+def _run(env: dict[str, str], events: list[tuple[str, dict]], *, drop: tuple[str, ...] = (), **extra_env: str) -> dict:
+    """Answers and the modules loaded after the import and after each named event, in a fresh interpreter with
+    the function's environment (plus ``extra_env``, less the variables in ``drop``)."""
     process_env = {**os.environ, **env, **extra_env, "AWS_LAMBDA_FUNCTION_NAME": "job-submitter"}
+    for name in drop:
+        process_env.pop(name, None)
     out = subprocess.run(
         [sys.executable, "-c", RUN, json.dumps(events)],
         env=process_env,
@@ -106,7 +113,7 @@ def test_a_function_that_answers_submissions_imports_their_modules_at_init_and_a
     assert job_name_expected() in answers["bad job name"]["error"]["message"]
     assert answers["submit"]["status"] == "validated", answers["submit"]
     assert answers["submit"]["estimate"]["fits"] is True
-    assert result["preloaded"] is True
+    assert result["preloaded"] is True and result["prepared"] is True  # clients and configuration made at init
     assert _submission_modules(result["loaded"]["import"]) == list(SUBMISSION_ONLY)
 
 
@@ -120,7 +127,7 @@ def test_the_reader_never_loads_the_submission_modules_even_when_asked_to_submit
         ("bad job name", {"action": "describe", "job_name": "not a job name"}),
     ]
     result = _run(env, events, **{settings.ENV_ALLOWED_ACTIONS: ",".join(settings.READ_ACTIONS)})
-    assert result["preloaded"] is False
+    assert result["preloaded"] is False and result["prepared"] is True
     codes = [answer["error"]["code"] for answer in result["answers"]]
     assert codes == ["NotFound", "ActionNotAllowed", "ActionNotAllowed", "InvalidRequest"]
     loaded = result["loaded"]
@@ -147,3 +154,17 @@ def test_the_modules_are_preloaded_exactly_when_the_function_answers_submissions
     if allowed in ("describe,delete", ""):
         with pytest.raises(runtime.errors.ConfigurationError):
             runtime.actions.allowed_actions_from_environ(environ)
+
+
+def test_outside_lambda_nothing_is_made_at_import(env):
+    result = _run(env, [], drop=("AWS_LAMBDA_FUNCTION_NAME",))
+    assert result["prepared"] is False  # tests and trainctl make the clients on first use
+
+
+def test_a_function_missing_a_setting_starts_and_its_requests_fail_as_function_errors(env):
+    from platform_constructs.submitter.runtime import settings
+
+    events = [("describe", {"action": "describe", "job_name": "no-such-job-import-scope"})] * 2
+    result = _run(env, events, drop=(settings.ENV_TRAINER_IMAGE_URI,))
+    assert result["prepared"] is False  # the init phase does not fail on it
+    assert result["answers"] == [{"raised": "ConfigurationError"}] * 2  # each request reports it, as before

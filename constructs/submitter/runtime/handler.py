@@ -29,19 +29,18 @@ error of ``errorType`` ``DeadlineExceeded`` (:class:`.errors.DeadlineExceeded`)
 instead of being killed mid-call; it is retriable, and a retry with the same
 ``client_token`` never creates a second job.
 
-Import cost is kept small for cold starts: botocore's clients are created on the
-first invocation, not at import, and the package ships unchecked hash-based
-bytecode for every module (``bundling.py``), so a cold start compiles
-nothing. What is imported here serves every action (logging, metrics, the
-configuration, the job API, the run store). A submission's own modules
-(request parsing, capacity, the job's parameters, the planner: :mod:`.service`)
-are imported here too, in Lambda's init phase, when the function answers
-submissions (:func:`preload_submissions`): an on-demand function initialises on
-a full vCPU, an invocation runs at its memory's share (0.29 of one at the
-default 512 MB), so the first submission would pay about 3.5 times as much
-for them in the invocation. A function that answers no submission (the reader,
-:data:`.settings.READ_ACTIONS`) never imports them. ``benchmarks/startup.py``
-measures both functions' imports against ``import boto3``.
+Cold starts: an on-demand function initialises on a full vCPU, while an
+invocation runs at its memory's share (0.29 of one at the default 512 MB), so
+work done once per container is done at import, in Lambda's init phase, not in
+the first invocation, where it would take about 3.5 times as long: the
+botocore clients and the configuration (:func:`prepare_dependencies`, in
+Lambda only; elsewhere -- tests, ``trainctl`` -- on first use), and, in a
+function that answers submissions, their modules (request parsing, capacity,
+the job's parameters, the planner: :func:`preload_submissions`). A function
+that answers no submission (the reader, :data:`.settings.READ_ACTIONS`) never
+imports them. The package ships unchecked hash-based bytecode for every module
+(``bundling.py``), so a cold start compiles nothing. ``benchmarks/startup.py``
+measures both functions' imports against ``import boto3``, and the whole init.
 """
 
 from __future__ import annotations
@@ -62,6 +61,10 @@ from .errors import ConfigurationError
 
 logger = Logger(service=settings.SERVICE_NAME)
 metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.SERVICE_NAME)
+
+LAMBDA_FUNCTION_ENV = "AWS_LAMBDA_FUNCTION_NAME"
+"""Set by Lambda in every function's environment (AWS Lambda Developer Guide, "Defined runtime environment
+variables"): this process is a Lambda function."""
 
 _dependencies: tuple[Clients, SubmitterConfig] | None = None
 _allowed_actions: list[tuple[str, ...] | None] = []
@@ -91,16 +94,44 @@ def preload_submissions(environ: Mapping[str, str]) -> bool:
     return True
 
 
-SUBMISSIONS_PRELOADED = preload_submissions(os.environ)
-"""Whether this container imported a submission's modules at init (:func:`preload_submissions`)."""
-
-
 def dependencies() -> tuple[Clients, SubmitterConfig]:
-    """Clients and configuration of this (warm) container, created on first use."""
+    """Clients and configuration of this (warm) container: made at init in Lambda (:func:`prepare_dependencies`),
+    else on first use.
+
+    Raises:
+        ConfigurationError: the function's environment is missing a setting or has a malformed one.
+    """
     global _dependencies
     if _dependencies is None:
         _dependencies = (Clients.create(), SubmitterConfig.from_environ(os.environ))
     return _dependencies
+
+
+def prepare_dependencies(environ: Mapping[str, str]) -> bool:
+    """Make this container's clients and configuration (:func:`dependencies`) now, when the process is a Lambda
+    function (:data:`LAMBDA_FUNCTION_ENV` in ``environ``): called at import, in the init phase, which on-demand
+    functions run on a full vCPU (:func:`preload_submissions`); AWS's own advice is the same ("Initialize SDK
+    clients and database connections outside of the function handler", AWS Lambda Developer Guide, "Best
+    practices for working with AWS Lambda functions").
+
+    Returns:
+        Whether they were made. ``False`` outside Lambda, and when making them fails (a missing setting, say):
+        the first request then makes them again and reports the failure as a function error, as it always
+        did, rather than the init phase failing with it.
+    """
+    if LAMBDA_FUNCTION_ENV not in environ:
+        return False
+    try:
+        dependencies()
+    except Exception:  # reported by the first request, which makes them again (the docstring)
+        return False
+    return True
+
+
+SUBMISSIONS_PRELOADED = preload_submissions(os.environ)
+"""Whether this container imported a submission's modules at init (:func:`preload_submissions`)."""
+DEPENDENCIES_PREPARED = prepare_dependencies(os.environ)
+"""Whether this container made its clients and configuration at init (:func:`prepare_dependencies`)."""
 
 
 def allowed_actions() -> tuple[str, ...] | None:
