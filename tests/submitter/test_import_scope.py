@@ -168,3 +168,75 @@ def test_a_function_missing_a_setting_starts_and_its_requests_fail_as_function_e
     result = _run(env, events, drop=(settings.ENV_TRAINER_IMAGE_URI,))
     assert result["prepared"] is False  # the init phase does not fail on it
     assert result["answers"] == [{"raised": "ConfigurationError"}] * 2  # each request reports it, as before
+
+
+NO_NETWORK = textwrap.dedent(
+    f"""
+    import json, socket, sys
+    connects = []
+
+    def refuse(self, address):
+        connects.append(repr(address))
+        raise OSError("this test reaches no network")
+
+    socket.socket.connect = refuse
+    from {RUNTIME} import handler
+
+    class Context:
+        function_name = "job-submitter"
+        memory_limit_in_mb = 512
+        invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:job-submitter"
+        aws_request_id = "9b1e8c1e-0000-4000-8000-000000000003"
+
+        def get_remaining_time_in_millis(self):
+            return 60_000
+
+    result = {{"prepared": handler.DEPENDENCIES_PREPARED, "import connects": list(connects)}}
+    try:
+        handler.lambda_handler({{"action": "describe", "job_name": "no-such-job-import-scope"}}, Context())
+    except Exception as exc:  # a function error, as Lambda reports it
+        result["first request"] = type(exc).__name__
+    print(json.dumps(result), file=sys.stderr)
+    """
+)
+"""Import the handler with every socket connect refused and recorded, then answer one request."""
+
+
+def test_an_environment_that_names_a_function_without_its_keys_reaches_no_network_at_import(env, tmp_path):
+    # Lambda puts the role's keys in the environment; a shell or CI job that only sets AWS_LAMBDA_FUNCTION_NAME
+    # would otherwise have botocore's credential chain ask the instance metadata service (169.254.169.254) when
+    # the import made the clients. The first request makes them, and fails, as it did before clients were made
+    # at init.
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE")
+    process_env = {k: v for k, v in {**os.environ, **env}.items() if k not in keys}
+    process_env.update(
+        AWS_LAMBDA_FUNCTION_NAME="job-submitter",
+        AWS_CONFIG_FILE=str(tmp_path / "no-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-credentials"),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", NO_NETWORK], env=process_env, capture_output=True, text=True, check=True
+    )
+    result = json.loads(out.stderr.strip().splitlines()[-1])
+    assert result == {"prepared": False, "import connects": [], "first request": "NoCredentialsError"}
+
+
+def test_a_failure_at_init_is_tried_again_by_the_first_request(runtime, env, monkeypatch):
+    made: list[str] = []
+    create = runtime.aws.Clients.create
+
+    def flaky(**kwargs):  # the first attempt, at init, fails as a transient fault would
+        made.append("attempt")
+        if len(made) == 1:
+            raise ConnectionError("transient")
+        return create(environ=env)
+
+    monkeypatch.setattr(runtime.aws.Clients, "create", flaky)
+    monkeypatch.setattr(runtime.handler, "_dependencies", None)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert runtime.handler.prepare_dependencies({**env, runtime.handler.LAMBDA_FUNCTION_ENV: "job-submitter"}) is False
+    clients, config = runtime.handler.dependencies()  # what the first request calls
+    assert made == ["attempt", "attempt"]
+    assert config == runtime.config.SubmitterConfig.from_environ(env)
+    assert clients.sagemaker.meta.endpoint_url == env["AWS_ENDPOINT_URL"]

@@ -32,15 +32,18 @@ instead of being killed mid-call; it is retriable, and a retry with the same
 Cold starts: an on-demand function initialises on a full vCPU, while an
 invocation runs at its memory's share (0.29 of one at the default 512 MB), so
 work done once per container is done at import, in Lambda's init phase, not in
-the first invocation, where it would take about 3.5 times as long: the
-botocore clients and the configuration (:func:`prepare_dependencies`, in
-Lambda only; elsewhere -- tests, ``trainctl`` -- on first use), and, in a
-function that answers submissions, their modules (request parsing, capacity,
+the first invocation, where at that share it would take about 3.5 times as
+long: the botocore clients and the configuration (:func:`prepare_dependencies`,
+in Lambda only, whose environment carries the role's keys; elsewhere -- tests,
+``trainctl`` -- on first use, so an import never reaches the network), and, in
+a function that answers submissions, their modules (request parsing, capacity,
 the job's parameters, the planner: :func:`preload_submissions`). A function
 that answers no submission (the reader, :data:`.settings.READ_ACTIONS`) never
 imports them. The package ships unchecked hash-based bytecode for every module
 (``bundling.py``), so a cold start compiles nothing. ``benchmarks/startup.py``
-measures both functions' imports against ``import boto3``, and the whole init.
+measures the submitting function's import against ``import boto3``, and both
+functions' imports as Lambda runs them (clients and configuration made)
+against ``import boto3`` making the same clients.
 """
 
 from __future__ import annotations
@@ -109,17 +112,28 @@ def dependencies() -> tuple[Clients, SubmitterConfig]:
 
 def prepare_dependencies(environ: Mapping[str, str]) -> bool:
     """Make this container's clients and configuration (:func:`dependencies`) now, when the process is a Lambda
-    function (:data:`LAMBDA_FUNCTION_ENV` in ``environ``): called at import, in the init phase, which on-demand
-    functions run on a full vCPU (:func:`preload_submissions`); AWS's own advice is the same ("Initialize SDK
-    clients and database connections outside of the function handler", AWS Lambda Developer Guide, "Best
-    practices for working with AWS Lambda functions").
+    function (:data:`LAMBDA_FUNCTION_ENV` in ``environ``) with its role's keys in ``environ``: called at import,
+    in the init phase, which on-demand functions run on a full vCPU (:func:`preload_submissions`); AWS's own
+    advice is the same ("Initialize SDK clients and database connections outside of the function handler", AWS
+    Lambda Developer Guide, "Best practices for working with AWS Lambda functions").
+
+    Lambda puts the execution role's keys in every function's environment (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``: AWS Lambda Developer Guide, "Defined runtime environment
+    variables"), so making the clients reads the environment only. Without them botocore would walk its
+    credential chain when the clients are made (the instance metadata service at 169.254.169.254, a container
+    endpoint, an SSO cache, a ``credential_process``): an import that only names a function -- a shell, a CI
+    job -- would reach the network, so the clients are left to the first request, as everywhere else.
 
     Returns:
-        Whether they were made. ``False`` outside Lambda, and when making them fails (a missing setting, say):
-        the first request then makes them again and reports the failure as a function error, as it always
-        did, rather than the init phase failing with it.
+        Whether they were made. ``False`` outside Lambda or without the keys, and when making them fails (a
+        missing setting, say): the first request then makes them again and reports the failure as a function
+        error, as it always did, rather than the init phase failing with it.
     """
     if LAMBDA_FUNCTION_ENV not in environ:
+        return False
+    from botocore.credentials import EnvProvider  # imported by making the clients anyway
+
+    if not (environ.get(EnvProvider.ACCESS_KEY) and environ.get(EnvProvider.SECRET_KEY)):
         return False
     try:
         dependencies()

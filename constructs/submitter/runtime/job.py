@@ -206,7 +206,7 @@ def _tags(
     merged.update(request.tags)
     merged[TAG_REQUEST_SHA256] = fingerprint
     merged[TAG_CAPACITY_TYPE] = capacity.type
-    merged[TAG_SUBMITTER] = "job-submitter"
+    merged[TAG_SUBMITTER] = settings.SERVICE_NAME  # the submitter, by its service name
     if request.client_token:
         merged[TAG_CLIENT_TOKEN_SHA256] = token_digest(request.client_token)
     if request.run is not None:
