@@ -76,7 +76,7 @@ from platform_spec.runs import RUN_ID_EXPECTED, RUN_ID_RE, TAG_RUN_ID, TERMINAL_
 
 from . import runs
 from . import sagemaker_rules as model
-from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code
+from .aws import NOT_FOUND_CODES, Clients, Deadline, current_deadline, deadline_scope, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
 from .settings import ENV_ALLOWED_ACTIONS, SERVICE_NAME
@@ -627,7 +627,7 @@ def capacity_block(clients: Clients, description: Mapping[str, Any], now: dateti
         answer = clients.sagemaker.describe_training_plan(TrainingPlanName=plan)
     except Exception as exc:
         code = error_code(exc)
-        if code not in ("ResourceNotFound", "ValidationException"):
+        if code not in NOT_FOUND_CODES:
             raise
         return {"training_plan_arn": plan, "unavailable": f"DescribeTrainingPlan answered {code}"}
     instance_type = (description.get("ResourceConfig") or {}).get("InstanceType")

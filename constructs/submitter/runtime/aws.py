@@ -413,6 +413,11 @@ class Clients:
         return self._parameters
 
 
+NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
+"""Error codes of SageMaker's ``Describe*`` calls for a name no resource has: ``DescribeTrainingJob`` answers
+``ValidationException``, ``DescribeTrainingPlan`` ``ResourceNotFound``."""
+
+
 def error_code(exc: BaseException | None) -> str | None:
     """The AWS error code of a botocore ``ClientError`` (``None`` for anything else)."""
     response = getattr(exc, "response", None)

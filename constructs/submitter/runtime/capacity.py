@@ -78,7 +78,7 @@ from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S, ST
 from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN, foreign_reason
 
-from .aws import PLAN_ARNS_MAX_AGE_S, Clients, error_code
+from .aws import NOT_FOUND_CODES, PLAN_ARNS_MAX_AGE_S, Clients, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
 from .request import SubmitRequest
@@ -237,7 +237,7 @@ def describe_plan(clients: Clients, arn: str) -> DescribeTrainingPlanResponseTyp
     try:
         return clients.sagemaker.describe_training_plan(TrainingPlanName=arn)
     except Exception as exc:  # botocore ClientError; anything else propagates below
-        if error_code(exc) in ("ResourceNotFound", "ValidationException"):
+        if error_code(exc) in NOT_FOUND_CODES:
             return None
         raise
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .aws import Clients, current_deadline, error_code
+from .aws import NOT_FOUND_CODES, Clients, current_deadline, error_code
 
 TAG_REQUEST_SHA256 = "platform:request-sha256-v2"
 """The request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent)."""
@@ -30,8 +30,6 @@ TAG_CAPACITY_TYPE = "platform:capacity-type"
 TAG_SUBMITTER = "platform:submitted-by"
 """Present on every job the submitter creates: the job API answers only jobs carrying it."""
 
-NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
-"""Error codes of ``DescribeTrainingJob`` for a name no job has (SageMaker answers ``ValidationException``)."""
 SETTLE_ATTEMPTS = 5
 SETTLE_INTERVAL_S = 0.2
 """After ``ResourceInUse`` the job exists; a describe that misses is retried this often, this far apart."""
@@ -85,7 +83,6 @@ def existing_job(clients: Clients, name: str, *, settle: bool = False) -> dict[s
 
 
 __all__ = [
-    "NOT_FOUND_CODES",
     "SETTLE_ATTEMPTS",
     "SETTLE_INTERVAL_S",
     "TAG_CAPACITY_TYPE",
