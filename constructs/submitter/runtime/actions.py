@@ -80,7 +80,7 @@ from .aws import NOT_FOUND_CODES, Clients, Deadline, current_deadline, deadline_
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
 from .settings import ENV_ALLOWED_ACTIONS, SERVICE_NAME
-from .training_job import TAG_CAPACITY_TYPE, TAG_SUBMITTER, existing_job
+from .training_job import TAG_CAPACITY_TYPE, TAG_SUBMITTER, existing_job, stop_job
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
@@ -215,12 +215,7 @@ def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfi
     description = _platform_job(clients, name)["description"]
     changed = False
     if description.get("TrainingJobStatus") == "InProgress":
-        try:
-            clients.sagemaker.stop_training_job(TrainingJobName=name)
-            changed = True
-        except Exception as exc:
-            if error_code(exc) != "ValidationException":  # the job is no longer InProgress: settle below
-                raise
+        changed = stop_job(clients, name)  # refused: the job is no longer InProgress, settled below
         description = clients.sagemaker.describe_training_job(TrainingJobName=name)
     status = str(description.get("TrainingJobStatus"))
     logger.info("stop answered", extra={"training_job_name": name, "training_job_status": status, "changed": changed})

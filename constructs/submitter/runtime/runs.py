@@ -61,7 +61,7 @@ from .aws import Clients, error_code
 from .config import SubmitterConfig
 from .errors import Refusal, invalid, not_found
 from .settings import RUN_STORE_PREFIX, SERVICE_NAME
-from .training_job import describe_job, job_tags
+from .training_job import describe_job, job_tags, stop_job
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
@@ -644,7 +644,7 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     if (
         newest is not None
         and newest.get("TrainingJobStatus") == "InProgress"
-        and _stop_job(clients, newest["TrainingJobName"])
+        and stop_job(clients, newest["TrainingJobName"])
     ):
         answer["changed"] = True
     if newest is not None and newest.get("TrainingJobStatus") in ("InProgress", "Stopping"):
@@ -664,17 +664,6 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     # s3:DeleteObject), and the continuation's next tick removes the marker of a run that ended
     answer.update(status="stopped", state=spec.STOPPED)
     return answer
-
-
-def _stop_job(clients: Clients, name: str) -> bool:
-    """``StopTrainingJob`` of ``name``; ``False`` when SageMaker refuses it (it ended or is stopping already)."""
-    try:
-        clients.sagemaker.stop_training_job(TrainingJobName=name)
-    except Exception as exc:
-        if error_code(exc) != "ValidationException":
-            raise
-        return False
-    return True
 
 
 # --- continuation -----------------------------------------------------------------------------------
@@ -857,7 +846,7 @@ def _start_segment(
         if store.read(store.stop_key(state.run_id)) is not None:
             # a stop landed while the segment was submitted; it may have seen no segment running (stop_run
             # reads the run after writing its marker, so one of the two sees the other): stop it here
-            record["stopped_on_start"] = _stop_job(clients, name)
+            record["stopped_on_start"] = stop_job(clients, name)
         return Outcome(record, segment_started=not response.get("replayed"))
     error = response.get("error") or {}
     code, message = error.get("code"), error.get("message")

@@ -1,6 +1,6 @@
 """One training job as SageMaker tells it, and the tags the submitter puts on its jobs.
 
-The one reader of a job for every action: a submission's replay and conflict checks
+The one reader (and stopper) of a job for every action: a submission's replay and conflict checks
 (:mod:`.service`), the job API's ``describe`` and ``stop`` (:mod:`.actions`) and the runs
 (:mod:`.runs`). It imports none of the submission's modules (request parsing, capacity, the
 planner), so a function answering only ``describe``, ``list`` or ``list_runs`` starts without them.
@@ -57,6 +57,23 @@ def job_tags(clients: Clients, arn: str) -> dict[str, str]:
     return tags
 
 
+def stop_job(clients: Clients, name: str) -> bool:
+    """``StopTrainingJob`` of ``name``: ``True`` when SageMaker accepted it, ``False`` when it refused it because
+    the job is no longer ``InProgress`` (it ended or is stopping already; of two concurrent stops, SageMaker
+    accepts one). A stop is therefore safe to retry.
+
+    Raises:
+        botocore.exceptions.ClientError: any other error of the call.
+    """
+    try:
+        clients.sagemaker.stop_training_job(TrainingJobName=name)
+    except Exception as exc:
+        if error_code(exc) != "ValidationException":
+            raise
+        return False
+    return True
+
+
 def existing_job(clients: Clients, name: str, *, settle: bool = False) -> dict[str, Any] | None:
     """``{"description": DescribeTrainingJob, "tags": {key: value}}`` of the job ``name``, or ``None`` when no
     job has that name.
@@ -93,4 +110,5 @@ __all__ = [
     "describe_job",
     "existing_job",
     "job_tags",
+    "stop_job",
 ]
