@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from platform_spec.errors import FieldError
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
+from platform_spec.errors import FieldError
 
 
 class PlanInputError(FieldError):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from planner.errors import PlanInputError
 from planner.inputs import PlanInput, ResolvedInput, ResolveMemo, resolve
 from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY, MemoryBreakdown, estimate_memory
 from planner.throughput import ThroughputEstimate, estimate_throughput
 from platform_spec.precisions import get_precision
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ Each recommendation carries the plan after its change.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from planner.inputs import PlanInput
 from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY
@@ -61,10 +62,7 @@ from platform_spec.precisions import get_precision
 from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
 from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
 if TYPE_CHECKING:
-    from typing import Any
-
     from planner.plan import Plan, Recommendation
 
 LARGE_MODEL_PARAMS = 14e9

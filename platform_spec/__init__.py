@@ -17,8 +17,7 @@ Modules:
 * :mod:`platform_spec.request_fields` -- the job submitter's request fields, one row each (parsing,
   the JSON Schema and the README's request table derive from them).
 * :mod:`platform_spec.models` -- the model-family interface and registry (families live in
-  ``model_families/``); :mod:`platform_spec.model_shape`, the shapes' protocol it re-exports (imported at
-  its first use: it needs :mod:`typing`, which the rest does not).
+  ``model_families/``) and :class:`~platform_spec.models.ModelShape`, the shapes' protocol.
 
 Nothing here imports torch, numpy, boto3, botocore, the CDK or any other package of this repository
 (``model_families`` is found by name at the registry's first lookup: :mod:`platform_spec.models`);

@@ -13,9 +13,7 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 __all__ = ["FieldError"]
 

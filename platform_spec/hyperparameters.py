@@ -31,17 +31,15 @@ names the field, the value received and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from platform_spec import models, precisions, training_modes
 from platform_spec.errors import FieldError
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
 
 PRECISIONS: tuple[str, ...] = precisions.PRECISION_NAMES
 """Training precisions (:data:`platform_spec.precisions.PRECISIONS`: each format's dtype, recipe and
@@ -322,8 +320,6 @@ def unquote(raw: str) -> str:
     are dropped. The one rule for values read from a ``hyperparameters.json``."""
     text = raw.strip()
     if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
-        import json  # here, not at import: only quoted values need it (start-up, issue 17)
-
         try:
             decoded = json.loads(text)
         except json.JSONDecodeError:

@@ -68,15 +68,12 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from platform_spec import precisions
 from platform_spec.errors import FieldError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
 if TYPE_CHECKING:
-    from typing import Any, Protocol
-
-    from platform_spec.model_shape import ModelShape
 
     class _DecoderSizes(Protocol):
         """What the FLOP count reads of a shape (read-only: the families' shapes are frozen dataclasses)."""
@@ -126,20 +123,38 @@ skeleton's loss (``training.model.chunked_cross_entropy``) computes ``LOSS_CHUNK
 tokens per chunk, and the planner's ``logits_and_loss`` term counts one such chunk."""
 
 
-if not TYPE_CHECKING:  # type checkers see the import above; a module __getattr__ would make any name valid to them
+@runtime_checkable
+class ModelShape(Protocol):
+    """What every family's shape dataclass offers (frozen dataclasses; sizes as integers).
 
-    def __getattr__(name: str) -> Any:
-        """``ModelShape``, the shapes' protocol (:mod:`platform_spec.model_shape`), imported at its first
-        lookup: it needs :mod:`typing`, which nothing else here does (start-up, issue 17).
+    Attributes:
+        name: the preset's name (``"gpt-1b"``), or any label for a custom shape.
+        num_layers: transformer blocks.
+        hidden_size: width of the residual stream (embedding columns, LM-head rows).
+        vocab_size: embedding rows.
+        params_per_block: parameters in one block.
+        block_params: parameters in all blocks.
+        num_params: parameters of the full model (a tied weight once).
 
-        Raises:
-            AttributeError: any other name.
-        """
-        if name == "ModelShape":
-            from platform_spec.model_shape import ModelShape
+    A shape may also have ``tied_embeddings`` (the LM head shares the token embedding's weight; absent:
+    untied), which the trainer's skeleton reads.
+    """
 
-            return ModelShape
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    name: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+
+    @property
+    def params_per_block(self) -> int: ...
+
+    @property
+    def block_params(self) -> int: ...
+
+    @property
+    def num_params(self) -> int: ...
+
+    def with_overrides(self, *, num_layers: int | None = None, vocab_size: int | None = None) -> ModelShape: ...
 
 
 @dataclass(frozen=True)

@@ -61,12 +61,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from platform_spec.errors import FieldError
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = [
     "CPU_PRECISIONS",

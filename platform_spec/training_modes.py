@@ -42,12 +42,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from platform_spec.errors import FieldError
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = [
     "ACTIVATION_CHECKPOINTING_EXPECTED",

@@ -13,16 +13,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, SHAPE_HYPERPARAMETERS
 from trainctl.tables import Column, Panel, Table, print_blocks
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
 if TYPE_CHECKING:
-    from typing import Any
-
     from rich.console import Console
 
     from planner import Plan, PlanInput

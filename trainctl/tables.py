@@ -10,7 +10,8 @@ copy of a well-kept library's algorithm, which the platform does not keep.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's, without importing typing (a few ms of start-up); type checkers take it as true
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -111,14 +111,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from platform_spec import models
 from platform_spec.errors import FieldError
 from platform_spec.models import ModelFamily, ShapeTerms, check_gemm_dimensions, register_family
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
 
 DEFAULT_VOCAB_SIZE = 50304
 """GPT-2's 50257 tokens padded to a multiple of 128 (synthetic data and the

@@ -135,14 +135,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from platform_spec import models
 from platform_spec.errors import FieldError
 from platform_spec.models import ExportSlice, ModelFamily, ShapeTerms, check_gemm_dimensions, register_family
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up of trainctl plan: issue 17)
-if TYPE_CHECKING:
-    from typing import Any
 
 ROPE_BASE = 500000.0
 """RoPE base of Llama 3 (``rope_theta`` 500000.0 in Meta's ``params.json`` and Hugging Face's ``config.json``

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.cli import ALL, COMMANDS, alone_in, build_parser, command_in, help_width
+from trainctl.cli import ALL, COMMANDS, build_parser, command_in
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,53 +145,9 @@ def test_an_unknown_command_is_refused_with_the_list() -> None:
     assert "invalid choice: 'nonsense'" in result.stderr and "plan" in result.stderr
 
 
-@pytest.mark.parametrize("columns", [None, "60", "200", "0", "wide"])
-def test_help_is_as_wide_as_argparse_makes_it(monkeypatch, columns) -> None:
-    """The help formatter's width, found without importing shutil, is shutil's: $COLUMNS when it is a positive
-    number, else the terminal's, else 80."""
-    if columns is None:
-        monkeypatch.delenv("COLUMNS", raising=False)
-    else:
-        monkeypatch.setenv("COLUMNS", columns)
-    assert help_width() == shutil.get_terminal_size().columns
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["plan", "--help"],
-        ["plan", "--bogus"],
-        ["plan", "--batch-size", "0"],
-        ["plan", "--model", "gpt-1b", "extra"],
-        ["train", "--help"],
-        ["submit"],
-    ],
-)
-def test_a_command_line_starting_with_its_command_gets_the_same_answer_with_that_command_alone(argv, capsys) -> None:
-    """``trainctl COMMAND ...`` registers that command only (issue 17: argparse builds a parser per command); the
-    usage, errors and exit status are those of the parser with every command listed."""
-    assert alone_in(argv)
-    answers = []
-    for others in (True, False):
-        parser = build_parser(only=command_in(argv), others=others)
-        with pytest.raises(SystemExit) as exit_:
-            parser.parse_args(argv)
-        answers.append((exit_.value.code, *capsys.readouterr()))
-    assert answers[0] == answers[1]
-    alone = build_parser(only=argv[0], others=False)
-    sub = next(a for a in alone._actions if a.dest == "command")
-    assert list(sub.choices) == [argv[0]]
-
-
-@pytest.mark.parametrize("argv", [[], ["--help"], ["-h", "plan"], ["nonsense"], ["--bogus", "plan"]])
-def test_a_command_line_that_does_not_start_with_a_known_command_lists_them_all(argv) -> None:
-    assert not alone_in(argv)
-
-
 def test_a_command_not_in_this_build_is_refused_with_the_list_of_those_that_are(monkeypatch, capsys) -> None:
     monkeypatch.setitem(COMMANDS, "absent", "trainctl.commands.absent")
-    assert alone_in(["absent"])
-    parser = build_parser(only="absent", others=False)
+    parser = build_parser(only="absent")
     with pytest.raises(SystemExit) as exit_:
         parser.parse_args(["absent"])
     assert exit_.value.code == 2

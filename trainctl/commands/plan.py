@@ -10,14 +10,12 @@ parses the arguments; :mod:`trainctl.plans` estimates and prints.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
 # The top level imports argparse only (``trainctl --help`` imports this module for HELP): the facts the flags
-# offer are imported by add_arguments, the planner by run (trainctl.cli). TYPE_CHECKING is typing's, without
-# importing typing (about 2 ms of `trainctl --help`'s start-up); type checkers take the name as true.
-TYPE_CHECKING = False
+# offer are imported by add_arguments, the planner by run (trainctl.cli).
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
