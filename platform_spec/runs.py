@@ -158,6 +158,11 @@ TERMINAL_DECISIONS: tuple[str, ...] = (
 
 TERMINAL_JOB_STATUSES: tuple[str, ...] = ("Completed", "Failed", "Stopped")
 """``TrainingJobStatus`` values of a job that has ended."""
+JOB_STATE_CHANGE_SOURCE = "aws.sagemaker"
+"""``source`` of SageMaker's EventBridge event for a training job's status change."""
+JOB_STATE_CHANGE_DETAIL_TYPE = "SageMaker Training Job State Change"
+"""``detail-type`` of that event (its ``detail`` is the job as ``DescribeTrainingJob`` answers it, with ``Tags``:
+SageMaker Developer Guide, "Events that Amazon SageMaker AI sends to Amazon EventBridge")."""
 CAPACITY_STOPS: tuple[str, ...] = ("MaxRuntimeExceeded", "MaxWaitTimeExceeded", "Interrupted")
 """Secondary statuses of a ``Stopped`` job that SageMaker stopped because its time or its spot capacity ran out."""
 NEVER_TRAINED_FAILURES: tuple[str, ...] = ("InsufficientCapacityError", "CapacityError", CAPACITY_BLOCK_ENDED_REASON)

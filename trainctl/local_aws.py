@@ -95,6 +95,7 @@ from typing import Any
 from platform_spec.capacity import DEFAULT_CAPACITY_FALLBACK
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 from platform_spec.files import atomic_write_text
+from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 DEFAULT_REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"
@@ -1084,7 +1085,7 @@ class LocalAws:
         return self.admin("POST", f"events/{quote(event_id)}/redeliver", payload)["deliveries"]
 
     def wait_for_job(
-        self, name: str, *, timeout: float = 120.0, statuses: Sequence[str] = ("Completed", "Failed", "Stopped")
+        self, name: str, *, timeout: float = 120.0, statuses: Sequence[str] = TERMINAL_JOB_STATUSES
     ) -> dict[str, Any]:
         """Poll ``DescribeTrainingJob`` until the job's status is one of ``statuses``; returns the description.
 

@@ -100,13 +100,12 @@ from typing import TYPE_CHECKING, Any
 
 from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
 from platform_spec.checkpoint_layout import COMPLETE_MARKER
+from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
 
 if TYPE_CHECKING:
     from trainctl.local_aws import EmulatorApp
     from trainctl.local_aws_sagemaker import JobRecord, SageMakerExtension
 
-EVENT_SOURCE = "aws.sagemaker"
-EVENT_DETAIL_TYPE = "SageMaker Training Job State Change"
 TARGET_ATTEMPTS = 3
 """Attempts per event and target: Lambda's asynchronous invocation retries a function error twice."""
 TARGET_RETRY_DELAYS_S = (1.0, 2.0)
@@ -188,8 +187,8 @@ def state_change_event(detail: Mapping[str, Any], *, account: str, region: str, 
     return {
         "version": "0",
         "id": str(uuid.uuid4()),
-        "detail-type": EVENT_DETAIL_TYPE,
-        "source": EVENT_SOURCE,
+        "detail-type": JOB_STATE_CHANGE_DETAIL_TYPE,
+        "source": JOB_STATE_CHANGE_SOURCE,
         "account": account,
         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": region,
@@ -601,10 +600,10 @@ class JobRunner:
 
     def _move(self, job: JobRecord, status: str, secondary: str | None, message: str, **fields: Any) -> bool:
         """Move the job; False when it was ended by hand meanwhile (the runner then gives up)."""
-        from trainctl.local_aws_sagemaker import TERMINAL_STATUSES, TransitionError
+        from trainctl.local_aws_sagemaker import TransitionError
 
         with self.extension.lock:
-            if job.status in TERMINAL_STATUSES:
+            if job.status in TERMINAL_JOB_STATUSES:
                 return False
             if job.status == status and job.secondary == secondary and status != "InProgress":
                 return True
@@ -704,7 +703,7 @@ class JobRunner:
         while proc.poll() is None:
             time.sleep(POLL_S)
             now = time.time()
-            if job.status in ("Completed", "Failed", "Stopped"):  # ended by hand: nothing to report
+            if job.status in TERMINAL_JOB_STATUSES:  # ended by hand: nothing to report
                 from training.local import kill_tree
 
                 kill_tree(proc.pid)
@@ -732,7 +731,7 @@ class JobRunner:
         rc = proc.wait()
         reader.join(timeout=30)
         self._flush(job, execution)
-        if job.status in ("Completed", "Failed", "Stopped"):
+        if job.status in TERMINAL_JOB_STATUSES:
             return
         self._end(job, execution, sync=sync, returncode=rc)
 
@@ -895,8 +894,6 @@ def default_state_dir() -> Path:
 
 __all__ = [
     "CHECKPOINT_SYNC_INTERVAL_S",
-    "EVENT_DETAIL_TYPE",
-    "EVENT_SOURCE",
     "STOP_GRACE_S",
     "TARGET_ATTEMPTS",
     "TARGET_RETRY_DELAYS_S",

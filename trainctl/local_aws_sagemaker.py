@@ -54,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from platform_spec.capacity import USABLE_PLAN_STATUSES
+from platform_spec.runs import TERMINAL_JOB_STATUSES
 from trainctl.aws_shapes import operation_model, validate_input, validate_output, validate_shape
 from trainctl.local_aws import MOTO_MISSING, EmulatorUnavailable
 
@@ -66,7 +67,6 @@ try:  # moto is the extra `local`: this module is imported only once the emulato
 except ImportError as exc:
     raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
 
-TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 ACTIVE_STATUSES = ("InProgress", "Stopping")
 _TRANSITIONS: dict[str, tuple[str, ...]] = {
     "InProgress": ("InProgress", "Completed", "Failed", "Stopping", "Stopped"),
@@ -469,7 +469,7 @@ class SageMakerExtension:
                 if status == "Failed":
                     job.failure_reason = failure_reason or "AlgorithmError: the job failed (set through the emulator)"
                     message = job.failure_reason
-                if status in TERMINAL_STATUSES:
+                if status in TERMINAL_JOB_STATUSES:
                     job.started = job.started or now
                     job.ended = now
                 job.move(secondary_status or secondary, message, now)

@@ -23,6 +23,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
+from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
 
 from .. import acknowledgements as nag
 from ..submitter.bundling import ARCHITECTURE, RUNTIME, LambdaPackage
@@ -232,9 +233,9 @@ class PlanMetricsPublisher(Construct):
 def job_state_event_pattern() -> events.EventPattern:
     """SageMaker training jobs reaching ``Completed``, ``Failed`` or ``Stopped``."""
     return events.EventPattern(
-        source=[settings.EVENT_SOURCE],
-        detail_type=[settings.EVENT_DETAIL_TYPE],
-        detail={"TrainingJobStatus": list(settings.TERMINAL_STATUSES)},
+        source=[JOB_STATE_CHANGE_SOURCE],
+        detail_type=[JOB_STATE_CHANGE_DETAIL_TYPE],
+        detail={"TrainingJobStatus": list(TERMINAL_JOB_STATUSES)},
     )
 
 
@@ -327,8 +328,8 @@ class JobStateHandler(Construct):
         Raises:
             ValueError: ``status`` is not one of ``Completed``, ``Failed``, ``Stopped``.
         """
-        if status not in settings.TERMINAL_STATUSES:
-            raise ValueError(f"status: got {status!r}; expected one of {', '.join(settings.TERMINAL_STATUSES)}")
+        if status not in TERMINAL_JOB_STATUSES:
+            raise ValueError(f"status: got {status!r}; expected one of {', '.join(TERMINAL_JOB_STATUSES)}")
         options = {"statistic": cloudwatch.Stats.SUM, "period": cdk.Duration.minutes(5), **props}
         return cloudwatch.Metric(
             namespace=settings.JOB_METRICS_NAMESPACE,

@@ -22,6 +22,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 
 from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS
+from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 from ..execution_role import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 from ..submitter.runtime import settings as submitter_settings
@@ -326,7 +327,7 @@ def job_outcome_rows(handler, period: cdk.Duration) -> list[Row]:
                 title="Job outcomes per hour",
                 left=[
                     handler.metric_training_job_outcomes(s, period=hourly, label=s, color=colours[s])
-                    for s in settings.TERMINAL_STATUSES
+                    for s in TERMINAL_JOB_STATUSES
                 ],
                 stacked=True,
                 left_y_axis=cloudwatch.YAxisProps(label="jobs", min=0, show_units=False),
@@ -337,7 +338,7 @@ def job_outcome_rows(handler, period: cdk.Duration) -> list[Row]:
                 title="Jobs ended in the dashboard's time range",
                 metrics=[
                     handler.metric_training_job_outcomes(s, period=period, label=s, color=colours[s])
-                    for s in settings.TERMINAL_STATUSES
+                    for s in TERMINAL_JOB_STATUSES
                 ],
                 set_period_to_time_range=True,
                 width=8,

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from platform_constructs.observability.runtime import job_events, settings
+from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 from .conftest import IDEMPOTENCY_TABLE
 
@@ -179,7 +180,7 @@ def test_a_non_terminal_status_is_not_counted(aws, cloudwatch, record):
         "training_job_name": name,
         "training_job_status": "InProgress",
     }
-    assert sum(outcomes(cloudwatch, s, at) for s in settings.TERMINAL_STATUSES) == 0
+    assert sum(outcomes(cloudwatch, s, at) for s in TERMINAL_JOB_STATUSES) == 0
 
 
 def test_idempotency_records_expire_after_the_configured_ttl(aws, record):

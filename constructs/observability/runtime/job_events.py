@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from platform_spec.capacity import capacity_type_of
+from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
 
 from . import settings
 from .aws import cloudwatch_client, dynamodb_client, put_metric_data
@@ -96,7 +97,7 @@ class TrainingJobOutcome:
 
     @property
     def terminal(self) -> bool:
-        return self.training_job_status in settings.TERMINAL_STATUSES
+        return self.training_job_status in TERMINAL_JOB_STATUSES
 
     @classmethod
     def from_event(cls, event: Any) -> TrainingJobOutcome:
@@ -108,10 +109,10 @@ class TrainingJobOutcome:
         """
         if not isinstance(event, Mapping):
             raise EventError("(event)", type(event).__name__, "an EventBridge event object")
-        if event.get("source") != settings.EVENT_SOURCE:
-            raise EventError("source", event.get("source"), repr(settings.EVENT_SOURCE))
-        if event.get("detail-type") != settings.EVENT_DETAIL_TYPE:
-            raise EventError("detail-type", event.get("detail-type"), repr(settings.EVENT_DETAIL_TYPE))
+        if event.get("source") != JOB_STATE_CHANGE_SOURCE:
+            raise EventError("source", event.get("source"), repr(JOB_STATE_CHANGE_SOURCE))
+        if event.get("detail-type") != JOB_STATE_CHANGE_DETAIL_TYPE:
+            raise EventError("detail-type", event.get("detail-type"), repr(JOB_STATE_CHANGE_DETAIL_TYPE))
         detail = event.get("detail")
         if not isinstance(detail, Mapping):
             raise EventError("detail", detail, "an object shaped like DescribeTrainingJob's response")

@@ -39,10 +39,6 @@ JOB_METRICS_NAMESPACE = "TrainingPlatform/TrainingJobs"
 METRIC_JOB_OUTCOMES = "TrainingJobOutcomes"
 """Count of jobs that reached a terminal status, dimension :data:`DIMENSION_TRAINING_JOB_STATUS`."""
 DIMENSION_TRAINING_JOB_STATUS = "TrainingJobStatus"
-TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
-
-EVENT_SOURCE = "aws.sagemaker"
-EVENT_DETAIL_TYPE = "SageMaker Training Job State Change"
 
 OUTCOME_LOG_MESSAGE = "training job ended"
 """The ``message`` of the handler's one structured log line per outcome (the dashboard's

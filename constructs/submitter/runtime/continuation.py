@@ -39,7 +39,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
-from platform_spec.runs import STALE_EVENT
+from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, STALE_EVENT
 
 from . import settings
 from .aws import (
@@ -59,8 +59,6 @@ from .service import submit
 logger = Logger(service=settings.CONTINUATION_SERVICE_NAME)
 metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.CONTINUATION_SERVICE_NAME)
 
-STATE_CHANGE_SOURCE = "aws.sagemaker"
-STATE_CHANGE_DETAIL_TYPE = "SageMaker Training Job State Change"
 SCHEDULED_SOURCE = "aws.events"
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
 
@@ -109,7 +107,7 @@ def handle(
         if not isinstance(event, Mapping):
             return _ignored(f"the event is {type(event).__name__}, not a JSON object")
         source, kind = event.get("source"), event.get("detail-type")
-        if source == STATE_CHANGE_SOURCE and kind == STATE_CHANGE_DETAIL_TYPE:
+        if source == JOB_STATE_CHANGE_SOURCE and kind == JOB_STATE_CHANGE_DETAIL_TYPE:
             detail = event.get("detail")
             name = detail.get("TrainingJobName") if isinstance(detail, Mapping) else None
             if not isinstance(name, str) or not name:
