@@ -155,9 +155,8 @@ class _Renderer:
         return self.visit(items[index]) if index < len(items) else None
 
     def split(self, argument: Any) -> str | None:
-        if not _is_pair(argument, str, object):
-            return None
-        return self.notation.reference(f"split {self.visit(argument[1])} on {argument[0]!r}")
+        pair = _is_pair(argument, str, object)
+        return self.notation.reference(f"split {self.visit(argument[1])} on {argument[0]!r}") if pair else None
 
 
 _FUNCTIONS: dict[str, Callable[[_Renderer, Any], str | None]] = {

@@ -407,11 +407,24 @@ class Platform:
                 )
 
     def _create_params(self, answer: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``CreateTrainingJob`` parameters of a trainer for ``answer``: the submitter's
-        (:func:`_sdk_params`), or the existing job's when the answer is a replay."""
-        if answer.get("replayed"):
-            return _params_of_job(self, answer["training_job_name"])
-        return _sdk_params(answer)
+        """The ``CreateTrainingJob`` parameters of a trainer for ``answer``: the submitter's with
+        ``platform:submitted-by`` = :data:`SUBMITTED_BY`, or for a replay the existing job's
+        (``DescribeTrainingJob`` and its tags)."""
+        from platform_constructs.submitter.runtime.training_job import TAG_SUBMITTER
+
+        if not answer.get("replayed"):
+            params = copy.deepcopy(dict(answer["create_training_job"]))
+            params["Tags"] = [
+                {"Key": t["Key"], "Value": SUBMITTED_BY if t["Key"] == TAG_SUBMITTER else t["Value"]}
+                for t in params["Tags"]
+            ]
+            return params
+        sagemaker = self.boto_session.client("sagemaker")
+        described = sagemaker.describe_training_job(TrainingJobName=answer["training_job_name"])
+        members = sagemaker.meta.service_model.operation_model(_CREATE).input_shape.members
+        params = {k: v for k, v in described.items() if k in members}
+        params["Tags"] = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags") or []
+        return params
 
     # -- the submitter --------------------------------------------------------------------------------
 
@@ -513,28 +526,6 @@ def _plain(request: Mapping[str, Any]) -> dict[str, Any]:
             f"request: expected a JSON object (a dict) of the submitter's fields, got {type(request).__name__}"
         )
     return copy.deepcopy(dict(request))
-
-
-def _sdk_params(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The submitter's ``create_training_job`` with ``platform:submitted-by`` set to :data:`SUBMITTED_BY`."""
-    from platform_constructs.submitter.runtime.training_job import TAG_SUBMITTER
-
-    params = copy.deepcopy(dict(answer["create_training_job"]))
-    params["Tags"] = [
-        {"Key": t["Key"], "Value": SUBMITTED_BY if t["Key"] == TAG_SUBMITTER else t["Value"]} for t in params["Tags"]
-    ]
-    return params
-
-
-def _params_of_job(platform: Platform, name: str) -> dict[str, Any]:
-    """``CreateTrainingJob`` parameters of an existing job, from ``DescribeTrainingJob`` and its tags."""
-    sagemaker = platform.boto_session.client("sagemaker")
-    described = sagemaker.describe_training_job(TrainingJobName=name)
-    tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags") or []
-    members = sagemaker.meta.service_model.operation_model(_CREATE).input_shape.members
-    params = {k: v for k, v in described.items() if k in members}
-    params["Tags"] = tags
-    return params
 
 
 def check_sent(sent: Mapping[str, Any], expected: Mapping[str, Any]) -> None:

@@ -224,7 +224,17 @@ def plan_sweep(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     if existing is not None:
-        return _as_defined(existing, sweep)
+        if existing.definition() != sweep.definition():
+            differs = [
+                k for k in ("mode", "grid", "base", "target") if existing.definition()[k] != sweep.definition()[k]
+            ]
+            raise SweepError(
+                f"sweep {name!r} already exists in {directory} with a different {', '.join(differs)}; "
+                f"run it again as defined (omit --grid to resume it) or choose another --name"
+            )
+        existing.target.update({k: v for k, v in target.items() if k in ("submitter", "device")})
+        _set_memory_risk(existing, sweep.accepts_memory_risk)
+        return existing
     sweep.configs = expand(parsed_grid, base_hp)
     invalid = [c for c in sweep.configs if c.status == SKIPPED]
     if invalid and len(invalid) == len(sweep.configs):
@@ -322,20 +332,6 @@ def _aws_definition(
         raise SweepError(f"base request: instance_count {count!r}: expected an integer >= 1")
     gpu = trainable_instance(instance_type, "base request: ").gpu_spec.name
     return request, {"instance_type": instance_type, "instance_count": count, "gpu": gpu, "submitter": submitter}
-
-
-def _as_defined(existing: Sweep, sweep: Sweep) -> Sweep:
-    """``existing`` with the submitter, device and memory-risk choice of ``sweep``, its definition again;
-    another definition is a :class:`SweepError` naming what differs."""
-    if existing.definition() != sweep.definition():
-        differs = [k for k in ("mode", "grid", "base", "target") if existing.definition()[k] != sweep.definition()[k]]
-        raise SweepError(
-            f"sweep {sweep.name!r} already exists in {sweep.directory} with a different {', '.join(differs)}; "
-            f"run it again as defined (omit --grid to resume it) or choose another --name"
-        )
-    existing.target.update({k: v for k, v in sweep.target.items() if k in ("submitter", "device")})
-    _set_memory_risk(existing, sweep.accepts_memory_risk)
-    return existing
 
 
 def _prune(sweep: Sweep, configs: Sequence[SweepConfig]) -> None:
