@@ -70,9 +70,6 @@ BASIC_FUNCTIONS: tuple[str, ...] = ("Ref", "Fn::GetAtt", "Fn::Join", "Fn::Sub")
 """The functions cdk-nag 3 flattens itself (besides ``Fn::ImportValue``, which CDK does not
 emit for resources of its own stack)."""
 
-ALL_FUNCTIONS: tuple[str, ...] = (*BASIC_FUNCTIONS, "Fn::Select", "Fn::Split")
-"""Every function :func:`render` knows."""
-
 GetAttRenderer = Callable[[str, str], str | None]
 """``(logical id, attribute) -> text``, or ``None`` to write the reference in the notation."""
 
@@ -82,6 +79,97 @@ _SUB_VARIABLE = re.compile(r"\$\{([^}]*)\}")
 def compact_json(value: Any) -> str:
     """``value`` as JSON without spaces (``JSON.stringify``'s form): a fallback for :func:`render`."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class _Renderer:
+    """:func:`render`'s options, and a method per intrinsic function: its text, or ``None`` when its argument
+    is malformed (then ``fallback``)."""
+
+    notation: Notation
+    get_att: GetAttRenderer | None
+    functions: Collection[str]
+    fallback: Callable[[Any], str] | None
+
+    def visit(self, node: Any) -> str:
+        if isinstance(node, str):
+            return node
+        if isinstance(node, (bool, int, float)):
+            return json.dumps(node)
+        if isinstance(node, dict) and len(node) == 1:
+            ((function, argument),) = node.items()
+            method = _FUNCTIONS.get(function) if function in self.functions else None
+            text = None if method is None else method(self, argument)
+            if text is not None:
+                return text
+        if self.fallback is not None:
+            return self.fallback(node)
+        expected = ", ".join(self.functions)
+        raise ValueError(f"cannot render {node!r}; expected a string, a number, or one of {expected}")
+
+    def reference(self, name: str) -> str:
+        logical_id, dot, attribute = name.partition(".")
+        if dot and self.get_att is not None:
+            custom = self.get_att(logical_id, attribute)
+            if custom is not None:
+                return custom
+        return self.notation.reference(name)
+
+    def ref(self, argument: Any) -> str | None:
+        return self.notation.reference(argument) if isinstance(argument, str) else None
+
+    def getatt(self, argument: Any) -> str | None:
+        if isinstance(argument, str) and "." in argument:
+            return self.reference(argument)
+        return self.reference(f"{argument[0]}.{argument[1]}") if _is_pair(argument, str, str) else None
+
+    def join(self, argument: Any) -> str | None:
+        return argument[0].join(self.visit(part) for part in argument[1]) if _is_pair(argument, str, list) else None
+
+    def sub(self, argument: Any) -> str | None:
+        if isinstance(argument, str):
+            argument = [argument, {}]
+        if not _is_pair(argument, str, dict):
+            return None
+        template, variables = argument
+
+        def variable(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name.startswith("!"):
+                return "${" + name[1:] + "}"  # ${!Literal} is written as the literal ${Literal}
+            name = name.strip()
+            return self.visit(variables[name]) if name in variables else self.reference(name)
+
+        return _SUB_VARIABLE.sub(variable, template)
+
+    def select(self, argument: Any) -> str | None:
+        if not (isinstance(argument, list) and len(argument) == 2):
+            return None
+        index, items = argument
+        if isinstance(index, str) and index.isdigit():
+            index = int(index)  # Fn::Select takes the index as an integer or a string of one
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return None
+        if not isinstance(items, list):
+            return self.notation.reference(f"select {index} of {self.visit(items)}")
+        return self.visit(items[index]) if index < len(items) else None
+
+    def split(self, argument: Any) -> str | None:
+        pair = _is_pair(argument, str, object)
+        return self.notation.reference(f"split {self.visit(argument[1])} on {argument[0]!r}") if pair else None
+
+
+_FUNCTIONS: dict[str, Callable[[_Renderer, Any], str | None]] = {
+    "Ref": _Renderer.ref,
+    "Fn::GetAtt": _Renderer.getatt,
+    "Fn::Join": _Renderer.join,
+    "Fn::Sub": _Renderer.sub,
+    "Fn::Select": _Renderer.select,
+    "Fn::Split": _Renderer.split,
+}
+
+ALL_FUNCTIONS: tuple[str, ...] = tuple(_FUNCTIONS)
+"""Every function :func:`render` knows: :data:`BASIC_FUNCTIONS`, ``Fn::Select`` and ``Fn::Split``."""
 
 
 def render(
@@ -122,73 +210,7 @@ def render(
         ValueError: a value outside ``functions`` (or malformed) and no ``fallback``;
             the message names the value and the functions expected.
     """
-
-    def unsupported(node: Any) -> str:
-        if fallback is not None:
-            return fallback(node)
-        expected = ", ".join(functions)
-        raise ValueError(f"cannot render {node!r}; expected a string, a number, or one of {expected}")
-
-    def reference(name: str) -> str:
-        logical_id, dot, attribute = name.partition(".")
-        if dot and get_att is not None:
-            custom = get_att(logical_id, attribute)
-            if custom is not None:
-                return custom
-        return notation.reference(name)
-
-    def sub(template: str, variables: dict[str, Any]) -> str:
-        def variable(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name.startswith("!"):
-                return "${" + name[1:] + "}"  # ${!Literal} is written as the literal ${Literal}
-            name = name.strip()
-            return visit(variables[name]) if name in variables else reference(name)
-
-        return _SUB_VARIABLE.sub(variable, template)
-
-    def visit(node: Any) -> str:
-        if isinstance(node, str):
-            return node
-        if isinstance(node, (bool, int, float)):
-            return json.dumps(node)
-        if not (isinstance(node, dict) and len(node) == 1):
-            return unsupported(node)
-        ((function, argument),) = node.items()
-        if function not in functions:
-            return unsupported(node)
-        if function == "Ref" and isinstance(argument, str):
-            return notation.reference(argument)
-        if function == "Fn::GetAtt":
-            if isinstance(argument, str) and "." in argument:
-                return reference(argument)
-            if _is_pair(argument, str, str):
-                logical_id, attribute = argument
-                return reference(f"{logical_id}.{attribute}")
-        if function == "Fn::Join" and _is_pair(argument, str, list):
-            separator, parts = argument
-            return separator.join(visit(part) for part in parts)
-        if function == "Fn::Sub":
-            if isinstance(argument, str):
-                return sub(argument, {})
-            if _is_pair(argument, str, dict):
-                return sub(argument[0], argument[1])
-        if function == "Fn::Select" and isinstance(argument, list) and len(argument) == 2:
-            index, items = argument
-            if isinstance(index, str) and index.isdigit():
-                index = int(index)  # Fn::Select takes the index as an integer or a string of one
-            if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
-                if isinstance(items, list):
-                    if index < len(items):
-                        return visit(items[index])
-                else:
-                    return notation.reference(f"select {index} of {visit(items)}")
-        if function == "Fn::Split" and _is_pair(argument, str, object):
-            separator, source = argument
-            return notation.reference(f"split {visit(source)} on {separator!r}")
-        return unsupported(node)
-
-    return visit(value)
+    return _Renderer(notation, get_att, functions, fallback).visit(value)
 
 
 def _is_pair(argument: Any, first: type, second: type) -> bool:

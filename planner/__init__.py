@@ -18,7 +18,8 @@ Public API::
     auto_tune(plan_input)            # (fitting PlanInput, [change descriptions]) or None
 
 Modules: :mod:`planner.inputs`, :mod:`planner.memory`, :mod:`planner.throughput`,
-:mod:`planner.recommend` (the guide's rules). The hardware is
+:mod:`planner.plan` (a plan), :mod:`planner.recommend` (the guide's rules, :func:`estimate`, :func:`auto_tune`),
+each importing only those before it. The hardware is
 :mod:`platform_spec.catalogue`'s, the precisions :mod:`platform_spec.precisions`',
 the model shapes and FLOPs per token the model family's (``model_families/``).
 Errors are :class:`platform_spec.errors.FieldError` s: :class:`PlanInputError`
@@ -29,7 +30,8 @@ and the catalogue's refusals (each a ``ValueError`` with ``field``, ``value``,
 from planner.errors import PlanInputError
 from planner.inputs import PlanInput
 from planner.memory import AT_RISK_FRACTION, MEMORY_STATUSES
-from planner.plan import Plan, Recommendation, auto_tune, estimate
+from planner.plan import Plan, Recommendation
+from planner.recommend import auto_tune, estimate
 
 __all__ = [
     "AT_RISK_FRACTION",

@@ -1,5 +1,5 @@
-""":func:`estimate` (a :class:`Plan`: memory, speed, cost, recommendations) and
-:func:`auto_tune` (the nearest configuration that fits)."""
+"""A :class:`Plan` (memory, speed, cost; its :class:`Recommendation` s are :mod:`planner.recommend`'s) and
+:func:`evaluate`, which works one out."""
 
 from __future__ import annotations
 
@@ -289,8 +289,8 @@ def evaluate_on_gpus(plan_input: PlanInput, gpus: int) -> Plan:
 
 
 class Evaluator:
-    """:func:`evaluate` for the configurations one :func:`estimate` (or :func:`auto_tune`) weighs, each worked
-    out once.
+    """:func:`evaluate` for the configurations one :func:`~planner.recommend.estimate` (or ``auto_tune``)
+    weighs, each worked out once.
 
     The recommendations weigh many configurations that differ from the plan in a field or two (a batch size
     bisected, a checkpointing mode, a precision), some of them more than once; this answers each with the
@@ -341,49 +341,4 @@ class Evaluator:
         return plan.fits if plan is not None else self._resolved_memory(plan_input)[1].fits
 
 
-def estimate(plan_input: PlanInput) -> Plan:
-    """Memory, throughput, cost and recommendations for ``plan_input``.
-
-    Raises:
-        PlanInputError: (a ``ValueError``) naming the field and allowed values.
-    """
-    from planner.recommend import recommend
-
-    plan = evaluate(plan_input)
-    return Plan(
-        input=plan.input,
-        resolved=plan.resolved,
-        memory_gb=plan.memory_gb,
-        throughput=plan.throughput,
-        recommendations=recommend(plan, Evaluator(plan)),
-    )
-
-
-def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
-    """The configuration the recommendations lead to that fits in memory.
-
-    Returns ``(plan_input, [])`` when it already fits (``status == "fits"``); otherwise -- out of memory or
-    ``at-risk`` -- the fastest fitting configuration reachable by recomputing more blocks (``selective:N``,
-    then ``full`` activation checkpointing), lowering ``batch_size`` (raising ``gradient_accumulation_steps``
-    so the tokens per optimizer step do not shrink, unless only fewer tokens per step fit), accumulating
-    sharded gradients (``gradient_sync=every_micro_batch``), ``quantized_model_init`` (fp8 family, once the
-    trainer image supports it), ``reshard_after_forward=True`` and full sharding -- never changing the model,
-    sequence length, precision or instance count -- with one human description per changed field; ``None``
-    if nothing fits.
-
-    Raises:
-        PlanInputError: the input itself is invalid.
-    """
-    from planner.recommend import describe_changes, fitting_candidates
-
-    plan = evaluate(plan_input)
-    if plan.fits:
-        return plan.input, []
-    best = fitting_candidates(plan, Evaluator(plan))
-    if not best:
-        return None
-    chosen = best[0]
-    return chosen.input, describe_changes(plan.input, chosen.input)
-
-
-__all__ = ["Evaluator", "Plan", "Recommendation", "auto_tune", "estimate", "evaluate", "evaluate_on_gpus", "notes"]
+__all__ = ["Evaluator", "Plan", "Recommendation", "evaluate", "evaluate_on_gpus", "notes"]

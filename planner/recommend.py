@@ -1,4 +1,5 @@
-"""The guide's tuning rules, applied to a plan.
+"""The guide's tuning rules, applied to a plan: :func:`estimate` (a plan with its recommendations) and
+:func:`auto_tune` (the nearest configuration that fits).
 
 Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
 
@@ -50,20 +51,20 @@ Each recommendation carries the plan after its change.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planner.inputs import PlanInput
 from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY
+from planner.plan import Evaluator, Plan, Recommendation, evaluate
 from platform_spec.catalogue import supports_precision
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL, QUANTIZED_PRECISIONS
 from platform_spec.precisions import get_precision
 from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
 from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
-
-if TYPE_CHECKING:
-    from planner.plan import Plan, Recommendation
 
 LARGE_MODEL_PARAMS = 14e9
 """The guide's threshold (~14B parameters) for checkpointing and precision advice."""
@@ -78,7 +79,7 @@ SELECTIVE_INTERVALS: tuple[int, ...] = (8, 4, 3, 2)
 """The ``selective:N`` modes the recommendations weigh between ``off`` and ``full``: every 8th, 4th, 3rd and
 2nd block (1/8 to 1/2 of the blocks recompute; torchtitan's block-level selective checkpointing takes any N)."""
 
-Evaluate = Callable[[PlanInput], "Plan"]
+Evaluate = Callable[[PlanInput], Plan]
 """How the rules get the plan of a configuration: :func:`planner.plan.evaluate`, or an
 :class:`planner.plan.Evaluator` (the same plans, each worked out once), whose ``fits`` answers whether a
 configuration fits from the memory model alone."""
@@ -137,7 +138,7 @@ def best_batch(inp: PlanInput, evaluate: Evaluate, *, start: int = 1, keep_token
 
     ``keep_tokens``: lower ``gradient_accumulation_steps`` as the batch grows so the
     tokens per optimizer step stay (as far as they divide)."""
-    tokens_per_step = inp.batch_size * inp.gradient_accumulation_steps
+    tokens_per_step = _sequences_per_step(inp)
 
     def at(b: int) -> PlanInput:
         if keep_tokens:
@@ -219,69 +220,72 @@ def fitting_candidates(plan: Plan, evaluate: Evaluate) -> list[Plan]:
     """Fitting configurations reachable without changing model, sequence, precision or instances,
     fastest first (within 2% of the fastest: fewer changed fields first). Lowering the batch raises
     ``gradient_accumulation_steps`` to keep the tokens per optimizer step; only if nothing fits
-    that way are fewer tokens per step accepted. Used by :func:`planner.auto_tune`."""
+    that way are fewer tokens per step accepted. Used by :func:`auto_tune`."""
     inp = plan.input
-    layers = plan.resolved.model.num_layers
-    current = _recomputed(inp.activation_checkpointing, layers)
-    # the current mode and every mode that recomputes more blocks (least recompute first)
-    ckpts = [inp.activation_checkpointing] + [
-        m for m in checkpointing_modes(layers) if _recomputed(m, layers) > current
-    ]
-    if _params(plan) >= LARGE_MODEL_PARAMS:
-        ckpts = [m for m in ckpts if m != "off"]  # the guide: a prerequisite at ~14B+
-    syncs = [inp.gradient_sync] + ([DEFAULT_GRADIENT_SYNC] if inp.gradient_sync != DEFAULT_GRADIENT_SYNC else [])
-    qmis = [inp.quantized_model_init] + (
-        [True] if _quantized_init_available(inp) and not inp.quantized_model_init else []
-    )
-    reshards = [inp.reshard_after_forward] + ([True] if not inp.reshard_after_forward else [])
-    shardings = [inp.sharding_strategy] + (
-        ["full"] if inp.sharding_strategy == "hybrid" and inp.instance_count > 1 else []
-    )
-    tokens_per_step = inp.batch_size * inp.gradient_accumulation_steps
-    batches = []
-    b = inp.batch_size
-    while True:
-        batches.append(b)
-        if b == 1:
-            break
-        b = max(1, b // 2)
+    per_step = _sequences_per_step(inp)
     # micro-batches that keep the sequences per optimizer step exactly: the divisors of it, up to the batch
     # (batch 7 -> 3 with 3 micro-batches would train 9 per step: another run, not the same one in less memory)
-    dividing = [d for d in range(inp.batch_size, 0, -1) if tokens_per_step % d == 0]
-    found: list[tuple[float, int, Plan]] = []
+    keeping = [(b, per_step // b) for b in range(inp.batch_size, 0, -1) if per_step % b == 0]
+    halving = [(inp.batch_size, inp.gradient_accumulation_steps)]
+    while halving[-1][0] > 1:
+        halving.append((halving[-1][0] // 2, inp.gradient_accumulation_steps))
+    axes = _fitting_axes(plan)
+    layouts = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     # first keep the tokens per optimizer step (accumulate more micro-batches); if nothing fits that
     # way -- the sharded gradients of accumulation still take memory -- accept fewer tokens per step
-    for keep_tokens in (True, False):
-        for ck in ckpts:
-            for sync in syncs:
-                for qmi in qmis:
-                    for rs in reshards:
-                        for sh in shardings:
-                            for b in dividing if keep_tokens else batches:
-                                gas = inp.gradient_accumulation_steps
-                                if keep_tokens:
-                                    gas = tokens_per_step // b
-                                cand = inp.replace(
-                                    activation_checkpointing=ck,
-                                    gradient_sync=sync,
-                                    quantized_model_init=qmi,
-                                    reshard_after_forward=rs,
-                                    sharding_strategy=sh,
-                                    batch_size=b,
-                                    gradient_accumulation_steps=gas,
-                                )
-                                p = _try_fitting(evaluate, cand)
-                                if p is not None:
-                                    found.append((p.tokens_per_second, len(_changes(inp, cand)), p))
-                                    break  # larger batches first: the first that fits is this path's best
+    for batches in (keeping, halving):
+        found = [f for f in (_largest_fitting(evaluate, inp, layout, batches) for layout in layouts) if f is not None]
         if found:
             break
-    if not found:
+    else:
         return []
     # fastest first, but within 2% of the fastest prefer fewer changed fields
     fastest = max(t[0] for t in found)
     found.sort(key=lambda t: (t[0] < fastest * 0.98, t[1], -t[0]))
     return [p for _, _, p in found]
+
+
+def _fitting_axes(plan: Plan) -> dict[str, list[Any]]:
+    """The values :func:`fitting_candidates` weighs per field, the plan's own first: its checkpointing mode and
+    every mode recomputing more blocks (never ``off`` at ~14B+: the guide's prerequisite), then the setting
+    that saves memory of gradient sync, quantized weights (where the trainer stores them), resharding and
+    sharding (full, over more than one instance)."""
+    inp = plan.input
+    layers = plan.resolved.model.num_layers
+    current = _recomputed(inp.activation_checkpointing, layers)
+    ckpts = [inp.activation_checkpointing] + [
+        m for m in checkpointing_modes(layers) if _recomputed(m, layers) > current
+    ]
+    if _large(plan):
+        ckpts = [m for m in ckpts if m != "off"]
+
+    def also(value: Any, saving: Any, when: bool) -> list[Any]:
+        return [value, saving] if when else [value]
+
+    return {
+        "activation_checkpointing": ckpts,
+        "gradient_sync": also(inp.gradient_sync, DEFAULT_GRADIENT_SYNC, inp.gradient_sync != DEFAULT_GRADIENT_SYNC),
+        "quantized_model_init": also(
+            inp.quantized_model_init, True, _quantized_init_available(inp) and not inp.quantized_model_init
+        ),
+        "reshard_after_forward": also(inp.reshard_after_forward, True, not inp.reshard_after_forward),
+        "sharding_strategy": also(
+            inp.sharding_strategy, "full", inp.sharding_strategy == "hybrid" and inp.instance_count > 1
+        ),
+    }
+
+
+def _largest_fitting(
+    evaluate: Evaluate, inp: PlanInput, layout: dict[str, Any], batches: list[tuple[int, int]]
+) -> tuple[float, int, Plan] | None:
+    """The first ``(batch_size, gradient_accumulation_steps)`` of ``batches`` (largest batch first) that fits
+    with ``layout``'s fields: ``(tokens/s, number of changed fields, plan)``; ``None`` when none fits."""
+    for batch, steps in batches:
+        candidate = inp.replace(**layout, batch_size=batch, gradient_accumulation_steps=steps)
+        p = _try_fitting(evaluate, candidate)
+        if p is not None:
+            return p.tokens_per_second, len(_changes(inp, candidate)), p
+    return None
 
 
 def _quantized_init_available(inp: PlanInput) -> bool:
@@ -291,8 +295,6 @@ def _quantized_init_available(inp: PlanInput) -> bool:
 
 
 def _rec(title: str, reason: str, before: PlanInput, after: Plan | None, kind: str) -> Recommendation:
-    from planner.plan import Recommendation
-
     changes = {} if after is None else _changes(before, after.input)
     return Recommendation(title=title, reason=reason, changes=changes, after=after, kind=kind)
 
@@ -301,333 +303,375 @@ def _pct(new: float, old: float) -> str:
     return f"{(new / old - 1) * 100:+.0f}%" if old > 0 else "n/a"
 
 
+def _assignments(changes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in changes.items())
+
+
+def _sequences_per_step(inp: PlanInput) -> int:
+    return inp.batch_size * inp.gradient_accumulation_steps
+
+
+def _large(plan: Plan) -> bool:
+    """At ~14B parameters and above (:data:`LARGE_MODEL_PARAMS`)."""
+    return _params(plan) >= LARGE_MODEL_PARAMS
+
+
+def _size(plan: Plan) -> str:
+    return f"{_params(plan) / 1e9:.1f}B parameters"
+
+
 def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
-    """The guide's rules applied to ``plan`` (module docstring), most important first."""
-    recs: list[Recommendation] = []
-    inp = plan.input
-    large = _params(plan) >= LARGE_MODEL_PARAMS
-    size = f"{_params(plan) / 1e9:.1f}B parameters"
-
+    """The guide's rules applied to ``plan`` (module docstring), most important first: for a plan that does not
+    fit, the change that makes it fit (rule 1); otherwise each rule's change where it pays, then the precision
+    advice."""
     if not plan.fits:
-        mem = plan.memory_gb
-        need = (
-            f"needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable"
-            if plan.status == OUT_OF_MEMORY
-            else f"at risk: needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable, within the model's "
-            f"{AT_RISK_FRACTION:.0%} error of the limit"
-        )
-        candidates = fitting_candidates(plan, evaluate)
-        if candidates:
-            best = candidates[0]
-            recs.append(
-                _rec(
-                    "Make it fit: " + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, best.input).items()),
-                    f"{need}; "
-                    + ("at ~14B+ parameters activation checkpointing is a prerequisite; " if large else "")
-                    + "the fastest fitting configuration that keeps the model, sequence length, precision and "
-                    "instance count"
-                    + (
-                        ""
-                        if best.input.batch_size * best.input.gradient_accumulation_steps
-                        >= inp.batch_size * inp.gradient_accumulation_steps
-                        else " (fewer tokens per optimizer step: even the sharded gradients of accumulation and "
-                        "one sequence per micro-batch do not fit otherwise)"
-                    ),
-                    inp,
-                    best,
-                    "fit",
-                )
-            )
-            if best.input.quantized_model_init and not inp.quantized_model_init:
-                plain = next((c for c in candidates if not c.input.quantized_model_init), None)
-                if plain is not None:
-                    recs.append(
-                        _rec(
-                            "Or, without quantized weights: "
-                            + ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, plain.input).items()),
-                            "quantized_model_init needs an optimizer that supports quantized parameters; this is the "
-                            f"fastest fit without it ({_pct(plain.tokens_per_second, best.tokens_per_second)} tokens/s)",
-                            inp,
-                            plain,
-                            "fit",
-                        )
-                    )
-            # what to do next, on top of the fitting configuration (changes relative to the request)
-            for follow in recommend(best, evaluate):
-                if follow.after is None:
-                    recs.append(follow)
-                    continue
-                recs.append(_rec("Then: " + follow.title, follow.reason, inp, follow.after, follow.kind))
-            return recs
-        # more instances (full sharding divides parameters and optimizer state)
-        base = inp.replace(
-            activation_checkpointing="full",
-            batch_size=1,
-            sharding_strategy="full",
-            reshard_after_forward=True,
-            gradient_sync=DEFAULT_GRADIENT_SYNC,
-        )
-        for count in (2, 4, 8, 16, 32, 64, 128, 256):
-            if count <= inp.instance_count:
-                continue
-            p = _try_fitting(evaluate, base.replace(instance_count=count))
-            if p is not None:
-                # the title names every change the figures include (checkpointing, batch ...), not the count only
-                also = {k: v for k, v in _changes(inp, p.input).items() if k != "instance_count"}
-                recs.append(
-                    _rec(
-                        f"Use {count} instances" + "".join(f", {k}={_fmt(v)}" for k, v in also.items()),
-                        f"does not fit on {inp.instance_count} x {inp.instance_type} even with activation "
-                        f"checkpointing and batch 1 ({need}); "
-                        "sharding over more GPUs divides parameters, gradients and optimizer state",
-                        inp,
-                        p,
-                        "fit",
-                    )
-                )
-                break
-        else:
-            recs.append(
-                _rec(
-                    "Nothing fits on this hardware",
-                    f"{need}; choose a smaller model or a GPU with more memory",
-                    inp,
-                    None,
-                    "fit",
-                )
-            )
-        return recs
-
-    # 2. batch size first
-    accumulating = inp.gradient_accumulation_steps > 1
-    cur_ckpt_best = best_batch(inp, evaluate, start=inp.batch_size, keep_tokens=accumulating)
-    if cur_ckpt_best is not None and cur_ckpt_best.input.batch_size != inp.batch_size:
-        gain = cur_ckpt_best.tokens_per_second / plan.tokens_per_second - 1
-        if gain >= MIN_GAIN:
-            same_tokens = (
-                cur_ckpt_best.input.batch_size * cur_ckpt_best.input.gradient_accumulation_steps
-                == inp.batch_size * inp.gradient_accumulation_steps
-            )
-            recs.append(
-                _rec(
-                    f"Raise batch_size to {cur_ckpt_best.input.batch_size}",
-                    f"throughput goal: tune the batch first; {_pct(cur_ckpt_best.tokens_per_second, plan.tokens_per_second)} "
-                    f"tokens/s, {cur_ckpt_best.memory_gb.total:.1f} GB per GPU "
-                    + (
-                        "(fewer accumulation steps keep the tokens per optimizer step)"
-                        if same_tokens
-                        else "(more tokens per optimizer step: revisit the learning rate)"
-                    ),
-                    inp,
-                    cur_ckpt_best,
-                    "throughput",
-                )
-            )
-
-    # 3. whether checkpointing pays: the best fitting batch of every mode between off and full
-    layers = plan.resolved.model.num_layers
-    mine = cur_ckpt_best or plan
-    alt = None
-    for mode in checkpointing_modes(layers):
-        if mode == inp.activation_checkpointing or (large and mode == "off"):  # the guide: a prerequisite at ~14B+
-            continue
-        candidate = best_batch(inp.replace(activation_checkpointing=mode), evaluate)
-        if candidate is not None and (alt is None or candidate.tokens_per_second > alt.tokens_per_second):
-            alt = candidate
-    if alt is not None and alt.tokens_per_second > mine.tokens_per_second * (1 + MIN_GAIN):
-        mode = alt.input.activation_checkpointing
-        recomputing = _recomputed(mode, layers)
-        faster = _pct(alt.tokens_per_second, mine.tokens_per_second)
-        if recomputing > _recomputed(inp.activation_checkpointing, layers):
-            what = "Turn on activation checkpointing" if mode == "full" else f"Checkpoint every {mode[10:]}th block"
-            if inp.activation_checkpointing != "off":
-                what = f"Recompute more blocks ({mode})"
-            title = f"{what} and raise batch_size to {alt.input.batch_size}"
-            reason = (
-                f"{mode} recomputes {recomputing} of {layers} blocks: it costs "
-                f"{alt.throughput.recompute_overhead_pct:.0f}% of the step but frees memory for batch "
-                f"{alt.input.batch_size}: {faster} tokens/s over the best batch with {inp.activation_checkpointing} "
-                f"({mine.input.batch_size})"
-            )
-        elif mode == "off":
-            title = f"Turn off activation checkpointing (batch_size {alt.input.batch_size})"
-            reason = (
-                f"below ~14B parameters checkpointing is usually unnecessary; without its recompute batch "
-                f"{alt.input.batch_size} runs {faster} tokens/s faster than the best batch with it "
-                f"({mine.input.batch_size})"
-            )
-        else:
-            title = f"Recompute fewer blocks ({mode}, batch_size {alt.input.batch_size})"
-            reason = (
-                f"{mode} recomputes {recomputing} of {layers} blocks and still fits batch {alt.input.batch_size}: "
-                f"{faster} tokens/s over the best batch with {inp.activation_checkpointing} ({mine.input.batch_size})"
-            )
-        recs.append(_rec(title, reason, inp, alt, "checkpointing"))
-    elif large and inp.activation_checkpointing == "off":
-        headroom = plan.memory_gb.headroom / plan.memory_gb.usable
-        if headroom < 0.15:
-            ck = _try(evaluate, inp.replace(activation_checkpointing="full"))
-            recs.append(
-                _rec(
-                    "Consider activation checkpointing",
-                    f"{size}: at ~14B+ most configurations run out of memory without it; this one leaves "
-                    f"{plan.memory_gb.headroom:.1f} GB headroom",
-                    inp,
-                    ck,
-                    "checkpointing",
-                )
-            )
-
-    # 4. communication-bound: shard less (and, accumulating, reduce-scatter once per step)
-    if plan.throughput.comm_fraction > COMM_BOUND_FRACTION:
-        options = []
-        if inp.sharding_strategy == "full" and inp.instance_count > 1:
-            options.append(inp.replace(sharding_strategy="hybrid"))
-        if inp.reshard_after_forward:
-            options.append(inp.replace(reshard_after_forward=False))
-        best_opt = None
-        for o in options:
-            p = _try(evaluate, o)
-            if p is not None and p.fits and (best_opt is None or p.tokens_per_second > best_opt.tokens_per_second):
-                best_opt = p
-        if best_opt is not None and best_opt.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
-            what = ", ".join(f"{k}={_fmt(v)}" for k, v in _changes(inp, best_opt.input).items())
-            recs.append(
-                _rec(
-                    f"Shard less: {what}",
-                    f"communication-bound: {plan.throughput.comm_fraction * 100:.0f}% of the step is exposed FSDP "
-                    f"communication ({plan.throughput.comm.link}); simplify sharding first: "
-                    f"{_pct(best_opt.tokens_per_second, plan.tokens_per_second)} tokens/s",
-                    inp,
-                    best_opt,
-                    "communication",
-                )
-            )
-
-    # accumulating: reduce-scatter once per step when the unsharded gradients fit with the margin to spare
-    if inp.gradient_accumulation_steps > 1 and inp.gradient_sync != "last_micro_batch":
-        once = _try(evaluate, inp.replace(gradient_sync="last_micro_batch"))
-        if once is not None and once.fits and once.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
-            t = plan.throughput
-            recs.append(
-                _rec(
-                    "Reduce-scatter gradients once per step (gradient_sync=last_micro_batch)",
-                    f"{t.gradient_reductions} reduce-scatters per step of {t.micro_batches} micro-batches become 1 "
-                    f"({t.comm.link}): {_pct(once.tokens_per_second, plan.tokens_per_second)} tokens/s; the unsharded "
-                    f"fp32 gradients kept between micro-batches raise the requirement {plan.memory_gb.required:.1f} "
-                    f"-> {once.memory_gb.required:.1f} GB per GPU, which still fits with the at-risk margin to spare",
-                    inp,
-                    once,
-                    "communication",
-                )
-            )
-
-    # quantized weights when memory is the constraint (only where the trainer can store them)
-    if _quantized_init_available(inp) and not inp.quantized_model_init:
-        q = _try(evaluate, inp.replace(quantized_model_init=True))
-        if q is not None and plan.memory_gb.headroom / plan.memory_gb.usable < 0.25:
-            recs.append(
-                _rec(
-                    "Store weights quantized (quantized_model_init)",
-                    f"low precision uses more memory than {get_precision(inp.precision).high_precision} by default "
-                    "(TransformerEngine keeps high-precision "
-                    f"weights plus quantized copies: {plan.memory_gb.quantized_weight_copies:.1f} GB here); storing "
-                    f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU, "
-                    "if your optimizer supports it",
-                    inp,
-                    q,
-                    "memory",
-                )
-            )
-
-    return recs + _precision_recs(plan, evaluate, large, size)
-
-
-def _precision_recs(plan: Plan, evaluate: Evaluate, large: bool, size: str) -> list[Recommendation]:
+        return _fit_recs(plan, evaluate)
     inp = plan.input
-    gpu = plan.resolved.gpu
-    record = get_precision(inp.precision)
-    low = GUIDE_DEFAULT_LOW_PRECISION
-    guide = get_precision(low)
-    recs: list[Recommendation] = []
-    if not record.quantized and supports_precision(gpu, low):
-        p = _try(evaluate, inp.replace(precision=low))
-        if p is not None and p.fits:
-            rule = (
-                f"at ~14B+ {low} is the balanced default"
-                if large
-                else f"below ~14B {'/'.join(QUANTIZED_PRECISIONS)} give similar, modest gains; "
-                f"start with {low} (lowest overhead)"
-            )
-            recs.append(
-                _rec(
-                    f"Try precision {low}",
-                    f"{size}: {rule}; {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
-                    f"{p.memory_gb.total:.1f} GB per GPU; validate the loss curve against {inp.precision} first",
-                    inp,
-                    p,
-                    "precision",
-                )
-            )
-    elif record.block_scaled and not large:
-        p = _try(evaluate, inp.replace(precision=low))
-        if (
-            p is not None
-            and p.fits
-            and (
-                p.tokens_per_second >= plan.tokens_per_second * (1 + MIN_GAIN / 2)
-                or p.memory_gb.total <= plan.memory_gb.total * 0.95
-            )
-        ):
-            recs.append(
-                _rec(
-                    f"Consider precision {low}",
-                    f"{size}: below ~14B the low-precision formats give similar gains and {low} has the lowest "
-                    f"overhead: {_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s, "
-                    f"{plan.memory_gb.total:.1f} -> {p.memory_gb.total:.1f} GB per GPU (smaller quantized weight copies)",
-                    inp,
-                    p,
-                    "precision",
-                )
-            )
-    elif record.block_scaled and record.dense_peak == guide.dense_peak and large:
-        p = _try(evaluate, inp.replace(precision=low))
-        if p is not None and p.fits and p.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
-            recs.append(
-                _rec(
-                    f"Consider precision {low}",
-                    f"{size}: {low} is the balanced default ({_pct(p.tokens_per_second, plan.tokens_per_second)} tokens/s); "
-                    f"keep {inp.precision} if convergence stability matters more (its finer scaling holds accuracy "
-                    "better)",
-                    inp,
-                    p,
-                    "precision",
-                )
-            )
-    if record.quantized and (record.quantized_bytes or 0.0) < (guide.quantized_bytes or 0.0):
+    batched = best_batch(inp, evaluate, start=inp.batch_size, keep_tokens=inp.gradient_accumulation_steps > 1)
+    recs = [
+        _batch_rec(plan, batched),
+        _checkpointing_rec(plan, batched or plan, evaluate),
+        _sharding_rec(plan, evaluate),
+        _gradient_sync_rec(plan, evaluate),
+        _quantized_weights_rec(plan, evaluate),
+        _low_precision_rec(plan, evaluate),
+        _precision_advice(plan),
+    ]
+    return [rec for rec in recs if rec is not None]
+
+
+def _fit_recs(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
+    """Rule 1: the fastest fitting configuration (and the fastest without quantized weights, where it stores
+    them), then the advice for it, as changes from the request; more instances when nothing fits on these."""
+    inp, mem = plan.input, plan.memory_gb
+    need = f"needs {mem.required:.1f} GB per GPU of {mem.usable:.1f} GB usable"
+    if plan.status != OUT_OF_MEMORY:
+        need = f"at risk: {need}, within the model's {AT_RISK_FRACTION:.0%} error of the limit"
+    candidates = fitting_candidates(plan, evaluate)
+    if not candidates:
+        return [_more_instances_rec(plan, evaluate, need)]
+    best = candidates[0]
+    recs = [
+        _rec(
+            "Make it fit: " + _assignments(_changes(inp, best.input)),
+            f"{need}; "
+            + ("at ~14B+ parameters activation checkpointing is a prerequisite; " if _large(plan) else "")
+            + "the fastest fitting configuration that keeps the model, sequence length, precision and "
+            "instance count"
+            + (
+                " (fewer tokens per optimizer step: even the sharded gradients of accumulation and "
+                "one sequence per micro-batch do not fit otherwise)"
+                if _sequences_per_step(best.input) < _sequences_per_step(inp)
+                else ""
+            ),
+            inp,
+            best,
+            "fit",
+        )
+    ]
+    plain = next((c for c in candidates if not c.input.quantized_model_init), None)
+    if best.input.quantized_model_init and not inp.quantized_model_init and plain is not None:
         recs.append(
             _rec(
-                f"{inp.precision}: use a validated recipe",
-                f"{inp.precision} pays off for memory-bound large models and needs a validated framework recipe "
-                f"(Megatron Core); track loss curves against {low}/{record.high_precision} before production",
+                "Or, without quantized weights: " + _assignments(_changes(inp, plain.input)),
+                "quantized_model_init needs an optimizer that supports quantized parameters; this is the "
+                f"fastest fit without it ({_pct(plain.tokens_per_second, best.tokens_per_second)} tokens/s)",
                 inp,
-                None,
-                "advice",
+                plain,
+                "fit",
             )
         )
-    elif record.quantized:
-        recs.append(
-            _rec(
-                "Validate convergence",
-                f"track loss curves across formats (e.g. against {record.high_precision}) before production; if "
-                f"{record.high_precision} already meets "
-                "the throughput need, low precision may not be worth its complexity",
-                inp,
-                None,
-                "advice",
-            )
-        )
+    for follow in recommend(best, evaluate):
+        if follow.after is not None:
+            follow = _rec("Then: " + follow.title, follow.reason, inp, follow.after, follow.kind)
+        recs.append(follow)
     return recs
+
+
+def _more_instances_rec(plan: Plan, evaluate: Evaluate, need: str) -> Recommendation:
+    """The fewest instances (full sharding divides parameters and optimizer state) on which the plan fits with
+    every memory saving; "Nothing fits" when even 256 do not hold it."""
+    inp = plan.input
+    base = inp.replace(
+        activation_checkpointing="full",
+        batch_size=1,
+        sharding_strategy="full",
+        reshard_after_forward=True,
+        gradient_sync=DEFAULT_GRADIENT_SYNC,
+    )
+    for count in (c for c in (2, 4, 8, 16, 32, 64, 128, 256) if c > inp.instance_count):
+        p = _try_fitting(evaluate, base.replace(instance_count=count))
+        if p is not None:
+            # the title names every change the figures include (checkpointing, batch ...), not the count only
+            also = {k: v for k, v in _changes(inp, p.input).items() if k != "instance_count"}
+            return _rec(
+                f"Use {count} instances" + "".join(f", {k}={_fmt(v)}" for k, v in also.items()),
+                f"does not fit on {inp.instance_count} x {inp.instance_type} even with activation "
+                f"checkpointing and batch 1 ({need}); "
+                "sharding over more GPUs divides parameters, gradients and optimizer state",
+                inp,
+                p,
+                "fit",
+            )
+    return _rec(
+        "Nothing fits on this hardware", f"{need}; choose a smaller model or a GPU with more memory", inp, None, "fit"
+    )
+
+
+def _batch_rec(plan: Plan, batched: Plan | None) -> Recommendation | None:
+    """Rule 2: the batch first: ``batched`` (:func:`best_batch` from the plan's batch up) where it pays."""
+    inp = plan.input
+    if batched is None or batched.input.batch_size == inp.batch_size:
+        return None
+    gain = batched.tokens_per_second / plan.tokens_per_second - 1
+    if not gain >= MIN_GAIN:
+        return None
+    return _rec(
+        f"Raise batch_size to {batched.input.batch_size}",
+        f"throughput goal: tune the batch first; {_pct(batched.tokens_per_second, plan.tokens_per_second)} "
+        f"tokens/s, {batched.memory_gb.total:.1f} GB per GPU "
+        + (
+            "(fewer accumulation steps keep the tokens per optimizer step)"
+            if _sequences_per_step(batched.input) == _sequences_per_step(inp)
+            else "(more tokens per optimizer step: revisit the learning rate)"
+        ),
+        inp,
+        batched,
+        "throughput",
+    )
+
+
+def _checkpointing_rec(plan: Plan, mine: Plan, evaluate: Evaluate) -> Recommendation | None:
+    """Rule 3: whether checkpointing pays: the fastest best fitting batch of the other modes against ``mine``
+    (the plan's mode at its best batch); at ~14B+ without checkpointing and little headroom, advice to use it."""
+    inp = plan.input
+    others = [
+        best_batch(inp.replace(activation_checkpointing=mode), evaluate)
+        for mode in checkpointing_modes(plan.resolved.model.num_layers)
+        # the guide: checkpointing is a prerequisite at ~14B+
+        if mode != inp.activation_checkpointing and not (_large(plan) and mode == "off")
+    ]
+    alt = max((p for p in others if p is not None), key=lambda p: p.tokens_per_second, default=None)
+    if alt is not None and alt.tokens_per_second > mine.tokens_per_second * (1 + MIN_GAIN):
+        return _rec(*_checkpointing_words(plan, mine, alt), inp, alt, "checkpointing")
+    if not (
+        _large(plan)
+        and inp.activation_checkpointing == "off"
+        and plan.memory_gb.headroom / plan.memory_gb.usable < 0.15
+    ):
+        return None
+    return _rec(
+        "Consider activation checkpointing",
+        f"{_size(plan)}: at ~14B+ most configurations run out of memory without it; this one leaves "
+        f"{plan.memory_gb.headroom:.1f} GB headroom",
+        inp,
+        _try(evaluate, inp.replace(activation_checkpointing="full")),
+        "checkpointing",
+    )
+
+
+def _checkpointing_words(plan: Plan, mine: Plan, alt: Plan) -> tuple[str, str]:
+    """The title and reason of moving from ``mine`` to ``alt``, another checkpointing mode at its best batch."""
+    inp, layers = plan.input, plan.resolved.model.num_layers
+    mode = alt.input.activation_checkpointing
+    recomputing = _recomputed(mode, layers)
+    faster = _pct(alt.tokens_per_second, mine.tokens_per_second)
+    if recomputing > _recomputed(inp.activation_checkpointing, layers):
+        what = "Turn on activation checkpointing" if mode == "full" else f"Checkpoint every {mode[10:]}th block"
+        if inp.activation_checkpointing != "off":
+            what = f"Recompute more blocks ({mode})"
+        return f"{what} and raise batch_size to {alt.input.batch_size}", (
+            f"{mode} recomputes {recomputing} of {layers} blocks: it costs "
+            f"{alt.throughput.recompute_overhead_pct:.0f}% of the step but frees memory for batch "
+            f"{alt.input.batch_size}: {faster} tokens/s over the best batch with {inp.activation_checkpointing} "
+            f"({mine.input.batch_size})"
+        )
+    if mode == "off":
+        return f"Turn off activation checkpointing (batch_size {alt.input.batch_size})", (
+            f"below ~14B parameters checkpointing is usually unnecessary; without its recompute batch "
+            f"{alt.input.batch_size} runs {faster} tokens/s faster than the best batch with it "
+            f"({mine.input.batch_size})"
+        )
+    return f"Recompute fewer blocks ({mode}, batch_size {alt.input.batch_size})", (
+        f"{mode} recomputes {recomputing} of {layers} blocks and still fits batch {alt.input.batch_size}: "
+        f"{faster} tokens/s over the best batch with {inp.activation_checkpointing} ({mine.input.batch_size})"
+    )
+
+
+def _sharding_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
+    """Rule 4, communication-bound: shard less (HSDP over several instances, no resharding after forward)."""
+    inp, t = plan.input, plan.throughput
+    if not t.comm_fraction > COMM_BOUND_FRACTION:
+        return None
+    options = []
+    if inp.sharding_strategy == "full" and inp.instance_count > 1:
+        options.append(inp.replace(sharding_strategy="hybrid"))
+    if inp.reshard_after_forward:
+        options.append(inp.replace(reshard_after_forward=False))
+    fitting = [p for p in (_try(evaluate, o) for o in options) if p is not None and p.fits]
+    best = max(fitting, key=lambda p: p.tokens_per_second, default=None)
+    if best is None or not best.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
+        return None
+    return _rec(
+        f"Shard less: {_assignments(_changes(inp, best.input))}",
+        f"communication-bound: {t.comm_fraction * 100:.0f}% of the step is exposed FSDP communication ({t.comm.link}); "
+        f"simplify sharding first: {_pct(best.tokens_per_second, plan.tokens_per_second)} tokens/s",
+        inp,
+        best,
+        "communication",
+    )
+
+
+def _gradient_sync_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
+    """Rule 4, accumulating: reduce-scatter once per step when the unsharded gradients fit with the margin to
+    spare and it pays."""
+    inp, t = plan.input, plan.throughput
+    if inp.gradient_accumulation_steps <= 1 or inp.gradient_sync == "last_micro_batch":
+        return None
+    once = _try(evaluate, inp.replace(gradient_sync="last_micro_batch"))
+    if once is None or not once.fits or not once.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
+        return None
+    return _rec(
+        "Reduce-scatter gradients once per step (gradient_sync=last_micro_batch)",
+        f"{t.gradient_reductions} reduce-scatters per step of {t.micro_batches} micro-batches become 1 "
+        f"({t.comm.link}): {_pct(once.tokens_per_second, plan.tokens_per_second)} tokens/s; the unsharded "
+        f"fp32 gradients kept between micro-batches raise the requirement {plan.memory_gb.required:.1f} "
+        f"-> {once.memory_gb.required:.1f} GB per GPU, which still fits with the at-risk margin to spare",
+        inp,
+        once,
+        "communication",
+    )
+
+
+def _quantized_weights_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
+    """Quantized weights when memory is the constraint (only where the trainer can store them)."""
+    inp = plan.input
+    if not _quantized_init_available(inp) or inp.quantized_model_init:
+        return None
+    q = _try(evaluate, inp.replace(quantized_model_init=True))
+    if q is None or not plan.memory_gb.headroom / plan.memory_gb.usable < 0.25:
+        return None
+    return _rec(
+        "Store weights quantized (quantized_model_init)",
+        f"low precision uses more memory than {get_precision(inp.precision).high_precision} by default "
+        "(TransformerEngine keeps high-precision "
+        f"weights plus quantized copies: {plan.memory_gb.quantized_weight_copies:.1f} GB here); storing "
+        f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU, "
+        "if your optimizer supports it",
+        inp,
+        q,
+        "memory",
+    )
+
+
+def _low_precision_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
+    """Rule 5: the guide's starting format where it pays: from a high precision (on a GPU that runs it), from a
+    block-scaled format below ~14B (faster or smaller weight copies), or at ~14B+ from a block-scaled format at
+    its peak (faster; the other keeps its finer scaling)."""
+    inp, record, large = plan.input, get_precision(plan.input.precision), _large(plan)
+    low = GUIDE_DEFAULT_LOW_PRECISION
+    from_high = not record.quantized and supports_precision(plan.resolved.gpu, low)
+    if not (from_high or record.block_scaled) or (
+        large and not from_high and record.dense_peak != get_precision(low).dense_peak
+    ):
+        return None
+    p = _try(evaluate, inp.replace(precision=low))
+    if p is None or not p.fits:
+        return None
+    size, faster = _size(plan), _pct(p.tokens_per_second, plan.tokens_per_second)
+    if from_high:
+        rule = (
+            f"at ~14B+ {low} is the balanced default"
+            if large
+            else f"below ~14B {'/'.join(QUANTIZED_PRECISIONS)} give similar, modest gains; "
+            f"start with {low} (lowest overhead)"
+        )
+        return _rec(
+            f"Try precision {low}",
+            f"{size}: {rule}; {faster} tokens/s, "
+            f"{p.memory_gb.total:.1f} GB per GPU; validate the loss curve against {inp.precision} first",
+            inp,
+            p,
+            "precision",
+        )
+    if not large and (
+        p.tokens_per_second >= plan.tokens_per_second * (1 + MIN_GAIN / 2)
+        or p.memory_gb.total <= plan.memory_gb.total * 0.95
+    ):
+        reason = (
+            f"{size}: below ~14B the low-precision formats give similar gains and {low} has the lowest "
+            f"overhead: {faster} tokens/s, "
+            f"{plan.memory_gb.total:.1f} -> {p.memory_gb.total:.1f} GB per GPU (smaller quantized weight copies)"
+        )
+    elif large and p.tokens_per_second > plan.tokens_per_second * (1 + MIN_GAIN):
+        reason = (
+            f"{size}: {low} is the balanced default ({faster} tokens/s); keep {inp.precision} if convergence "
+            "stability matters more (its finer scaling holds accuracy better)"
+        )
+    else:
+        return None
+    return _rec(f"Consider precision {low}", reason, inp, p, "precision")
+
+
+def _precision_advice(plan: Plan) -> Recommendation | None:
+    """Rule 5's advice without a change: a validated recipe for the formats of fewer bytes than the guide's,
+    loss curves validated across formats for the others."""
+    inp, record = plan.input, get_precision(plan.input.precision)
+    low = GUIDE_DEFAULT_LOW_PRECISION
+    if not record.quantized:
+        return None
+    if (record.quantized_bytes or 0.0) < (get_precision(low).quantized_bytes or 0.0):
+        return _rec(
+            f"{inp.precision}: use a validated recipe",
+            f"{inp.precision} pays off for memory-bound large models and needs a validated framework recipe "
+            f"(Megatron Core); track loss curves against {low}/{record.high_precision} before production",
+            inp,
+            None,
+            "advice",
+        )
+    return _rec(
+        "Validate convergence",
+        f"track loss curves across formats (e.g. against {record.high_precision}) before production; if "
+        f"{record.high_precision} already meets "
+        "the throughput need, low precision may not be worth its complexity",
+        inp,
+        None,
+        "advice",
+    )
+
+
+def estimate(plan_input: PlanInput) -> Plan:
+    """Memory, throughput, cost and recommendations for ``plan_input``.
+
+    Raises:
+        PlanInputError: (a ``ValueError``) naming the field and allowed values.
+    """
+    plan = evaluate(plan_input)
+    return dataclasses.replace(plan, recommendations=recommend(plan, Evaluator(plan)))
+
+
+def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
+    """The configuration the recommendations lead to that fits in memory.
+
+    Returns ``(plan_input, [])`` when it already fits (``status == "fits"``); otherwise -- out of memory or
+    ``at-risk`` -- the fastest fitting configuration reachable by recomputing more blocks (``selective:N``,
+    then ``full`` activation checkpointing), lowering ``batch_size`` (raising ``gradient_accumulation_steps``
+    so the tokens per optimizer step do not shrink, unless only fewer tokens per step fit), accumulating
+    sharded gradients (``gradient_sync=every_micro_batch``), ``quantized_model_init`` (fp8 family, once the
+    trainer image supports it), ``reshard_after_forward=True`` and full sharding -- never changing the model,
+    sequence length, precision or instance count -- with one human description per changed field; ``None``
+    if nothing fits.
+
+    Raises:
+        PlanInputError: the input itself is invalid.
+    """
+    plan = evaluate(plan_input)
+    if plan.fits:
+        return plan.input, []
+    best = fitting_candidates(plan, Evaluator(plan))
+    if not best:
+        return None
+    return best[0].input, describe_changes(plan.input, best[0].input)
 
 
 __all__ = [
@@ -635,9 +679,11 @@ __all__ = [
     "LARGE_MODEL_PARAMS",
     "MIN_GAIN",
     "SELECTIVE_INTERVALS",
+    "auto_tune",
     "best_batch",
     "checkpointing_modes",
     "describe_changes",
+    "estimate",
     "fitting_candidates",
     "largest_fitting_batch",
     "recommend",

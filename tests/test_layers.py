@@ -38,6 +38,7 @@ def test_the_contracts_cover_the_floor_plan() -> None:
         "pure-spec",
         "pure-families",
         "pure-planner",
+        "planner-layers",
         "planner-training",
         "lambda-runtimes",
         "runtime-parents",
@@ -47,6 +48,8 @@ def test_the_contracts_cover_the_floor_plan() -> None:
         CONTRACTS["pure-spec"]["forbidden_modules"]
     )
     assert CONTRACTS["planner-training"]["type"] == "independence"
+    # the planner's modules in one direction: the rules (estimate, auto_tune) on top, the plan never imports them
+    assert CONTRACTS["planner-layers"]["layers"] == ["recommend", "plan", "throughput", "memory", "inputs", "errors"]
     assert {"aws_cdk", "constructs", "jsii", "torch"} <= set(CONTRACTS["lambda-runtimes"]["forbidden_modules"])
     # importing a runtime runs its parent packages: they import nothing (the constructs are construct.py)
     assert {"aws_cdk", "constructs", "jsii", "platform_constructs.submitter.construct"} <= set(
@@ -81,6 +84,7 @@ VIOLATIONS = {
     "platform_spec/errors.py": "def _heavy():\n    import numpy\n    return numpy\n",
     "model_families/gpt/__init__.py": "def _block():\n    import torch\n    return torch\n",
     "planner/memory.py": "def _blocks():\n    from model_families.gpt import torch_block\n    return torch_block\n",
+    "planner/plan.py": "def _rules():\n    from planner.recommend import recommend\n    return recommend\n",
     "platform_constructs/submitter/runtime/settings.py": "def _cdk():\n    import aws_cdk\n    return aws_cdk\n",
     "platform_constructs/observability/__init__.py": "from .construct import PlatformObservability\n",
     "trainctl/reports/markdown.py": "def _command():\n    from trainctl.commands import plan\n    return plan\n",
@@ -109,6 +113,7 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
         "platform_spec.errors -> numpy",
         "model_families.gpt -> torch",
         "planner.memory -> model_families.gpt.torch_block",
+        "planner.plan -> planner.recommend",
         "platform_constructs.submitter.runtime.settings -> aws_cdk",
         "platform_constructs.observability -> platform_constructs.observability.construct",
         "trainctl.reports.markdown -> trainctl.commands",

@@ -8,11 +8,11 @@ Notebook users launch training with the SageMaker Python SDK (v3: ``sagemaker.tr
   (validation, the planner's memory verdict, the capacity choice, the job name; nothing is
   created). A refusal raises :class:`PlatformRefusal` with the submitter's code, field and
   details. The answer's ``create_training_job`` (:func:`platform_constructs.submitter.runtime.job.build_create_training_job`,
-  the one home of the request-to-job mapping) is turned into a :class:`PlatformModelTrainer`:
+  the one home of the request-to-job mapping) is turned into a :class:`~trainctl.sdk_trainer.PlatformModelTrainer`:
   image, role, output and checkpoint locations, ``MetricDefinitions``, input channels, tags,
   capacity (``Compute.training_plan_arn`` or managed spot), stopping condition and retry
   strategy, each read from those parameters, none restated here.
-* :meth:`PlatformModelTrainer.train` runs the preflight again right before the SDK creates the
+* :meth:`~trainctl.sdk_trainer.PlatformModelTrainer.train` runs the preflight again right before the SDK creates the
   job, so a job the same ``client_token`` (or ``job_name``) already made is attached to, never
   created twice (``replayed`` in the submitter's words); the name is the submitter's
   (``job-`` + 24 hex of SHA-256(token)). What the SDK sends is checked on the wire
@@ -40,19 +40,19 @@ client-token records (the bucket policy allows no one else); the job's tags and 
 token for the SDK path.
 
 The SDK is the optional extra ``sdk`` (``pip install .[sdk]``; pinned in ``pyproject.toml`` and
-``requirements-sdk.txt``). It imports slowly (seconds) and is imported only when this module's
-functions run, never by ``trainctl``'s start-up; without it they raise :class:`SdkUnavailable`.
+``requirements-sdk.txt``). It imports slowly (seconds): this module's functions import it when they run
+(the trainer class is :mod:`trainctl.sdk_trainer`'s), never ``trainctl``'s start-up; without it they raise
+:class:`SdkUnavailable`.
 The Lambda package and the trainer image never include it (``tests/sdk/test_packaging.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import shlex
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,8 +75,6 @@ SUBMITTED_BY = "sagemaker-sdk"
 
 _CREATE = "CreateTrainingJob"
 _CHECK_EVENT = f"provide-client-params.sagemaker.{_CREATE}"
-_VALIDATE_ROLE = "SAGEMAKER_VALIDATE_ROLE"
-_ENV_LOCK = threading.Lock()
 
 
 class SdkUnavailable(ImportError):
@@ -384,6 +382,50 @@ class Platform:
         if expected is not None:
             check_sent(params, expected)
 
+    def _refuse_uploads(self, trainer: ModelTrainer, input_data_config: Any) -> None:
+        """The SDK uploads ``source_code`` (with its ``distributed`` drivers) and channels given as local
+        paths to its default bucket before it sends ``CreateTrainingJob``, so the wire check would come
+        after those writes: ``trainer`` raises :class:`TrainerChanged` here, before anything is written.
+        A ``distributed`` config alone the SDK drops without a word; it is refused too (the platform's
+        trainer image launches its own processes, one per GPU).
+        """
+        if trainer.source_code is not None or trainer.distributed is not None:
+            what = "source_code" if trainer.source_code is not None else "distributed"
+            raise TrainerChanged(
+                "AlgorithmSpecification",
+                f"the SDK's own entry point for {what} (its code uploaded to its default bucket first)",
+                trainer.create_training_job["AlgorithmSpecification"],
+            )
+        for channel in [*(trainer.input_data_config or []), *(input_data_config or [])]:
+            source = getattr(channel, "data_source", None)
+            if isinstance(source, str) and not source.startswith("s3://"):
+                raise TrainerChanged(
+                    "InputDataConfig",
+                    f"channel {channel.channel_name!r} from the local path {source!r} (uploaded to the SDK's "
+                    "default bucket first)",
+                    trainer.create_training_job.get("InputDataConfig"),
+                )
+
+    def _create_params(self, answer: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``CreateTrainingJob`` parameters of a trainer for ``answer``: the submitter's with
+        ``platform:submitted-by`` = :data:`SUBMITTED_BY`, or for a replay the existing job's
+        (``DescribeTrainingJob`` and its tags)."""
+        from platform_constructs.submitter.runtime.training_job import TAG_SUBMITTER
+
+        if not answer.get("replayed"):
+            params = copy.deepcopy(dict(answer["create_training_job"]))
+            params["Tags"] = [
+                {"Key": t["Key"], "Value": SUBMITTED_BY if t["Key"] == TAG_SUBMITTER else t["Value"]}
+                for t in params["Tags"]
+            ]
+            return params
+        sagemaker = self.boto_session.client("sagemaker")
+        described = sagemaker.describe_training_job(TrainingJobName=answer["training_job_name"])
+        members = sagemaker.meta.service_model.operation_model(_CREATE).input_shape.members
+        params = {k: v for k, v in described.items() if k in members}
+        params["Tags"] = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags") or []
+        return params
+
     # -- the submitter --------------------------------------------------------------------------------
 
     def preflight(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -406,12 +448,12 @@ class Platform:
         return answer
 
     def model_trainer(self, request: Mapping[str, Any]) -> ModelTrainer:
-        """A ``ModelTrainer`` (a :class:`PlatformModelTrainer`) configured as the submitter would create ``request``'s job.
+        """A ``ModelTrainer`` (a :class:`trainctl.sdk_trainer.PlatformModelTrainer`) configured as the submitter would create ``request``'s job.
 
         ``request`` is the submitter's request (``platform_spec/request_fields.py``; README "Request"):
         ``client_token`` or ``job_name`` make it idempotent. A request with neither gets a
         generated ``client_token`` (``trainctl.submitter_client.with_client_token``), kept on the
-        trainer (:attr:`PlatformModelTrainer.request`), so calling ``train()`` twice attaches to the
+        trainer (its ``request``), so calling ``train()`` twice attaches to the
         first job. A run (a request with ``run``) is started through the submitter only
         (:meth:`submit`): the submitter writes the run's record that its continuation reads, which a
         job the SDK created would lack.
@@ -424,6 +466,8 @@ class Platform:
         from trainctl.submitter_client import with_client_token
 
         _require_sdk()
+        from trainctl.sdk_trainer import PlatformModelTrainer
+
         if _plain(request).get("dry_run"):
             raise ValueError("dry_run: the trainer is made from a dry run already; expected no dry_run field")
         if _plain(request).get("run") is not None:
@@ -440,7 +484,7 @@ class Platform:
             )
         sent, _ = with_client_token(_plain(request))
         answer = self.preflight(sent)
-        return _platform_model_trainer().configured(self, sent, answer)  # type: ignore[no-any-return]
+        return PlatformModelTrainer.configured(self, sent, answer, self._create_params(answer))
 
     def train(self, request: Mapping[str, Any], *, wait: bool = True, logs: bool = False) -> TrainingJob:
         """``model_trainer(request).train(wait=wait, logs=logs)``; returns the job (the SDK's ``TrainingJob``)."""
@@ -482,251 +526,6 @@ def _plain(request: Mapping[str, Any]) -> dict[str, Any]:
             f"request: expected a JSON object (a dict) of the submitter's fields, got {type(request).__name__}"
         )
     return copy.deepcopy(dict(request))
-
-
-# --- the trainer -----------------------------------------------------------------------------------
-
-
-def _trainer_class() -> type[ModelTrainer]:
-    """:class:`PlatformModelTrainer`'s SDK base, imported on first use."""
-    from sagemaker.train import ModelTrainer
-
-    return ModelTrainer
-
-
-def __getattr__(name: str) -> Any:
-    if name == "PlatformModelTrainer":
-        _require_sdk()
-        return _platform_model_trainer()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_CLASS: list[type] = []
-
-
-def _platform_model_trainer() -> type:
-    if _CLASS:
-        return _CLASS[0]
-    from botocore.exceptions import ClientError
-    from pydantic import PrivateAttr
-    from sagemaker.core import shapes
-    from sagemaker.core.utils.code_injection.codec import transform
-
-    ModelTrainer = _trainer_class()
-
-    class PlatformModelTrainer(ModelTrainer):  # type: ignore[misc,valid-type]
-        """A ``sagemaker.train.ModelTrainer`` configured from the submitter's ``CreateTrainingJob`` parameters.
-
-        Made by :meth:`Platform.model_trainer`. ``train()`` runs the preflight again, attaches to the
-        request's job when it exists, and otherwise creates it under the submitter's name with
-        exactly the submitter's parameters (checked on the wire; :class:`TrainerChanged`).
-
-        Attributes:
-            request: the request it was made from (with its ``client_token``).
-            preflight_answer: the submitter's latest dry-run answer.
-            create_training_job: the parameters the job is created with (``platform:submitted-by`` =
-                :data:`SUBMITTED_BY`; else the submitter's own).
-            training_job: the job, after ``train()`` (the SDK's ``TrainingJob``).
-        """
-
-        _platform: Any = PrivateAttr(default=None)
-        _request: dict[str, Any] = PrivateAttr(default_factory=dict)
-        _answer: dict[str, Any] = PrivateAttr(default_factory=dict)
-        _params: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-        @classmethod
-        def configured(cls, platform: Platform, request: dict[str, Any], answer: dict[str, Any]) -> ModelTrainer:
-            params = _sdk_params(answer) if not answer.get("replayed") else None
-            if params is None:  # the job exists: a trainer that attaches to it (its parameters are the job's)
-                params = _params_of_job(platform, answer["training_job_name"])
-            with _role_validation(platform.validate_role):
-                trainer = cls(sagemaker_session=platform.sagemaker_session, **_fields(params))
-            trainer._platform, trainer._request, trainer._answer, trainer._params = platform, request, answer, params
-            trainer._apply(params)
-            return trainer
-
-        def _apply(self, params: dict[str, Any]) -> None:
-            snake = transform(params, "CreateTrainingJobRequest")
-            if snake.get("retry_strategy"):
-                self.with_retry_strategy(shapes.RetryStrategy(**snake["retry_strategy"]))
-            definitions = snake["algorithm_specification"].get("metric_definitions") or []
-            self.with_metric_definitions([shapes.MetricDefinition(**d) for d in definitions])
-            self._params = params
-
-        @property
-        def request(self) -> dict[str, Any]:
-            return copy.deepcopy(self._request)
-
-        @property
-        def preflight_answer(self) -> dict[str, Any]:
-            return copy.deepcopy(self._answer)
-
-        @property
-        def create_training_job(self) -> dict[str, Any]:
-            return copy.deepcopy(self._params)
-
-        @property
-        def training_job(self) -> TrainingJob:
-            if self._latest_training_job is None:
-                raise RuntimeError("no training job yet: call train() first")
-            return self._latest_training_job
-
-        def _create_training_job_args(self, input_data_config: Any = None, boto3: bool = False) -> dict[str, Any]:
-            args = super()._create_training_job_args(input_data_config=input_data_config, boto3=boto3)
-            name = self._params["TrainingJobName"]
-            series = self._params["AlgorithmSpecification"].get("EnableSageMakerMetricsTimeSeries")
-            if boto3:
-                args["TrainingJobName"] = name
-                if series is not None:
-                    args["AlgorithmSpecification"]["EnableSageMakerMetricsTimeSeries"] = series
-            else:
-                args["training_job_name"] = name
-                if series is not None:
-                    args["algorithm_specification"].enable_sage_maker_metrics_time_series = series
-            return args
-
-        def train(  # type: ignore[override]
-            self, input_data_config: Any = None, wait: bool = True, logs: bool = True, dry_run: bool = False
-        ) -> None:
-            """The SDK's ``train()``, after the submitter's preflight; attaches to the request's job if it exists.
-
-            Raises:
-                PlatformRefusal: the submitter refuses the request now (e.g. a ``Conflict``, or no capacity left).
-                TrainerChanged: the trainer was changed after the platform configured it (nothing is created).
-            """
-            answer = self._platform.preflight(self._request)
-            self._answer = answer
-            if answer.get("replayed"):
-                return self._attach(answer["training_job_name"], wait=wait, logs=logs)
-            params = _sdk_params(answer)
-            if params != self._params:  # the capacity moved (a plan ended, another filled): follow the submitter
-                for key, value in _fields(params).items():
-                    setattr(self, key, value)
-                self._apply(params)
-            self._refuse_uploads(input_data_config)
-            if dry_run:
-                return super().train(input_data_config=input_data_config, wait=wait, logs=logs, dry_run=True)
-            self._platform._expect(params)
-            try:
-                super().train(input_data_config=input_data_config, wait=wait, logs=logs)
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "ResourceInUse":
-                    raise
-                # another caller created the name first: the preflight says whether it is this request's job
-                answer = self._platform.preflight(self._request)
-                self._answer = answer
-                if not answer.get("replayed"):
-                    raise
-                return self._attach(answer["training_job_name"], wait=wait, logs=logs)
-            finally:
-                self._platform._expect(None)
-            return None
-
-        def _refuse_uploads(self, input_data_config: Any) -> None:
-            """The SDK uploads ``source_code`` (with its ``distributed`` drivers) and channels given as local
-            paths to its default bucket before it sends ``CreateTrainingJob``, so the wire check would come
-            after those writes: such a trainer raises :class:`TrainerChanged` here, before anything is written.
-            A ``distributed`` config alone the SDK drops without a word; it is refused too (the platform's
-            trainer image launches its own processes, one per GPU).
-            """
-            if self.source_code is not None or self.distributed is not None:
-                what = "source_code" if self.source_code is not None else "distributed"
-                raise TrainerChanged(
-                    "AlgorithmSpecification",
-                    f"the SDK's own entry point for {what} (its code uploaded to its default bucket first)",
-                    self._params["AlgorithmSpecification"],
-                )
-            for channel in [*(self.input_data_config or []), *(input_data_config or [])]:
-                source = getattr(channel, "data_source", None)
-                if isinstance(source, str) and not source.startswith("s3://"):
-                    raise TrainerChanged(
-                        "InputDataConfig",
-                        f"channel {channel.channel_name!r} from the local path {source!r} (uploaded to the SDK's "
-                        "default bucket first)",
-                        self._params.get("InputDataConfig"),
-                    )
-
-        def _attach(self, name: str, *, wait: bool, logs: bool) -> None:
-            job = self._platform.training_job(name)
-            self._latest_training_job = job
-            if wait:
-                job.wait(logs=logs)
-
-    _CLASS.append(PlatformModelTrainer)
-    globals()["PlatformModelTrainer"] = PlatformModelTrainer
-    return PlatformModelTrainer
-
-
-@contextlib.contextmanager
-def _role_validation(enabled: bool) -> Iterator[None]:
-    """The SDK checks a trainer's role with IAM's policy simulator (``iam:SimulatePrincipalPolicy``) when it
-    is made; the emulator has no IAM policies to simulate, so there the check is switched off with the
-    SDK's own switch (``SAGEMAKER_VALIDATE_ROLE=false``) while the trainer is made."""
-    if enabled:
-        yield
-        return
-    with _ENV_LOCK:
-        before = os.environ.get(_VALIDATE_ROLE)
-        os.environ[_VALIDATE_ROLE] = "false"
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop(_VALIDATE_ROLE, None)
-            else:
-                os.environ[_VALIDATE_ROLE] = before
-
-
-def _sdk_params(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The submitter's ``create_training_job`` with ``platform:submitted-by`` set to :data:`SUBMITTED_BY`."""
-    from platform_constructs.submitter.runtime.training_job import TAG_SUBMITTER
-
-    params = copy.deepcopy(dict(answer["create_training_job"]))
-    params["Tags"] = [
-        {"Key": t["Key"], "Value": SUBMITTED_BY if t["Key"] == TAG_SUBMITTER else t["Value"]} for t in params["Tags"]
-    ]
-    return params
-
-
-def _params_of_job(platform: Platform, name: str) -> dict[str, Any]:
-    """``CreateTrainingJob`` parameters of an existing job, from ``DescribeTrainingJob`` and its tags."""
-    sagemaker = platform.boto_session.client("sagemaker")
-    described = sagemaker.describe_training_job(TrainingJobName=name)
-    tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags") or []
-    members = sagemaker.meta.service_model.operation_model(_CREATE).input_shape.members
-    params = {k: v for k, v in described.items() if k in members}
-    params["Tags"] = tags
-    return params
-
-
-def _fields(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``ModelTrainer`` keyword arguments from ``CreateTrainingJob`` parameters (botocore's names)."""
-    from sagemaker.core import shapes
-    from sagemaker.core.training.configs import Compute
-    from sagemaker.core.utils.code_injection.codec import transform
-
-    snake = transform(dict(params), "CreateTrainingJobRequest")
-    algorithm = snake["algorithm_specification"]
-    resource = dict(snake["resource_config"])
-    if snake.get("enable_managed_spot_training") is not None:
-        resource["enable_managed_spot_training"] = snake["enable_managed_spot_training"]
-    fields: dict[str, Any] = {
-        "training_image": algorithm["training_image"],
-        "training_input_mode": algorithm.get("training_input_mode"),
-        "role": snake["role_arn"],
-        "base_job_name": params["TrainingJobName"],
-        "hyperparameters": dict(snake.get("hyper_parameters") or {}),
-        "environment": dict(snake.get("environment") or {}),
-        "output_data_config": shapes.OutputDataConfig(**snake["output_data_config"]),
-        "compute": Compute(**resource),
-        "stopping_condition": shapes.StoppingCondition(**snake["stopping_condition"]),
-        "tags": [shapes.Tag(**t) for t in snake.get("tags") or []],
-        "input_data_config": [shapes.Channel(**c) for c in snake.get("input_data_config") or []] or None,
-        "checkpoint_config": (
-            shapes.CheckpointConfig(**snake["checkpoint_config"]) if snake.get("checkpoint_config") else None
-        ),
-    }
-    return fields
 
 
 def check_sent(sent: Mapping[str, Any], expected: Mapping[str, Any]) -> None:

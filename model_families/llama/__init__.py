@@ -590,40 +590,7 @@ def from_hf_config(config: Mapping[str, Any]) -> LlamaShape:
             missing or malformed size, a value of :data:`HF_REQUIRED_VALUES` other than the one accepted,
             an unknown key, or a shape the family's structure refuses (the key that sets the field).
     """
-    if not isinstance(config, Mapping):
-        raise FieldError("model_config", type(config).__name__, "a JSON object (a Hugging Face config.json)")
-    for key in config:
-        if not isinstance(key, str) or (
-            key not in HF_CONFIG_KEYS
-            and key not in HF_REQUIRED_VALUES
-            and key not in HF_IGNORED_KEYS
-            and key != "head_dim"
-        ):
-            raise FieldError(
-                str(key), config[key],
-                "no such key: a Llama config.json the trainer implements has only "
-                + ", ".join(sorted({*HF_CONFIG_KEYS, *HF_REQUIRED_VALUES, "head_dim", *HF_IGNORED_KEYS})),
-            )  # fmt: skip
-    if "model_type" not in config:
-        raise FieldError("model_type", None, f"{HF_MODEL_TYPE!r} (a Llama config.json names its model_type)")
-    for key, accepted in HF_REQUIRED_VALUES.items():
-        value = config.get(key, accepted)
-        if value != accepted or (type(value) is not type(accepted) and not _same_number(value, accepted)):
-            why = {
-                "rope_scaling": "absent or null: RoPE scaling (Llama 3.1's rope_type 'llama3') is not implemented "
-                "by the trainer's blocks",
-                "hidden_act": "'silu' (SwiGLU)",
-                "attention_bias": "false: the family's blocks have no biases",
-                "mlp_bias": "false: the family's blocks have no biases",
-                "attention_dropout": "0.0: the trainer's blocks have no dropout",
-                "pretraining_tp": "1",
-                "model_type": f"{HF_MODEL_TYPE!r}",
-            }[key]
-            raise FieldError(key, value, why)
-    if "architectures" in config:
-        architectures = config["architectures"]
-        if not isinstance(architectures, list) or HF_ARCHITECTURE not in architectures:
-            raise FieldError("architectures", architectures, f"absent or a list naming {HF_ARCHITECTURE}")
+    _check_hf_keys(config)
     values: dict[str, Any] = {}
     for key, field_name in HF_CONFIG_KEYS.items():
         if key in config and config[key] is not None:
@@ -651,6 +618,40 @@ def from_hf_config(config: Mapping[str, Any]) -> LlamaShape:
             f"absent or hidden_size / num_attention_heads ({shape.head_dim}): the blocks derive it",
         )
     return shape
+
+
+def _check_hf_keys(config: Any) -> None:
+    """A :class:`FieldError` naming the key unless ``config`` is a JSON object of known keys with
+    ``model_type``, :data:`HF_REQUIRED_VALUES` and, if it has ``architectures``, ``LlamaForCausalLM`` there."""
+    if not isinstance(config, Mapping):
+        raise FieldError("model_config", type(config).__name__, "a JSON object (a Hugging Face config.json)")
+    known = {*HF_CONFIG_KEYS, *HF_REQUIRED_VALUES, "head_dim", *HF_IGNORED_KEYS}
+    for key in config:
+        if not isinstance(key, str) or key not in known:
+            raise FieldError(
+                str(key),
+                config[key],
+                "no such key: a Llama config.json the trainer implements has only " + ", ".join(sorted(known)),
+            )
+    if "model_type" not in config:
+        raise FieldError("model_type", None, f"{HF_MODEL_TYPE!r} (a Llama config.json names its model_type)")
+    for key, accepted in HF_REQUIRED_VALUES.items():
+        value = config.get(key, accepted)
+        if value != accepted or (type(value) is not type(accepted) and not _same_number(value, accepted)):
+            why = {
+                "rope_scaling": "absent or null: RoPE scaling (Llama 3.1's rope_type 'llama3') is not implemented "
+                "by the trainer's blocks",
+                "hidden_act": "'silu' (SwiGLU)",
+                "attention_bias": "false: the family's blocks have no biases",
+                "mlp_bias": "false: the family's blocks have no biases",
+                "attention_dropout": "0.0: the trainer's blocks have no dropout",
+                "pretraining_tp": "1",
+                "model_type": f"{HF_MODEL_TYPE!r}",
+            }[key]
+            raise FieldError(key, value, why)
+    architectures = config.get("architectures", [HF_ARCHITECTURE])
+    if not isinstance(architectures, list) or HF_ARCHITECTURE not in architectures:
+        raise FieldError("architectures", architectures, f"absent or a list naming {HF_ARCHITECTURE}")
 
 
 def _same_number(value: Any, accepted: Any) -> bool:

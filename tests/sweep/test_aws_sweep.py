@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,16 @@ GRID = {"precision": ["bf16", "fp8", "mxfp8"], "batch_size": [1, 2, 4, 64]}
 
 def _job_names(aws) -> set[str]:
     return {j["name"] for j in aws.training_jobs()}
+
+
+def _settled_calls(aws) -> int:
+    """How many requests the emulator has recorded, once the last one's record has landed (it may be written
+    just after its answer)."""
+    count = -1
+    while count != len(aws.calls()):
+        count = len(aws.calls())
+        time.sleep(0.2)
+    return count
 
 
 def _lines(offset: float, tokens_per_sec: float, memory_gb: float) -> list[str]:
@@ -85,6 +96,31 @@ def test_refusals_are_recorded_and_retried_on_the_next_run(aws, env, tmp_path: P
     assert [a["status"] for a in again.answers] == ["Rejected"]  # retried, refused again
     rows = build_report("refused", sweeps_dir=tmp_path, env=env).results
     assert [(r.status, r.reason) for r in rows] == [("Rejected", config.reason)]
+
+
+def test_a_rerun_without_its_grid_refuses_set_and_base(aws, env, tmp_path: Path, monkeypatch, capsys) -> None:
+    """A sweep's grid and base are fixed by its first run: resuming it (no --grid) with --set or --base would
+    ignore them, so it is refused with exit 2, naming the flag, and nothing is submitted or written."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    base = _base_file(tmp_path)
+    common = ["sweep", "--name", "fixed", "--dir", str(tmp_path), "--no-progress", "--no-wait"]
+    assert cli.main([*common, "--grid", "precision=bf16", "--base", base]) == 0
+    capsys.readouterr()
+    state, jobs, calls = (tmp_path / "fixed" / "sweep.json").read_bytes(), _job_names(aws), _settled_calls(aws)
+    for extra, named in (
+        (["--set", "max_steps=abc"], "--set"),
+        (["--set", "max_steps=10"], "--set"),
+        (["--base", base], "--base"),
+        (["--base", base, "--set", "max_steps=10"], "--base and --set"),
+    ):
+        assert cli.main([*common, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith(f"trainctl sweep: {named}: sweep 'fixed' exists in {tmp_path}"), err
+        assert "its grid and base are fixed by its first run" in err and "choose another --name" in err
+        assert _settled_calls(aws) == calls and _job_names(aws) == jobs
+        assert (tmp_path / "fixed" / "sweep.json").read_bytes() == state
+    assert cli.main(common) == 0  # resumed as defined
 
 
 def test_report_shows_jobs_in_every_state(aws, env, tmp_path: Path) -> None:

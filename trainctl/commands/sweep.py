@@ -14,7 +14,8 @@ Examples::
 
 Running the same command again resumes: completed configurations and created
 jobs are kept (jobs are found by their deterministic names), the rest runs.
-``--name NAME`` alone resumes a sweep as it was defined.
+``--name NAME`` alone resumes a sweep as it was defined (its grid and base are fixed by its first run:
+``--set`` or ``--base`` without ``--grid`` is refused).
 
 Without ``--local`` or ``--function`` the submitter runs in this process and
 creates jobs with the environment's credentials, so it runs only against the

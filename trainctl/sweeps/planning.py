@@ -203,77 +203,17 @@ def plan_sweep(
     directory = Path(sweeps_dir) / name
     existing = Sweep.load(directory) if (directory / STATE_FILE).is_file() else None
     if grid is None:
-        if existing is None:
-            raise SweepError(f"sweep {name!r} does not exist in {Path(sweeps_dir)}: give its grid (--grid KEY=V1,V2)")
-        if existing.mode != mode:
-            raise SweepError(
-                f"sweep {name!r} is a {existing.mode} sweep; run it {'with --local' if existing.mode == 'local' else 'without --local'}"
-            )
-        return existing
+        given = [flag for flag, value in (("--base", base is not None), ("--set", set_values)) if value]
+        return _resumed(existing, name, mode, Path(sweeps_dir), given)
     parsed_grid = parse_grid(grid)
     overrides = parse_assignments(set_values)
     raw_base = _read_base(base)
-
     if mode == "local":
-        if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
-            raise SweepError(f"nproc {nproc!r}: expected an integer >= 1")
-        where = "--base: "
-        given: Any = {}
-        model_config = None
-        accept = False
-        if raw_base is not None:
-            if "hyperparameters" in raw_base:  # a request: its hyperparameters
-                given = raw_base["hyperparameters"]
-            else:  # a hyperparameters object
-                given = {k: v for k, v in raw_base.items() if k not in LOCAL_BASE_REQUEST_FIELDS}
-            if not isinstance(given, Mapping):
-                raise SweepError("--base: 'hyperparameters' must be a JSON object")
-            model_config = raw_base.get("model_config")
-            accept = _flag(raw_base, ACCEPT_MEMORY_RISK, where)
-            if _flag(raw_base, "auto_tune", where):
-                raise SweepError(
-                    "--base: auto_tune true: a local sweep runs each configuration as given (auto_tune is the "
-                    "job submitter's); remove it"
-                )
-        defaults = dict(LOCAL_BASE_HYPERPARAMETERS)
-        if model_config is not None:
-            given = _with_model_config(given, model_config, where=where, grid=parsed_grid, overrides=overrides)
-            del defaults["model"]
-        base_hp = {**defaults, **_strings(given), **overrides}
-        dev = dict(device) if device is not None else local_device()
-        target: dict[str, Any] = {
-            "nproc": nproc,
-            "device": dev,
-            "data": str(data_dir) if data_dir else "python-docs",
-            ACCEPT_MEMORY_RISK: accept,
-        }
-        sweep_base: dict[str, Any] = base_hp
+        sweep_base, target = _local_definition(raw_base, parsed_grid, overrides, nproc, data_dir, device)
+        base_hp = sweep_base
     else:
-        where = "base request: "
-        request = raw_base if raw_base is not None else copy.deepcopy(AWS_BASE_REQUEST)
-        for key in ("client_token", "job_name", "dry_run"):
-            if key in request:
-                raise SweepError(f"base request: remove {key!r}: the sweep sets it for each configuration")
-        hp_raw = request.get("hyperparameters") or {}
-        if not isinstance(hp_raw, Mapping):
-            raise SweepError("base request: 'hyperparameters' must be a JSON object")
-        _flag(request, "auto_tune", where)
-        _flag(request, ACCEPT_MEMORY_RISK, where)
-        model_config = request.pop("model_config", None)
-        if model_config is not None:  # the requests carry its shape as hyperparameters (module docstring)
-            hp_raw = _with_model_config(hp_raw, model_config, where=where, grid=parsed_grid, overrides=overrides)
-        base_hp = {**_strings(hp_raw), **overrides}
-        request["hyperparameters"] = base_hp
-        environ = os.environ if env is None else env
-        instance_type = request.get("instance_type") or environ.get("DEFAULT_INSTANCE_TYPE") or DEFAULT_INSTANCE_TYPE
-        request["instance_type"] = instance_type
-        count = request.get("instance_count", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise SweepError(f"base request: instance_count {count!r}: expected an integer >= 1")
-        gpu = trainable_instance(instance_type, "base request: ").gpu_spec.name
-        target = {"instance_type": instance_type, "instance_count": count, "gpu": gpu, "submitter": submitter}
-        sweep_base = request
-
+        sweep_base, target = _aws_definition(raw_base, parsed_grid, overrides, env, submitter)
+        base_hp = sweep_base["hyperparameters"]
     sweep = Sweep(
         name=name,
         mode=mode,
@@ -295,7 +235,6 @@ def plan_sweep(
         existing.target.update({k: v for k, v in target.items() if k in ("submitter", "device")})
         _set_memory_risk(existing, sweep.accepts_memory_risk)
         return existing
-
     sweep.configs = expand(parsed_grid, base_hp)
     invalid = [c for c in sweep.configs if c.status == SKIPPED]
     if invalid and len(invalid) == len(sweep.configs):
@@ -305,6 +244,94 @@ def plan_sweep(
         )
     _prune(sweep, sweep.configs)
     return sweep
+
+
+def _resumed(existing: Sweep | None, name: str, mode: str, sweeps_dir: Path, flags: list[str]) -> Sweep:
+    """The existing sweep ``name`` as defined (no ``--grid``); refused (:class:`SweepError`): no such sweep,
+    another mode, or a ``--base`` or ``--set`` (``flags``) it would ignore."""
+    if existing is None:
+        raise SweepError(f"sweep {name!r} does not exist in {sweeps_dir}: give its grid (--grid KEY=V1,V2)")
+    if existing.mode != mode:
+        raise SweepError(
+            f"sweep {name!r} is a {existing.mode} sweep; run it {'with --local' if existing.mode == 'local' else 'without --local'}"
+        )
+    if flags:
+        raise SweepError(
+            f"{' and '.join(flags)}: sweep {name!r} exists in {sweeps_dir} and its grid and base are fixed by its "
+            f"first run; resume it without {' and '.join(flags)} (and without --grid), or choose another --name "
+            "for another grid or base"
+        )
+    return existing
+
+
+def _local_definition(
+    raw_base: dict[str, Any] | None,
+    grid: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    nproc: int,
+    data_dir: str | os.PathLike[str] | None,
+    device: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A local sweep's base hyperparameters and target (:func:`plan_sweep`)."""
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise SweepError(f"nproc {nproc!r}: expected an integer >= 1")
+    where = "--base: "
+    raw_base = raw_base or {}
+    if "hyperparameters" in raw_base:  # a request: its hyperparameters
+        given = raw_base["hyperparameters"]
+    else:  # a hyperparameters object
+        given = {k: v for k, v in raw_base.items() if k not in LOCAL_BASE_REQUEST_FIELDS}
+    if not isinstance(given, Mapping):
+        raise SweepError("--base: 'hyperparameters' must be a JSON object")
+    accept = _flag(raw_base, ACCEPT_MEMORY_RISK, where)
+    if _flag(raw_base, "auto_tune", where):
+        raise SweepError(
+            "--base: auto_tune true: a local sweep runs each configuration as given (auto_tune is the "
+            "job submitter's); remove it"
+        )
+    defaults = dict(LOCAL_BASE_HYPERPARAMETERS)
+    if raw_base.get("model_config") is not None:
+        given = _with_model_config(given, raw_base["model_config"], where=where, grid=grid, overrides=overrides)
+        del defaults["model"]
+    target = {
+        "nproc": nproc,
+        "device": dict(device) if device is not None else local_device(),
+        "data": str(data_dir) if data_dir else "python-docs",
+        ACCEPT_MEMORY_RISK: accept,
+    }
+    return {**defaults, **_strings(given), **overrides}, target
+
+
+def _aws_definition(
+    raw_base: dict[str, Any] | None,
+    grid: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    env: Mapping[str, str] | None,
+    submitter: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An AWS sweep's base request (its hyperparameters merged) and target (:func:`plan_sweep`)."""
+    where = "base request: "
+    request = raw_base if raw_base is not None else copy.deepcopy(AWS_BASE_REQUEST)
+    for key in ("client_token", "job_name", "dry_run"):
+        if key in request:
+            raise SweepError(f"base request: remove {key!r}: the sweep sets it for each configuration")
+    hp_raw = request.get("hyperparameters") or {}
+    if not isinstance(hp_raw, Mapping):
+        raise SweepError("base request: 'hyperparameters' must be a JSON object")
+    _flag(request, "auto_tune", where)
+    _flag(request, ACCEPT_MEMORY_RISK, where)
+    model_config = request.pop("model_config", None)
+    if model_config is not None:  # the requests carry its shape as hyperparameters (module docstring)
+        hp_raw = _with_model_config(hp_raw, model_config, where=where, grid=grid, overrides=overrides)
+    request["hyperparameters"] = {**_strings(hp_raw), **overrides}
+    environ = os.environ if env is None else env
+    instance_type = request.get("instance_type") or environ.get("DEFAULT_INSTANCE_TYPE") or DEFAULT_INSTANCE_TYPE
+    request["instance_type"] = instance_type
+    count = request.get("instance_count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SweepError(f"base request: instance_count {count!r}: expected an integer >= 1")
+    gpu = trainable_instance(instance_type, "base request: ").gpu_spec.name
+    return request, {"instance_type": instance_type, "instance_count": count, "gpu": gpu, "submitter": submitter}
 
 
 def _prune(sweep: Sweep, configs: Sequence[SweepConfig]) -> None:
