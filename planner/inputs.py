@@ -1,132 +1,52 @@
-"""What the planner is asked about (:class:`PlanInput`) and its validated,
-resolved form (:class:`ResolvedInput`: model shape, hardware, parallel layout).
-
-Field names are the trainer's hyperparameter names (:mod:`platform_spec.hyperparameters`)
-plus the hardware: ``instance_type``, ``instance_count``; and the budget:
-``price_per_hour`` (USD per instance-hour, an input: no price list is shipped)
-and ``tokens`` (a training-token budget).
-"""
+"""What the planner is asked about (:class:`PlanInput`: the trainer's hyperparameters on hardware, with a
+budget) and its validated, resolved form (:class:`ResolvedInput`: model shape, hardware, parallel layout)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planner.errors import PlanInputError
+from platform_spec import catalogue, models
 from platform_spec import hyperparameters as hpmod
-from platform_spec import models
-from platform_spec.catalogue import (
-    GPUSpec,
-    InstanceSpec,
-    UnsupportedHostArchitectureError,
-    UnsupportedPrecisionError,
-    get_instance,
-    host_architecture_problem,
-    supported_precisions,
-    supports_precision,
-)
 from platform_spec.hyperparameters import HyperparameterError, Hyperparameters
-from platform_spec.models import ModelFamily
-from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC, ActivationCheckpointing
+from platform_spec.training_modes import ActivationCheckpointing
 from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
 
-if TYPE_CHECKING:
-    from platform_spec.models import ModelShape
 
-HYPERPARAMETER_FIELDS: tuple[str, ...] = (
-    "model",
-    "model_family",
-    *hpmod.SHAPE_HYPERPARAMETERS,
-    "precision",
-    "quantized_model_init",
-    "batch_size",
-    "seq_length",
-    "gradient_accumulation_steps",
-    "gradient_sync",
-    "activation_checkpointing",
-    "sharding_strategy",
-    "reshard_after_forward",
-)
-""":class:`PlanInput` fields that are trainer hyperparameters (same names, same rules): the model and its shape
-hyperparameters (:data:`platform_spec.hyperparameters.SHAPE_HYPERPARAMETERS`), numerics, batch, memory modes and
-sharding."""
-
-
-@dataclass(frozen=True)
-class PlanInput:
-    """A training configuration to plan.
+@dataclass(frozen=True, kw_only=True)
+class PlanInput(Hyperparameters):
+    """A training configuration to plan: the trainer's hyperparameters (:class:`Hyperparameters`, their names,
+    defaults and rules; the estimate depends on :data:`~platform_spec.hyperparameters.PLANNED_HYPERPARAMETERS`)
+    on hardware, with a budget.
 
     Attributes:
-        model: preset name of a registered model family (:func:`platform_spec.models.preset_names`),
-            e.g. ``"gpt-8b"``, ``"llama3-8b"``; or a family's name for a custom shape of it (every shape
-            field without a default given below).
-        num_layers: transformer blocks; ``None``: the preset's.
-        precision: one of :data:`platform_spec.precisions.PRECISION_NAMES`.
-        seq_length: tokens per sequence.
-        batch_size: micro-batch, sequences per GPU.
-        activation_checkpointing: ``"off"``, ``"full"`` (recompute every block) or ``"selective:N"`` (every
-            Nth block; :mod:`platform_spec.training_modes`).
         instance_type: a :data:`platform_spec.catalogue.INSTANCES` key.
         instance_count: instances in the job.
-        sharding_strategy: ``"full"`` (FSDP over every GPU) or ``"hybrid"``
-            (HSDP: shard within an instance, replicate across instances).
-        reshard_after_forward: FSDP frees gathered parameters after forward
-            (``False`` keeps them until backward: more memory, less traffic).
-        quantized_model_init: store block weights quantized (fp8 family only).
-        gradient_accumulation_steps: micro-batches per optimizer step.
-        gradient_sync: ``"every_micro_batch"`` (reduce-scatter each micro-batch: sharded accumulation) or
-            ``"last_micro_batch"`` (unsharded fp32 gradients kept until the last: less traffic, more memory).
-        vocab_size: ``None``: the preset's.
-        model_family, hidden_size, num_heads, num_kv_heads, ffn_hidden_size, rope_base, tied_embeddings,
-            norm_eps: the shape hyperparameters (``None``: the preset's; a family refuses those it has not,
-            :func:`platform_spec.models.resolve_shape`).
-        blocks_only: model TransformerEngine's FSDP example (the guide's
-            benchmark) instead of the full trainer; see :mod:`planner.memory`.
-        price_per_hour: USD per instance-hour, for cost; ``None``: no cost.
+        blocks_only: model TransformerEngine's FSDP example (the guide's benchmark) instead of the full
+            trainer; see :mod:`planner.memory`.
+        price_per_hour: USD per instance-hour, for cost (an input: no price list is shipped); ``None``: no cost.
         tokens: training-token budget for wall time and cost; ``None``: none.
     """
 
-    model: str
-    num_layers: int | None
-    precision: str
-    seq_length: int
-    batch_size: int
-    activation_checkpointing: str
     instance_type: str
     instance_count: int = 1
-    sharding_strategy: str = "full"
-    reshard_after_forward: bool = True
-    quantized_model_init: bool = False
-    gradient_accumulation_steps: int = 1
-    vocab_size: int | None = None
     blocks_only: bool = False
     price_per_hour: float | None = None
     tokens: float | None = None
-    gradient_sync: str = DEFAULT_GRADIENT_SYNC
-    model_family: str | None = None
-    hidden_size: int | None = None
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    ffn_hidden_size: int | None = None
-    rope_base: float | None = None
-    tied_embeddings: bool | None = None
-    norm_eps: float | None = None
 
     @classmethod
     def from_hyperparameters(
         cls, hp: Hyperparameters, *, instance_type: str, instance_count: int = 1, **kw: Any
     ) -> PlanInput:
-        """The plan input for trainer hyperparameters ``hp`` on ``instance_count`` x ``instance_type``.
-
-        ``kw`` sets the non-hyperparameter fields (``blocks_only``,
-        ``price_per_hour``, ``tokens``) or overrides a hyperparameter.
-        """
-        values: dict[str, Any] = {name: getattr(hp, name) for name in HYPERPARAMETER_FIELDS}
-        values.update(kw)
-        return cls(instance_type=instance_type, instance_count=instance_count, **values)
+        """The plan input for trainer hyperparameters ``hp`` on ``instance_count`` x ``instance_type``; ``kw``
+        sets the other fields (``blocks_only``, ``price_per_hour``, ``tokens``) or overrides a hyperparameter."""
+        values: dict[str, Any] = {name: getattr(hp, name) for name in hpmod.SPECS}
+        return cls(instance_type=instance_type, instance_count=instance_count, **{**values, **kw})
 
     @classmethod
     def from_request(
@@ -150,13 +70,14 @@ class PlanInput:
         return dataclasses.replace(self, **changes)
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The hyperparameter fields as ``{name: value}`` (``None`` left out)."""
-        return {n: getattr(self, n) for n in HYPERPARAMETER_FIELDS if getattr(self, n) is not None}
+        """The hyperparameters the estimate depends on as ``{name: value}`` (``None`` left out)."""
+        return {n: v for n in hpmod.PLANNED_HYPERPARAMETERS if (v := getattr(self, n)) is not None}
 
-
-_MISSING = set(HYPERPARAMETER_FIELDS) - {f.name for f in dataclasses.fields(PlanInput)}
-if _MISSING:  # a shape hyperparameter added to platform_spec needs its PlanInput field
-    raise ImportError(f"planner.PlanInput lacks the hyperparameter fields {sorted(_MISSING)}")
+    def to_dict(self) -> dict[str, Any]:
+        """The fields the estimate depends on (a plan's ``input``): the planned hyperparameters, then the
+        hardware and budget."""
+        own = [f.name for f in dataclasses.fields(self) if f.name not in hpmod.SPECS]
+        return {n: getattr(self, n) for n in (*hpmod.PLANNED_HYPERPARAMETERS, *own)}
 
 
 @dataclass(frozen=True)
@@ -176,10 +97,10 @@ class ResolvedInput:
     """
 
     input: PlanInput
-    model: ModelShape
-    family: ModelFamily
-    instance: InstanceSpec
-    gpu: GPUSpec
+    model: models.ModelShape
+    family: models.ModelFamily
+    instance: catalogue.InstanceSpec
+    gpu: catalogue.GPUSpec
     world_size: int
     shard_degree: int
     replicate_degree: int
@@ -190,7 +111,7 @@ class ResolvedInput:
         return self.input.batch_size * self.input.seq_length
 
     # Worked out on first use and kept with the instance (its fields are frozen): the memory and speed models ask
-    # for them several times per configuration, and one estimate weighs about 120 configurations (issue 17).
+    # for them several times per configuration, and one estimate weighs about 120 configurations.
     @cached_property
     def activation_checkpointing(self) -> ActivationCheckpointing:
         """The input's activation-checkpointing mode, parsed (:mod:`platform_spec.training_modes`)."""
@@ -216,12 +137,10 @@ def _check_hyperparameter(name: str, value: Any) -> Any:
 
 class ResolveMemo:
     """What :func:`resolve` works out once for the many inputs of one estimate that differ in a few fields
-    (the recommendations' candidates): each hyperparameter value's normal form, a pure function of the
-    value. Only successes are kept, so a refused value is refused again, with the same error, every time.
-
-    Keys hold each value's type (``1`` and ``True`` are equal in Python, not as hyperparameters), and the
-    values must be hashable: :class:`planner.plan.Evaluator` passes one only for the inputs it derives from
-    a resolved (normalised) input, never for the caller's own.
+    (the recommendations' candidates): each hyperparameter value's normal form, a pure function of the value.
+    Only successes are kept, so a refused value is refused again, with the same error, every time. Keys hold
+    each value's type (``1 == True`` in Python, not as hyperparameters); values must be hashable:
+    :class:`planner.plan.Evaluator` passes one only for inputs it derives from a resolved (normalised) input.
     """
 
     __slots__ = ("values",)
@@ -243,6 +162,20 @@ class ResolveMemo:
             return coerced
 
 
+def _normalised(plan_input: PlanInput, check: Callable[[str, Any], Any]) -> PlanInput:
+    """``plan_input`` with every hyperparameter checked by ``check`` and in its normal form (``"MXFP8"`` ->
+    ``"mxfp8"``, ``"8"`` -> ``8``); a declared default (or ``None`` for an optional one) is one already."""
+    changes = {}
+    for name, spec in hpmod.SPECS.items():
+        value = getattr(plan_input, name)
+        if value is spec.default or (value is None and spec.optional):
+            continue
+        coerced = check(name, value)
+        if coerced != value or type(coerced) is not type(value):
+            changes[name] = coerced
+    return dataclasses.replace(plan_input, **changes) if changes else plan_input
+
+
 def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> ResolvedInput:
     """Validate ``plan_input`` and look up its model and hardware.
 
@@ -251,36 +184,25 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
             ``None``: work everything out.
 
     Raises:
-        platform_spec.errors.FieldError: naming the field and the allowed values --
-            :class:`PlanInputError` for an unknown model or precision, out-of-range
-            numbers or a combination the trainer refuses
-            (:func:`platform_spec.hyperparameters.validate`: ``quantized_model_init``);
-            the catalogue's :class:`~platform_spec.catalogue.UnknownInstanceTypeError`,
-            :class:`~platform_spec.catalogue.UnsupportedHostArchitectureError` (host CPUs
-            the trainer image is not built for) and
-            :class:`~platform_spec.catalogue.UnsupportedPrecisionError` (a precision the
+        platform_spec.errors.FieldError: naming the field and the allowed values -- :class:`PlanInputError`
+            for an unknown model or precision, out-of-range numbers or a combination the trainer refuses
+            (:func:`platform_spec.hyperparameters.validate`); the catalogue's
+            :class:`~platform_spec.catalogue.UnknownInstanceTypeError`,
+            :class:`~platform_spec.catalogue.UnsupportedHostArchitectureError` (host CPUs the trainer image is
+            not built for) and :class:`~platform_spec.catalogue.UnsupportedPrecisionError` (a precision the
             instance's GPU cannot run).
     """
-    p = plan_input
-    check = _check_hyperparameter if memo is None else memo.coerce
-    for name in HYPERPARAMETER_FIELDS:
-        value = getattr(p, name)
-        if value is None and hpmod.SPECS[name].optional:
-            continue
-        coerced = check(name, value)
-        if coerced != value or type(coerced) is not type(value):
-            # accept "MXFP8" / "8" style values by normalising them
-            p = dataclasses.replace(p, **{name: coerced})
+    p = _normalised(plan_input, _check_hyperparameter if memo is None else memo.coerce)
     try:  # the trainer's cross-field rules and its model family's shape rule, from their one home
-        model = hpmod.validate(Hyperparameters(**p.hyperparameters()))  # the shape the rules checked
+        model = hpmod.validate(p)  # the shape the rules checked
     except HyperparameterError as exc:
         raise PlanInputError(exc.field, exc.value, exc.expected) from exc
-    instance = get_instance(p.instance_type)  # UnknownInstanceTypeError (a FieldError)
+    instance = catalogue.get_instance(p.instance_type)  # UnknownInstanceTypeError (a FieldError)
     if p.instance_type != instance.instance_type:
         p = dataclasses.replace(p, instance_type=instance.instance_type)
-    problem = host_architecture_problem(instance.instance_type)
+    problem = catalogue.host_architecture_problem(instance.instance_type)
     if problem is not None:
-        raise UnsupportedHostArchitectureError(instance.instance_type, problem)
+        raise catalogue.UnsupportedHostArchitectureError(instance.instance_type, problem)
     if isinstance(p.instance_count, bool) or not isinstance(p.instance_count, int) or not 1 <= p.instance_count <= 4096:
         raise PlanInputError("instance_count", p.instance_count, "an integer from 1 to 4096")
     if not isinstance(p.blocks_only, bool):
@@ -290,8 +212,10 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise PlanInputError(name, v, "a positive number or None")
     gpu = instance.gpu_spec
-    if not supports_precision(gpu, p.precision):
-        raise UnsupportedPrecisionError(p.precision, f"{gpu.name}, {instance.instance_type}", supported_precisions(gpu))
+    if not catalogue.supports_precision(gpu, p.precision):
+        raise catalogue.UnsupportedPrecisionError(
+            p.precision, f"{gpu.name}, {instance.instance_type}", catalogue.supported_precisions(gpu)
+        )
     family = models.family_of_shape(model)
     if family.terms is None:
         raise PlanInputError(
@@ -311,4 +235,4 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
     )
 
 
-__all__ = ["HYPERPARAMETER_FIELDS", "PlanInput", "PlanInputError", "ResolveMemo", "ResolvedInput", "resolve"]
+__all__ = ["PlanInput", "PlanInputError", "ResolveMemo", "ResolvedInput", "resolve"]

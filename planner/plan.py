@@ -165,7 +165,7 @@ class Plan:
                 "cost_usd": None if t.cost.cost is None else round(t.cost.cost, 2),
             }
         return {
-            "input": {k: getattr(self.input, k) for k in self.input.__dataclass_fields__},
+            "input": self.input.to_dict(),
             "model": {
                 "name": m.name,
                 **{f.name: getattr(m, f.name) for f in dataclasses.fields(shape) if f.name != "name"},

@@ -1,31 +1,14 @@
-"""The trainer's hyperparameters: names, types, allowed values and defaults.
+"""The trainer's hyperparameters, declared once: the fields of :class:`Hyperparameters`.
 
-This module is the single source of truth for what the trainer accepts. It is
-pure Python (standard library and :mod:`platform_spec` only) so that the same
-definitions are used by
-
-* the container entry point (``/opt/ml/input/config/hyperparameters.json`` and
-  ``SM_HP_*`` variables),
-* ``trainctl train`` flags,
-* the submitter Lambda, which validates a request's ``hyperparameters`` before
-  it calls ``CreateTrainingJob``.
-
-Names are snake_case. The published guide's four (``precision``,
-``num_layers``, ``batch_size``, ``seq_length``) keep their names and its
-defaults (``mxfp8``, preset's layers, ``8``, ``2048``; the guide's ``train.sh``
-sets ``NUM_LAYERS=10`` explicitly, see ``GUIDE_DEFAULT_REQUEST``).
-
-Values arrive as strings (SageMaker sends every hyperparameter as a string;
-older SageMaker SDKs JSON-quote them, e.g. ``"\\"mxfp8\\""``): :func:`parse`
-accepts both, plus native JSON types from a submitter request.
-
-Allowed values that are facts of their own come from their homes: precisions
-and the CPU path's from :mod:`platform_spec.precisions`, fp8 scalings from the
-registry's formats with a choice of TransformerEngine recipe, model names from the registered model
-families (:mod:`platform_spec.models`).
-
-Errors: :class:`HyperparameterError` (a :class:`platform_spec.errors.FieldError`)
-names the field, the value received and what was expected.
+A field is one hyperparameter: its name (SageMaker's ``HyperParameters`` key, ``SM_HP_<NAME>`` in the container,
+``--kebab-name`` as a flag), its type (``| None``: optional), its default and its :class:`Setting` (help, bounds,
+choices or grammar, whether it is a model-shape setting or one the planner's estimate depends on). The rest
+derives from the fields: :data:`SPECS`, :data:`SHAPE_HYPERPARAMETERS`, :data:`PLANNED_HYPERPARAMETERS`,
+:func:`json_schema` (the submitter's request table), the flags of ``trainctl train``/``plan`` and ``python -m
+training.train``, and ``planner.PlanInput`` (a subclass). Standard library and :mod:`platform_spec` only: the
+container, ``trainctl`` and the submitter Lambda read the same definitions. SageMaker carries every value as a
+string (:meth:`Hyperparameters.to_strings`; older SDKs JSON-quote them, :func:`unquote`): :func:`parse` accepts
+both, plus native JSON types from a request.
 """
 
 from __future__ import annotations
@@ -34,6 +17,7 @@ import dataclasses
 import json
 import math
 import re
+import typing
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,19 +25,14 @@ from typing import Any
 from platform_spec import models, precisions, training_modes
 from platform_spec.errors import FieldError
 
+# Allowed values whose facts have their own homes (platform_spec.precisions, platform_spec.models)
 PRECISIONS: tuple[str, ...] = precisions.PRECISION_NAMES
-"""Training precisions (:data:`platform_spec.precisions.PRECISIONS`: each format's dtype, recipe and
-hardware rule). fp8/mxfp8/nvfp4 are TransformerEngine recipes on top of bf16 parameters."""
-
 CPU_PRECISIONS: tuple[str, ...] = precisions.CPU_PRECISIONS
-"""Precisions the torch-native CPU path runs (the registry's ``cpu`` flag)."""
-
 FP8_SCALINGS: tuple[str, ...] = precisions.SCALINGS
-"""TransformerEngine scaling for the formats with a choice of recipe (:data:`platform_spec.precisions.SCALINGS`:
-fp8's per-tensor current scaling, the default, or delayed scaling with an amax history)."""
-
 QUANTIZED_PRECISIONS: tuple[str, ...] = precisions.names_where(lambda p: p.quantized)
 """Precisions whose block weights could be stored quantized (``quantized_model_init``): the fp8 family."""
+MODEL_PRESETS: tuple[str, ...] = models.preset_names()
+MODEL_FAMILIES: tuple[str, ...] = models.family_names()
 
 QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
     "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "
@@ -64,141 +43,59 @@ QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
 """Why ``quantized_model_init=true`` is refused (the trainer, the entry point, the submitter and the
 planner all apply it through :func:`validate`); ``None`` once the trainer image supports it."""
 
-ACTIVATION_CHECKPOINTING: tuple[str, ...] = training_modes.ACTIVATION_CHECKPOINTING_KINDS
-"""The kinds of ``activation_checkpointing``: ``off``, ``full`` (recompute every block in backward) and
-``selective`` (written ``selective:N``: every Nth block); the grammar and which blocks each recomputes are
-:mod:`platform_spec.training_modes`'."""
-
-GRADIENT_SYNC_MODES: tuple[str, ...] = training_modes.GRADIENT_SYNC_MODES
-"""``gradient_sync`` under gradient accumulation: reduce-scatter every micro-batch (sharded accumulation,
-less memory) or the last only (unsharded fp32 gradients kept, less traffic); :mod:`platform_spec.training_modes`."""
-
-SHARDING_STRATEGIES: tuple[str, ...] = ("full", "hybrid")
-"""``full``: FSDP over all ranks. ``hybrid``: HSDP, shard within a node and
-replicate across nodes (the guide's "simplified sharding")."""
-
-MODEL_PRESETS: tuple[str, ...] = models.preset_names()
-"""Named model sizes of every registered model family (:func:`platform_spec.models.preset_names`);
-their shapes live in the family's folder (``model_families/<family>/``)."""
-
-MODEL_FAMILIES: tuple[str, ...] = models.family_names()
-"""The registered model families (``model_family``; as ``model``, a custom shape of that family)."""
-
-SHAPE_HYPERPARAMETERS: tuple[str, ...] = (
-    "num_layers",
-    "hidden_size",
-    "num_heads",
-    "num_kv_heads",
-    "ffn_hidden_size",
-    "vocab_size",
-    "rope_base",
-    "tied_embeddings",
-    "norm_eps",
-)
-"""The hyperparameters that override the fields of a model shape (``None``: the preset's). Each family takes
-those it declares (:attr:`platform_spec.models.ModelFamily.shape_fields`) and refuses the others;
-:func:`model_shape` resolves them."""
-
 
 class HyperparameterError(FieldError):
-    """A hyperparameter is missing, unknown or out of range.
-
-    Attributes:
-        field: the hyperparameter name (snake_case), e.g. ``"batch_size"``.
-        value: the value received (as received).
-        expected: a human description of the allowed values.
-
-    Message: ``"hyperparameter '<field>': got <value!r>, expected <expected>"``.
-    """
-
-    def __init__(self, field: str, value: Any, expected: str) -> None:
-        super().__init__(field, value, expected)
+    """A hyperparameter is missing, unknown or out of range: ``field`` is its snake_case name, ``value`` the
+    value as received, ``expected`` the allowed values in words. Message: ``"hyperparameter '<field>': got
+    <value!r>, expected <expected>"``."""
 
     def format_message(self) -> str:
         return f"hyperparameter {self.field!r}: got {self.value!r}, expected {self.expected}"
 
 
-@dataclass(frozen=True)
-class Hyperparameters:
-    """Everything the trainer accepts, with defaults.
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")  # booleans as text, any case
 
-    Units: ``batch_size`` is the micro-batch in sequences per GPU;
-    ``seq_length`` in tokens; ``learning_rate`` per step; intervals in
-    optimizer steps.
+_ASCII_INT = r"[+-]?[0-9]+\Z"
+"""Integers as text: ASCII decimal digits with an optional sign (Python's ``int`` also accepts
+underscores and any Unicode decimal digit, which no other reader of these values does)."""
+_ASCII_FLOAT = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
+"""Numbers as text: ASCII decimal notation with an optional exponent (``3e-4``, ``0.0003``, ``1.``)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one hyperparameter is read, checked and documented: a :class:`Hyperparameters` field's metadata
+    (:func:`_declare`), its ``name``, ``kind`` (``bool``, ``int``, ``float``, ``str``), ``optional`` and
+    ``default`` filled in from the field (:data:`SPECS`). ``choices`` accept case and ``-``/``_`` variants;
+    ``minimum``/``maximum`` are inclusive; ``grammar`` returns a string's canonical form (or raises
+    ``FieldError``), accepting ``grammar_expected`` (words), ``pattern`` (the JSON Schema's) and ``metavar`` (a
+    flag's). ``shape``: a model-shape setting (its family maps it to a shape field,
+    :attr:`platform_spec.models.ModelFamily.shape_fields`); it and a ``planner`` setting are what the planner's
+    estimate depends on (``planner.PlanInput``, ``trainctl plan``'s flags).
     """
 
-    # model
-    model: str = "gpt-1b"
-    num_layers: int | None = None  # None: the preset's number of blocks
-    vocab_size: int | None = None  # None: the preset's, grown to the data's (rounded up to 128) if larger
-    model_family: str | None = None  # None: the family of ``model``
-    hidden_size: int | None = None  # this and the fields below, None: the preset's (model_shape())
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    ffn_hidden_size: int | None = None
-    rope_base: float | None = None
-    tied_embeddings: bool | None = None
-    norm_eps: float | None = None
-    # numerics
-    precision: str = "mxfp8"
-    fp8_scaling: str = FP8_SCALINGS[0]
-    quantized_model_init: bool = False
-    # batch and sequence
-    batch_size: int = 8
-    seq_length: int = 2048
-    gradient_accumulation_steps: int = 1
-    gradient_sync: str = training_modes.DEFAULT_GRADIENT_SYNC
-    # memory / parallelism
-    activation_checkpointing: str = "off"
-    sharding_strategy: str = "full"
-    reshard_after_forward: bool = True
-    # optimisation (AdamW, fp32 master state, warmup + cosine)
-    max_steps: int = 1000
-    learning_rate: float = 3e-4
-    min_learning_rate: float = 3e-5
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_epsilon: float = 1e-8
-    max_grad_norm: float = 1.0
-    seed: int = 1234
-    # data
-    synthetic_data: bool = False
-    allow_data_change: bool = False  # resume although the data stream changed (training.checkpoint.compare_runs)
-    # checkpoints and logging
-    checkpoint_interval: int = 500
-    keep_checkpoints: int = 3
-    log_interval: int = 10
-
-    def to_strings(self) -> dict[str, str]:
-        """Render as SageMaker ``HyperParameters`` (every value a string).
-
-        Fields equal to their default are included too, so a job's
-        hyperparameters are self-describing; ``None`` fields are left out.
-        """
-        out: dict[str, str] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            out[f.name] = format_value(value)
-        return out
-
-
-@dataclass(frozen=True)
-class _Spec:
-    kind: type
+    help: str
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    grammar: Callable[[str], str] | None = None
+    grammar_expected: str = ""
+    pattern: str | None = None
+    metavar: str | None = None
+    shape: bool = False
+    planner: bool = False
+    name: str = ""
+    kind: type = str
     optional: bool = False
-    help: str = ""
-    grammar: Callable[[str], str] | None = None  # a string value's parser: its canonical form, or FieldError
-    grammar_expected: str = ""  # what ``grammar`` accepts, in words
-    pattern: str | None = None  # the grammar as a regular expression (the JSON Schema's ``pattern``)
+    default: Any = None
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag: ``--batch-size``."""
+        return "--" + self.name.replace("_", "-")
 
     def expected(self) -> str:
+        """The allowed values, in words (every refusal says it)."""
         if self.grammar is not None:
             return self.grammar_expected
         if self.choices:
@@ -208,84 +105,196 @@ class _Spec:
         kind = {int: "an integer", float: "a number"}.get(self.kind, "a string")
         lo = "" if self.minimum is None else f" >= {self.minimum:g}"
         hi = "" if self.maximum is None else f" <= {self.maximum:g}"
-        both = " and".join(p for p in (lo, hi) if p)
-        return kind + both
+        return kind + " and".join(p for p in (lo, hi) if p)
+
+    def read(self, value: Any) -> Any:
+        """``value`` (unquoted text or a JSON scalar) as this setting's kind, in its bounds.
+
+        Raises:
+            ValueError: (or ``TypeError``, ``OverflowError``) not a value of this setting.
+        """
+        reader: Callable[[Any], Any] = {bool: _read_bool, int: _read_int, float: _read_float}.get(
+            self.kind, self._read_text
+        )
+        result = reader(value)
+        if (self.minimum is not None and result < self.minimum) or (self.maximum is not None and result > self.maximum):
+            raise ValueError(value)
+        return result
+
+    def _read_text(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        if self.grammar is not None:
+            return self.grammar(value)
+        if self.choices is None:
+            return value
+        candidates = {c.lower(): c for c in self.choices}
+        for form in (value.lower(), value.lower().replace("_", "-")):  # what people type: "MXFP8", "gpt_1b"
+            if form in candidates:
+                return candidates[form]
+        raise ValueError(value)
 
 
-SPECS: dict[str, _Spec] = {
-    "model": _Spec(
-        str,
+def _read_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+        return value.lower() in _TRUE
+    raise ValueError(value)
+
+
+def _read_int(value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(_ASCII_INT, value):  # int() also takes "1_0" and "٨"
+        return int(value, 10)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(value)
+
+
+def _read_float(value: Any) -> float:
+    if isinstance(value, bool) or (isinstance(value, str) and not re.fullmatch(_ASCII_FLOAT, value)):
+        raise ValueError(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(value)
+    return number
+
+
+def _declare(default: Any, about: str, **rules: Any) -> Any:
+    """A :class:`Hyperparameters` field: its default and its :class:`Setting` (``about`` is its help)."""
+    return dataclasses.field(default=default, metadata={"setting": Setting(about, **rules)})
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """Everything the trainer accepts, with defaults: one field per hyperparameter, its :class:`Setting` as
+    metadata. Units: ``batch_size`` is the micro-batch in sequences per GPU; ``seq_length`` in tokens;
+    ``learning_rate`` per step; intervals in optimizer steps.
+    """
+
+    # model: the shape settings (None: the preset's; model_shape())
+    model: str = _declare(
+        "gpt-1b",
+        "model size preset, or a family name for a custom shape (every shape field of the family given)",
         choices=MODEL_PRESETS + MODEL_FAMILIES,
-        help="model size preset, or a family name for a custom shape (every shape field of the family given)",
-    ),
-    "num_layers": _Spec(int, minimum=1, maximum=512, optional=True, help="transformer blocks (overrides the preset)"),
-    "vocab_size": _Spec(
-        int,
+        planner=True,
+    )
+    model_family: str | None = _declare(
+        None,
+        "model family (default: the family of model; alone, model is this family's custom shape)",
+        choices=MODEL_FAMILIES,
+        planner=True,
+    )
+    num_layers: int | None = _declare(
+        None, "transformer blocks (overrides the preset)", minimum=1, maximum=512, shape=True
+    )
+    hidden_size: int | None = _declare(
+        None, "model width (overrides the preset)", minimum=1, maximum=1 << 17, shape=True
+    )
+    num_heads: int | None = _declare(None, "attention (query) heads", minimum=1, maximum=4096, shape=True)
+    num_kv_heads: int | None = _declare(
+        None, "key/value heads (grouped-query attention; llama family)", minimum=1, maximum=4096, shape=True
+    )
+    ffn_hidden_size: int | None = _declare(None, "MLP inner width", minimum=1, maximum=1 << 19, shape=True)
+    vocab_size: int | None = _declare(
+        None,
+        "vocabulary size (unset: the preset's, or the data's rounded up to 128 if larger)",
         minimum=2,
         maximum=1 << 20,
-        optional=True,
-        help="vocabulary size (default: the preset's, or the data's rounded up to 128 if larger)",
-    ),
-    "model_family": _Spec(
-        str,
-        choices=MODEL_FAMILIES,
-        optional=True,
-        help="model family (default: the family of model; alone, model is this family's custom shape)",
-    ),
-    "hidden_size": _Spec(int, minimum=1, maximum=1 << 17, optional=True, help="model width (overrides the preset)"),
-    "num_heads": _Spec(int, minimum=1, maximum=4096, optional=True, help="attention (query) heads"),
-    "num_kv_heads": _Spec(
-        int, minimum=1, maximum=4096, optional=True, help="key/value heads (grouped-query attention; llama family)"
-    ),
-    "ffn_hidden_size": _Spec(int, minimum=1, maximum=1 << 19, optional=True, help="MLP inner width"),
-    "rope_base": _Spec(float, minimum=1.0, maximum=1e12, optional=True, help="RoPE base (llama family)"),
-    "tied_embeddings": _Spec(
-        bool, optional=True, help="the LM head shares the token embedding's weight (llama family)"
-    ),
-    "norm_eps": _Spec(float, minimum=0.0, maximum=1.0, optional=True, help="RMSNorm epsilon (llama family)"),
-    "precision": _Spec(str, choices=PRECISIONS, help="training precision"),
-    "fp8_scaling": _Spec(str, choices=FP8_SCALINGS, help="fp8 scaling recipe (precision=fp8)"),
-    "quantized_model_init": _Spec(
-        bool, help="store weights quantized (TransformerEngine quantized model init; refused with the current image)"
-    ),
-    "batch_size": _Spec(int, minimum=1, maximum=4096, help="micro-batch, sequences per GPU"),
-    "seq_length": _Spec(int, minimum=8, maximum=1 << 20, help="tokens per sequence"),
-    "gradient_accumulation_steps": _Spec(int, minimum=1, maximum=4096, help="micro-batches per optimizer step"),
-    "activation_checkpointing": _Spec(
-        str,
+        shape=True,
+    )
+    rope_base: float | None = _declare(None, "RoPE base (llama family)", minimum=1.0, maximum=1e12, shape=True)
+    tied_embeddings: bool | None = _declare(
+        None, "the LM head shares the token embedding's weight (llama family)", shape=True
+    )
+    norm_eps: float | None = _declare(None, "RMSNorm epsilon (llama family)", minimum=0.0, maximum=1.0, shape=True)
+    # numerics
+    precision: str = _declare("mxfp8", "training precision", choices=PRECISIONS, planner=True)
+    fp8_scaling: str = _declare(FP8_SCALINGS[0], "fp8 scaling recipe (precision=fp8)", choices=FP8_SCALINGS)
+    quantized_model_init: bool = _declare(
+        False,
+        "store weights quantized (TransformerEngine quantized model init; refused with the current image)",
+        planner=True,
+    )
+    # batch and sequence
+    batch_size: int = _declare(8, "micro-batch, sequences per GPU", minimum=1, maximum=4096, planner=True)
+    seq_length: int = _declare(2048, "tokens per sequence", minimum=8, maximum=1 << 20, planner=True)
+    gradient_accumulation_steps: int = _declare(
+        1, "micro-batches per optimizer step", minimum=1, maximum=4096, planner=True
+    )
+    # memory / parallelism
+    activation_checkpointing: str = _declare(
+        "off",
+        "recompute blocks in backward: off, full, or selective:N (every Nth block)",
         grammar=lambda value: training_modes.activation_checkpointing(value).name,
         grammar_expected=training_modes.ACTIVATION_CHECKPOINTING_EXPECTED,
         pattern=training_modes.SELECTIVE_PATTERN,
-        help="recompute blocks in backward: off, full, or selective:N (every Nth block)",
-    ),
-    "gradient_sync": _Spec(
-        str,
-        choices=GRADIENT_SYNC_MODES,
-        help="with gradient accumulation: reduce-scatter every micro-batch (less memory) or the last only "
-        "(less traffic)",
-    ),
-    "sharding_strategy": _Spec(str, choices=SHARDING_STRATEGIES, help="FSDP (full) or HSDP (hybrid)"),
-    "reshard_after_forward": _Spec(bool, help="free gathered parameters after forward (FSDP2)"),
-    "max_steps": _Spec(int, minimum=1, maximum=10**9, help="optimizer steps to run"),
-    "learning_rate": _Spec(float, minimum=0.0, maximum=10.0, help="peak learning rate"),
-    "min_learning_rate": _Spec(float, minimum=0.0, maximum=10.0, help="learning rate at the end of the cosine"),
-    "warmup_steps": _Spec(int, minimum=0, maximum=10**9, help="linear warmup steps"),
-    "weight_decay": _Spec(float, minimum=0.0, maximum=10.0, help="AdamW weight decay"),
-    "adam_beta1": _Spec(float, minimum=0.0, maximum=0.999999, help="AdamW beta1"),
-    "adam_beta2": _Spec(float, minimum=0.0, maximum=0.999999, help="AdamW beta2"),
-    "adam_epsilon": _Spec(float, minimum=0.0, maximum=1.0, help="AdamW epsilon"),
-    "max_grad_norm": _Spec(float, minimum=0.0, maximum=1e6, help="gradient clipping norm (0: off)"),
-    "seed": _Spec(int, minimum=0, maximum=2**31 - 1, help="random seed"),
-    "synthetic_data": _Spec(bool, help="random tokens instead of the train channel (benchmarks)"),
-    "allow_data_change": _Spec(
-        bool, help="resume a checkpoint although its training data, seq_length or seed differ (else refused)"
-    ),
-    "checkpoint_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between checkpoints"),
-    "keep_checkpoints": _Spec(int, minimum=1, maximum=1000, help="complete checkpoints kept"),
-    "log_interval": _Spec(int, minimum=1, maximum=10**9, help="steps between metric lines"),
-}
+        metavar="{off,full,selective:N}",
+        planner=True,
+    )
+    gradient_sync: str = _declare(
+        training_modes.DEFAULT_GRADIENT_SYNC,
+        "with gradient accumulation: reduce-scatter every micro-batch (less memory) or the last only (less traffic)",
+        choices=training_modes.GRADIENT_SYNC_MODES,
+        planner=True,
+    )
+    # full: FSDP over all ranks; hybrid: HSDP, shard within a node, replicate across (the guide's "simplified sharding")
+    sharding_strategy: str = _declare("full", "FSDP (full) or HSDP (hybrid)", choices=("full", "hybrid"), planner=True)
+    reshard_after_forward: bool = _declare(True, "free gathered parameters after forward (FSDP2)", planner=True)
+    # optimisation (AdamW, fp32 master state, warmup + cosine)
+    max_steps: int = _declare(1000, "optimizer steps to run", minimum=1, maximum=10**9)
+    learning_rate: float = _declare(3e-4, "peak learning rate", minimum=0.0, maximum=10.0)
+    min_learning_rate: float = _declare(3e-5, "learning rate at the end of the cosine", minimum=0.0, maximum=10.0)
+    warmup_steps: int = _declare(100, "linear warmup steps", minimum=0, maximum=10**9)
+    weight_decay: float = _declare(0.1, "AdamW weight decay", minimum=0.0, maximum=10.0)
+    adam_beta1: float = _declare(0.9, "AdamW beta1", minimum=0.0, maximum=0.999999)
+    adam_beta2: float = _declare(0.95, "AdamW beta2", minimum=0.0, maximum=0.999999)
+    adam_epsilon: float = _declare(1e-8, "AdamW epsilon", minimum=0.0, maximum=1.0)
+    max_grad_norm: float = _declare(1.0, "gradient clipping norm (0: off)", minimum=0.0, maximum=1e6)
+    seed: int = _declare(1234, "random seed", minimum=0, maximum=2**31 - 1)
+    # data
+    synthetic_data: bool = _declare(False, "random tokens instead of the train channel (benchmarks)")
+    allow_data_change: bool = _declare(  # training.checkpoint.compare_runs
+        False, "resume a checkpoint although its training data, seq_length or seed differ (else refused)"
+    )
+    # checkpoints and logging
+    checkpoint_interval: int = _declare(500, "steps between checkpoints", minimum=1, maximum=10**9)
+    keep_checkpoints: int = _declare(3, "complete checkpoints kept", minimum=1, maximum=1000)
+    log_interval: int = _declare(10, "steps between metric lines", minimum=1, maximum=10**9)
 
-assert set(SPECS) == {f.name for f in dataclasses.fields(Hyperparameters)}, "SPECS and Hyperparameters disagree"
+    def to_strings(self) -> dict[str, str]:
+        """Render as SageMaker ``HyperParameters`` (every value a string): fields equal to their default too,
+        so a job's hyperparameters are self-describing; ``None`` fields are left out."""
+        return {name: format_value(value) for name in SPECS if (value := getattr(self, name)) is not None}
+
+
+def _settings() -> dict[str, Setting]:
+    """Each field's :class:`Setting` with its name, kind, optionality (``| None``) and default filled in."""
+    hints = typing.get_type_hints(Hyperparameters)
+    out: dict[str, Setting] = {}
+    for field in dataclasses.fields(Hyperparameters):
+        kinds = typing.get_args(hints[field.name]) or (hints[field.name],)
+        kind = next(k for k in kinds if k is not type(None))
+        setting = field.metadata["setting"]
+        out[field.name] = dataclasses.replace(
+            setting, name=field.name, kind=kind, optional=type(None) in kinds, default=field.default
+        )
+    return out
+
+
+SPECS: Mapping[str, Setting] = _settings()
+"""Every hyperparameter's :class:`Setting`, by name, in declaration order."""
+
+SHAPE_HYPERPARAMETERS: tuple[str, ...] = tuple(name for name, spec in SPECS.items() if spec.shape)
+"""The hyperparameters that override the fields of a model shape (``None``: the preset's). Each family takes
+those it declares (:attr:`platform_spec.models.ModelFamily.shape_fields`) and refuses the others;
+:func:`model_shape` resolves them."""
+
+PLANNED_HYPERPARAMETERS: tuple[str, ...] = tuple(name for name, spec in SPECS.items() if spec.planner or spec.shape)
+"""The hyperparameters the planner's estimate depends on: the model and its shape, numerics, batch, memory
+modes and sharding."""
 
 GUIDE_DEFAULT_REQUEST: dict[str, str] = {
     "model": "gpt-1b",
@@ -307,14 +316,6 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-_ASCII_INT = r"[+-]?[0-9]+\Z"
-"""Integers as text: ASCII decimal digits with an optional sign (Python's ``int`` also accepts
-underscores and any Unicode decimal digit, which no other reader of these values does). A pattern, compiled
-by ``re`` at its first use (and cached there), not at import: ``trainctl plan`` parses no text numbers."""
-_ASCII_FLOAT = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
-"""Numbers as text: ASCII decimal notation with an optional exponent (``3e-4``, ``0.0003``, ``1.``)."""
-
-
 def unquote(raw: str) -> str:
     """Undo the JSON quoting older SageMaker SDKs apply (``'"mxfp8"'`` -> ``mxfp8``); surrounding blanks
     are dropped. The one rule for values read from a ``hyperparameters.json``."""
@@ -329,88 +330,39 @@ def unquote(raw: str) -> str:
     return text
 
 
-def coerce(name: str, value: Any) -> Any:
-    """Convert one raw value (string or JSON scalar) to the field's type.
+def lookup(name: str, value: Any) -> Setting:
+    """The :class:`Setting` of hyperparameter ``name``; raises :class:`HyperparameterError` for an unknown name
+    (listing the known ones; ``value``: what was given)."""
+    spec = SPECS.get(name)
+    if spec is None:
+        raise HyperparameterError(name, value, "a known hyperparameter: " + ", ".join(sorted(SPECS)))
+    return spec
 
-    Numbers given as text must be ASCII decimal (``"8"``, ``"+8"``, ``"3e-4"``):
-    ``"1_0"`` and other scripts' digits (``"٨"``) are refused, not read as 10 or 8.
+
+def coerce(name: str, value: Any) -> Any:
+    """Convert one raw value (string or JSON scalar) to the field's type (:meth:`Setting.read`). Numbers as
+    text must be ASCII decimal (``"8"``, ``"+8"``, ``"3e-4"``: ``"1_0"`` and other scripts' digits, ``"٨"``, are
+    refused). An optional hyperparameter reads ``None``, ``""``, ``"none"`` and ``"null"`` as unset.
 
     Raises:
         HyperparameterError: unknown name, wrong type, out of range.
     """
-    spec = SPECS.get(name)
-    if spec is None:
-        raise HyperparameterError(name, value, "a known hyperparameter: " + ", ".join(sorted(SPECS)))
-    raw = value
-    if isinstance(value, str):
-        value = unquote(value)
-        if spec.optional and value.lower() in ("", "none", "null"):
-            return None
-    elif value is None:
+    spec = lookup(name, value)
+    text = unquote(value) if isinstance(value, str) else value
+    if text is None or (spec.optional and isinstance(text, str) and text.lower() in ("", "none", "null")):
         if spec.optional:
             return None
-        raise HyperparameterError(name, raw, spec.expected())
-
-    if spec.kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
-            return False
-        raise HyperparameterError(name, raw, spec.expected())
-
-    if spec.kind is int:
-        if isinstance(value, bool):
-            raise HyperparameterError(name, raw, spec.expected())
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, str):
-            if not re.fullmatch(_ASCII_INT, value):  # int() also takes "1_0" and non-ASCII digits ("٨")
-                raise HyperparameterError(name, raw, spec.expected())
-            value = int(value, 10)
-        if not isinstance(value, int):
-            raise HyperparameterError(name, raw, spec.expected())
-    elif spec.kind is float:
-        if isinstance(value, bool) or (isinstance(value, str) and not re.fullmatch(_ASCII_FLOAT, value)):
-            raise HyperparameterError(name, raw, spec.expected())
-        try:
-            value = float(value)
-        except (TypeError, ValueError, OverflowError):
-            raise HyperparameterError(name, raw, spec.expected()) from None
-        if not math.isfinite(value):
-            raise HyperparameterError(name, raw, spec.expected())
-    else:
-        if not isinstance(value, str):
-            raise HyperparameterError(name, raw, spec.expected())
-        if spec.grammar is not None:
-            try:
-                value = spec.grammar(value)
-            except FieldError:
-                raise HyperparameterError(name, raw, spec.expected()) from None
-        elif spec.choices is not None:
-            # accept case and -/_ variants people type: "MXFP8", "gpt_1b"
-            candidates = {c.lower(): c for c in spec.choices}
-            normalised = value.lower()
-            if normalised not in candidates:
-                normalised = normalised.replace("_", "-")
-            if normalised not in candidates:
-                raise HyperparameterError(name, raw, spec.expected())
-            value = candidates[normalised]
-
-    if spec.minimum is not None and value < spec.minimum:
-        raise HyperparameterError(name, raw, spec.expected())
-    if spec.maximum is not None and value > spec.maximum:
-        raise HyperparameterError(name, raw, spec.expected())
-    return value
+        raise HyperparameterError(name, value, spec.expected())
+    try:
+        return spec.read(text)
+    except (ValueError, TypeError, OverflowError):
+        raise HyperparameterError(name, value, spec.expected()) from None
 
 
 def parse(values: Mapping[str, Any], *, base: Hyperparameters | None = None) -> Hyperparameters:
-    """Build :class:`Hyperparameters` from raw values over ``base`` (default: the defaults).
-
-    Keys may be snake_case or the guide's kebab/upper forms (``seq-length``,
-    ``SEQ_LENGTH``). Cross-field rules are checked after every field parses;
-    their errors say which of the values involved were not given (defaults).
+    """Build :class:`Hyperparameters` from raw values over ``base`` (default: the defaults). Keys may be
+    snake_case or the guide's kebab/upper forms (``seq-length``, ``SEQ_LENGTH``). Cross-field rules are checked
+    after every field parses; their errors say which of the values involved were not given (defaults).
 
     Raises:
         HyperparameterError: the first invalid field.
@@ -421,15 +373,10 @@ def parse(values: Mapping[str, Any], *, base: Hyperparameters | None = None) -> 
         parsed[name] = coerce(name, value)
     hp = dataclasses.replace(base or Hyperparameters(), **parsed)
     family = parsed.get("model_family")
-    if family is not None and "model" not in parsed and _family_of_model(hp.model) != family:
+    if family is not None and "model" not in parsed and hp.model not in (family, *models.get_family(family).presets):
         hp = dataclasses.replace(hp, model=family)  # model_family alone: a custom shape of that family
     validate(hp, given=parsed.keys())
     return hp
-
-
-def _family_of_model(model: str) -> str:
-    """The family ``model`` (a preset or a family name) belongs to."""
-    return model if model in MODEL_FAMILIES else models.family_of(model).name
 
 
 def merge_model_config(values: Mapping[str, Any], model_config: Any) -> dict[str, Any]:
@@ -474,10 +421,9 @@ def refuse_shape_values(values: Mapping[str, Any], derived: Mapping[str, Any]) -
 
 
 def model_shape(hp: Hyperparameters) -> models.ModelShape:
-    """The model shape ``hp`` describes: the preset (or, for a family name, the custom shape) ``model``
-    with the shape hyperparameters (:data:`SHAPE_HYPERPARAMETERS`) that are set, checked by its family's
-    one rule for ``precision`` (:func:`platform_spec.models.resolve_shape`). ``vocab_size`` unset is the
-    preset's: the trainer may still grow it to its data's.
+    """The model shape ``hp`` describes: the preset (or, for a family name, the custom shape) ``model`` with
+    the shape hyperparameters that are set, checked by its family's one rule for ``precision``
+    (:func:`platform_spec.models.resolve_shape`). ``vocab_size`` unset is the preset's (the trainer may grow it).
 
     Raises:
         HyperparameterError: naming the hyperparameter to change (``model_family``, a shape hyperparameter
@@ -500,27 +446,24 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> mo
     """Cross-field rules.
 
     Args:
-        given: the names the caller set. A value involved in a failed rule that
-            is not among them and equals its default is named as a default in
-            the error (``warmup_steps`` is 100 unless set, so ``max_steps=10``
-            alone fails on it). None: no such notes.
+        given: the names the caller set. A value involved in a failed rule that is not among them and equals
+            its default is named as a default in the error (``warmup_steps`` is 100 unless set, so
+            ``max_steps=10`` alone fails on it). None: no such notes.
 
     Returns:
         The model shape the rules checked (:func:`model_shape` of ``hp``), for callers that need it next.
 
     Raises:
-        HyperparameterError: naming the field to change; ``expected`` adds which
-            of the values were defaults.
+        HyperparameterError: naming the field to change; ``expected`` adds which of the values were defaults.
     """
 
     def defaulted(*names: str) -> str:
         if given is None:
             return ""
-        defaults = Hyperparameters()  # only a failed rule names defaults: not built for every check
         notes = [
             f"{name}={format_value(getattr(hp, name))} is its default (not set)"
             for name in names
-            if name not in given and getattr(hp, name) == getattr(defaults, name)
+            if name not in given and getattr(hp, name) == SPECS[name].default
         ]
         return "; " + "; ".join(notes) if notes else ""
 
@@ -572,7 +515,6 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def json_schema() -> dict[str, Any]:
     """A JSON Schema (draft 2020-12) of the hyperparameters object, for docs and clients."""
     props: dict[str, Any] = {}
-    defaults = Hyperparameters()
     for name, spec in SPECS.items():
         kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[spec.kind]
         prop: dict[str, Any] = {"type": [kind, "string"] if kind != "string" else "string", "description": spec.help}
@@ -584,9 +526,8 @@ def json_schema() -> dict[str, Any]:
             prop["minimum"] = spec.minimum
         if spec.maximum is not None:
             prop["maximum"] = spec.maximum
-        default = getattr(defaults, name)
-        if default is not None:
-            prop["default"] = default
+        if spec.default is not None:
+            prop["default"] = spec.default
         props[name] = prop
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -598,25 +539,25 @@ def json_schema() -> dict[str, Any]:
 
 
 __all__ = [
-    "ACTIVATION_CHECKPOINTING",
     "CPU_PRECISIONS",
     "FP8_SCALINGS",
-    "GRADIENT_SYNC_MODES",
     "GUIDE_DEFAULT_REQUEST",
     "MODEL_FAMILIES",
     "MODEL_PRESETS",
+    "PLANNED_HYPERPARAMETERS",
     "PRECISIONS",
     "QUANTIZED_MODEL_INIT_REFUSAL",
     "QUANTIZED_PRECISIONS",
     "SHAPE_HYPERPARAMETERS",
-    "SHARDING_STRATEGIES",
     "SPECS",
     "HyperparameterError",
     "Hyperparameters",
+    "Setting",
     "coerce",
     "format_value",
     "from_environment",
     "json_schema",
+    "lookup",
     "merge_model_config",
     "model_shape",
     "normalise_name",

@@ -26,7 +26,7 @@ the hidden state, e.g. rotary angles, fp32; ``None`` if nothing); the torch
 module also ``build_final_norm(shape)``.
 
 Shapes are hyperparameters (:func:`resolve_shape`): a preset is a named shortcut, the
-shape hyperparameters a family declares (:attr:`ModelFamily.shape_hyperparameters`)
+shape hyperparameters a family takes (:attr:`ModelFamily.shape_fields`)
 override its fields, and a family's name instead of a preset is a custom shape
 of that family (every field without a default given). Every shape is checked
 by the one rule of its family (:attr:`ModelFamily.validate_shape`: structure,
@@ -233,10 +233,9 @@ class ModelFamily:
             parameters (``tok_embeddings``, ``norm``, ``output``) included.
         export_format: the ``format`` of the family's model exports (``config.json``); default: the name.
         export_metadata: constants a model export records besides the shape (e.g. ``rope_base``).
-        shape_hyperparameters: ``{hyperparameter name: shape field}`` of the shape hyperparameters
-            (:data:`platform_spec.hyperparameters.SHAPE_HYPERPARAMETERS`) this family takes; a shape
-            hyperparameter it does not list is refused for it. Default: its shape fields other than
-            ``name``, under their own names.
+        renamed_shape_fields: ``{hyperparameter name: shape field}`` for the shape fields whose shape
+            hyperparameter (:data:`platform_spec.hyperparameters.SHAPE_HYPERPARAMETERS`) is named otherwise;
+            the others take their own names (:attr:`shape_fields`).
         validate_shape: ``(shape, *, precision=None) -> None``, the family's one shape rule (the trainer's,
             the planner's and the submitter's): raises :class:`~platform_spec.errors.FieldError` naming the
             shape field; ``precision`` adds its GEMM multiples (:func:`check_gemm_dimensions`). ``None``:
@@ -266,7 +265,7 @@ class ModelFamily:
     init_rule: Callable[[str, Any], str | float] | None = None
     export_format: str = ""
     export_metadata: Mapping[str, Any] = field(default_factory=dict)
-    shape_hyperparameters: Mapping[str, str] = field(default_factory=dict)
+    renamed_shape_fields: Mapping[str, str] = field(default_factory=dict)
     validate_shape: Callable[..., None] | None = None
     from_hf_config: Callable[[Mapping[str, Any]], Any] | None = None
     hf_model_types: tuple[str, ...] = ()
@@ -275,11 +274,11 @@ class ModelFamily:
 
     @property
     def shape_fields(self) -> Mapping[str, str]:
-        """``{hyperparameter name: shape field}`` this family takes (:attr:`shape_hyperparameters`, else
-        its shape dataclass's fields other than ``name`` under their own names)."""
-        if self.shape_hyperparameters:
-            return self.shape_hyperparameters
-        return {f.name: f.name for f in dataclasses.fields(self.shape_type) if f.name != "name"}
+        """``{hyperparameter name: shape field}`` of every field of the family's shape but ``name``, under its
+        own name or the one :attr:`renamed_shape_fields` gives; a shape hyperparameter not among them is refused
+        for this family."""
+        names = {shape_field: name for name, shape_field in self.renamed_shape_fields.items()}
+        return {names.get(f.name, f.name): f.name for f in dataclasses.fields(self.shape_type) if f.name != "name"}
 
     @property
     def format_name(self) -> str:

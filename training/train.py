@@ -714,7 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-dir", default=None, help="SageMaker base directory (default: $SAGEMAKER_BASE_DIR or /opt/ml)"
     )
     for name, spec in SPECS.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=spec.help)
+        parser.add_argument(spec.flag, dest=name, default=None, help=spec.help)
     return parser
 
 

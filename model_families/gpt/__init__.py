@@ -459,15 +459,7 @@ FAMILY = register_family(
         export_metadata=MappingProxyType(
             {"rope_base": ROPE_BASE, "layernorm_eps": LAYERNORM_EPS, "activation": ACTIVATION}
         ),
-        shape_hyperparameters=MappingProxyType(
-            {
-                "num_layers": "num_layers",
-                "hidden_size": "hidden_size",
-                "num_heads": "num_attention_heads",
-                "ffn_hidden_size": "ffn_hidden_size",
-                "vocab_size": "vocab_size",
-            }
-        ),
+        renamed_shape_fields=MappingProxyType({"num_heads": "num_attention_heads"}),
         validate_shape=validate_shape,
     )
 )

@@ -10,35 +10,16 @@ parses the arguments; :mod:`trainctl.plans` estimates and prints.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-# The top level imports argparse only (``trainctl --help`` imports this module for HELP): the facts the flags
-# offer are imported by add_arguments, the planner by run (trainctl.cli).
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
+# ``trainctl --help`` imports this module for HELP: the facts the flags offer are imported by add_arguments,
+# the planner by run (trainctl.cli).
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
 
-_FLAGS = {
-    "model": "--model",
-    "num_layers": "--num-layers",
-    "vocab_size": "--vocab-size",
-    "precision": "--precision",
-    "seq_length": "--seq-length",
-    "batch_size": "--batch-size",
-    "gradient_accumulation_steps": "--gradient-accumulation-steps",
-    "activation_checkpointing": "--activation-checkpointing",
-    "gradient_sync": "--gradient-sync",
-    "instance_type": "--instance-type",
-    "instance_count": "--instance-count",
-    "sharding_strategy": "--sharding-strategy",
-    "reshard_after_forward": "--reshard-after-forward",
-    "quantized_model_init": "--quantized-model-init",
-    "blocks_only": "--blocks-only",
-    "price_per_hour": "--price-per-hour",
-    "tokens": "--tokens",
-}
+_HARDWARE_AND_BUDGET = ("instance_type", "instance_count", "blocks_only", "price_per_hour", "tokens")
+"""The plan input's own fields, besides the hyperparameters: the hardware, the budget and ``--blocks-only``."""
 
 
 def _positive_int(text: str) -> int:
@@ -90,27 +71,6 @@ def quantized_model_init_help() -> str:
     )
 
 
-def _activation_checkpointing(text: str) -> str:
-    """An activation-checkpointing mode (``off``, ``full``, ``selective:N``), normalised; else what is accepted
-    (:mod:`platform_spec.training_modes`, the trainer's one grammar)."""
-    from platform_spec.errors import FieldError
-    from platform_spec.training_modes import activation_checkpointing
-
-    try:
-        return activation_checkpointing(text).name
-    except FieldError as exc:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected {exc.expected}") from None
-
-
-def _bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"got {text!r}, expected true or false")
-
-
 def _hyperparameter(name: str) -> Callable[[str], Any]:
     """The argparse type of the trainer hyperparameter ``name``: the trainer's own parser
     (:func:`platform_spec.hyperparameters.coerce`), its refusal as argparse's."""
@@ -127,26 +87,35 @@ def _hyperparameter(name: str) -> Callable[[str], Any]:
     return parse
 
 
-_LISTED_SHAPE_FLAGS = ("num_layers", "vocab_size")
-"""Shape hyperparameters with their own flag above the others (the guide's knobs)."""
+def _add_hyperparameter(group: argparse._ArgumentGroup, name: str) -> None:
+    """The flag of a hyperparameter the estimate depends on, from its declaration: unset by default (the
+    trainer's default, or the preset's for a shape setting); a boolean that defaults to false is a switch."""
+    from platform_spec.hyperparameters import SPECS, format_value
+
+    spec = SPECS[name]
+    default = "the preset's" if spec.optional else format_value(spec.default)
+    help_text = quantized_model_init_help() if name == "quantized_model_init" else f"{spec.help} (default: {default})"
+    if spec.kind is bool and spec.default is False:
+        group.add_argument(spec.flag, action="store_true", default=None, help=help_text.replace("%", "%%"))
+        return
+    group.add_argument(
+        spec.flag,
+        type=_hyperparameter(name),
+        choices=spec.choices,
+        default=None,
+        metavar=None if spec.choices else spec.metavar or ("{true,false}" if spec.default is True else "VALUE"),
+        help=help_text.replace("%", "%%"),
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
-    from platform_spec.hyperparameters import (
-        GRADIENT_SYNC_MODES,
-        GUIDE_DEFAULT_REQUEST,
-        MODEL_FAMILIES,
-        PRECISIONS,
-        SHAPE_HYPERPARAMETERS,
-        SHARDING_STRATEGIES,
-        SPECS,
-    )
-    from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
+    from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, PLANNED_HYPERPARAMETERS, SPECS
 
     g = parser.add_argument_group("model")
     g.add_argument(
         "--model",
+        type=_hyperparameter("model"),
         choices=SPECS["model"].choices,
         default=None,
         help="model preset, or a family's name for a custom shape of it (its shape flags given) (default: the "
@@ -159,73 +128,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model's shape from a Hugging Face config.json of a Llama-style model (model_type llama) instead "
         "of --model; unsupported content (rope_scaling, biases) is refused with the key named",
     )
-    g.add_argument("--num-layers", type=_positive_int, default=None, help="transformer blocks (default: the preset's)")
-    g.add_argument("--vocab-size", type=_positive_int, default=None, help="vocabulary size (default: the preset's)")
-    g.add_argument(
-        "--model-family",
-        choices=MODEL_FAMILIES,
-        default=None,
-        help=SPECS["model_family"].help.replace("%", "%%"),
-    )
-    for name in SHAPE_HYPERPARAMETERS:  # the trainer's shape hyperparameters, its rules (a family refuses others)
-        if name not in _LISTED_SHAPE_FLAGS:
-            g.add_argument(
-                "--" + name.replace("_", "-"),
-                type=_hyperparameter(name),
-                default=None,
-                metavar="VALUE",
-                help=f"{SPECS[name].help} (default: the preset's)".replace("%", "%%"),
-            )
+    t = parser.add_argument_group("training")
+    for name in PLANNED_HYPERPARAMETERS:
+        if name != "model":
+            _add_hyperparameter(g if name == "model_family" or SPECS[name].shape else t, name)
     g.add_argument(
         "--blocks-only",
         action="store_true",
         help="model TransformerEngine's FSDP example (the guide's benchmark: blocks only, bf16 Adam)",
     )
-    t = parser.add_argument_group("training")
-    t.add_argument(
-        "--precision", choices=PRECISIONS, default=GUIDE_DEFAULT_REQUEST["precision"], help="(default: %(default)s)"
-    )
-    t.add_argument(
-        "--seq-length",
-        type=_positive_int,
-        default=int(GUIDE_DEFAULT_REQUEST["seq_length"]),
-        help="tokens per sequence (default: %(default)s)",
-    )
-    t.add_argument(
-        "--batch-size",
-        type=_positive_int,
-        default=int(GUIDE_DEFAULT_REQUEST["batch_size"]),
-        help="micro-batch, sequences per GPU (default: %(default)s)",
-    )
-    t.add_argument("--gradient-accumulation-steps", type=_positive_int, default=1, help="(default: %(default)s)")
-    t.add_argument(
-        "--activation-checkpointing",
-        type=_activation_checkpointing,
-        default="off",
-        metavar="{off,full,selective:N}",
-        help="recompute blocks in backward: none, every block, or every Nth block (default: %(default)s)",
-    )
-    t.add_argument(
-        "--gradient-sync",
-        choices=GRADIENT_SYNC_MODES,
-        default=DEFAULT_GRADIENT_SYNC,
-        help="with gradient accumulation: reduce-scatter every micro-batch (less memory) or the last only "
-        "(less traffic) (default: %(default)s)",
-    )
-    t.add_argument(
-        "--sharding-strategy",
-        choices=SHARDING_STRATEGIES,
-        default="full",
-        help="full: FSDP over every GPU; hybrid: HSDP (default: %(default)s)",
-    )
-    t.add_argument(
-        "--reshard-after-forward",
-        type=_bool,
-        default=True,
-        metavar="{true,false}",
-        help="free gathered parameters after forward (default: true)",
-    )
-    t.add_argument("--quantized-model-init", action="store_true", help=quantized_model_init_help().replace("%", "%%"))
     h = parser.add_argument_group("hardware and budget")
     h.add_argument(
         "--instance-type",
@@ -242,53 +153,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """:class:`planner.PlanInput`'s keyword arguments for parsed ``trainctl plan`` arguments (no flag: the
-    guide's default request's model and layers)."""
-    from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, SHAPE_HYPERPARAMETERS
+    """:class:`planner.PlanInput`'s keyword arguments for parsed ``trainctl plan`` arguments: the hyperparameters
+    given (no model: the guide's default request's model and layers; the family alone: a custom shape of it,
+    as the trainer reads ``model_family`` alone), the hardware and the budget."""
+    from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, PLANNED_HYPERPARAMETERS
 
-    model = args.model
-    num_layers = args.num_layers
-    family = getattr(args, "model_family", None)
-    if model is None and family is not None:
-        model = family  # the family alone: a custom shape of it (as the trainer reads model_family alone)
-    if model is None and getattr(args, "model_config", None) is None:
-        model = GUIDE_DEFAULT_REQUEST["model"]
-        if num_layers is None:
-            num_layers = int(GUIDE_DEFAULT_REQUEST["num_layers"])
-    shape = {n: getattr(args, n, None) for n in SHAPE_HYPERPARAMETERS if n not in _LISTED_SHAPE_FLAGS}
-    return {
-        "model": model,
-        "model_family": family,
-        **shape,
-        "num_layers": num_layers,
-        "precision": args.precision,
-        "seq_length": args.seq_length,
-        "batch_size": args.batch_size,
-        "activation_checkpointing": args.activation_checkpointing,
-        "instance_type": args.instance_type,
-        "instance_count": args.instance_count,
-        "sharding_strategy": args.sharding_strategy,
-        "reshard_after_forward": args.reshard_after_forward,
-        "quantized_model_init": args.quantized_model_init,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "gradient_sync": args.gradient_sync,
-        "vocab_size": args.vocab_size,
-        "blocks_only": args.blocks_only,
-        "price_per_hour": args.price_per_hour,
-        "tokens": args.tokens,
-    }
+    fields = {name: value for name in PLANNED_HYPERPARAMETERS if (value := getattr(args, name)) is not None}
+    if "model" not in fields and "model_family" in fields:
+        fields["model"] = fields["model_family"]
+    if "model" not in fields and args.model_config is None:
+        fields["model"] = GUIDE_DEFAULT_REQUEST["model"]
+        fields.setdefault("num_layers", int(GUIDE_DEFAULT_REQUEST["num_layers"]))
+    return {**fields, **{name: getattr(args, name) for name in _HARDWARE_AND_BUDGET}}
 
 
 def flags() -> dict[str, str]:
-    """Plan input field -> the flag that sets it (to name the flag in an error): :data:`_FLAGS` and the shape
-    hyperparameters' flags."""
-    from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
+    """Plan input field -> the flag that sets it (to name the flag in an error): its name, kebab-cased."""
+    from platform_spec.hyperparameters import PLANNED_HYPERPARAMETERS
 
-    return {
-        **_FLAGS,
-        "model_family": "--model-family",
-        **{n: "--" + n.replace("_", "-") for n in SHAPE_HYPERPARAMETERS},
-    }
+    return {name: "--" + name.replace("_", "-") for name in (*PLANNED_HYPERPARAMETERS, *_HARDWARE_AND_BUDGET)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from platform_spec.hyperparameters import SPECS, Hyperparameters
+    from platform_spec.hyperparameters import SPECS
 
     parser.add_argument(
         "--base-dir",
@@ -86,16 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write hyperparameters.json JSON-quoted, as older SageMaker SDKs do",
     )
     hp = parser.add_argument_group("hyperparameters (the names SageMaker jobs use; default: the trainer's)")
-    defaults = Hyperparameters()
     for name, spec in SPECS.items():
-        default = getattr(defaults, name)
         choices = f"; one of {', '.join(spec.choices)}" if spec.choices else ""
         hp.add_argument(
-            "--" + name.replace("_", "-"),
+            spec.flag,
             dest="hp_" + name,
             default=None,
             metavar="VALUE",
-            help=f"{spec.help} (default {default}{choices})",
+            help=f"{spec.help} (default {spec.default}{choices})",
         )
 
 

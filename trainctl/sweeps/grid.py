@@ -48,14 +48,13 @@ def parse_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, l
     out: dict[str, list[str]] = {}
     for key, values in items:
         name = hpmod.normalise_name(key)
-        if name not in hpmod.SPECS:
-            raise hpmod.HyperparameterError(name, key, "a known hyperparameter: " + ", ".join(sorted(hpmod.SPECS)))
+        spec = hpmod.lookup(name, key)
         if name in out:
             raise SweepError(f"grid key {name!r} given twice; give all its values once: {name}=V1,V2")
         rendered: list[str] = []
         for raw in values:
             if isinstance(raw, str) and not raw.strip():
-                raise hpmod.HyperparameterError(name, raw, hpmod.SPECS[name].expected())
+                raise hpmod.HyperparameterError(name, raw, spec.expected())
             text = hpmod.format_value(hpmod.coerce(name, raw))
             if text not in rendered:
                 rendered.append(text)
