@@ -23,9 +23,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
-from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
+from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 from .. import acknowledgements as nag
+from ..job_state_events import job_state_event_pattern
 from ..submitter.bundling import ARCHITECTURE, RUNTIME, LambdaPackage
 from .runtime import settings
 
@@ -37,7 +38,6 @@ __all__ = [
     "JobStateHandlerProps",
     "PlanMetricsPublisher",
     "PlanMetricsPublisherProps",
-    "job_state_event_pattern",
 ]
 
 PLAN_METRICS_HANDLER = "platform_constructs.observability.runtime.plan_metrics.lambda_handler"
@@ -230,15 +230,6 @@ class PlanMetricsPublisher(Construct):
 # -- job outcomes --------------------------------------------------------------------------------
 
 
-def job_state_event_pattern() -> events.EventPattern:
-    """SageMaker training jobs reaching ``Completed``, ``Failed`` or ``Stopped``."""
-    return events.EventPattern(
-        source=[JOB_STATE_CHANGE_SOURCE],
-        detail_type=[JOB_STATE_CHANGE_DETAIL_TYPE],
-        detail={"TrainingJobStatus": list(TERMINAL_JOB_STATUSES)},
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class JobStateHandlerProps:
     """Properties of :class:`JobStateHandler`.
@@ -260,7 +251,8 @@ class JobStateHandler(Construct):
     """Counts training-job outcomes and logs failure reasons from EventBridge state-change events.
 
     Children: ``Function`` (with ``LogGroup``, ``Role``, ``Resource``), ``Rule``
-    (the EventBridge rule, pattern :func:`job_state_event_pattern`) and
+    (the EventBridge rule, pattern
+    :func:`~platform_constructs.job_state_events.job_state_event_pattern`) and
     ``IdempotencyTable`` (DynamoDB, on-demand, TTL attribute ``expiration``:
     Powertools idempotency records). See :mod:`.runtime.job_events`.
 
