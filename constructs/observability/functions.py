@@ -1,7 +1,7 @@
 """The observability functions: the training-plan metrics publisher and the job-state handler.
 
-Both run the code in ``runtime/`` (one Lambda package, :data:`PACKAGE`: what
-their handlers import, laid out under its import names), each
+Both run the code in ``runtime/`` (one Lambda package, :data:`PACKAGE`: the
+runtime and ``platform_spec``, laid out under their import names), each
 with its own least-privilege role and log group, and expose ``metric_*``
 methods named after the metrics they publish (names from
 :mod:`.runtime.settings`), for the dashboard and the alarms.
@@ -44,11 +44,12 @@ PLAN_METRICS_HANDLER = "platform_constructs.observability.runtime.plan_metrics.l
 JOB_EVENTS_HANDLER = "platform_constructs.observability.runtime.job_events.lambda_handler"
 PACKAGE = LambdaPackage(
     handlers=(PLAN_METRICS_HANDLER, JOB_EVENTS_HANDLER),
+    roots=("platform_constructs.observability.runtime", "platform_spec"),
     requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="observability functions package",
 )
-"""Both functions' package: their runtime modules, what those import of ``platform_spec`` (the
-training-plan ARN rule), boto3 and Powertools; no planner or trainer code."""
+"""Both functions' package: their runtime, ``platform_spec`` (the training-plan ARN rule, the job-state event's
+names), boto3 and Powertools; no planner or trainer code."""
 
 
 class _ObservabilityFunction(Construct):
