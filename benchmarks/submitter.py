@@ -4,8 +4,8 @@ Run: ``.venv/bin/python benchmarks/submitter.py [--repeats 15] [--requests 200] 
 
 1. **Package size**: the Lambda package built exactly as the construct builds
    it (``platform_constructs.submitter.bundling.SUBMITTER.build``: pinned
-   pure-Python requirements for arm64 / CPython 3.13 + the modules the handler
-   imports, under their import names, with their bytecode), unzipped and
+   pure-Python requirements for arm64 / CPython 3.13 + the package's declared
+   roots, under their import names, with their bytecode), unzipped and
    zipped (deflate), with the largest top-level folders; Lambda's limits are
    250 MB unzipped and 50 MB zipped for a direct upload.
 2. **Import time** of the handler module (cold-start proxy) against ``import
@@ -76,7 +76,7 @@ def package_size(bundle: Path) -> dict[str, Any]:
     )[:6]
     from platform_constructs.submitter import bundling
 
-    tops = {name.partition(".")[0] for name in bundling.SUBMITTER.closure().names()}
+    tops = {name.partition("/")[0] for _, name in bundling.SUBMITTER.sources()}
     ours = sum(_tree_size(bundle / d)[0] for d in tops if (bundle / d).exists())
     return {
         "unzipped_mb": round(unzipped / 1e6, 2),

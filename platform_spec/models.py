@@ -54,9 +54,9 @@ one line in ``model_families/__init__.py``. The cost: import-linter (grimp
 reads ``import`` statements) cannot see that edge, nor check that a family
 folder is registered; ``tests/platform_spec/test_model_registry.py`` checks
 instead that every registered name resolves (its record, presets and block
-modules) and every family folder is registered. (The Lambda bundles see it:
-:mod:`platform_constructs.submitter.bundling` follows ``import_module`` of a
-constant name.)
+modules) and every family folder is registered. (The Lambda bundles carry
+``model_families`` whole, less the torch blocks:
+:mod:`platform_constructs.submitter.bundling`.)
 
 Pure Python, standard library only.
 """

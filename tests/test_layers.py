@@ -43,6 +43,8 @@ def test_the_contracts_cover_the_floor_plan() -> None:
         "lambda-runtimes",
         "runtime-parents",
         "trainctl-commands",
+        "constructs-layers",
+        "constructs-acyclic",
     }
     assert {"torch", "numpy", "boto3", "botocore", "aws_cdk", "planner", "training"} <= set(
         CONTRACTS["pure-spec"]["forbidden_modules"]
@@ -69,6 +71,15 @@ def test_the_contracts_cover_the_floor_plan() -> None:
     # no library of trainctl is exempt, the demo included: it calls libraries, as every command does
     assert CONTRACTS["trainctl-commands"]["source_modules"] == ["trainctl.*"]
     assert not CONTRACTS["trainctl-commands"].get("ignore_imports")
+    # the constructs: observability above the submitter (which once imported it inside a function), and no cycle
+    # inside either package
+    layers = CONTRACTS["constructs-layers"]["layers"]
+    assert layers.index("platform_constructs.observability") < layers.index("platform_constructs.submitter")
+    assert CONTRACTS["constructs-acyclic"]["type"] == "acyclic_siblings"
+    assert set(CONTRACTS["constructs-acyclic"]["ancestors"]) == {
+        "platform_constructs.submitter",
+        "platform_constructs.observability",
+    }
 
 
 def test_the_tree_keeps_every_contract() -> None:
@@ -88,6 +99,10 @@ VIOLATIONS = {
     "platform_constructs/submitter/runtime/settings.py": "def _cdk():\n    import aws_cdk\n    return aws_cdk\n",
     "platform_constructs/observability/__init__.py": "from .construct import PlatformObservability\n",
     "trainctl/reports/markdown.py": "def _command():\n    from trainctl.commands import plan\n    return plan\n",
+    "platform_constructs/submitter/construct.py": (
+        "def _pattern():\n    from ..observability.functions import JobStateHandler\n    return JobStateHandler\n"
+    ),
+    "platform_constructs/observability/runtime/settings.py": "def _back():\n    from . import job_events\n    return job_events\n",
 }
 
 
@@ -95,8 +110,10 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
     """The same contracts over a copy of the tree with one forbidden import per layer: each is reported."""
     for package in ("platform_spec", "model_families", "planner", "training", "trainctl", "stacks"):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    # the copy of constructs/ under its import name (a namespace portion found on PYTHONPATH first)
+    # the copy of constructs/ under its import name, made a regular package so that it alone is found (as a
+    # namespace package, its portions would be the copy and the editable install's constructs/, both scanned)
     shutil.copytree(REPO / "constructs", tmp_path / "platform_constructs", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "platform_constructs" / "__init__.py").write_text("")
     shutil.copy2(CONFIG, tmp_path / "pyproject.toml")
     result = _lint(tmp_path, tmp_path / "pyproject.toml", str(tmp_path))
     assert result.returncode == 0, "the unmodified copy keeps every contract:\n" + result.stdout + result.stderr
@@ -117,6 +134,8 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
         "platform_constructs.submitter.runtime.settings -> aws_cdk",
         "platform_constructs.observability -> platform_constructs.observability.construct",
         "trainctl.reports.markdown -> trainctl.commands",
+        "platform_constructs.submitter.construct -> platform_constructs.observability.functions",
+        "No cycles are allowed in platform_constructs.observability.runtime",
     ):
         assert expected in out, expected
 

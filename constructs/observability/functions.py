@@ -1,7 +1,7 @@
 """The observability functions: the training-plan metrics publisher and the job-state handler.
 
-Both run the code in ``runtime/`` (one Lambda package, :data:`PACKAGE`: what
-their handlers import, laid out under its import names), each
+Both run the code in ``runtime/`` (one Lambda package, :data:`PACKAGE`: the
+runtime and ``platform_spec``, laid out under their import names), each
 with its own least-privilege role and log group, and expose ``metric_*``
 methods named after the metrics they publish (names from
 :mod:`.runtime.settings`), for the dashboard and the alarms.
@@ -23,9 +23,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
-from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
+from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 from .. import acknowledgements as nag
+from ..job_state_events import job_state_event_pattern
 from ..submitter.bundling import ARCHITECTURE, RUNTIME, LambdaPackage
 from .runtime import settings
 
@@ -37,18 +38,18 @@ __all__ = [
     "JobStateHandlerProps",
     "PlanMetricsPublisher",
     "PlanMetricsPublisherProps",
-    "job_state_event_pattern",
 ]
 
 PLAN_METRICS_HANDLER = "platform_constructs.observability.runtime.plan_metrics.lambda_handler"
 JOB_EVENTS_HANDLER = "platform_constructs.observability.runtime.job_events.lambda_handler"
 PACKAGE = LambdaPackage(
     handlers=(PLAN_METRICS_HANDLER, JOB_EVENTS_HANDLER),
+    roots=("platform_constructs.observability.runtime", "platform_spec"),
     requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="observability functions package",
 )
-"""Both functions' package: their runtime modules, what those import of ``platform_spec`` (the
-training-plan ARN rule), boto3 and Powertools; no planner or trainer code."""
+"""Both functions' package: their runtime, ``platform_spec`` (the training-plan ARN rule, the job-state event's
+names), boto3 and Powertools; no planner or trainer code."""
 
 
 class _ObservabilityFunction(Construct):
@@ -230,15 +231,6 @@ class PlanMetricsPublisher(Construct):
 # -- job outcomes --------------------------------------------------------------------------------
 
 
-def job_state_event_pattern() -> events.EventPattern:
-    """SageMaker training jobs reaching ``Completed``, ``Failed`` or ``Stopped``."""
-    return events.EventPattern(
-        source=[JOB_STATE_CHANGE_SOURCE],
-        detail_type=[JOB_STATE_CHANGE_DETAIL_TYPE],
-        detail={"TrainingJobStatus": list(TERMINAL_JOB_STATUSES)},
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class JobStateHandlerProps:
     """Properties of :class:`JobStateHandler`.
@@ -260,7 +252,8 @@ class JobStateHandler(Construct):
     """Counts training-job outcomes and logs failure reasons from EventBridge state-change events.
 
     Children: ``Function`` (with ``LogGroup``, ``Role``, ``Resource``), ``Rule``
-    (the EventBridge rule, pattern :func:`job_state_event_pattern`) and
+    (the EventBridge rule, pattern
+    :func:`~platform_constructs.job_state_events.job_state_event_pattern`) and
     ``IdempotencyTable`` (DynamoDB, on-demand, TTL attribute ``expiration``:
     Powertools idempotency records). See :mod:`.runtime.job_events`.
 

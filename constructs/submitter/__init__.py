@@ -2,7 +2,7 @@
 
 * :mod:`.construct` -- the CDK construct (:class:`~.construct.JobSubmitter`, its props and
   :class:`~.construct.ISubmitterMetrics`);
-* :mod:`.bundling` -- the Lambda package, derived from what the handler imports;
+* :mod:`.bundling` -- the Lambda package, built from declared roots (the runtime and the pure packages);
 * :mod:`.runtime` -- the function's code, a plain package (no CDK).
 
 This file imports nothing, so importing the runtime (``import

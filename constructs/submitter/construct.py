@@ -52,6 +52,7 @@ from platform_spec.runs import DECISIONS as RUN_DECISIONS
 from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 from .. import acknowledgements as nag
+from ..job_state_events import job_state_event_pattern
 from ..trainer_image import ITrainerImage
 from . import bundling
 from .bundling import ARCHITECTURE, RUNTIME
@@ -611,8 +612,6 @@ class JobSubmitter(Construct):
 
     def _route_events(self, scope: Construct, props: JobSubmitterProps) -> None:
         """The continuation's triggers: SageMaker's terminal job state changes and a schedule, with retries and a DLQ."""
-        from ..observability.functions import job_state_event_pattern
-
         minutes = int(props.continuation_schedule.to_minutes())
         self.dead_letter_queue = sqs.Queue(
             scope,

@@ -1,12 +1,9 @@
 """benchmarks/startup.py's arithmetic and instruments (not its timings): the modelled memory curve gives the
-submitting function's import and the reader's, the dataclass floor adds what it says it adds, and the dataclass
-timer sees every dataclass of ours on the way to ``trainctl plan --json``."""
+submitting function's import and the reader's, and each init row times the import it names."""
 
 from __future__ import annotations
 
-import ast
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -17,8 +14,6 @@ _spec = importlib.util.spec_from_file_location("benchmarks_startup", REPO / "ben
 startup = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = startup  # its dataclass resolves its annotations through sys.modules
 _spec.loader.exec_module(startup)
-
-OURS = ("planner", "platform_spec", "model_families", "trainctl", "platform_constructs")
 
 
 def test_the_memory_curve_models_both_functions_at_each_size() -> None:
@@ -52,58 +47,6 @@ def test_the_report_shows_the_readers_column_of_the_curve() -> None:
     assert "its init is the one-core time at every size, 300.0 ms here (200.0 ms for the reader)" in text
     assert "| memory MB | vCPU share | modelled init ms | the reader's ms | |" in text
     assert "| 512 | 0.289 | 1036.5 | 691.0 | configured (JobSubmitterProps.memory_size) |" in text
-
-
-def test_the_dataclass_floor_is_the_interpreter_the_imports_and_the_generation() -> None:
-    rows = [{"name": "import argparse, dataclasses", "subject_ms_median": 68.0, "baseline_ms_median": 50.0}]
-    floor = startup.style_floor(rows, {"total_ms": 23.0})
-    assert floor == {
-        "baseline_ms": 50.0,
-        "budget_ms": 25.0,  # (1.5 - 1) x the interpreter
-        "imports_ms": 18.0,
-        "generation_ms": 23.0,
-        "floor_ms": 91.0,  # 50 + 18 + 23
-        "floor_ratio": 1.82,
-        "target": startup.TARGETS["trainctl plan --json"],
-    }
-
-
-def _dataclasses_in(module: str) -> set[str]:
-    """``module.qualname`` of every class the source of ``module`` decorates with ``dataclass``."""
-    found: set[str] = set()
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                for decorator in child.decorator_list:
-                    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-                    if getattr(target, "attr", getattr(target, "id", None)) == "dataclass":
-                        found.add(f"{module}.{prefix}{child.name}")
-                walk(child, f"{prefix}{child.name}.")
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                walk(child, f"{prefix}{child.name}.<locals>.")
-            else:
-                walk(child, prefix)
-
-    spec = importlib.util.find_spec(module)
-    if spec is not None and spec.origin and spec.origin.endswith(".py"):
-        walk(ast.parse(Path(spec.origin).read_text(encoding="utf-8")), "")
-    return found
-
-
-def test_the_dataclass_timer_sees_every_dataclass_of_ours_on_the_way_to_a_plan() -> None:
-    code = startup.DATACLASS_TIMES.replace(
-        "print(json.dumps(seconds))",
-        "print(json.dumps({'seconds': seconds, 'modules': sorted(sys.modules)}))",
-    )
-    out = json.loads(
-        subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    )
-    ours = [m for m in out["modules"] if m.split(".")[0] in OURS]
-    declared = set().union(*(_dataclasses_in(m) for m in ours))
-    assert len(declared) >= 15  # the platform's records and the planner's (21 when this was written)
-    assert set(out["seconds"]) == declared
-    assert all(seconds > 0 for seconds in out["seconds"].values())
 
 
 def test_the_init_row_imports_the_handler_as_lambda_does_making_clients_and_configuration() -> None:

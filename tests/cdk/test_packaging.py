@@ -1,8 +1,10 @@
-"""The Lambda packages: what the handlers import (and nothing else), under their import names, built
-without Docker, lean, importable on their own, content-hashed; the runtimes import without the CDK."""
+"""The Lambda packages: their declared roots (and nothing else), under their import names, built without
+Docker, lean, each function answering with only its package, content-hashed; the runtimes import without the
+CDK."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -14,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from platform_constructs.observability import functions as observability
+from platform_constructs.observability.runtime import settings as observability_settings
 from platform_constructs.submitter import bundling
-from platform_constructs.submitter.bundling import SUBMITTER, LambdaPackage, import_closure
+from platform_constructs.submitter.bundling import SUBMITTER, LambdaPackage
+from platform_constructs.submitter.runtime import settings as submitter_settings
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -23,20 +28,44 @@ HANDLER_MODULE = "platform_constructs.submitter.runtime.handler"
 OURS = ("platform_constructs", "platform_spec", "model_families", "planner", "training", "stacks", "trainctl")
 
 
-@pytest.fixture(scope="module")
-def package(default_synth) -> Path:
-    """The staged Lambda asset folder of the default synth."""
-    fn_id = default_synth.logical_id(default_synth.stack.submitter.function)
-    code = default_synth.resources[fn_id]["Properties"]["Code"]
+def _staged(synth, function) -> Path:
+    """The staged Lambda asset folder of ``function`` in ``synth``."""
+    code = synth.resources[synth.logical_id(function)]["Properties"]["Code"]
     asset_hash = code["S3Key"].removesuffix(".zip")
-    assets = json.loads((default_synth.outdir / "TrainingPlatform.assets.json").read_text())
-    path = default_synth.outdir / assets["files"][asset_hash]["source"]["path"]
+    assets = json.loads((synth.outdir / "TrainingPlatform.assets.json").read_text())
+    path = synth.outdir / assets["files"][asset_hash]["source"]["path"]
     assert path.is_dir()
     return path
 
 
+@pytest.fixture(scope="module")
+def package(default_synth) -> Path:
+    """The staged Lambda asset folder of the default synth's submitter."""
+    return _staged(default_synth, default_synth.stack.submitter.function)
+
+
+@pytest.fixture(scope="module")
+def packages(default_synth, package) -> dict[str, Path]:
+    """Each package's staged folder, by its display name."""
+    observability_function = default_synth.stack.observability.job_outcomes.function
+    return {
+        SUBMITTER.display_name: package,
+        observability.PACKAGE.display_name: _staged(default_synth, observability_function),
+    }
+
+
 def _files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def _paths(package: LambdaPackage, repo_root: Path = bundling.REPO_ROOT) -> set[str]:
+    """The package paths of ``package``'s own code."""
+    return {name for _, name in package.sources(repo_root)}
+
+
+def _modules(package: LambdaPackage) -> set[str]:
+    """The import names of ``package``'s own modules."""
+    return {name.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for name in _paths(package)}
 
 
 # -- the runtimes are plain packages ----------------------------------------------------------------
@@ -88,75 +117,23 @@ def test_the_cdk_blocker_does_refuse() -> None:
     assert result.returncode != 0 and "ImportError: blocked: aws_cdk" in result.stderr
 
 
-# -- the closure's rules ----------------------------------------------------------------------------
+# -- the declared roots -----------------------------------------------------------------------------
 
 TOY_FILES = {
     "pyproject.toml": '[tool.setuptools]\npackage-dir = { "mapped" = "src" }\n',
     "src/app/__init__.py": "",
-    "src/app/handler.py": textwrap.dedent(
-        """
-        from __future__ import annotations
-
-        import importlib
-        import json
-        from typing import TYPE_CHECKING
-
-        import pure.deep.leaf
-        from pure import helpers
-        from . import settings
-        from .sub import thing
-
-        if TYPE_CHECKING:
-            from heavy import torchy  # never runs
-
-        REGISTRY = "plugins"
-
-
-        def lazy():
-            import boto3
-            from .lazy_mod import value
-            return boto3, value
-
-
-        def registered():
-            return importlib.import_module(REGISTRY)
-
-
-        def computed(name):
-            return importlib.import_module(f"plugins.{name}")  # a computed name: not followed
-        """
-    ),
-    "src/app/settings.py": "NAME = 'x'\n",
-    "src/app/sub/__init__.py": "thing = 1\n",
-    "src/app/lazy_mod.py": "from .. import other\nvalue = other\n",
-    "src/app/unused.py": "import heavy\n",
-    "src/other.py": "",
-    "src/construct.py": "import aws_cdk\n",
+    "src/app/runtime/__init__.py": "",
+    "src/app/runtime/handler.py": "",
+    "src/app/runtime/new_module.py": "",
+    "src/app/runtime/sub/__init__.py": "",
+    "src/app/construct.py": "import aws_cdk\n",
     "pure/__init__.py": "",
-    "pure/helpers.py": "",
-    "pure/unused.py": "",
-    "pure/deep/__init__.py": "",
-    "pure/deep/leaf.py": "from ..helpers import *\n",
-    "heavy/__init__.py": "import torch\n",
-    "heavy/torchy.py": "",
-    "plugins/__init__.py": textwrap.dedent(
-        """
-        import importlib
-
-        KINDS = ("alpha",)
-        for _kind in KINDS:  # a registration list
-            importlib.import_module(f"{__name__}.{_kind}")
-        importlib.import_module(".beta", __name__)
-
-
-        def block(kind):
-            return importlib.import_module(f".{kind}_part", __name__)  # a computed name: not followed
-        """
-    ),
-    "plugins/alpha.py": "",
-    "plugins/beta.py": "",
-    "plugins/torch_part.py": "import torch\n",
-    "tests/test_x.py": "",
+    "pure/fact.py": "",
+    "pure/family/__init__.py": "",
+    "pure/family/torch_block.py": "import torch\n",
+    "pure/family/te_block.py": "import transformer_engine\n",
+    "pure/tests/test_fact.py": "",
+    "notapackage/module.py": "",
 }
 
 
@@ -167,37 +144,68 @@ def _toy(root: Path) -> Path:
     return root
 
 
-def test_the_closure_follows_every_import_that_can_run_and_nothing_else(tmp_path: Path) -> None:
-    closure = import_closure(["mapped.app.handler"], _toy(tmp_path))
-    assert closure.names() == (
-        "mapped.app", "mapped.app.handler", "mapped.app.lazy_mod", "mapped.app.settings", "mapped.app.sub",
-        "mapped.other", "plugins", "plugins.alpha", "plugins.beta", "pure", "pure.deep", "pure.deep.leaf", "pure.helpers",
-    )  # fmt: skip
-    assert closure.package_paths() == (
-        "mapped/app/__init__.py", "mapped/app/handler.py", "mapped/app/lazy_mod.py", "mapped/app/settings.py",
-        "mapped/app/sub/__init__.py", "mapped/other.py", "plugins/__init__.py", "plugins/alpha.py", "plugins/beta.py",
-        "pure/__init__.py",
-        "pure/deep/__init__.py", "pure/deep/leaf.py", "pure/helpers.py",
-    )  # laid out under import names: src/ is `mapped`  # fmt: skip
-    assert closure.external == {"__future__", "boto3", "importlib", "json", "typing"}
-    paths = {m.name: m.path for m in closure.modules}
-    assert paths["mapped.app.sub"] == tmp_path / "src/app/sub/__init__.py"
+def test_a_package_is_its_roots_under_their_import_names_less_the_excluded(tmp_path: Path) -> None:
+    toy = LambdaPackage(
+        handlers=("mapped.app.runtime.handler.lambda_handler",),
+        roots=("mapped.app.runtime", "pure"),
+        requirements=tmp_path / "r.txt",
+    )
+    assert _paths(toy, _toy(tmp_path)) == {
+        "mapped/app/__init__.py", "mapped/app/runtime/__init__.py", "mapped/app/runtime/handler.py",
+        "mapped/app/runtime/new_module.py", "mapped/app/runtime/sub/__init__.py",  # every module: none listed
+        "pure/__init__.py", "pure/fact.py", "pure/family/__init__.py",
+    }  # src/ is `mapped`; the construct beside the root, the torch and TE blocks and the tests stay out  # fmt: skip
+    sources = {name: path for path, name in toy.sources(tmp_path)}
+    assert sources["mapped/app/runtime/sub/__init__.py"] == tmp_path / "src/app/runtime/sub/__init__.py"
 
 
 def test_a_root_outside_the_repository_is_refused(tmp_path: Path) -> None:
     _toy(tmp_path)
-    for root in ("mapped.app.missing", "src.app.handler", "tests.test_x", "json"):
-        with pytest.raises(ValueError, match=rf"module '{root}': not a module of the repository"):
-            import_closure([root], tmp_path)
+    for root in ("mapped.app.missing", "notapackage", "json"):
+        toy = LambdaPackage(handlers=("pure.fact.f",), roots=(root,), requirements=tmp_path / "r.txt")
+        with pytest.raises(
+            ValueError, match=rf"LambdaPackage\.roots: got '{root}'; expected a package of the repository"
+        ):
+            toy.sources(tmp_path)
+    # a handler outside the roots: beside them (construct code), or under a folder's name instead of its import name
+    for handler, root in (
+        ("mapped.app.construct.f", "mapped.app.runtime"),
+        ("mapped.app.runtime.handler.f", "src.app.runtime"),
+    ):
+        outside = LambdaPackage(handlers=(handler,), roots=(root,), requirements=tmp_path / "r.txt")
+        with pytest.raises(ValueError, match=rf"'{handler}': its module is not under the roots \('{root}',\)"):
+            outside.sources(tmp_path)
     with pytest.raises(ValueError, match=r"LambdaPackage\.handlers: got 'handler'; expected 'module\.function'"):
-        LambdaPackage(handlers=("handler",), requirements=tmp_path / "r.txt")
+        LambdaPackage(handlers=("handler",), roots=("pure",), requirements=tmp_path / "r.txt")
     with pytest.raises(ValueError, match="expected a non-empty tuple"):
-        LambdaPackage(handlers=(), requirements=tmp_path / "r.txt")
+        LambdaPackage(handlers=(), roots=("pure",), requirements=tmp_path / "r.txt")
+    with pytest.raises(ValueError, match=r"LambdaPackage\.roots: got \(\); expected a non-empty tuple"):
+        LambdaPackage(handlers=("pure.fact.f",), roots=(), requirements=tmp_path / "r.txt")
 
 
-def test_the_submitters_closure_is_the_runtime_and_the_pure_packages_it_reads() -> None:
-    closure = SUBMITTER.closure()
-    names = set(closure.names())
+def _imports_that_run(path: Path) -> set[str]:
+    """Top-level names ``path`` imports absolutely, anywhere but under ``if TYPE_CHECKING:`` (which never runs)."""
+    tree = ast.parse(path.read_bytes())
+    skipped = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+        for statement in branch.body
+        for node in ast.walk(statement)
+    }
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_the_submitters_package_is_the_runtime_and_the_pure_packages_it_reads() -> None:
+    names = _modules(SUBMITTER)
     assert {HANDLER_MODULE, "platform_constructs.submitter", "platform_constructs.submitter.runtime",
             "platform_constructs.submitter.runtime.service", "platform_spec.hyperparameters", "platform_spec.models",
             "model_families", "model_families.gpt", "planner", "planner.recommend"} <= names  # fmt: skip
@@ -205,12 +213,20 @@ def test_the_submitters_closure_is_the_runtime_and_the_pure_packages_it_reads() 
     assert not {"platform_constructs.submitter.construct", "platform_constructs.submitter.bundling"} & names
     assert not {n for n in names if n.startswith("platform_constructs.observability")}
     assert not {
-        n for n in names if n.endswith(("torch_block", "te_block"))
+        n for n in names if n.endswith(("torch_block", "te_block", "rotary"))
     }  # a family's torch blocks are the trainer's
-    # every library it imports is the standard library's or a pinned requirement's (installed in the package)
-    third_party = closure.external - set(sys.stdlib_module_names)
-    installed = {p.name for p in SUBMITTER.installed_dependencies().iterdir()}
+
+
+@pytest.mark.parametrize("lambda_package", [SUBMITTER, observability.PACKAGE], ids=lambda p: p.display_name)
+def test_every_library_the_package_imports_is_the_standard_librarys_ours_or_a_pinned_requirement(lambda_package):
+    """What the package's modules import (lazily too; not under ``TYPE_CHECKING``) is in the package: no torch, no
+    CDK, nothing of ours outside the roots (:data:`bundling.EXCLUDE` keeps the torch blocks out)."""
+    imported = set().union(*(_imports_that_run(path) for path, _ in lambda_package.sources()))
+    ours = {name.partition("/")[0] for name in _paths(lambda_package)}
+    installed = {p.name for p in lambda_package.installed_dependencies().iterdir()}
+    third_party = imported - set(sys.stdlib_module_names) - ours
     assert third_party and third_party <= installed, third_party - installed
+    assert not imported & {"torch", "aws_cdk", "constructs", "jsii", "training", "trainctl", "stacks"}
 
 
 # -- the built package ------------------------------------------------------------------------------
@@ -220,15 +236,21 @@ def _sources(files: set[str]) -> set[str]:
     return {f for f in files if "__pycache__/" not in f}
 
 
-def test_the_package_holds_exactly_the_handlers_import_closure(package):
-    dependencies = _files(SUBMITTER.installed_dependencies()) - {".complete"}
+@pytest.mark.parametrize("lambda_package", [SUBMITTER, observability.PACKAGE], ids=lambda p: p.display_name)
+def test_the_package_holds_exactly_its_declared_roots(packages, lambda_package):
+    package = packages[lambda_package.display_name]
+    dependencies = _files(lambda_package.installed_dependencies()) - {".complete"}
     ours = _sources(_files(package) - dependencies)
-    assert ours == set(SUBMITTER.closure().package_paths())
-    assert (
-        "platform_constructs/submitter/runtime/handler.py" in ours
-        and "platform_constructs/submitter/__init__.py" in ours
-    )
+    assert ours == _paths(lambda_package)
+    for handler in lambda_package.handlers:  # each handler's module, and the runtime's parent package
+        module = handler.rpartition(".")[0]
+        assert module.replace(".", "/") + ".py" in ours
+        assert module.rsplit(".", 2)[0].replace(".", "/") + "/__init__.py" in ours
     assert not {p.name for p in package.iterdir()} & {"runtime", "training", "stacks", "trainctl", "constructs"}
+    if lambda_package is observability.PACKAGE:  # the training-plan ARN rule, never the planner
+        assert "platform_spec/training_plans.py" in ours and not {"planner", "model_families"} & set(
+            os.listdir(package)
+        )
 
 
 def test_package_is_lean(package):
@@ -308,38 +330,135 @@ def test_package_imports_on_its_own(package):
     )
     assert result.returncode == 0, result.stderr
     loaded = set(json.loads(result.stdout)) - {"platform_constructs"}  # a namespace package: no file
-    assert loaded <= set(SUBMITTER.closure().names()), loaded - set(SUBMITTER.closure().names())
+    assert loaded <= _modules(SUBMITTER), loaded - _modules(SUBMITTER)
+
+
+ANSWER = textwrap.dedent(
+    """
+    import importlib, json, sys, types
+    package, handler, event = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    sys.path[:0] = [package]
+    module, _, function = handler.rpartition(".")
+    context = types.SimpleNamespace(
+        function_name="packaged", memory_limit_in_mb=512, aws_request_id="req-packaged",
+        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:packaged",
+        get_remaining_time_in_millis=lambda: 60_000,
+    )
+    answer = getattr(importlib.import_module(module), function)(event, context)
+    ours = {name: m.__file__ for name, m in sys.modules.items() if name.split(".")[0] in OURS and getattr(m, "__file__", None)}
+    print("ANSWER " + json.dumps({"answer": answer, "outside": sorted(n for n, f in ours.items() if not f.startswith(package)),
+                                  "torch_or_cdk": sorted({"torch", "aws_cdk", "jsii", "constructs"} & set(sys.modules))}, default=str))
+    """
+).replace("OURS", repr(set(OURS)))
+"""Run in ``python -S -I -B`` with ARGV ``PACKAGE HANDLER EVENT``: Lambda's call of the handler, the package alone on
+``sys.path`` (and the standard library); prints its answer and the modules of ours loaded from elsewhere."""
+
+IDEMPOTENCY_TABLE = "packaged-job-events-idempotency"
+PLAN = {"TrainingPlanName": "packaged-plan", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+        "TotalInstanceCount": 2, "StartTime": "now-1d", "EndTime": "now+10d"}  # fmt: skip
+SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "time": "2026-03-01T12:00:00Z"}
+JOB_STATE_CHANGE = {
+    "id": "packaged-event", "source": "aws.sagemaker", "detail-type": "SageMaker Training Job State Change",
+    "time": "2026-03-01T12:00:00Z", "resources": ["arn:aws:sagemaker:us-east-1:123456789012:training-job/packaged"],
+    "detail": {"TrainingJobName": "packaged", "TrainingJobStatus": "Completed"},
+}  # fmt: skip
+FUNCTIONS = {
+    # function: (package, handler, its environment beyond the emulator's, event, what of its answer, expected)
+    "submitter": (
+        SUBMITTER, SUBMITTER.handlers[0], {},
+        {"hyperparameters": {"model": "gpt-tiny"}, "inputs": {"train": "datasets/packaged/"}, "dry_run": True,
+         "client_token": "packaged-dry-run"},
+        lambda answer: answer["status"], "validated",
+    ),
+    "reader": (
+        SUBMITTER, SUBMITTER.handlers[0],
+        {submitter_settings.ENV_ALLOWED_ACTIONS: ",".join(submitter_settings.READ_ACTIONS)},
+        {"action": "list"}, lambda answer: answer["status"], "listed",
+    ),
+    "continuation": (
+        SUBMITTER, SUBMITTER.handlers[1], {}, SCHEDULED,
+        lambda answer: (answer["status"], answer["decisions"]), ("ticked", []),
+    ),
+    "plan metrics": (
+        observability.PACKAGE, observability.PLAN_METRICS_HANDLER, {}, SCHEDULED,
+        lambda answer: ([p["training_plan_name"] for p in answer["plans"]], answer["problems"]), (["packaged-plan"], []),
+    ),
+    "job outcomes": (
+        observability.PACKAGE, observability.JOB_EVENTS_HANDLER,
+        {observability_settings.ENV_IDEMPOTENCY_TABLE: IDEMPOTENCY_TABLE}, JOB_STATE_CHANGE,
+        lambda answer: answer["counted"], True,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """``trainctl local-aws`` with one active plan and the job-outcomes function's idempotency table."""
+    from trainctl.local_aws import LocalAws
+
+    with LocalAws(plans=[PLAN]) as aws:
+        aws.client("dynamodb").create_table(
+            TableName=IDEMPOTENCY_TABLE,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield aws
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_each_function_answers_with_only_its_package_on_the_path(packages, emulator, function):
+    """The declared roots are enough: each deployed function's handler, called as Lambda calls it with nothing but
+    its staged package and the standard library on ``sys.path``, answers a request against the emulator, and
+    every module of ours it loaded came from the package (no torch, no CDK)."""
+    lambda_package, handler, environment, event, summary, expected = FUNCTIONS[function]
+    package = packages[lambda_package.display_name]
+    env = {"PATH": os.environ.get("PATH", ""), **emulator.env, **environment}
+    result = subprocess.run(
+        [sys.executable, "-S", "-I", "-B", "-c", ANSWER, str(package), handler, json.dumps(event)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=package,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("ANSWER ")]
+    out = json.loads(line.removeprefix("ANSWER "))
+    assert summary(out["answer"]) == expected, out["answer"]
+    assert out["outside"] == [] and out["torch_or_cdk"] == []
 
 
 # -- the asset hash ---------------------------------------------------------------------------------
 
 
-def _copy_of_the_closure(root: Path) -> Path:
+def _copy_of_the_package(root: Path) -> Path:
     """The files the submitter's package is made of, at their repository paths, plus pyproject.toml."""
-    for module in SUBMITTER.closure().modules:
-        target = root / module.path.relative_to(bundling.REPO_ROOT)
+    for source, _ in SUBMITTER.sources():
+        target = root / source.relative_to(bundling.REPO_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(module.path, target)
+        shutil.copy2(source, target)
     shutil.copy2(bundling.REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 
 
-def test_asset_hash_tracks_what_the_handler_imports(tmp_path: Path) -> None:
-    root = _copy_of_the_closure(tmp_path / "repo")
+def test_asset_hash_tracks_the_declared_roots(tmp_path: Path) -> None:
+    root = _copy_of_the_package(tmp_path / "repo")
     original = SUBMITTER.asset_hash(root)
     assert original == SUBMITTER.asset_hash(bundling.REPO_ROOT)  # same content, same hash
 
-    # modules the handler does not import: the trainer, a family's torch block, the construct, a new fact
+    # files outside the roots or excluded: the trainer, a family's torch block, the construct, bytecode, tests
     (root / "training").mkdir()
     (root / "training" / "__init__.py").write_text("import torch\n")
     (root / "model_families" / "gpt" / "torch_block.py").write_text("import torch\n")
     (root / "constructs" / "submitter" / "construct.py").write_text("import aws_cdk\n")
-    (root / "platform_spec" / "new_fact.py").write_text("FACT = 1\n")
     (root / "planner" / "__pycache__").mkdir()
     (root / "planner" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (root / "planner" / "tests").mkdir()
+    (root / "planner" / "tests" / "test_x.py").write_text("import pytest\n")
     assert SUBMITTER.asset_hash(root) == original
 
-    # an imported module changes
+    # a module of the package changes
     hyperparameters = root / "platform_spec" / "hyperparameters.py"
     text = hyperparameters.read_text()
     hyperparameters.write_text(text + "\n# changed\n")
@@ -348,12 +467,9 @@ def test_asset_hash_tracks_what_the_handler_imports(tmp_path: Path) -> None:
     hyperparameters.write_text(text)
     assert SUBMITTER.asset_hash(root) == original
 
-    # a module becomes imported (lazily): it joins the package and the hash
-    settings = root / "constructs" / "submitter" / "runtime" / "settings.py"
-    settings.write_text(
-        settings.read_text() + "\n\ndef _fact():\n    from platform_spec import new_fact\n    return new_fact\n"
-    )
-    assert "platform_spec.new_fact" in SUBMITTER.closure(root).names()
+    # a new module under a root (the runtime's, say) joins the package and the hash without being listed
+    (root / "constructs" / "submitter" / "runtime" / "ledger.py").write_text("RECORDS = 1\n")
+    assert "platform_constructs/submitter/runtime/ledger.py" in _paths(SUBMITTER, root)
     assert SUBMITTER.asset_hash(root) not in (original, changed)
 
 
@@ -421,7 +537,7 @@ def test_every_module_ships_unchecked_hash_bytecode_of_its_own_source(package):
     assert result.returncode == 0, result.stderr
     checked = json.loads(result.stdout)
     assert checked["problems"] == []
-    ours = SUBMITTER.closure().package_paths()
+    ours = _paths(SUBMITTER)
     assert checked["sources"] > len(ours) + 300  # botocore, boto3, powertools... were checked too
     for path in ours:
         pyc = package / path.rpartition("/")[0] / "__pycache__" / f"{Path(path).stem}.{COMPILER.cache_tag}.pyc"
@@ -437,7 +553,7 @@ def test_the_runtime_loads_the_bytecode_without_reading_a_source(package, tmp_pa
     shutil.copytree(package, copy)
     for path in copy.rglob("*"):
         os.utime(path, (315532800, 315532800))  # 1980-01-01, as in a zip
-    for path in SUBMITTER.closure().package_paths():
+    for path in _paths(SUBMITTER):
         (copy / path).write_text("raise ImportError('the source was read')\n")
     code = textwrap.dedent(
         """

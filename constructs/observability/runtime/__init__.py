@@ -8,9 +8,8 @@
 
 A plain package: importing it never imports the CDK, so Lambda, tests and tools
 all import it as ``platform_constructs.observability.runtime``; its modules
-import each other relatively. The deployment package is what the two handlers
-import, laid out under the same names
-(``platform_constructs.observability.functions.PACKAGE``): boto3,
-aws-lambda-powertools and ``platform_spec``'s training-plan ARN rule (no CDK,
-no torch, no planner).
+import each other relatively. The deployment package is this folder and
+``platform_spec``, laid out under the same names
+(``platform_constructs.observability.functions.PACKAGE``), with boto3 and
+aws-lambda-powertools (no CDK, no torch, no planner).
 """
