@@ -317,9 +317,9 @@ def test_a_stop_landing_while_the_next_segment_is_submitted_stops_that_segment(
     def submit_after_a_stop(*args, **kwargs):
         stopped = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
         assert stopped["status"] == "stopped", stopped  # no segment ran when it looked
-        return service.submit(*args, **kwargs)
+        return service.submit_segment(*args, **kwargs)
 
-    monkeypatch.setattr(continuation, "submit", submit_after_a_stop)
+    monkeypatch.setattr(continuation, "submit_segment", submit_after_a_stop)
     answer = run_kit.handle(event)
     assert decision(answer) == spec.CONTINUE and answer["decision"]["stopped_on_start"] is True
     assert aws.describe_training_job(seg(run_id, 2))["TrainingJobStatus"] in ("Stopping", "Stopped")

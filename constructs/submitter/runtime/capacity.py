@@ -277,6 +277,30 @@ def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitR
     """Apply the eligibility rules (module docstring) to one described plan."""
     if description is None:
         return PlanVerdict(arn, False, "not found (DescribeTrainingPlan: ResourceNotFound)")
+    refused = _plan_refusal(arn, description, request)
+    if refused is not None:
+        return refused
+    blocks, notes = _blocks(description, request.instance_type)
+    usable = [b for b in blocks if b.usable_end > now]
+    if not usable:
+        if not blocks:
+            return PlanVerdict(arn, False, "; ".join(notes) or f"no {request.instance_type} block is {_USABLE_TEXT}")
+        why = (
+            f"its last {request.instance_type} block ends {blocks[-1].end.isoformat()}; instances are reclaimed "
+            f"{_RECLAIM_TEXT} before a block ends, so none is usable after now"
+        )
+        return PlanVerdict(arn, False, why, blocks[-1].end)
+    available_now = int(description.get("AvailableInstanceCount") or 0)
+    passed: list[str] = []  # blocks the job cannot start in (too few instances), each with why
+    for index, block in enumerate(usable):
+        verdict = _judge_block(arn, block, usable[index + 1 :], passed, available_now, request, now)
+        if verdict is not None:
+            return verdict
+    return PlanVerdict(arn, False, "; ".join(passed), usable[-1].end, usable[-1].usable_end)
+
+
+def _plan_refusal(arn: str, description: Mapping[str, Any], request: SubmitRequest) -> PlanVerdict | None:
+    """The plan's own refusal (another plan's answer, its status, its target resources, its instance types)."""
     described = description.get("TrainingPlanArn")
     if described is not None and described != arn:
         return PlanVerdict(arn, False, f"DescribeTrainingPlan answered for {described}, a different plan")
@@ -289,89 +313,80 @@ def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitR
     summaries = description.get("ReservedCapacitySummaries") or []
     types = sorted({s.get("InstanceType") for s in summaries if s.get("InstanceType")})
     if request.instance_type not in types:
-        return PlanVerdict(
-            arn, False, f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}"
-        )
+        needs = f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}"
+        return PlanVerdict(arn, False, needs)
+    return None
 
-    blocks, notes = _blocks(description, request.instance_type)
-    usable = [b for b in blocks if b.usable_end > now]
-    if not usable:
-        if blocks:
-            last = blocks[-1]
-            why = (
-                f"its last {request.instance_type} block ends {last.end.isoformat()}; instances are reclaimed "
-                f"{_RECLAIM_TEXT} before a block ends, so none is usable after now"
-            )
-        else:
-            why = "; ".join(notes) or f"no {request.instance_type} block is {_USABLE_TEXT}"
-        return PlanVerdict(arn, False, why, blocks[-1].end if blocks else None)
 
-    available_now = int(description.get("AvailableInstanceCount") or 0)
-    passed: list[str] = []  # blocks the job cannot start in (too few instances), each with why
-    for index, block in enumerate(usable):
-        later = usable[index + 1 :]
-        starts_now = block.start <= now
-        job_start = now if starts_now else block.start
-        window = f"block {block.start.isoformat()} to {block.end.isoformat()}"
-        before = "; ".join(passed) + "; " if passed else ""
-        if not starts_now and (job_start - now).total_seconds() > PENDING_LIMIT_S:
-            return PlanVerdict(
-                arn,
-                False,
-                f"{before}its next {request.instance_type} block starts {block.start.isoformat()}, "
-                f"{(job_start - now).total_seconds() / 86400:.1f} days from now; SageMaker ends a job that waits "
-                f"Pending on a plan for more than {PENDING_LIMIT_S // 86400} days (InsufficientCapacityError)",
-                block.end, block.usable_end, job_start,
-            )  # fmt: skip
-        # AvailableInstanceCount describes the plan now: it bounds the active block only; a later
-        # block starts with every instance it reserves
-        instances = min(available_now, block.total) if starts_now else block.total
-        if instances < request.instance_count:
-            where = "" if starts_now else f" in its {window}"
-            passed.append(f"{instances} instance(s) available{where}, request needs {request.instance_count}")
-            continue
-        # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
-        room = block.usable_end - job_start
-        run_segment = request.run is not None and timedelta(seconds=STOP_MARGIN_S + request.run.min_segment_s) <= room
-        if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
-            hours = max(room.total_seconds(), 0) / 3600
-            nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
-            if request.run is not None:
-                least = STOP_MARGIN_S + request.run.min_segment_s
-                nxt = (
-                    f"; a run's segment may end with the block, but needs at least {least / 60:g} min of it (the "
-                    f"trainer's {STOP_MARGIN_S / 60:g} min stop margin + min_segment_minutes="
-                    f"{request.run.min_segment_s / 60:g}){nxt}"
-                )
-            return PlanVerdict(
-                arn,
-                False,
-                f"{before}{window}: instances are reclaimed {_RECLAIM_TEXT} before it ends, {hours:.1f} h after the "
-                f"job could start; request needs max_runtime_hours={request.max_runtime_hours:g}{nxt}",
-                block.end, block.usable_end, job_start, starts_now,
-            )  # fmt: skip
-        if starts_now:
-            when = f"active, {instances} {request.instance_type} available now"
-        else:
-            hours = (job_start - now).total_seconds() / 3600
-            when = (
-                f"scheduled: its block starts {block.start.isoformat()} ({hours:.1f} h from now; the job waits Pending), "
-                f"{instances} {request.instance_type} available"
-            )
-        earlier = f"; it cannot start in an earlier block: {'; '.join(passed)}" if passed else ""
-        if room < timedelta(seconds=request.max_runtime_seconds):
-            earlier += (
-                f"; the block leaves {room.total_seconds() / 3600:.1f} h of max_runtime_hours="
-                f"{request.max_runtime_hours:g}: the run's segment ends at the block's end and the run continues"
-            )
+def _judge_block(
+    arn: str,
+    block: _Block,
+    later: list[_Block],
+    passed: list[str],
+    available_now: int,
+    request: SubmitRequest,
+    now: datetime,
+) -> PlanVerdict | None:
+    """The verdict when the job would start in ``block``; ``None`` (and a note in ``passed``) when the block
+    has too few instances for it, so the job waits for a later one."""
+    starts_now = block.start <= now
+    job_start = now if starts_now else block.start
+    window = f"block {block.start.isoformat()} to {block.end.isoformat()}"
+    before = "; ".join(passed) + "; " if passed else ""
+    if not starts_now and (job_start - now).total_seconds() > PENDING_LIMIT_S:
         return PlanVerdict(
             arn,
-            True,
-            f"{when}, {window} (usable until {block.usable_end.isoformat()}){earlier}",
-            block.end, block.usable_end, job_start, starts_now,
+            False,
+            f"{before}its next {request.instance_type} block starts {block.start.isoformat()}, "
+            f"{(job_start - now).total_seconds() / 86400:.1f} days from now; SageMaker ends a job that waits "
+            f"Pending on a plan for more than {PENDING_LIMIT_S // 86400} days (InsufficientCapacityError)",
+            block.end, block.usable_end, job_start,
         )  # fmt: skip
-    last = usable[-1]
-    return PlanVerdict(arn, False, "; ".join(passed), last.end, last.usable_end)
+    # AvailableInstanceCount describes the plan now: it bounds the active block only; a later
+    # block starts with every instance it reserves
+    instances = min(available_now, block.total) if starts_now else block.total
+    if instances < request.instance_count:
+        where = "" if starts_now else f" in its {window}"
+        passed.append(f"{instances} instance(s) available{where}, request needs {request.instance_count}")
+        return None
+    # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
+    room = block.usable_end - job_start
+    run_segment = request.run is not None and timedelta(seconds=STOP_MARGIN_S + request.run.min_segment_s) <= room
+    times = (block.end, block.usable_end, job_start, starts_now)
+    if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
+        return PlanVerdict(arn, False, f"{before}{window}: {_too_short(room, later, request)}", *times)
+    if starts_now:
+        when = f"active, {instances} {request.instance_type} available now"
+    else:
+        hours = (job_start - now).total_seconds() / 3600
+        when = (
+            f"scheduled: its block starts {block.start.isoformat()} ({hours:.1f} h from now; the job waits Pending), "
+            f"{instances} {request.instance_type} available"
+        )
+    earlier = f"; it cannot start in an earlier block: {'; '.join(passed)}" if passed else ""
+    if room < timedelta(seconds=request.max_runtime_seconds):
+        earlier += (
+            f"; the block leaves {room.total_seconds() / 3600:.1f} h of max_runtime_hours="
+            f"{request.max_runtime_hours:g}: the run's segment ends at the block's end and the run continues"
+        )
+    return PlanVerdict(arn, True, f"{when}, {window} (usable until {block.usable_end.isoformat()}){earlier}", *times)
+
+
+def _too_short(room: timedelta, later: list[_Block], request: SubmitRequest) -> str:
+    """Why a block's usable time is too short for the job (and, for a run's segment, for its least time)."""
+    hours = max(room.total_seconds(), 0) / 3600
+    nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
+    if request.run is not None:
+        least = STOP_MARGIN_S + request.run.min_segment_s
+        nxt = (
+            f"; a run's segment may end with the block, but needs at least {least / 60:g} min of it (the "
+            f"trainer's {STOP_MARGIN_S / 60:g} min stop margin + min_segment_minutes="
+            f"{request.run.min_segment_s / 60:g}){nxt}"
+        )
+    return (
+        f"instances are reclaimed {_RECLAIM_TEXT} before it ends, {hours:.1f} h after the job could start; "
+        f"request needs max_runtime_hours={request.max_runtime_hours:g}{nxt}"
+    )
 
 
 def choose_capacity(

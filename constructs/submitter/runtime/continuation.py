@@ -7,7 +7,7 @@ Two kinds of event:
 * ``SageMaker Training Job State Change`` (``source`` ``aws.sagemaker``; the stack's rule sends the
   terminal statuses): the job named in ``detail.TrainingJobName`` is re-read, never trusted from the
   event, and when it is a run's segment the run is decided (:func:`on_segment_end`); a ``continue``
-  submits the next segment through :func:`.service.submit`, the submission's own path (validation,
+  submits the next segment through :func:`.service.submit_segment`, the submission's own path (validation,
   preflight, capacity rules, at most once), passing it the run's record read here. Duplicate events,
   events of older segments and events of segments still running are ``stale-event`` no-ops.
 * ``Scheduled Event`` (``source`` ``aws.events``): every run waiting for capacity is retried
@@ -66,7 +66,7 @@ from .config import SubmitterConfig
 from .errors import DeadlineExceeded
 from .ledger import WAITING_PREFIX, RunLedger
 from .runs import RunState, instance_hours, newest_checkpoint, now_iso, parse_iso
-from .service import submit
+from .service import submit_segment
 from .training_job import describe_job, job_tags, stop_job
 
 logger = Logger(service=settings.CONTINUATION_SERVICE_NAME)
@@ -343,9 +343,7 @@ def _start_segment(
         return _end(
             store, state, {**record, "decision": spec.STOPPED, "reason": "the run was stopped (stop requested)"}, now
         )
-    response = submit(
-        state.record.request, clients=clients, config=config, now=now, segment=index, run_record=state.record
-    )
+    response = submit_segment(state.record, index, clients=clients, config=config, now=now)
     if response.get("status") == "submitted":
         name = spec.segment_job_name(state.run_id, index)
         if state.waiting is not None:

@@ -44,8 +44,9 @@ tests call. Steps, each able to refuse (nothing is created before the last):
 
 A request with ``run`` submits the run's segment 1 under the name
 :func:`platform_spec.runs.segment_job_name` and the client token
-:func:`platform_spec.runs.segment_client_token`, and claims the run's ``run.json`` right before its
-job is created; the continuation submits the next segments from the run's record it has read.
+:func:`platform_spec.runs.segment_client_token` (that token's claim is the run id's: a ``run_id``
+stands for one request) and, right before its job is created, writes the run's ``run.json``; the
+continuation submits the next segments from the run's record it has read (:func:`submit_segment`).
 
 Transient AWS faults are retried by botocore; when they persist the ``ClientError`` propagates (a
 function error), so the caller retries. Every AWS call is bounded by the invocation's
@@ -84,7 +85,6 @@ from .training_job import (
     TAG_CLIENT_TOKEN_SHA256,
     TAG_REQUEST_SHA256,
     TAG_REQUEST_SHA256_STEM,
-    describe_job,
     existing_job,
 )
 
@@ -102,8 +102,7 @@ def submit(
     config: SubmitterConfig,
     now: datetime | None = None,
     deadline: Deadline | None = None,
-    segment: int | None = None,
-    run_record: RunRecord | None = None,
+    segment: int = 1,
 ) -> dict[str, Any]:
     """Validate ``event`` and create (or, for ``dry_run``, plan) one SageMaker training job.
 
@@ -114,11 +113,8 @@ def submit(
         now: the current time (tests); default: the clock.
         deadline: when the answer is due (the Lambda invocation's end); default:
             the deadline already in scope, else none (no bound beyond the clients' timeouts).
-        segment: for a request with ``run``, the segment to create (default 1: the caller's request;
-            segment 1 claims the run's ``run.json``, and a ``run_id`` whose ``run.json`` holds another
-            request is a ``Conflict`` on ``run.run_id``).
-        run_record: the run's ``run.json`` as the continuation read it; required for a segment after
-            the first, which is submitted from it (``event`` is its request).
+        segment: for a request with ``run``, the segment to create (1: the caller's request; the
+            continuation submits the next ones, :func:`submit_segment`).
 
     Returns:
         ``{"status": "submitted", "training_job_name", "training_job_arn",
@@ -139,7 +135,7 @@ def submit(
     """
     with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
         try:
-            return _submit(event, clients, config, now or datetime.now(UTC), segment, run_record)
+            return _submit(event, clients, config, now or datetime.now(UTC), segment)
         except Refusal as refusal:
             logger.info(
                 "request refused",
@@ -161,6 +157,14 @@ def submit(
             raise
 
 
+def submit_segment(
+    record: RunRecord, index: int, *, clients: Clients, config: SubmitterConfig, now: datetime | None = None
+) -> dict[str, Any]:
+    """Submit segment ``index`` of the run whose ``run.json`` the continuation read, from the request it holds
+    (:func:`submit`'s path, answers and faults; ``run.json`` is not read again)."""
+    return submit(record.request, clients=clients, config=config, now=now, segment=index)
+
+
 @dataclasses.dataclass
 class _Submission:
     """One submission as it proceeds: the request, what preflight made of it, and its claims in the ledger."""
@@ -176,10 +180,7 @@ class _Submission:
     tuning: dict[str, Any] | None = None
     tokens: TokenLedger | None = None
     runs: RunLedger | None = None
-    run: RunRecord | None = None
-    """The run's ``run.json`` as found (read for segment 1; the continuation's for the next)."""
-    run_write: bool = False
-    """Segment 1 must still claim ``run.json`` (over :attr:`run` when that one never had a job)."""
+    """The run store, when this submission writes a run's ``run.json`` (its segment 1)."""
     held: list[tuple[Ledger, Record]] = dataclasses.field(default_factory=list)
     """The claims this submission works under: released when SageMaker refuses its job."""
 
@@ -187,30 +188,21 @@ class _Submission:
         self.fingerprint = self.request.fingerprint()
 
 
-def _submit(
-    event: Any,
-    clients: Clients,
-    config: SubmitterConfig,
-    now: datetime,
-    segment: int | None,
-    run_record: RunRecord | None,
-) -> dict[str, Any]:
+def _submit(event: Any, clients: Clients, config: SubmitterConfig, now: datetime, index: int) -> dict[str, Any]:
     request = parse_request(event, config)
     run = request.run
     if run is None:
-        if segment is not None or run_record is not None:
-            raise ValueError(f"segment {segment!r}: only a request with run has segments")
+        if index != 1:
+            raise ValueError(f"segment {index!r}: only a request with run has segments")
         return _submit_request(_Submission(request, event, clients, config, now))
-    index = 1 if segment is None else segment
     request = dataclasses.replace(
         request,
         job_name=runspec.segment_job_name(run.run_id, index),
         client_token=runspec.segment_client_token(run.run_id, index),
     )
-    sub = _Submission(request, event, clients, config, now, runs=RunLedger.of(clients, config))
+    runs = RunLedger.of(clients, config) if index == 1 else None
     try:
-        _settle_run(sub, index, run_record)
-        response = _submit_request(sub)
+        response = _submit_request(_Submission(request, event, clients, config, now, runs=runs))
     except Refusal as refusal:
         raise _bind_to_run(refusal) from None
     response["run"] = {
@@ -221,57 +213,26 @@ def _submit(
     return response
 
 
-def _settle_run(sub: _Submission, index: int, found: RunRecord | None) -> None:
-    """Settle a run's segment against the run's ``run.json`` (read here for segment 1 only)."""
+def _write_run(sub: _Submission) -> None:
+    """Write the run's ``run.json`` (segment 1, right before its job is created, under the token's claim): a new
+    one, or over one that binds no job (released, or another request's whose claim this token won since)."""
     run, runs = sub.request.run, sub.runs
-    assert run is not None and runs is not None
-    if index > 1 and found is None:
-        raise ValueError(f"segment {index} of run {run.run_id!r} is submitted from the run's record (run_record)")
-    if index == 1:
-        found = runs.read_run(run.run_id)
-    sub.run, sub.run_write = found, False
-    if found is None or (index == 1 and found.record is not None and found.record.released):
-        sub.run_write = True  # no run yet, or SageMaker refused that run's first segment: it never ran
-        return
-    if found.fingerprint_version == FINGERPRINT_VERSION and found.request_sha256 == sub.fingerprint:
-        return
-    first = runspec.segment_job_name(run.run_id, 1)
-    if index == 1 and describe_job(sub.clients, first) is None:
-        sub.run_write = True  # that request's run never had a job
-        return
-    differs = (
-        "its fingerprint differs"
-        if found.fingerprint_version == FINGERPRINT_VERSION
-        else f"under request fingerprint version {found.fingerprint_version}, which this submitter cannot compare "
-        f"with its version {FINGERPRINT_VERSION}"
-    )
-    raise Refusal(
-        "Conflict",
-        f"run.run_id: run {run.run_id!r} was started at {found.created} by a different request ({differs}); a "
-        "run_id stands for one request: use another run_id",
-        field="run.run_id",
-        details={"run_id": run.run_id, "training_job_name": first, "run_record": runs.uri(runs.run_key(run.run_id))},
-    )
-
-
-def _claim_run(sub: _Submission) -> None:
-    """Claim the run's ``run.json`` (segment 1, right before its job is created); a concurrent writer's
-    claim is accepted when it holds this same request, else ``Conflict``."""
-    run, runs, found = sub.request.run, sub.runs, sub.run
     assert run is not None and runs is not None
     record = RunRecord(
         run, dict(sub.event), sub.fingerprint, sub.request.hyperparameters.max_steps, runspec.format_time(sub.now)
     )
+    found = runs.read_run(run.run_id)
     if found is None or found.record is None:
         written = runs.create(runs.run_key(run.run_id), record.fields())
-    else:
+    elif found.record.released or found.request_sha256 != sub.fingerprint:
         written = runs.replace(found.record, record.fields())
-    sub.run_write = False
+    else:
+        return  # this request's, written by an invocation that did not create the job: this one finishes it
     if written is not None:
         sub.held.append((runs, written))
         return
-    winner = runs.read_run(run.run_id)
-    if winner is None or winner.request_sha256 != sub.fingerprint or winner.fingerprint_version != FINGERPRINT_VERSION:
+    winner = runs.read_run(run.run_id)  # a concurrent invocation of this request wrote it first
+    if winner is None or winner.request_sha256 != sub.fingerprint:
         raise Refusal(
             "Conflict",
             f"run.run_id: run {run.run_id!r} was started concurrently by a different request; use another run_id",
@@ -318,12 +279,12 @@ def _submit_request(sub: _Submission) -> dict[str, Any]:
         )
         if request.dry_run:
             return _answer(sub, "validated", slot.job_name, None, candidates[0], create_training_job=first)
-        if sub.run_write:
-            _claim_run(sub)
         if slot.write and not _claim_token(sub, slot):
             continue
         if sub.tokens is not None and slot.record is not None and not slot.write:
             sub.held.append((sub.tokens, slot.record.record))  # finishing that claim: it is ours now
+        if sub.runs is not None:
+            _write_run(sub)
         return _create(sub, slot.job_name, candidates)
     raise RuntimeError(
         f"client_token: the claim on its record was lost {CLAIM_ATTEMPTS} times to concurrent requests; retry"
