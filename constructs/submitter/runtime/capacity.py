@@ -1,68 +1,53 @@
 """Capacity choice: which training plan (or spot / on-demand) a job runs on.
 
-Plan ARNs come from the SSM String parameter the stack writes (a JSON list of
-ARNs), cached for :data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. An entry that is
-not a training-plan ARN (an operator's edit with a trailing newline, a bare
-name) is skipped with the reason naming it, like a plan of another region or
-account (:mod:`platform_spec.training_plans`), which is skipped with the reason naming its ARN,
-and never described: a plan is identified by its full ARN, never by its
-name alone. Each other plan is described (``DescribeTrainingPlan`` with the
-ARN, never cached: availability changes) and judged by :func:`judge_plan`.
+Plan ARNs come from the SSM String parameter the stack writes (a JSON list of ARNs), cached for
+:data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. An entry that is not a training-plan ARN (an operator's edit
+with a trailing newline, a bare name) or is a plan of another region or account
+(:mod:`platform_spec.training_plans`) is skipped with the reason naming it and never described: a plan is
+identified by its full ARN, never by its name alone. Each other plan is described
+(``DescribeTrainingPlan`` with the ARN, never cached: availability changes) and judged by
+:func:`judge_plan`.
 
-**Blocks.** A plan reserves capacity in one or more blocks
-(``ReservedCapacitySummaries``, each with its own ``InstanceType``,
-``TotalInstanceCount``, ``StartTime``, ``EndTime`` and ``Status``), possibly with
-gaps between them. A job submitted to a plan runs in the block that is active
-when it starts: the current block when one is active now, else the job waits
-``Pending`` for the next block ("For plans with multiple discontinuous reserved
-capacities, the status reverts to Scheduled between active periods";
-"Training jobs associated with the plan remain in Pending status until the plan
-becomes Active",
-https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-details-using-api-cli-sdk.html).
-That block is judged, not the plan's outer ``StartTime`` / ``EndTime``. Its
-usable time ends :data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S`
-(30 minutes) before its ``EndTime``, when SageMaker starts reclaiming its
-instances. A plan is **eligible** when
+**Blocks.** A plan reserves capacity in one or more blocks (``ReservedCapacitySummaries``, each with its
+own ``InstanceType``, ``TotalInstanceCount``, ``StartTime``, ``EndTime`` and ``Status``), possibly with
+gaps between them. A job submitted to a plan runs in the block active when it starts, else it waits
+``Pending`` for the next ("For plans with multiple discontinuous reserved capacities, the status reverts
+to Scheduled between active periods"; "Training jobs associated with the plan remain in Pending status
+until the plan becomes Active",
+https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-details-using-api-cli-sdk.html). That
+block is judged, not the plan's outer times. Its usable time ends
+:data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S` (30 minutes) before its ``EndTime``, when
+SageMaker starts reclaiming its instances. A plan is **eligible** when
 
-* its status is ``Active`` or ``Scheduled``,
-* its ``TargetResources`` include ``training-job``,
+* its status is ``Active`` or ``Scheduled`` and its ``TargetResources`` include ``training-job``,
 * it has a block of the request's instance type whose usable time has not ended,
 * the job's block starts within :data:`platform_spec.capacity.PENDING_LIMIT_S` (2 days) of now,
-* the block's usable time from the job's start covers ``max_runtime_hours``; for a segment of a
-  run (a request with ``run``), the trainer's stop margin
-  (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus the run's ``min_segment_minutes`` of training
-  (:attr:`platform_spec.runs.RunSpec.min_segment_s`) is enough: the trainer checkpoints and stops at
-  the block's end, and the run continues with its next segment (:mod:`platform_spec.runs`).
+* the block's usable time from the job's start covers ``max_runtime_hours``; for a run's segment, the
+  trainer's stop margin (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus the run's
+  ``min_segment_minutes`` (:attr:`platform_spec.runs.RunSpec.min_segment_s`) is enough: the trainer
+  checkpoints and stops at the block's end, and the run continues (:mod:`platform_spec.runs`).
 
-The **job's block** is the first usable block (by start) with ``instance_count``
-instances: ``min(AvailableInstanceCount, TotalInstanceCount)`` for the block
-active now (``AvailableInstanceCount`` describes the plan now), the block's
-``TotalInstanceCount`` for a later one. A waiting job starts as soon as a block
-has its instances ("the job waits until it becomes available", see
-:data:`~platform_spec.capacity.PENDING_LIMIT_S`'s page), so a block with enough instances but too
-little time is not skipped for a later one: the job would start there and be
-reclaimed, and the plan is refused. The verdict's reason names the block and
-the earlier blocks the job cannot start in.
+The **job's block** is the first usable block (by start) with ``instance_count`` instances:
+``min(AvailableInstanceCount, TotalInstanceCount)`` for the block active now (``AvailableInstanceCount``
+describes the plan now), ``TotalInstanceCount`` for a later one. A waiting job starts as soon as a block
+has its instances ("the job waits until it becomes available", the same page), so a block with enough
+instances but too little time is not skipped for a later one: the plan is refused. The verdict's reason
+names the block and the earlier blocks the job cannot start in.
 
-**Rules** (``capacity.rule`` in the response, with ``capacity.reason``; the
-log line ``capacity chosen`` carries both). Reserved capacity is meant to be
-used before it lapses, but never at the price of a wait while a plan can run
-the job at once:
+**Rules** (``capacity.rule`` in the response, with ``capacity.reason``; the log line ``capacity chosen``
+carries both). Reserved capacity is meant to be used before it lapses, but never at the price of a wait
+while a plan can run the job at once:
 
 1. ``named-plan``: the request's ``training_plan_arn``, if eligible.
-2. ``starts-now-expires-first``: among the eligible plans whose block is active
-   now, the one whose block's usable time ends first (ties: the ARN).
-3. ``starts-soonest``: only when no plan can start the job now, the eligible
-   plan whose block starts first (ties: the earlier end, then the ARN); the
-   job waits ``Pending`` until then.
-4. ``fallback-order`` (``capacity: auto``): spot / on-demand in the configured
-   order; ``requested``: the request asked for spot or on-demand;
-   ``idempotent-replay``: a repeated request, answered with the job it created.
+2. ``starts-now-expires-first``: among the eligible plans whose block is active now, the one whose
+   block's usable time ends first (ties: the ARN).
+3. ``starts-soonest``: only when no plan can start the job now, the eligible plan whose block starts
+   first (ties: the earlier end, then the ARN); the job waits ``Pending`` until then.
+4. ``fallback-order`` (``capacity: auto``): spot / on-demand in the configured order; ``requested``: the
+   request asked for spot or on-demand; ``idempotent-replay``: a repeated request, answered with its job.
 
-``capacity: auto`` yields candidates in the configured fallback order
-(``training-plan``, ``spot``, ``on-demand`` by default): the chosen plan if
-any, then spot, then on-demand. The submitter tries them in turn when
-SageMaker answers ``ResourceLimitExceeded`` for one.
+``capacity: auto`` yields candidates in the configured fallback order (``training-plan``, ``spot``,
+``on-demand`` by default); the submitter tries the next when SageMaker answers ``ResourceLimitExceeded``.
 """
 
 from __future__ import annotations
@@ -98,15 +83,6 @@ RULE_STARTS_SOONEST = "starts-soonest"
 RULE_FALLBACK_ORDER = "fallback-order"
 RULE_REQUESTED = "requested"
 RULE_IDEMPOTENT_REPLAY = "idempotent-replay"
-RULES = (
-    RULE_NAMED_PLAN,
-    RULE_STARTS_NOW_EXPIRES_FIRST,
-    RULE_STARTS_SOONEST,
-    RULE_FALLBACK_ORDER,
-    RULE_REQUESTED,
-    RULE_IDEMPOTENT_REPLAY,
-)
-"""Values of ``capacity.rule``: which rule decided (module docstring)."""
 
 _RECLAIM = timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S)
 _RECLAIM_TEXT = f"{CAPACITY_BLOCK_RECLAIM_S // 60} min"
@@ -155,7 +131,7 @@ class CapacityChoice:
         reason: why this capacity, one sentence.
         training_plan_arn: the plan, for ``training-plan``.
         skipped: plans considered and not used, each ``{"training_plan_arn", "reason"}``.
-        rule: which rule decided, one of :data:`RULES` (empty: not stated).
+        rule: which rule decided, one of the ``RULE_*`` values (module docstring; empty: not stated).
     """
 
     type: str
@@ -179,9 +155,8 @@ class CapacityChoice:
 def configured_plan_entries(clients: Clients, config: SubmitterConfig) -> list[Any]:
     """The entries of the SSM parameter's JSON list, duplicates dropped (cached briefly per warm function).
 
-    Entries are returned as they are: :func:`configured_plan_arns` keeps the
-    training-plan ARNs, and choosing a plan skips each other entry with a
-    reason naming it, so one malformed entry (a trailing newline, a name
+    Entries are returned as they are: choosing a plan skips each entry that is
+    not a training-plan ARN with a reason naming it, so one malformed entry (a trailing newline, a name
     without its ARN) blocks neither the other plans nor ``auto``'s spot and
     on-demand fallback.
 
@@ -209,15 +184,6 @@ def configured_plan_entries(clients: Clients, config: SubmitterConfig) -> list[A
         if entry not in entries:
             entries.append(entry)
     return entries
-
-
-def configured_plan_arns(clients: Clients, config: SubmitterConfig) -> list[str]:
-    """The training-plan ARNs of the SSM parameter (other entries left out; see :func:`configured_plan_entries`).
-
-    Raises:
-        ConfigurationError: the parameter is missing, not JSON, or not a JSON list.
-    """
-    return [e for e in configured_plan_entries(clients, config) if malformed_entry_reason(e) is None]
 
 
 def malformed_entry_reason(entry: Any) -> str | None:
@@ -514,64 +480,53 @@ def _judge_configured_plans(
             "the submitter does not know its region and account (AWS_REGION, PLATFORM_ACCOUNT_ID), so it cannot "
             "tell its own training plans from another account's or region's"
         )
-    if request.training_plan_arn is not None:
-        try:
-            reason = foreign_reason(request.training_plan_arn, region=config.region, account=config.account_id)
-        except ValueError:
-            raise invalid(
-                FieldError(
-                    "training_plan_arn",
-                    request.training_plan_arn,
-                    f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}",
-                )
-            ) from None
-        if reason is not None:
-            raise invalid(
-                FieldError(
-                    "training_plan_arn",
-                    request.training_plan_arn,
-                    f"a plan of this platform's region {config.region} and account {config.account_id} ({reason})",
-                )
-            )
+    named = request.training_plan_arn
+    if named is not None:
+        _check_named_plan(named, config)
     entries = configured_plan_entries(clients, config)
-    arns = [e for e in entries if malformed_entry_reason(e) is None]
-    if request.training_plan_arn is not None:
-        if request.training_plan_arn not in arns:
-            raise invalid(
-                FieldError(
-                    "training_plan_arn",
-                    request.training_plan_arn,
-                    "one of the configured plans: " + (", ".join(arns) or "(none configured)"),
-                )
-            )
-        entries = arns = [request.training_plan_arn]
-    verdicts = []
-    for entry in entries:
-        malformed = malformed_entry_reason(entry)
-        if malformed is not None:
-            logger.warning(
-                "malformed entry in the training plan list skipped",
-                extra={"entry": repr(entry), "parameter": config.training_plan_arns_parameter},
-            )
-            verdicts.append(
-                PlanVerdict(
-                    entry if isinstance(entry, str) else repr(entry),
-                    False,
-                    f"{malformed}; skipped: correct it in SSM parameter {config.training_plan_arns_parameter}",
-                )
-            )
-            continue
-        arn = entry
-        reason = foreign_reason(arn, region=config.region, account=config.account_id)
-        if reason is not None:
-            logger.warning(
-                "training plan of another region or account skipped",
-                extra={"training_plan_arn": arn, "parameter": config.training_plan_arns_parameter, "reason": reason},
-            )
-            verdicts.append(PlanVerdict(arn, False, f"refused without describing it: {reason}"))
-            continue
-        verdicts.append(judge_plan(arn, describe_plan(clients, arn), request, now))
-    return verdicts
+    if named is not None:
+        arns = [e for e in entries if malformed_entry_reason(e) is None]
+        if named not in arns:
+            expected = "one of the configured plans: " + (", ".join(arns) or "(none configured)")
+            raise invalid(FieldError("training_plan_arn", named, expected))
+        entries = [named]
+    return [_judge_entry(entry, request, clients=clients, config=config, now=now) for entry in entries]
+
+
+def _check_named_plan(arn: str, config: SubmitterConfig) -> None:
+    """Refuse (``InvalidRequest`` on ``training_plan_arn``) a named plan that is no ARN or another region's or account's."""
+    try:
+        foreign = foreign_reason(arn, region=config.region, account=config.account_id)
+    except ValueError:
+        raise invalid(
+            FieldError("training_plan_arn", arn, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
+        ) from None
+    if foreign is not None:
+        where = f"a plan of this platform's region {config.region} and account {config.account_id} ({foreign})"
+        raise invalid(FieldError("training_plan_arn", arn, where))
+
+
+def _judge_entry(
+    entry: Any, request: SubmitRequest, *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> PlanVerdict:
+    """The verdict on one entry of the plan list: malformed or another region's or account's entries are
+    skipped (and logged) without being described."""
+    parameter = config.training_plan_arns_parameter
+    malformed = malformed_entry_reason(entry)
+    if malformed is not None:
+        logger.warning(
+            "malformed entry in the training plan list skipped", extra={"entry": repr(entry), "parameter": parameter}
+        )
+        name = entry if isinstance(entry, str) else repr(entry)
+        return PlanVerdict(name, False, f"{malformed}; skipped: correct it in SSM parameter {parameter}")
+    reason = foreign_reason(entry, region=config.region, account=config.account_id)
+    if reason is not None:
+        logger.warning(
+            "training plan of another region or account skipped",
+            extra={"training_plan_arn": entry, "parameter": parameter, "reason": reason},
+        )
+        return PlanVerdict(entry, False, f"refused without describing it: {reason}")
+    return judge_plan(entry, describe_plan(clients, entry), request, now)
 
 
 def _fallback_reason(kind: str, verdicts: list[PlanVerdict], order: Sequence[str]) -> str:
@@ -595,15 +550,3 @@ def _utc(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     return None
-
-
-__all__ = [
-    "RULES",
-    "CapacityChoice",
-    "PlanVerdict",
-    "choose_capacity",
-    "configured_plan_arns",
-    "configured_plan_entries",
-    "describe_plan",
-    "judge_plan",
-]

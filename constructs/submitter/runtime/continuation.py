@@ -1,40 +1,38 @@
 """Lambda entry point of the run continuation (``platform_constructs.submitter.runtime.continuation.lambda_handler``).
 
-It decides a run's segments (:mod:`.runs`) and submits the next through :func:`.service.submit`, deployed
-from the submitter's code asset with the submitter's environment (:func:`.settings.function_environment`).
-Two kinds of event:
+It decides a run's segments and submits the next, deployed from the submitter's code asset with the
+submitter's environment (:func:`.settings.function_environment`). Two kinds of event:
 
 * ``SageMaker Training Job State Change`` (``source`` ``aws.sagemaker``; the stack's rule sends the
   terminal statuses): the job named in ``detail.TrainingJobName`` is re-read, never trusted from the
   event, and when it is a run's segment the run is decided (:func:`on_segment_end`); a ``continue``
-  submits the next segment through :func:`.service.submit_segment`, the submission's own path (validation,
-  preflight, capacity rules, at most once), passing it the run's record read here. Duplicate events,
-  events of older segments and events of segments still running are ``stale-event`` no-ops.
+  submits the next segment from the run's record read here (:func:`.service.submit_segment`: the
+  submission's own path). Duplicate events, events of older segments and events of segments still
+  running are ``stale-event`` no-ops.
 * ``Scheduled Event`` (``source`` ``aws.events``): every run waiting for capacity is retried
   (:func:`retry_waiting`), and the longest wait still running is published.
 
-**One segment per index.** Segment ``i`` is created only through :func:`.service.submit` under the name
-:func:`platform_spec.runs.segment_job_name` and the client token :func:`platform_spec.runs.segment_client_token`
-(both functions of the run and the index): duplicate and concurrent events, a retry after a crash, and the
-scheduled retry of a waiting run all settle on one job. A decision is recorded (once, in the ledger) before
-the next segment is submitted; an event whose segment already has a decision is a ``stale-event``, except
-that a recorded ``continue`` whose next segment does not exist (the invocation that recorded it died) is
-finished by the next event or tick.
+**One segment per index.** Segment ``i`` is created only under the name
+:func:`platform_spec.runs.segment_job_name` and the client token
+:func:`platform_spec.runs.segment_client_token` (functions of the run and the index), so duplicate and
+concurrent events, a retry after a crash and the scheduled retry of a waiting run settle on one job. A
+decision is recorded once (:mod:`.ledger`) before the next segment is submitted; an event whose segment
+has a decision is a ``stale-event``, but a recorded ``continue`` whose next segment does not exist (its
+invocation died) is finished by the next event or tick.
 
 Per decision: one log line (:data:`.settings.RUN_DECISION_LOG_MESSAGE`, with the fields
-:data:`.settings.RUN_DECISION_LOG_FIELDS`), the metric
-:data:`.settings.METRIC_RUN_DECISIONS` (Count, dimension :data:`.settings.DIMENSION_DECISION`), and,
-except for ``stale-event``, an EventBridge event on the default bus (``Source``
-:data:`.settings.RUN_EVENT_SOURCE`, ``DetailType`` :data:`.settings.RUN_EVENT_DETAIL_TYPE`, detail =
-the decision record). A started segment adds :data:`.settings.METRIC_RUN_SEGMENTS_STARTED`; every
-scheduled tick publishes :data:`.settings.METRIC_RUN_CAPACITY_WAIT_SECONDS` (0 when no run waits).
-Metrics are EMF lines (Powertools ``Metrics``), namespace :data:`.settings.METRICS_NAMESPACE`,
-``service`` :data:`.settings.CONTINUATION_SERVICE_NAME`.
+:data:`.settings.RUN_DECISION_LOG_FIELDS`), the metric :data:`.settings.METRIC_RUN_DECISIONS` (Count,
+dimension :data:`.settings.DIMENSION_DECISION`), and, except for ``stale-event``, an EventBridge event on
+the default bus (``Source`` :data:`.settings.RUN_EVENT_SOURCE`, ``DetailType``
+:data:`.settings.RUN_EVENT_DETAIL_TYPE`, detail = the decision record). A started segment adds
+:data:`.settings.METRIC_RUN_SEGMENTS_STARTED`; every tick publishes
+:data:`.settings.METRIC_RUN_CAPACITY_WAIT_SECONDS` (0 when no run waits). Metrics are EMF lines
+(Powertools ``Metrics``), namespace :data:`.settings.METRICS_NAMESPACE`, ``service``
+:data:`.settings.CONTINUATION_SERVICE_NAME`.
 
-AWS faults and :class:`.errors.DeadlineExceeded` raise: the invocation fails and EventBridge's retry
-runs it again, which is safe (every write is conditional and every segment has one name and token).
-A failed ``PutEvents`` entry is logged and does not fail the invocation: the decision is recorded in
-S3 and logged already.
+AWS faults and :class:`.errors.DeadlineExceeded` raise: EventBridge's retry runs the invocation again,
+which is safe (every write is conditional; every segment has one name and token). A failed ``PutEvents``
+entry is logged and does not fail the invocation: the decision is recorded and logged already.
 """
 
 from __future__ import annotations
@@ -239,10 +237,8 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
     if state is None:
         logger.warning("segment of a run without run.json", extra={"training_job_name": job_name, "run_id": run_id})
         return None
-    outcome = spec.SegmentOutcome(
-        index, str(description.get("TrainingJobStatus")), description.get("SecondaryStatus"),
-        description.get("FailureReason"),
-    )  # fmt: skip
+    status, secondary = str(description.get("TrainingJobStatus")), description.get("SecondaryStatus")
+    outcome = spec.SegmentOutcome(index, status, secondary, description.get("FailureReason"))
     next_exists = (
         index < spec.MAX_SEGMENTS and describe_job(clients, spec.segment_job_name(run_id, index + 1)) is not None
     )
@@ -254,8 +250,8 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
     if state.end is not None and decided is None:
         ended = spec.Decision(spec.STALE_EVENT, f"the run already ended ({state.end.get('decision')})")
         return Outcome(_record(state, index, ended, now))
-    record = _decide(state, outcome, description, clients=clients, config=config, now=now,
-                     newest_segment=index + 1 if next_exists else index, already_decided=decided is not None)  # fmt: skip
+    newest = index + 1 if next_exists else index
+    record = _decide(state, outcome, description, newest, decided is not None, clients=clients, config=config, now=now)
     if record["decision"] == spec.STALE_EVENT:
         return Outcome(record)
     if record["decision"] == spec.CONTINUE:
@@ -285,14 +281,15 @@ def _decide(
     state: RunState,
     outcome: spec.SegmentOutcome,
     description: dict[str, Any],
+    newest_segment: int,
+    already_decided: bool,
     *,
     clients: Clients,
     config: SubmitterConfig,
     now: datetime,
-    newest_segment: int,
-    already_decided: bool,
 ) -> dict[str, Any]:
-    """The decision record on segment ``outcome.index``'s end (:func:`platform_spec.runs.decide`)."""
+    """The decision record on segment ``outcome.index``'s end (:func:`platform_spec.runs.decide`), given the
+    run's newest segment and whether this one was decided already."""
     index = outcome.index
     checkpoint, skipped = newest_checkpoint(clients, config, state.run_id)
     if skipped:
@@ -313,12 +310,20 @@ def _decide(
         now=now,
     )
     return _record(
-        state, index, decision, now, job_status=outcome.status, secondary_status=outcome.secondary_status,
-        failure_reason=outcome.failure_reason, newest_step=checkpoint.step if checkpoint else None,
-        tokens=checkpoint.tokens if checkpoint else None, start_step=start,
-        segment_instance_hours=round(instance_hours(description), 6), instance_hours=round(used, 6),
+        state,
+        index,
+        decision,
+        now,
+        job_status=outcome.status,
+        secondary_status=outcome.secondary_status,
+        failure_reason=outcome.failure_reason,
+        newest_step=checkpoint.step if checkpoint else None,
+        tokens=checkpoint.tokens if checkpoint else None,
+        start_step=start,
+        segment_instance_hours=round(instance_hours(description), 6),
+        instance_hours=round(used, 6),
         skipped_checkpoints=skipped,
-    )  # fmt: skip
+    )
 
 
 def _resume(

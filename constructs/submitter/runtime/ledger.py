@@ -1,39 +1,29 @@
 """The ledger of "at most once": small JSON records in S3, each written by a conditional write.
 
-Its key families (the construct grants the two prefixes, :mod:`.settings`)::
+Its key families (the construct grants the two prefixes; :mod:`.settings` names them)::
 
-    <client-token records>/<sha256(token)>.json   a client token's job (TokenRecord)
-    submitter/runs/<run_id>/run.json              a run's request and budget (RunRecord)
-    submitter/runs/<run_id>/decisions/seg-NNN.json  the decision on segment NNN's end
-    submitter/runs/<run_id>/stop.json             the run was stopped (``stop`` with ``run_id``)
-    submitter/runs/<run_id>/end.json              how a run that was not running a segment ended
-    submitter/runs/_waiting/<run_id>.json         the run waits for capacity (no run id starts with ``_``)
-
-(the client-token prefix is :data:`.settings.CLIENT_TOKEN_RECORDS_PREFIX`, given to the function as
-:data:`.settings.ENV_CLIENT_TOKEN_RECORDS`; the run prefix is :data:`.settings.RUN_STORE_PREFIX`).
+    <client-token records>/<sha256(token)>.json     a client token's claim: the job it stands for
+    submitter/runs/<run_id>/run.json                 a run's request and budget
+    submitter/runs/<run_id>/decisions/seg-NNN.json   the decision on segment NNN's end
+    submitter/runs/<run_id>/stop.json, end.json      the run was stopped; how it ended with no segment running
+    submitter/runs/_waiting/<run_id>.json            the run waits for capacity (no run id starts with ``_``)
 
 **Writes** are S3 conditional writes, strongly consistent and atomic: :meth:`Ledger.create` sends
 ``If-None-Match: *`` (of concurrent writers exactly one wins), :meth:`Ledger.replace` ``If-Match: <ETag
-read>``. **The lost-race rule**: S3 answers a conditional write that lost with ``412 Precondition Failed``
-(the condition failed) or ``409 ConditionalRequestConflict`` (a concurrent conditional write to the key
-is in flight); the write returns ``None`` and the writer reads the winner's record.
+read>``. **The lost-race rule**: S3 answers ``412 Precondition Failed`` (the condition failed) or ``409
+ConditionalRequestConflict`` (a concurrent conditional write is in flight); the write returns ``None``
+and the writer reads the winner's record. **One schema**: every record is ``{"schema": 1, ...}``; a claim
+holds ``"state": "claimed"`` or ``"released"`` with its ``"reason"`` (its job was refused, so the token
+is free again). Records are never deleted (the bucket expires noncurrent versions only), but for a
+waiting marker. **Strict reading**: an object that is not JSON, not of schema 1 or without its family's
+fields raises :class:`.errors.IdempotencyRecordError` naming it; nothing is created while it stands.
+**Reads** list the exact key, then ``GetObject``: without ``s3:ListBucket`` a missing key answers ``403``,
+not ``404`` (Amazon S3 API Reference, GetObject, Permissions); S3 reads and lists are strongly consistent
+after a write (Amazon S3 User Guide, "Amazon S3 data consistency model").
 
-**One schema**: every record is a JSON object ``{"schema": 1, ...}``. A claim (a client token, a run)
-holds ``"state": "claimed"`` or ``"released"`` with its ``"reason"``: SageMaker refused the claim's
-job, or no capacity was found, so the token or run id is free again. Records are never deleted (the
-bucket expires only noncurrent versions), but for a waiting marker, which the continuation removes.
-
-**Strict reading**: an object that is not JSON, not of schema 1 or without its family's fields raises
-:class:`.errors.IdempotencyRecordError` naming it, and nothing is created while it stands.
-
-**Reads** list the exact key, then ``GetObject``: without ``s3:ListBucket`` a ``GetObject`` of a missing
-key answers ``403``, not ``404`` (Amazon S3 API Reference, GetObject, Permissions), and the function is
-granted ``ListBucket`` for these prefixes only. Reads and lists are strongly consistent after a write
-(Amazon S3 User Guide, "Amazon S3 data consistency model").
-
-**Powertools' idempotency utility** (the job-outcomes function's, on DynamoDB) covers no family as well:
-it stores only in DynamoDB or Redis, expires its records (a client token stands for one job, ever), and
-answers a concurrent duplicate with ``IdempotencyAlreadyInProgressError`` where ours settle on the one job.
+Powertools' idempotency utility (the job-outcomes function's) covers no family as well: it stores in
+DynamoDB or Redis only, expires its records (a token stands for one job, ever), and answers a concurrent
+duplicate with ``IdempotencyAlreadyInProgressError`` where these settle on the one job.
 """
 
 from __future__ import annotations
@@ -65,7 +55,7 @@ _SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 @dataclass(frozen=True)
 class Record:
-    """One record as read or written: its fields (``schema`` left out), its ETag and ``s3://`` URI."""
+    """One record as read or written: its fields (``schema`` left out), ETag and ``s3://`` URI."""
 
     fields: dict[str, Any]
     etag: str
@@ -77,12 +67,7 @@ class Record:
 
 
 class Ledger:
-    """The records of one bucket; errors name an object as ``noun`` and end with ``advice``.
-
-    Args:
-        s3: an S3 client.
-        bucket: the bucket.
-    """
+    """The records in ``bucket``; an unreadable one is named a ``noun`` in errors, which end with ``advice``."""
 
     def __init__(self, s3: Any, bucket: str, noun: str = "run-store object", advice: str = "inspect it") -> None:
         self.s3, self.bucket, self.noun, self.advice = s3, bucket, noun, advice
@@ -98,14 +83,10 @@ class Ledger:
         return found
 
     def read(self, key: str, known: set[str] | None = None) -> Record | None:
-        """The record at ``key``, or ``None`` when there is none.
-
-        Args:
-            known: the keys listed under the key's prefix already (saves a listing); ``None``: list the key.
+        """The record at ``key``, or ``None``; ``known``: the keys listed already (else the key is listed).
 
         Raises:
             IdempotencyRecordError: the object is not a schema-1 record (names it).
-            botocore.exceptions.ClientError: S3 faults.
         """
         if known is None:
             listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
@@ -172,16 +153,8 @@ def _state_ok(data: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class TokenRecord:
-    """A client token's claim: the job it stands for.
-
-    Attributes:
-        record: the record (its ETag for a replace, its URI, ``released``).
-        training_job_name: the job the token stands for.
-        request_sha256: the fingerprint of the request that claimed the token.
-        created: when the claim was written (ISO 8601).
-        fingerprint_version: the version of that fingerprint (:data:`.training_job.FINGERPRINT_VERSION`).
-        adopted: the job was created without a client token (by the same request) and bound to it afterwards.
-    """
+    """A client token's claim: the job it stands for, the fingerprint (and its version) of the request that
+    claimed it, when (ISO 8601), and ``adopted``: the job was made without a token by the same request."""
 
     record: Record
     training_job_name: str
@@ -315,18 +288,10 @@ class RunLedger(Ledger):
 
 @dataclass(frozen=True)
 class RunRecord:
-    """``run.json``: the run's request and budget, a claim on its ``run_id``.
-
-    Attributes:
-        run: the run (its id and budget).
-        request: the submission event that started the run: every segment is submitted from it.
-        request_sha256: the request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`).
-        max_steps: the run's ``max_steps``.
-        created: when it was written (ISO 8601).
-        record: the record as read or written (``None`` before it is written); a released one (SageMaker
-            refused the run's first segment) does not exist for the job API, and its ``run_id`` is free.
-        fingerprint_version: the version of ``request_sha256``.
-    """
+    """``run.json``: the run (its id and budget), the submission event that started it (every segment is
+    submitted from it), its fingerprint, ``max_steps``, when it was written (ISO 8601), and the record as
+    read or written (``None`` before; a released one, whose first segment SageMaker refused, does not exist
+    for the job API)."""
 
     run: spec.RunSpec
     request: dict[str, Any]
@@ -342,6 +307,3 @@ class RunRecord:
             "request_sha256": self.request_sha256, "fingerprint_version": self.fingerprint_version,
             "max_steps": self.max_steps, "created": self.created, "state": CLAIMED,
         }  # fmt: skip
-
-
-__all__ = ["CLAIMED", "RELEASED", "SCHEMA", "Ledger", "Record", "RunLedger", "RunRecord", "TokenLedger", "TokenRecord"]

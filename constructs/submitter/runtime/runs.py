@@ -484,15 +484,3 @@ def parse_iso(value: Any) -> datetime | None:
         return spec.parse_time(value, "since")
     except FieldError:
         return None
-
-
-__all__ = [
-    "RunState",
-    "describe_run",
-    "list_runs",
-    "load_run",
-    "newest_checkpoint",
-    "newest_checkpoint_in",
-    "run_view",
-    "stop_run",
-]

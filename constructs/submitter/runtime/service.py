@@ -12,28 +12,16 @@ tests call. Steps, each able to refuse (nothing is created before the last):
    applied and reported. An ``at-risk`` configuration is submitted as it is
    when the request sets ``accept_memory_risk``.
 3. **At most once** (one request, at most one job; a token, at most one job, ever), settled against
-   the ledger (:mod:`.ledger`) and the jobs that exist:
-
-   * with a ``client_token``: the token's claim names its job. That job, when it exists and is the
-     token's (tagged ``platform:client-token-sha256`` with it, or made without a token and bound to
-     it), is returned when its fingerprint tag equals this request's
-     (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent, so adding or dropping
-     ``job_name`` or ``dry_run`` is the same request) and refused as ``Conflict`` on ``client_token``
-     otherwise. A claim whose job does not exist yet (its writer is in flight, or died before
-     ``CreateTrainingJob``) is finished by the same request under the claimed name and refused as
-     ``Conflict`` for another. A released claim, or one whose name another request took, binds no
-     job. Then the job already holding the request's own name (its ``job_name``, else the name derived
-     from the token): another token's is a ``Conflict`` on ``job_name``; one made without a token by
-     this same request is adopted (the claim names it); else ``Conflict``. Else the token is claimed
-     right before ``CreateTrainingJob``: of concurrent requests exactly one wins, the others settle
-     on the winner's claim;
-   * with a ``job_name`` alone: an existing job of that name is compared the same way;
-   * SageMaker's job-name uniqueness (``ResourceInUse``) settles what is left: the loser describes
-     the winner's job and answers with it, by the same rules of ownership.
-
-   A fingerprint of another version (:data:`.training_job.FINGERPRINT_VERSION`, in a job's tag or a
-   claim) is refused as such: it cannot be compared. A dry run takes the same path, so it answers as
-   the submission would.
+   the ledger's claims (:mod:`.ledger`) and the jobs that exist (:func:`_resolve`): the token's claim
+   names its job; the job holding the request's own name (its ``job_name``, else the name derived from
+   the token) answers when it is the token's, or made without a token by this same request (adopted);
+   without a token the name is the key. An existing job answers when its fingerprint tag equals this
+   request's (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent, so adding or dropping
+   ``job_name`` or ``dry_run`` is the same request) and is a ``Conflict`` otherwise; a fingerprint of
+   another version (:data:`.training_job.FINGERPRINT_VERSION`) is refused as such. The token is claimed
+   right before ``CreateTrainingJob`` (of concurrent requests exactly one wins; the others settle on the
+   winner's claim), and SageMaker's job-name uniqueness (``ResourceInUse``) settles what is left. A dry
+   run takes the same path, so it answers as the submission would.
 4. **Capacity** (:func:`.capacity.choose_capacity`): ``NoCapacity`` lists every configured plan and
    why it was skipped. A refused choice is settled again first: a concurrent duplicate whose job took
    the capacity meanwhile answers with that job.
@@ -317,13 +305,9 @@ def _check_run_deadline(request: SubmitRequest, now: datetime) -> None:
 
 
 def _choose_capacity(sub: _Submission) -> list[CapacityChoice] | dict[str, Any]:
-    """The capacity candidates, or, when the choice is refused and a concurrent duplicate's job (the one that
-    took the capacity) now answers the request, the replay of that job.
-
-    The claim settled before the choice: a duplicate that lost the claim, or finishes the winner's, may find
-    the capacity taken by the winner's job. Settling again (waiting briefly for a job that a claim names)
-    answers it with that job rather than a false "nothing was created".
-    """
+    """The capacity candidates; when the choice is refused, the replay of a concurrent duplicate's job if one
+    now answers the request (it took the capacity: settling again, and waiting briefly for the job a claim
+    names, answers with it rather than a false "nothing was created")."""
     try:
         return choose_capacity(_tuned(sub), clients=sub.clients, config=sub.config, now=sub.now)
     except Refusal:
@@ -335,12 +319,9 @@ def _choose_capacity(sub: _Submission) -> list[CapacityChoice] | dict[str, Any]:
 
 
 def _create(sub: _Submission, job_name: str, candidates: list[CapacityChoice]) -> dict[str, Any]:
-    """``CreateTrainingJob`` on each candidate in turn (another only after ``ResourceLimitExceeded``).
-
-    When SageMaker refuses the job (quota, validation, the name held by another request), the claims this
-    submission holds are released. When the name turns out to hold the token's own job (``ResourceInUse``
-    after a lost answer), that job answers and the claims stay.
-    """
+    """``CreateTrainingJob`` on each candidate in turn (another only after ``ResourceLimitExceeded``). When
+    SageMaker refuses the job (quota, validation, the name held by another request), the claims this
+    submission holds are released."""
     quota_refusals: list[Refusal] = []
     try:
         for choice in candidates:
@@ -374,15 +355,17 @@ def _create(sub: _Submission, job_name: str, candidates: list[CapacityChoice]) -
 
 
 def _taken(sub: _Submission, job_name: str, exc: Exception) -> dict[str, Any]:
-    """``ResourceInUse``: the job holding ``job_name`` answers (the token's own, after a lost answer: the claims
-    stay), or it is another token's (``Conflict``)."""
+    """``ResourceInUse``: the job holding ``job_name`` answers (the token's own after a lost answer: the claims
+    stay; or one made without this token), unless another token's (``Conflict``)."""
     existing = existing_job(sub.clients, job_name, settle=True)
     if existing is None:
         raise exc
-    owner = _token_owner(sub.request, existing)
-    if owner == "another":
+    owner, token = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256), sub.request.client_token
+    if token is None or owner is None:
+        return _replay(sub, existing, via="job_name")
+    if owner != token_digest(token):
         raise _another_tokens_job(existing, derived=sub.request.job_name is None) from None
-    return _replay(sub, existing, via="client_token" if owner == "this" else "job_name")
+    return _replay(sub, existing, via="client_token")
 
 
 def _refusal_of(exc: Exception) -> Exception:
@@ -462,19 +445,13 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
         logger.info("auto_tune applied", extra={"auto_tune": suggestion})
         return dataclasses.replace(request, hyperparameters=new_hp), tuned_plan.to_dict(), suggestion
 
+    accept = "accept_memory_risk to submit it as it is" if status == "at-risk" else ""
     if tuned is None:
-        why = "the planner found no change of the hyperparameters that fits"
-        if status == "at-risk":
-            why += "; set accept_memory_risk to submit it as it is"
+        why = "the planner found no change of the hyperparameters that fits" + (f"; set {accept}" if accept else "")
     else:
-        why = "set auto_tune to apply the suggested change"
-        if status == "at-risk":
-            why += ", or accept_memory_risk to submit it as it is"
-    required, usable = getattr(plan.memory_gb, "required", None), getattr(plan.memory_gb, "usable", None)
-    if isinstance(required, (int, float)) and isinstance(usable, (int, float)):
-        figures = f"{memory:.1f} GB peak per GPU ({required:.1f} GB with margins) of {usable:.1f} GB usable"
-    else:
-        figures = f"{memory:.1f} GB per GPU, more than fits"
+        why = "set auto_tune to apply the suggested change" + (f", or {accept}" if accept else "")
+    required, usable = plan.memory_gb.required, plan.memory_gb.usable
+    figures = f"{memory:.1f} GB peak per GPU ({required:.1f} GB with margins) of {usable:.1f} GB usable"
     verdict = (
         f"at risk of running out of memory: within the model's {planner.AT_RISK_FRACTION:.0%} error of the limit"
         if status == "at-risk"
@@ -504,7 +481,6 @@ def _diff(before: Any, after: Any) -> dict[str, Any]:
     return {k: v for k, v in new.items() if old.get(k) != v}
 
 
-# --- idempotency -----------------------------------------------------------------------------
 # --- at most once ----------------------------------------------------------------------------
 
 
@@ -628,26 +604,14 @@ def _record_owns(existing: dict[str, Any], record: TokenRecord, digest: str) -> 
     return record.adopted or tags.get(TAG_REQUEST_SHA256) == record.request_sha256
 
 
-def _token_owner(request: SubmitRequest, existing: dict[str, Any]) -> str:
-    """``"this"`` / ``"another"`` / ``"none"``: whose client token the job ``existing`` carries,
-    relative to ``request`` (``"none"`` for a request without one, whatever the job's tag)."""
-    owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
-    if request.client_token is None or owner is None:
-        return "none"
-    return "this" if owner == token_digest(request.client_token) else "another"
-
-
 def _another_tokens_job(existing: dict[str, Any], *, derived: bool) -> Refusal:
     """``Conflict`` on ``job_name``: the name is held by a job that another client token made."""
     description = existing["description"]
     name, arn = description["TrainingJobName"], description["TrainingJobArn"]
-    if derived:
-        advice = (
-            "it is the name derived from this client_token, taken by a job of an earlier version of the submitter, "
-            "which did not reserve derived names; send a job_name for this request"
-        )
-    else:
-        advice = "use another job_name"
+    advice = "use another job_name"
+    if derived:  # derived names are reserved now: a job made outside, or by an earlier submitter, holds it
+        advice = "it is the name derived from this client_token, taken by a job of an earlier version of the "
+        advice += "submitter, which did not reserve derived names; send a job_name for this request"
     return Refusal(
         "Conflict",
         f"training job {name!r} belongs to another client_token (its {TAG_CLIENT_TOKEN_SHA256} tag is another "

@@ -100,19 +100,3 @@ def existing_job(clients: Clients, name: str, *, settle: bool = False) -> dict[s
             else:
                 time.sleep(SETTLE_INTERVAL_S)
     return None
-
-
-__all__ = [
-    "FINGERPRINT_VERSION",
-    "SETTLE_ATTEMPTS",
-    "SETTLE_INTERVAL_S",
-    "TAG_CAPACITY_TYPE",
-    "TAG_CLIENT_TOKEN_SHA256",
-    "TAG_REQUEST_SHA256",
-    "TAG_REQUEST_SHA256_STEM",
-    "TAG_SUBMITTER",
-    "describe_job",
-    "existing_job",
-    "job_tags",
-    "stop_job",
-]
