@@ -68,6 +68,7 @@ from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
 from .request import SubmitRequest
 from .settings import SERVICE_NAME
+from .training_job import utc
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker.type_defs import DescribeTrainingPlanResponseTypeDef
@@ -222,13 +223,13 @@ class _Block:
 
 def _blocks(description: Mapping[str, Any], instance_type: str) -> tuple[list[_Block], list[str]]:
     """The plan's blocks of ``instance_type`` by start, and notes on the ones that cannot be judged."""
-    plan_start, plan_end = _utc(description.get("StartTime")), _utc(description.get("EndTime"))
+    plan_start, plan_end = utc(description.get("StartTime")), utc(description.get("EndTime"))
     blocks, notes = [], []
     for summary in description.get("ReservedCapacitySummaries") or []:
         if summary.get("InstanceType") != instance_type or summary.get("Status") in UNUSABLE_BLOCK_STATUSES:
             continue
-        start = _utc(summary.get("StartTime")) or plan_start
-        end = _utc(summary.get("EndTime")) or plan_end
+        start = utc(summary.get("StartTime")) or plan_start
+        end = utc(summary.get("EndTime")) or plan_end
         if start is None or end is None:
             notes.append(f"block {summary.get('ReservedCapacityArn', '?')} has no StartTime/EndTime")
             continue
@@ -272,7 +273,7 @@ def _plan_refusal(arn: str, description: Mapping[str, Any], request: SubmitReque
         return PlanVerdict(arn, False, f"DescribeTrainingPlan answered for {described}, a different plan")
     status = description.get("Status")
     if status not in USABLE_PLAN_STATUSES:
-        return PlanVerdict(arn, False, f"status is {status} (needs {_USABLE_TEXT})", _utc(description.get("EndTime")))
+        return PlanVerdict(arn, False, f"status is {status} (needs {_USABLE_TEXT})", utc(description.get("EndTime")))
     targets = description.get("TargetResources") or []
     if "training-job" not in targets:
         return PlanVerdict(arn, False, f"reserved for {', '.join(targets) or 'nothing'}, not training-job")
@@ -544,9 +545,3 @@ def _no_capacity_message(request: SubmitRequest, verdicts: list[PlanVerdict]) ->
         return head + ": no training plan is configured"
     reasons = "; ".join(f"{v.name}: {v.reason}" for v in verdicts)
     return f"{head}: {reasons}"
-
-
-def _utc(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return None

@@ -63,7 +63,7 @@ from .aws import (
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded
 from .ledger import WAITING_PREFIX, RunLedger
-from .runs import RunState, instance_hours, newest_checkpoint, now_iso, parse_iso
+from .runs import RunState, instance_hours, newest_checkpoint, parse_iso
 from .service import submit_segment
 from .training_job import describe_job, job_tags, stop_job
 
@@ -212,7 +212,7 @@ def _record(state: RunState, index: int, decision: spec.Decision, now: datetime,
         "decision": decision.decision,
         "reason": decision.reason,
         "max_steps": state.record.max_steps,
-        "decided_at": now_iso(now),
+        "decided_at": spec.format_time(now),
         **extra,
     }
 
@@ -369,7 +369,7 @@ def _start_segment(
             {**record, "decision": spec.FAILED, "reason": f"segment {index} was refused ({code}: {message})"},
             now,
         )
-    since = (state.waiting or {}).get("since") or now_iso(now)
+    since = (state.waiting or {}).get("since") or spec.format_time(now)
     if state.waiting is None:
         marker = {"run_id": state.run_id, "segment": index, "since": since, "error_code": code, "reason": message}
         store.create(store.waiting_key(state.run_id), marker)
@@ -379,7 +379,7 @@ def _start_segment(
 
 def _end(store: RunLedger, state: RunState, ended: dict[str, Any], now: datetime) -> Outcome:
     """End the run with the decision ``ended`` (``end.json``, once); its waiting marker, if any, goes."""
-    ended["decided_at"] = now_iso(now)
+    ended["decided_at"] = spec.format_time(now)
     store.create(store.end_key(state.run_id), ended)
     if state.waiting is not None:
         store.delete(store.waiting_key(state.run_id))
@@ -424,7 +424,7 @@ def retry_waiting(
         ended = spec.budget_exhausted(state.record.run, segments=index - 1, instance_hours=used, now=now)
     if ended is not None:
         return _end(store, state, {**base, "decision": ended.decision, "reason": ended.reason}, now), 0.0
-    base["decided_at"] = now_iso(now)
+    base["decided_at"] = spec.format_time(now)
     outcome = _start_segment(state, index, base, clients=clients, config=config, now=now)
     since = parse_iso(state.waiting.get("since"))
     waiting = outcome.decision == spec.WAITING_FOR_CAPACITY and since is not None

@@ -22,9 +22,9 @@ before, :mod:`.service`):
   when the request is parsed), ``InputDataConfig`` (``inputs``), and ``Tags``: platform tags, ``tags`` and
   the submitter's bookkeeping tags (their names' home is :mod:`.training_job`).
 
-SageMaker's limits (the job-name rule, the number of hyperparameters and the length of their names and
-values, the number of tags) are checked by :func:`check_limits`, naming the field, each read from
-botocore's model of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`).
+SageMaker's limits, each read from botocore's model of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`),
+are checked naming the field: the number of tags where they are merged, the job-name rule, the number of
+hyperparameters and the length of their names and values by :func:`check_limits`.
 """
 
 from __future__ import annotations
@@ -166,10 +166,6 @@ def check_limits(params: dict[str, Any]) -> None:
             raise invalid(
                 FieldError(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}")
             )
-    tags = params.get("Tags", [])
-    most = model.bounds("Tags")[1]
-    if most is not None and len(tags) > most:
-        raise invalid(FieldError("tags", f"{len(tags)} tags in all", f"at most {most} (SageMaker's Tags limit)"))
 
 
 def _tags(

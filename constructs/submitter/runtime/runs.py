@@ -41,7 +41,7 @@ from .aws import Clients
 from .config import SubmitterConfig
 from .errors import IdempotencyRecordError, invalid, not_found
 from .ledger import Record, RunLedger, RunRecord
-from .training_job import describe_job, stop_job
+from .training_job import describe_job, stop_job, utc
 
 MAX_STATE_READS = 5
 """Complete checkpoints whose ``trainer_state.json`` is read, newest first, before giving up (the trainer keeps 3)."""
@@ -111,14 +111,12 @@ def newest_checkpoint(clients: Clients, config: SubmitterConfig, run_id: str) ->
 
 def instance_hours(description: Mapping[str, Any]) -> float:
     """``InstanceCount`` x (``TrainingEndTime`` - ``TrainingStartTime``) in hours (0 before it started; to now while it runs)."""
-    start = description.get("TrainingStartTime")
-    if not isinstance(start, datetime):
+    start = utc(description.get("TrainingStartTime"))
+    if start is None:
         return 0.0
-    end = description.get("TrainingEndTime")
-    if not isinstance(end, datetime):
-        end = datetime.now(UTC)
+    end = utc(description.get("TrainingEndTime")) or datetime.now(UTC)
     count = int((description.get("ResourceConfig") or {}).get("InstanceCount") or 1)
-    return max(0.0, (_utc(end) - _utc(start)).total_seconds()) * count / 3600.0
+    return max(0.0, (end - start).total_seconds()) * count / 3600.0
 
 
 @dataclass
@@ -197,9 +195,9 @@ def run_view(clients: Clients, config: SubmitterConfig, state: RunState, now: da
         previous = decided
     gaps = []
     for before, after in itertools.pairwise(descriptions):
-        end, start = before.get("TrainingEndTime"), after.get("TrainingStartTime")
-        if isinstance(end, datetime) and isinstance(start, datetime):
-            gaps.append(round(max(0.0, (_utc(start) - _utc(end)).total_seconds()), 3))
+        end, start = utc(before.get("TrainingEndTime")), utc(after.get("TrainingStartTime"))
+        if end is not None and start is not None:
+            gaps.append(round(max(0.0, (start - end).total_seconds()), 3))
     view: dict[str, Any] = {
         "run_id": state.run_id,
         "state": "",
@@ -423,7 +421,7 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         return {"status": "stopped", "run_id": run_id, "changed": False, "state": ended["decision"]}
     changed = (
         state.stop is None
-        and store.create(store.stop_key(run_id), {"run_id": run_id, "requested_at": now_iso(now)}) is not None
+        and store.create(store.stop_key(run_id), {"run_id": run_id, "requested_at": spec.format_time(now)}) is not None
     )
     # read the run again after the marker: a continuation that decided and submitted a segment before the
     # marker existed is seen here (its decision and job), and one that did not see the marker stops its
@@ -450,7 +448,7 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         "segment": len(descriptions),
         "decision": spec.STOPPED,
         "reason": "the run was stopped (stop requested) while no segment was running",
-        "decided_at": now_iso(now),
+        "decided_at": spec.format_time(now),
     }
     if store.create(store.end_key(run_id), record) is not None:
         answer["changed"] = True
@@ -467,16 +465,9 @@ def _fields(found: Record | None) -> dict[str, Any] | None:
     return None if found is None else found.fields
 
 
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 def _iso(value: Any) -> str | None:
-    return spec.format_time(_utc(value)) if isinstance(value, datetime) else None
-
-
-def now_iso(now: datetime) -> str:
-    return spec.format_time(now)
+    when = utc(value)
+    return None if when is None else spec.format_time(when)
 
 
 def parse_iso(value: Any) -> datetime | None:

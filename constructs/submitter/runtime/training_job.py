@@ -14,6 +14,7 @@ Bookkeeping tags (``platform:``, reserved for the submitter; written by :mod:`.j
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from .aws import NOT_FOUND_CODES, Clients, current_deadline, error_code
@@ -36,6 +37,13 @@ TAG_SUBMITTER = "platform:submitted-by"
 SETTLE_ATTEMPTS = 5
 SETTLE_INTERVAL_S = 0.2
 """After ``ResourceInUse`` the job exists; a describe that misses is retried this often, this far apart."""
+
+
+def utc(value: Any) -> datetime | None:
+    """A SageMaker time as an aware UTC ``datetime`` (botocore's may be naive); ``None`` for anything else."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def describe_job(clients: Clients, name: str) -> dict[str, Any] | None:
