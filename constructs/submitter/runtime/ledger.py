@@ -301,6 +301,10 @@ class RunRecord:
     record: Record | None = None
     fingerprint_version: int = FINGERPRINT_VERSION
 
+    @property
+    def released(self) -> bool:
+        return self.record is not None and self.record.released
+
     def fields(self) -> dict[str, Any]:
         return {
             "run_id": self.run.run_id, "budget": self.run.to_dict(), "request": self.request,

@@ -143,7 +143,7 @@ def load_run(store: RunLedger, run_id: str) -> RunState | None:
     """
     keys = store.keys(store.run_prefix(run_id))
     record = store.read_run(run_id, keys)
-    if record is None or (record.record is not None and record.record.released):
+    if record is None or record.released:
         return None
     state = RunState(record, keys)
     decision_prefix = f"{store.run_prefix(run_id)}decisions/seg-"

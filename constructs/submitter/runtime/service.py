@@ -169,6 +169,8 @@ class _Submission:
     tokens: TokenLedger | None = None
     runs: RunLedger | None = None
     """The run store, when this submission writes a run's ``run.json`` (its segment 1)."""
+    run_found: RunRecord | None = None
+    """That ``run.json`` as read before anything is written (strictly: a malformed one stops the submission)."""
     held: list[tuple[Ledger, Record]] = dataclasses.field(default_factory=list)
     """The claims this submission works under: released when SageMaker refuses its job."""
 
@@ -188,9 +190,12 @@ def _submit(event: Any, clients: Clients, config: SubmitterConfig, now: datetime
         job_name=runspec.segment_job_name(run.run_id, index),
         client_token=runspec.segment_client_token(run.run_id, index),
     )
-    runs = RunLedger.of(clients, config) if index == 1 else None
+    sub = _Submission(request, event, clients, config, now)
+    if index == 1:
+        sub.runs = RunLedger.of(clients, config)
+        sub.run_found = sub.runs.read_run(run.run_id)
     try:
-        response = _submit_request(_Submission(request, event, clients, config, now, runs=runs))
+        response = _submit_request(sub)
     except Refusal as refusal:
         raise _bind_to_run(refusal) from None
     response["run"] = {
@@ -204,29 +209,28 @@ def _submit(event: Any, clients: Clients, config: SubmitterConfig, now: datetime
 def _write_run(sub: _Submission) -> None:
     """Write the run's ``run.json`` (segment 1, right before its job is created, under the token's claim): a new
     one, or over one that binds no job (released, or another request's whose claim this token won since)."""
-    run, runs = sub.request.run, sub.runs
+    run, runs, found = sub.request.run, sub.runs, sub.run_found
     assert run is not None and runs is not None
     record = RunRecord(
         run, dict(sub.event), sub.fingerprint, sub.request.hyperparameters.max_steps, runspec.format_time(sub.now)
     )
-    found = runs.read_run(run.run_id)
-    if found is None or found.record is None:
-        written = runs.create(runs.run_key(run.run_id), record.fields())
-    elif found.record.released or found.request_sha256 != sub.fingerprint:
-        written = runs.replace(found.record, record.fields())
-    else:
-        return  # this request's, written by an invocation that did not create the job: this one finishes it
-    if written is not None:
-        sub.held.append((runs, written))
-        return
-    winner = runs.read_run(run.run_id)  # a concurrent invocation of this request wrote it first
-    if winner is None or winner.request_sha256 != sub.fingerprint:
-        raise Refusal(
-            "Conflict",
-            f"run.run_id: run {run.run_id!r} was started concurrently by a different request; use another run_id",
-            field="run.run_id",
-            details={"run_id": run.run_id},
-        )
+    for _ in range(CLAIM_ATTEMPTS):
+        if found is not None and not found.released and found.request_sha256 == sub.fingerprint:
+            return  # this request's (a concurrent invocation's, or one that died before creating the job)
+        if found is None or found.record is None:
+            written = runs.create(runs.run_key(run.run_id), record.fields())
+        else:
+            written = runs.replace(found.record, record.fields())
+        if written is not None:
+            sub.held.append((runs, written))
+            return
+        found = runs.read_run(run.run_id)  # another invocation wrote it meanwhile
+    raise Refusal(
+        "Conflict",
+        f"run.run_id: run {run.run_id!r} was started concurrently by a different request; use another run_id",
+        field="run.run_id",
+        details={"run_id": run.run_id},
+    )
 
 
 def _bind_to_run(refusal: Refusal) -> Refusal:
@@ -490,7 +494,7 @@ class _Slot:
 
     ``existing``: a job that settles the request (replay or ``Conflict``), found ``via`` ``client_token`` or
     ``job_name``. Else ``job_name`` is the name to create under; ``record`` the token's claim this
-    invocation works under; ``write``: ``"new"`` / ``"replace"`` when the token must still be claimed.
+    invocation works under; ``write``: the token must still be claimed (over ``record``, if any).
     ``adopt``: ``existing`` was made without a client token by this same request; the token is bound to it
     (claimed naming it) before it answers.
     """
@@ -499,7 +503,7 @@ class _Slot:
     existing: dict[str, Any] | None = None
     via: str = "job_name"
     record: TokenRecord | None = None
-    write: str | None = None
+    write: bool = False
     adopt: bool = False
 
 
@@ -523,23 +527,23 @@ def _resolve(sub: _Submission, *, settle: bool = False) -> _Slot:
     digest = token_digest(request.client_token)
     record = sub.tokens.lookup(digest)
     if record is None:
-        return _by_own_name(sub, digest, own_name, record=None, write="new")
+        return _by_own_name(sub, digest, own_name, None)
     slot = _from_record(sub, record, digest, settle=settle)
-    return slot or _by_own_name(sub, digest, own_name, record=record, write="replace")
+    return slot or _by_own_name(sub, digest, own_name, record)
 
 
-def _by_own_name(sub: _Submission, digest: str, own_name: str, *, record: TokenRecord | None, write: str) -> _Slot:
+def _by_own_name(sub: _Submission, digest: str, own_name: str, record: TokenRecord | None) -> _Slot:
     """A token's request whose token binds no job yet: settle it against the job holding ``own_name``, if any."""
     existing = existing_job(sub.clients, own_name)
     if existing is None:
-        return _Slot(own_name, None, "client_token", record, write)
+        return _Slot(own_name, None, "client_token", record, write=True)
     owner = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256)
     if owner == digest:
         return _Slot(own_name, existing, "client_token", record)  # the token's job, its claim lost
     if owner is not None:
         raise _another_tokens_job(existing, derived=sub.request.job_name is None)
     same, _ = _same_request(existing["tags"], sub.fingerprint)
-    return _Slot(own_name, existing, "job_name", record, write if same else None, adopt=same)
+    return _Slot(own_name, existing, "job_name", record, write=same, adopt=same)
 
 
 def _from_record(sub: _Submission, record: TokenRecord, digest: str, *, settle: bool) -> _Slot | None:
@@ -580,7 +584,7 @@ def _claim_token(sub: _Submission, slot: _Slot, *, adopted: bool = False) -> boo
     """Claim the token naming ``slot.job_name`` (over ``slot.record`` for ``replace``); ``False`` when another
     request claimed it first (the caller settles again)."""
     assert sub.tokens is not None and sub.request.client_token is not None
-    replace = slot.record.record if slot.record is not None and slot.write == "replace" else None
+    replace = slot.record.record if slot.record is not None else None
     claimed = sub.tokens.claim(
         token_digest(sub.request.client_token), slot.job_name, sub.fingerprint, sub.now.isoformat(),
         replace=replace, adopted=adopted,
