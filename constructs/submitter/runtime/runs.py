@@ -291,11 +291,15 @@ def describe_run(
     Raises:
         Refusal: ``NotFound`` on ``run_id`` (no such run).
     """
-    run_id = request["run_id"]
-    state = load_run(RunLedger.of(clients, config), run_id)
+    state = _existing_run(RunLedger.of(clients, config), request["run_id"])
+    return {"status": "described", "run": run_view(clients, config, state, now)}
+
+
+def _existing_run(store: RunLedger, run_id: str) -> RunState:
+    state = load_run(store, run_id)
     if state is None:
         raise not_found("run_id", run_id, f"run {run_id!r}")
-    return {"status": "described", "run": run_view(clients, config, state, now)}
+    return state
 
 
 def list_runs(
@@ -413,9 +417,7 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     """
     run_id = request["run_id"]
     store = RunLedger.of(clients, config)
-    state = load_run(store, run_id)
-    if state is None:
-        raise not_found("run_id", run_id, f"run {run_id!r}")
+    state = _existing_run(store, run_id)
     ended = terminal_record(state)
     if ended is not None:
         return {"status": "stopped", "run_id": run_id, "changed": False, "state": ended["decision"]}
