@@ -556,7 +556,7 @@ class JobSubmitter(Construct):
         )
         props.plan_arns_parameter.grant_read(role)
 
-        # Client-token records (runtime/idempotency.py): read and conditionally write objects under one
+        # Client-token records (runtime/ledger.py): read and conditionally write objects under one
         # prefix of the output bucket, and list that prefix only (GetObject of a missing key answers 403,
         # not 404, without s3:ListBucket). No delete: a record is released by an overwrite.
         records = props.output_bucket.arn_for_objects(f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*")
@@ -571,7 +571,7 @@ class JobSubmitter(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]}},
             )
         )
-        # The run store (runtime/runs.py): run.json (a conditional write) with a run's first submission,
+        # The run store (runtime/ledger.py): run.json (a conditional write) with a run's first submission,
         # the stop marker; reading and listing it come with _grant_reading.
         runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
         role.add_to_principal_policy(iam.PolicyStatement(sid="RunRecords", actions=["s3:PutObject"], resources=[runs]))

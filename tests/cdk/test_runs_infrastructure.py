@@ -554,7 +554,7 @@ def test_observability_refuses_bad_run_props_and_builds_nothing(overrides, messa
 def test_the_decisions_table_reads_fields_the_continuation_logs():
     """The Logs Insights table's fields and filter against the continuation's own decision line."""
     from platform_constructs.submitter.runtime import continuation
-    from platform_constructs.submitter.runtime.runs import Outcome
+    from platform_constructs.submitter.runtime.continuation import Outcome
 
     class Events:  # the default bus: the decision's event is published, and answered as accepted
         def __init__(self):

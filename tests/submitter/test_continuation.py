@@ -317,9 +317,9 @@ def test_a_stop_landing_while_the_next_segment_is_submitted_stops_that_segment(
     def submit_after_a_stop(*args, **kwargs):
         stopped = runtime.actions.dispatch({"action": "stop", "run_id": run_id}, clients=clients, config=config)
         assert stopped["status"] == "stopped", stopped  # no segment ran when it looked
-        return service.submit(*args, **kwargs)
+        return service.submit_segment(*args, **kwargs)
 
-    monkeypatch.setattr(continuation, "submit", submit_after_a_stop)
+    monkeypatch.setattr(continuation, "submit_segment", submit_after_a_stop)
     answer = run_kit.handle(event)
     assert decision(answer) == spec.CONTINUE and answer["decision"]["stopped_on_start"] is True
     assert aws.describe_training_job(seg(run_id, 2))["TrainingJobStatus"] in ("Stopping", "Stopped")
@@ -355,3 +355,19 @@ def test_a_stop_that_read_the_run_before_its_segment_was_decided_still_stops_the
     assert first_read and first_read[0].decisions == {}
     assert stopping["status"] == "stopping" and stopping["training_job_name"] == seg(run_id, 2), stopping
     assert aws.describe_training_job(seg(run_id, 2))["TrainingJobStatus"] == "Stopping"
+
+
+def test_a_decision_record_cut_short_is_a_retriable_fault_that_starts_nothing(aws, submit, run_kit, runtime, config):
+    """Strict reading in the continuation: a damaged decision record raises the ledger's error naming it (the
+    invocation fails and EventBridge retries), and no segment is submitted while it stands."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 20)
+    event = end_segment(aws, run_kit, run_id, 1)
+    key = f"submitter/runs/{run_id}/decisions/seg-001.json"
+    aws.client("s3").put_object(Bucket=config.output_bucket, Key=key, Body=b'{"schema": 1, "decis')
+    with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"s3://{config.output_bucket}/{key} is not JSON"):
+        run_kit.handle(event)
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)
+    assert decision(run_kit.handle(event)) == spec.CONTINUE  # once the record is gone, the event is decided

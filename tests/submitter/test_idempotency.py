@@ -5,9 +5,11 @@ Against the emulator over HTTP (S3 conditional writes and SageMaker Search are m
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import json
+import threading
 import uuid
 
 import pytest
@@ -96,6 +98,64 @@ def test_concurrent_different_requests_with_one_token_make_one_job(aws, token_jo
     assert len(conflicts) == 5 and {r["error"]["code"] for r in conflicts} == {"Conflict"}
     assert {r["error"]["field"] for r in conflicts} == {"client_token"}
     assert token_jobs(token) == [submitted[0]["training_job_name"]]
+
+
+ONE_FREE_INSTANCE = {
+    "TrainingPlanName": "one-free", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
+    "TotalInstanceCount": 1, "StartTime": "now-1d", "EndTime": "now+10d",
+}  # fmt: skip
+
+
+def outcomes(responses: list[dict]) -> dict[str, int]:
+    """How many answers created a job, replayed one, or were refused (by code)."""
+    counted = collections.Counter(
+        ("replayed" if r["replayed"] else "created") if r["status"] == "submitted" else r["error"]["code"]
+        for r in responses
+    )
+    return dict(counted)
+
+
+def one_free_instance_race(aws, runtime, env, config, events: list[dict]) -> list[dict]:
+    """Submit ``events`` at once on a plan with one free instance, in the edge's worst order: every capacity
+    choice but the first waits (up to 10 s) until a job was created, so the others find the instance taken."""
+    from .conftest import PLANS
+
+    clients = runtime.aws.Clients.create(environ=env)  # its own clients: the hooks below stay with them
+    created, lock, first = threading.Event(), threading.Lock(), [True]
+
+    def before_plan(**_: object) -> None:
+        with lock:
+            if first[0]:
+                first[0] = False
+                return
+        created.wait(10)
+
+    def after_create(parsed: dict, **_: object) -> None:
+        if parsed.get("TrainingJobArn"):
+            created.set()
+
+    clients.sagemaker.meta.events.register("before-call.sagemaker.DescribeTrainingPlan", before_plan)
+    clients.sagemaker.meta.events.register("after-call.sagemaker.CreateTrainingJob", after_create)
+    aws.set_plans([ONE_FREE_INSTANCE])
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(events)) as pool:
+            return list(pool.map(lambda e: runtime.service.submit(e, clients=clients, config=config), events))
+    finally:
+        aws.complete_active_jobs()
+        aws.set_plans(PLANS)
+
+
+def test_concurrent_duplicates_on_a_plan_with_one_free_instance_settle_on_one_job(
+    aws, runtime, env, config, token_jobs, make_request
+):
+    """Edge: six parallel submissions of one client_token gave 1 created, 1 replayed and 4 NoCapacity
+    ("nothing was created") although the token's job existed: the token's job was looked up before the
+    capacity choice and the token claimed after it. Every concurrent duplicate settles on the one job."""
+    request = make_request()  # capacity training-plan: the plan's one instance
+    responses = one_free_instance_race(aws, runtime, env, config, [dict(request) for _ in range(6)])
+    assert outcomes(responses) == {"created": 1, "replayed": 5}, responses
+    assert len({r["training_job_arn"] for r in responses}) == 1
+    assert token_jobs(request["client_token"]) == [responses[0]["training_job_name"]]
 
 
 # --- the record ----------------------------------------------------------------------------------------
@@ -304,6 +364,7 @@ _GOOD_RECORD = {
         ({"schema": True}, "not a schema-1 record"),  # json true == 1 in Python: was read as schema 1
         ({"schema": 1.0}, "not a schema-1 record"),
         ({"schema": "1"}, "not a schema-1 record"),
+        ({"schema": 2}, "not a schema-1 record (schema 2: written by another version of the submitter)"),
         ({"training_job_name": "bad name!\n"}, "which is not a SageMaker TrainingJobName"),  # was echoed as a job name
         ({"training_job_name": "a" * 64}, "which is not a SageMaker TrainingJobName"),
         ({"request_sha256": "a"}, "is not 64 lower-case hex digits"),
@@ -328,89 +389,13 @@ def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(
     assert aws.calls("CreateTrainingJob") == []
 
 
-# --- across the upgrade: jobs of the previous version (no record, the old tag) --------------------------
-
-LOCAL_DATA_BUCKET = "training-platform-data-local"  # the emulator's data bucket: relative inputs resolve under it
-GUIDE = {"model": "gpt-1b", "precision": "mxfp8", "num_layers": 10, "batch_size": 8, "seq_length": 2048}
-GOLDEN_V1: dict[str, tuple[dict, str]] = {
-    "token only": (
-        {"client_token": "golden-token-only", "hyperparameters": GUIDE, "inputs": {"train": "datasets/guide/train/"}},
-        "5ce9387f98bc265b74c3147dfd1d0283cffa26e84a8a76a9dcc8a701dbd817ca",
-    ),
-    "spot": (
-        {"client_token": "golden-spot", "capacity": "spot", "max_runtime_hours": 12, "hyperparameters": GUIDE,
-         "inputs": {"train": "datasets/guide/train/"}},
-        "baf25801009b5ed8e0162096b6fcc119f8710ad48305993e9685f6a8a26a5cf1",
-    ),
-    "job_name only": (
-        {"job_name": "golden-named-run", "capacity": "on-demand", "hyperparameters": GUIDE,
-         "inputs": {"train": f"s3://{LOCAL_DATA_BUCKET}/datasets/guide/train/"}},
-        "d81b81144034b859dc7ac72fb6f06cbf8d9a34463cf15d3160411cfee62334cb",
-    ),
-    "string hyperparameters and tags": (
-        {"client_token": "golden-strings-tags", "capacity": "on-demand",
-         "hyperparameters": {"model": "gpt-1b", "precision": "mxfp8", "NUM_LAYERS": "10", "batch-size": "8",
-                             "seq_length": "2048", "learning_rate": "3e-4", "activation_checkpointing": "FULL"},
-         "inputs": {"train": "datasets/guide/train/", "validation": "datasets/guide/validation/"},
-         "tags": {"team": "research", "Cost Center": "ml 42"}},
-        "b3dd71cbce3a3c90a77edc761b5fccf13f9218bfe62d9e4ad5b18de6a5d5be53",
-    ),
-    "auto, token and job_name": (
-        {"client_token": "golden-auto", "job_name": "golden-auto-run", "capacity": "auto",
-         "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/b200-long", "instance_count": 2,
-         "max_runtime_hours": 6.5, "max_wait_hours": 20, "max_retry_attempts": 5, "auto_tune": True,
-         "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "batch_size": 2, "synthetic_data": True,
-                             "reshard_after_forward": "false", "seed": 7}},
-        "2387e05806e05e298184ecef46c11361eb9d8f25b89c63b4691e72f2d1fc495b",
-    ),
-}  # fmt: skip
-"""Requests and the ``platform:request-sha256`` tag the previous version (commit fb12a67, the last before
-fingerprint v2) gave their jobs, computed by that version's own ``SubmitRequest.fingerprint()`` from a
-``git archive`` of it, with the deployment's default instance type ``ml.p6-b200.48xlarge`` and data
-bucket :data:`LOCAL_DATA_BUCKET`. Literal values: the frozen algorithm must keep producing them."""
+# --- fingerprint versions: a job or a claim of another version is refused as such ----------------------
 
 
-@pytest.fixture(scope="module")
-def v1_config(runtime):
-    """A configuration like the previous version's deployment (no emulator needed)."""
-    return runtime.config.SubmitterConfig(
-        trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
-        execution_role_arn="arn:aws:iam::123456789012:role/exec",
-        data_bucket=LOCAL_DATA_BUCKET,
-        checkpoint_bucket="ckpt",
-        output_bucket="out",
-        training_plan_arns_parameter="/plans",
-    )
-
-
-@pytest.mark.parametrize("label", sorted(GOLDEN_V1))
-def test_the_previous_versions_fingerprint_is_frozen(runtime, v1_config, label):
-    """Review finding: the v1 algorithm hashed today's hyperparameters (allow_data_change was added since),
-    so no job of the previous version could match a retry. Golden values come from that version's code."""
-    event, v1 = GOLDEN_V1[label]
-    request = runtime.request.parse_request(event, v1_config)
-    assert request.legacy_fingerprint_v1(event.get("job_name")) == v1
-    # sending a default explicitly hashed the same under v1 (it filled defaults in)
-    explicit = {
-        **event,
-        "instance_count": event.get("instance_count", 1),
-        "max_retry_attempts": event.get("max_retry_attempts", 3),
-    }
-    assert runtime.request.parse_request(explicit, v1_config).legacy_fingerprint_v1(event.get("job_name")) == v1
-
-
-def test_a_hyperparameter_the_previous_version_did_not_know_matches_none_of_its_jobs(runtime, v1_config):
-    event, _ = GOLDEN_V1["token only"]
-    newer = runtime.request.parse_request(
-        {**event, "hyperparameters": {**GUIDE, "allow_data_change": False}}, v1_config
-    )
-    assert newer.legacy_fingerprint_v1(None) is None  # the previous version refused the field: no job of it can match
-
-
-def _create_as_v1(aws, event: dict, *, name: str, v1: str, extra_tags: tuple = ()) -> str:
-    """Create the job as the previous version did: no record, its v1 tag and (with a token) the token's tag."""
-    tags = [{"Key": "platform:request-sha256", "Value": v1}, {"Key": "platform:submitted-by", "Value": "job-submitter"}]
-    tags += [{"Key": k, "Value": v} for k, v in extra_tags]
+def _create_outside_the_submitter(aws, event: dict, *, name: str, tags: tuple = ()) -> str:
+    """Create the job as a request outside this submitter would (no claim): ``tags``, the submitter's mark and
+    (with a token) the token's tag."""
+    tags = [{"Key": k, "Value": v} for k, v in tags] + [{"Key": "platform:submitted-by", "Value": "job-submitter"}]
     if event.get("client_token"):
         tags.append({"Key": "platform:client-token-sha256", "Value": _digest(event["client_token"])})
     created = aws.client("sagemaker").create_training_job(
@@ -429,31 +414,47 @@ def _create_as_v1(aws, event: dict, *, name: str, v1: str, extra_tags: tuple = (
     return created["TrainingJobArn"]
 
 
-@pytest.mark.parametrize("label", sorted(GOLDEN_V1))
-def test_a_retry_of_a_job_made_by_the_previous_version_returns_it(aws, token_jobs, runtime, submit, label):
-    event, v1 = GOLDEN_V1[label]
-    assert aws.env["DATA_BUCKET"] == LOCAL_DATA_BUCKET and aws.env["DEFAULT_INSTANCE_TYPE"] == "ml.p6-b200.48xlarge"
-    token = event.get("client_token")
-    name = event.get("job_name") or runtime.request.derived_job_name(token)
-    arn = _create_as_v1(aws, event, name=name, v1=v1)
-    aws.clear_calls()
-    same = submit(event)
-    assert same["status"] == "submitted" and same["replayed"] is True and same["training_job_arn"] == arn, same
-    assert submit({**event, "dry_run": True})["replayed"] is True
-    assert submit({**event, "instance_count": event.get("instance_count", 1)})["replayed"] is True
-    changed = submit({**event, "max_runtime_hours": 3})
-    assert changed["error"]["code"] == "Conflict" and changed["error"]["field"] == (
-        "client_token" if token else "job_name"
+@pytest.mark.parametrize("tag", ["platform:request-sha256", "platform:request-sha256-v3"])
+def test_a_job_fingerprinted_under_another_version_is_refused_as_such(aws, runtime, submit, config, make_request, tag):
+    """A fingerprint change is a new version: a job whose tag is another version's is never compared with this
+    version's fingerprint (the same request looks different) and never treated as a different request."""
+    request = make_request(capacity="on-demand")
+    name = runtime.request.derived_job_name(request["client_token"])
+    arn = _create_outside_the_submitter(
+        aws, request, name=name, tags=((tag, fingerprint_of(runtime, config, request)),)
     )
-    assert "earlier version of the submitter" in changed["error"]["message"]
+    aws.clear_calls()
+    for event in (request, {**request, "dry_run": True}):
+        refused = submit(event)
+        assert (refused["error"]["code"], refused["error"]["field"]) == ("Conflict", "client_token"), refused
+        message = refused["error"]["message"]
+        assert f"its request fingerprint is of another version (tag {tag})" in message, message
+        assert "platform:request-sha256-v2" in message and refused["error"]["details"]["training_job_arn"] == arn
+    assert aws.calls("CreateTrainingJob") == [] and record_of(aws, request["client_token"]) is None
+
+
+def test_a_claim_of_another_fingerprint_version_is_refused_as_such(aws, runtime, submit, config, make_request):
+    request = make_request(capacity="on-demand")
+    key = f"{PREFIX}{_digest(request['client_token'])}.json"
+    claim = {
+        "schema": 1, "training_job_name": f"v3-{uuid.uuid4().hex[:12]}", "request_sha256": "b" * 64,
+        "fingerprint_version": 3, "state": "claimed", "created": "2026-01-01T00:00:00+00:00",
+    }  # fmt: skip
+    aws.client("s3").put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps(claim).encode())
+    aws.clear_calls()
+    refused = submit(request)
+    assert (refused["error"]["code"], refused["error"]["field"]) == ("Conflict", "client_token"), refused
+    assert "under request fingerprint version 3 (this submitter computes version 2" in refused["error"]["message"]
     assert aws.calls("CreateTrainingJob") == []
-    if token:
-        assert (
-            submit({k: v for k, v in event.items() if k != "job_name"})["training_job_arn"] == arn
-        )  # found by its tag
-        assert submit({**event, "job_name": f"now-named-{uuid.uuid4().hex[:8]}"})["training_job_arn"] == arn
-        assert token_jobs(token) == [name]
-        assert record_of(aws, token) is None  # replays and refusals write nothing
+    # a released claim of another version binds no job: the token is free
+    aws.client("s3").put_object(
+        Bucket=aws.env["OUTPUT_BUCKET"],
+        Key=key,
+        Body=json.dumps({**claim, "state": "released", "reason": "x"}).encode(),
+    )
+    freed = submit(request)
+    assert freed["status"] == "submitted" and freed["replayed"] is False, freed
+    assert record_of(aws, request["client_token"])["fingerprint_version"] == 2
 
 
 # --- derived names: the name space of job-<24 hex> ------------------------------------------------------
@@ -468,7 +469,7 @@ def test_a_derived_name_squatted_before_the_upgrade_is_refused_truthfully(
     d_token, c_token = f"d-{uuid.uuid4()}", f"c-{uuid.uuid4()}"
     squatted = runtime.request.derived_job_name(d_token)
     c_event = make_request(client_token=c_token, capacity="on-demand", max_runtime_hours=5)
-    c_arn = _create_as_v1(aws, c_event, name=squatted, v1="0" * 64)
+    c_arn = _create_outside_the_submitter(aws, c_event, name=squatted)
     d_event = make_request(client_token=d_token, capacity="on-demand")
     aws.clear_calls()
     for event in ({**d_event, "dry_run": True}, d_event, {**c_event, "client_token": d_token}):
@@ -496,7 +497,7 @@ def test_a_squatted_derived_name_with_the_very_same_body_is_not_replayed(
     squatted = runtime.request.derived_job_name(e_token)
     c2 = {**e_event, "client_token": f"c2-{uuid.uuid4()}"}
     same_body = (("platform:request-sha256-v2", fingerprint_of(runtime, config, e_event)),)
-    _create_as_v1(aws, c2, name=squatted, v1="0" * 64, extra_tags=same_body)
+    _create_outside_the_submitter(aws, c2, name=squatted, tags=same_body)
     refused = submit(e_event)
     assert (refused["error"]["code"], refused["error"]["field"]) == ("Conflict", "job_name"), refused
     assert "belongs to another client_token" in refused["error"]["message"]
@@ -520,28 +521,29 @@ def test_a_conditional_write_that_lost_is_not_a_claim(runtime, code, status):
     """412: another writer's record exists; 409: a concurrent conditional write to the key is in flight."""
     from botocore.stub import Stubber
 
-    from platform_constructs.submitter.runtime import idempotency
+    from platform_constructs.submitter.runtime import ledger
 
     s3 = runtime.aws.Clients.create(
         environ={"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}
     ).s3
-    records = idempotency.TokenRecords(s3, "s3://out-bucket/submitter/client-tokens/")
+    records = ledger.TokenLedger(s3, "s3://out-bucket/submitter/client-tokens/")
+    claim = {"replace": None, "adopted": False}
     with Stubber(s3) as stub:
         stub.add_client_error("put_object", service_error_code=code, http_status_code=status)
-        assert records.claim("ab" * 32, "job-1", "f" * 64) is None
+        assert records.claim("ab" * 32, "job-1", "f" * 64, "2026-01-01T00:00:00+00:00", **claim) is None
         stub.add_client_error("put_object", service_error_code="AccessDenied", http_status_code=403)
         with pytest.raises(s3.exceptions.ClientError, match="AccessDenied"):
-            records.claim("ab" * 32, "job-1", "f" * 64)
+            records.claim("ab" * 32, "job-1", "f" * 64, "2026-01-01T00:00:00+00:00", **claim)
 
 
 @pytest.mark.parametrize(
     "location", ["s3://out-bucket/submitter/client-tokens", "out-bucket/prefix/", "s3://Bad_Bucket/p/", ""]
 )
 def test_a_malformed_records_location_is_a_configuration_error(runtime, location):
-    from platform_constructs.submitter.runtime import idempotency
+    from platform_constructs.submitter.runtime import ledger
 
     with pytest.raises(runtime.errors.ConfigurationError, match="client-token records location"):
-        idempotency.TokenRecords(object(), location)
+        ledger.TokenLedger(object(), location)
 
 
 def test_the_records_location_is_required_by_the_configuration(runtime, env):

@@ -30,7 +30,6 @@ SUBMISSION_ONLY = (
     f"{RUNTIME}.request",
     f"{RUNTIME}.capacity",
     f"{RUNTIME}.job",
-    f"{RUNTIME}.idempotency",
 )
 """Modules only a submission needs."""
 REQUEST_WORDING = ("model_families", "platform_spec.hyperparameters", "platform_spec.models", f"{RUNTIME}.request")

@@ -94,8 +94,6 @@ def test_the_fingerprint_ignores_fields_not_sent(runtime, local_config):
         minimal.fingerprint()
         == parse({"hyperparameters": {"synthetic_data": "TRUE"}, "auto_tune": None}, local_config).fingerprint()
     )
-    # the same request under the previous version's algorithm still hashes every field, defaults filled in
-    assert minimal.legacy_fingerprint_v1(None) != minimal.legacy_fingerprint_v1("named")
 
 
 def test_hyperparameter_values_are_canonicalised_by_the_trainers_formatter(runtime, local_config):

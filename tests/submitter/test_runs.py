@@ -70,6 +70,20 @@ def test_concurrent_first_submissions_make_one_run(submit, run_kit):
     assert run_kit.jobs(run_id) == [spec.segment_job_name(run_id, 1)]
 
 
+def test_concurrent_first_submissions_on_a_plan_with_one_free_instance_settle_on_one_job(
+    aws, runtime, env, config, run_kit
+):
+    """Edge: as for a client_token, six parallel first submissions of one run_id on a plan with one free
+    instance gave NoCapacity refusals although the run's segment 1 existed. They settle on it."""
+    from .test_idempotency import one_free_instance_race, outcomes
+
+    run_id = new_run_id()
+    answers = one_free_instance_race(aws, runtime, env, config, [run_kit.request(run_id) for _ in range(6)])
+    assert outcomes(answers) == {"created": 1, "replayed": 5}, answers
+    assert {a["training_job_name"] for a in answers} == {spec.segment_job_name(run_id, 1)}
+    assert run_kit.jobs(run_id) == [spec.segment_job_name(run_id, 1)]
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
@@ -231,7 +245,7 @@ def test_a_first_segment_sagemaker_refuses_releases_the_run_and_frees_its_id(
     # the record is kept, marked released (the submitter may not delete), and the run does not exist for the API
     key = f"submitter/runs/{run_id}/run.json"
     record = json.loads(aws.client("s3").get_object(Bucket=config.output_bucket, Key=key)["Body"].read())
-    assert record["released"]["reason"].startswith("InvalidRequest")
+    assert record["state"] == "released" and record["reason"].startswith("InvalidRequest")
     described = _act(runtime, clients, config, {"action": "describe", "run_id": run_id})
     assert described["status"] == "rejected" and described["error"]["code"] == "NotFound"
     listed = _act(runtime, clients, config, {"action": "list_runs", "max_results": 100})
@@ -240,4 +254,36 @@ def test_a_first_segment_sagemaker_refuses_releases_the_run_and_frees_its_id(
     again = submit(run_kit.request(run_id, max_steps=200))
     assert again["status"] == "submitted", again
     record = json.loads(aws.client("s3").get_object(Bucket=config.output_bucket, Key=key)["Body"].read())
-    assert "released" not in record and record["max_steps"] == 200
+    assert record["state"] == "claimed" and "reason" not in record and record["max_steps"] == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"schema": 1, "run_id": "cut', "is not JSON"),  # a record cut short
+        (b'{"schema": 2, "run_id": "x"}', "is not a schema-1 record (schema 2: written by another version"),
+        (b'{"schema": 1, "run_id": "x"}', "is not a run record"),
+    ],
+)
+def test_an_unreadable_run_record_stops_its_submission_before_anything_is_written(
+    aws, submit, run_kit, runtime, config, body, says
+):
+    """Strict reading: a run.json that is not a schema-1 run record raises the ledger's error naming it; no job,
+    and no claim of the run's token, is written while it stands."""
+    import hashlib
+
+    run_id = new_run_id()
+    key = f"submitter/runs/{run_id}/run.json"
+    aws.client("s3").put_object(Bucket=config.output_bucket, Key=key, Body=body)
+    try:
+        with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"s3://{config.output_bucket}/{key}") as raised:
+            submit(run_kit.request(run_id))
+        assert says in str(raised.value)
+        assert run_kit.jobs(run_id) == []
+        token = hashlib.sha256(spec.segment_client_token(run_id, 1).encode()).hexdigest()
+        listed = aws.client("s3").list_objects_v2(
+            Bucket=config.output_bucket, Prefix=f"submitter/client-tokens/{token}"
+        )
+        assert listed.get("KeyCount", 0) == 0
+    finally:
+        aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)  # the other tests list runs too

@@ -355,7 +355,7 @@ class Clients:
     Attributes:
         sagemaker: SageMaker client.
         ssm: SSM client.
-        s3: S3 client (the client-token records, :mod:`.idempotency`).
+        s3: S3 client (the ledger, :mod:`.ledger`).
     """
 
     sagemaker: SageMakerClient

@@ -1,68 +1,53 @@
 """Capacity choice: which training plan (or spot / on-demand) a job runs on.
 
-Plan ARNs come from the SSM String parameter the stack writes (a JSON list of
-ARNs), cached for :data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. An entry that is
-not a training-plan ARN (an operator's edit with a trailing newline, a bare
-name) is skipped with the reason naming it, like a plan of another region or
-account (:mod:`platform_spec.training_plans`), which is skipped with the reason naming its ARN,
-and never described: a plan is identified by its full ARN, never by its
-name alone. Each other plan is described (``DescribeTrainingPlan`` with the
-ARN, never cached: availability changes) and judged by :func:`judge_plan`.
+Plan ARNs come from the SSM String parameter the stack writes (a JSON list of ARNs), cached for
+:data:`.aws.PLAN_ARNS_MAX_AGE_S` seconds. An entry that is not a training-plan ARN (an operator's edit
+with a trailing newline, a bare name) or is a plan of another region or account
+(:mod:`platform_spec.training_plans`) is skipped with the reason naming it and never described: a plan is
+identified by its full ARN, never by its name alone. Each other plan is described
+(``DescribeTrainingPlan`` with the ARN, never cached: availability changes) and judged by
+:func:`judge_plan`.
 
-**Blocks.** A plan reserves capacity in one or more blocks
-(``ReservedCapacitySummaries``, each with its own ``InstanceType``,
-``TotalInstanceCount``, ``StartTime``, ``EndTime`` and ``Status``), possibly with
-gaps between them. A job submitted to a plan runs in the block that is active
-when it starts: the current block when one is active now, else the job waits
-``Pending`` for the next block ("For plans with multiple discontinuous reserved
-capacities, the status reverts to Scheduled between active periods";
-"Training jobs associated with the plan remain in Pending status until the plan
-becomes Active",
-https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-details-using-api-cli-sdk.html).
-That block is judged, not the plan's outer ``StartTime`` / ``EndTime``. Its
-usable time ends :data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S`
-(30 minutes) before its ``EndTime``, when SageMaker starts reclaiming its
-instances. A plan is **eligible** when
+**Blocks.** A plan reserves capacity in one or more blocks (``ReservedCapacitySummaries``, each with its
+own ``InstanceType``, ``TotalInstanceCount``, ``StartTime``, ``EndTime`` and ``Status``), possibly with
+gaps between them. A job submitted to a plan runs in the block active when it starts, else it waits
+``Pending`` for the next ("For plans with multiple discontinuous reserved capacities, the status reverts
+to Scheduled between active periods"; "Training jobs associated with the plan remain in Pending status
+until the plan becomes Active",
+https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-details-using-api-cli-sdk.html). That
+block is judged, not the plan's outer times. Its usable time ends
+:data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S` (30 minutes) before its ``EndTime``, when
+SageMaker starts reclaiming its instances. A plan is **eligible** when
 
-* its status is ``Active`` or ``Scheduled``,
-* its ``TargetResources`` include ``training-job``,
+* its status is ``Active`` or ``Scheduled`` and its ``TargetResources`` include ``training-job``,
 * it has a block of the request's instance type whose usable time has not ended,
 * the job's block starts within :data:`platform_spec.capacity.PENDING_LIMIT_S` (2 days) of now,
-* the block's usable time from the job's start covers ``max_runtime_hours``; for a segment of a
-  run (a request with ``run``), the trainer's stop margin
-  (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus the run's ``min_segment_minutes`` of training
-  (:attr:`platform_spec.runs.RunSpec.min_segment_s`) is enough: the trainer checkpoints and stops at
-  the block's end, and the run continues with its next segment (:mod:`platform_spec.runs`).
+* the block's usable time from the job's start covers ``max_runtime_hours``; for a run's segment, the
+  trainer's stop margin (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus the run's
+  ``min_segment_minutes`` (:attr:`platform_spec.runs.RunSpec.min_segment_s`) is enough: the trainer
+  checkpoints and stops at the block's end, and the run continues (:mod:`platform_spec.runs`).
 
-The **job's block** is the first usable block (by start) with ``instance_count``
-instances: ``min(AvailableInstanceCount, TotalInstanceCount)`` for the block
-active now (``AvailableInstanceCount`` describes the plan now), the block's
-``TotalInstanceCount`` for a later one. A waiting job starts as soon as a block
-has its instances ("the job waits until it becomes available", see
-:data:`~platform_spec.capacity.PENDING_LIMIT_S`'s page), so a block with enough instances but too
-little time is not skipped for a later one: the job would start there and be
-reclaimed, and the plan is refused. The verdict's reason names the block and
-the earlier blocks the job cannot start in.
+The **job's block** is the first usable block (by start) with ``instance_count`` instances:
+``min(AvailableInstanceCount, TotalInstanceCount)`` for the block active now (``AvailableInstanceCount``
+describes the plan now), ``TotalInstanceCount`` for a later one. A waiting job starts as soon as a block
+has its instances ("the job waits until it becomes available", the same page), so a block with enough
+instances but too little time is not skipped for a later one: the plan is refused. The verdict's reason
+names the block and the earlier blocks the job cannot start in.
 
-**Rules** (``capacity.rule`` in the response, with ``capacity.reason``; the
-log line ``capacity chosen`` carries both). Reserved capacity is meant to be
-used before it lapses, but never at the price of a wait while a plan can run
-the job at once:
+**Rules** (``capacity.rule`` in the response, with ``capacity.reason``; the log line ``capacity chosen``
+carries both). Reserved capacity is meant to be used before it lapses, but never at the price of a wait
+while a plan can run the job at once:
 
 1. ``named-plan``: the request's ``training_plan_arn``, if eligible.
-2. ``starts-now-expires-first``: among the eligible plans whose block is active
-   now, the one whose block's usable time ends first (ties: the ARN).
-3. ``starts-soonest``: only when no plan can start the job now, the eligible
-   plan whose block starts first (ties: the earlier end, then the ARN); the
-   job waits ``Pending`` until then.
-4. ``fallback-order`` (``capacity: auto``): spot / on-demand in the configured
-   order; ``requested``: the request asked for spot or on-demand;
-   ``idempotent-replay``: a repeated request, answered with the job it created.
+2. ``starts-now-expires-first``: among the eligible plans whose block is active now, the one whose
+   block's usable time ends first (ties: the ARN).
+3. ``starts-soonest``: only when no plan can start the job now, the eligible plan whose block starts
+   first (ties: the earlier end, then the ARN); the job waits ``Pending`` until then.
+4. ``fallback-order`` (``capacity: auto``): spot / on-demand in the configured order; ``requested``: the
+   request asked for spot or on-demand; ``idempotent-replay``: a repeated request, answered with its job.
 
-``capacity: auto`` yields candidates in the configured fallback order
-(``training-plan``, ``spot``, ``on-demand`` by default): the chosen plan if
-any, then spot, then on-demand. The submitter tries them in turn when
-SageMaker answers ``ResourceLimitExceeded`` for one.
+``capacity: auto`` yields candidates in the configured fallback order (``training-plan``, ``spot``,
+``on-demand`` by default); the submitter tries the next when SageMaker answers ``ResourceLimitExceeded``.
 """
 
 from __future__ import annotations
@@ -83,6 +68,7 @@ from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
 from .request import SubmitRequest
 from .settings import SERVICE_NAME
+from .training_job import utc
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker.type_defs import DescribeTrainingPlanResponseTypeDef
@@ -98,15 +84,6 @@ RULE_STARTS_SOONEST = "starts-soonest"
 RULE_FALLBACK_ORDER = "fallback-order"
 RULE_REQUESTED = "requested"
 RULE_IDEMPOTENT_REPLAY = "idempotent-replay"
-RULES = (
-    RULE_NAMED_PLAN,
-    RULE_STARTS_NOW_EXPIRES_FIRST,
-    RULE_STARTS_SOONEST,
-    RULE_FALLBACK_ORDER,
-    RULE_REQUESTED,
-    RULE_IDEMPOTENT_REPLAY,
-)
-"""Values of ``capacity.rule``: which rule decided (module docstring)."""
 
 _RECLAIM = timedelta(seconds=CAPACITY_BLOCK_RECLAIM_S)
 _RECLAIM_TEXT = f"{CAPACITY_BLOCK_RECLAIM_S // 60} min"
@@ -155,7 +132,7 @@ class CapacityChoice:
         reason: why this capacity, one sentence.
         training_plan_arn: the plan, for ``training-plan``.
         skipped: plans considered and not used, each ``{"training_plan_arn", "reason"}``.
-        rule: which rule decided, one of :data:`RULES` (empty: not stated).
+        rule: which rule decided, one of the ``RULE_*`` values (module docstring; empty: not stated).
     """
 
     type: str
@@ -179,9 +156,8 @@ class CapacityChoice:
 def configured_plan_entries(clients: Clients, config: SubmitterConfig) -> list[Any]:
     """The entries of the SSM parameter's JSON list, duplicates dropped (cached briefly per warm function).
 
-    Entries are returned as they are: :func:`configured_plan_arns` keeps the
-    training-plan ARNs, and choosing a plan skips each other entry with a
-    reason naming it, so one malformed entry (a trailing newline, a name
+    Entries are returned as they are: choosing a plan skips each entry that is
+    not a training-plan ARN with a reason naming it, so one malformed entry (a trailing newline, a name
     without its ARN) blocks neither the other plans nor ``auto``'s spot and
     on-demand fallback.
 
@@ -209,15 +185,6 @@ def configured_plan_entries(clients: Clients, config: SubmitterConfig) -> list[A
         if entry not in entries:
             entries.append(entry)
     return entries
-
-
-def configured_plan_arns(clients: Clients, config: SubmitterConfig) -> list[str]:
-    """The training-plan ARNs of the SSM parameter (other entries left out; see :func:`configured_plan_entries`).
-
-    Raises:
-        ConfigurationError: the parameter is missing, not JSON, or not a JSON list.
-    """
-    return [e for e in configured_plan_entries(clients, config) if malformed_entry_reason(e) is None]
 
 
 def malformed_entry_reason(entry: Any) -> str | None:
@@ -256,13 +223,13 @@ class _Block:
 
 def _blocks(description: Mapping[str, Any], instance_type: str) -> tuple[list[_Block], list[str]]:
     """The plan's blocks of ``instance_type`` by start, and notes on the ones that cannot be judged."""
-    plan_start, plan_end = _utc(description.get("StartTime")), _utc(description.get("EndTime"))
+    plan_start, plan_end = utc(description.get("StartTime")), utc(description.get("EndTime"))
     blocks, notes = [], []
     for summary in description.get("ReservedCapacitySummaries") or []:
         if summary.get("InstanceType") != instance_type or summary.get("Status") in UNUSABLE_BLOCK_STATUSES:
             continue
-        start = _utc(summary.get("StartTime")) or plan_start
-        end = _utc(summary.get("EndTime")) or plan_end
+        start = utc(summary.get("StartTime")) or plan_start
+        end = utc(summary.get("EndTime")) or plan_end
         if start is None or end is None:
             notes.append(f"block {summary.get('ReservedCapacityArn', '?')} has no StartTime/EndTime")
             continue
@@ -277,101 +244,116 @@ def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitR
     """Apply the eligibility rules (module docstring) to one described plan."""
     if description is None:
         return PlanVerdict(arn, False, "not found (DescribeTrainingPlan: ResourceNotFound)")
+    refused = _plan_refusal(arn, description, request)
+    if refused is not None:
+        return refused
+    blocks, notes = _blocks(description, request.instance_type)
+    usable = [b for b in blocks if b.usable_end > now]
+    if not usable:
+        if not blocks:
+            return PlanVerdict(arn, False, "; ".join(notes) or f"no {request.instance_type} block is {_USABLE_TEXT}")
+        why = (
+            f"its last {request.instance_type} block ends {blocks[-1].end.isoformat()}; instances are reclaimed "
+            f"{_RECLAIM_TEXT} before a block ends, so none is usable after now"
+        )
+        return PlanVerdict(arn, False, why, blocks[-1].end)
+    available_now = int(description.get("AvailableInstanceCount") or 0)
+    passed: list[str] = []  # blocks the job cannot start in (too few instances), each with why
+    for index, block in enumerate(usable):
+        verdict = _judge_block(arn, block, usable[index + 1 :], passed, available_now, request, now)
+        if verdict is not None:
+            return verdict
+    return PlanVerdict(arn, False, "; ".join(passed), usable[-1].end, usable[-1].usable_end)
+
+
+def _plan_refusal(arn: str, description: Mapping[str, Any], request: SubmitRequest) -> PlanVerdict | None:
+    """The plan's own refusal (another plan's answer, its status, its target resources, its instance types)."""
     described = description.get("TrainingPlanArn")
     if described is not None and described != arn:
         return PlanVerdict(arn, False, f"DescribeTrainingPlan answered for {described}, a different plan")
     status = description.get("Status")
     if status not in USABLE_PLAN_STATUSES:
-        return PlanVerdict(arn, False, f"status is {status} (needs {_USABLE_TEXT})", _utc(description.get("EndTime")))
+        return PlanVerdict(arn, False, f"status is {status} (needs {_USABLE_TEXT})", utc(description.get("EndTime")))
     targets = description.get("TargetResources") or []
     if "training-job" not in targets:
         return PlanVerdict(arn, False, f"reserved for {', '.join(targets) or 'nothing'}, not training-job")
     summaries = description.get("ReservedCapacitySummaries") or []
     types = sorted({s.get("InstanceType") for s in summaries if s.get("InstanceType")})
     if request.instance_type not in types:
-        return PlanVerdict(
-            arn, False, f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}"
-        )
+        needs = f"reserves {', '.join(types) or 'no instances'}, request needs {request.instance_type}"
+        return PlanVerdict(arn, False, needs)
+    return None
 
-    blocks, notes = _blocks(description, request.instance_type)
-    usable = [b for b in blocks if b.usable_end > now]
-    if not usable:
-        if blocks:
-            last = blocks[-1]
-            why = (
-                f"its last {request.instance_type} block ends {last.end.isoformat()}; instances are reclaimed "
-                f"{_RECLAIM_TEXT} before a block ends, so none is usable after now"
-            )
-        else:
-            why = "; ".join(notes) or f"no {request.instance_type} block is {_USABLE_TEXT}"
-        return PlanVerdict(arn, False, why, blocks[-1].end if blocks else None)
 
-    available_now = int(description.get("AvailableInstanceCount") or 0)
-    passed: list[str] = []  # blocks the job cannot start in (too few instances), each with why
-    for index, block in enumerate(usable):
-        later = usable[index + 1 :]
-        starts_now = block.start <= now
-        job_start = now if starts_now else block.start
-        window = f"block {block.start.isoformat()} to {block.end.isoformat()}"
-        before = "; ".join(passed) + "; " if passed else ""
-        if not starts_now and (job_start - now).total_seconds() > PENDING_LIMIT_S:
-            return PlanVerdict(
-                arn,
-                False,
-                f"{before}its next {request.instance_type} block starts {block.start.isoformat()}, "
-                f"{(job_start - now).total_seconds() / 86400:.1f} days from now; SageMaker ends a job that waits "
-                f"Pending on a plan for more than {PENDING_LIMIT_S // 86400} days (InsufficientCapacityError)",
-                block.end, block.usable_end, job_start,
-            )  # fmt: skip
-        # AvailableInstanceCount describes the plan now: it bounds the active block only; a later
-        # block starts with every instance it reserves
-        instances = min(available_now, block.total) if starts_now else block.total
-        if instances < request.instance_count:
-            where = "" if starts_now else f" in its {window}"
-            passed.append(f"{instances} instance(s) available{where}, request needs {request.instance_count}")
-            continue
-        # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
-        room = block.usable_end - job_start
-        run_segment = request.run is not None and timedelta(seconds=STOP_MARGIN_S + request.run.min_segment_s) <= room
-        if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
-            hours = max(room.total_seconds(), 0) / 3600
-            nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
-            if request.run is not None:
-                least = STOP_MARGIN_S + request.run.min_segment_s
-                nxt = (
-                    f"; a run's segment may end with the block, but needs at least {least / 60:g} min of it (the "
-                    f"trainer's {STOP_MARGIN_S / 60:g} min stop margin + min_segment_minutes="
-                    f"{request.run.min_segment_s / 60:g}){nxt}"
-                )
-            return PlanVerdict(
-                arn,
-                False,
-                f"{before}{window}: instances are reclaimed {_RECLAIM_TEXT} before it ends, {hours:.1f} h after the "
-                f"job could start; request needs max_runtime_hours={request.max_runtime_hours:g}{nxt}",
-                block.end, block.usable_end, job_start, starts_now,
-            )  # fmt: skip
-        if starts_now:
-            when = f"active, {instances} {request.instance_type} available now"
-        else:
-            hours = (job_start - now).total_seconds() / 3600
-            when = (
-                f"scheduled: its block starts {block.start.isoformat()} ({hours:.1f} h from now; the job waits Pending), "
-                f"{instances} {request.instance_type} available"
-            )
-        earlier = f"; it cannot start in an earlier block: {'; '.join(passed)}" if passed else ""
-        if room < timedelta(seconds=request.max_runtime_seconds):
-            earlier += (
-                f"; the block leaves {room.total_seconds() / 3600:.1f} h of max_runtime_hours="
-                f"{request.max_runtime_hours:g}: the run's segment ends at the block's end and the run continues"
-            )
+def _judge_block(
+    arn: str,
+    block: _Block,
+    later: list[_Block],
+    passed: list[str],
+    available_now: int,
+    request: SubmitRequest,
+    now: datetime,
+) -> PlanVerdict | None:
+    """The verdict when the job would start in ``block``; ``None`` (and a note in ``passed``) when the block
+    has too few instances for it, so the job waits for a later one."""
+    starts_now = block.start <= now
+    job_start = now if starts_now else block.start
+    window = f"block {block.start.isoformat()} to {block.end.isoformat()}"
+    before = "; ".join(passed) + "; " if passed else ""
+    if not starts_now and (job_start - now).total_seconds() > PENDING_LIMIT_S:
         return PlanVerdict(
             arn,
-            True,
-            f"{when}, {window} (usable until {block.usable_end.isoformat()}){earlier}",
-            block.end, block.usable_end, job_start, starts_now,
+            False,
+            f"{before}its next {request.instance_type} block starts {block.start.isoformat()}, "
+            f"{(job_start - now).total_seconds() / 86400:.1f} days from now; SageMaker ends a job that waits "
+            f"Pending on a plan for more than {PENDING_LIMIT_S // 86400} days (InsufficientCapacityError)",
+            block.end, block.usable_end, job_start,
         )  # fmt: skip
-    last = usable[-1]
-    return PlanVerdict(arn, False, "; ".join(passed), last.end, last.usable_end)
+    # AvailableInstanceCount describes the plan now: it bounds the active block only; a later
+    # block starts with every instance it reserves
+    instances = min(available_now, block.total) if starts_now else block.total
+    if instances < request.instance_count:
+        where = "" if starts_now else f" in its {window}"
+        passed.append(f"{instances} instance(s) available{where}, request needs {request.instance_count}")
+        return None
+    # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
+    room = block.usable_end - job_start
+    run_segment = request.run is not None and timedelta(seconds=STOP_MARGIN_S + request.run.min_segment_s) <= room
+    times = (block.end, block.usable_end, job_start, starts_now)
+    if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
+        return PlanVerdict(arn, False, f"{before}{window}: {_too_short(room, later, request)}", *times)
+    if starts_now:
+        when = f"active, {instances} {request.instance_type} available now"
+    else:
+        hours = (job_start - now).total_seconds() / 3600
+        when = (
+            f"scheduled: its block starts {block.start.isoformat()} ({hours:.1f} h from now; the job waits Pending), "
+            f"{instances} {request.instance_type} available"
+        )
+    earlier = f"; it cannot start in an earlier block: {'; '.join(passed)}" if passed else ""
+    if room < timedelta(seconds=request.max_runtime_seconds):
+        earlier += (
+            f"; the block leaves {room.total_seconds() / 3600:.1f} h of max_runtime_hours="
+            f"{request.max_runtime_hours:g}: the run's segment ends at the block's end and the run continues"
+        )
+    return PlanVerdict(arn, True, f"{when}, {window} (usable until {block.usable_end.isoformat()}){earlier}", *times)
+
+
+def _too_short(room: timedelta, later: list[_Block], request: SubmitRequest) -> str:
+    """Why a block's usable time is too short for the job (and, for a run's segment, for its least time)."""
+    hours = max(room.total_seconds(), 0) / 3600
+    nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
+    if request.run is not None:
+        least = STOP_MARGIN_S + request.run.min_segment_s
+        nxt = (
+            f"; a run's segment may end with the block, but needs at least {least / 60:g} min of it (the "
+            f"trainer's {STOP_MARGIN_S / 60:g} min stop margin + min_segment_minutes="
+            f"{request.run.min_segment_s / 60:g}){nxt}"
+        )
+    return (
+        f"instances are reclaimed {_RECLAIM_TEXT} before it ends, {hours:.1f} h after the job could start; "
+        f"request needs max_runtime_hours={request.max_runtime_hours:g}{nxt}"
+    )
 
 
 def choose_capacity(
@@ -499,64 +481,53 @@ def _judge_configured_plans(
             "the submitter does not know its region and account (AWS_REGION, PLATFORM_ACCOUNT_ID), so it cannot "
             "tell its own training plans from another account's or region's"
         )
-    if request.training_plan_arn is not None:
-        try:
-            reason = foreign_reason(request.training_plan_arn, region=config.region, account=config.account_id)
-        except ValueError:
-            raise invalid(
-                FieldError(
-                    "training_plan_arn",
-                    request.training_plan_arn,
-                    f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}",
-                )
-            ) from None
-        if reason is not None:
-            raise invalid(
-                FieldError(
-                    "training_plan_arn",
-                    request.training_plan_arn,
-                    f"a plan of this platform's region {config.region} and account {config.account_id} ({reason})",
-                )
-            )
+    named = request.training_plan_arn
+    if named is not None:
+        _check_named_plan(named, config)
     entries = configured_plan_entries(clients, config)
-    arns = [e for e in entries if malformed_entry_reason(e) is None]
-    if request.training_plan_arn is not None:
-        if request.training_plan_arn not in arns:
-            raise invalid(
-                FieldError(
-                    "training_plan_arn",
-                    request.training_plan_arn,
-                    "one of the configured plans: " + (", ".join(arns) or "(none configured)"),
-                )
-            )
-        entries = arns = [request.training_plan_arn]
-    verdicts = []
-    for entry in entries:
-        malformed = malformed_entry_reason(entry)
-        if malformed is not None:
-            logger.warning(
-                "malformed entry in the training plan list skipped",
-                extra={"entry": repr(entry), "parameter": config.training_plan_arns_parameter},
-            )
-            verdicts.append(
-                PlanVerdict(
-                    entry if isinstance(entry, str) else repr(entry),
-                    False,
-                    f"{malformed}; skipped: correct it in SSM parameter {config.training_plan_arns_parameter}",
-                )
-            )
-            continue
-        arn = entry
-        reason = foreign_reason(arn, region=config.region, account=config.account_id)
-        if reason is not None:
-            logger.warning(
-                "training plan of another region or account skipped",
-                extra={"training_plan_arn": arn, "parameter": config.training_plan_arns_parameter, "reason": reason},
-            )
-            verdicts.append(PlanVerdict(arn, False, f"refused without describing it: {reason}"))
-            continue
-        verdicts.append(judge_plan(arn, describe_plan(clients, arn), request, now))
-    return verdicts
+    if named is not None:
+        arns = [e for e in entries if malformed_entry_reason(e) is None]
+        if named not in arns:
+            expected = "one of the configured plans: " + (", ".join(arns) or "(none configured)")
+            raise invalid(FieldError("training_plan_arn", named, expected))
+        entries = [named]
+    return [_judge_entry(entry, request, clients=clients, config=config, now=now) for entry in entries]
+
+
+def _check_named_plan(arn: str, config: SubmitterConfig) -> None:
+    """Refuse (``InvalidRequest`` on ``training_plan_arn``) a named plan that is no ARN or another region's or account's."""
+    try:
+        foreign = foreign_reason(arn, region=config.region, account=config.account_id)
+    except ValueError:
+        raise invalid(
+            FieldError("training_plan_arn", arn, f"a SageMaker training-plan ARN {TRAINING_PLAN_ARN_FORMAT}")
+        ) from None
+    if foreign is not None:
+        where = f"a plan of this platform's region {config.region} and account {config.account_id} ({foreign})"
+        raise invalid(FieldError("training_plan_arn", arn, where))
+
+
+def _judge_entry(
+    entry: Any, request: SubmitRequest, *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> PlanVerdict:
+    """The verdict on one entry of the plan list: malformed or another region's or account's entries are
+    skipped (and logged) without being described."""
+    parameter = config.training_plan_arns_parameter
+    malformed = malformed_entry_reason(entry)
+    if malformed is not None:
+        logger.warning(
+            "malformed entry in the training plan list skipped", extra={"entry": repr(entry), "parameter": parameter}
+        )
+        name = entry if isinstance(entry, str) else repr(entry)
+        return PlanVerdict(name, False, f"{malformed}; skipped: correct it in SSM parameter {parameter}")
+    reason = foreign_reason(entry, region=config.region, account=config.account_id)
+    if reason is not None:
+        logger.warning(
+            "training plan of another region or account skipped",
+            extra={"training_plan_arn": entry, "parameter": parameter, "reason": reason},
+        )
+        return PlanVerdict(entry, False, f"refused without describing it: {reason}")
+    return judge_plan(entry, describe_plan(clients, entry), request, now)
 
 
 def _fallback_reason(kind: str, verdicts: list[PlanVerdict], order: Sequence[str]) -> str:
@@ -574,21 +545,3 @@ def _no_capacity_message(request: SubmitRequest, verdicts: list[PlanVerdict]) ->
         return head + ": no training plan is configured"
     reasons = "; ".join(f"{v.name}: {v.reason}" for v in verdicts)
     return f"{head}: {reasons}"
-
-
-def _utc(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return None
-
-
-__all__ = [
-    "RULES",
-    "CapacityChoice",
-    "PlanVerdict",
-    "choose_capacity",
-    "configured_plan_arns",
-    "configured_plan_entries",
-    "describe_plan",
-    "judge_plan",
-]

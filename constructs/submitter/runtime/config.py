@@ -42,7 +42,7 @@ class SubmitterConfig:
         platform_tags: tags added to every job (win over nothing: request tags may not reuse these keys).
         volume_size_gb: ``ResourceConfig.VolumeSizeInGB``.
         client_token_records: ``s3://bucket/prefix/`` of the client-token records
-            (:mod:`.idempotency`). Empty: not configured, and a request with a
+            (:mod:`.ledger`). Empty: not configured, and a request with a
             ``client_token`` raises ConfigurationError.
         region: the region the function runs in (``AWS_REGION``, set by Lambda); training
             plans of other regions are refused. Empty: unknown, and choosing a plan raises

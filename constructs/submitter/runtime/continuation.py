@@ -1,47 +1,56 @@
 """Lambda entry point of the run continuation (``platform_constructs.submitter.runtime.continuation.lambda_handler``).
 
-A thin adapter over :mod:`.runs`, deployed from the submitter's code asset with the submitter's
-environment (:func:`.settings.function_environment`). Two kinds of event:
+It decides a run's segments and submits the next, deployed from the submitter's code asset with the
+submitter's environment (:func:`.settings.function_environment`). Two kinds of event:
 
 * ``SageMaker Training Job State Change`` (``source`` ``aws.sagemaker``; the stack's rule sends the
   terminal statuses): the job named in ``detail.TrainingJobName`` is re-read, never trusted from the
-  event, and when it is a run's segment the run is decided (:func:`.runs.on_segment_end`); a
-  ``continue`` submits the next segment through :func:`.service.submit`, the submission's own path
-  (validation, preflight, capacity rules, idempotency). Duplicate events, events of older segments
-  and events of segments still running are ``stale-event`` no-ops.
+  event, and when it is a run's segment the run is decided (:func:`on_segment_end`); a ``continue``
+  submits the next segment from the run's record read here (:func:`.service.submit_segment`: the
+  submission's own path). Duplicate events, events of older segments and events of segments still
+  running are ``stale-event`` no-ops.
 * ``Scheduled Event`` (``source`` ``aws.events``): every run waiting for capacity is retried
-  (:func:`.runs.retry_waiting`), and the longest wait still running is published.
+  (:func:`retry_waiting`), and the longest wait still running is published.
+
+**One segment per index.** Segment ``i`` is created only under the name
+:func:`platform_spec.runs.segment_job_name` and the client token
+:func:`platform_spec.runs.segment_client_token` (functions of the run and the index), so duplicate and
+concurrent events, a retry after a crash and the scheduled retry of a waiting run settle on one job. A
+decision is recorded once (:mod:`.ledger`) before the next segment is submitted; an event whose segment
+has a decision is a ``stale-event``, but a recorded ``continue`` whose next segment does not exist (its
+invocation died) is finished by the next event or tick.
 
 Per decision: one log line (:data:`.settings.RUN_DECISION_LOG_MESSAGE`, with the fields
-:data:`.settings.RUN_DECISION_LOG_FIELDS`), the metric
-:data:`.settings.METRIC_RUN_DECISIONS` (Count, dimension :data:`.settings.DIMENSION_DECISION`), and,
-except for ``stale-event``, an EventBridge event on the default bus (``Source``
-:data:`.settings.RUN_EVENT_SOURCE`, ``DetailType`` :data:`.settings.RUN_EVENT_DETAIL_TYPE`, detail =
-the decision record). A started segment adds :data:`.settings.METRIC_RUN_SEGMENTS_STARTED`; every
-scheduled tick publishes :data:`.settings.METRIC_RUN_CAPACITY_WAIT_SECONDS` (0 when no run waits).
-Metrics are EMF lines (Powertools ``Metrics``), namespace :data:`.settings.METRICS_NAMESPACE`,
-``service`` :data:`.settings.CONTINUATION_SERVICE_NAME`.
+:data:`.settings.RUN_DECISION_LOG_FIELDS`), the metric :data:`.settings.METRIC_RUN_DECISIONS` (Count,
+dimension :data:`.settings.DIMENSION_DECISION`), and, except for ``stale-event``, an EventBridge event on
+the default bus (``Source`` :data:`.settings.RUN_EVENT_SOURCE`, ``DetailType``
+:data:`.settings.RUN_EVENT_DETAIL_TYPE`, detail = the decision record). A started segment adds
+:data:`.settings.METRIC_RUN_SEGMENTS_STARTED`; every tick publishes
+:data:`.settings.METRIC_RUN_CAPACITY_WAIT_SECONDS` (0 when no run waits). Metrics are EMF lines
+(Powertools ``Metrics``), namespace :data:`.settings.METRICS_NAMESPACE`, ``service``
+:data:`.settings.CONTINUATION_SERVICE_NAME`.
 
-AWS faults and :class:`.errors.DeadlineExceeded` raise: the invocation fails and EventBridge's retry
-runs it again, which is safe (every write is conditional and every segment has one name and token).
-A failed ``PutEvents`` entry is logged and does not fail the invocation: the decision is recorded in
-S3 and logged already.
+AWS faults and :class:`.errors.DeadlineExceeded` raise: EventBridge's retry runs the invocation again,
+which is safe (every write is conditional; every segment has one name and token). A failed ``PutEvents``
+entry is logged and does not fail the invocation: the decision is recorded and logged already.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+from platform_spec import runs as spec
 from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, STALE_EVENT
 
-from . import settings
+from . import runs, settings
 from .aws import (
     Clients,
     Deadline,
@@ -53,14 +62,18 @@ from .aws import (
 )
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded
-from .runs import Outcome, RunStore, on_segment_end, retry_waiting, waiting_runs
-from .service import submit
+from .ledger import WAITING_PREFIX, RunLedger
+from .runs import RunState, instance_hours, newest_checkpoint, parse_iso
+from .service import submit_segment
+from .training_job import describe_job, job_tags, stop_job
 
 logger = Logger(service=settings.CONTINUATION_SERVICE_NAME)
 metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.CONTINUATION_SERVICE_NAME)
 
 SCHEDULED_SOURCE = "aws.events"
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
+CAPACITY_REFUSALS = ("NoCapacity", "QuotaExceeded")
+"""Refusals of a next segment that mean "no capacity now": the run waits and the schedule retries."""
 
 _dependencies: tuple[Clients, SubmitterConfig, Any] | None = None
 
@@ -100,7 +113,7 @@ def handle(
         "reason"}`` otherwise.
 
     Raises:
-        DeadlineExceeded, botocore.exceptions.ClientError, RunStoreError: retriable faults.
+        DeadlineExceeded, botocore.exceptions.ClientError, IdempotencyRecordError: retriable faults.
     """
     when = now or datetime.now(UTC)
     with deadline_scope(deadline if deadline is not None else current_deadline()):
@@ -112,7 +125,7 @@ def handle(
             name = detail.get("TrainingJobName") if isinstance(detail, Mapping) else None
             if not isinstance(name, str) or not name:
                 return _ignored("the state-change event names no TrainingJobName")
-            outcome = on_segment_end(name, clients=clients, config=config, submit=submit, now=when)
+            outcome = on_segment_end(name, clients=clients, config=config, now=when)
             if outcome is None:
                 return _ignored(f"training job {name!r} is not a run's segment")
             publish(outcome, events)
@@ -127,9 +140,9 @@ def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetim
     decided: list[dict[str, Any]] = []
     longest = 0.0
     errors: list[BaseException] = []
-    for run_id in waiting_runs(RunStore.of(clients, config)):
+    for run_id in waiting_runs(RunLedger.of(clients, config)):
         try:
-            outcome, waited = retry_waiting(run_id, clients=clients, config=config, submit=submit, now=now)
+            outcome, waited = retry_waiting(run_id, clients=clients, config=config, now=now)
         except DeadlineExceeded:
             raise
         except Exception as exc:  # one run's fault does not keep the others waiting; raised after them
@@ -174,6 +187,248 @@ def publish(outcome: Outcome, events: Any) -> None:
             "run decision event not published",
             extra={"run_id": record.get("run_id"), "entries": answer.get("Entries")},
         )
+
+
+# --- deciding a run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What one continuation step decided (the decision record, and whether a segment was started)."""
+
+    record: dict[str, Any]
+    segment_started: bool = False
+
+    @property
+    def decision(self) -> str:
+        return str(self.record["decision"])
+
+
+def _record(state: RunState, index: int, decision: spec.Decision, now: datetime, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": state.run_id,
+        "segment": index,
+        "training_job_name": spec.segment_job_name(state.run_id, index),
+        "decision": decision.decision,
+        "reason": decision.reason,
+        "max_steps": state.record.max_steps,
+        "decided_at": spec.format_time(now),
+        **extra,
+    }
+
+
+def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, now: datetime) -> Outcome | None:
+    """Decide a run after its segment ``job_name`` changed state (a SageMaker state-change event).
+
+    The job is re-read (``DescribeTrainingJob`` and its tags; the event's status is never trusted),
+    then the run's records and newest checkpoint; the decision (:func:`platform_spec.runs.decide`) is
+    recorded, and for ``continue`` the next segment is submitted.
+
+    Returns:
+        The outcome, or ``None`` when the job is not a run's segment (no such job, no run tags, or a run
+        without ``run.json``).
+    """
+    segment = _segment(clients, job_name)
+    if segment is None:
+        return None
+    run_id, index, description = segment
+    store = RunLedger.of(clients, config)
+    state = runs.load_run(store, run_id)
+    if state is None:
+        logger.warning("segment of a run without run.json", extra={"training_job_name": job_name, "run_id": run_id})
+        return None
+    status, secondary = str(description.get("TrainingJobStatus")), description.get("SecondaryStatus")
+    outcome = spec.SegmentOutcome(index, status, secondary, description.get("FailureReason"))
+    next_exists = (
+        index < spec.MAX_SEGMENTS and describe_job(clients, spec.segment_job_name(run_id, index + 1)) is not None
+    )
+    decided = state.decisions.get(index)
+    if decided is not None and not next_exists and outcome.ended:
+        resumed = _resume(state, index, decided, clients=clients, config=config, now=now)
+        if resumed is not None:
+            return resumed
+    if state.end is not None and decided is None:
+        ended = spec.Decision(spec.STALE_EVENT, f"the run already ended ({state.end.get('decision')})")
+        return Outcome(_record(state, index, ended, now))
+    newest = index + 1 if next_exists else index
+    record = _decide(state, outcome, description, newest, decided is not None, clients=clients, config=config, now=now)
+    if record["decision"] == spec.STALE_EVENT:
+        return Outcome(record)
+    if record["decision"] == spec.CONTINUE:
+        record["next_training_job_name"] = spec.segment_job_name(run_id, index + 1)
+    if store.create(store.decision_key(run_id, index), record) is None:
+        stale = spec.Decision(spec.STALE_EVENT, f"segment {index} was decided concurrently (a duplicate event)")
+        return Outcome(_record(state, index, stale, now))
+    if record["decision"] != spec.CONTINUE:
+        return Outcome(record)
+    return _start_segment(state, index + 1, record, clients=clients, config=config, now=now)
+
+
+def _segment(clients: Clients, job_name: str) -> tuple[str, int, dict[str, Any]] | None:
+    """``(run_id, index, DescribeTrainingJob)`` of a run's segment (its name and tags agree), else ``None``."""
+    parsed = spec.parse_segment_job_name(job_name)
+    description = describe_job(clients, job_name) if parsed is not None else None
+    if parsed is None or description is None:
+        return None
+    tags = job_tags(clients, description["TrainingJobArn"])
+    if tags.get(spec.TAG_RUN_ID) != parsed[0] or tags.get(spec.TAG_RUN_SEGMENT) != str(parsed[1]):
+        logger.info("not a run segment (its tags do not name the run)", extra={"training_job_name": job_name})
+        return None
+    return parsed[0], parsed[1], description
+
+
+def _decide(
+    state: RunState,
+    outcome: spec.SegmentOutcome,
+    description: dict[str, Any],
+    newest_segment: int,
+    already_decided: bool,
+    *,
+    clients: Clients,
+    config: SubmitterConfig,
+    now: datetime,
+) -> dict[str, Any]:
+    """The decision record on segment ``outcome.index``'s end (:func:`platform_spec.runs.decide`), given the
+    run's newest segment and whether this one was decided already."""
+    index = outcome.index
+    checkpoint, skipped = newest_checkpoint(clients, config, state.run_id)
+    if skipped:
+        logger.warning("checkpoints skipped", extra={"run_id": state.run_id, "skipped": skipped})
+    start = state.decisions.get(index - 1, {}).get("newest_step") if index > 1 else None
+    hours_before = sum(float(d.get("segment_instance_hours") or 0.0) for i, d in state.decisions.items() if i < index)
+    used = hours_before + instance_hours(description)
+    decision = spec.decide(
+        outcome,
+        spec=state.record.run,
+        newest_segment=newest_segment,
+        already_decided=already_decided,
+        stop_requested=state.stop is not None,
+        newest_step=checkpoint.step if checkpoint else None,
+        start_step=start,
+        max_steps=state.record.max_steps,
+        instance_hours=used,
+        now=now,
+    )
+    return _record(
+        state,
+        index,
+        decision,
+        now,
+        job_status=outcome.status,
+        secondary_status=outcome.secondary_status,
+        failure_reason=outcome.failure_reason,
+        newest_step=checkpoint.step if checkpoint else None,
+        tokens=checkpoint.tokens if checkpoint else None,
+        start_step=start,
+        segment_instance_hours=round(instance_hours(description), 6),
+        instance_hours=round(used, 6),
+        skipped_checkpoints=skipped,
+    )
+
+
+def _resume(
+    state: RunState, index: int, decided: dict[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> Outcome | None:
+    """A recorded ``continue`` whose next segment does not exist and is not waiting: finish it (the
+    invocation that recorded it died before submitting). ``None`` when there is nothing to finish."""
+    if decided.get("decision") != spec.CONTINUE or state.waiting is not None or state.end is not None:
+        return None
+    logger.info("finishing a recorded continue", extra={"run_id": state.run_id, "segment": index})
+    return _start_segment(state, index + 1, dict(decided), clients=clients, config=config, now=now)
+
+
+def _start_segment(
+    state: RunState, index: int, record: dict[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> Outcome:
+    """Submit segment ``index`` from the run's record: ``continue``, ``waiting-for-capacity`` (a capacity
+    refusal: the waiting marker is written) or ``failed`` (another refusal: ``end.json``)."""
+    store = RunLedger.of(clients, config)
+    if state.stop is None and store.read(store.stop_key(state.run_id)) is not None:
+        # stopped since the run was read: end it rather than start a segment it would only stop
+        return _end(
+            store, state, {**record, "decision": spec.STOPPED, "reason": "the run was stopped (stop requested)"}, now
+        )
+    response = submit_segment(state.record, index, clients=clients, config=config, now=now)
+    if response.get("status") == "submitted":
+        name = spec.segment_job_name(state.run_id, index)
+        if state.waiting is not None:
+            store.delete(store.waiting_key(state.run_id))
+        record = {**record, "decision": spec.CONTINUE, "next_training_job_name": name}
+        record["capacity"] = response.get("capacity")
+        if store.read(store.stop_key(state.run_id)) is not None:
+            # a stop landed while the segment was submitted; it may have seen no segment running (stop_run
+            # reads the run after writing its marker, so one of the two sees the other): stop it here
+            record["stopped_on_start"] = stop_job(clients, name)
+        return Outcome(record, segment_started=not response.get("replayed"))
+    error = response.get("error") or {}
+    code, message = error.get("code"), error.get("message")
+    if code not in CAPACITY_REFUSALS:
+        return _end(
+            store,
+            state,
+            {**record, "decision": spec.FAILED, "reason": f"segment {index} was refused ({code}: {message})"},
+            now,
+        )
+    since = (state.waiting or {}).get("since") or spec.format_time(now)
+    if state.waiting is None:
+        marker = {"run_id": state.run_id, "segment": index, "since": since, "error_code": code, "reason": message}
+        store.create(store.waiting_key(state.run_id), marker)
+    reason = f"segment {index} found no capacity ({code}: {message}); retried on the schedule"
+    return Outcome({**record, "decision": spec.WAITING_FOR_CAPACITY, "reason": reason, "waiting_since": since})
+
+
+def _end(store: RunLedger, state: RunState, ended: dict[str, Any], now: datetime) -> Outcome:
+    """End the run with the decision ``ended`` (``end.json``, once); its waiting marker, if any, goes."""
+    ended["decided_at"] = spec.format_time(now)
+    store.create(store.end_key(state.run_id), ended)
+    if state.waiting is not None:
+        store.delete(store.waiting_key(state.run_id))
+    return Outcome(ended)
+
+
+def waiting_runs(store: RunLedger) -> Iterator[str]:
+    """The run ids with a waiting marker."""
+    prefix = f"{store.prefix}{WAITING_PREFIX}"
+    for key in sorted(store.keys(prefix)):
+        run_id = key[len(prefix) :].removesuffix(".json")
+        if spec.RUN_ID_RE.match(run_id):
+            yield run_id
+
+
+def retry_waiting(
+    run_id: str, *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> tuple[Outcome | None, float]:
+    """One scheduled retry of a run waiting for capacity.
+
+    Returns:
+        ``(outcome, seconds waited so far)``: the outcome is ``None`` when the marker was gone; the wait
+        is 0 unless the run is still waiting.
+    """
+    store = RunLedger.of(clients, config)
+    state = runs.load_run(store, run_id)
+    if state is None or state.waiting is None:
+        return None, 0.0
+    index = int(state.waiting.get("segment") or 0)
+    if index < 2:
+        raise store.invalid(store.uri(store.waiting_key(run_id)), "names no segment >= 2")
+    base = dict(state.decisions.get(index - 1) or {"run_id": run_id, "segment": index - 1})
+    if state.end is not None or describe_job(clients, spec.segment_job_name(run_id, index)) is not None:
+        store.delete(store.waiting_key(run_id))  # ended, or the segment was started by another invocation
+        return None, 0.0
+    if state.stop is not None:
+        ended: spec.Decision | None = spec.Decision(
+            spec.STOPPED, "the run was stopped (stop requested) while waiting for capacity"
+        )
+    else:
+        used = sum(float(d.get("segment_instance_hours") or 0.0) for d in state.decisions.values())
+        ended = spec.budget_exhausted(state.record.run, segments=index - 1, instance_hours=used, now=now)
+    if ended is not None:
+        return _end(store, state, {**base, "decision": ended.decision, "reason": ended.reason}, now), 0.0
+    base["decided_at"] = spec.format_time(now)
+    outcome = _start_segment(state, index, base, clients=clients, config=config, now=now)
+    since = parse_iso(state.waiting.get("since"))
+    waiting = outcome.decision == spec.WAITING_FOR_CAPACITY and since is not None
+    return outcome, max(0.0, (now - since).total_seconds()) if waiting and since else 0.0
 
 
 def _ignored(reason: str) -> dict[str, Any]:

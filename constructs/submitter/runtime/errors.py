@@ -128,7 +128,7 @@ class DeadlineExceeded(RuntimeError):
     It is **retriable**: with a ``client_token``, a retry of the same request
     returns the job if this invocation created it, or creates it, never a
     second one (the token's record and the job's name settle it; see
-    :mod:`.idempotency`). Without a ``client_token`` or ``job_name`` a retry
+    :mod:`.ledger`). Without a ``client_token`` or ``job_name`` a retry
     after a ``CreateTrainingJob`` that was sent but not answered may create a
     second job.
 
@@ -221,10 +221,11 @@ def _deadline_exceeded(
 
 
 class IdempotencyRecordError(RuntimeError):
-    """A client-token record in S3 cannot be read as one (not JSON, wrong fields).
+    """A record of the ledger (:mod:`.ledger`: a client token's, a run's) cannot be read as one (not JSON,
+    another schema, wrong fields).
 
     Not a refusal: nothing is created while it stands; the message names the
-    object to inspect (and delete, to free the token).
+    object to inspect (and, for a client token's, to delete to free the token).
     """
 
 

@@ -1,49 +1,30 @@
 """``CreateTrainingJob`` parameters from a validated request and a capacity choice.
 
-What every job gets:
+What every job gets (each request field, a row of :data:`platform_spec.request_fields.FIELDS`, maps
+here, read with ``request.value("<name>")``; ``auto_tune``, ``accept_memory_risk`` and ``dry_run`` act
+before, :mod:`.service`):
 
-* ``AlgorithmSpecification``: the trainer image, ``TrainingInputMode=FastFile``
-  (channels stream from S3 behind the usual ``/opt/ml/input/data/<channel>``
-  paths), and ``MetricDefinitions`` = :data:`platform_spec.metric_lines.METRIC_DEFINITIONS`
-  (the same regexes the trainer's log lines are written for).
-* ``ResourceConfig``: instance type and count, volume, and ``TrainingPlanArn``
-  on a training plan.
-* ``CheckpointConfig``: ``s3://<checkpoint bucket>/checkpoints/<job name>/``
-  (job-unique, ending in ``/``) synced with ``/opt/ml/checkpoints``; a run's segments share
-  ``s3://<checkpoint bucket>/run-checkpoints/<run_id>/`` (:func:`checkpoint_uri`).
-* ``StoppingCondition``: ``MaxRuntimeInSeconds``; ``MaxWaitTimeInSeconds`` only
-  with spot, together with ``EnableManagedSpotTraining``.
-* no ``Environment``: the NCCL/EFA settings live in the trainer image
-  (``training/Dockerfile``, which cites AWS's guidance for the installed
-  aws-ofi-nccl plugin) and the entry point, so the image deployed with this
-  code is their one home and a job never pins outdated values over it.
-* ``RetryStrategy``, ``HyperParameters``
-  as strings (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`),
-  ``Tags`` = platform tags + request tags + the submitter's bookkeeping tags.
+* ``TrainingJobName``: ``job_name`` (:func:`job_name_for`).
+* ``AlgorithmSpecification``: the trainer image, ``TrainingInputMode=FastFile`` (channels stream from S3
+  behind the usual ``/opt/ml/input/data/<channel>`` paths), and ``MetricDefinitions`` =
+  :data:`platform_spec.metric_lines.METRIC_DEFINITIONS` (the regexes the trainer's log lines are written for).
+* ``ResourceConfig``: ``instance_type``, ``instance_count``, the volume, and ``TrainingPlanArn`` on a
+  training plan (``capacity`` and ``training_plan_arn``, through the :class:`.capacity.CapacityChoice`).
+* ``CheckpointConfig``: ``s3://<checkpoint bucket>/checkpoints/<job name>/`` (job-unique, ending in ``/``)
+  synced with ``/opt/ml/checkpoints``; a run's segments share ``s3://<checkpoint
+  bucket>/run-checkpoints/<run_id>/`` (:func:`checkpoint_uri`).
+* ``StoppingCondition``: ``max_runtime_hours`` as ``MaxRuntimeInSeconds``; ``MaxWaitTimeInSeconds``
+  (``max_wait_hours``) only with spot, together with ``EnableManagedSpotTraining``.
+* no ``Environment``: the NCCL/EFA settings live in the trainer image (``training/Dockerfile``, which
+  cites AWS's guidance for the installed aws-ofi-nccl plugin), their one home.
+* ``RetryStrategy`` (``max_retry_attempts``), ``HyperParameters`` as strings
+  (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`; ``model_config`` is merged into them
+  when the request is parsed), ``InputDataConfig`` (``inputs``), and ``Tags``: platform tags, ``tags`` and
+  the submitter's bookkeeping tags (their names' home is :mod:`.training_job`).
 
-Each request field (a row of :data:`platform_spec.request_fields.FIELDS`) maps
-here: ``job_name`` -> ``TrainingJobName`` (:func:`job_name_for`);
-``instance_type``, ``instance_count`` -> ``ResourceConfig``; ``capacity`` and
-``training_plan_arn`` -> ``ResourceConfig.TrainingPlanArn`` or
-``EnableManagedSpotTraining``, through the :class:`.capacity.CapacityChoice`;
-``hyperparameters`` -> ``HyperParameters``; ``model_config`` -> ``HyperParameters`` too (its shape's
-``model`` and shape hyperparameters, merged into ``hyperparameters`` when the request is parsed, so the
-planner's estimate and the trainer see the same shape); ``inputs`` -> ``InputDataConfig``;
-``max_runtime_hours``, ``max_wait_hours`` -> ``StoppingCondition`` (seconds);
-``max_retry_attempts`` -> ``RetryStrategy``; ``tags`` and ``client_token`` ->
-``Tags``; ``auto_tune``, ``accept_memory_risk`` and ``dry_run`` act before (:mod:`.service`). A field
-added to the table is mapped in :func:`build_create_training_job`, reading its
-value with ``request.value("<name>")``.
-
-SageMaker's limits are checked by :func:`check_limits` with errors naming the
-field, each read from botocore's model of ``CreateTrainingJob``
-(:mod:`.sagemaker_rules`): the job-name rule, the number of hyperparameters
-and the length of their names and values, and the number of tags.
-
-Bookkeeping tags (``platform:``, reserved for the submitter; their names' home is
-:mod:`.training_job`, which reads jobs back): the request's fingerprint, the client token's digest,
-the capacity type, the submitter's mark, and for a run's segment :data:`platform_spec.runs.TAG_RUN_ID`
-and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`.
+SageMaker's limits, each read from botocore's model of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`),
+are checked naming the field: the number of tags where they are merged, the job-name rule, the number of
+hyperparameters and the length of their names and values by :func:`check_limits`.
 """
 
 from __future__ import annotations
@@ -69,17 +50,9 @@ CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 
 
 def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
-    """The training job name for ``request``.
-
-    * ``job_name`` when given;
-    * else, with a ``client_token``: :func:`.request.derived_job_name`, ``job-`` +
-      24 hex of SHA-256(token) - a function of the token alone, so a retry with
-      the same token finds its first job by name even if the rest of the
-      request changed (and is then refused as a ``Conflict`` rather than
-      creating a second job); requests may not name a job of that form
-      unless it is their own token's;
-    * else ``<model>-<precision>-<UTC yyyymmdd-HHMMSS>-<4 random hex>``.
-    """
+    """The training job name for ``request``: its ``job_name``; else, with a ``client_token``, the name derived
+    from the token alone (:func:`.request.derived_job_name`, so a retry finds its first job by name); else
+    ``<model>-<precision>-<UTC yyyymmdd-HHMMSS>-<4 random hex>``."""
     if request.job_name:
         return request.job_name
     if request.client_token:
@@ -193,10 +166,6 @@ def check_limits(params: dict[str, Any]) -> None:
             raise invalid(
                 FieldError(f"hyperparameters.{key}", f"{len(value)} characters", f"a value of {value_rule.expected()}")
             )
-    tags = params.get("Tags", [])
-    most = model.bounds("Tags")[1]
-    if most is not None and len(tags) > most:
-        raise invalid(FieldError("tags", f"{len(tags)} tags in all", f"at most {most} (SageMaker's Tags limit)"))
 
 
 def _tags(

@@ -66,12 +66,6 @@ of SHA-256(token). That name space is reserved: a ``job_name`` of that form (in
 any letter case) is refused unless it is exactly the name derived from the
 request's own ``client_token``, so no request can take the name another token
 will derive.
-
-**Previous fingerprint** (:meth:`SubmitRequest.legacy_fingerprint_v1`, tag
-``platform:request-sha256`` of jobs created before version 2): a frozen copy of
-that version's algorithm over that version's hyperparameter names and defaults
-(:data:`V1_HYPERPARAMETER_DEFAULTS`), so that retries of those jobs keep
-matching whatever the trainer's definitions become.
 """
 
 from __future__ import annotations
@@ -225,82 +219,11 @@ class SubmitRequest:
         """SHA-256 (hex) of :attr:`sent`: equal for requests that send the same job (module docstring).
 
         The value of the ``platform:request-sha256-v2`` tag. Pinned by a golden
-        test: changing what it hashes needs a new tag version.
+        test: changing what it hashes needs a new version (:data:`.training_job.FINGERPRINT_VERSION`).
         """
         blob = json.dumps({"request": dict(self.sent)}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def legacy_fingerprint_v1(self, job_name: str | None) -> str | None:
-        """The previous version's fingerprint (tag ``platform:request-sha256``) of this request under ``job_name``.
-
-        Kept to recognise retries of jobs created before version 2. That
-        version hashed every field with its defaults filled in, the job name
-        (the caller's, or ``None`` for a derived one) and all of the trainer's
-        hyperparameters as strings. This is a frozen copy: it is computed from
-        what the caller sent (:attr:`sent`) over that version's defaults
-        (:data:`_V1_DEFAULTS`, :data:`V1_HYPERPARAMETER_DEFAULTS`), never from
-        today's, so a default or a hyperparameter added since changes nothing.
-        Golden values computed by that version's code pin it (tests).
-
-        Returns:
-            64 hex digits, or ``None`` when the request sends a hyperparameter
-            that version did not know (it would have refused the request, so
-            no job of it can match).
-        """
-        sent = self.sent
-        hyperparameters = dict(sent.get("hyperparameters") or {})
-        if any(name not in V1_HYPERPARAMETER_DEFAULTS for name in hyperparameters):
-            return None
-        strings = {k: v for k, v in V1_HYPERPARAMETER_DEFAULTS.items() if v is not None}
-        strings.update(hyperparameters)
-        capacity = sent.get("capacity", _V1_DEFAULTS["capacity"])
-        runtime_hours = sent.get("max_runtime_hours", _V1_DEFAULTS["max_runtime_hours"])
-        runtime_s = max(1, round(runtime_hours * 3600))
-        wait_s = None
-        if capacity in ("spot", "auto"):
-            wait_hours = sent.get("max_wait_hours")
-            if wait_hours is None:
-                wait_hours = min(2 * runtime_hours, _V1_DEFAULTS["max_runtime_hours_ceiling"])
-            wait_s = max(runtime_s, round(wait_hours * 3600))
-        normalized = {
-            "job_name": job_name,
-            "instance_type": self.instance_type,  # the request's, else the deployment's default, as then
-            "instance_count": sent.get("instance_count", _V1_DEFAULTS["instance_count"]),
-            "capacity": capacity,
-            "training_plan_arn": sent.get("training_plan_arn"),
-            "hyperparameters": strings,
-            "inputs": dict(sent.get("inputs") or {}),
-            "max_runtime_seconds": runtime_s,
-            "max_wait_seconds": wait_s,
-            "max_retry_attempts": sent.get("max_retry_attempts", _V1_DEFAULTS["max_retry_attempts"]),
-            "tags": dict(sent.get("tags") or {}),
-            "auto_tune": sent.get("auto_tune", False),
-        }
-        blob = json.dumps(normalized, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-
-V1_HYPERPARAMETER_DEFAULTS: Mapping[str, str | None] = MappingProxyType({
-    "model": "gpt-1b", "num_layers": None, "vocab_size": None, "precision": "mxfp8", "fp8_scaling": "current",
-    "quantized_model_init": "false", "batch_size": "8", "seq_length": "2048", "gradient_accumulation_steps": "1",
-    "activation_checkpointing": "off", "sharding_strategy": "full", "reshard_after_forward": "true",
-    "max_steps": "1000", "learning_rate": "0.0003", "min_learning_rate": "3e-05", "warmup_steps": "100",
-    "weight_decay": "0.1", "adam_beta1": "0.9", "adam_beta2": "0.95", "adam_epsilon": "1e-08",
-    "max_grad_norm": "1.0", "seed": "1234", "synthetic_data": "false", "checkpoint_interval": "500",
-    "keep_checkpoints": "3", "log_interval": "10",
-})  # fmt: skip
-"""The trainer's hyperparameters when fingerprint version 1 was written, with their defaults as
-SageMaker strings (``None``: left out), frozen: the names and defaults of ``Hyperparameters`` at
-the last commit of that version (``git show fb12a67:training/hyperparameters.py``). Not the
-trainer's definitions (:mod:`platform_spec.hyperparameters` is their home): a record of the past, which
-must not follow them."""
-
-_V1_DEFAULTS: Mapping[str, Any] = MappingProxyType({
-    "capacity": "training-plan", "instance_count": 1, "max_runtime_hours": 24.0, "max_runtime_hours_ceiling": 28 * 24.0,
-    "max_retry_attempts": 3,
-})  # fmt: skip
-"""Request defaults of fingerprint version 1, frozen for :meth:`SubmitRequest.legacy_fingerprint_v1`
-(today's live in :mod:`platform_spec.request_fields` and may change)."""
 
 _FIELD_ATTRIBUTES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(SubmitRequest)) - {"extras", "sent"}
 

@@ -33,7 +33,7 @@ ENV_VOLUME_SIZE_GB = "TRAINING_VOLUME_SIZE_GB"
 ENV_CLIENT_TOKEN_RECORDS = "CLIENT_TOKEN_RECORDS_URI"  # s3://<output bucket>/<CLIENT_TOKEN_RECORDS_PREFIX>
 
 CLIENT_TOKEN_RECORDS_PREFIX = "submitter/client-tokens/"
-"""Key prefix, in the output bucket, of the client-token records (runtime/idempotency.py): the
+"""Key prefix, in the output bucket, of the client-token records (runtime/ledger.py): the
 construct grants the function this prefix only; the records never expire."""
 TRAINING_JOB_OUTPUT_PREFIX = "training-jobs/"
 """Key prefix, in the output bucket, of every job's ``OutputDataConfig.S3OutputPath`` (runtime/job.py):
@@ -44,7 +44,7 @@ JOB_CHECKPOINT_PREFIX = "checkpoints/"
 (``<prefix><job name>/``, runtime/job.py); the construct grants reading below it. A run's segments
 use :data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX` instead (``run-checkpoints/<run_id>/``)."""
 RUN_STORE_PREFIX = "submitter/runs/"
-"""Key prefix, in the output bucket, of the run store (runtime/runs.py): ``<prefix><run_id>/run.json``
+"""Key prefix, in the output bucket, of the run store (runtime/ledger.py): ``<prefix><run_id>/run.json``
 (the run's request and budget, written once), ``decisions/seg-NNN.json``, ``stop.json``, ``end.json``,
 and ``<prefix>_waiting/<run_id>.json`` (the runs waiting for capacity; ``_`` is no run id's first
 character). The submitter and the continuation function are granted this prefix; the execution role never."""
@@ -72,12 +72,12 @@ DIMENSION_DECISION = "Decision"
 RUN_EVENT_SOURCE = "platform.training-runs"
 """``Source`` of the EventBridge event (default bus) published for every run decision."""
 RUN_EVENT_DETAIL_TYPE = "Training Run Decision"
-"""``DetailType`` of that event; its detail is the decision record (runtime/runs.py)."""
+"""``DetailType`` of that event; its detail is the decision record (runtime/continuation.py)."""
 RUN_DECISION_LOG_MESSAGE = "run decision"
 """The ``message`` of the continuation's one log line per decision (JSON, Powertools Logger), with the
 fields :data:`RUN_DECISION_LOG_FIELDS`: what the dashboard's Logs Insights table of run decisions reads."""
 RUN_DECISION_LOG_FIELDS = ("run_id", "segment", "decision", "reason", "newest_step", "next_training_job_name")
-"""The fields of that log line, each the decision record's field of that name (runtime/runs.py; one the
+"""The fields of that log line, each the decision record's field of that name (runtime/continuation.py; one the
 record lacks is left out of the line, and its table cell is empty): ``continuation.publish`` logs exactly
 these, and the dashboard's run decisions table (observability/widgets.py) shows them, in this order."""
 

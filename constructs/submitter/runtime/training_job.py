@@ -6,25 +6,29 @@ The one reader (and stopper) of a job for every action: a submission's replay an
 planner), so a function answering only ``describe``, ``list`` or ``list_runs`` starts without them.
 
 Bookkeeping tags (``platform:``, reserved for the submitter; written by :mod:`.job`):
-:data:`TAG_REQUEST_SHA256` (the request's fingerprint, version 2), :data:`TAG_CLIENT_TOKEN_SHA256`,
+:data:`TAG_REQUEST_SHA256` (the request's fingerprint), :data:`TAG_CLIENT_TOKEN_SHA256`,
 :data:`TAG_CAPACITY_TYPE`, :data:`TAG_SUBMITTER`, and for a run's segment
-:data:`platform_spec.runs.TAG_RUN_ID` and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`. Jobs created
-before version 2 carry :data:`TAG_REQUEST_SHA256_V1` instead.
+:data:`platform_spec.runs.TAG_RUN_ID` and :data:`~platform_spec.runs.TAG_RUN_SEGMENT`.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from .aws import NOT_FOUND_CODES, Clients, current_deadline, error_code
 
-TAG_REQUEST_SHA256 = "platform:request-sha256-v2"
-"""The request's fingerprint (:meth:`.request.SubmitRequest.fingerprint`: what the caller sent)."""
-TAG_REQUEST_SHA256_V1 = "platform:request-sha256"
-"""The fingerprint of jobs created before version 2 (every normalised field; read, never written)."""
+FINGERPRINT_VERSION = 2
+"""The version of the request fingerprint (:meth:`.request.SubmitRequest.fingerprint`, pinned by a golden test).
+It names the job's tag and is stored in every ledger claim (:mod:`.ledger`): a change of what the fingerprint
+hashes is a new version, and a job or record of another version is refused as such, never compared."""
+TAG_REQUEST_SHA256_STEM = "platform:request-sha256"
+"""Every version's fingerprint tag starts so (version 1's was the stem itself)."""
+TAG_REQUEST_SHA256 = f"{TAG_REQUEST_SHA256_STEM}-v{FINGERPRINT_VERSION}"
+"""The request's fingerprint (what the caller sent)."""
 TAG_CLIENT_TOKEN_SHA256 = "platform:client-token-sha256"
-"""SHA-256 of the request's ``client_token`` (the token itself is not stored); ``Search`` finds jobs by it."""
+"""SHA-256 of the request's ``client_token`` (the token itself is not stored)."""
 TAG_CAPACITY_TYPE = "platform:capacity-type"
 """The capacity the job was created on (:data:`platform_spec.capacity.CAPACITY_TYPES`)."""
 TAG_SUBMITTER = "platform:submitted-by"
@@ -33,6 +37,13 @@ TAG_SUBMITTER = "platform:submitted-by"
 SETTLE_ATTEMPTS = 5
 SETTLE_INTERVAL_S = 0.2
 """After ``ResourceInUse`` the job exists; a describe that misses is retried this often, this far apart."""
+
+
+def utc(value: Any) -> datetime | None:
+    """A SageMaker time as an aware UTC ``datetime`` (botocore's may be naive); ``None`` for anything else."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def describe_job(clients: Clients, name: str) -> dict[str, Any] | None:
@@ -97,18 +108,3 @@ def existing_job(clients: Clients, name: str, *, settle: bool = False) -> dict[s
             else:
                 time.sleep(SETTLE_INTERVAL_S)
     return None
-
-
-__all__ = [
-    "SETTLE_ATTEMPTS",
-    "SETTLE_INTERVAL_S",
-    "TAG_CAPACITY_TYPE",
-    "TAG_CLIENT_TOKEN_SHA256",
-    "TAG_REQUEST_SHA256",
-    "TAG_REQUEST_SHA256_V1",
-    "TAG_SUBMITTER",
-    "describe_job",
-    "existing_job",
-    "job_tags",
-    "stop_job",
-]
