@@ -21,7 +21,7 @@ What every job gets:
   as strings (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`),
   ``Tags`` = platform tags + request tags + the submitter's bookkeeping tags.
 
-Each request field (a row of :data:`platform_spec.request_fields.FIELDS`) maps
+Each request field (a row of :data:`.request.FIELDS`) maps
 here: ``job_name`` -> ``TrainingJobName`` (:func:`job_name_for`);
 ``instance_type``, ``instance_count`` -> ``ResourceConfig``; ``capacity`` and
 ``training_plan_arn`` -> ``ResourceConfig.TrainingPlanArn`` or
