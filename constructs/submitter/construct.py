@@ -131,18 +131,11 @@ the account's unreserved pool."""
 
 @runtime_checkable
 class ISubmitterMetrics(Protocol):
-    """The submitter's metrics, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`).
-
-    Each method returns a ``cloudwatch.Metric``; keyword arguments are
-    ``cloudwatch.MetricOptions`` (``period``, ``statistic``, ``label``, ...)
-    overriding its defaults. Lambda's standard metrics of the function
-    (namespace ``AWS/Lambda``): ``Invocations``, ``Errors``, ``Throttles``
-    (sums) and ``Duration`` (milliseconds). The function's own (namespace
-    :data:`.runtime.settings.METRICS_NAMESPACE`): ``Submissions`` by capacity
-    type and ``Refusals`` by error code (sums; values from
-    :data:`platform_spec.capacity.CAPACITY_TYPES` and :data:`.runtime.settings.ERROR_CODES`,
-    others raise ``ValueError``).
-    """
+    """The submitter's metrics, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`):
+    each a ``cloudwatch.Metric``, keyword arguments ``cloudwatch.MetricOptions`` overriding its defaults.
+    Lambda's (``AWS/Lambda``): ``Invocations``, ``Errors``, ``Throttles`` (sums), ``Duration`` (ms); the
+    function's own (:data:`.runtime.settings.METRICS_NAMESPACE`): ``Submissions`` by capacity type and
+    ``Refusals`` by error code (sums; other values raise ``ValueError``)."""
 
     def metric_invocations(self, **props: Any) -> cloudwatch.Metric: ...
 
@@ -159,18 +152,11 @@ class ISubmitterMetrics(Protocol):
 
 @runtime_checkable
 class IRunMetrics(Protocol):
-    """The runs' metrics and decision log, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`).
-
-    Metric methods return a ``cloudwatch.Metric`` (keyword arguments are
-    ``cloudwatch.MetricOptions`` overriding the defaults), in the submitter's
-    namespace (:data:`.runtime.settings.METRICS_NAMESPACE`), as the continuation
-    publishes them: ``RunDecisions`` by decision (sum; values from the decision
-    vocabulary, others raise ``ValueError``), ``RunSegmentsStarted`` (sum),
-    ``RunCapacityWaitSeconds`` (maximum: the longest wait of a run waiting for
-    capacity, 0 when none, on every scheduled tick), and the continuation's
-    dead-letter queue depth (``ApproximateNumberOfMessagesVisible``, maximum).
-    ``continuation_log_group`` holds one structured line per decision.
-    """
+    """The runs' metrics and decision log, as the dashboard and the alarms read them (implemented by
+    :class:`JobSubmitter`), in the submitter's namespace as the continuation publishes them: ``RunDecisions`` by
+    decision (sum; other values raise ``ValueError``), ``RunSegmentsStarted`` (sum), ``RunCapacityWaitSeconds``
+    (maximum: the longest wait for capacity, 0 when none, every scheduled tick) and the dead-letter queue's
+    depth (maximum); ``continuation_log_group`` holds one structured line per decision."""
 
     continuation_log_group: logs.ILogGroup
 
@@ -434,18 +420,11 @@ class JobSubmitter(Construct):
     def _protect_records(self, bucket: s3.IBucket, *, writers: Sequence[iam.IRole]) -> None:
         """Deny every principal but ``writers`` writing or deleting the client-token records and the run store.
 
-        The client-token records are the idempotency lock: a job, a person or
-        another function overwriting or deleting one could make a retry create
-        a second job; the run store holds each run's request, budget and
-        decisions, which the continuation trusts. Identity policies grant
-        nobody else these keys (the execution role writes below
-        ``settings.TRAINING_JOB_OUTPUT_PREFIX`` only); this bucket policy also
-        holds against a broad grant added later (an administrator's ``s3:*``).
-        With ``removal_policy=DESTROY`` CDK's auto-delete function, which
-        empties the bucket when the stack is deleted, is exempt too. Lifecycle
-        expiration is not subject to bucket policies. A record that must be
-        repaired by hand needs its statement lifted first. An imported
-        bucket's policy is left alone.
+        The records are the idempotency lock (overwriting one could make a retry create a second job) and the
+        run store holds what the continuation trusts. Identity policies grant nobody else these keys; this
+        bucket policy also holds against a broad grant added later (an administrator's ``s3:*``). CDK's
+        auto-delete function (``removal_policy=DESTROY``) is exempt; lifecycle expiration is not subject to
+        bucket policies; an imported bucket's policy is left alone.
         """
         exempt = [role.role_arn for role in writers]
         auto_delete = cdk.Stack.of(bucket).node.try_find_child(AUTO_DELETE_PROVIDER_ID)
@@ -541,22 +520,13 @@ class JobSubmitter(Construct):
         return self._custom_metric(settings.METRIC_REFUSALS, settings.DIMENSION_ERROR_CODE, error_code, props)
 
     def _custom_metric(self, name: str, dimension: str, value: str, props: dict) -> cloudwatch.Metric:
-        options = {"statistic": cloudwatch.Stats.SUM, "period": cdk.Duration.minutes(5), **props}
-        return cloudwatch.Metric(
-            namespace=settings.METRICS_NAMESPACE,
-            metric_name=name,
-            dimensions_map={"service": settings.SERVICE_NAME, dimension: value},
-            **options,
-        )
+        return _metric(name, {"service": settings.SERVICE_NAME, dimension: value}, cloudwatch.Stats.SUM, props)
 
     def _run_metric(self, name: str, decision: str | None, props: dict, statistic: str) -> cloudwatch.Metric:
-        options = {"statistic": statistic, "period": cdk.Duration.minutes(5), **props}
         dimensions = {"service": settings.CONTINUATION_SERVICE_NAME}
         if decision is not None:
             dimensions[settings.DIMENSION_DECISION] = decision
-        return cloudwatch.Metric(
-            namespace=settings.METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions, **options
-        )
+        return _metric(name, dimensions, statistic, props)
 
     # -- the runs' metrics (the continuation's, settings.METRICS_NAMESPACE) ----
 
@@ -688,6 +658,15 @@ def _grant(role: iam.Role, resources: Mapping[str, _Resource], grants: Iterable[
             key.grant(role, *(_KMS[a] for a in iam_actions if a in _KMS))
         for arn in resource.arns if resource.why else ():
             nag.acknowledge(role, nag.IAM5, resource.why, finding=nag.resource(role, arn))
+
+
+def _metric(name: str, dimensions: dict[str, str], statistic: str, props: dict) -> cloudwatch.Metric:
+    """One of the submitter's EMF metrics (namespace ``settings.METRICS_NAMESPACE``), 5-minute periods unless
+    ``props`` (``cloudwatch.MetricOptions``) say otherwise."""
+    options = {"statistic": statistic, "period": cdk.Duration.minutes(5), **props}
+    return cloudwatch.Metric(
+        namespace=settings.METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions, **options
+    )
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

@@ -81,6 +81,7 @@ NEXT_TOKEN_MAX_LENGTH = 16384
 """Longest ``next_token`` accepted: SageMaker's ``NextToken`` (at most 8192 characters) wrapped with
 the query digest, base64-encoded."""
 _TOKEN_VERSION = 1
+_NEXT_TOKEN_EXPECTED = "the next_token of the previous page of this same list (same filters)"
 
 
 # --- what an action needs of IAM -------------------------------------------------------------------
@@ -210,12 +211,11 @@ def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     """``describe`` of one job (``job_name``), or of a run (``run_id``: :func:`.runs.describe_run`).
 
     Returns:
-        ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus
-        ``checkpoint`` (``{"s3_uri", "newest_complete_step"}``: the newest ``step-<n>/`` folder under the
-        job's ``CheckpointConfig.S3Uri`` holding ``.complete`` and a ``trainer_state.json`` that names its
-        step, as the run continuation judges it (:func:`.runs.newest_checkpoint_in`), ``None`` when there
-        is none; with ``"unavailable"`` naming the error when the prefix cannot be listed) and
-        ``capacity.block`` (:func:`capacity_block`).
+        ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus ``checkpoint``
+        (``{"s3_uri", "newest_complete_step"}``: the newest complete step under the job's
+        ``CheckpointConfig.S3Uri`` as the run continuation judges it, :func:`.runs.newest_checkpoint_in`;
+        ``"unavailable"`` names the error when the prefix cannot be listed) and ``capacity.block``
+        (:func:`capacity_block`).
 
     Raises:
         Refusal: ``NotFound`` (no such platform job).
@@ -234,12 +234,8 @@ def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
 def list_jobs(
     request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
 ) -> dict[str, Any]:
-    """``list``: one page of the platform's jobs, newest first (SageMaker ``Search``).
-
-    Fields (all optional): ``status`` (a ``TrainingJobStatus``), ``tags`` (exact match of every
-    key and value), ``created_after`` / ``created_before`` (ISO 8601 with a UTC offset; exclusive),
-    ``run_id`` (the run's jobs), ``max_results`` (1-:data:`MAX_RESULTS`, default :data:`MAX_RESULTS`),
-    ``next_token`` (from the previous page of the same query).
+    """``list``: one page of the platform's jobs, newest first (SageMaker ``Search``), filtered by ``status``,
+    ``tags`` (every key and value exactly), ``created_after`` / ``created_before`` (exclusive) and ``run_id``.
 
     Returns:
         ``{"status": "listed", "jobs": [job_view ...], "next_token"?: str}``: ``next_token`` is present
@@ -249,20 +245,20 @@ def list_jobs(
         Refusal: ``InvalidRequest`` naming ``tags`` (more than ``Search`` filters) or ``next_token`` (a token
             of another query, deployment, or altered).
     """
-    query = _list_query(request, config)
+    filters, digest, token = _list_query(request, config)
     params: dict[str, Any] = {
         "Resource": "TrainingJob",
-        "SearchExpression": {"Filters": query.filters},
+        "SearchExpression": {"Filters": filters},
         "SortBy": "CreationTime",
         "SortOrder": "Descending",
-        "MaxResults": query.max_results,
+        "MaxResults": request["max_results"],
     }
-    if query.sagemaker_token is not None:
-        params["NextToken"] = query.sagemaker_token
+    if token is not None:
+        params["NextToken"] = token
     try:
         response = clients.sagemaker.search(**params)
     except Exception as exc:
-        if query.sagemaker_token is not None and error_code(exc) == "ValidationException":
+        if token is not None and error_code(exc) == "ValidationException":
             raise _bad_token("SageMaker no longer accepts it (it may have expired)") from None
         raise
     jobs = []
@@ -272,12 +268,12 @@ def list_jobs(
             continue
         tags = {t["Key"]: t["Value"] for t in job.get("Tags") or []}
         created = job.get("CreationTime")
-        if TAG_SUBMITTER not in tags or not _within(created, query.created_after, query.created_before):
+        if TAG_SUBMITTER not in tags or not _within(created, request["created_after"], request["created_before"]):
             continue  # the server-side filters are second-granular; these are exact
         jobs.append(job_view(job, tags))
     out: dict[str, Any] = {"status": "listed", "jobs": jobs}
     if response.get("NextToken"):
-        out["next_token"] = _encode_token(query.digest, response["NextToken"])
+        out["next_token"] = _encode_token(digest, response["NextToken"])
     return out
 
 
@@ -348,7 +344,7 @@ ACTIONS: Mapping[str, Action] = {
                 RUN_ID,
                 Field("tags", "object", parse=_tag_filters, expected="a JSON object of tag key -> value, each matched exactly"),
                 Field("max_results", "integer", default=MAX_RESULTS, maximum=MAX_RESULTS, sagemaker="Search:MaxResults"),
-                Field("next_token", "string", expected="the next_token of the previous page of this same list (same filters)"),
+                Field("next_token", "string", expected=_NEXT_TOKEN_EXPECTED),
             ),
             reads_only=True,
             grants=(SEARCH_JOBS, LIST_JOBS),
@@ -481,17 +477,8 @@ def _parsed(event: Mapping[str, Any], rows: tuple[Field, ...], config: Submitter
 # --- list ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _ListQuery:
-    filters: list[dict[str, str]]
-    created_after: datetime | None
-    created_before: datetime | None
-    max_results: int
-    digest: str
-    sagemaker_token: str | None
-
-
-def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQuery:
+def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> tuple[list[dict[str, str]], str, str | None]:
+    """``Search``'s filters, the query's digest (a page's token is bound to it) and SageMaker's token, if any."""
     filters: list[dict[str, str]] = [{"Name": f"Tags.{TAG_SUBMITTER}", "Operator": "Exists"}]
     if request["status"] is not None:
         filters.append({"Name": "TrainingJobStatus", "Operator": "Equals", "Value": request["status"]})
@@ -515,8 +502,7 @@ def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQue
     filters.extend({"Name": f"Tags.{key}", "Operator": "Equals", "Value": value} for key, value in tags.items())
     digest = _query_digest(filters, after, before, config)
     token = request["next_token"]
-    sagemaker_token = None if token is None else _decode_token(token, digest)
-    return _ListQuery(filters, after, before, request["max_results"], digest, sagemaker_token)
+    return filters, digest, None if token is None else _decode_token(token, digest)
 
 
 def _search_time(at: datetime) -> str:
@@ -574,11 +560,7 @@ def _checksum(body: Mapping[str, Any]) -> str:
 
 
 def _bad_token(why: str) -> Refusal:
-    return invalid(
-        FieldError(
-            "next_token", "<token>", "the next_token of the previous page of this same list (same filters)", detail=why
-        )
-    )
+    return invalid(FieldError("next_token", "<token>", _NEXT_TOKEN_EXPECTED, detail=why))
 
 
 # --- the job's view ------------------------------------------------------------------------------
@@ -598,19 +580,10 @@ def _platform_job(clients: Clients, name: str) -> dict[str, Any]:
 
 
 def job_view(description: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
-    """What ``describe`` and ``list`` show of one job (``DescribeTrainingJob`` or a ``Search`` record).
-
-    Returns:
-        ``training_job_name``, ``training_job_arn``, ``training_job_status``, ``secondary_status``,
-        ``failure_reason`` (``None`` unless it failed), ``capacity`` (``{"type": one of
-        platform_spec.capacity.CAPACITY_TYPES, "training_plan_arn": str | None}``), ``run_id`` (its
-        ``platform:run-id`` tag, or ``None``), ``metrics`` (the last value of each metric of
-        ``platform_spec.metric_lines`` in the job's ``FinalMetricDataList``, by the metric line's field
-        name: ``step``, ``loss``, ``tokens_per_sec``, ``mfu`` (percent), ...; ``step`` an integer; a metric
-        not reported yet is absent), ``tags`` (all of the job's tags), and ``creation_time``,
-        ``training_start_time``, ``training_end_time``, ``last_modified_time`` (ISO 8601 in UTC, or
-        ``None``).
-    """
+    """What ``describe`` and ``list`` show of one job (``DescribeTrainingJob`` or a ``Search`` record): its name,
+    ARN, statuses, ``failure_reason``, ``capacity`` (``{"type", "training_plan_arn"}``), ``run_id`` (its
+    ``platform:run-id`` tag), ``metrics`` (:func:`metrics_of`), ``tags`` and its times (ISO 8601 in UTC, or
+    ``None``)."""
     resource = description.get("ResourceConfig") or {}
     plan = resource.get("TrainingPlanArn")
     kind = tags.get(TAG_CAPACITY_TYPE)

@@ -20,15 +20,12 @@ A request is a JSON object (the Lambda event)::
       "dry_run": false
     }
 
-**One table.** The fields are the rows of :data:`FIELDS` (:class:`.fields.Field`: name, JSON type,
-default, help, constraints, the member of botocore's model of ``CreateTrainingJob`` whose limits apply,
-a structured field's parser, cross-field checks, fingerprint or not). :func:`parse_request` checks them
-in the table's order (:func:`.fields.parse`) and returns a frozen :class:`SubmitRequest` with defaults
-filled in, or raises an ``InvalidRequest`` :class:`.errors.Refusal` naming the first bad field (dotted
-path), the value received and what was expected; :mod:`.request_schema` renders the same rows as the
-JSON Schema and the README's request table. Adding a field is a row here plus its mapping into
-``CreateTrainingJob`` (``runtime/job.py``, reading ``request.value(name)``). Structured fields are
-checked by the trainer's own definitions (:mod:`platform_spec.hyperparameters`), so the submitter never
+**One table.** The fields are the rows of :data:`FIELDS` (:class:`.fields.Field`), checked in order by
+:func:`parse_request` into a frozen :class:`SubmitRequest`, or refused as ``InvalidRequest`` naming the
+first bad field; :mod:`.request_schema` renders them as the JSON Schema and the README's request table.
+Adding a field is a row here plus its mapping into ``CreateTrainingJob`` (``runtime/job.py``, reading
+``request.value(name)``). Hyperparameters are checked by the trainer's own definitions
+(:mod:`platform_spec.hyperparameters`), SageMaker's limits by botocore's model, so the submitter never
 accepts what the trainer or SageMaker would reject.
 
 **Fingerprint** (:meth:`SubmitRequest.fingerprint`, tag ``platform:request-sha256-v2``): SHA-256 of
@@ -763,17 +760,13 @@ def allowed_instance_types(config: SubmitterConfig) -> tuple[str, ...]:
 
 
 def check_instance(request: SubmitRequest, config: SubmitterConfig) -> InstanceSpec:
-    """Check the instance type against ``CreateTrainingJob``, the configuration and the catalogue
-    (:mod:`platform_spec.catalogue`).
-
-    Returns:
-        The catalogue's instance entry.
+    """The catalogue's entry of the request's instance type, checked against ``CreateTrainingJob``, the
+    configuration and the catalogue (:mod:`platform_spec.catalogue`).
 
     Raises:
-        Refusal: ``InvalidRequest`` on ``instance_type`` (not accepted by
-        ``CreateTrainingJob`` / host CPUs the trainer image is not built for /
-        not allowed / unknown to the planner) or
-        ``hyperparameters.precision`` (the instance's GPU cannot run it).
+        Refusal: ``InvalidRequest`` on ``instance_type`` (not accepted by ``CreateTrainingJob``, host CPUs
+        the trainer image is not built for, not allowed) or ``hyperparameters.precision`` (the instance's GPU
+        cannot run it).
     """
     try:
         return _check_instance(request, config)

@@ -254,96 +254,70 @@ def _rewrite(value: str, categories: tuple[str, ...]) -> str:
     return "".join(out)
 
 
+_TOKEN_RE = re.compile(r"\\[pP](?:\{[^}]*\})?|\\[\s\S]|&&|\[\^?|[\s\S]")
+"""One unit of a Java pattern: a ``\\p{...}`` class, an escape, ``&&``, a class opening, or one character."""
+
+
 def _translate(pattern: str) -> tuple[str, tuple[str, ...]]:
     """Java pattern -> (Python pattern, Unicode categories used). Raises ValueError when unsupported."""
-    return _Translation(pattern).scan()
-
-
-class _Translation:
-    """One left-to-right scan of a Java pattern (:func:`_translate`): the Python pattern written so far, the
-    Unicode categories it names (each a placeholder character) and its literal characters."""
-
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
-        self.out: list[str] = []
-        self.categories: list[str] = []
-        self.literals: list[str] = []
-        self.in_class = False
-
-    def scan(self) -> tuple[str, tuple[str, ...]]:
-        i = 0
-        while i < len(self.pattern):
-            if self.pattern[i] == "\\":
-                i = self._escape(i)
-            else:
-                i = self._in_class(i) if self.in_class else self._outside_class(i)
-        if self.in_class:
-            raise ValueError("unterminated class")
-        for literal in self.literals:
-            category = unicodedata.category(literal)
-            if any(category.startswith(c) for c in self.categories):
-                raise ValueError(f"literal {literal!r} is in a category the pattern also names")
-        return "".join(self.out), tuple(self.categories)
-
-    def _escape(self, i: int) -> int:
-        if i + 1 >= len(self.pattern):
+    categories: list[str] = []
+    literals: list[str] = []
+    out: list[str] = []
+    in_class = False
+    for match in _TOKEN_RE.finditer(pattern):
+        token, at = match.group(), match.start()
+        if token == "\\":
             raise ValueError("trailing backslash")
-        nxt = self.pattern[i + 1]
-        if nxt in "pP":
-            return self._property(i)
-        if nxt.isalnum() and nxt not in "sSdDwW" and nxt not in "tnrfe0xu":
-            raise ValueError(f"escape \\{nxt}")
-        if not nxt.isalnum():
-            self.literals.append(nxt)
-        self.out.append(self.pattern[i : i + 2])
-        return i + 2
-
-    def _property(self, i: int) -> int:
-        """``\\p{Name}``: a POSIX class (ASCII) or a Unicode category (a placeholder)."""
-        pattern = self.pattern
-        end = pattern.find("}", i)
-        if pattern[i + 1] == "P" or pattern[i + 2 : i + 3] != "{" or end < 0:
-            raise ValueError("negated or malformed \\p class")
-        name = pattern[i + 3 : end]
-        if name in _POSIX_CLASSES:
-            self._class_body(_POSIX_CLASSES[name])
-            return end + 1
-        if not _CATEGORY_RE.fullmatch(name):
-            raise ValueError(f"unknown class \\p{{{name}}}")
-        if any(name.startswith(c) or c.startswith(name) for c in self.categories if c != name):
-            raise ValueError("overlapping categories")
-        if name not in self.categories:
-            self.categories.append(name)
-        self._class_body(chr(_PLACEHOLDER_BASE + self.categories.index(name)))
-        return end + 1
-
-    def _class_body(self, body: str) -> None:
-        self.out.append(body if self.in_class else f"[{body}]")
-
-    def _in_class(self, i: int) -> int:
-        char = self.pattern[i]
-        if char == "[" or self.pattern.startswith("&&", i):
-            raise ValueError("nested class or intersection")
-        if char == "]":
-            self.in_class = False
-        elif char not in "^-":
-            self.literals.append(char)
-        self.out.append(char)
-        return i + 1
-
-    def _outside_class(self, i: int) -> int:
-        pattern, char = self.pattern, self.pattern[i]
-        if char == "[":
-            self.in_class = True
-            negated = pattern[i + 1 : i + 2] == "^"
-            self.out.append("[^" if negated else "[")
-            return i + 2 if negated else i + 1
-        if char == ".":
-            self.out.append(_JAVA_DOT)
-        elif char == "+" and i > 0 and pattern[i - 1] in "*+?}" and pattern[i - 2 : i - 1] != "\\":
-            raise ValueError("possessive quantifier")
+        if token[0] == "\\":
+            out.append(_escape(token, in_class, categories, literals))
+        elif in_class:
+            if token[0] == "[" or token == "&&":
+                raise ValueError("nested class or intersection")
+            in_class = token != "]"
+            literals.extend(c for c in token if c not in "^-]")
+            out.append(token)
         else:
-            if char not in "()|*+?{},^$" and not char.isdigit():
-                self.literals.append(char)
-            self.out.append(char)
-        return i + 1
+            in_class = token[0] == "["
+            out.append(_outside_class(token, pattern, at, literals))
+    if in_class:
+        raise ValueError("unterminated class")
+    for literal in literals:
+        category = unicodedata.category(literal)
+        if any(category.startswith(c) for c in categories):
+            raise ValueError(f"literal {literal!r} is in a category the pattern also names")
+    return "".join(out), tuple(categories)
+
+
+def _escape(token: str, in_class: bool, categories: list[str], literals: list[str]) -> str:
+    """An escape: ``\\p{Name}`` (a POSIX class, ASCII, or a Unicode category: a placeholder), else as written."""
+    if token[1] not in "pP":
+        if token[1].isalnum() and token[1] not in "sSdDwWtnrfe0xu":
+            raise ValueError(f"escape {token}")
+        if not token[1].isalnum():
+            literals.append(token[1])
+        return token
+    if token[1] == "P" or not token.endswith("}") or token[2:3] != "{":
+        raise ValueError("negated or malformed \\p class")
+    name = token[3:-1]
+    if name in _POSIX_CLASSES:
+        body = _POSIX_CLASSES[name]
+    elif not _CATEGORY_RE.fullmatch(name):
+        raise ValueError(f"unknown class \\p{{{name}}}")
+    elif any(name.startswith(c) or c.startswith(name) for c in categories if c != name):
+        raise ValueError("overlapping categories")
+    else:
+        if name not in categories:
+            categories.append(name)
+        body = chr(_PLACEHOLDER_BASE + categories.index(name))
+    return body if in_class else f"[{body}]"
+
+
+def _outside_class(token: str, pattern: str, at: int, literals: list[str]) -> str:
+    """A token outside a class: ``.`` is Java's, a possessive quantifier is refused, the rest as written."""
+    if token == ".":
+        return _JAVA_DOT
+    if token == "+" and at > 0 and pattern[at - 1] in "*+?}" and pattern[at - 2 : at - 1] != "\\":
+        raise ValueError("possessive quantifier")
+    if token[0] != "[":
+        literals.extend(c for c in token if c not in "()|*+?{},^$" and not c.isdigit())
+    return token
