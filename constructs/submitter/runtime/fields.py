@@ -226,11 +226,9 @@ _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
 def check_table(rows: Iterable[Field]) -> None:
-    """Check that a table is well formed, so that every row can be parsed and documented.
-
-    Names are unique snake_case; a field's :class:`OnlyWith` and :class:`Check` name other rows (an
-    ``only_with`` field comes earlier, its ``values`` among its choices when it has some); choices,
-    ranges and patterns fit the type; a literal default fits the type; an object field has a parser.
+    """Check that every row can be parsed and documented: unique snake_case names, rules that fit the type, an
+    object field's parser, and :class:`OnlyWith` / :class:`Check` naming other rows (an ``only_with`` one
+    earlier, its ``values`` among that row's choices).
 
     Raises:
         ValueError: naming the row and what is wrong.
@@ -303,14 +301,9 @@ _ABSENT = object()
 def parse(
     event: Any, rows: Sequence[Field], config: Any, *, unknown: str = "a known request field"
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Check ``event`` against ``rows``, field by field in their order, and fill in defaults.
-
-    Args:
-        unknown: the expectation of a key that is no row's name (its refusal lists the rows).
-
-    Returns:
-        ``(values, sent)``: every row's value (default filled in), and the canonical form of the
-        ``fingerprint`` rows the event sent (not ``null``).
+    """``(values, sent)`` of ``event`` checked against ``rows`` in their order: every row's value (default filled
+    in) and the canonical form of the ``fingerprint`` rows sent (not ``null``). ``unknown`` is the expectation
+    of a key that is no row's name (its refusal lists the rows).
 
     Raises:
         FieldError: the first bad field (or key).

@@ -127,28 +127,11 @@ def job_name_expected() -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class SubmitRequest:
-    """A validated request with defaults applied: one attribute per field of the table.
-
-    Attributes:
-        hyperparameters: the trainer's hyperparameters (:class:`platform_spec.hyperparameters.Hyperparameters`).
-        instance_type: SageMaker ML instance type, e.g. ``ml.p6-b200.48xlarge``.
-        instance_count: instances (nodes) for the job, >= 1.
-        capacity: ``training-plan`` | ``spot`` | ``on-demand`` | ``auto``.
-        training_plan_arn: the plan to use, or ``None`` to choose among the configured ones.
-        inputs: channel name -> ``s3://`` URI (resolved; relative keys are made absolute under the data bucket).
-        max_runtime_hours: ``StoppingCondition.MaxRuntimeInSeconds`` / 3600.
-        max_wait_hours: spot only: ``MaxWaitTimeInSeconds`` / 3600 (>= ``max_runtime_hours``), or ``None``.
-        max_retry_attempts: ``RetryStrategy.MaximumRetryAttempts``.
-        tags: caller's tags (merged with the platform's).
-        job_name: the caller's job name, or ``None`` to derive one.
-        client_token: idempotency key, or ``None``.
-        auto_tune: apply the planner's change when the configuration is predicted not to fit.
-        dry_run: validate, choose capacity and estimate, but create nothing.
-        extras: the values of table rows this class has no attribute for (fields added to the table
-            since); read them, like any field, with :meth:`value`.
-        sent: the ``fingerprint`` rows the caller sent (not ``null``), canonicalised; what
-            :meth:`fingerprint` hashes.
-    """
+    """A validated request with defaults applied: an attribute per row of :data:`FIELDS` (the row's help says
+    what it is; ``inputs`` are resolved to ``s3://`` URIs, ``hyperparameters`` parsed into the trainer's
+    :class:`~platform_spec.hyperparameters.Hyperparameters`), ``extras`` for the rows this class has no
+    attribute for (read any field with :meth:`value`), and ``sent``, the ``fingerprint`` rows the caller sent,
+    canonicalised: what :meth:`fingerprint` hashes."""
 
     hyperparameters: hpmod.Hyperparameters
     instance_type: str
