@@ -207,8 +207,9 @@ def build_packages(workdir: Path) -> tuple[str, Path, Path, str]:
 def reader_environ() -> dict[str, str]:
     """The environment setting that makes a function the reader (``JobSubmitter.grant_read``'s function)."""
     from platform_constructs.submitter.runtime import settings
+    from platform_constructs.submitter.runtime.actions import READ_ACTIONS
 
-    return {settings.ENV_ALLOWED_ACTIONS: ",".join(settings.READ_ACTIONS)}
+    return {settings.ENV_ALLOWED_ACTIONS: ",".join(READ_ACTIONS)}
 
 
 def lambda_environ() -> dict[str, str]:

@@ -14,8 +14,6 @@ Modules:
   statuses a job may use, the reclaim window, the pending limit).
 * :mod:`platform_spec.files` -- the one atomic, durable file write (records other processes read).
 * :mod:`platform_spec.training_plans` -- the training-plan ARN rule.
-* :mod:`platform_spec.request_fields` -- the job submitter's request fields, one row each (parsing,
-  the JSON Schema and the README's request table derive from them).
 * :mod:`platform_spec.models` -- the model-family interface and registry (families live in
   ``model_families/``) and :class:`~platform_spec.models.ModelShape`, the shapes' protocol.
 

@@ -450,7 +450,7 @@ class Platform:
     def model_trainer(self, request: Mapping[str, Any]) -> ModelTrainer:
         """A ``ModelTrainer`` (a :class:`trainctl.sdk_trainer.PlatformModelTrainer`) configured as the submitter would create ``request``'s job.
 
-        ``request`` is the submitter's request (``platform_spec/request_fields.py``; README "Request"):
+        ``request`` is the submitter's request (``runtime/request.py``'s table; README "Request"):
         ``client_token`` or ``job_name`` make it idempotent. A request with neither gets a
         generated ``client_token`` (``trainctl.submitter_client.with_client_token``), kept on the
         trainer (its ``request``), so calling ``train()`` twice attaches to the

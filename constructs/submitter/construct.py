@@ -24,7 +24,7 @@ and plan parameter as ``iam.IRole``, ``s3.IBucket`` and ``ssm.IStringParameter``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,6 +47,7 @@ from platform_spec.capacity import (
     DEFAULT_CAPACITY_FALLBACK,
     capacity_fallback_problem,
 )
+from platform_spec.catalogue import INSTANCE_TYPES
 from platform_spec.errors import FieldError
 from platform_spec.runs import DECISIONS as RUN_DECISIONS
 from platform_spec.runs import RUN_CHECKPOINT_PREFIX
@@ -56,7 +57,8 @@ from ..job_state_events import job_state_event_pattern
 from ..trainer_image import ITrainerImage
 from . import bundling
 from .bundling import ARCHITECTURE, RUNTIME
-from .runtime import settings
+from .runtime import actions, settings
+from .runtime.sagemaker_rules import training_instance_types
 
 __all__ = [
     "AUTO_DELETE_PROVIDER_ID",
@@ -79,9 +81,9 @@ HANDLER, CONTINUATION_HANDLER = bundling.SUBMITTER.handlers
 and the run continuation's, ``platform_constructs.submitter.runtime.continuation.lambda_handler``: the
 bundle lays the code out under its import names, so Lambda imports the modules the tests import."""
 
-READER_ACTIONS = settings.READ_ACTIONS
-"""The actions of the job API the reader function serves (its ``SUBMITTER_ALLOWED_ACTIONS``):
-the ones that change nothing (``settings.READ_ACTIONS``). Its role could not do more anyway."""
+READER_ACTIONS = actions.READ_ACTIONS
+"""The actions of the job API the reader function serves (its ``SUBMITTER_ALLOWED_ACTIONS``): the ones that
+change nothing (``actions.READ_ACTIONS``); its role is granted what they need and nothing more."""
 
 DEFAULT_CONTINUATION_SCHEDULE_MINUTES = 5
 """How often the continuation retries the runs waiting for capacity and publishes the longest
@@ -130,18 +132,11 @@ the account's unreserved pool."""
 
 @runtime_checkable
 class ISubmitterMetrics(Protocol):
-    """The submitter's metrics, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`).
-
-    Each method returns a ``cloudwatch.Metric``; keyword arguments are
-    ``cloudwatch.MetricOptions`` (``period``, ``statistic``, ``label``, ...)
-    overriding its defaults. Lambda's standard metrics of the function
-    (namespace ``AWS/Lambda``): ``Invocations``, ``Errors``, ``Throttles``
-    (sums) and ``Duration`` (milliseconds). The function's own (namespace
-    :data:`.runtime.settings.METRICS_NAMESPACE`): ``Submissions`` by capacity
-    type and ``Refusals`` by error code (sums; values from
-    :data:`platform_spec.capacity.CAPACITY_TYPES` and :data:`.runtime.settings.ERROR_CODES`,
-    others raise ``ValueError``).
-    """
+    """The submitter's metrics, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`):
+    each a ``cloudwatch.Metric``, keyword arguments ``cloudwatch.MetricOptions`` overriding its defaults.
+    Lambda's (``AWS/Lambda``): ``Invocations``, ``Errors``, ``Throttles`` (sums), ``Duration`` (ms); the
+    function's own (:data:`.runtime.settings.METRICS_NAMESPACE`): ``Submissions`` by capacity type and
+    ``Refusals`` by error code (sums; other values raise ``ValueError``)."""
 
     def metric_invocations(self, **props: Any) -> cloudwatch.Metric: ...
 
@@ -158,18 +153,11 @@ class ISubmitterMetrics(Protocol):
 
 @runtime_checkable
 class IRunMetrics(Protocol):
-    """The runs' metrics and decision log, as the dashboard and the alarms read them (implemented by :class:`JobSubmitter`).
-
-    Metric methods return a ``cloudwatch.Metric`` (keyword arguments are
-    ``cloudwatch.MetricOptions`` overriding the defaults), in the submitter's
-    namespace (:data:`.runtime.settings.METRICS_NAMESPACE`), as the continuation
-    publishes them: ``RunDecisions`` by decision (sum; values from the decision
-    vocabulary, others raise ``ValueError``), ``RunSegmentsStarted`` (sum),
-    ``RunCapacityWaitSeconds`` (maximum: the longest wait of a run waiting for
-    capacity, 0 when none, on every scheduled tick), and the continuation's
-    dead-letter queue depth (``ApproximateNumberOfMessagesVisible``, maximum).
-    ``continuation_log_group`` holds one structured line per decision.
-    """
+    """The runs' metrics and decision log, as the dashboard and the alarms read them (implemented by
+    :class:`JobSubmitter`), in the submitter's namespace as the continuation publishes them: ``RunDecisions`` by
+    decision (sum; other values raise ``ValueError``), ``RunSegmentsStarted`` (sum), ``RunCapacityWaitSeconds``
+    (maximum: the longest wait for capacity, 0 when none, every scheduled tick) and the dead-letter queue's
+    depth (maximum); ``continuation_log_group`` holds one structured line per decision."""
 
     continuation_log_group: logs.ILogGroup
 
@@ -257,30 +245,12 @@ class JobSubmitter(Construct):
     run ``Continuation`` (each a ``Resource`` function with its ``Role`` and ``LogGroup``; the continuation also
     its ``JobStateRule``, ``Schedule`` and ``DeadLetterQueue``).
 
-    Grants, each role its own (``*`` below is every name of that kind in the stack's account and region):
-
-    ========================= ========== ========== ============
-    what                      submitter  reader     continuation
-    ========================= ========== ========== ============
-    Describe/ListTags jobs    yes        yes        yes
-    Search, ListTrainingJobs  yes        yes        yes
-    DescribeTrainingPlan      yes        yes        yes
-    read checkpoints          yes        yes        yes
-    read run records          yes        yes        yes
-    Create/AddTags/Stop jobs  yes        --         yes
-    iam:PassRole (exec role)  yes        --         yes
-    plan parameter, plans     yes        --         yes
-    client-token records rw   yes        --         yes
-    run records write         yes        --         yes (+ delete)
-    PutEvents (decisions)     --         --         yes
-    ========================= ========== ========== ============
-
-    Checkpoints are read below ``settings.JOB_CHECKPOINT_PREFIX`` (a job's) and
-    :data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX` (a run's segments); run records
-    are the run store below ``settings.RUN_STORE_PREFIX`` of the output bucket;
-    the output bucket's policy denies writing the client-token records and the
-    run store to every principal but the submitter's and the continuation's
-    roles (:meth:`_protect_records`).
+    Each role is granted what its function's actions need (:data:`.runtime.actions.ACTIONS`, each entry's
+    :class:`~.runtime.actions.Grant` on a symbolic resource mapped here to this deployment's ARNs:
+    :func:`_resources`): the submitter every action's, the reader those of :data:`READER_ACTIONS`, the
+    continuation every action's and its own (:data:`.runtime.actions.CONTINUATION_GRANTS`). The output
+    bucket's policy denies writing the client-token records and the run store to every principal but the
+    submitter's and the continuation's roles (:meth:`_protect_records`).
 
     Attributes:
         function: the submitter function (every action).
@@ -300,48 +270,26 @@ class JobSubmitter(Construct):
         self._continuation_schedule = props.continuation_schedule
         code = bundling.SUBMITTER.code()  # one asset for the three functions
         environment = self._environment(props)
+        resources = _resources(self, props)
 
-        self.log_group = logs.LogGroup(
+        self.log_group, self.role, self.function = self._function(
             self,
-            "LogGroup",
-            retention=props.log_retention,
-            removal_policy=props.removal_policy,
-        )
-        self.role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="Job submitter: creates SageMaker training jobs with the platform's execution role",
-        )
-        self.log_group.grant_write(self.role)
-        _acknowledge(
-            self.role, self._grant_reading(self, self.role, props), self._grant_submission(self, self.role, props)
-        )
-
-        self.function = lambda_.Function(
-            self,
-            "Resource",
+            props,
             description="Validates training-job requests and submits them to SageMaker",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
+            role_description="Job submitter: creates SageMaker training jobs with the platform's execution role",
             handler=HANDLER,
             code=code,
-            role=self.role,
-            memory_size=props.memory_size,
+            environment=environment,
             timeout=props.timeout,
             reserved_concurrent_executions=props.reserved_concurrent_executions,
-            log_group=self.log_group,
-            logging_format=lambda_.LoggingFormat.JSON,
-            environment=environment,
         )
+        _grant(self.role, resources, actions.grants())
         # The image must be in the repository before the function can submit jobs with it.
         self.function.node.add_dependency(props.trainer_image.deployment)
-        _acknowledge_runtime(self.function)
 
         # -- the reader: read-only actions, a role that changes nothing ---------------------------
-        reader = Construct(self, "Reader")
         self.reader_log_group, self.reader_role, self.reader_function = self._function(
-            reader,
+            Construct(self, "Reader"),
             props,
             description="Job API, read-only: describes and lists training jobs and runs",
             role_description="Job API reader: reads training jobs, plans, run records and checkpoints; changes nothing",
@@ -353,7 +301,7 @@ class JobSubmitter(Construct):
             # from the account's unreserved pool (900 and 900 would fail the deployment).
             reserved_concurrent_executions=None,
         )
-        _acknowledge(self.reader_role, self._grant_reading(reader, self.reader_role, props))
+        _grant(self.reader_role, resources, actions.grants(READER_ACTIONS))
 
         # -- the run continuation --------------------------------------------------------------
         continuation = Construct(self, "Continuation")
@@ -369,17 +317,12 @@ class JobSubmitter(Construct):
             reserved_concurrent_executions=None,
         )
         self.continuation_function.node.add_dependency(props.trainer_image.deployment)
-        _acknowledge(
-            self.continuation_role,
-            self._grant_reading(continuation, self.continuation_role, props),
-            self._grant_submission(continuation, self.continuation_role, props),
-        )
-        self._grant_continuation(continuation, self.continuation_role, props)
+        _grant(self.continuation_role, resources, (*actions.grants(), *actions.CONTINUATION_GRANTS))
         self._route_events(continuation, props)
 
         self._protect_records(props.output_bucket, writers=[self.role, self.continuation_role])
 
-    # -- functions and grants ---------------------------------------------------------------------
+    # -- functions ----------------------------------------------------------------------------
 
     @staticmethod
     def _function(
@@ -393,7 +336,6 @@ class JobSubmitter(Construct):
         environment: Mapping[str, str],
         timeout: cdk.Duration,
         reserved_concurrent_executions: int | None,
-        **function_props: Any,
     ) -> tuple[logs.LogGroup, iam.Role, lambda_.Function]:
         """A ``LogGroup``, a ``Role`` that may write it, and the ``Resource`` function of the package."""
         log_group = logs.LogGroup(scope, "LogGroup", retention=props.log_retention, removal_policy=props.removal_policy)
@@ -416,199 +358,15 @@ class JobSubmitter(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             environment=dict(environment),
-            **function_props,
         )
-        _acknowledge_runtime(function)
+        nag.acknowledge(
+            function,
+            "AwsSolutions-L1",
+            f"Runtime pinned to {RUNTIME.name}: the package's dependencies are installed for exactly this "
+            "CPython version (bundling.PYTHON_VERSION) and it is supported by Lambda; moving to a newer "
+            "runtime changes both together.",
+        )
         return log_group, role, function
-
-    @staticmethod
-    def _grant_reading(scope: Construct, role: iam.Role, props: JobSubmitterProps) -> dict[str, str]:
-        """Read-only: describe and list the account's training jobs, describe plans, read run records and checkpoints.
-
-        Statements (Sids): ``DescribeTrainingJobs`` (``DescribeTrainingJob``, ``ListTags`` on
-        training-job ARNs), ``DescribeTrainingPlans``, ``SearchTrainingJobs`` and
-        ``ListTrainingJobs`` (no resource-level permissions: ``*``), ``RunRecordsRead`` /
-        ``ListRunRecords`` (the run store), ``CheckpointsRead`` / ``ListCheckpoints`` (the job and
-        run checkpoint prefixes), and ``kms:Decrypt`` on the buckets' keys.
-
-        Returns:
-            The cdk-nag findings these statements raise -> why each is acceptable (:func:`_acknowledge`).
-        """
-        stack = cdk.Stack.of(scope)
-        training_jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
-        training_plans = stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="DescribeTrainingJobs",
-                actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"],
-                resources=[training_jobs],
-            )
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="DescribeTrainingPlans", actions=["sagemaker:DescribeTrainingPlan"], resources=[training_plans]
-            )
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="SearchTrainingJobs",
-                actions=["sagemaker:Search"],  # jobs by their tags (client token, run id)
-                resources=["*"],  # Search has no resource-level permissions
-            )
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListTrainingJobs",
-                actions=["sagemaker:ListTrainingJobs"],
-                resources=["*"],  # List* actions have no resource-level permissions
-            )
-        )
-        runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
-        role.add_to_principal_policy(
-            iam.PolicyStatement(sid="RunRecordsRead", actions=["s3:GetObject"], resources=[runs])
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListRunRecords",
-                actions=["s3:ListBucket"],
-                resources=[props.output_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{settings.RUN_STORE_PREFIX}*"]}},
-            )
-        )
-        checkpoint_prefixes = (settings.JOB_CHECKPOINT_PREFIX, RUN_CHECKPOINT_PREFIX)
-        checkpoints = [props.checkpoint_bucket.arn_for_objects(f"{prefix}*") for prefix in checkpoint_prefixes]
-        role.add_to_principal_policy(
-            iam.PolicyStatement(sid="CheckpointsRead", actions=["s3:GetObject"], resources=checkpoints)
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListCheckpoints",
-                actions=["s3:ListBucket"],
-                resources=[props.checkpoint_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in checkpoint_prefixes]}},
-            )
-        )
-        for bucket in (props.output_bucket, props.checkpoint_bucket):
-            if bucket.encryption_key is not None:
-                bucket.encryption_key.grant(role, "kms:Decrypt")
-
-        findings = {
-            nag.resource(scope, training_jobs): (
-                "Training-job names are generated per request and per run segment, so the job actions are granted "
-                "on the account's training-job ARNs in this region only."
-            ),
-            nag.resource(scope, training_plans): (
-                "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
-                "is granted on the account's training-plan ARNs in this region."
-            ),
-            "Resource::*": (
-                "sagemaker:Search, sagemaker:ListTrainingJobs and sagemaker:ListTrainingPlans have no "
-                "resource-level permissions (AWS requires '*'); Search finds the jobs of a client token or a run "
-                "by tag."
-            ),
-            nag.resource(scope, runs): (
-                "Run records are objects per run (<run store prefix><run id>/...) under one prefix of the output "
-                "bucket; they are read (and written, by the submitter and the continuation) under that prefix only."
-            ),
-        }
-        for arn in checkpoints:
-            findings[nag.resource(scope, arn)] = (
-                "Checkpoints are folders per job or per run named at submit time; they are read (never written) "
-                "under the job and run checkpoint prefixes only, to find the newest complete step."
-            )
-        return findings
-
-    @staticmethod
-    def _grant_submission(scope: Construct, role: iam.Role, props: JobSubmitterProps) -> dict[str, str]:
-        """What creating, tagging and stopping training jobs adds to :meth:`_grant_reading`: the submission path
-        (``service.submit``) and ``stop``.
-
-        Statements (Sids): ``TrainingJobs`` (``CreateTrainingJob``, ``AddTags``,
-        ``StopTrainingJob``), ``ListTrainingPlans``, ``iam:PassRole`` of the execution role
-        to SageMaker only, the plan parameter, ``ClientTokenRecords`` (``GetObject``,
-        ``PutObject``) / ``ListClientTokenRecords``, ``RunRecords`` (``PutObject``: a run's
-        ``run.json``, written once, and its stop marker) and KMS to write them.
-
-        Returns:
-            The cdk-nag findings these statements raise -> why each is acceptable (:func:`_acknowledge`).
-        """
-        stack = cdk.Stack.of(scope)
-        training_jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="TrainingJobs",
-                actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags", "sagemaker:StopTrainingJob"],
-                resources=[training_jobs],
-            )
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListTrainingPlans",
-                actions=["sagemaker:ListTrainingPlans"],
-                resources=["*"],  # List* actions have no resource-level permissions
-            )
-        )
-        iam.Grant.add_to_principal(
-            grantee=role,
-            actions=["iam:PassRole"],
-            resource_arns=[props.execution_role.role_arn],
-            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-        )
-        props.plan_arns_parameter.grant_read(role)
-
-        # Client-token records (runtime/ledger.py): read and conditionally write objects under one
-        # prefix of the output bucket, and list that prefix only (GetObject of a missing key answers 403,
-        # not 404, without s3:ListBucket). No delete: a record is released by an overwrite.
-        records = props.output_bucket.arn_for_objects(f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*")
-        role.add_to_principal_policy(
-            iam.PolicyStatement(sid="ClientTokenRecords", actions=["s3:GetObject", "s3:PutObject"], resources=[records])
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="ListClientTokenRecords",
-                actions=["s3:ListBucket"],
-                resources=[props.output_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}*"]}},
-            )
-        )
-        # The run store (runtime/ledger.py): run.json (a conditional write) with a run's first submission,
-        # the stop marker; reading and listing it come with _grant_reading.
-        runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
-        role.add_to_principal_policy(iam.PolicyStatement(sid="RunRecords", actions=["s3:PutObject"], resources=[runs]))
-        if props.output_bucket.encryption_key is not None:
-            # SSE-KMS: GenerateDataKey to write a record, Decrypt to read one
-            props.output_bucket.encryption_key.grant(role, "kms:Decrypt", "kms:GenerateDataKey")
-        return {
-            nag.resource(scope, records): (
-                "Client-token records are one object per token (named by its SHA-256) under one prefix of the "
-                "output bucket; GetObject/PutObject are granted on that prefix only."
-            ),
-        }
-
-    def _grant_continuation(self, scope: Construct, role: iam.Role, props: JobSubmitterProps) -> None:
-        """The continuation's own: remove its markers from the run store and publish decisions (events).
-
-        No ``cloudwatch:PutMetricData``: its metrics are EMF log lines (Powertools ``Metrics``) that
-        CloudWatch Logs turns into metrics, so the log-group grants are all they need.
-        """
-        stack = cdk.Stack.of(scope)
-        runs = props.output_bucket.arn_for_objects(f"{settings.RUN_STORE_PREFIX}*")
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="RunMarkers",  # a run's waiting marker goes when its segment is submitted (versioned bucket)
-                actions=["s3:DeleteObject"],
-                resources=[runs],
-            )
-        )
-        default_bus = stack.format_arn(service="events", resource="event-bus", resource_name="default")
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                sid="RunDecisionEvents",
-                actions=["events:PutEvents"],
-                resources=[default_bus],
-                conditions={"StringEquals": {"events:source": [settings.RUN_EVENT_SOURCE]}},
-            )
-        )
 
     def _route_events(self, scope: Construct, props: JobSubmitterProps) -> None:
         """The continuation's triggers: SageMaker's terminal job state changes and a schedule, with retries and a DLQ."""
@@ -661,18 +419,11 @@ class JobSubmitter(Construct):
     def _protect_records(self, bucket: s3.IBucket, *, writers: Sequence[iam.IRole]) -> None:
         """Deny every principal but ``writers`` writing or deleting the client-token records and the run store.
 
-        The client-token records are the idempotency lock: a job, a person or
-        another function overwriting or deleting one could make a retry create
-        a second job; the run store holds each run's request, budget and
-        decisions, which the continuation trusts. Identity policies grant
-        nobody else these keys (the execution role writes below
-        ``settings.TRAINING_JOB_OUTPUT_PREFIX`` only); this bucket policy also
-        holds against a broad grant added later (an administrator's ``s3:*``).
-        With ``removal_policy=DESTROY`` CDK's auto-delete function, which
-        empties the bucket when the stack is deleted, is exempt too. Lifecycle
-        expiration is not subject to bucket policies. A record that must be
-        repaired by hand needs its statement lifted first. An imported
-        bucket's policy is left alone.
+        The records are the idempotency lock (overwriting one could make a retry create a second job) and the
+        run store holds what the continuation trusts. Identity policies grant nobody else these keys; this
+        bucket policy also holds against a broad grant added later (an administrator's ``s3:*``). CDK's
+        auto-delete function (``removal_policy=DESTROY``) is exempt; lifecycle expiration is not subject to
+        bucket policies; an imported bucket's policy is left alone.
         """
         exempt = [role.role_arn for role in writers]
         auto_delete = cdk.Stack.of(bucket).node.try_find_child(AUTO_DELETE_PROVIDER_ID)
@@ -768,22 +519,13 @@ class JobSubmitter(Construct):
         return self._custom_metric(settings.METRIC_REFUSALS, settings.DIMENSION_ERROR_CODE, error_code, props)
 
     def _custom_metric(self, name: str, dimension: str, value: str, props: dict) -> cloudwatch.Metric:
-        options = {"statistic": cloudwatch.Stats.SUM, "period": cdk.Duration.minutes(5), **props}
-        return cloudwatch.Metric(
-            namespace=settings.METRICS_NAMESPACE,
-            metric_name=name,
-            dimensions_map={"service": settings.SERVICE_NAME, dimension: value},
-            **options,
-        )
+        return _metric(name, {"service": settings.SERVICE_NAME, dimension: value}, cloudwatch.Stats.SUM, props)
 
     def _run_metric(self, name: str, decision: str | None, props: dict, statistic: str) -> cloudwatch.Metric:
-        options = {"statistic": statistic, "period": cdk.Duration.minutes(5), **props}
         dimensions = {"service": settings.CONTINUATION_SERVICE_NAME}
         if decision is not None:
             dimensions[settings.DIMENSION_DECISION] = decision
-        return cloudwatch.Metric(
-            namespace=settings.METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions, **options
-        )
+        return _metric(name, dimensions, statistic, props)
 
     # -- the runs' metrics (the continuation's, settings.METRICS_NAMESPACE) ----
 
@@ -813,23 +555,116 @@ class JobSubmitter(Construct):
         return self.dead_letter_queue.metric_approximate_number_of_messages_visible(**options)
 
 
-def _acknowledge(role: iam.IRole, *findings: Mapping[str, str]) -> None:
-    """Acknowledge each cdk-nag finding (``IAM5``) of ``role`` once, with the first reason given for it."""
-    merged: dict[str, str] = {}
-    for group in findings:
-        for finding, reason in group.items():
-            merged.setdefault(finding, reason)
-    for finding, reason in merged.items():
-        nag.acknowledge(role, nag.IAM5, reason, finding=finding)
+@dataclass(frozen=True)
+class _Resource:
+    """A symbolic resource of :class:`.runtime.actions.Grant` in this deployment.
+
+    Attributes:
+        arns: its ARNs.
+        why: why a wildcard in ``arns`` is acceptable (cdk-nag ``IAM5``, acknowledged on the roles granted it).
+        bucket: for an S3 prefix, its bucket: ``arns`` are the objects below the prefixes, ``s3:ListBucket``
+            is granted on the bucket for the prefixes only, and the bucket's key decrypts what is read and
+            encrypts what is written.
+        prefixes: the S3 key prefixes.
+        conditions: the statement's conditions.
+    """
+
+    arns: tuple[str, ...]
+    why: str = ""
+    bucket: s3.IBucket | None = None
+    prefixes: tuple[str, ...] = ()
+    conditions: Mapping[str, Any] | None = None
+
+    def statement(self, sid: str | None, iam_actions: list[str]) -> iam.PolicyStatement:
+        if self.bucket is not None and iam_actions == ["s3:ListBucket"]:
+            prefixes = {"StringLike": {"s3:prefix": [f"{prefix}*" for prefix in self.prefixes]}}
+            return iam.PolicyStatement(
+                sid=sid, actions=iam_actions, resources=[self.bucket.bucket_arn], conditions=prefixes
+            )
+        return iam.PolicyStatement(sid=sid, actions=iam_actions, resources=list(self.arns), conditions=self.conditions)
 
 
-def _acknowledge_runtime(function: lambda_.Function) -> None:
-    nag.acknowledge(
-        function,
-        "AwsSolutions-L1",
-        f"Runtime pinned to {RUNTIME.name}: the package's dependencies are installed for exactly this "
-        "CPython version (bundling.PYTHON_VERSION) and it is supported by Lambda; moving to a newer "
-        "runtime changes both together.",
+def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resource]:
+    """The symbolic resources of :class:`.runtime.actions.Grant` (its docstring says what each is) in this
+    deployment: ``*`` in an ARN is every name of that kind in the stack's account and region."""
+    stack = cdk.Stack.of(scope)
+
+    def prefixes(bucket: s3.IBucket, *keys: str, why: str) -> _Resource:
+        return _Resource(tuple(bucket.arn_for_objects(f"{key}*") for key in keys), why, bucket, keys)
+
+    return {
+        "training-job": _Resource(
+            (stack.format_arn(service="sagemaker", resource="training-job", resource_name="*"),),
+            "Training-job names are generated per request and per run segment, so the job actions are granted "
+            "on the account's training-job ARNs in this region only.",
+        ),
+        "training-plan": _Resource(
+            (stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*"),),
+            "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
+            "is granted on the account's training-plan ARNs in this region.",
+        ),
+        "*": _Resource(
+            ("*",),
+            "sagemaker:Search, sagemaker:ListTrainingJobs and sagemaker:ListTrainingPlans have no resource-level "
+            "permissions (AWS requires '*'); Search finds the jobs of a client token or a run by tag.",
+        ),
+        "execution-role": _Resource(
+            (props.execution_role.role_arn,),
+            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+        ),
+        "plan-parameter": _Resource((props.plan_arns_parameter.parameter_arn,)),
+        "client-token-records": prefixes(
+            props.output_bucket,
+            settings.CLIENT_TOKEN_RECORDS_PREFIX,
+            why="Client-token records are one object per token (named by its SHA-256) under one prefix of the "
+            "output bucket; GetObject/PutObject are granted on that prefix only.",
+        ),
+        "run-records": prefixes(
+            props.output_bucket,
+            settings.RUN_STORE_PREFIX,
+            why="Run records are objects per run (<run store prefix><run id>/...) under one prefix of the output "
+            "bucket; they are read (and written, by the submitter and the continuation) under that prefix only.",
+        ),
+        "checkpoints-prefix": prefixes(
+            props.checkpoint_bucket,
+            settings.JOB_CHECKPOINT_PREFIX,
+            RUN_CHECKPOINT_PREFIX,
+            why="Checkpoints are folders per job or per run named at submit time; they are read (never written) "
+            "under the job and run checkpoint prefixes only, to find the newest complete step.",
+        ),
+        "run-events": _Resource(
+            (stack.format_arn(service="events", resource="event-bus", resource_name="default"),),
+            conditions={"StringEquals": {"events:source": [settings.RUN_EVENT_SOURCE]}},
+        ),
+    }
+
+
+_KMS = {"s3:GetObject": "kms:Decrypt", "s3:PutObject": "kms:GenerateDataKey"}
+"""What reading and writing an object of an SSE-KMS bucket needs of its key."""
+
+
+def _grant(role: iam.Role, resources: Mapping[str, _Resource], grants: Iterable[actions.Grant]) -> None:
+    """Add ``grants`` to ``role``'s policy: one statement per Sid and resource (their actions merged), the
+    bucket key's share for the objects, and cdk-nag's wildcard findings acknowledged with each resource's why."""
+    statements: dict[tuple[str | None, str], list[str]] = {}
+    for grant in grants:
+        statements.setdefault((grant.sid, grant.resource), []).extend(grant.actions)
+    for (sid, name), iam_actions in statements.items():
+        resource = resources[name]
+        role.add_to_principal_policy(resource.statement(sid, iam_actions))
+        key = resource.bucket.encryption_key if resource.bucket is not None else None
+        if key is not None and any(a in _KMS for a in iam_actions):
+            key.grant(role, *(_KMS[a] for a in iam_actions if a in _KMS))
+        for arn in resource.arns if resource.why else ():
+            nag.acknowledge(role, nag.IAM5, resource.why, finding=nag.resource(role, arn))
+
+
+def _metric(name: str, dimensions: dict[str, str], statistic: str, props: dict) -> cloudwatch.Metric:
+    """One of the submitter's EMF metrics (namespace ``settings.METRICS_NAMESPACE``), 5-minute periods unless
+    ``props`` (``cloudwatch.MetricOptions``) say otherwise."""
+    options = {"statistic": statistic, "period": cdk.Duration.minutes(5), **props}
+    return cloudwatch.Metric(
+        namespace=settings.METRICS_NAMESPACE, metric_name=name, dimensions_map=dimensions, **options
     )
 
 
@@ -839,32 +674,12 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
 
 
 def _validate(props: JobSubmitterProps) -> None:
-    from platform_spec.catalogue import INSTANCE_TYPES
+    """Refuse props the deployment cannot honour, naming the prop, the value received and what was expected.
 
-    allowed = list(props.allowed_instance_types)
-    if not allowed:
-        raise ValueError(
-            "JobSubmitterProps.allowed_instance_types: got an empty list; expected at least one instance type"
-        )
-    unknown = [t for t in allowed if t not in INSTANCE_TYPES]
-    if unknown:
-        raise ValueError(
-            f"JobSubmitterProps.allowed_instance_types: {unknown} not in the planner catalogue; "
-            f"expected a subset of {', '.join(INSTANCE_TYPES)}"
-        )
-    from .runtime.sagemaker_rules import training_instance_types
-
-    refused = [t for t in allowed if t not in training_instance_types()]
-    if refused:
-        raise ValueError(
-            f"JobSubmitterProps.allowed_instance_types: {refused} are not accepted by CreateTrainingJob; "
-            "expected types of SageMaker's TrainingInstanceType (botocore's model)"
-        )
-    if props.default_instance_type not in allowed:
-        raise ValueError(
-            f"JobSubmitterProps.default_instance_type: got {props.default_instance_type!r}; "
-            f"expected one of allowed_instance_types ({', '.join(allowed)})"
-        )
+    Raises:
+        ValueError, FieldError: the first bad prop.
+    """
+    _validate_instance_types(props)
     problem = capacity_fallback_problem(tuple(props.capacity_fallback))
     if problem is not None:
         raise FieldError(
@@ -882,6 +697,37 @@ def _validate(props: JobSubmitterProps) -> None:
         raise ValueError(
             f"JobSubmitterProps.volume_size_gb: got {props.volume_size_gb!r}; expected an integer from 1 to 16384"
         )
+    _validate_functions(props)
+
+
+def _validate_instance_types(props: JobSubmitterProps) -> None:
+    """The allowed types: in the planner catalogue and accepted by ``CreateTrainingJob``; the default among them."""
+    allowed = list(props.allowed_instance_types)
+    if not allowed:
+        raise ValueError(
+            "JobSubmitterProps.allowed_instance_types: got an empty list; expected at least one instance type"
+        )
+    unknown = [t for t in allowed if t not in INSTANCE_TYPES]
+    if unknown:
+        raise ValueError(
+            f"JobSubmitterProps.allowed_instance_types: {unknown} not in the planner catalogue; "
+            f"expected a subset of {', '.join(INSTANCE_TYPES)}"
+        )
+    refused = [t for t in allowed if t not in training_instance_types()]
+    if refused:
+        raise ValueError(
+            f"JobSubmitterProps.allowed_instance_types: {refused} are not accepted by CreateTrainingJob; "
+            "expected types of SageMaker's TrainingInstanceType (botocore's model)"
+        )
+    if props.default_instance_type not in allowed:
+        raise ValueError(
+            f"JobSubmitterProps.default_instance_type: got {props.default_instance_type!r}; "
+            f"expected one of allowed_instance_types ({', '.join(allowed)})"
+        )
+
+
+def _validate_functions(props: JobSubmitterProps) -> None:
+    """The functions' memory, reserved concurrency, the continuation's schedule and the image they run."""
     if not 128 <= props.memory_size <= 10240:
         raise ValueError(f"JobSubmitterProps.memory_size: got {props.memory_size!r}; expected 128 to 10240 MiB")
     reserved = props.reserved_concurrent_executions

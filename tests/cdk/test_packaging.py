@@ -21,6 +21,7 @@ from platform_constructs.observability.runtime import settings as observability_
 from platform_constructs.submitter import bundling
 from platform_constructs.submitter.bundling import SUBMITTER, LambdaPackage
 from platform_constructs.submitter.runtime import settings as submitter_settings
+from platform_constructs.submitter.runtime.actions import READ_ACTIONS
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -372,7 +373,7 @@ FUNCTIONS = {
     ),
     "reader": (
         SUBMITTER, SUBMITTER.handlers[0],
-        {submitter_settings.ENV_ALLOWED_ACTIONS: ",".join(submitter_settings.READ_ACTIONS)},
+        {submitter_settings.ENV_ALLOWED_ACTIONS: ",".join(READ_ACTIONS)},
         {"action": "list"}, lambda answer: answer["status"], "listed",
     ),
     "continuation": (

@@ -29,6 +29,7 @@ from platform_constructs.submitter.construct import (
     RECORD_WRITE_ACTIONS,
 )
 from platform_constructs.submitter.runtime import settings
+from platform_constructs.submitter.runtime.actions import READ_ACTIONS
 from platform_spec.runs import DECISIONS, RUN_CHECKPOINT_PREFIX
 from stacks.config import ConfigError, load_config
 from trainctl.dashboard.template import dashboard_bodies
@@ -149,7 +150,7 @@ def test_the_reader_is_the_submitters_code_limited_to_the_read_actions(default_s
     assert reader["Code"] == full["Code"]  # one asset
     variables = dict(reader["Environment"]["Variables"])
     assert variables.pop(settings.ENV_ALLOWED_ACTIONS) == "describe,list,list_runs"
-    assert READER_ACTIONS == settings.READ_ACTIONS
+    assert READER_ACTIONS == READ_ACTIONS
     assert variables == full["Environment"]["Variables"]
     assert settings.ENV_ALLOWED_ACTIONS not in full["Environment"]["Variables"]  # the submitter answers every action
     # the reader reserves nothing: a second reservation would be taken from the account's pool again

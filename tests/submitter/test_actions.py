@@ -74,13 +74,13 @@ def test_action_submit_is_the_same_request_as_no_action(act, aws, submit, make_r
 
 def test_a_reader_refuses_submit_and_stop_and_creates_nothing(act, aws, runtime, submit, make_request):
     reader = runtime.actions.allowed_actions_from_environ(
-        {runtime.settings.ENV_ALLOWED_ACTIONS: ",".join(runtime.settings.READ_ACTIONS)}
+        {runtime.settings.ENV_ALLOWED_ACTIONS: ",".join(runtime.actions.READ_ACTIONS)}
     )
-    assert reader == runtime.settings.READ_ACTIONS
+    assert reader == runtime.actions.READ_ACTIONS
     request = make_request(capacity="on-demand", job_name=f"reader-{uuid.uuid4().hex[:12]}")
     response = act(request, allowed_actions=reader)
     assert _refusal(response) == ("ActionNotAllowed", "action")
-    assert response["error"]["details"] == {"allowed_actions": list(runtime.settings.READ_ACTIONS)}
+    assert response["error"]["details"] == {"allowed_actions": list(runtime.actions.READ_ACTIONS)}
     assert request["job_name"] not in {j["name"] for j in aws.training_jobs()}
 
     name = _on_demand(submit, make_request)

@@ -118,6 +118,7 @@ def test_a_function_that_answers_submissions_imports_their_modules_at_init_and_a
 
 def test_the_reader_never_loads_the_submission_modules_even_when_asked_to_submit(env, make_request):
     from platform_constructs.submitter.runtime import settings
+    from platform_constructs.submitter.runtime.actions import READ_ACTIONS
 
     events = [
         ("describe", {"action": "describe", "job_name": "no-such-job-import-scope"}),
@@ -125,7 +126,7 @@ def test_the_reader_never_loads_the_submission_modules_even_when_asked_to_submit
         ("stop", {"action": "stop", "job_name": "no-such-job-import-scope"}),
         ("bad job name", {"action": "describe", "job_name": "not a job name"}),
     ]
-    result = _run(env, events, **{settings.ENV_ALLOWED_ACTIONS: ",".join(settings.READ_ACTIONS)})
+    result = _run(env, events, **{settings.ENV_ALLOWED_ACTIONS: ",".join(READ_ACTIONS)})
     assert result["preloaded"] is False and result["prepared"] is True
     codes = [answer["error"]["code"] for answer in result["answers"]]
     assert codes == ["NotFound", "ActionNotAllowed", "ActionNotAllowed", "InvalidRequest"]

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import event as label
 from hypothesis import strategies as st
 
-from platform_spec import catalogue, request_fields
+from platform_constructs.submitter.runtime import request as request_module
+from platform_spec import catalogue
 from platform_spec.hyperparameters import SPECS
 from trainctl.aws_shapes import operation_model, validate_input
 
@@ -158,7 +159,7 @@ def test_every_request_the_submitter_validates_passes_botocore_validation(runtim
 
 # --- the JSON Schema and the parser, both derived from the one table, agree ----------------------------
 
-SCALAR_ROWS = [row for row in request_fields.FIELDS if row.type != "object"]
+SCALAR_ROWS = [row for row in request_module.FIELDS if row.type != "object"]
 PLAN_ARNS = [
     PLAN,
     PLAN + "\n",
@@ -196,7 +197,7 @@ def _refused_by_the_parser_alone(row, value) -> bool:
 )
 @given(data=st.data())
 def test_the_schema_and_the_parser_agree_on_every_scalar_field(runtime, local_config, data):
-    """Both come from platform_spec/request_fields.py: the schema takes every value the parser takes and,
+    """Both come from the request's table (runtime/request.py): the schema takes every value the parser takes and,
     but for what only the deployment or another field decides, refuses every value the parser refuses."""
     row = data.draw(st.sampled_from(SCALAR_ROWS), label="field")
     value = data.draw(st.one_of(field_values.get(row.name, any_scalar), any_scalar), label="value")

@@ -130,7 +130,7 @@ def test_job_names(runtime, local_config):
     derived = name_for(parse(base, local_config))
     assert derived.startswith("gpt-8b-fp8-")
     for name in (by_token, derived):
-        assert runtime.request.JOB_NAME_RE.match(name)
+        assert runtime.request.job_name_re().match(name)
 
 
 def test_the_derived_name_form_is_reserved_for_its_own_token(runtime, local_config):
@@ -260,7 +260,7 @@ def test_request_json_schema_accepts_the_examples_and_rejects_unknown_fields(run
     assert list(validator.iter_errors(example)) == []
     assert list(validator.iter_errors({**example, "instance_typ": "x"}))
     assert list(validator.iter_errors({**example, "capacity": "cheap"}))
-    assert set(schema["properties"]) == set(runtime.request.REQUEST_FIELDS)
+    assert set(schema["properties"]) == {row.name for row in runtime.request.FIELDS}
 
 
 def test_configuration_errors_name_the_variable(runtime, env):

@@ -1,5 +1,5 @@
 """One table per request field: parsing, the unknown-field check, the fingerprint, the JSON Schema and
-the README's request table all come from ``platform_spec/request_fields.py``. No emulator needed."""
+the README's request table all come from the request's table (``runtime/request.py``). No emulator needed."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import jsonschema
 import pytest
 from botocore.validate import ParamValidator
 
-from platform_spec import request_fields
+from platform_constructs.submitter.runtime import request as request_module
+from platform_constructs.submitter.runtime import request_schema
+from platform_constructs.submitter.runtime.fields import Check, Field, OnlyWith, check_table, names
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import HyperparameterError
-from platform_spec.request_fields import Check, OnlyWith, RequestField
 from trainctl.aws_shapes import operation_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -32,14 +33,14 @@ GOLDEN_REQUEST = {  # test_request.py's: the guide's default request and its sto
 }
 GOLDEN_FINGERPRINT = "5f641bd5a14e08d05b78b27d7392165de02aec7afd178d6448f505b51c7e30e9"
 
-PENDING = RequestField(
+PENDING = Field(
     "max_pending_seconds", "integer",
     help="seconds a job may wait for its training plan's capacity",
-    rule="sagemaker:StoppingCondition.MaxPendingTimeInSeconds",
+    sagemaker="StoppingCondition.MaxPendingTimeInSeconds",
     only_with=OnlyWith("capacity", ("training-plan", "auto")),
 )  # fmt: skip
 """A field as it would be added: one row (its limits bound by name from botocore's model)."""
-PRIORITY = RequestField("priority", "number", help="a made-up unbounded number", minimum=0, schema={"examples": [0.5]})
+PRIORITY = Field("priority", "number", help="a made-up unbounded number", minimum=0, schema={"examples": [0.5]})
 """A row without a rule, with an open range (so only the finiteness guard refuses inf and NaN), and a
 JSON-Schema fragment of its own."""
 
@@ -52,7 +53,7 @@ def _refusal(runtime, config, event):
 
 
 def _readme_region(text: str) -> str:
-    begin, end = request_fields.README_BEGIN, request_fields.README_END
+    begin, end = request_schema.README_BEGIN, request_schema.README_END
     return text.split(begin, 1)[1].split(end, 1)[0]
 
 
@@ -66,7 +67,7 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
     assert refusal.field == "max_pending_seconds" and "a known request field" in refusal.message
     assert "max_pending_seconds" not in runtime.request_schema.request_json_schema()["properties"]
 
-    monkeypatch.setattr(request_fields, "FIELDS", (*request_fields.FIELDS, PENDING, PRIORITY))
+    monkeypatch.setattr(runtime.request, "FIELDS", (*runtime.request.FIELDS, PENDING, PRIORITY))
 
     # parsing: the value (an integral number as an integer), readable like any field; absent -> its default
     request = parse({**event, "max_pending_seconds": 3600.0}, local_config)
@@ -146,57 +147,45 @@ def test_a_row_added_to_the_table_is_parsed_checked_fingerprinted_and_documented
     ]
 
 
-def test_every_row_is_bound_and_every_attribute_of_the_request_is_a_row(runtime):
+def test_every_attribute_of_the_request_is_a_row(runtime):
     rq = runtime.request
-    for row in request_fields.FIELDS:
-        rule = rq.bound_rule(row)  # raises for a rule the runtime does not bind
-        assert row.type != "object" or rule.parse is not None, row.name
-        for check in row.checks:
-            assert check.name in rq.CHECKS, (row.name, check.name)
     attributes = {f.name for f in dataclasses.fields(rq.SubmitRequest)} - {"extras", "sent"}
-    assert attributes <= set(request_fields.names()), "a SubmitRequest attribute no row fills"
-    assert request_fields.names() == rq.REQUEST_FIELDS
+    assert attributes <= set(names(rq.FIELDS)), "a SubmitRequest attribute no row fills"
+    assert all(row.type != "object" or row.parse is not None for row in rq.FIELDS)
 
 
-def test_a_row_naming_a_rule_the_runtime_does_not_bind_is_a_programming_error_not_a_refusal(
-    runtime, local_config, monkeypatch
-):
-    unbound = RequestField("budget", "number", help="x", rule="budget_rule")
-    monkeypatch.setattr(request_fields, "FIELDS", (*request_fields.FIELDS, unbound))
-    with pytest.raises(
-        LookupError, match=r"request field 'budget' names rule 'budget_rule', which the runtime does not bind"
-    ):
-        runtime.request.parse_request(BASE, local_config)
+def c(values, config):
+    """A cross-field check for the malformed tables below."""
 
 
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
-        ((RequestField("a", "string", help=""), RequestField("a", "string", help="")), "request field 'a': the name appears twice"),
-        ((RequestField("Bad-Name", "string", help=""),), "expected a snake_case name"),
-        ((RequestField("a", "integer", help="", default="1"),), "default '1' is not a JSON integer"),
-        ((RequestField("a", "boolean", help="", default=0),), "default 0 is not a JSON boolean"),
-        ((RequestField("a", "object", help=""),), "an object field needs a rule that parses it"),
-        ((RequestField("a", "string", help="", minimum=1),), "a range or unit needs type integer or number"),
-        ((RequestField("a", "integer", help="", choices=("x",)),), "choices need type string"),
-        ((RequestField("a", "string", help="", only_with=OnlyWith("b", ("x",))), RequestField("b", "string", help="")),
+        ((Field("a", "string", help=""), Field("a", "string", help="")), "request field 'a': the name appears twice"),
+        ((Field("Bad-Name", "string", help=""),), "expected a snake_case name"),
+        ((Field("a", "integer", help="", default="1"),), "default '1' is not a JSON integer"),
+        ((Field("a", "boolean", help="", default=0),), "default 0 is not a JSON boolean"),
+        ((Field("a", "object", help=""),), "an object field needs a rule that parses it"),
+        ((Field("a", "string", help="", minimum=1),), "a range or unit needs type integer or number"),
+        ((Field("a", "integer", help="", choices=("x",)),), "choices need type string"),
+        ((Field("a", "string", help="", only_with=OnlyWith("b", ("x",))), Field("b", "string", help="")),
          "only_with names 'b', which is not an earlier field"),
-        ((RequestField("b", "string", help="", choices=("x", "y")), RequestField("a", "string", help="", only_with=OnlyWith("b", ("z",)))),
+        ((Field("b", "string", help="", choices=("x", "y")), Field("a", "string", help="", only_with=OnlyWith("b", ("z",)))),
          "only_with values ['z'] are not choices of 'b'"),
-        ((RequestField("a", "string", help="", checks=(Check("c", needs=("missing",)),)),), "check 'c' needs unknown fields ['missing']"),
+        ((Field("a", "string", help="", checks=(Check(c, needs=("missing",)),)),), "check 'c' needs unknown fields ['missing']"),
     ],
 )  # fmt: skip
 def test_a_malformed_table_is_refused_naming_the_row(rows, message):
     with pytest.raises(ValueError, match="request field") as refused:
-        request_fields.check_table(rows)
+        check_table(rows)
     assert message in str(refused.value)
-    request_fields.check_table(request_fields.FIELDS)  # the real one is well formed
+    check_table(request_module.FIELDS)  # the real one is well formed
 
 
 # --- the generic rules of the table, held for every row ---------------------------------------------------
 
 
-@pytest.mark.parametrize("name", request_fields.names())
+@pytest.mark.parametrize("name", names(request_module.FIELDS))
 def test_null_is_absent_for_every_field(runtime, local_config, name):
     parse = runtime.request.parse_request
     base = {"hyperparameters": {"synthetic_data": True}} if name == "inputs" else BASE  # no train channel then
@@ -204,7 +193,7 @@ def test_null_is_absent_for_every_field(runtime, local_config, name):
     assert with_null == without and with_null.sent == without.sent
 
 
-@pytest.mark.parametrize("row", request_fields.FIELDS, ids=lambda row: row.name)
+@pytest.mark.parametrize("row", request_module.FIELDS, ids=lambda row: row.name)
 def test_an_empty_string_is_absent_only_where_the_row_says_so(runtime, local_config, row):
     parse = runtime.request.parse_request
     if row.blank_is_absent:
@@ -224,9 +213,9 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
         "model_config": json.loads((FIXTURES / "llama3_8b_config.json").read_text()),
     }  # fmt: skip
     # run names its own jobs (job_name and client_token are refused with it): sent on its own below
-    assert set(everything) | {"run"} == set(request_fields.names())
+    assert set(everything) | {"run"} == set(names(request_module.FIELDS))
     sent = runtime.request.parse_request(everything, local_config).sent
-    assert set(sent) | {"run"} == {row.name for row in request_fields.FIELDS if row.fingerprint}
+    assert set(sent) | {"run"} == {row.name for row in request_module.FIELDS if row.fingerprint}
     run = {k: v for k, v in everything.items() if k not in ("job_name", "client_token")}
     run_sent = runtime.request.parse_request({**run, "run": {"run_id": "r1", "max_segments": 2}}, local_config).sent
     assert run_sent["run"] == {"run_id": "r1", "max_segments": 2} and set(run_sent) == set(sent) | {"run"}
@@ -317,7 +306,7 @@ def test_invalid_request_is_built_from_a_field_error(runtime):
 
 def test_the_readme_holds_exactly_the_generated_request_table(runtime):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert readme.count(request_fields.README_BEGIN) == readme.count(request_fields.README_END) == 1
+    assert readme.count(request_schema.README_BEGIN) == readme.count(request_schema.README_END) == 1
     assert _readme_region(readme) == "\n" + runtime.request_schema.readme_table(), (
         "README.md's request table is stale: run python -m platform_constructs.submitter.runtime.request_schema --readme"
     )
@@ -328,7 +317,7 @@ def test_regenerating_the_readme_replaces_only_the_table_and_refuses_a_readme_wi
     runtime, tmp_path, capsys
 ):
     main, table = runtime.request_schema.main, runtime.request_schema.readme_table()
-    begin, end = request_fields.README_BEGIN, request_fields.README_END
+    begin, end = request_schema.README_BEGIN, request_schema.README_END
     readme = tmp_path / "README.md"
     stale = f"# Title\n\nbefore\n{begin}\n| old | table |\n{end}\nafter: `{end[:4]}` and more\n"
     readme.write_text(stale, encoding="utf-8")

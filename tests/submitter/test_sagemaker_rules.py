@@ -63,7 +63,7 @@ def test_every_pattern_of_create_training_job_translates(rules):
 )
 def test_job_names_match_sagemakers_rule_exactly(rules, runtime, local_config, value, accepted):
     assert rules.string_rule("TrainingJobName").accepts(value) is accepted
-    assert bool(runtime.request.JOB_NAME_RE.match(value)) is accepted  # match() is whole-string too
+    assert bool(runtime.request.job_name_re().match(value)) is accepted  # match() is whole-string too
     if not accepted:
         refusal = _refusal(runtime, local_config, job_name=value)
         assert refusal.field == "job_name" and "1-63 letters, digits and hyphens" in refusal.message

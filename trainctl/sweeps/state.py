@@ -49,7 +49,7 @@ ACTIVE_STATUSES = ("InProgress", "Stopping")
 
 ACCEPT_MEMORY_RISK = "accept_memory_risk"
 """The request field that runs configurations the planner calls ``at-risk`` (the submitter's
-:data:`platform_spec.request_fields.FIELDS` row): in an AWS sweep's base request, in a local sweep's target.
+:data:`platform_constructs.submitter.runtime.request.FIELDS` row): in an AWS sweep's base request, in a local sweep's target.
 Not part of a sweep's definition (:meth:`Sweep.definition`), as it is not part of the submitter's request
 fingerprint."""
 

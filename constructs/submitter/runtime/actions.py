@@ -1,68 +1,44 @@
-"""The submitter's job API: ``describe``, ``list`` and ``stop`` of the platform's training jobs.
+"""The submitter's job API: one table of actions (:data:`ACTIONS`), an entry each.
 
-The function's event is one JSON object. Its ``action`` says what is asked:
-absent or ``"submit"``, a submission (:func:`.service.submit`, unchanged);
-otherwise one of :data:`ACTIONS` (the one table of actions: name -> function).
-:func:`dispatch` routes the event, refuses an action the function is not
-deployed to answer (``SUBMITTER_ALLOWED_ACTIONS``, :func:`allowed_actions_from_environ`)
-with ``ActionNotAllowed``, and answers refusals in the submission's shape
-(:mod:`.errors`)::
+The event's ``action`` says what is asked: absent or ``"submit"``, a submission (:func:`.service.submit`,
+which checks the request's own table, :data:`.request.FIELDS`); otherwise one of::
 
-    {"action": "describe", "job_name": "gpt-1b-run-7"}
+    {"action": "describe", "job_name": "gpt-1b-run-7"}          # or "run_id": a run (runtime/runs.py)
     {"action": "list", "status": "InProgress", "tags": {"team": "nlp"},
      "created_after": "2025-06-01T00:00:00Z", "max_results": 20, "next_token": "..."}
-    {"action": "stop", "job_name": "gpt-1b-run-7"}
+    {"action": "stop", "job_name": "gpt-1b-run-7"}               # or "run_id"
+    {"action": "list_runs", "max_results": 20, "next_token": "..."}
 
-**Which jobs.** Only the platform's: jobs carrying the submitter's
-``platform:submitted-by`` tag (:data:`.training_job.TAG_SUBMITTER`). A job without it
-is answered exactly as a job that does not exist (``NotFound``, the same
-message), and ``list`` never returns one, so a caller granted this function
-learns nothing of the account's other training jobs. Every deployment of the
-platform in one account and region tags its jobs alike, so each sees the
-others' jobs.
+An :class:`Action` holds its fields (:class:`.fields.Field` rows, checked before any AWS call as the
+request's are: an unknown field, a wrong type or a value out of range is an ``InvalidRequest`` naming the
+field, the value and what was expected), its handler, whether it only reads (:data:`READ_ACTIONS`, the
+reader function's) and the IAM actions it needs (:class:`Grant`s; the construct grants a function the
+union of its actions'). :func:`dispatch` refuses an action the function is not deployed to answer
+(``SUBMITTER_ALLOWED_ACTIONS``) with ``ActionNotAllowed``.
 
-**Fields.** Each action takes the fields of its row in :data:`ACTION_FIELDS`;
-``null`` is absent, and an unknown field, a wrong type or a value out of range
-is an ``InvalidRequest`` naming the field, the value and what was expected,
-before any AWS call. ``job_name`` follows the submission's rule (SageMaker's
-``TrainingJobName``), tag keys and values SageMaker's ``TagKey`` /
-``TagValue``, ``run_id`` :data:`platform_spec.runs.RUN_ID_PATTERN`.
+**Which jobs.** Only the platform's, those carrying the ``platform:submitted-by`` tag
+(:data:`.training_job.TAG_SUBMITTER`): another job is answered exactly as one that does not exist
+(``NotFound``) and never listed, so a caller learns nothing of the account's other training jobs.
 
-**Idempotency.** ``describe`` and ``list`` read only. ``stop`` of a job
-``InProgress`` calls ``StopTrainingJob`` and answers ``"changed": true``; of a
-job already ``Stopping`` or ended it answers the job's state with
-``"changed": false``, never an error, so a retried or concurrent ``stop`` is
-safe: when two race, SageMaker accepts one ``StopTrainingJob`` and refuses the
-other (``ValidationException``: the job is no longer ``InProgress``), which is
-answered as the unchanged state it is.
+**Idempotency.** ``describe`` and ``list`` read only. ``stop`` of a job ``InProgress`` calls
+``StopTrainingJob`` and answers ``"changed": true``; of a job already ``Stopping`` or ended (or one a
+concurrent ``stop`` moved first) it answers the job's state with ``"changed": false``, never an error.
 
-**Listing.** ``list`` is SageMaker ``Search`` over ``TrainingJob`` (tag,
-status and creation-time filters evaluated by SageMaker, newest first, at
-most :data:`MAX_RESULTS` per page; ``ListTrainingJobs`` cannot filter by tag,
-and would take a ``ListTags`` call per job). SageMaker documents ``Search``
-as eventually consistent: a job created a moment ago may not be listed yet
-(``describe`` reads it at once). ``next_token`` is opaque: it wraps
-SageMaker's token with a digest of the query (filters and deployment), so a
-token of another query or another deployment, or one altered, is refused as
-``InvalidRequest`` on ``next_token`` (it carries no secret: a crafted token
-can only make SageMaker's own token check refuse it, and the platform-only
-filter is always applied).
-
-AWS calls (permissions the function's role needs): ``describe``:
-``sagemaker:DescribeTrainingJob``, ``sagemaker:ListTags``,
-``sagemaker:DescribeTrainingPlan`` and ``s3:ListBucket`` on the job's
-checkpoint prefix; ``list``: ``sagemaker:Search``; ``stop``: those of
-``describe`` less S3 and the plan, plus ``sagemaker:StopTrainingJob``.
+**Listing.** ``list`` is SageMaker ``Search`` (tag, status and creation-time filters, newest first;
+``ListTrainingJobs`` cannot filter by tag), eventually consistent: a job created a moment ago may not be
+listed yet. ``next_token`` wraps SageMaker's token with a digest of the query and the deployment, so a
+token of another query or deployment, or one altered, is refused on ``next_token``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -72,73 +48,181 @@ from aws_lambda_powertools import Logger
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, CAPACITY_TYPES, capacity_type_of
 from platform_spec.errors import FieldError
 from platform_spec.metric_lines import FIELDS as METRIC_FIELDS
-from platform_spec.runs import RUN_ID_EXPECTED, RUN_ID_RE, TAG_RUN_ID, TERMINAL_JOB_STATUSES, format_time, parse_time
+from platform_spec.runs import (
+    RUN_FIELDS,
+    RUN_ID_EXPECTED,
+    RUN_ID_PATTERN,
+    TAG_RUN_ID,
+    TERMINAL_JOB_STATUSES,
+    format_time,
+    parse_time,
+)
 
 from . import runs
 from . import sagemaker_rules as model
 from .aws import NOT_FOUND_CODES, Clients, Deadline, current_deadline, deadline_scope, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
+from .fields import JOB_NAME, Check, Field, check_table, parse
 from .settings import ENV_ALLOWED_ACTIONS, SERVICE_NAME
 from .training_job import TAG_CAPACITY_TYPE, TAG_SUBMITTER, existing_job, stop_job
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
 Handler = Callable[..., dict[str, Any]]
-"""An action: ``fn(request, *, clients, config, now) -> response``; raises :class:`.errors.Refusal`."""
+"""``fn(request, *, clients, config, now) -> response``, raising :class:`.errors.Refusal`; ``request`` is the
+action's parsed fields (defaults filled in), ``submit``'s the event."""
 
 SUBMIT = "submit"
 MAX_RESULTS = 100
-"""The most jobs one ``list`` page holds, and its default: ``Search``'s ``MaxResults`` maximum
-(botocore's model; checked when the table is read, :func:`_max_results_bounds`)."""
+"""The most jobs one ``list`` page holds, and its default (``Search``'s ``MaxResults`` in botocore's model
+bounds it too)."""
 NEXT_TOKEN_MAX_LENGTH = 16384
 """Longest ``next_token`` accepted: SageMaker's ``NextToken`` (at most 8192 characters) wrapped with
 the query digest, base64-encoded."""
 _TOKEN_VERSION = 1
+_NEXT_TOKEN_EXPECTED = "the next_token of the previous page of this same list (same filters)"
 
 
-ACTION_FIELDS: dict[str, tuple[str, ...]] = {
-    "describe": ("action", "job_name", "run_id"),
-    "list": ("action", "status", "tags", "created_after", "created_before", "run_id", "max_results", "next_token"),
-    "stop": ("action", "job_name", "run_id"),
-    "list_runs": ("action", "max_results", "next_token"),
-}
-"""The fields each action (other than ``submit``, whose fields are ``platform_spec.request_fields``) takes."""
+# --- what an action needs of IAM -------------------------------------------------------------------
 
 
-# --- the table -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Grant:
+    """IAM actions on one resource: a statement of the role of each function answering an action that needs
+    it (one ``sid`` and resource make one statement; ``sid`` ``None``: none).
+
+    ``resource`` is symbolic; the construct maps it to ARNs (``construct._resources``): ``training-job``,
+    ``training-plan``, ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
+    ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records`` or
+    ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the prefix; the bucket's key follows reads
+    and writes).
+    """
+
+    sid: str | None
+    resource: str
+    actions: tuple[str, ...]
+
+
+DESCRIBE_JOBS = Grant("DescribeTrainingJobs", "training-job", ("sagemaker:DescribeTrainingJob", "sagemaker:ListTags"))
+DESCRIBE_PLANS = Grant("DescribeTrainingPlans", "training-plan", ("sagemaker:DescribeTrainingPlan",))
+SEARCH_JOBS = Grant("SearchTrainingJobs", "*", ("sagemaker:Search",))
+LIST_JOBS = Grant("ListTrainingJobs", "*", ("sagemaker:ListTrainingJobs",))
+LIST_PLANS = Grant("ListTrainingPlans", "*", ("sagemaker:ListTrainingPlans",))
+CREATE_JOBS = Grant("TrainingJobs", "training-job", ("sagemaker:CreateTrainingJob", "sagemaker:AddTags"))
+STOP_JOBS = Grant("TrainingJobs", "training-job", ("sagemaker:StopTrainingJob",))
+PASS_ROLE = Grant(None, "execution-role", ("iam:PassRole",))
+READ_PLAN_ARNS = Grant(None, "plan-parameter", ("ssm:GetParameter",))
+TOKEN_RECORDS = Grant("ClientTokenRecords", "client-token-records", ("s3:GetObject", "s3:PutObject"))
+LIST_TOKEN_RECORDS = Grant("ListClientTokenRecords", "client-token-records", ("s3:ListBucket",))
+READ_RUNS = Grant("RunRecordsRead", "run-records", ("s3:GetObject",))
+LIST_RUNS = Grant("ListRunRecords", "run-records", ("s3:ListBucket",))
+WRITE_RUNS = Grant("RunRecords", "run-records", ("s3:PutObject",))
+READ_CHECKPOINTS = Grant("CheckpointsRead", "checkpoints-prefix", ("s3:GetObject",))
+LIST_CHECKPOINTS = Grant("ListCheckpoints", "checkpoints-prefix", ("s3:ListBucket",))
+
+CONTINUATION_GRANTS = (
+    Grant("RunMarkers", "run-records", ("s3:DeleteObject",)),  # a waiting marker goes when its segment starts
+    Grant("RunDecisionEvents", "run-events", ("events:PutEvents",)),
+)
+"""The run continuation's own, beyond every action's (it submits, stops and reads runs as they do): removing
+its markers from the run store, publishing its decisions. Its metrics are EMF log lines (no
+``cloudwatch:PutMetricData``)."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action: its ``name`` (the event's ``action``), :data:`Handler`, ``fields`` (checked in order;
+    ``None``: the handler checks the event, as ``submit`` does with the request's table), whether it
+    ``reads_only`` (the reader answers it) and the ``grants`` it needs."""
+
+    name: str
+    handler: Handler
+    fields: tuple[Field, ...] | None
+    reads_only: bool
+    grants: tuple[Grant, ...]
+
+
+# --- the fields ------------------------------------------------------------------------------------
+
+RUN_ID = Field("run_id", "string", pattern=RUN_ID_PATTERN, expected=RUN_ID_EXPECTED)
+
+
+def _run_id_of(action: str) -> Field:
+    """The ``run_id`` of ``describe`` and ``stop``: a run (``runtime/runs.py``), or ``job_name``, exactly one."""
+
+    def job_or_run(values: Mapping[str, Any], config: Any) -> None:
+        if values["run_id"] is not None and values["job_name"] is not None:
+            raise FieldError("run_id", values["run_id"], "job_name or run_id, not both")
+        if values["run_id"] is None and values["job_name"] is None:
+            raise FieldError("job_name", None, f"a job_name (or a run_id) of the job to {action}")
+
+    return dataclasses.replace(RUN_ID, checks=(Check(job_or_run, needs=("job_name",)),))
+
+
+def _time(name: str) -> Field:
+    """An ISO 8601 date-time with a time zone (:func:`platform_spec.runs.parse_time`), as UTC."""
+
+    def iso(raw: str, config: Any) -> tuple[datetime, str]:
+        return parse_time(raw, name), raw
+
+    return Field(name, "string", expected=RUN_FIELDS["deadline"], parse=iso)
+
+
+def _tag_filters(raw: Mapping[str, Any], config: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """``list``'s tags, each matched exactly: SageMaker's ``TagKey`` and ``TagValue``."""
+    key_rule, value_rule = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key_rule.accepts(key):
+            raise FieldError("tags", key, f"tag keys of {key_rule.length_text()} (SageMaker's {key_rule.name})")
+        if not isinstance(value, str) or not value_rule.accepts(value):
+            raise FieldError(
+                f"tags.{key}", value, f"a string of {value_rule.length_text()} (SageMaker's {value_rule.name})"
+            )
+    tags = dict(sorted(raw.items()))
+    return tags, tags
+
+
+def _created_in_order(values: Mapping[str, Any], config: Any) -> None:
+    after, before = values["created_after"], values["created_before"]
+    if after is not None and before is not None and before <= after:
+        raise FieldError("created_before", format_time(before), "a time after created_after")
+
+
+def _fields(action: str, *rows: Field) -> tuple[Field, ...]:
+    """An action's table: ``action`` (checked by :func:`dispatch`), then ``rows``."""
+    table = (Field("action", "string", choices=(action,)), *rows)
+    check_table(table)
+    return table
+
+
+# --- the handlers ----------------------------------------------------------------------------------
 
 
 def _submit(event: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
-    """:func:`.service.submit`. The submission's modules (request parsing, capacity, the job's parameters, the
-    planner) serve no other action: a function that answers submissions imports them at init
-    (:func:`.handler.preload_submissions`), one that answers none (the reader) never loads :mod:`.service`,
-    capacity, the job's parameters or the planner, and a caller of :func:`dispatch` outside Lambda imports
-    them with its first submission. One refusal loads request parsing: a bad ``job_name``, whose message is
-    the submission's wording (:func:`_job_name`, :func:`.request.job_name_expected`)."""
+    """:func:`.service.submit`, imported with the first submission (at init in a function that answers
+    submissions: :func:`.handler.preload_submissions`; never by the reader)."""
     from .service import submit
 
     return submit(event, clients=clients, config=config, now=now)
 
 
 def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
-    """``describe`` of one job (``job_name``); the ``run_id`` form is :data:`RUN_ACTIONS` ``["describe"]``.
+    """``describe`` of one job (``job_name``), or of a run (``run_id``: :func:`.runs.describe_run`).
 
     Returns:
-        ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus
-        ``checkpoint`` (``{"s3_uri", "newest_complete_step"}``: the newest ``step-<n>/`` folder under the
-        job's ``CheckpointConfig.S3Uri`` holding ``.complete`` and a ``trainer_state.json`` that names its
-        step, as the run continuation judges it (:func:`.runs.newest_checkpoint_in`), ``None`` when there
-        is none; with
-        ``"unavailable"`` naming the error when the prefix cannot be listed) and
-        ``capacity.block`` (:func:`capacity_block`).
+        ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus ``checkpoint``
+        (``{"s3_uri", "newest_complete_step"}``: the newest complete step under the job's
+        ``CheckpointConfig.S3Uri`` as the run continuation judges it, :func:`.runs.newest_checkpoint_in`;
+        ``"unavailable"`` names the error when the prefix cannot be listed) and ``capacity.block``
+        (:func:`capacity_block`).
 
     Raises:
-        Refusal: ``InvalidRequest`` (a field), ``NotFound`` (no such platform job).
+        Refusal: ``NotFound`` (no such platform job).
     """
-    if _run_form(request, "describe"):
-        return RUN_ACTIONS["describe"](request, clients=clients, config=config, now=now)
-    name = _job_name(request)
+    if request["run_id"] is not None:
+        return runs.describe_run(request, clients=clients, config=config, now=now)
+    name = request["job_name"]
     job = _platform_job(clients, name)
     description, tags = job["description"], job["tags"]
     view = job_view(description, tags)
@@ -150,35 +234,31 @@ def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
 def list_jobs(
     request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
 ) -> dict[str, Any]:
-    """``list``: one page of the platform's jobs, newest first (SageMaker ``Search``).
-
-    Fields (all optional): ``status`` (a ``TrainingJobStatus``), ``tags`` (exact match of every
-    key and value), ``created_after`` / ``created_before`` (ISO 8601 with a UTC offset; exclusive),
-    ``run_id`` (the run's jobs), ``max_results`` (1-:data:`MAX_RESULTS`, default :data:`MAX_RESULTS`),
-    ``next_token`` (from the previous page of the same query).
+    """``list``: one page of the platform's jobs, newest first (SageMaker ``Search``), filtered by ``status``,
+    ``tags`` (every key and value exactly), ``created_after`` / ``created_before`` (exclusive) and ``run_id``.
 
     Returns:
         ``{"status": "listed", "jobs": [job_view ...], "next_token"?: str}``: ``next_token`` is present
         when more jobs may follow (a page may hold fewer than ``max_results`` then).
 
     Raises:
-        Refusal: ``InvalidRequest`` naming the field (``next_token`` for a token of another query,
-            deployment, or altered).
+        Refusal: ``InvalidRequest`` naming ``tags`` (more than ``Search`` filters) or ``next_token`` (a token
+            of another query, deployment, or altered).
     """
-    query = _list_query(request, config)
+    filters, digest, token = _list_query(request, config)
     params: dict[str, Any] = {
         "Resource": "TrainingJob",
-        "SearchExpression": {"Filters": query.filters},
+        "SearchExpression": {"Filters": filters},
         "SortBy": "CreationTime",
         "SortOrder": "Descending",
-        "MaxResults": query.max_results,
+        "MaxResults": request["max_results"],
     }
-    if query.sagemaker_token is not None:
-        params["NextToken"] = query.sagemaker_token
+    if token is not None:
+        params["NextToken"] = token
     try:
         response = clients.sagemaker.search(**params)
     except Exception as exc:
-        if query.sagemaker_token is not None and error_code(exc) == "ValidationException":
+        if token is not None and error_code(exc) == "ValidationException":
             raise _bad_token("SageMaker no longer accepts it (it may have expired)") from None
         raise
     jobs = []
@@ -188,17 +268,17 @@ def list_jobs(
             continue
         tags = {t["Key"]: t["Value"] for t in job.get("Tags") or []}
         created = job.get("CreationTime")
-        if TAG_SUBMITTER not in tags or not _within(created, query.created_after, query.created_before):
+        if TAG_SUBMITTER not in tags or not _within(created, request["created_after"], request["created_before"]):
             continue  # the server-side filters are second-granular; these are exact
         jobs.append(job_view(job, tags))
     out: dict[str, Any] = {"status": "listed", "jobs": jobs}
     if response.get("NextToken"):
-        out["next_token"] = _encode_token(query.digest, response["NextToken"])
+        out["next_token"] = _encode_token(digest, response["NextToken"])
     return out
 
 
 def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
-    """``stop`` of one job (``job_name``); the ``run_id`` form is :data:`RUN_ACTIONS` ``["stop"]``.
+    """``stop`` of one job (``job_name``), or of a run (``run_id``: :func:`.runs.stop_run`).
 
     Returns:
         ``{"status": <the job's status in lower case: "stopping", "stopped", "completed", "failed">,
@@ -207,11 +287,11 @@ def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfi
         ``InProgress`` to ``Stopping``.
 
     Raises:
-        Refusal: ``InvalidRequest`` (a field), ``NotFound`` (no such platform job).
+        Refusal: ``NotFound`` (no such platform job).
     """
-    if _run_form(request, "stop"):
-        return RUN_ACTIONS["stop"](request, clients=clients, config=config, now=now)
-    name = _job_name(request)
+    if request["run_id"] is not None:
+        return runs.stop_run(request, clients=clients, config=config, now=now)
+    name = request["job_name"]
     description = _platform_job(clients, name)["description"]
     changed = False
     if description.get("TrainingJobStatus") == "InProgress":
@@ -229,19 +309,76 @@ def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfi
     }
 
 
-ACTIONS: dict[str, Handler] = {
-    SUBMIT: _submit,
-    "describe": describe,
-    "list": list_jobs,
-    "stop": stop,
-    "list_runs": runs.list_runs,
-}
-"""Every action the function answers: name -> function (``fn(request, *, clients, config, now)``).
-An action is added by a row here (and, when it takes fields, one in :data:`ACTION_FIELDS`)."""
+# --- the table -------------------------------------------------------------------------------------
 
-RUN_ACTIONS: dict[str, Handler] = {"describe": runs.describe_run, "stop": runs.stop_run}
-"""The ``run_id`` forms of ``describe`` and ``stop`` (``runtime/runs.py``); a request
-with ``run_id`` for an action not registered here is an ``InvalidRequest`` on ``run_id``."""
+_RUN_READS = (READ_RUNS, LIST_RUNS)
+
+ACTIONS: Mapping[str, Action] = {
+    action.name: action
+    for action in (
+        Action(
+            SUBMIT,
+            _submit,
+            fields=None,
+            reads_only=False,
+            grants=(
+                DESCRIBE_JOBS, SEARCH_JOBS, DESCRIBE_PLANS, LIST_PLANS, CREATE_JOBS, PASS_ROLE, READ_PLAN_ARNS,
+                TOKEN_RECORDS, LIST_TOKEN_RECORDS, *_RUN_READS, WRITE_RUNS,
+            ),
+        ),
+        Action(
+            "describe",
+            describe,
+            fields=_fields("describe", JOB_NAME, _run_id_of("describe")),
+            reads_only=True,
+            grants=(DESCRIBE_JOBS, DESCRIBE_PLANS, *_RUN_READS, READ_CHECKPOINTS, LIST_CHECKPOINTS),
+        ),
+        Action(
+            "list",
+            list_jobs,
+            fields=_fields(
+                "list",
+                Field("status", "string", sagemaker="ListTrainingJobs:StatusEquals"),
+                _time("created_after"),
+                dataclasses.replace(_time("created_before"), checks=(Check(_created_in_order, ("created_after",)),)),
+                RUN_ID,
+                Field("tags", "object", parse=_tag_filters, expected="a JSON object of tag key -> value, each matched exactly"),
+                Field("max_results", "integer", default=MAX_RESULTS, maximum=MAX_RESULTS, sagemaker="Search:MaxResults"),
+                Field("next_token", "string", expected=_NEXT_TOKEN_EXPECTED),
+            ),
+            reads_only=True,
+            grants=(SEARCH_JOBS, LIST_JOBS),
+        ),
+        Action(
+            "stop",
+            stop,
+            fields=_fields("stop", JOB_NAME, _run_id_of("stop")),
+            reads_only=False,
+            grants=(DESCRIBE_JOBS, STOP_JOBS, *_RUN_READS, WRITE_RUNS),
+        ),
+        Action(
+            "list_runs",
+            runs.list_runs,
+            fields=_fields(
+                "list_runs",
+                Field("max_results", "integer", default=runs.LIST_RUNS_DEFAULT, minimum=1, maximum=runs.LIST_RUNS_MAX),
+                Field("next_token", "string", expected="the next_token of an earlier list_runs answer"),
+            ),
+            reads_only=True,
+            grants=_RUN_READS,
+        ),
+    )
+}  # fmt: skip
+"""Every action the function answers, by name; an action is one entry here."""
+
+READ_ACTIONS: tuple[str, ...] = tuple(name for name, action in ACTIONS.items() if action.reads_only)
+"""The actions that change nothing: what a reader function (``JobSubmitter.grant_read``) is deployed with."""
+
+
+def grants(actions: Iterable[str] | None = None) -> tuple[Grant, ...]:
+    """The grants a function answering ``actions`` needs (``None``: every action), each once, in table order."""
+    chosen = ACTIONS if actions is None else {name: ACTIONS[name] for name in actions}
+    return tuple(dict.fromkeys(grant for action in chosen.values() for grant in action.grants))
 
 
 # --- dispatch --------------------------------------------------------------------------------
@@ -265,7 +402,7 @@ def dispatch(
     now: datetime | None = None,
     deadline: Deadline | None = None,
 ) -> dict[str, Any]:
-    """Answer one event: a submission, or one of :data:`ACTIONS`.
+    """Answer one event: a submission, or one of :data:`ACTIONS` (its fields checked by its table first).
 
     Args:
         event: the function's event (a JSON object).
@@ -290,9 +427,9 @@ def dispatch(
                 raise invalid(FieldError("action", action, "one of " + ", ".join(ACTIONS)))
             if allowed_actions is not None and action not in allowed_actions:
                 raise action_not_allowed(action, allowed_actions)
-            if action == SUBMIT:
-                return _submit(event, clients=clients, config=config, now=now)
-            return ACTIONS[action](_fields(event, action), clients=clients, config=config, now=now)
+            entry = ACTIONS[action]
+            request = event if entry.fields is None else _parsed(event, entry.fields, config, action)
+            return entry.handler(request, clients=clients, config=config, now=now)
         except Refusal as refusal:
             logger.info(
                 "request refused",
@@ -329,105 +466,31 @@ def allowed_actions_from_environ(environ: Mapping[str, str]) -> tuple[str, ...] 
     return names
 
 
-def _fields(event: Mapping[str, Any], action: str) -> dict[str, Any]:
-    """The event's fields for ``action`` (``null`` dropped); an unknown one is refused, naming it."""
-    known = ACTION_FIELDS[action]
-    for key in event:
-        if key not in known:
-            raise invalid(
-                FieldError(str(key), event[key], f"a field of action {action!r} (one of: {', '.join(known)})")
-            )
-    return {k: v for k, v in event.items() if v is not None}
-
-
-# --- fields ----------------------------------------------------------------------------------
-
-
-def _run_form(request: Mapping[str, Any], action: str) -> bool:
-    """Whether ``request`` names a run (``run_id``) rather than a job; both, or neither, is refused."""
-    has_run, has_job = "run_id" in request, "job_name" in request
-    if has_run and has_job:
-        raise invalid(FieldError("run_id", request["run_id"], "job_name or run_id, not both"))
-    if not has_run and not has_job:
-        raise invalid(FieldError("job_name", None, f"a job_name (or a run_id) of the job to {action}"))
-    if not has_run:
-        return False
-    _run_id(request["run_id"])
-    if action not in RUN_ACTIONS:
-        raise invalid(FieldError("run_id", request["run_id"], f"a job_name: this function has no run form of {action}"))
-    return True
-
-
-def _job_name(request: Mapping[str, Any]) -> str:
-    name = request.get("job_name")
-    if not isinstance(name, str) or not model.string_rule("TrainingJobName").accepts(name):
-        from .request import job_name_expected  # the submission's rule and its wording, on this refusal only
-
-        raise invalid(FieldError("job_name", name, job_name_expected()))
-    return name
-
-
-def _run_id(value: Any) -> str:
-    if not isinstance(value, str) or not RUN_ID_RE.match(value):
-        raise invalid(FieldError("run_id", value, RUN_ID_EXPECTED))
-    return value
-
-
-def _timestamp(request: Mapping[str, Any], name: str) -> datetime | None:
-    value = request.get(name)
-    if value is None:
-        return None
+def _parsed(event: Mapping[str, Any], rows: tuple[Field, ...], config: SubmitterConfig, action: str) -> dict[str, Any]:
+    """The action's fields, checked by its table (:func:`.fields.parse`)."""
     try:
-        return parse_time(value, name)
+        return parse(event, rows, config, unknown=f"a field of action {action!r}")[0]
     except FieldError as error:
         raise invalid(error) from None
 
 
-def _max_results_bounds() -> tuple[int, int]:
-    low, high = model.bounds("MaxResults", "Search")
-    return int(low or 1), min(int(high or MAX_RESULTS), MAX_RESULTS)
+# --- list ------------------------------------------------------------------------------------------
 
 
-def _statuses() -> tuple[str, ...]:
-    """``TrainingJobStatus``'s enum in botocore's model (``Search``'s answers carry the same shape)."""
-    from botocore.model import StringShape
-
-    shape = model.service_model().shape_for("TrainingJobStatus")
-    return tuple(shape.enum) if isinstance(shape, StringShape) else ()
-
-
-@dataclass(frozen=True)
-class _ListQuery:
-    filters: list[dict[str, str]]
-    created_after: datetime | None
-    created_before: datetime | None
-    max_results: int
-    digest: str
-    sagemaker_token: str | None
-
-
-def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQuery:
+def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> tuple[list[dict[str, str]], str, str | None]:
+    """``Search``'s filters, the query's digest (a page's token is bound to it) and SageMaker's token, if any."""
     filters: list[dict[str, str]] = [{"Name": f"Tags.{TAG_SUBMITTER}", "Operator": "Exists"}]
-    status = request.get("status")
-    if status is not None:
-        statuses = _statuses()
-        if status not in statuses:
-            raise invalid(FieldError("status", status, "one of " + ", ".join(statuses)))
-        filters.append({"Name": "TrainingJobStatus", "Operator": "Equals", "Value": status})
-    after, before = _timestamp(request, "created_after"), _timestamp(request, "created_before")
-    if after is not None and before is not None and before <= after:
-        raise invalid(FieldError("created_before", request["created_before"], "a time after created_after"))
+    if request["status"] is not None:
+        filters.append({"Name": "TrainingJobStatus", "Operator": "Equals", "Value": request["status"]})
+    after, before = request["created_after"], request["created_before"]
     if after is not None:  # Search takes whole seconds: widen here, filter exactly on the answer
         filters.append({"Name": "CreationTime", "Operator": "GreaterThanOrEqualTo", "Value": _search_time(after)})
     if before is not None and before < datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1):
         ceiling = before if before.microsecond == 0 else before + timedelta(seconds=1)
         filters.append({"Name": "CreationTime", "Operator": "LessThanOrEqualTo", "Value": _search_time(ceiling)})
-    run_id = request.get("run_id")
-    if run_id is not None:
-        filters.append({"Name": f"Tags.{TAG_RUN_ID}", "Operator": "Equals", "Value": _run_id(run_id)})
-    tags = request.get("tags", {})
-    if not isinstance(tags, Mapping):
-        raise invalid(FieldError("tags", tags, "a JSON object of tag key -> value, each matched exactly"))
+    if request["run_id"] is not None:
+        filters.append({"Name": f"Tags.{TAG_RUN_ID}", "Operator": "Equals", "Value": request["run_id"]})
+    tags = request["tags"]
     most = model.bounds("SearchExpression.Filters", "Search")[1] or 20
     if len(filters) + len(tags) > most:
         raise invalid(
@@ -436,29 +499,10 @@ def _list_query(request: Mapping[str, Any], config: SubmitterConfig) -> _ListQue
                 f"(SageMaker Search takes {most} filters; the others use {len(filters)})",
             )
         )  # fmt: skip
-    key_rule, value_rule = model.string_rule("Tags.member.Key"), model.string_rule("Tags.member.Value")
-    for key, value in sorted(tags.items()):
-        if not isinstance(key, str) or not key_rule.accepts(key):
-            raise invalid(
-                FieldError("tags", key, f"tag keys of {key_rule.length_text()} (SageMaker's {key_rule.name})")
-            )
-        if not isinstance(value, str) or not value_rule.accepts(value):
-            raise invalid(
-                FieldError(
-                    f"tags.{key}", value, f"a string of {value_rule.length_text()} (SageMaker's {value_rule.name})"
-                )
-            )
-        filters.append({"Name": f"Tags.{key}", "Operator": "Equals", "Value": value})
-    low, high = _max_results_bounds()
-    max_results = request.get("max_results", high)
-    if isinstance(max_results, float) and max_results.is_integer():
-        max_results = int(max_results)
-    if not isinstance(max_results, int) or isinstance(max_results, bool) or not low <= max_results <= high:
-        raise invalid(FieldError("max_results", max_results, f"an integer from {low} to {high}"))
+    filters.extend({"Name": f"Tags.{key}", "Operator": "Equals", "Value": value} for key, value in tags.items())
     digest = _query_digest(filters, after, before, config)
-    token = request.get("next_token")
-    sagemaker_token = None if token is None else _decode_token(token, digest)
-    return _ListQuery(filters, after, before, max_results, digest, sagemaker_token)
+    token = request["next_token"]
+    return filters, digest, None if token is None else _decode_token(token, digest)
 
 
 def _search_time(at: datetime) -> str:
@@ -495,8 +539,8 @@ def _encode_token(digest: str, sagemaker_token: str) -> str:
     return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def _decode_token(token: Any, digest: str) -> str:
-    if not isinstance(token, str) or not 0 < len(token) <= NEXT_TOKEN_MAX_LENGTH:
+def _decode_token(token: str, digest: str) -> str:
+    if not 0 < len(token) <= NEXT_TOKEN_MAX_LENGTH:
         raise _bad_token("it is not one")
     try:
         body = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
@@ -516,11 +560,7 @@ def _checksum(body: Mapping[str, Any]) -> str:
 
 
 def _bad_token(why: str) -> Refusal:
-    return invalid(
-        FieldError(
-            "next_token", "<token>", "the next_token of the previous page of this same list (same filters)", detail=why
-        )
-    )
+    return invalid(FieldError("next_token", "<token>", _NEXT_TOKEN_EXPECTED, detail=why))
 
 
 # --- the job's view ------------------------------------------------------------------------------
@@ -540,19 +580,10 @@ def _platform_job(clients: Clients, name: str) -> dict[str, Any]:
 
 
 def job_view(description: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
-    """What ``describe`` and ``list`` show of one job (``DescribeTrainingJob`` or a ``Search`` record).
-
-    Returns:
-        ``training_job_name``, ``training_job_arn``, ``training_job_status``, ``secondary_status``,
-        ``failure_reason`` (``None`` unless it failed), ``capacity`` (``{"type": one of
-        platform_spec.capacity.CAPACITY_TYPES, "training_plan_arn": str | None}``), ``run_id`` (its
-        ``platform:run-id`` tag, or ``None``), ``metrics`` (the last value of each metric of
-        ``platform_spec.metric_lines`` in the job's ``FinalMetricDataList``, by the metric line's field
-        name: ``step``, ``loss``, ``tokens_per_sec``, ``mfu`` (percent), ...; ``step`` an integer; a metric
-        not reported yet is absent), ``tags`` (all of the job's tags), and ``creation_time``,
-        ``training_start_time``, ``training_end_time``, ``last_modified_time`` (ISO 8601 in UTC, or
-        ``None``).
-    """
+    """What ``describe`` and ``list`` show of one job (``DescribeTrainingJob`` or a ``Search`` record): its name,
+    ARN, statuses, ``failure_reason``, ``capacity`` (``{"type", "training_plan_arn"}``), ``run_id`` (its
+    ``platform:run-id`` tag), ``metrics`` (:func:`metrics_of`), ``tags`` and its times (ISO 8601 in UTC, or
+    ``None``)."""
     resource = description.get("ResourceConfig") or {}
     plan = resource.get("TrainingPlanArn")
     kind = tags.get(TAG_CAPACITY_TYPE)

@@ -1,49 +1,29 @@
 """Lambda entry point of the job submitter (``platform_constructs.submitter.runtime.handler.lambda_handler``).
 
-A thin adapter: it sets up structured logging (Powertools ``Logger``: JSON,
-Lambda context, a correlation id = the request's ``client_token`` or the
-Lambda request id) and metrics (Powertools ``Metrics``, EMF), builds the
-clients and configuration once per warm container, and calls
-:func:`.actions.dispatch`, a plain function tested without Lambda: a request
-without ``action`` (or ``"submit"``) goes to :func:`.service.submit`, the
-others (``describe``, ``list``, ``stop``, ...) to :data:`.actions.ACTIONS`.
-The function answers only the actions of its ``SUBMITTER_ALLOWED_ACTIONS``
-(absent: all; a reader is deployed with :data:`.settings.READ_ACTIONS`).
+A thin adapter: it sets up structured logging (Powertools ``Logger``: JSON, Lambda context, a correlation
+id = the request's ``client_token`` or the Lambda request id) and metrics (Powertools ``Metrics``, EMF),
+builds the clients and configuration once per warm container, and calls :func:`.actions.dispatch`, a plain
+function tested without Lambda. The function answers only the actions of its ``SUBMITTER_ALLOWED_ACTIONS``
+(absent: all; a reader is deployed with :data:`.actions.READ_ACTIONS`).
 
 Metrics (namespace :data:`.settings.METRICS_NAMESPACE`, dimension ``service``):
+:data:`.settings.METRIC_SUBMISSIONS` (Count, dimension :data:`.settings.DIMENSION_CAPACITY_TYPE`), one per
+job created (not for dry runs or replays); :data:`.settings.METRIC_REFUSALS` (Count, dimension
+:data:`.settings.DIMENSION_ERROR_CODE`), one per refusal.
 
-* :data:`.settings.METRIC_SUBMISSIONS` (Count), dimension
-  :data:`.settings.DIMENSION_CAPACITY_TYPE`: one per job created (not for
-  dry runs or idempotent replays);
-* :data:`.settings.METRIC_REFUSALS` (Count), dimension
-  :data:`.settings.DIMENSION_ERROR_CODE`: one per refusal.
+A malformed event is answered with an ``InvalidRequest`` refusal, never an exception; persistent AWS
+faults and a broken configuration raise (a function error the caller can retry or alarm on). Each
+invocation's AWS calls are bounded by the time Lambda gives it (:class:`.aws.Deadline`): with too little
+left for the next call the function fails with ``errorType`` ``DeadlineExceeded``
+(:class:`.errors.DeadlineExceeded`, retriable: a retry with the same ``client_token`` never creates a
+second job) instead of being killed mid-call.
 
-A malformed event is answered with an ``InvalidRequest`` refusal, never an
-exception; persistent AWS faults and a broken configuration raise (a function
-error the caller can retry or alarm on).
-
-Deadline: each invocation's AWS calls are bounded by the time Lambda gives it
-(``context.get_remaining_time_in_millis()``, :class:`.aws.Deadline`). When
-too little is left for the next call, the function answers with a function
-error of ``errorType`` ``DeadlineExceeded`` (:class:`.errors.DeadlineExceeded`)
-instead of being killed mid-call; it is retriable, and a retry with the same
-``client_token`` never creates a second job.
-
-Cold starts: an on-demand function initialises on a full vCPU, while an
-invocation runs at its memory's share (0.29 of one at the default 512 MB), so
-work done once per container is done at import, in Lambda's init phase, not in
-the first invocation, where at that share it would take about 3.5 times as
-long: the botocore clients and the configuration (:func:`prepare_dependencies`,
-in Lambda only, whose environment carries the role's keys; elsewhere -- tests,
-``trainctl`` -- on first use, so an import never reaches the network), and, in
-a function that answers submissions, their modules (request parsing, capacity,
-the job's parameters, the planner: :func:`preload_submissions`). A function
-that answers no submission (the reader, :data:`.settings.READ_ACTIONS`) never
-imports them. The package ships unchecked hash-based bytecode for every module
-(``bundling.py``), so a cold start compiles nothing. ``benchmarks/startup.py``
-measures the submitting function's import against ``import boto3``, and both
-functions' imports as Lambda runs them (clients and configuration made)
-against ``import boto3`` making the same clients.
+Cold starts: an on-demand function initialises on a full vCPU, while an invocation runs at its memory's
+share (0.29 of one at the default 512 MB), so work done once per container is done at import, in Lambda's
+init phase: the botocore clients and the configuration (:func:`prepare_dependencies`, in Lambda only;
+elsewhere on first use, so an import never reaches the network) and, in a function that answers
+submissions, their modules (:func:`preload_submissions`); the reader never imports them.
+``benchmarks/startup.py`` measures both functions' init.
 """
 
 from __future__ import annotations
@@ -74,18 +54,12 @@ _allowed_actions: list[tuple[str, ...] | None] = []
 
 
 def preload_submissions(environ: Mapping[str, str]) -> bool:
-    """Import a submission's modules (:mod:`.service`) now when the function answers submissions.
-
-    Called at import, which Lambda runs in the init phase: "On-demand Lambda functions use a full vCPU
-    (non-throttled) [...] during its initialization phase", while provisioned concurrency gets no such burst
-    (AWS, serverlessland.com, "Effectively running Java on Serverless": "Utilize initialization phase"); an
-    invocation runs at its memory's share (1,769 MB = one vCPU, AWS Lambda Developer Guide). The first
-    submission then finds them imported (:func:`.actions._submit`).
+    """Import a submission's modules (:mod:`.service`) now, at import (Lambda's init phase, on a full vCPU),
+    when the function answers submissions; its first submission then finds them imported.
 
     Returns:
         Whether they were imported: ``False`` for a function whose ``SUBMITTER_ALLOWED_ACTIONS`` leaves out
-        ``submit`` (the reader), or is malformed (its first request reports the ``ConfigurationError``, as
-        without this; :func:`allowed_actions`).
+        ``submit`` (the reader), or is malformed (its first request reports the ``ConfigurationError``).
     """
     try:
         allowed = allowed_actions_from_environ(environ)
@@ -111,23 +85,17 @@ def dependencies() -> tuple[Clients, SubmitterConfig]:
 
 
 def prepare_dependencies(environ: Mapping[str, str]) -> bool:
-    """Make this container's clients and configuration (:func:`dependencies`) now, when the process is a Lambda
-    function (:data:`LAMBDA_FUNCTION_ENV` in ``environ``) with its role's keys in ``environ``: called at import,
-    in the init phase, which on-demand functions run on a full vCPU (:func:`preload_submissions`); AWS's own
-    advice is the same ("Initialize SDK clients and database connections outside of the function handler", AWS
-    Lambda Developer Guide, "Best practices for working with AWS Lambda functions").
+    """Make this container's clients and configuration (:func:`dependencies`) now, at import (Lambda's init
+    phase), when the process is a Lambda function (:data:`LAMBDA_FUNCTION_ENV`) with its role's keys in
+    ``environ`` (AWS Lambda Developer Guide: "Initialize SDK clients [...] outside of the function handler").
 
-    Lambda puts the execution role's keys in every function's environment (``AWS_ACCESS_KEY_ID``,
-    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``: AWS Lambda Developer Guide, "Defined runtime environment
-    variables"), so making the clients reads the environment only. Without them botocore would walk its
-    credential chain when the clients are made (the instance metadata service at 169.254.169.254, a container
-    endpoint, an SSO cache, a ``credential_process``): an import that only names a function -- a shell, a CI
-    job -- would reach the network, so the clients are left to the first request, as everywhere else.
+    Without the keys botocore would walk its credential chain (the instance metadata service, an SSO cache, a
+    ``credential_process``): an import that only names a function -- a shell, a CI job -- would reach the
+    network, so the clients are left to the first request, as everywhere else.
 
     Returns:
-        Whether they were made. ``False`` outside Lambda or without the keys, and when making them fails (a
-        missing setting, say): the first request then makes them again and reports the failure as a function
-        error, as it always did, rather than the init phase failing with it.
+        Whether they were made. ``False`` outside Lambda, without the keys, or when making them fails: the
+        first request then makes them again and reports the failure as a function error.
     """
     if LAMBDA_FUNCTION_ENV not in environ:
         return False

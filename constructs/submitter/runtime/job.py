@@ -1,6 +1,6 @@
 """``CreateTrainingJob`` parameters from a validated request and a capacity choice.
 
-What every job gets (each request field, a row of :data:`platform_spec.request_fields.FIELDS`, maps
+What every job gets (each request field, a row of :data:`.request.FIELDS`, maps
 here, read with ``request.value("<name>")``; ``auto_tune``, ``accept_memory_risk`` and ``dry_run`` act
 before, :mod:`.service`):
 

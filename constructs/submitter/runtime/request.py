@@ -20,103 +20,87 @@ A request is a JSON object (the Lambda event)::
       "dry_run": false
     }
 
-**One table.** The fields are the rows of :data:`platform_spec.request_fields.FIELDS`
-(name, JSON type, default, help, constraints, rule reference, fingerprint or
-not, JSON-Schema fragment). This module derives from them the parsing
-(:func:`parse_request`), the unknown-field check and the fingerprint's domain;
-:mod:`.request_schema` renders the same bound rows as the JSON Schema and the
-README's request table (``python -m platform_constructs.submitter.runtime.request_schema
---readme`` rewrites it). It binds what the pure table only names:
+**One table.** The fields are the rows of :data:`FIELDS` (:class:`.fields.Field`), checked in order by
+:func:`parse_request` into a frozen :class:`SubmitRequest`, or refused as ``InvalidRequest`` naming the
+first bad field; :mod:`.request_schema` renders them as the JSON Schema and the README's request table.
+Adding a field is a row here plus its mapping into ``CreateTrainingJob`` (``runtime/job.py``, reading
+``request.value(name)``). Hyperparameters are checked by the trainer's own definitions
+(:mod:`platform_spec.hyperparameters`), SageMaker's limits by botocore's model, so the submitter never
+accepts what the trainer or SageMaker would reject.
 
-* ``rule="sagemaker:<path>"`` -> the limit of botocore's model of
-  ``CreateTrainingJob`` at ``<path>`` (:mod:`.sagemaker_rules`, matched
-  whole-string and by exact length): a string's lengths and pattern, an
-  integer's range;
-* the named rules of :data:`RULES` (the deployment's default instance type, the
-  capacity types of :mod:`platform_spec.capacity`, and the parsers of ``hyperparameters``
-  (the trainer's own :mod:`platform_spec.hyperparameters`), ``inputs`` and
-  ``tags``);
-* the named cross-field checks of :data:`CHECKS`.
+**Fingerprint** (:meth:`SubmitRequest.fingerprint`, tag ``platform:request-sha256-v2``): SHA-256 of
+what the caller *sent* of the rows marked ``fingerprint``, so that adding an optional field with a
+default to the table never changes the fingerprint of a stored job. Fields absent or ``null`` are left
+out (defaults are never filled in; an empty object counts as absent); values are canonicalised so that
+equal values compare equal (hyperparameter names through
+:func:`platform_spec.hyperparameters.normalise_name` and values through the trainer's own
+:func:`~platform_spec.hyperparameters.format_value`, numbers by value, input keys resolved to ``s3://``
+URIs, maps sorted). ``dry_run``, ``client_token``, ``job_name`` and ``accept_memory_risk`` are not part
+of what the job is. A field sent with its default value counts as sent.
 
-So the submitter never accepts what the trainer or SageMaker would reject.
-
-:func:`parse_request` checks the fields in the table's order and returns a
-frozen :class:`SubmitRequest` with defaults filled in, or raises an
-``InvalidRequest`` :class:`.errors.Refusal` built from one
-:class:`platform_spec.errors.FieldError`, naming the first bad field (dotted
-path), the value received and what was expected. Dataclasses and explicit
-checks rather than pydantic keep the function's cold start short.
-
-**Fingerprint** (:meth:`SubmitRequest.fingerprint`, tag
-``platform:request-sha256-v2``): SHA-256 of what the caller *sent* of the rows
-marked ``fingerprint``, so that adding an optional field with a default to the
-table never changes the fingerprint of a stored job. Fields absent or ``null``
-are left out (defaults are never filled in; an empty object counts as absent);
-values are canonicalised so that equal values compare equal (hyperparameter
-names through :func:`platform_spec.hyperparameters.normalise_name` and values
-through the trainer's own :func:`~platform_spec.hyperparameters.format_value`,
-numbers by value, input keys resolved to ``s3://`` URIs, maps sorted).
-``dry_run``, ``client_token`` and ``job_name`` are not part of what the job is.
-A field sent with its default value counts as sent; a field (or hyperparameter)
-sent as ``null`` is absent.
-
-**Derived job names** (:func:`derived_job_name`): a request with a
-``client_token`` and no ``job_name`` runs as ``job-`` + the first 24 hex digits
-of SHA-256(token). That name space is reserved: a ``job_name`` of that form (in
-any letter case) is refused unless it is exactly the name derived from the
-request's own ``client_token``, so no request can take the name another token
-will derive.
+**Derived job names** (:func:`derived_job_name`): a request with a ``client_token`` and no
+``job_name`` runs as ``job-`` + the first 24 hex digits of SHA-256(token). That name space is reserved:
+a ``job_name`` of that form (in any letter case) is refused unless it is exactly the name derived from
+the request's own ``client_token``, so no request can take the name another token will derive.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
-import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from platform_spec import catalogue, models, request_fields, runs
+from platform_spec import catalogue, models, runs
 from platform_spec import hyperparameters as hpmod
 from platform_spec.capacity import CAPACITY_TYPES
-from platform_spec.catalogue import InstanceSpec
+from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, InstanceSpec
 from platform_spec.errors import FieldError
-from platform_spec.request_fields import (
-    CLIENT_TOKEN_PATTERN,
-    DERIVED_JOB_NAME_PATTERN,
-    MAX_RUNTIME_HOURS,
-    RESERVED_TAG_PREFIXES,
-    SECONDS_PER_UNIT,
-    RequestField,
-)
+from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN_ARN_PATTERN
 
 from . import sagemaker_rules as model
 from .config import SubmitterConfig, default_allowed_instance_types
 from .errors import invalid
+from .fields import ABSENT_OBJECT, JOB_NAME, Check, Field, OnlyWith, check_table, parse, whole_string_pattern
 
-CAPACITY_CHOICES: tuple[str, ...] = (*CAPACITY_TYPES, "auto")
-"""The ``capacity`` field's values (its rule ``capacity``): the capacity types, or ``auto`` (the
-configured fallback order)."""
-
+MAX_RUNTIME_HOURS = 28 * 24.0
+"""``StoppingCondition.MaxRuntimeInSeconds`` ceiling, in hours (672): "The maximum value is 28 days"
+(SageMaker API Reference, StoppingCondition). botocore's model has no ``max`` for it."""
+DEFAULT_MAX_RUNTIME_HOURS = 24.0
+"""``max_runtime_hours`` of a request that sends none."""
+DEFAULT_MAX_RETRY_ATTEMPTS = 3
+"""``max_retry_attempts`` of a request that sends none (``RetryStrategy.MaximumRetryAttempts``)."""
+MAX_INSTANCE_COUNT = 256
+"""The largest ``InstanceCount`` a training plan offering reserves. botocore's model has no ``max``, and
+its ``min`` is 0 (instance groups); a job here needs at least one instance."""
+RESERVED_TAG_PREFIXES: tuple[str, ...] = ("aws:", "platform:")
+"""Tag key prefixes requests may not use, in any letter case: AWS's own ("Don't use ``aws:``,
+``AWS:``, or any upper or lowercase combination of such as a prefix", AWS Batch User Guide, Tag
+restrictions, https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html) and the
+submitter's bookkeeping tags (``platform:``, held to the same rule)."""
+CLIENT_TOKEN_PATTERN = r"[A-Za-z0-9._:/=+@-]{1,128}"
+"""The platform's client-token rule, matched whole: 1-128 of ``A-Z a-z 0-9 . _ : / = + @ -`` (no spaces,
+no control characters). Also a valid ECMA-262 pattern (JSON Schema)."""
 CLIENT_TOKEN_RE = re.compile(rf"(?:{CLIENT_TOKEN_PATTERN})\Z")
 """The ``client_token`` row's pattern, compiled. ``\\Z`` anchors it, so ``match`` and ``fullmatch`` agree."""
+DERIVED_JOB_NAME_RE = re.compile(r"job-[0-9a-f]{24}\Z", re.IGNORECASE)
+"""The form of the job names derived from a ``client_token`` (:func:`derived_job_name`), matched whole and
+in any letter case: reserved for them."""
+CAPACITY_CHOICES: tuple[str, ...] = (*CAPACITY_TYPES, "auto")
+"""The ``capacity`` field's values: the capacity types, or ``auto`` (the configured fallback order)."""
 S3_URI_RE = re.compile(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(.*)\Z", re.DOTALL)
-DERIVED_JOB_NAME_RE = re.compile(rf"(?:{DERIVED_JOB_NAME_PATTERN})\Z", re.IGNORECASE)
-"""The form of the job names derived from a ``client_token`` (:func:`derived_job_name`), matched in
-any letter case: reserved for them."""
 
 
-def __getattr__(name: str) -> Any:
-    # JOB_NAME_RE is derived from botocore's model on first use, not at import (cold start)
-    if name == "JOB_NAME_RE":
-        return model.string_rule("TrainingJobName").regex()
-    if name == "REQUEST_FIELDS":
-        return request_fields.names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+@functools.cache
+def job_name_re() -> re.Pattern[str]:
+    """SageMaker's ``TrainingJobName`` rule as one regex (:meth:`.sagemaker_rules.StringRule.regex`; botocore's
+    model is read on first use, not at import)."""
+    return model.string_rule("TrainingJobName").regex()
 
 
 def token_digest(token: str) -> str:
@@ -132,33 +116,16 @@ def derived_job_name(client_token: str) -> str:
 
 def job_name_expected() -> str:
     """What a job name must be, with the model's limits (the ``job_name`` row's expectation)."""
-    return expected_text(request_fields.get_field("job_name"))
+    return JOB_NAME.expected_text()
 
 
 @dataclass(frozen=True, kw_only=True)
 class SubmitRequest:
-    """A validated request with defaults applied: one attribute per field of the table.
-
-    Attributes:
-        hyperparameters: the trainer's hyperparameters (:class:`platform_spec.hyperparameters.Hyperparameters`).
-        instance_type: SageMaker ML instance type, e.g. ``ml.p6-b200.48xlarge``.
-        instance_count: instances (nodes) for the job, >= 1.
-        capacity: ``training-plan`` | ``spot`` | ``on-demand`` | ``auto``.
-        training_plan_arn: the plan to use, or ``None`` to choose among the configured ones.
-        inputs: channel name -> ``s3://`` URI (resolved; relative keys are made absolute under the data bucket).
-        max_runtime_hours: ``StoppingCondition.MaxRuntimeInSeconds`` / 3600.
-        max_wait_hours: spot only: ``MaxWaitTimeInSeconds`` / 3600 (>= ``max_runtime_hours``), or ``None``.
-        max_retry_attempts: ``RetryStrategy.MaximumRetryAttempts``.
-        tags: caller's tags (merged with the platform's).
-        job_name: the caller's job name, or ``None`` to derive one.
-        client_token: idempotency key, or ``None``.
-        auto_tune: apply the planner's change when the configuration is predicted not to fit.
-        dry_run: validate, choose capacity and estimate, but create nothing.
-        extras: the values of table rows this class has no attribute for (fields added to the table
-            since); read them, like any field, with :meth:`value`.
-        sent: the ``fingerprint`` rows the caller sent (not ``null``), canonicalised; what
-            :meth:`fingerprint` hashes.
-    """
+    """A validated request with defaults applied: an attribute per row of :data:`FIELDS` (the row's help says
+    what it is; ``inputs`` are resolved to ``s3://`` URIs, ``hyperparameters`` parsed into the trainer's
+    :class:`~platform_spec.hyperparameters.Hyperparameters`), ``extras`` for the rows this class has no
+    attribute for (read any field with :meth:`value`), and ``sent``, the ``fingerprint`` rows the caller sent,
+    canonicalised: what :meth:`fingerprint` hashes."""
 
     hyperparameters: hpmod.Hyperparameters
     instance_type: str
@@ -228,349 +195,6 @@ class SubmitRequest:
 _FIELD_ATTRIBUTES: frozenset[str] = frozenset(f.name for f in dataclasses.fields(SubmitRequest)) - {"extras", "sent"}
 
 
-# --- what the table names, bound ----------------------------------------------------------------
-
-Parser = Callable[[Mapping[str, Any], SubmitterConfig], tuple[Any, Any]]
-"""A structured field's parser: ``(the JSON object, configuration) -> (value, canonical form)``;
-raises :class:`FieldError` naming the (dotted) field."""
-
-
-@dataclass(frozen=True)
-class FieldRule:
-    """What the runtime adds to a row whose ``rule`` names it (each part optional).
-
-    Attributes:
-        string_rule: a string's SageMaker rule (lengths, pattern), checked after the row's own pattern.
-        bounds: an integer's or number's ``(min, max)``; the stricter of these and the row's apply.
-        choices: the allowed strings.
-        default: the value of an absent field, from the configuration.
-        parse: a structured (object) field's :data:`Parser`.
-        schema: a JSON-Schema fragment merged into the field's.
-        limits: the bound limits in words, for the README (structured fields).
-    """
-
-    string_rule: Callable[[], model.StringRule] | None = None
-    bounds: Callable[[], tuple[int | None, int | None]] | None = None
-    choices: Callable[[], tuple[str, ...]] | None = None
-    default: Callable[[SubmitterConfig], Any] | None = None
-    parse: Parser | None = None
-    schema: Callable[[], dict[str, Any]] | None = None
-    limits: Callable[[], str] | None = None
-
-
-Check = Callable[[Mapping[str, Any], SubmitterConfig], Mapping[str, Any] | None]
-"""A cross-field check: ``(values parsed so far, configuration)``; raises :class:`FieldError`. It returns
-``None``, or ``{field: value}`` for fields it completes from another (``model_config`` gives
-``hyperparameters`` its shape), which replace their parsed values."""
-
-SAGEMAKER_RULE_PREFIX = "sagemaker:"
-_NO_RULE = FieldRule()
-
-
-def bound_rule(row: RequestField) -> FieldRule:
-    """The runtime's rule for ``row`` (:data:`RULES`, or a ``sagemaker:<path>`` limit of botocore's model).
-
-    Raises:
-        LookupError: the row names a rule the runtime does not bind.
-    """
-    if row.rule is None:
-        return _NO_RULE
-    if row.rule.startswith(SAGEMAKER_RULE_PREFIX):
-        path = row.rule[len(SAGEMAKER_RULE_PREFIX) :]
-        if row.type == "string":
-            return FieldRule(string_rule=lambda: model.string_rule(path))
-        if row.type in ("integer", "number"):
-            return FieldRule(bounds=lambda: model.bounds(path))
-        raise LookupError(
-            f"request field {row.name!r}: a SageMaker rule applies to strings and numbers, not {row.type}"
-        )
-    try:
-        return RULES[row.rule]
-    except KeyError:
-        raise LookupError(
-            f"request field {row.name!r} names rule {row.rule!r}, which the runtime does not bind "
-            f"(bound: {', '.join(sorted(RULES))}, or {SAGEMAKER_RULE_PREFIX}<CreateTrainingJob member>)"
-        ) from None
-
-
-def field_range(row: RequestField, rule: FieldRule) -> tuple[float | None, float | None]:
-    """``(minimum, maximum)`` of a number row (``None``: unbounded): the stricter of the row's and its rule's."""
-    low, high = row.minimum, row.maximum
-    if rule.bounds is not None:
-        model_low, model_high = rule.bounds()
-        if model_low is not None:
-            low = model_low if low is None else max(low, model_low)
-        if model_high is not None:
-            high = model_high if high is None else min(high, model_high)
-    return low, high
-
-
-def field_choices(row: RequestField, rule: FieldRule) -> tuple[str, ...]:
-    """The allowed strings of a row (its rule's, else its own; ``()``: any)."""
-    return rule.choices() if rule.choices is not None else row.choices
-
-
-def expected_text(row: RequestField, rule: FieldRule | None = None) -> str:
-    """What ``row``'s value must be, in words: the refusals' "expected ..." and the README's rule.
-
-    Integers: ``"an integer from 1 to 256"``; numbers: ``"a number of hours > 0 and <= 672"``;
-    booleans: ``"true or false"``; strings: ``"one of ..."``, else the row's ``expected`` (with a
-    SageMaker rule's ``{length}`` and ``{shape}``), else the rule's own; objects: the row's ``expected``.
-    """
-    rule = bound_rule(row) if rule is None else rule
-    if row.type == "boolean":
-        return "true or false"
-    if row.type in ("integer", "number"):
-        low, high = field_range(row, rule)
-        if row.type == "integer":
-            if low is not None and high is not None:
-                return f"an integer from {_number_text(low)} to {_number_text(high)}"
-            kind = "an integer"
-        else:
-            kind = f"a number of {row.unit}" if row.unit else "a number"
-        parts = []
-        if low is not None:
-            parts.append(f"{'>' if row.exclusive_minimum else '>='} {_number_text(low)}")
-        if high is not None:
-            parts.append(f"<= {_number_text(high)}")
-        return " ".join([kind, " and ".join(parts)]) if parts else kind
-    if row.type == "object":
-        return row.expected or "a JSON object"
-    choices = field_choices(row, rule)
-    if choices:
-        return "one of " + ", ".join(choices)
-    string_rule = rule.string_rule() if rule.string_rule is not None else None
-    if row.expected:
-        if string_rule is None:
-            return row.expected
-        most = string_rule.max_length
-        length = f"{string_rule.min_length}-{most}" if most is not None else f"{string_rule.min_length} or more"
-        return row.expected.replace("{length}", length).replace("{shape}", string_rule.name)
-    return string_rule.expected() if string_rule is not None else "a string"
-
-
-def _number_text(number: float) -> str:
-    """``2419200``, ``672``, ``0.5``: integral values without exponent or ``.0``, others exactly."""
-    return str(int(number)) if float(number).is_integer() else repr(float(number))
-
-
-# --- parsing -----------------------------------------------------------------------------------
-
-
-def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
-    """Validate ``event`` field by field, in the table's order, and apply defaults.
-
-    Instance types are checked against the configuration, ``CreateTrainingJob``'s
-    enum and the catalogue afterwards (:func:`check_instance`).
-
-    Raises:
-        Refusal: code ``InvalidRequest``, naming the first bad field (:func:`.errors.invalid`).
-        LookupError: the table names a rule or check the runtime does not bind (a programming error).
-    """
-    try:
-        return _parse(event, config, request_fields.FIELDS)
-    except FieldError as error:
-        raise invalid(error) from None
-
-
-_ABSENT = object()
-_ABSENT_OBJECT: Mapping[str, Any] = MappingProxyType({})
-"""What an object field's parser receives for the field absent or ``null`` (an empty mapping, told apart
-by identity from an empty object the request sent: ``model_config: {}`` names no model and is refused)."""
-_CHECKED_TABLE: list[Sequence[RequestField] | None] = [None]
-
-
-def _parse(event: Any, config: SubmitterConfig, rows: Sequence[RequestField]) -> SubmitRequest:
-    if not isinstance(event, Mapping):
-        raise FieldError("", type(event).__name__, "a JSON object with the request fields")
-    if rows is not _CHECKED_TABLE[0]:  # once per table (tests may patch in another), not per request
-        request_fields.check_table(rows)
-        _CHECKED_TABLE[0] = rows
-    known = request_fields.names(rows)
-    for key in event:
-        if not isinstance(key, str) or key not in known:
-            raise FieldError(str(key), event[key], "a known request field (one of: " + ", ".join(known) + ")")
-    values: dict[str, Any] = {}
-    sent: dict[str, Any] = {}
-    pending = [(row.name, check) for row in rows for check in row.checks]
-    for row in rows:
-        value, canonical = _parse_field(row, event.get(row.name), values, config)
-        values[row.name] = value
-        if row.fingerprint and canonical is not _ABSENT:
-            sent[row.name] = canonical
-        ready = [(name, check) for name, check in pending if name in values and all(n in values for n in check.needs)]
-        for item in ready:
-            pending.remove(item)
-            settled = _bound_check(item[1].name)(values, config)
-            if settled:
-                values.update(settled)
-    attributes = {k: v for k, v in values.items() if k in _FIELD_ATTRIBUTES}
-    extras = {k: v for k, v in values.items() if k not in _FIELD_ATTRIBUTES}
-    return SubmitRequest(**attributes, extras=MappingProxyType(extras), sent=sent)
-
-
-def _bound_check(name: str) -> Check:
-    try:
-        return CHECKS[name]
-    except KeyError:
-        raise LookupError(
-            f"request check {name!r} is not bound by the runtime (bound: {', '.join(sorted(CHECKS))})"
-        ) from None
-
-
-def _parse_field(row: RequestField, raw: Any, values: Mapping[str, Any], config: SubmitterConfig) -> tuple[Any, Any]:
-    """``(value, canonical form for the fingerprint, or _ABSENT)`` of one row. Raises FieldError."""
-    rule = bound_rule(row)
-    name = row.name
-    if row.type == "object":
-        if raw is None:
-            raw = _ABSENT_OBJECT
-        if not isinstance(raw, Mapping):
-            raise FieldError(name, raw, expected_text(row, rule))
-        if rule.parse is None:
-            raise LookupError(f"request field {name!r} is an object; its rule {row.rule!r} has no parser")
-        value, canonical = rule.parse(raw, config)
-        return value, (canonical if canonical else _ABSENT)
-    if raw is None or (row.blank_is_absent and raw == ""):
-        return (rule.default(config) if rule.default is not None else row.default), _ABSENT
-    value = _typed(row, rule, raw)
-    if row.only_with is not None:
-        other = values[row.only_with.field]
-        if other not in row.only_with.values:
-            allowed = " or ".join(row.only_with.values)
-            raise FieldError(
-                name, raw, f"no {row.only_with.noun} with {row.only_with.field} {other!r} ({allowed} only)"
-            )
-    _constrain(row, rule, raw, value)
-    return value, value
-
-
-def _typed(row: RequestField, rule: FieldRule, raw: Any) -> Any:
-    """``raw`` as the row's JSON type (an integral number as an integer). Raises FieldError."""
-    if row.type == "string":
-        if not isinstance(raw, str):
-            raise FieldError(row.name, raw, "a string")
-        return raw
-    if row.type == "boolean":
-        if not isinstance(raw, bool):
-            raise FieldError(row.name, raw, "true or false")
-        return raw
-    if row.type == "integer":
-        value = int(raw) if isinstance(raw, float) and raw.is_integer() else raw
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise FieldError(row.name, value, expected_text(row, rule))
-        return value
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        raise FieldError(row.name, raw, expected_text(row, rule))
-    try:
-        return float(raw)
-    except OverflowError:  # an integer beyond a float's range
-        raise FieldError(row.name, raw, expected_text(row, rule)) from None
-
-
-def _constrain(row: RequestField, rule: FieldRule, raw: Any, value: Any) -> None:
-    """The row's range, choices, pattern and bound rule. Raises FieldError."""
-    if row.type in ("integer", "number"):
-        low, high = field_range(row, rule)
-        fine = isinstance(value, int) or math.isfinite(value)  # math.isfinite(10**400) overflows
-        if fine and low is not None:
-            fine = value > low if row.exclusive_minimum else value >= low
-        if fine and high is not None:
-            fine = value <= high
-        if fine and row.unit in SECONDS_PER_UNIT:
-            fine = round(value * SECONDS_PER_UNIT[row.unit]) >= 1  # SageMaker counts whole seconds
-        if not fine:
-            raise FieldError(row.name, value if row.type == "integer" else raw, expected_text(row, rule))
-    elif row.type == "string":
-        choices = field_choices(row, rule)
-        fine = (not choices or value in choices) and (
-            row.pattern is None or re.fullmatch(row.pattern, value) is not None
-        )
-        if fine and rule.string_rule is not None:
-            fine = rule.string_rule().accepts(value)
-        if not fine:
-            raise FieldError(row.name, value, expected_text(row, rule))
-
-
-# --- checks across fields (named in the table) ----------------------------------------------------
-
-
-def _derived_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfig) -> None:
-    """A ``job_name`` of the derived form is only the request's own token's (module docstring)."""
-    job_name, client_token = values["job_name"], values["client_token"]
-    if job_name is None or not DERIVED_JOB_NAME_RE.fullmatch(job_name):
-        return
-    own = derived_job_name(client_token) if client_token is not None else None
-    if job_name != own:
-        raise FieldError(
-            "job_name", job_name,
-            "a name not of the form job-<24 hex digits>, which is reserved for the names derived from a "
-            + (f"client_token (this request's client_token derives {own!r}; leave job_name out to use it)"
-               if own else "client_token (this request has none)"),
-        )  # fmt: skip
-
-
-def _run_names_its_jobs(values: Mapping[str, Any], config: SubmitterConfig) -> None:
-    """A run names its segments (``<run_id>-seg-NNN``) and keys them by its run id: no ``job_name`` or
-    ``client_token`` with it."""
-    if values["run"] is None:
-        return
-    run_id = values["run"].run_id
-    for name in ("job_name", "client_token"):
-        if values[name] is not None:
-            raise FieldError(
-                name,
-                values[name],
-                f"no {name} with run: the run's segments are named {runs.segment_job_name(run_id, 1)}, "
-                f"{runs.segment_job_name(run_id, 2)}, ... and run.run_id is the key a retry is matched on",
-            )
-
-
-def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
-    """The trainer reads the ``train`` channel unless it makes synthetic data."""
-    if not values["hyperparameters"].synthetic_data and "train" not in values["inputs"]:
-        raise FieldError(
-            "inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)"
-        )
-
-
-def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> None:
-    """SageMaker's ``MaxWaitTimeInSeconds`` counts the run too: at least ``MaxRuntimeInSeconds``."""
-    wait, runtime = values["max_wait_hours"], values["max_runtime_hours"]
-    if wait is not None and wait < runtime:
-        raise FieldError("max_wait_hours", wait, f">= max_runtime_hours ({runtime:g})")
-
-
-def _model_config_shape(values: Mapping[str, Any], config: SubmitterConfig) -> Mapping[str, Any] | None:
-    """A ``model_config`` gives the hyperparameters its shape (the file is the shape's one source, so
-    ``hyperparameters`` may not set one too), checked with the request's precision by the family's rule."""
-    derived = values["model_config"]
-    if not derived:
-        return None
-    hp: hpmod.Hyperparameters = values["hyperparameters"]
-    try:
-        hpmod.refuse_shape_values(_shape_values(hp), derived)
-    except FieldError as exc:
-        raise FieldError(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
-    try:
-        return {"hyperparameters": hpmod.parse(derived, base=hp)}
-    except hpmod.HyperparameterError as exc:
-        raise FieldError(
-            "model_config",
-            f"{exc.field} {exc.value!r}",
-            f"a shape the trainer runs with hyperparameters.precision {hp.precision}: {exc.field} {exc.expected}",
-        ) from None
-
-
-def _shape_values(hp: hpmod.Hyperparameters) -> dict[str, Any]:
-    """The shape hyperparameters (and ``model``, unless it is the default) that ``hp`` sets."""
-    names = ("model_family", *hpmod.SHAPE_HYPERPARAMETERS)
-    out = {name: getattr(hp, name) for name in names if getattr(hp, name) is not None}
-    if hp.model != hpmod.Hyperparameters().model:
-        out["model"] = hp.model
-    return out
-
-
 # --- the structured fields --------------------------------------------------------------------------
 
 
@@ -578,7 +202,7 @@ def _model_config(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict
     """A Hugging Face ``config.json`` as the hyperparameters of its shape (``model`` and the shape
     hyperparameters, :func:`platform_spec.hyperparameters.merge_model_config`); canonical: those, formatted
     (two files of one shape are one job)."""
-    if raw is _ABSENT_OBJECT:
+    if raw is ABSENT_OBJECT:
         return None, {}
     derived = hpmod.merge_model_config({}, raw)  # {} too: a config.json names its model_type
     return derived, {name: hpmod.format_value(value) for name, value in sorted(derived.items())}
@@ -591,7 +215,7 @@ def _model_config_schema() -> dict[str, Any]:
 
 def _run(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[runs.RunSpec | None, dict[str, Any]]:
     """The run (:func:`platform_spec.runs.parse_run`); canonical: its JSON form, the deadline in UTC."""
-    if raw is _ABSENT_OBJECT:
+    if raw is ABSENT_OBJECT:
         return None, {}
     return runs.parse_run(raw)
 
@@ -758,28 +382,274 @@ def _tags_limits() -> str:
     )
 
 
-RULES: Mapping[str, FieldRule] = MappingProxyType({
-    "instance_type": FieldRule(
-        default=lambda config: config.default_instance_type,
-        schema=lambda: {"enum": list(model.training_instance_types())},
-    ),
-    "capacity": FieldRule(choices=lambda: CAPACITY_CHOICES),
-    "hyperparameters": FieldRule(parse=_hyperparameters, schema=_hyperparameters_schema),
-    "model_config": FieldRule(parse=_model_config, schema=_model_config_schema),
-    "inputs": FieldRule(parse=_inputs, schema=_inputs_schema, limits=_inputs_limits),
-    "tags": FieldRule(parse=_tags, schema=_tags_schema, limits=_tags_limits),
-    "run": FieldRule(parse=_run, schema=_run_schema),
-})  # fmt: skip
-"""The named rules the table's rows reference (besides ``sagemaker:<path>``)."""
+# --- checks across fields ----------------------------------------------------------------------------
 
-CHECKS: Mapping[str, Check] = MappingProxyType({
-    "derived_job_name_reserved": _derived_job_name_reserved,
-    "model_config_shape": _model_config_shape,
-    "run_names_its_jobs": _run_names_its_jobs,
-    "train_channel": _train_channel,
-    "wait_covers_runtime": _wait_covers_runtime,
-})  # fmt: skip
-"""The named cross-field checks the table's rows reference."""
+
+def _derived_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """A ``job_name`` of the derived form is only the request's own token's (module docstring)."""
+    job_name, client_token = values["job_name"], values["client_token"]
+    if job_name is None or not DERIVED_JOB_NAME_RE.fullmatch(job_name):
+        return
+    own = derived_job_name(client_token) if client_token is not None else None
+    if job_name != own:
+        raise FieldError(
+            "job_name", job_name,
+            "a name not of the form job-<24 hex digits>, which is reserved for the names derived from a "
+            + (f"client_token (this request's client_token derives {own!r}; leave job_name out to use it)"
+               if own else "client_token (this request has none)"),
+        )  # fmt: skip
+
+
+def _run_names_its_jobs(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """A run names its segments (``<run_id>-seg-NNN``) and keys them by its run id: no ``job_name`` or
+    ``client_token`` with it."""
+    if values["run"] is None:
+        return
+    run_id = values["run"].run_id
+    for name in ("job_name", "client_token"):
+        if values[name] is not None:
+            raise FieldError(
+                name,
+                values[name],
+                f"no {name} with run: the run's segments are named {runs.segment_job_name(run_id, 1)}, "
+                f"{runs.segment_job_name(run_id, 2)}, ... and run.run_id is the key a retry is matched on",
+            )
+
+
+def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """The trainer reads the ``train`` channel unless it makes synthetic data."""
+    if not values["hyperparameters"].synthetic_data and "train" not in values["inputs"]:
+        raise FieldError(
+            "inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)"
+        )
+
+
+def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """SageMaker's ``MaxWaitTimeInSeconds`` counts the run too: at least ``MaxRuntimeInSeconds``."""
+    wait, runtime = values["max_wait_hours"], values["max_runtime_hours"]
+    if wait is not None and wait < runtime:
+        raise FieldError("max_wait_hours", wait, f">= max_runtime_hours ({runtime:g})")
+
+
+def _model_config_shape(values: Mapping[str, Any], config: SubmitterConfig) -> Mapping[str, Any] | None:
+    """A ``model_config`` gives the hyperparameters its shape (the file is the shape's one source, so
+    ``hyperparameters`` may not set one too), checked with the request's precision by the family's rule."""
+    derived = values["model_config"]
+    if not derived:
+        return None
+    hp: hpmod.Hyperparameters = values["hyperparameters"]
+    try:
+        hpmod.refuse_shape_values(_shape_values(hp), derived)
+    except FieldError as exc:
+        raise FieldError(f"hyperparameters.{exc.field}", exc.value, exc.expected) from None
+    try:
+        return {"hyperparameters": hpmod.parse(derived, base=hp)}
+    except hpmod.HyperparameterError as exc:
+        raise FieldError(
+            "model_config",
+            f"{exc.field} {exc.value!r}",
+            f"a shape the trainer runs with hyperparameters.precision {hp.precision}: {exc.field} {exc.expected}",
+        ) from None
+
+
+def _shape_values(hp: hpmod.Hyperparameters) -> dict[str, Any]:
+    """The shape hyperparameters (and ``model``, unless it is the default) that ``hp`` sets."""
+    names = ("model_family", *hpmod.SHAPE_HYPERPARAMETERS)
+    out = {name: getattr(hp, name) for name in names if getattr(hp, name) is not None}
+    if hp.model != hpmod.Hyperparameters().model:
+        out["model"] = hp.model
+    return out
+
+
+# --- the table ------------------------------------------------------------------------------------------
+
+
+def _default_instance_type(config: SubmitterConfig) -> str:
+    return config.default_instance_type
+
+
+def _instance_type_schema() -> dict[str, Any]:
+    return {"enum": list(model.training_instance_types())}
+
+
+FIELDS: tuple[Field, ...] = (
+    Field(
+        "action", "string",
+        help="what the request asks: `submit`, a submission (these fields)",
+        default="submit",
+        choices=("submit",),
+        fingerprint=False,
+        notes="the other actions (`describe`, `list`, `stop`, ...) take their own fields (README, *The job API*)",
+    ),
+    dataclasses.replace(
+        JOB_NAME,
+        default_text="derived: `job-` + 24 hex digits of SHA-256(`client_token`), else `<model>-<precision>-<UTC time>-<4 hex>`",
+        checks=(Check(_derived_job_name_reserved, needs=("client_token",)),),
+        fingerprint=False,
+        notes="`job-` + 24 hex digits (any case) is reserved for the names derived from a `client_token`: a request "
+        "may send only its own token's",
+    ),
+    Field(
+        "client_token", "string",
+        help="idempotency key: the same token returns the first job, ever",
+        pattern=CLIENT_TOKEN_PATTERN,
+        expected="1-128 characters of A-Z a-z 0-9 . _ : / = + @ -",
+        fingerprint=False,
+    ),
+    Field(
+        "instance_type", "string",
+        help="ML instance type",
+        default=_default_instance_type,
+        default_text=f"the deployment's `defaultInstanceType` (`{DEFAULT_INSTANCE_TYPE}`)",
+        expected="one of the allowed types: configured (`allowedInstanceTypes`), accepted by `CreateTrainingJob` "
+        "(SageMaker's TrainingInstanceType) and run by the trainer image; its GPU must run `hyperparameters.precision`",
+        blank_is_absent=True,
+        schema=_instance_type_schema,
+    ),
+    Field(
+        "instance_count", "integer",
+        help="instances (nodes)",
+        default=1, minimum=1, maximum=MAX_INSTANCE_COUNT,
+    ),
+    Field(
+        "capacity", "string",
+        help="where the job runs: a training plan, spot, on-demand, or `auto` (the configured `capacityFallback` "
+        "order, moving on when a quota is exceeded)",
+        default="training-plan",
+        choices=CAPACITY_CHOICES,
+        blank_is_absent=True,
+    ),
+    Field(
+        "training_plan_arn", "string",
+        help="the training plan to use; default: the best configured plan",
+        pattern=TRAINING_PLAN_ARN_PATTERN.pattern,
+        sagemaker="ResourceConfig.TrainingPlanArn",
+        expected=f"a SageMaker training plan ARN {TRAINING_PLAN_ARN_FORMAT}",
+        only_with=OnlyWith("capacity", ("training-plan", "auto"), noun="plan"),
+        notes="one of the configured plans, of the deployment's region and account",
+    ),
+    Field(
+        "hyperparameters", "object",
+        help="the trainer's hyperparameters",
+        default_text="the trainer's defaults",
+        parse=_hyperparameters,
+        expected="a JSON object of the trainer's hyperparameters",
+        notes="validated by `platform_spec/hyperparameters.py`, the trainer's own definitions; numbers as text are "
+        'ASCII decimal (`"8"`, `"3e-4"`; not `"1_0"` or other scripts\' digits); `null` is absent (the default), as '
+        "for the request's own fields",
+        schema=_hyperparameters_schema,
+    ),
+    Field(
+        "model_config", "object",
+        help="the model's shape as a Hugging Face `config.json` of a Llama-style model (`model_type` `llama`)",
+        parse=_model_config,
+        expected="a JSON object: a Hugging Face config.json",
+        checks=(Check(_model_config_shape, needs=("hyperparameters",)),),
+        notes="mapped to the model family's shape: `hyperparameters.model` becomes the family's custom shape and "
+        "its shape hyperparameters come from the file (`hyperparameters` may not set them too); checked by the "
+        "family's shape rule with `hyperparameters.precision`; content the trainer does not implement "
+        "(`rope_scaling`, biases, another activation, an unknown key) is refused with the key named",
+        schema=_model_config_schema,
+    ),
+    Field(
+        "inputs", "object",
+        help="input channels: channel name -> `s3://` URI, or a key prefix under the data bucket",
+        parse=_inputs,
+        limits=_inputs_limits,
+        expected="a JSON object: channel name -> s3:// URI",
+        checks=(Check(_train_channel, needs=("hyperparameters",)),),
+        notes="URIs under the data bucket or an `allowedInputPrefixes` prefix; `train` is required unless "
+        "`hyperparameters.synthetic_data`",
+        schema=_inputs_schema,
+    ),
+    Field(
+        "max_runtime_hours", "number",
+        help="hours before SageMaker stops the job",
+        default=DEFAULT_MAX_RUNTIME_HOURS, minimum=0, exclusive_minimum=True, maximum=MAX_RUNTIME_HOURS, unit="hours",
+    ),
+    Field(
+        "max_wait_hours", "number",
+        help="spot only: hours to wait for spot capacity plus run",
+        default_text=f"2 x `max_runtime_hours`, at most {MAX_RUNTIME_HOURS:g}",
+        minimum=0, exclusive_minimum=True, maximum=MAX_RUNTIME_HOURS, unit="hours",
+        only_with=OnlyWith("capacity", ("spot", "auto")),
+        checks=(Check(_wait_covers_runtime, needs=("max_runtime_hours",)),),
+        notes="at least `max_runtime_hours`",
+    ),
+    Field(
+        "max_retry_attempts", "integer",
+        help="SageMaker's RetryStrategy.MaximumRetryAttempts",
+        default=DEFAULT_MAX_RETRY_ATTEMPTS,
+        sagemaker="RetryStrategy.MaximumRetryAttempts",
+    ),
+    Field(
+        "tags", "object",
+        help="the job's tags, merged with the platform's",
+        parse=_tags,
+        limits=_tags_limits,
+        expected="a JSON object of string tag values",
+        notes="keys starting with " + " or ".join(f"`{p}`" for p in RESERVED_TAG_PREFIXES) + " are reserved, and so "
+        "are the keys of the platform's own tags, in any letter case",
+        schema=_tags_schema,
+    ),
+    Field(
+        "auto_tune", "boolean",
+        help="apply the planner's change when the configuration is predicted not to fit in GPU memory",
+        default=False,
+    ),
+    Field(
+        "accept_memory_risk", "boolean",
+        help="submit a configuration the planner calls `at-risk` (its memory requirement within the model's stated "
+        "error of usable GPU memory) instead of refusing it as `PredictedOutOfMemory`",
+        default=False,
+        fingerprint=False,
+        notes="a configuration predicted out of memory is refused whatever this says; `auto_tune` applies the "
+        "planner's change instead",
+    ),
+    Field(
+        "dry_run", "boolean",
+        help="validate, choose capacity and estimate; create nothing",
+        default=False,
+        fingerprint=False,
+    ),
+    Field(
+        "run", "object",
+        help="make the job segment 1 of a run: one training carried across jobs, each resuming the last one's "
+        "checkpoint, until `max_steps` or the budget (`platform_spec/runs.py`)",
+        parse=_run,
+        expected="a JSON object: {" + ", ".join(k if k == "run_id" else k + "?" for k in runs.RUN_FIELDS) + "}",
+        checks=(Check(_run_names_its_jobs, needs=("job_name", "client_token")),),
+        notes="`run_id`: 1-48 lowercase letters, digits and hyphens, starting with a letter; the run's key (a retry "
+        "of the same request replays segment 1, another request with the same `run_id` is a `Conflict`); "
+        "segments are named `<run_id>-seg-001`, `-002`, ... and checkpoint to `run-checkpoints/<run_id>/`, so "
+        "`job_name` and `client_token` are refused with it; budget: `max_segments` (1-999), `deadline` (ISO 8601 "
+        "with a time zone, in the future when the run starts), `max_instance_hours` (> 0); on a training plan a "
+        "block shorter than `max_runtime_hours` is used when it leaves the trainer's stop margin plus "
+        f"`min_segment_minutes` (> 0, default {runs.DEFAULT_MIN_SEGMENT_MINUTES:g}) of training",
+        schema=_run_schema,
+    ),
+)  # fmt: skip
+"""The request's fields, in the order they are checked (the first bad one is refused)."""
+
+check_table(FIELDS)
+
+
+def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
+    """Validate ``event`` field by field, in the table's order, and apply defaults.
+
+    Instance types are checked against the configuration, ``CreateTrainingJob``'s
+    enum and the catalogue afterwards (:func:`check_instance`).
+
+    Raises:
+        Refusal: code ``InvalidRequest``, naming the first bad field (:func:`.errors.invalid`).
+    """
+    try:
+        values, sent = parse(event, FIELDS, config)
+    except FieldError as error:
+        raise invalid(error) from None
+    attributes = {k: v for k, v in values.items() if k in _FIELD_ATTRIBUTES}
+    extras = {k: v for k, v in values.items() if k not in _FIELD_ATTRIBUTES}
+    return SubmitRequest(**attributes, extras=MappingProxyType(extras), sent=sent)
 
 
 # --- instance types ----------------------------------------------------------------------------------
@@ -796,17 +666,13 @@ def allowed_instance_types(config: SubmitterConfig) -> tuple[str, ...]:
 
 
 def check_instance(request: SubmitRequest, config: SubmitterConfig) -> InstanceSpec:
-    """Check the instance type against ``CreateTrainingJob``, the configuration and the catalogue
-    (:mod:`platform_spec.catalogue`).
-
-    Returns:
-        The catalogue's instance entry.
+    """The catalogue's entry of the request's instance type, checked against ``CreateTrainingJob``, the
+    configuration and the catalogue (:mod:`platform_spec.catalogue`).
 
     Raises:
-        Refusal: ``InvalidRequest`` on ``instance_type`` (not accepted by
-        ``CreateTrainingJob`` / host CPUs the trainer image is not built for /
-        not allowed / unknown to the planner) or
-        ``hyperparameters.precision`` (the instance's GPU cannot run it).
+        Refusal: ``InvalidRequest`` on ``instance_type`` (not accepted by ``CreateTrainingJob``, host CPUs
+        the trainer image is not built for, not allowed) or ``hyperparameters.precision`` (the instance's GPU
+        cannot run it).
     """
     try:
         return _check_instance(request, config)
@@ -842,19 +708,3 @@ def _check_instance(request: SubmitRequest, config: SubmitterConfig) -> Instance
             f"a precision {instance.gpu} on {instance_type} supports: {', '.join(supported)}",
         )
     return instance
-
-
-# --- JSON Schema helpers (the schema itself: :mod:`.request_schema`) --------------------------------------
-
-
-def whole_string_pattern(pattern: str) -> str:
-    """A whole-string pattern for JSON Schema, whose ``pattern`` searches: ``^(?:...)(?![\\s\\S])``.
-
-    The end is a look-ahead for no character rather than ``$``, which Python's ``re`` (the
-    ``jsonschema`` package's engine) also matches before a trailing newline; it means the same in
-    ECMA-262. A pattern already anchored with ``^...$`` is re-anchored so.
-    """
-    body = (
-        pattern[1:-1] if pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$") else pattern
-    )
-    return f"^(?:{body})(?![\\s\\S])"

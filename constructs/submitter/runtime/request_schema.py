@@ -1,9 +1,8 @@
-"""The request's JSON Schema and the README's request table, rendered from the request field table.
+"""The request's JSON Schema and the README's request table, rendered from the request's rows.
 
-The submitter's request is one table (:data:`platform_spec.request_fields.FIELDS`), bound to
-botocore's model and the runtime's named rules by :mod:`.request` (:func:`.request.bound_rule`). This
-module renders those same bound rows for people and clients, never for parsing (the function does not
-import it, so it is not in its deployment package):
+The submitter's request is one table (:data:`.request.FIELDS`, rows of :class:`.fields.Field` whose
+SageMaker limits come from botocore's model). This module renders those rows for people and clients,
+never for parsing (the function does not import it, so it is not in its deployment package):
 
 * :func:`request_json_schema` -- JSON Schema (draft 2020-12) of the request;
 * :func:`readme_table` -- the README's request table (Markdown), one row per field;
@@ -14,20 +13,33 @@ import it, so it is not in its deployment package):
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from platform_spec import request_fields
 from platform_spec.files import atomic_write_text
-from platform_spec.request_fields import RequestField
 
-from .request import bound_rule, expected_text, field_choices, field_range, whole_string_pattern
+from . import request
+from .fields import Field, whole_string_pattern
 
-__all__ = ["accepted_markdown", "main", "readme_table", "render_readme", "request_json_schema"]
+__all__ = [
+    "README_BEGIN",
+    "README_END",
+    "accepted_markdown",
+    "main",
+    "readme_table",
+    "render_readme",
+    "request_json_schema",
+]
 
 PROG = "python -m platform_constructs.submitter.runtime.request_schema"
+README_BEGIN = "<!-- request-fields:begin -->"
+README_END = "<!-- request-fields:end -->"
+"""The README's markers around the generated request table."""
 
 
 def request_json_schema() -> dict[str, Any]:
@@ -38,19 +50,18 @@ def request_json_schema() -> dict[str, Any]:
     instance types, the data bucket, the configured plans) and the cross-field checks are
     described in the ``description`` fields.
     """
-    rows = request_fields.FIELDS
-    properties = {row.name: _field_schema(row) for row in rows}
+    rows = {row.name: row for row in request.FIELDS}
     schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Training job submission request",
         "type": "object",
-        "properties": properties,
+        "properties": {name: _field_schema(row) for name, row in rows.items()},
         "additionalProperties": False,
     }
     dependent = {}
-    for row in rows:
+    for row in rows.values():
         if row.only_with is not None:
-            other = request_fields.get_field(row.only_with.field, rows)
+            other = rows[row.only_with.field]
             condition: dict[str, Any] = {"properties": {other.name: {"enum": list(row.only_with.values)}}}
             if other.default not in row.only_with.values:
                 condition["required"] = [other.name]  # absent, it takes its default, which is not allowed
@@ -60,51 +71,45 @@ def request_json_schema() -> dict[str, Any]:
     return schema
 
 
-def _field_schema(row: RequestField) -> dict[str, Any]:
-    rule = bound_rule(row)
+def _field_schema(row: Field) -> dict[str, Any]:
     out: dict[str, Any] = {"type": row.type}
-    choices = field_choices(row, rule)
-    if choices:
-        out["enum"] = list(choices)
+    if row.options():
+        out["enum"] = list(row.options())
     if row.type in ("integer", "number"):
-        low, high = field_range(row, rule)
+        low, high = row.bounds()
         if low is not None:
             out["exclusiveMinimum" if row.exclusive_minimum else "minimum"] = low
         if high is not None:
             out["maximum"] = high
     if row.type == "string":
-        string_rule = rule.string_rule() if rule.string_rule is not None else None
-        if string_rule is not None:
-            out["minLength"] = string_rule.min_length
-            if string_rule.max_length is not None:
-                out["maxLength"] = string_rule.max_length
-        if row.pattern is not None:
-            out["pattern"] = whole_string_pattern(row.pattern)
-        elif string_rule is not None and string_rule.pattern is not None and string_rule.ecma_pattern() is not None:
-            out["pattern"] = whole_string_pattern(string_rule.pattern)
-    if row.default is not None:
+        out.update(_string_schema(row))
+    if row.default is not None and not callable(row.default):
         out["default"] = row.default
-    if rule.schema is not None:
-        _merge(out, rule.schema())
-    _merge(out, row.schema)
+    out.update(row.schema() if callable(row.schema) else row.schema)
     out["description"] = row.help + (f"; {row.notes}" if row.notes else "")
     return out
 
 
-def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
+def _string_schema(row: Field) -> dict[str, Any]:
+    """A string row's lengths and pattern (its own, else SageMaker's when ECMA-262 can say it)."""
+    out: dict[str, Any] = {}
+    rule = row.string_rule()
+    if rule is not None:
+        out["minLength"] = rule.min_length
+        if rule.max_length is not None:
+            out["maxLength"] = rule.max_length
+    if row.pattern is not None:
+        out["pattern"] = whole_string_pattern(row.pattern)
+    elif rule is not None and rule.pattern is not None and rule.ecma_pattern() is not None:
+        out["pattern"] = whole_string_pattern(rule.pattern)
+    return out
 
 
-def accepted_markdown(row: RequestField) -> str:
-    """The README's "accepted" cell of ``row``: its expectation, bound limits, ``only_with`` and notes."""
-    rule = bound_rule(row)
-    parts = [expected_text(row, rule)]
-    if rule.limits is not None:
-        parts.append(rule.limits())
+def accepted_markdown(row: Field) -> str:
+    """The README's "accepted" cell of ``row``: its expectation, its parser's limits, ``only_with`` and notes."""
+    parts = [row.expected_text()]
+    if row.limits is not None:
+        parts.append(row.limits())
     if row.only_with is not None:
         parts.append(f"only with `{row.only_with.field}` " + " or ".join(f"`{v}`" for v in row.only_with.values))
     if row.notes:
@@ -115,7 +120,7 @@ def accepted_markdown(row: RequestField) -> str:
 def readme_table() -> str:
     """The README's request table (Markdown), one row per field of the table, in its order."""
     lines = ["| field | default | meaning | accepted |", "|---|---|---|---|"]
-    for row in request_fields.FIELDS:
+    for row in request.FIELDS:
         cells = (f"`{row.name}`", row.default_markdown(), row.help, accepted_markdown(row))
         lines.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -137,10 +142,10 @@ def render_readme(text: str) -> str:
     """``text`` (a README) with the request table between the markers replaced by :func:`readme_table`.
 
     Raises:
-        ValueError: the markers (:data:`platform_spec.request_fields.README_BEGIN` / ``README_END``)
+        ValueError: the markers (:data:`README_BEGIN` / :data:`README_END`)
             are missing, repeated or out of order; nothing is replaced.
     """
-    begin, end = request_fields.README_BEGIN, request_fields.README_END
+    begin, end = README_BEGIN, README_END
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ValueError(f"expected one {begin!r} line before one {end!r} line around the request table")
     head, rest = text.split(begin, 1)
@@ -153,14 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     request table, or print the request's JSON Schema. Exit status: 0 done (or up to date),
     1 ``--check`` found the table out of date, 2 the README is unreadable or has no markers (nothing
     is written then; the table is replaced atomically: :func:`platform_spec.files.atomic_write_text`)."""
-    import argparse
-    import sys
-    from pathlib import Path
-
     default = Path(__file__).resolve().parents[3] / "README.md"
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="The submitter's request table (platform_spec/request_fields.py) as README Markdown or JSON Schema.",
+        description="The submitter's request table (runtime/request.py) as README Markdown or JSON Schema.",
     )
     parser.add_argument(
         "--readme",

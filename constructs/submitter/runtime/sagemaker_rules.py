@@ -78,6 +78,7 @@ def service_model(service: str = SERVICE) -> ServiceModel:
     return ServiceModel(shared_loader().load_service_model(service, "service-2"), service_name=service)
 
 
+@functools.lru_cache(maxsize=128)
 def shape(path: str, operation: str = OPERATION) -> Shape:
     """The model's shape at ``path`` in ``operation``'s input.
 
@@ -88,11 +89,6 @@ def shape(path: str, operation: str = OPERATION) -> Shape:
     Raises:
         KeyError: no such member (the model changed: the message names the path).
     """
-    return _shape(operation, path)
-
-
-@functools.lru_cache(maxsize=128)
-def _shape(operation: str, path: str) -> Shape:
     from botocore.model import ListShape, MapShape, StructureShape
 
     current: Shape | None = service_model().operation_model(operation).input_shape
@@ -116,16 +112,10 @@ def bounds(path: str, operation: str = OPERATION) -> tuple[int | None, int | Non
     return meta.get("min"), meta.get("max")
 
 
-@functools.lru_cache(maxsize=1)
 def training_instance_types() -> tuple[str, ...]:
     """The instance types ``CreateTrainingJob`` accepts: the ``TrainingInstanceType`` enum
     (``ResourceConfig.InstanceType``)."""
-    from botocore.model import StringShape
-
-    instance_type = shape("ResourceConfig.InstanceType")
-    if not isinstance(instance_type, StringShape):
-        raise KeyError(f"ResourceConfig.InstanceType is a {instance_type.type_name} in botocore's SageMaker model")
-    return tuple(instance_type.enum)
+    return string_rule("ResourceConfig.InstanceType").enum
 
 
 @dataclass(frozen=True)
@@ -137,12 +127,14 @@ class StringRule:
         min_length: fewest characters (code points).
         max_length: most characters, or ``None``.
         pattern: the model's pattern (Java syntax, matched whole), or ``None``.
+        enum: the values the model allows (``()``: any).
     """
 
     name: str
     min_length: int = 0
     max_length: int | None = None
     pattern: str | None = None
+    enum: tuple[str, ...] = ()
 
     def accepts(self, value: object) -> bool:
         """Whether SageMaker accepts ``value`` for this shape.
@@ -153,7 +145,7 @@ class StringRule:
         """
         if not isinstance(value, str) or len(value) < self.min_length:
             return False
-        if self.max_length is not None and len(value) > self.max_length:
+        if (self.max_length is not None and len(value) > self.max_length) or (self.enum and value not in self.enum):
             return False
         if self.pattern is None:
             return True
@@ -195,22 +187,20 @@ class StringRule:
         return f"^(?:{self.pattern})$"
 
 
+@functools.lru_cache(maxsize=64)
 def string_rule(path: str, operation: str = OPERATION) -> StringRule:
     """The :class:`StringRule` of the string shape at ``path`` (see :func:`shape` for paths).
 
     Raises:
         KeyError: no such member. ValueError: the member is not a string.
     """
-    return _string_rule(operation, path)
-
-
-@functools.lru_cache(maxsize=64)
-def _string_rule(operation: str, path: str) -> StringRule:
     found = shape(path, operation)
     if found.type_name != "string":
         raise ValueError(f"{operation}.{path} is a {found.type_name} in botocore's SageMaker model, not a string")
     meta = found.metadata
-    return StringRule(found.name, int(meta.get("min", 0)), meta.get("max"), meta.get("pattern"))
+    return StringRule(
+        found.name, int(meta.get("min", 0)), meta.get("max"), meta.get("pattern"), tuple(meta.get("enum", ()))
+    )
 
 
 # --- Java patterns in Python ------------------------------------------------------------------
@@ -264,68 +254,31 @@ def _rewrite(value: str, categories: tuple[str, ...]) -> str:
     return "".join(out)
 
 
+_TOKEN_RE = re.compile(r"\\[pP](?:\{[^}]*\})?|\\[\s\S]|&&|\[\^?|[\s\S]")
+"""One unit of a Java pattern: a ``\\p{...}`` class, an escape, ``&&``, a class opening, or one character."""
+
+
 def _translate(pattern: str) -> tuple[str, tuple[str, ...]]:
     """Java pattern -> (Python pattern, Unicode categories used). Raises ValueError when unsupported."""
     categories: list[str] = []
     literals: list[str] = []
     out: list[str] = []
     in_class = False
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            if i + 1 >= len(pattern):
-                raise ValueError("trailing backslash")
-            nxt = pattern[i + 1]
-            if nxt in "pP":
-                end = pattern.find("}", i)
-                if nxt == "P" or pattern[i + 2 : i + 3] != "{" or end < 0:
-                    raise ValueError("negated or malformed \\p class")
-                name = pattern[i + 3 : end]
-                i = end + 1
-                if name in _POSIX_CLASSES:
-                    body = _POSIX_CLASSES[name]
-                    out.append(body if in_class else f"[{body}]")
-                    continue
-                if not _CATEGORY_RE.fullmatch(name):
-                    raise ValueError(f"unknown class \\p{{{name}}}")
-                if any(name.startswith(c) or c.startswith(name) for c in categories if c != name):
-                    raise ValueError("overlapping categories")
-                if name not in categories:
-                    categories.append(name)
-                placeholder = chr(_PLACEHOLDER_BASE + categories.index(name))
-                out.append(placeholder if in_class else f"[{placeholder}]")
-                continue
-            if nxt.isalnum() and nxt not in "sSdDwW" and nxt not in "tnrfe0xu":
-                raise ValueError(f"escape \\{nxt}")
-            if not nxt.isalnum():
-                literals.append(nxt)
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if in_class:
-            if char == "[" or pattern.startswith("&&", i):
+    for match in _TOKEN_RE.finditer(pattern):
+        token, at = match.group(), match.start()
+        if token == "\\":
+            raise ValueError("trailing backslash")
+        if token[0] == "\\":
+            out.append(_escape(token, in_class, categories, literals))
+        elif in_class:
+            if token[0] == "[" or token == "&&":
                 raise ValueError("nested class or intersection")
-            if char == "]":
-                in_class = False
-            elif char not in "^-":
-                literals.append(char)
-            out.append(char)
-        elif char == "[":
-            in_class = True
-            out.append(char)
-            if pattern[i + 1 : i + 2] == "^":
-                out.append("^")
-                i += 1
-        elif char == ".":
-            out.append(_JAVA_DOT)
-        elif char == "+" and i > 0 and pattern[i - 1] in "*+?}" and pattern[i - 2 : i - 1] != "\\":
-            raise ValueError("possessive quantifier")
+            in_class = token != "]"
+            literals.extend(c for c in token if c not in "^-]")
+            out.append(token)
         else:
-            if char not in "()|*+?{},^$" and not char.isdigit():
-                literals.append(char)
-            out.append(char)
-        i += 1
+            in_class = token[0] == "["
+            out.append(_outside_class(token, pattern, at, literals))
     if in_class:
         raise ValueError("unterminated class")
     for literal in literals:
@@ -333,3 +286,38 @@ def _translate(pattern: str) -> tuple[str, tuple[str, ...]]:
         if any(category.startswith(c) for c in categories):
             raise ValueError(f"literal {literal!r} is in a category the pattern also names")
     return "".join(out), tuple(categories)
+
+
+def _escape(token: str, in_class: bool, categories: list[str], literals: list[str]) -> str:
+    """An escape: ``\\p{Name}`` (a POSIX class, ASCII, or a Unicode category: a placeholder), else as written."""
+    if token[1] not in "pP":
+        if token[1].isalnum() and token[1] not in "sSdDwWtnrfe0xu":
+            raise ValueError(f"escape {token}")
+        if not token[1].isalnum():
+            literals.append(token[1])
+        return token
+    if token[1] == "P" or not token.endswith("}") or token[2:3] != "{":
+        raise ValueError("negated or malformed \\p class")
+    name = token[3:-1]
+    if name in _POSIX_CLASSES:
+        body = _POSIX_CLASSES[name]
+    elif not _CATEGORY_RE.fullmatch(name):
+        raise ValueError(f"unknown class \\p{{{name}}}")
+    elif any(name.startswith(c) or c.startswith(name) for c in categories if c != name):
+        raise ValueError("overlapping categories")
+    else:
+        if name not in categories:
+            categories.append(name)
+        body = chr(_PLACEHOLDER_BASE + categories.index(name))
+    return body if in_class else f"[{body}]"
+
+
+def _outside_class(token: str, pattern: str, at: int, literals: list[str]) -> str:
+    """A token outside a class: ``.`` is Java's, a possessive quantifier is refused, the rest as written."""
+    if token == ".":
+        return _JAVA_DOT
+    if token == "+" and at > 0 and pattern[at - 1] in "*+?}" and pattern[at - 2 : at - 1] != "\\":
+        raise ValueError("possessive quantifier")
+    if token[0] != "[":
+        literals.extend(c for c in token if c not in "()|*+?{},^$" and not c.isdigit())
+    return token

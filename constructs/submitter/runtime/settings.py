@@ -97,8 +97,6 @@ is not among the function's :data:`ENV_ALLOWED_ACTIONS`."""
 ENV_ALLOWED_ACTIONS = "SUBMITTER_ALLOWED_ACTIONS"
 """Comma-separated actions the function answers (``runtime/actions.py``); absent: every action. Another
 action is refused with ``ActionNotAllowed`` naming ``action`` and the allowed values."""
-READ_ACTIONS: tuple[str, ...] = ("describe", "list", "list_runs")
-"""The actions that change nothing: what a reader function (``JobSubmitter.grant_read``) is deployed with."""
 
 
 def function_environment(
@@ -140,7 +138,7 @@ def function_environment(
         volume_size_gb: ``ResourceConfig.VolumeSizeInGB``. Default: the variable is left out
             and the function uses ``config.DEFAULT_VOLUME_SIZE_GB``.
         allowed_actions: the actions the function answers (:data:`ENV_ALLOWED_ACTIONS`, written
-            comma-separated; e.g. :data:`READ_ACTIONS` for a reader). Default: the variable is left out
+            comma-separated; e.g. ``actions.READ_ACTIONS`` for a reader). Default: the variable is left out
             and every action is answered.
 
     Returns:
