@@ -42,6 +42,9 @@ def test_the_contracts_cover_the_floor_plan() -> None:
         "lambda-runtimes",
         "runtime-parents",
         "trainctl-commands",
+        "product-without-devtools",
+        "devtools-layers",
+        "local-aws-layers",
     }
     assert {"torch", "numpy", "boto3", "botocore", "aws_cdk", "planner", "training"} <= set(
         CONTRACTS["pure-spec"]["forbidden_modules"]
@@ -63,9 +66,18 @@ def test_the_contracts_cover_the_floor_plan() -> None:
     assert {"torch", "model_families.rotary", "model_families.*.torch_block", "model_families.*.te_block"} <= set(
         CONTRACTS["pure-planner"]["forbidden_modules"]
     )
-    # no library of trainctl is exempt, the demo included: it calls libraries, as every command does
+    # no library of trainctl is exempt
     assert CONTRACTS["trainctl-commands"]["source_modules"] == ["trainctl.*"]
     assert not CONTRACTS["trainctl-commands"].get("ignore_imports")
+    # every root package but the development tools' is product, and none of it imports them
+    product = CONTRACTS["product-without-devtools"]
+    roots = tomllib.loads(CONFIG.read_text(encoding="utf-8"))["tool"]["importlinter"]["root_packages"]
+    assert set(product["source_modules"]) == set(roots) - {"devtools"} and product["forbidden_modules"] == ["devtools"]
+    assert not product.get("ignore_imports")
+    # each module of devtools is a layer of its own, every module listed: no cycle, function-local imports included
+    for contract in ("devtools-layers", "local-aws-layers"):
+        assert CONTRACTS[contract]["type"] == "layers" and CONTRACTS[contract]["exhaustive"] is True
+        assert all("|" not in layer and ":" not in layer for layer in CONTRACTS[contract]["layers"])
 
 
 def test_the_tree_keeps_every_contract() -> None:
@@ -84,12 +96,15 @@ VIOLATIONS = {
     "platform_constructs/submitter/runtime/settings.py": "def _cdk():\n    import aws_cdk\n    return aws_cdk\n",
     "platform_constructs/observability/__init__.py": "from .construct import PlatformObservability\n",
     "trainctl/reports/markdown.py": "def _command():\n    from trainctl.commands import plan\n    return plan\n",
+    "trainctl/plans.py": "def _emulator():\n    from devtools.local_aws import stack\n    return stack\n",
+    "devtools/local_aws/shapes.py": "def _demo():\n    from devtools import demo\n    return demo\n",
+    "devtools/local_aws/stack.py": "def _client():\n    from devtools.local_aws import client\n    return client\n",
 }
 
 
 def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
     """The same contracts over a copy of the tree with one forbidden import per layer: each is reported."""
-    for package in ("platform_spec", "model_families", "planner", "training", "trainctl", "stacks"):
+    for package in ("platform_spec", "model_families", "planner", "training", "trainctl", "stacks", "devtools"):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     # the copy of constructs/ under its import name (a namespace portion found on PYTHONPATH first)
     shutil.copytree(REPO / "constructs", tmp_path / "platform_constructs", ignore=shutil.ignore_patterns("__pycache__"))
@@ -112,6 +127,9 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
         "platform_constructs.submitter.runtime.settings -> aws_cdk",
         "platform_constructs.observability -> platform_constructs.observability.construct",
         "trainctl.reports.markdown -> trainctl.commands",
+        "trainctl.plans -> devtools.local_aws.stack",
+        "devtools.local_aws.shapes -> devtools.demo",
+        "devtools.local_aws.stack -> devtools.local_aws.client",
     ):
         assert expected in out, expected
 

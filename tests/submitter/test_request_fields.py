@@ -12,11 +12,11 @@ import jsonschema
 import pytest
 from botocore.validate import ParamValidator
 
+from devtools.local_aws.shapes import operation_model
 from platform_spec import request_fields
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import HyperparameterError
 from platform_spec.request_fields import Check, OnlyWith, RequestField
-from trainctl.aws_shapes import operation_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
