@@ -17,7 +17,7 @@ NODE_STAMP := node_modules/.installed
 
 all: test
 
-# The project itself is installed editable with its extras `local` (the AWS emulator, moto: pyproject.toml)
+# The project itself is installed editable with its extras `local` (moto, for the AWS emulator of devtools/)
 # and `sdk` (the SageMaker Python SDK, trainctl.sdk; its closure pinned by requirements-sdk.txt, given as
 # constraints), which `make test` and `make demo` use; the project declares no other dependency, so pip adds
 # only the extras' (resolved against the pins already installed from requirements*.txt).
@@ -35,7 +35,7 @@ $(NODE_STAMP): package.json package-lock.json $(VENV_STAMP)
 deps: $(VENV_STAMP) $(NODE_STAMP)
 
 demo: deps
-	$(BIN)/python -m trainctl.demo
+	$(BIN)/python -m devtools.demo
 
 # The quality gates, run first by `make test`: ruff's linter and its formatter check over the tree, and mypy
 # over the pure packages and the Lambda runtimes (pyproject.toml [tool.ruff], [tool.mypy]; mypy keeps its

@@ -7,7 +7,7 @@ construct_packages = ["platform_constructs"] + [
 ]
 setup(
     packages=find_packages(
-        include=["stacks*", "training*", "planner*", "trainctl*", "platform_spec*", "model_families*"]
+        include=["stacks*", "training*", "planner*", "trainctl*", "platform_spec*", "model_families*", "devtools*"]
     )
     + construct_packages
 )

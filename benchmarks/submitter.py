@@ -94,12 +94,12 @@ def package_size(bundle: Path) -> dict[str, Any]:
 def warm_latency(requests: int) -> dict[str, Any]:
     import logging
 
+    from devtools.local_aws.client import LocalAws
     from planner import PlanInput, estimate
     from platform_constructs.submitter.runtime import aws as aws_mod
     from platform_constructs.submitter.runtime import config as config_mod
     from platform_constructs.submitter.runtime import service
     from platform_spec.hyperparameters import parse
-    from trainctl.local_aws import LocalAws
 
     logging.getLogger("job-submitter").setLevel(logging.WARNING)  # keep log formatting out of the figures
     request = {

@@ -4,7 +4,7 @@ Every record that another process (or a later run) reads while it may be rewritt
 :func:`atomic_write_bytes` / :func:`atomic_write_text`: the trainer's checkpoint state and
 ``.complete`` marker (``training.checkpoint``), its status record (``training.supervision``), a
 sweep's ``sweep.json`` (``trainctl.sweeps.state``), the emulator's environment file
-(``trainctl.local_aws``), the GPU check's results (``benchmarks/gpu_check.py``) and the README's
+(``devtools.local_aws``), the GPU check's results (``benchmarks/gpu_check.py``) and the README's
 generated request table.
 
 How: the bytes go to a new temporary file in the target's folder (a name of its own per write:

@@ -45,6 +45,9 @@ def test_the_contracts_cover_the_floor_plan() -> None:
         "trainctl-commands",
         "constructs-layers",
         "constructs-acyclic",
+        "product-without-devtools",
+        "devtools-layers",
+        "local-aws-layers",
     }
     assert {"torch", "numpy", "boto3", "botocore", "aws_cdk", "planner", "training"} <= set(
         CONTRACTS["pure-spec"]["forbidden_modules"]
@@ -68,7 +71,7 @@ def test_the_contracts_cover_the_floor_plan() -> None:
     assert {"torch", "model_families.rotary", "model_families.*.torch_block", "model_families.*.te_block"} <= set(
         CONTRACTS["pure-planner"]["forbidden_modules"]
     )
-    # no library of trainctl is exempt, the demo included: it calls libraries, as every command does
+    # no library of trainctl is exempt
     assert CONTRACTS["trainctl-commands"]["source_modules"] == ["trainctl.*"]
     assert not CONTRACTS["trainctl-commands"].get("ignore_imports")
     # the constructs: observability above the submitter (which once imported it inside a function), and no cycle
@@ -80,6 +83,16 @@ def test_the_contracts_cover_the_floor_plan() -> None:
         "platform_constructs.submitter",
         "platform_constructs.observability",
     }
+    # every root package but the development tools' is product, and none of it imports them
+    product = CONTRACTS["product-without-devtools"]
+    roots = tomllib.loads(CONFIG.read_text(encoding="utf-8"))["tool"]["importlinter"]["root_packages"]
+    named = {root + ".*" if root == "platform_constructs" else root for root in roots}  # a namespace package
+    assert set(product["source_modules"]) == named - {"devtools"} and product["forbidden_modules"] == ["devtools"]
+    assert not product.get("ignore_imports")
+    # each module of devtools is a layer of its own, every module listed: no cycle, function-local imports included
+    for contract in ("devtools-layers", "local-aws-layers"):
+        assert CONTRACTS[contract]["type"] == "layers" and CONTRACTS[contract]["exhaustive"] is True
+        assert all("|" not in layer and ":" not in layer for layer in CONTRACTS[contract]["layers"])
 
 
 def test_the_tree_keeps_every_contract() -> None:
@@ -103,12 +116,15 @@ VIOLATIONS = {
         "def _pattern():\n    from ..observability.functions import JobStateHandler\n    return JobStateHandler\n"
     ),
     "platform_constructs/observability/runtime/settings.py": "def _back():\n    from . import job_events\n    return job_events\n",
+    "trainctl/plans.py": "def _emulator():\n    from devtools.local_aws import stack\n    return stack\n",
+    "devtools/local_aws/shapes.py": "def _demo():\n    from devtools import demo\n    return demo\n",
+    "devtools/local_aws/stack.py": "def _client():\n    from devtools.local_aws import client\n    return client\n",
 }
 
 
 def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
     """The same contracts over a copy of the tree with one forbidden import per layer: each is reported."""
-    for package in ("platform_spec", "model_families", "planner", "training", "trainctl", "stacks"):
+    for package in ("platform_spec", "model_families", "planner", "training", "trainctl", "stacks", "devtools"):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     # the copy of constructs/ under its import name, made a regular package so that it alone is found (as a
     # namespace package, its portions would be the copy and the editable install's constructs/, both scanned)
@@ -136,6 +152,9 @@ def test_a_violating_import_breaks_its_contract(tmp_path: Path) -> None:
         "trainctl.reports.markdown -> trainctl.commands",
         "platform_constructs.submitter.construct -> platform_constructs.observability.functions",
         "No cycles are allowed in platform_constructs.observability.runtime",
+        "trainctl.plans -> devtools.local_aws.stack",
+        "devtools.local_aws.shapes -> devtools.demo",
+        "devtools.local_aws.stack -> devtools.local_aws.client",
     ):
         assert expected in out, expected
 

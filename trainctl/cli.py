@@ -1,7 +1,9 @@
 """Entry point of the ``trainctl`` console script.
 
-Subcommands are registered in :data:`COMMANDS` (name -> module under
-``trainctl.commands``); see :mod:`trainctl.commands` for the module contract.
+Subcommands are registered in :data:`COMMANDS` (name -> module): trainctl's own
+modules under ``trainctl.commands``, and the modules other installed packages
+declare in the entry-point group :data:`PLUGINS` (the development tools add
+``local-aws`` so); see :mod:`trainctl.commands` for the module contract.
 
 The registry loads lazily: :func:`main` imports every command module for its
 one-line ``HELP`` (their top levels import light standard modules only), but
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
@@ -26,12 +29,16 @@ COMMANDS: dict[str, str] = {
     "train": "trainctl.commands.train",
     "submit": "trainctl.commands.submit",
     "runs": "trainctl.commands.runs",
-    "local-aws": "trainctl.commands.local_aws",
     "dashboard": "trainctl.commands.dashboard",
     "sweep": "trainctl.commands.sweep",
     "report": "trainctl.commands.report",
     "synth-summary": "trainctl.commands.synth_summary",
 }
+
+PLUGINS = "trainctl.commands"
+"""The entry-point group of commands from other packages (``[project.entry-points."trainctl.commands"]``:
+``name = "package.module"``); a name trainctl uses stays trainctl's."""
+COMMANDS.update({p.name: p.module for p in importlib.metadata.entry_points(group=PLUGINS) if p.name not in COMMANDS})
 
 ALL = "*"
 """``build_parser(only=ALL)``: every command's arguments."""

@@ -27,7 +27,7 @@ Notebook users launch training with the SageMaker Python SDK (v3: ``sagemaker.tr
 Where the platform is: :meth:`Platform.from_stack` reads the deployed stack's outputs
 (CloudFormation ``DescribeStacks``: ``SubmitterFunctionName``) and invokes that function
 (``lambda:InvokeFunction``: ``JobSubmitter.grant_submit``); :meth:`Platform.from_env` reads the
-emulator's environment (``trainctl local-aws --env-file``, :attr:`trainctl.local_aws.LocalAws.env`),
+emulator's environment (``trainctl local-aws --env-file``, :attr:`devtools.local_aws.client.LocalAws.env`),
 whose submitter runs in this process and only against its ``AWS_ENDPOINT_URL``.
 
 ``capacity: auto`` through the SDK creates on the capacity the preflight chose first; a quota
@@ -317,7 +317,7 @@ class Platform:
         """The emulator's platform (``trainctl local-aws``): its submitter's handler runs in this process.
 
         Args:
-            env: the emulator's environment: :attr:`trainctl.local_aws.LocalAws.env`, the path of
+            env: the emulator's environment: :attr:`devtools.local_aws.client.LocalAws.env`, the path of
                 the file ``trainctl local-aws --env-file`` wrote, or ``None`` for ``os.environ``
                 (after ``source .demo/aws.env``).
             telemetry: the SDK's usage telemetry (default off: the emulator is not AWS).

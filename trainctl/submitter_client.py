@@ -6,7 +6,7 @@ and the demo:
 * :func:`invoke_function`: the deployed function, by a synchronous Lambda
   ``Invoke`` (``InvocationType=RequestResponse``);
 * :func:`submit_local`: the function's handler in this process, against the
-  AWS emulator (``AWS_ENDPOINT_URL``; see :mod:`trainctl.local_aws`). It
+  AWS emulator (``AWS_ENDPOINT_URL``; see :mod:`devtools.local_aws`). It
   refuses to run without ``AWS_ENDPOINT_URL`` (:func:`require_local_endpoint`),
   so leftover credentials never create real jobs from a laptop.
 
@@ -208,7 +208,7 @@ def lambda_client(
 
     The region is :func:`function_region`'s; ``AWS_ENDPOINT_URL`` (or
     ``AWS_ENDPOINT_URL_LAMBDA``) and credentials come from ``environ`` when
-    given (e.g. :attr:`trainctl.local_aws.LocalAws.env`), else from botocore's
+    given (e.g. :attr:`devtools.local_aws.client.LocalAws.env`), else from botocore's
     usual chain; ``session``: a boto3 session to make the client from (its
     credentials, profile and endpoints; its region when none of the above is
     set). Credentials are resolved here, so a missing one fails before
@@ -394,7 +394,7 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
     """Run the submitter's handler in-process with ``env`` as the function's environment.
 
     ``env`` supplies ``AWS_ENDPOINT_URL`` (required), region, credentials and
-    the submitter's settings (e.g. :attr:`trainctl.local_aws.LocalAws.env`);
+    the submitter's settings (e.g. :attr:`devtools.local_aws.client.LocalAws.env`);
     the process environment is not modified. Clients are reused for the same
     ``env`` (like a warm function). Throttling and 5xx answers are retried by
     botocore as in the function (``AWS_MAX_ATTEMPTS``).

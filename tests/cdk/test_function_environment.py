@@ -9,9 +9,9 @@ import re
 
 import pytest
 
+from devtools.local_aws.stack import ACCOUNT_ID, StackResources, function_environment
 from platform_constructs.intrinsics import ANGLE, render
 from platform_constructs.submitter.runtime import config, settings
-from trainctl.local_aws import ACCOUNT_ID, StackResources, function_environment
 
 pytestmark = pytest.mark.xdist_group("cdk")
 

@@ -395,7 +395,7 @@ FUNCTIONS = {
 @pytest.fixture(scope="module")
 def emulator():
     """``trainctl local-aws`` with one active plan and the job-outcomes function's idempotency table."""
-    from trainctl.local_aws import LocalAws
+    from devtools.local_aws.client import LocalAws
 
     with LocalAws(plans=[PLAN]) as aws:
         aws.client("dynamodb").create_table(

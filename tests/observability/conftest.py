@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainctl.local_aws import LocalAws
+from devtools.local_aws.client import LocalAws
 
 IDEMPOTENCY_TABLE = "training-platform-job-events-idempotency"
 

@@ -14,7 +14,6 @@ from planner.plan import evaluate, evaluate_on_gpus
 from platform_constructs.submitter.runtime import config as runtime_config
 from platform_constructs.submitter.runtime import errors as runtime_errors
 from platform_constructs.submitter.runtime import request as runtime_request
-from platform_constructs.submitter.runtime import sagemaker_rules as runtime_sagemaker_rules
 from platform_spec import catalogue
 from platform_spec import hyperparameters as hpmod
 from platform_spec.errors import FieldError
@@ -219,18 +218,6 @@ def test_trainctl_sweep_refuses_gb200_with_the_reason_and_lists_only_trainable_t
     assert not list(tmp_path.iterdir())  # nothing recorded for a refused sweep
     with pytest.raises(SweepError, match="arm64 host CPUs"):
         prune_for_instance([], GB200, 1)
-
-
-def test_the_emulator_allows_what_the_stack_allows_by_default() -> None:
-    from platform_constructs.submitter.runtime.settings import ENV_ALLOWED_INSTANCE_TYPES
-    from trainctl.local_aws import StackResources, function_environment
-
-    allowed = function_environment("us-east-1", StackResources())[ENV_ALLOWED_INSTANCE_TYPES].split(",")
-    enum = set(runtime_sagemaker_rules.training_instance_types())
-    assert allowed == [t for t in catalogue.INSTANCE_TYPES if t in enum and t in catalogue.TRAINABLE_INSTANCE_TYPES]
-    assert allowed == list(runtime_config.default_allowed_instance_types())  # the stack's default, one home
-    assert "ml.p6-b200.48xlarge" in allowed and not any(catalogue.host_architecture_problem(t) for t in allowed)
-    assert GB200 in enum and GB200 not in allowed  # training jobs accept it; the image does not run on it
 
 
 def test_the_trainer_image_is_built_for_the_catalogue_architecture_only() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from trainctl.local_aws import LocalAws
+from devtools.local_aws.client import LocalAws
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from devtools.local_aws.client import LocalAws
 from platform_constructs.submitter.runtime.training_job import (
     TAG_CLIENT_TOKEN_SHA256,
     TAG_REQUEST_SHA256,
     TAG_SUBMITTER,
 )
-from trainctl.local_aws import LocalAws
 from trainctl.sdk import SUBMITTED_BY, Platform, PlatformRefusal, TrainerChanged
 from trainctl.submitter_client import submit_local
 
@@ -250,7 +250,7 @@ def test_the_emulator_platform_refuses_to_run_without_its_endpoint(aws) -> None:
 
 
 def test_the_env_file_of_local_aws_is_read_as_written(aws, tmp_path) -> None:
-    from trainctl.local_aws import write_env_file
+    from devtools.local_aws.stack import write_env_file
     from trainctl.sdk import read_env_file
 
     path = tmp_path / "aws.env"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from devtools.local_aws.client import LocalAws
 from platform_constructs.submitter.runtime import actions as _actions
 from platform_constructs.submitter.runtime import aws as _aws
 from platform_constructs.submitter.runtime import capacity as _capacity
@@ -25,7 +26,6 @@ from platform_constructs.submitter.runtime import request as _request
 from platform_constructs.submitter.runtime import request_schema as _request_schema
 from platform_constructs.submitter.runtime import service as _service
 from platform_constructs.submitter.runtime import settings as _settings
-from trainctl.local_aws import LocalAws
 
 PLANS: list[dict[str, Any]] = [
     {   # eligible, expires last

@@ -6,7 +6,7 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from trainctl.aws_shapes import validate_input, validate_output
+from devtools.local_aws.shapes import validate_input, validate_output
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

@@ -20,9 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.local_aws.client import LocalAws
+from devtools.local_aws.shapes import operation_model, validate_shape
+from devtools.local_aws.stack import ACCOUNT_ID
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S
-from trainctl.aws_shapes import operation_model, validate_shape
-from trainctl.local_aws import ACCOUNT_ID, LocalAws
 
 pytestmark = pytest.mark.xdist_group("capacity")
 
@@ -656,7 +657,7 @@ def test_emulator_refuses_a_job_on_another_accounts_plan(capacity_aws, capacity_
     ],
 )  # fmt: skip
 def test_emulator_refuses_bad_block_seeds_naming_the_field(seed, message):
-    from trainctl.local_aws_sagemaker import SageMakerExtension
+    from devtools.local_aws.sagemaker import SageMakerExtension
 
     extension = SageMakerExtension()
     with pytest.raises(ValueError) as raised:

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import event as label
 from hypothesis import strategies as st
 
+from devtools.local_aws.shapes import operation_model, validate_input
 from platform_constructs.submitter.runtime import request as request_module
 from platform_spec import catalogue
 from platform_spec.hyperparameters import SPECS
-from trainctl.aws_shapes import operation_model, validate_input
 
 pytestmark = pytest.mark.xdist_group("submitter")
 

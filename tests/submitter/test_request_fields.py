@@ -12,12 +12,12 @@ import jsonschema
 import pytest
 from botocore.validate import ParamValidator
 
+from devtools.local_aws.shapes import operation_model
 from platform_constructs.submitter.runtime import request as request_module
 from platform_constructs.submitter.runtime import request_schema
 from platform_constructs.submitter.runtime.fields import Check, Field, OnlyWith, check_table, names
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import HyperparameterError
-from trainctl.aws_shapes import operation_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from trainctl.local_aws import LocalAws
+from devtools.local_aws.client import LocalAws
 
 LOCAL_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [1, 2]}
 LOCAL_SET = {"num_layers": 2, "seq_length": 64, "max_steps": 12, "warmup_steps": 2, "log_interval": 1}

@@ -6,9 +6,8 @@
 * ``lambda_env``: the process environment of ``trainctl submit --function``
   pointed at ``fake_lambda`` (``AWS_ENDPOINT_URL``), with dummy credentials,
   ``AWS_REGION`` only, and no AWS config files or instance metadata.
-* ``aws``: one `trainctl local-aws` emulator, started as the README starts it
-  (``--env-file`` in a folder that does not exist yet). Tests using it are in
-  xdist group ``trainctl-aws``.
+* ``aws``: one `trainctl local-aws` emulator (:class:`devtools.local_aws.client.LocalAws`) seeded with
+  ``examples/plans.json``. Tests using it are in xdist group ``trainctl-aws``.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from trainctl.local_aws import LocalAws
+from devtools.local_aws.client import LocalAws
 
 REPO = Path(__file__).resolve().parents[2]
 INVOKE_PREFIX = "/2015-03-31/functions/"
@@ -151,26 +150,6 @@ def lambda_env(monkeypatch: pytest.MonkeyPatch, fake_lambda: FakeLambda, tmp_pat
 
 
 @pytest.fixture(scope="session")
-def aws_env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the session's emulator writes its env file: ``.demo/aws.env`` of a fresh folder (no ``.demo/`` yet)."""
-    return tmp_path_factory.mktemp("fresh-clone") / ".demo" / "aws.env"
-
-
-@pytest.fixture(scope="session")
-def aws(aws_env_file: Path) -> Iterator[LocalAws]:
-    with LocalAws(plans=str(REPO / "examples" / "plans.json"), env_file=aws_env_file) as emulator:
+def aws() -> Iterator[LocalAws]:
+    with LocalAws(plans=str(REPO / "examples" / "plans.json")) as emulator:
         yield emulator
-
-
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 90.0, interval: float = 0.2) -> Any:
-    """Poll ``predicate`` until it returns something true, and return that; ``AssertionError`` naming ``what``
-    after ``timeout`` seconds (the emulator's jobs and events run in other threads and processes)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"not within {timeout:g} s: {what}")

@@ -42,7 +42,9 @@ def test_a_command_parses_its_arguments_and_makes_one_library_call(name: str) ->
     *imports, answer = run.body
     assert len(imports) == 1 and isinstance(imports[0], ast.ImportFrom), ast.unparse(run)
     library = imports[0].module or ""
-    assert library.startswith("trainctl.") and not library.startswith("trainctl.commands"), library
+    package = COMMANDS[name].partition(".")[0]  # trainctl, or the package that adds the command (devtools)
+    assert library.startswith(f"{package}.") and not library.startswith("trainctl.commands"), library
+    assert library not in COMMANDS.values(), library  # never another command
     assert isinstance(answer, ast.Return) and isinstance(answer.value, ast.Call), ast.unparse(run)
     callee = answer.value.func
     assert isinstance(callee, ast.Name) and [alias.name for alias in imports[0].names] == [callee.id], ast.unparse(run)

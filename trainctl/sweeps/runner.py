@@ -134,7 +134,7 @@ def run_aws_sweep(
     Args:
         env: the environment of the in-process submitter and of the
             ``DescribeTrainingJob`` polling (default: the process environment;
-            e.g. :attr:`trainctl.local_aws.LocalAws.env`).
+            e.g. :attr:`devtools.local_aws.client.LocalAws.env`).
         function: invoke this deployed submitter function instead of the in-process one.
         wait: poll until every job is terminal or ``timeout`` seconds pass.
         dry_run: validate and choose capacity for each configuration; create

@@ -1,4 +1,4 @@
-"""``make demo``: the platform end to end on embedded defaults, with no AWS account.
+"""``make demo`` (``python -m devtools.demo``): the platform end to end on embedded defaults, with no AWS account.
 
 Steps (each prints a section; the first failure stops the demo non-zero):
 
@@ -40,6 +40,7 @@ that template instead of synthesizing again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -49,6 +50,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from devtools.local_aws.client import LocalAws
+from devtools.local_aws.stack import SAGEMAKER_LOG_GROUP
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / ".demo"
@@ -112,9 +116,6 @@ DEMO_CLIENT_TOKEN = "guide-default-demo-1"
 
 
 def step_submit() -> None:
-    import contextlib
-
-    from trainctl.local_aws import LocalAws
     from trainctl.submitter_client import submit_local
 
     out = DEMO_DIR / "submit"
@@ -351,7 +352,9 @@ RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
 
 
-def _run_plans() -> list[dict[str, object]]:
+def run_plans() -> list[dict[str, object]]:
+    """The two plans of step 5: one whose block ends :data:`RUN_FIRST_BLOCK_TRAINING_S` of training from now,
+    and one for 7 days."""
     from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, STOP_MARGIN_S
 
     ends = round(CAPACITY_BLOCK_RECLAIM_S + STOP_MARGIN_S + RUN_FIRST_BLOCK_TRAINING_S)
@@ -362,12 +365,12 @@ def _run_plans() -> list[dict[str, object]]:
     ]
 
 
-def _segment_losses(aws: object, job_name: str) -> list[tuple[int, float]]:
+def _segment_losses(aws: LocalAws, job_name: str) -> list[tuple[int, float]]:
     """``(step, loss)`` of a segment's ``[metrics]`` lines, read back from its CloudWatch Logs stream."""
     from platform_spec.metric_lines import parse_line
 
-    logs = aws.client("logs")  # type: ignore[attr-defined]
-    group = "/aws/sagemaker/TrainingJobs"
+    logs = aws.client("logs")
+    group = SAGEMAKER_LOG_GROUP
     points: list[tuple[int, float]] = []
     for stream in logs.describe_log_streams(logGroupName=group, logStreamNamePrefix=f"{job_name}/")["logStreams"]:
         kwargs = {"logGroupName": group, "logStreamName": stream["logStreamName"], "startFromHead": True}
@@ -384,10 +387,7 @@ def _segment_losses(aws: object, job_name: str) -> list[tuple[int, float]]:
 
 
 def step_run() -> None:
-    import contextlib
-
-    from platform_spec.runs import TERMINAL_DECISIONS, segment_job_name
-    from trainctl.local_aws import LocalAws
+    from platform_spec.runs import segment_job_name
     from trainctl.runs import run_blocks
     from trainctl.submitter_client import submit_local
     from trainctl.tables import print_blocks
@@ -401,7 +401,7 @@ def step_run() -> None:
     if not any(data.glob("shard-*.bin")):
         data = out / "data"
         prepare_data(data, [python_docs_corpus(out / "python-docs.jsonl")])
-    plans = _run_plans()
+    plans = run_plans()
     with (
         LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION]) as aws,
         open(out / "submitter.log", "w") as log,
@@ -439,21 +439,7 @@ def step_run() -> None:
             f"-> [green]submitted[/] {first['training_job_name']} on {first['capacity']['type']}: "
             f"{first['capacity']['reason']}"
         )
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        seen: dict[str, str] = {}
-        view: dict = {}
-        while time.monotonic() < deadline:
-            view = ask({"action": "describe", "run_id": RUN_ID})["run"]
-            for segment in view["segments"]:
-                status = f"{segment['status']}/{segment.get('secondary_status')}"
-                if seen.get(segment["training_job_name"]) != status:
-                    seen[segment["training_job_name"]] = status
-                    console.print(f"  {segment['training_job_name']}: {status}")
-            if view["state"] in TERMINAL_DECISIONS:
-                break
-            time.sleep(2)
-        else:
-            raise DemoError(f"the run did not end within {RUN_TIMEOUT_S} s: {view.get('state')}")
+        view = _wait_for_run(ask)
         (out / "run.json").write_text(json.dumps(view, indent=2))
         console.print("[bold]trainctl runs demo-run --local[/]:")
         print_blocks(run_blocks(view), console)
@@ -484,6 +470,30 @@ def step_run() -> None:
     console.print(f"wrote {(out / 'loss.png').relative_to(REPO_ROOT)}")
     if not last_loss < first_loss:
         raise DemoError("the loss did not fall across the run")
+
+
+def _wait_for_run(ask: Callable[[dict], dict]) -> dict:
+    """The run's view (``describe``) once it is decided, printing each segment's status as it changes.
+
+    Raises:
+        DemoError: not decided within :data:`RUN_TIMEOUT_S`.
+    """
+    from platform_spec.runs import TERMINAL_DECISIONS
+
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    seen: dict[str, str] = {}
+    view: dict = {}
+    while time.monotonic() < deadline:
+        view = ask({"action": "describe", "run_id": RUN_ID})["run"]
+        for segment in view["segments"]:
+            status = f"{segment['status']}/{segment.get('secondary_status')}"
+            if seen.get(segment["training_job_name"]) != status:
+                seen[segment["training_job_name"]] = status
+                console.print(f"  {segment['training_job_name']}: {status}")
+        if view["state"] in TERMINAL_DECISIONS:
+            return view
+        time.sleep(2)
+    raise DemoError(f"the run did not end within {RUN_TIMEOUT_S} s: {view.get('state')}")
 
 
 def _plot_run(curves: list[list[tuple[int, float]]], plans: list[str], path: Path) -> None:

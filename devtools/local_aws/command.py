@@ -1,8 +1,11 @@
 """``trainctl local-aws``: run the AWS emulator (moto + training plans) in the foreground.
 
-See :mod:`trainctl.local_aws` for what it emulates and its admin endpoints. It needs
+See :mod:`devtools.local_aws` for what it emulates and its admin endpoints. It needs
 moto, the project's extra ``local``: without it the command prints one line naming
-``pip install .[local]`` and exits 2 (:func:`trainctl.local_aws.run_emulator`).
+``pip install .[local]`` and exits 2 (:func:`devtools.local_aws.server.run_emulator`).
+
+A command of ``trainctl`` through the entry-point group ``trainctl.commands`` (pyproject.toml), with the
+contract of :mod:`trainctl.commands`: trainctl itself knows nothing of the development tools.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trainctl.local_aws import DEFAULT_REGION
+    from devtools.local_aws.stack import DEFAULT_REGION
 
     parser.add_argument("--port", type=_port, default=5000, help="TCP port (0: any free port; default 5000)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -83,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainctl.local_aws import run_emulator
+    from devtools.local_aws.server import run_emulator
 
     return run_emulator(
         host=args.host,

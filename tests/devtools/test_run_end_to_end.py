@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from devtools import demo
+from devtools.local_aws.client import LocalAws
 from platform_spec.metric_lines import parse_line
 from platform_spec.runs import segment_job_name
-from trainctl import demo
-from trainctl.local_aws import LocalAws
 from trainctl.runs import show_runs
 from trainctl.submitter_client import submit_local
 
 from .conftest import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainctl-run-end-to-end")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("devtools-run-end-to-end")]
 
 RUN_ID = "e2e-run"
 STEPS = 1_000_000  # never reached: the run ends because it is stopped
@@ -51,7 +51,7 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         "run": {"run_id": RUN_ID, "max_segments": 3, "min_segment_minutes": demo.RUN_MIN_SEGMENT_MINUTES},
     }
     first, second = segment_job_name(RUN_ID, 1), segment_job_name(RUN_ID, 2)
-    with LocalAws(plans=demo._run_plans(), run_jobs=True, event_targets=[demo.RUN_CONTINUATION]) as aws:
+    with LocalAws(plans=demo.run_plans(), run_jobs=True, event_targets=[demo.RUN_CONTINUATION]) as aws:
         for key, value in aws.env.items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("COLUMNS", "200")  # rich's width off a terminal: the job names in full

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from trainctl import demo
+from devtools import demo
 
-pytestmark = pytest.mark.xdist_group("trainctl-aws")
+pytestmark = pytest.mark.xdist_group("devtools-aws")
 
 
 def test_the_demo_submit_step_shows_a_retry_replaying_the_one_job(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools.local_aws.stack import write_env_file
 from trainctl.cli import main
-from trainctl.local_aws import write_env_file
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.xdist_group("trainctl-aws")
+pytestmark = pytest.mark.xdist_group("devtools-aws")
 
 
 def test_readme_local_aws_then_submit_local_on_a_fresh_clone(aws, aws_env_file: Path) -> None:
@@ -86,6 +86,47 @@ def test_an_env_file_path_that_cannot_be_written_is_refused_before_listening(tmp
     assert err.startswith(f"trainctl local-aws: --env-file {a_file / 'aws.env'}: ") and "listen" not in err
 
 
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
+def test_an_env_file_path_that_is_not_a_regular_file_is_refused_and_left_as_it_was(
+    tmp_path: Path, capsys, kind: str
+) -> None:
+    """Once, a symlink became a regular file and (as root) a device node was replaced: only a regular file is
+    written (atomically), anything else at the path is refused in one line, exit 2, before listening."""
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not ours\n")
+    path = tmp_path / "aws.env"
+    if kind == "symlink":
+        path.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["local-aws", "--port", "0", "--quiet", "--env-file", str(path)]) == 2
+    why = {"symlink": "a symbolic link", "fifo": "a FIFO", "folder": "a folder"}[kind]
+    assert capsys.readouterr().err == f"trainctl local-aws: --env-file {path}: {path} is {why}; expected a file path\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written beside it
+    assert target.read_text() == "not ours\n"
+    assert {"symlink": path.is_symlink, "fifo": path.is_fifo, "folder": path.is_dir}[kind]()
+    with pytest.raises(OSError, match=f"is {why}; expected a file path"):  # the function refuses it too
+        write_env_file(path, {"AWS_ENDPOINT_URL": "http://127.0.0.1:1"})
+    assert target.read_text() == "not ours\n" and sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_local_aws_is_a_command_the_product_finds_through_its_entry_point_group() -> None:
+    """trainctl's registry names no development module: `local-aws` comes from the entry-point group that
+    pyproject.toml declares (installed with the project), and no product module names its module."""
+    from importlib.metadata import entry_points
+
+    from trainctl.cli import COMMANDS, PLUGINS
+
+    (entry,) = [e for e in entry_points(group=PLUGINS) if e.name == "local-aws"]
+    assert entry.value == COMMANDS["local-aws"] == "devtools.local_aws.command"
+    product = ("platform_spec", "model_families", "planner", "training", "trainctl", "stacks", "constructs")
+    naming = [p for root in product for p in (REPO / root).rglob("*.py") if entry.value in p.read_text()]
+    assert naming == []
+
+
 def test_port_outside_the_tcp_range_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["local-aws", "--port", "70000"])
@@ -123,7 +164,7 @@ def _without_moto(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_local_aws_without_moto_says_how_to_install_it_and_exits_2(tmp_path: Path) -> None:
-    from trainctl.local_aws import MOTO_MISSING
+    from devtools.local_aws.stack import MOTO_MISSING
 
     env_file = tmp_path / "new" / "aws.env"
     code = "from trainctl.cli import main; sys.exit(main(sys.argv[1:]))\n"
@@ -141,8 +182,10 @@ def test_the_emulator_modules_import_moto_only_when_it_starts() -> None:
     before starting a process, and the moto extension module names the install, as an ImportError."""
     code = (
         "import json, subprocess\n"
-        "import trainctl.cli, trainctl.local_aws, trainctl.commands.local_aws, trainctl.submitter_client\n"
-        "from trainctl.local_aws import EmulatorUnavailable, LocalAws, MOTO_MISSING\n"
+        "import trainctl.cli, devtools.local_aws.client, devtools.local_aws.command, devtools.local_aws.server\n"
+        "import trainctl.submitter_client\n"
+        "from devtools.local_aws.client import LocalAws\n"
+        "from devtools.local_aws.stack import EmulatorUnavailable, MOTO_MISSING\n"
         "started = []\n"
         "subprocess.Popen = lambda *a, **k: started.append(a)  # LocalAws must not get this far\n"
         "aws = LocalAws(plans=[])\n"
@@ -151,7 +194,7 @@ def test_the_emulator_modules_import_moto_only_when_it_starts() -> None:
         "except EmulatorUnavailable as exc:\n"
         "    api = str(exc)\n"
         "try:\n"
-        "    import trainctl.local_aws_sagemaker\n"
+        "    import devtools.local_aws.sagemaker\n"
         "except ImportError as exc:\n"
         "    extension = (type(exc).__name__, str(exc))\n"
         "print(json.dumps({'api': api, 'extension': extension, 'started': len(started), 'process': aws.process is None,\n"

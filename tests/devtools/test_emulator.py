@@ -1,4 +1,5 @@
-"""`trainctl local-aws`: training-job lifecycle, the stack it creates, the CLI with `trainctl submit --local`."""
+"""`trainctl local-aws`: training-job lifecycle, the stack it creates (with the stack's defaults), the CLI with
+`trainctl submit --local`. Jobs are created through the submitter (its fixtures, tests/submitter/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,33 @@ import os
 import select
 import subprocess
 import sys
-from pathlib import Path
 
 import botocore.exceptions
 import pytest
 
+from devtools.local_aws.client import LocalAws
+from devtools.local_aws.stack import StackResources, function_environment
+from platform_constructs.submitter.runtime import config as runtime_config
+from platform_constructs.submitter.runtime import sagemaker_rules as runtime_sagemaker_rules
+from platform_constructs.submitter.runtime.settings import ENV_ALLOWED_INSTANCE_TYPES
+from platform_spec import catalogue
 from platform_spec.metric_lines import format_line
-from trainctl.local_aws import StackResources, function_environment
 
-pytestmark = pytest.mark.xdist_group("submitter")
+from ..submitter.conftest import PLANS, clients, config, env, make_request, runtime, submit
+from .conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.xdist_group("devtools-emulator")
+
+__all__ = ["clients", "config", "env", "make_request", "runtime", "submit"]  # the submitter's fixtures, used here
+
+GB200 = "ml.p6e-gb200.36xlarge"
+
+
+@pytest.fixture(scope="session")
+def aws():
+    """The emulator seeded with the submitter tests' plans."""
+    with LocalAws(plans=PLANS) as emulator:
+        yield emulator
 
 
 def _job(submit, make_request) -> str:
@@ -152,3 +169,12 @@ def test_cli_env_file_drives_trainctl_submit_local(runtime, tmp_path):
         server.wait(timeout=15)
         server.stdout.close()
     assert server.returncode == 0
+
+
+def test_the_emulator_allows_what_the_stack_allows_by_default() -> None:
+    allowed = function_environment("us-east-1", StackResources())[ENV_ALLOWED_INSTANCE_TYPES].split(",")
+    enum = set(runtime_sagemaker_rules.training_instance_types())
+    assert allowed == [t for t in catalogue.INSTANCE_TYPES if t in enum and t in catalogue.TRAINABLE_INSTANCE_TYPES]
+    assert allowed == list(runtime_config.default_allowed_instance_types())  # the stack's default, one home
+    assert "ml.p6-b200.48xlarge" in allowed and not any(catalogue.host_architecture_problem(t) for t in allowed)
+    assert GB200 in enum and GB200 not in allowed  # training jobs accept it; the image does not run on it

@@ -82,68 +82,80 @@ def _compiled(pattern: str) -> re.Pattern[str] | None:
 
 
 def _walk(value: Any, shape: Shape, path: str, errors: list[str]) -> None:
-    meta = shape.metadata
     kind = shape.type_name
-    if kind == "structure":
-        if not isinstance(value, dict):
-            errors.append(f"{path}: expected an object, got {type(value).__name__}")
-            return
-        if getattr(shape, "is_document_type", False):
-            return
-        for name in meta.get("required", []):
-            if name not in value:
-                errors.append(f"{path}: missing required member {name}")
-        for name, member_value in value.items():
-            member = shape.members.get(name)
-            if member is None:
-                errors.append(f"{path}: unknown member {name}")
-                continue
+    if kind in _CHECKS:
+        _CHECKS[kind](value, shape, path, errors)
+    elif kind in _SCALARS:
+        types, label, bounded = _SCALARS[kind]
+        # bool is an int to Python, a number to no service model
+        if isinstance(value, bool) != (kind == "boolean") or not isinstance(value, types):
+            errors.append(f"{path}: expected {label}, got {type(value).__name__}")
+        elif bounded:
+            _bounds(value, shape.metadata, path, "value", errors)
+
+
+def _structure(value: Any, shape: Shape, path: str, errors: list[str]) -> None:
+    if not isinstance(value, dict):
+        errors.append(f"{path}: expected an object, got {type(value).__name__}")
+        return
+    if getattr(shape, "is_document_type", False):
+        return
+    for name in shape.metadata.get("required", []):
+        if name not in value:
+            errors.append(f"{path}: missing required member {name}")
+    for name, member_value in value.items():
+        member = shape.members.get(name)
+        if member is None:
+            errors.append(f"{path}: unknown member {name}")
+        else:
             _walk(member_value, member, f"{path}.{name}", errors)
-    elif kind == "list":
-        if not isinstance(value, (list, tuple)):
-            errors.append(f"{path}: expected a list, got {type(value).__name__}")
-            return
-        _bounds(len(value), meta, path, "length", errors)
-        for i, item in enumerate(value):
-            _walk(item, shape.member, f"{path}[{i}]", errors)
-    elif kind == "map":
-        if not isinstance(value, dict):
-            errors.append(f"{path}: expected a map, got {type(value).__name__}")
-            return
-        _bounds(len(value), meta, path, "entries", errors)
-        for k, v in value.items():
-            _walk(k, shape.key, f"{path}<key {k!r}>", errors)
-            _walk(v, shape.value, f"{path}[{k!r}]", errors)
-    elif kind == "string":
-        if not isinstance(value, str):
-            errors.append(f"{path}: expected a string, got {type(value).__name__}")
-            return
-        _bounds(len(value), meta, path, "length", errors)
-        enum = meta.get("enum")
-        if enum and value not in enum:
-            errors.append(f"{path}: {value!r} is not one of {enum}")
-        pattern = meta.get("pattern")
-        compiled = _compiled(pattern) if pattern else None
-        if compiled is not None and compiled.fullmatch(value) is None:
-            errors.append(f"{path}: {value!r} does not match pattern {pattern!r}")
-    elif kind in ("integer", "long"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append(f"{path}: expected an integer, got {type(value).__name__}")
-            return
-        _bounds(value, meta, path, "value", errors)
-    elif kind in ("float", "double"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            errors.append(f"{path}: expected a number, got {type(value).__name__}")
-            return
-        _bounds(value, meta, path, "value", errors)
-    elif kind == "boolean":
-        if not isinstance(value, bool):
-            errors.append(f"{path}: expected a boolean, got {type(value).__name__}")
-    elif kind == "timestamp":
-        if not isinstance(value, (_dt.datetime, int, float, str)) or isinstance(value, bool):
-            errors.append(f"{path}: expected a timestamp, got {type(value).__name__}")
-    elif kind == "blob" and not isinstance(value, (bytes, bytearray, str)):
-        errors.append(f"{path}: expected bytes, got {type(value).__name__}")
+
+
+def _list(value: Any, shape: Shape, path: str, errors: list[str]) -> None:
+    if not isinstance(value, (list, tuple)):
+        errors.append(f"{path}: expected a list, got {type(value).__name__}")
+        return
+    _bounds(len(value), shape.metadata, path, "length", errors)
+    for i, item in enumerate(value):
+        _walk(item, shape.member, f"{path}[{i}]", errors)
+
+
+def _map(value: Any, shape: Shape, path: str, errors: list[str]) -> None:
+    if not isinstance(value, dict):
+        errors.append(f"{path}: expected a map, got {type(value).__name__}")
+        return
+    _bounds(len(value), shape.metadata, path, "entries", errors)
+    for k, v in value.items():
+        _walk(k, shape.key, f"{path}<key {k!r}>", errors)
+        _walk(v, shape.value, f"{path}[{k!r}]", errors)
+
+
+def _string(value: Any, shape: Shape, path: str, errors: list[str]) -> None:
+    meta = shape.metadata
+    if not isinstance(value, str):
+        errors.append(f"{path}: expected a string, got {type(value).__name__}")
+        return
+    _bounds(len(value), meta, path, "length", errors)
+    enum = meta.get("enum")
+    if enum and value not in enum:
+        errors.append(f"{path}: {value!r} is not one of {enum}")
+    pattern = meta.get("pattern")
+    compiled = _compiled(pattern) if pattern else None
+    if compiled is not None and compiled.fullmatch(value) is None:
+        errors.append(f"{path}: {value!r} does not match pattern {pattern!r}")
+
+
+_CHECKS = {"structure": _structure, "list": _list, "map": _map, "string": _string}
+_SCALARS: dict[str, tuple[tuple[type, ...], str, bool]] = {
+    # kind: (Python types accepted, what a message calls it, whether min / max bound the value)
+    "integer": ((int,), "an integer", True),
+    "long": ((int,), "an integer", True),
+    "float": ((int, float), "a number", True),
+    "double": ((int, float), "a number", True),
+    "boolean": ((bool,), "a boolean", False),
+    "timestamp": ((_dt.datetime, int, float, str), "a timestamp", False),
+    "blob": ((bytes, bytearray, str), "bytes", False),
+}
 
 
 def _bounds(number: float, meta: dict[str, Any], path: str, what: str, errors: list[str]) -> None:

@@ -10,7 +10,7 @@ process only) so that
 * ``DescribeTrainingPlan``, ``ListTrainingPlans`` and
   ``SearchTrainingPlanOfferings`` exist, serve the seeded plans, and have
   their requests and responses checked against botocore's service model
-  (:mod:`trainctl.aws_shapes`). Plans are kept by ARN and are seen only from
+  (:mod:`devtools.local_aws.shapes`). Plans are kept by ARN and are seen only from
   their own account and region; ``DescribeTrainingPlan`` takes a name or an
   ARN, as the real one does. A plan reserves one or more blocks
   (``ReservedCapacitySummaries``, gaps allowed); statuses follow the clock as
@@ -31,32 +31,42 @@ process only) so that
   ``FinalMetricDataList``;
 * ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping``.
 
+``Search`` of training jobs is :mod:`devtools.local_aws.search`'s. Job log lines go to CloudWatch Logs and
+their metrics to CloudWatch as SageMaker puts them (:func:`publish_logs`).
+
 This is an emulator for tests and demos, not SageMaker: there is no
 scheduling, no container, no billing. With the job runner on
-(:mod:`trainctl.local_aws_jobs`) a created job really trains on the CPU and
+(:mod:`devtools.local_aws.jobs`) a created job really trains on the CPU and
 moves itself through these statuses; every status change emits a state-change
 event (:meth:`SageMakerExtension.notify`). It needs moto (the project's extra
 ``local``); without it, importing this module raises
-:class:`trainctl.local_aws.EmulatorUnavailable` naming ``pip install .[local]``.
+:class:`devtools.local_aws.stack.EmulatorUnavailable` naming ``pip install .[local]``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import itertools
 import math
 import re
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from devtools.local_aws.shapes import operation_model, validate_input, validate_output, validate_shape
+from devtools.local_aws.stack import (
+    MOTO_MISSING,
+    SAGEMAKER_LOG_GROUP,
+    SAGEMAKER_METRICS_NAMESPACE,
+    EmulatorUnavailable,
+)
 from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.runs import TERMINAL_JOB_STATUSES
-from trainctl.aws_shapes import operation_model, validate_input, validate_output, validate_shape
-from trainctl.local_aws import MOTO_MISSING, EmulatorUnavailable
 
 try:  # moto is the extra `local`: this module is imported only once the emulator starts
     from moto.core.exceptions import ServiceException
@@ -92,32 +102,26 @@ class TransitionError(ValueError):
     """An admin status change that SageMaker's lifecycle does not allow."""
 
 
-def parse_time(value: Any, now: datetime) -> datetime:
+def _seed_time(value: Any, now: datetime, where: str) -> datetime:
     """A seed timestamp: ``datetime``, epoch seconds, ISO 8601, or ``now``, ``now+14d``, ``now-1h`` (s, m, h, d, w).
 
     Raises:
-        ValueError: an unreadable value.
+        ValueError: an unreadable value, naming ``where`` it is.
     """
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, tz=UTC)
-    if isinstance(value, str):
-        match = _RELATIVE_TIME.match(value.strip())
-        if match:
-            sign, amount, unit = match.groups()
-            if sign is None:
-                return now
-            delta = timedelta(seconds=float(amount) * _UNITS[unit])
-            return now + delta if sign == "+" else now - delta
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    raise ValueError(f"expected a timestamp (ISO 8601, epoch seconds or now[+-]N[smhdw]), got {value!r}")
-
-
-def _seed_time(value: Any, now: datetime, where: str) -> datetime:
     try:
-        return parse_time(value, now)
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, tz=UTC)
+        if isinstance(value, str):
+            match = _RELATIVE_TIME.match(value.strip())
+            if match:
+                sign, amount, unit = match.groups()
+                delta = timedelta(seconds=float(amount) * _UNITS[unit]) if sign else timedelta(0)
+                return now - delta if sign == "-" else now + delta
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        raise ValueError(f"expected a timestamp (ISO 8601, epoch seconds or now[+-]N[smhdw]), got {value!r}")
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
 
@@ -141,6 +145,115 @@ def _block(
         "StartTime": start,
         "EndTime": end,
     }
+
+
+def _name_plan(where: str, plan: dict[str, Any], *, account: str, region: str) -> str:
+    """Fill in the seed's ``TrainingPlanName`` or ``TrainingPlanArn`` from the other; returns the ARN."""
+    arn, name = plan.get("TrainingPlanArn"), plan.get("TrainingPlanName")
+    if not arn and not name:
+        raise ValueError(f"{where}: needs TrainingPlanArn or TrainingPlanName")
+    if arn and name and str(arn).rsplit("/", 1)[-1] != name:
+        raise ValueError(f"{where}.TrainingPlanName: {name!r} is not the name in TrainingPlanArn {arn}")
+    plan["TrainingPlanName"] = name = name or str(arn).rsplit("/", 1)[-1]
+    plan["TrainingPlanArn"] = arn = arn or f"arn:aws:sagemaker:{region}:{account}:training-plan/{name}"
+    return str(arn)
+
+
+def _span_minutes(where: str, plan: Mapping[str, Any]) -> int:
+    """Minutes from a plan's ``StartTime`` to its ``EndTime`` (both required of a plan seeded without blocks)."""
+    for key in ("StartTime", "EndTime"):
+        if key not in plan:
+            raise ValueError(f"{where}.{key}: required")
+    return int((plan["EndTime"] - plan["StartTime"]).total_seconds() // 60)
+
+
+def _cover_blocks(where: str, plan: dict[str, Any], blocks: list[dict[str, Any]]) -> int:
+    """Give the plan its ``blocks``, the times and count they imply; returns their reserved minutes."""
+    first, last = min(b["StartTime"] for b in blocks), max(b["EndTime"] for b in blocks)
+    plan.setdefault("StartTime", first)
+    plan.setdefault("EndTime", last)
+    if plan["StartTime"] > first or plan["EndTime"] < last:
+        raise ValueError(
+            f"{where}: StartTime..EndTime must cover every block ({first.isoformat()} .. {last.isoformat()})"
+        )
+    plan.setdefault("TotalInstanceCount", max(b["TotalInstanceCount"] for b in blocks))
+    plan["ReservedCapacitySummaries"] = blocks
+    return sum(b["DurationHours"] * 60 + b["DurationMinutes"] for b in blocks)
+
+
+def _seed_blocks(
+    where: str, summaries: Any, plan: Mapping[str, Any], instance_type: str | None, *, now: datetime
+) -> list[dict[str, Any]]:
+    """The seed's ``ReservedCapacitySummaries``, each filled in (:func:`_block`); blocks of one type never overlap."""
+    if not isinstance(summaries, list) or not summaries:
+        raise ValueError(f"{where}.ReservedCapacitySummaries: expected a non-empty list of blocks")
+    blocks = [
+        _seed_block(f"{where}.ReservedCapacitySummaries[{number}]", number, summary, plan, instance_type, now)
+        for number, summary in enumerate(summaries)
+    ]
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for block in blocks:
+        by_type.setdefault(block["InstanceType"], []).append(block)
+    for kind, same in by_type.items():
+        same.sort(key=lambda b: b["StartTime"])
+        for before, after in itertools.pairwise(same):
+            if after["StartTime"] < before["EndTime"]:
+                raise ValueError(
+                    f"{where}.ReservedCapacitySummaries: {kind} blocks overlap ({before['StartTime'].isoformat()} .. "
+                    f"{before['EndTime'].isoformat()} and {after['StartTime'].isoformat()} .. {after['EndTime'].isoformat()})"
+                )
+    return blocks
+
+
+def _seed_block(
+    at: str, number: int, summary: Any, plan: Mapping[str, Any], instance_type: str | None, now: datetime
+) -> dict[str, Any]:
+    if not isinstance(summary, Mapping):
+        raise ValueError(f"{at}: expected an object with StartTime, EndTime and TotalInstanceCount")
+    block = dict(copy.deepcopy(summary))
+    for key in ("StartTime", "EndTime"):
+        if key not in block:
+            raise ValueError(f"{at}.{key}: required")
+        block[key] = _seed_time(block[key], now, f"{at}.{key}")
+    if block["EndTime"] <= block["StartTime"]:
+        raise ValueError(f"{at}.EndTime: must be after StartTime")
+    block.setdefault("InstanceType", instance_type)
+    if block["InstanceType"] is None:
+        raise ValueError(f"{at}.InstanceType: required (or InstanceType at plan level)")
+    block.setdefault("TotalInstanceCount", plan.get("TotalInstanceCount"))
+    if block["TotalInstanceCount"] is None:
+        raise ValueError(f"{at}.TotalInstanceCount: required (or TotalInstanceCount at plan level)")
+    filled = _block(
+        plan["TrainingPlanArn"], number, block["InstanceType"], int(block["TotalInstanceCount"]),
+        block["StartTime"], block["EndTime"], plan.get("Status", "Active"),
+    )  # fmt: skip
+    filled.update(block)
+    return filled
+
+
+def _clock_status(period: Mapping[str, Any], now: datetime) -> str:
+    """A plan's or block's status by the clock: ``Scheduled`` before its ``StartTime``, ``Active``, ``Expired``
+    from its ``EndTime``."""
+    return "Expired" if now >= period["EndTime"] else "Active" if now >= period["StartTime"] else "Scheduled"
+
+
+def _plan_status(plan: Mapping[str, Any], blocks: list[dict[str, Any]], now: datetime) -> str:
+    """A usable plan's status at ``now``: its blocks' (``Scheduled`` again in a gap between two), else its own times."""
+    if not blocks:
+        return _clock_status(plan, now)
+    if any(b["StartTime"] <= now < b["EndTime"] for b in blocks):
+        return "Active"
+    return "Expired" if now >= max(b["EndTime"] for b in blocks) else "Scheduled"
+
+
+def _reserved_instances(plan: Mapping[str, Any], blocks: list[dict[str, Any]], now: datetime) -> int:
+    """Instances of the blocks running at ``now``, else of those starting next; the plan's total without blocks."""
+    current = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
+    if not current:
+        upcoming = [b for b in blocks if b["StartTime"] > now]
+        first = min((b["StartTime"] for b in upcoming), default=None)
+        current = [b for b in upcoming if b["StartTime"] == first]
+    return sum(int(b["TotalInstanceCount"]) for b in current) if current else int(plan["TotalInstanceCount"])
 
 
 @dataclass
@@ -186,9 +299,9 @@ class SageMakerExtension:
         self.plans: dict[str, dict[str, Any]] = {}
         self.jobs: dict[tuple[str, str, str], JobRecord] = {}
         self.runner: Any = None
-        """The job runner (:class:`trainctl.local_aws_jobs.JobRunner`) once the emulator serves; None: jobs never run."""
+        """The job runner (:class:`devtools.local_aws.jobs.JobRunner`) once the emulator serves; None: jobs never run."""
         self.events: Any = None
-        """The event bus (:class:`trainctl.local_aws_jobs.EventBus`); None: no state-change events."""
+        """The event bus (:class:`devtools.local_aws.jobs.EventBus`); None: no state-change events."""
 
     # --- plans -----------------------------------------------------------------------------
 
@@ -244,13 +357,7 @@ class SageMakerExtension:
             raise ValueError(f"{where}: expected an object shaped like DescribeTrainingPlan's response")
         plan = dict(copy.deepcopy(seed))
         instance_type = plan.pop("InstanceType", None)
-        arn, name = plan.get("TrainingPlanArn"), plan.get("TrainingPlanName")
-        if not arn and not name:
-            raise ValueError(f"{where}: needs TrainingPlanArn or TrainingPlanName")
-        if arn and name and str(arn).rsplit("/", 1)[-1] != name:
-            raise ValueError(f"{where}.TrainingPlanName: {name!r} is not the name in TrainingPlanArn {arn}")
-        plan["TrainingPlanName"] = name = name or str(arn).rsplit("/", 1)[-1]
-        plan["TrainingPlanArn"] = arn = arn or f"arn:aws:sagemaker:{region}:{account}:training-plan/{name}"
+        arn = _name_plan(where, plan, account=account, region=region)
         for key in ("StartTime", "EndTime"):
             if key in plan:
                 plan[key] = _seed_time(plan[key], now, f"{where}.{key}")
@@ -258,22 +365,9 @@ class SageMakerExtension:
         plan.setdefault("TargetResources", ["training-job"])
         summaries = plan.get("ReservedCapacitySummaries")
         if summaries is not None:
-            blocks = self._normalise_blocks(where, summaries, plan, instance_type, now=now)
-            first, last = min(b["StartTime"] for b in blocks), max(b["EndTime"] for b in blocks)
-            plan.setdefault("StartTime", first)
-            plan.setdefault("EndTime", last)
-            if plan["StartTime"] > first or plan["EndTime"] < last:
-                raise ValueError(
-                    f"{where}: StartTime..EndTime must cover every block ({first.isoformat()} .. {last.isoformat()})"
-                )
-            plan.setdefault("TotalInstanceCount", max(b["TotalInstanceCount"] for b in blocks))
-            minutes = sum(b["DurationHours"] * 60 + b["DurationMinutes"] for b in blocks)
-            plan["ReservedCapacitySummaries"] = blocks
+            minutes = _cover_blocks(where, plan, _seed_blocks(where, summaries, plan, instance_type, now=now))
         else:
-            for key in ("StartTime", "EndTime"):
-                if key not in plan:
-                    raise ValueError(f"{where}.{key}: required")
-            minutes = int((plan["EndTime"] - plan["StartTime"]).total_seconds() // 60)
+            minutes = _span_minutes(where, plan)
         if plan["EndTime"] <= plan["StartTime"]:
             raise ValueError(f"{where}.EndTime: must be after StartTime")
         total = plan.get("TotalInstanceCount")
@@ -292,49 +386,6 @@ class SageMakerExtension:
         if problems:
             raise ValueError("; ".join(problems))
         return plan
-
-    @staticmethod
-    def _normalise_blocks(
-        where: str, summaries: Any, plan: Mapping[str, Any], instance_type: str | None, *, now: datetime
-    ) -> list[dict[str, Any]]:
-        if not isinstance(summaries, list) or not summaries:
-            raise ValueError(f"{where}.ReservedCapacitySummaries: expected a non-empty list of blocks")
-        blocks = []
-        for number, summary in enumerate(summaries):
-            at = f"{where}.ReservedCapacitySummaries[{number}]"
-            if not isinstance(summary, Mapping):
-                raise ValueError(f"{at}: expected an object with StartTime, EndTime and TotalInstanceCount")
-            block = dict(copy.deepcopy(summary))
-            for key in ("StartTime", "EndTime"):
-                if key not in block:
-                    raise ValueError(f"{at}.{key}: required")
-                block[key] = _seed_time(block[key], now, f"{at}.{key}")
-            if block["EndTime"] <= block["StartTime"]:
-                raise ValueError(f"{at}.EndTime: must be after StartTime")
-            block.setdefault("InstanceType", instance_type)
-            if block["InstanceType"] is None:
-                raise ValueError(f"{at}.InstanceType: required (or InstanceType at plan level)")
-            block.setdefault("TotalInstanceCount", plan.get("TotalInstanceCount"))
-            if block["TotalInstanceCount"] is None:
-                raise ValueError(f"{at}.TotalInstanceCount: required (or TotalInstanceCount at plan level)")
-            filled = _block(
-                plan["TrainingPlanArn"], number, block["InstanceType"], int(block["TotalInstanceCount"]),
-                block["StartTime"], block["EndTime"], plan.get("Status", "Active"),
-            )  # fmt: skip
-            filled.update(block)
-            blocks.append(filled)
-        by_type: dict[str, list[dict[str, Any]]] = {}
-        for block in blocks:
-            by_type.setdefault(block["InstanceType"], []).append(block)
-        for kind, same in by_type.items():
-            same.sort(key=lambda b: b["StartTime"])
-            for before, after in itertools.pairwise(same):
-                if after["StartTime"] < before["EndTime"]:
-                    raise ValueError(
-                        f"{where}.ReservedCapacitySummaries: {kind} blocks overlap ({before['StartTime'].isoformat()} .. "
-                        f"{before['EndTime'].isoformat()} and {after['StartTime'].isoformat()} .. {after['EndTime'].isoformat()})"
-                    )
-        return blocks
 
     def find_plan(self, name_or_arn: str, *, account: str | None = None, region: str | None = None) -> str:
         """The key (ARN) of the plan ``name_or_arn`` names, as seen from ``account`` / ``region``.
@@ -391,22 +442,11 @@ class SageMakerExtension:
         blocks = plan.get("ReservedCapacitySummaries") or []
         status = plan["Status"]
         if status in USABLE_PLAN_STATUSES:
-            if blocks:
-                running = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
-                status = "Active" if running else "Expired" if now >= max(b["EndTime"] for b in blocks) else "Scheduled"
-            else:
-                status = "Expired" if now >= plan["EndTime"] else "Active" if now >= plan["StartTime"] else "Scheduled"
+            status = _plan_status(plan, blocks, now)
             for block in blocks:
-                block["Status"] = (
-                    "Expired" if now >= block["EndTime"] else "Active" if now >= block["StartTime"] else "Scheduled"
-                )
+                block["Status"] = _clock_status(block, now)
         plan["Status"] = status
-        current = [b for b in blocks if b["StartTime"] <= now < b["EndTime"]]
-        if not current:
-            upcoming = [b for b in blocks if b["StartTime"] > now]
-            first = min((b["StartTime"] for b in upcoming), default=None)
-            current = [b for b in upcoming if b["StartTime"] == first]
-        block_total = sum(int(b["TotalInstanceCount"]) for b in current) if current else int(plan["TotalInstanceCount"])
+        block_total = _reserved_instances(plan, blocks, now)
         seeded_in_use = int(plan["InUseInstanceCount"])
         plan["InUseInstanceCount"] = seeded_in_use + in_use
         available = min(int(plan["AvailableInstanceCount"]), block_total - seeded_in_use) - in_use
@@ -557,6 +597,45 @@ def metrics_from_log(params: Mapping[str, Any], lines: Iterable[str]) -> dict[st
     return values
 
 
+def publish_logs(
+    client: Callable[[str], Any], job: JobRecord, lines: Sequence[str], times: Sequence[float] | None = None
+) -> None:
+    """Put ``lines`` in CloudWatch Logs and their metrics in CloudWatch, as SageMaker does.
+
+    Group ``/aws/sagemaker/TrainingJobs``, stream ``<job>/algo-1-<creation epoch>``; metrics
+    matched with the job's ``MetricDefinitions`` go to namespace ``/aws/sagemaker/TrainingJobs``,
+    dimension ``TrainingJobName``. ``client(service)``: a boto3 client of the emulator. ``times``
+    (epoch seconds, one per line): when each line was seen, the timestamp of its log event and its
+    datapoints (default: now).
+    """
+    if not lines:
+        return
+    logs, cloudwatch = client("logs"), client("cloudwatch")
+    stream = f"{job.name}/algo-1-{int(job.created.timestamp())}"
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName=SAGEMAKER_LOG_GROUP)
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_stream(logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream)
+    seen = list(times) if times is not None else [time.time()] * len(lines)
+    events = [{"timestamp": int(t * 1000), "message": line or " "} for t, line in zip(seen, lines, strict=True)]
+    for start in range(0, len(events), 1000):  # PutLogEvents takes at most 10,000 events a call
+        logs.put_log_events(
+            logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream, logEvents=events[start : start + 1000]
+        )
+    data = [
+        {
+            "MetricName": name,
+            "Value": value,
+            "Timestamp": datetime.fromtimestamp(t, tz=UTC),
+            "Dimensions": [{"Name": "TrainingJobName", "Value": job.name}],
+        }
+        for t, line in zip(seen, lines, strict=True)
+        for name, value in metrics_from_log(job.params, [line]).items()
+    ]
+    for start in range(0, len(data), 500):
+        cloudwatch.put_metric_data(Namespace=SAGEMAKER_METRICS_NAMESPACE, MetricData=data[start : start + 500])
+
+
 EXTENSION = SageMakerExtension()
 """The emulator process's SageMaker state."""
 
@@ -564,7 +643,8 @@ EXTENSION = SageMakerExtension()
 # --- moto response methods ------------------------------------------------------------------
 
 
-def _checked_params(response: SageMakerResponse, operation: str) -> dict[str, Any]:
+def checked_params(response: SageMakerResponse, operation: str) -> dict[str, Any]:
+    """The request's parameters, checked against botocore's model of ``operation`` (``ValidationException``)."""
     params = dict(response.params or {})
     problems = validate_input("sagemaker", operation, params)
     if problems:
@@ -572,7 +652,8 @@ def _checked_params(response: SageMakerResponse, operation: str) -> dict[str, An
     return params
 
 
-def _checked_result(operation: str, result: dict[str, Any]) -> ActionResult:
+def checked_result(operation: str, result: dict[str, Any]) -> ActionResult:
+    """``result`` as moto's answer, checked against botocore's model of ``operation`` (``InternalFailure``)."""
     problems = validate_output("sagemaker", operation, result)
     if problems:
         raise InternalFailure(f"emulator bug: {operation} response violates the service model: " + "; ".join(problems))
@@ -580,13 +661,13 @@ def _checked_result(operation: str, result: dict[str, Any]) -> ActionResult:
 
 
 def describe_training_plan(self: SageMakerResponse) -> ActionResult:
-    params = _checked_params(self, "DescribeTrainingPlan")
+    params = checked_params(self, "DescribeTrainingPlan")
     name = params["TrainingPlanName"]  # a name or an ARN (TrainingPlanNameOrArn)
     try:
         plan = EXTENSION.describe_plan(name, account=self.current_account, region=self.region)
     except KeyError:
         raise ResourceNotFound(message=f"Training plan {name} not found.") from None
-    return _checked_result("DescribeTrainingPlan", plan)
+    return checked_result("DescribeTrainingPlan", plan)
 
 
 _SUMMARY_KEYS = tuple(
@@ -595,25 +676,17 @@ _SUMMARY_KEYS = tuple(
 
 
 def list_training_plans(self: SageMakerResponse) -> ActionResult:
-    params = _checked_params(self, "ListTrainingPlans")
+    params = checked_params(self, "ListTrainingPlans")
     now = datetime.now(UTC)
     account, region = self.current_account, self.region
     with EXTENSION.lock:
         plans = [
             EXTENSION.describe_plan(arn, now) for arn in EXTENSION.plans if arn.split(":")[3:5] == [region, account]
         ]
-    for f in params.get("Filters") or []:
-        if f["Name"] == "Status":
-            plans = [p for p in plans if p["Status"] == f["Value"]]
-    if params.get("StartTimeAfter"):
-        plans = [p for p in plans if p["StartTime"] > params["StartTimeAfter"]]
-    if params.get("StartTimeBefore"):
-        plans = [p for p in plans if p["StartTime"] < params["StartTimeBefore"]]
+    plans = [p for p in plans if _listed(p, params)]
     sort_by = params.get("SortBy", "StartTime")
-    key = {"TrainingPlanName": lambda p: p["TrainingPlanName"], "Status": lambda p: p["Status"]}.get(
-        sort_by, lambda p: p["StartTime"]
-    )
-    plans.sort(key=key, reverse=params.get("SortOrder", "Ascending") == "Descending")
+    sort_key = sort_by if sort_by in ("TrainingPlanName", "Status") else "StartTime"
+    plans.sort(key=lambda p: p[sort_key], reverse=params.get("SortOrder", "Ascending") == "Descending")
     try:
         start = int(params.get("NextToken") or 0)
     except ValueError:
@@ -623,11 +696,22 @@ def list_training_plans(self: SageMakerResponse) -> ActionResult:
     result: dict[str, Any] = {"TrainingPlanSummaries": [{k: p[k] for k in _SUMMARY_KEYS if k in p} for p in page]}
     if start + size < len(plans):
         result["NextToken"] = str(start + size)
-    return _checked_result("ListTrainingPlans", result)
+    return checked_result("ListTrainingPlans", result)
+
+
+def _listed(plan: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
+    """Whether ``ListTrainingPlans``' ``Filters`` (every ``Status`` one), ``StartTimeAfter`` and
+    ``StartTimeBefore`` keep ``plan``."""
+    after, before = params.get("StartTimeAfter"), params.get("StartTimeBefore")
+    return (
+        all(plan["Status"] == f["Value"] for f in params.get("Filters") or [] if f["Name"] == "Status")
+        and (not after or plan["StartTime"] > after)
+        and (not before or plan["StartTime"] < before)
+    )
 
 
 def search_training_plan_offerings(self: SageMakerResponse) -> ActionResult:
-    params = _checked_params(self, "SearchTrainingPlanOfferings")
+    params = checked_params(self, "SearchTrainingPlanOfferings")
     instance_type = params.get("InstanceType")
     count = params.get("InstanceCount") or 1
     hours = int(params.get("DurationHours") or 24)
@@ -662,39 +746,50 @@ def search_training_plan_offerings(self: SageMakerResponse) -> ActionResult:
                 ],
             }
         )
-    return _checked_result("SearchTrainingPlanOfferings", {"TrainingPlanOfferings": offerings})
+    return checked_result("SearchTrainingPlanOfferings", {"TrainingPlanOfferings": offerings})
 
 
-def create_training_job(self: SageMakerResponse) -> ActionResult:
-    params = _checked_params(self, "CreateTrainingJob")
-    name = params.get("TrainingJobName")
-    backend = self.sagemaker_backend
-    resource = params.get("ResourceConfig") or {}
-    stopping = params.get("StoppingCondition") or {}
-    spot = bool(params.get("EnableManagedSpotTraining"))
-    plan_arn = resource.get("TrainingPlanArn")
+def _check_spot(spot: bool, stopping: Mapping[str, Any]) -> None:
+    """SageMaker's rules for ``MaxWaitTimeInSeconds``, which only (and always) a managed spot job has."""
     if spot and "MaxWaitTimeInSeconds" not in stopping:
         raise ValidationError(message="MaxWaitTimeInSeconds is required when EnableManagedSpotTraining is true.")
     if not spot and "MaxWaitTimeInSeconds" in stopping:
         raise ValidationError(message="MaxWaitTimeInSeconds can be set only when EnableManagedSpotTraining is true.")
     if spot and stopping.get("MaxWaitTimeInSeconds", 0) < stopping.get("MaxRuntimeInSeconds", 0):
         raise ValidationError(message="MaxWaitTimeInSeconds must be greater than or equal to MaxRuntimeInSeconds.")
+
+
+def _check_plan(plan_arn: str, instance_type: str | None, *, account: str, region: str) -> None:
+    """A job's ``TrainingPlanArn``: a plan of the caller's account and region, reserving ``instance_type``,
+    usable and meant for training jobs."""
+    try:
+        plan = EXTENSION.describe_plan(plan_arn, account=account, region=region)
+    except KeyError:
+        raise ValidationError(
+            message=f"Training plan {plan_arn} does not exist in account {account}, region {region}."
+        ) from None
+    types = {s["InstanceType"] for s in plan.get("ReservedCapacitySummaries", [])}
+    if instance_type not in types:
+        raise ValidationError(
+            message=f"Instance type {instance_type} does not match training plan {plan_arn} ({', '.join(sorted(types))})."
+        )
+    if plan["Status"] not in USABLE_PLAN_STATUSES or "training-job" not in plan.get("TargetResources", []):
+        raise ValidationError(message=f"Training plan {plan_arn} is {plan['Status']} and cannot run training jobs.")
+
+
+def create_training_job(self: SageMakerResponse) -> ActionResult:
+    params = checked_params(self, "CreateTrainingJob")
+    name = params.get("TrainingJobName")
+    backend = self.sagemaker_backend
+    resource = params.get("ResourceConfig") or {}
+    stopping = params.get("StoppingCondition") or {}
+    spot = bool(params.get("EnableManagedSpotTraining"))
+    plan_arn = resource.get("TrainingPlanArn")
+    _check_spot(spot, stopping)
     if plan_arn:
         if spot:
             raise ValidationError(message="Managed spot training cannot be used with a training plan.")
-        try:
-            plan = EXTENSION.describe_plan(plan_arn, account=backend.account_id, region=backend.region_name)
-        except KeyError:
-            raise ValidationError(
-                message=f"Training plan {plan_arn} does not exist in account {backend.account_id}, region {backend.region_name}."
-            ) from None
-        types = {s["InstanceType"] for s in plan.get("ReservedCapacitySummaries", [])}
-        if resource.get("InstanceType") not in types:
-            raise ValidationError(
-                message=f"Instance type {resource.get('InstanceType')} does not match training plan {plan_arn} ({', '.join(sorted(types))})."
-            )
-        if plan["Status"] not in USABLE_PLAN_STATUSES or "training-job" not in plan.get("TargetResources", []):
-            raise ValidationError(message=f"Training plan {plan_arn} is {plan['Status']} and cannot run training jobs.")
+        _check_plan(plan_arn, resource.get("InstanceType"), account=backend.account_id, region=backend.region_name)
     now = datetime.now(UTC)
     with EXTENSION.lock:
         if name in backend.training_jobs:
@@ -756,7 +851,7 @@ def describe_training_job(self: SageMakerResponse) -> ActionResult:
     name = self._get_param("TrainingJobName")
     with EXTENSION.lock:
         result = EXTENSION.describe_job(_record(self, name))
-    return _checked_result("DescribeTrainingJob", result)
+    return checked_result("DescribeTrainingJob", result)
 
 
 def stop_training_job(self: SageMakerResponse) -> EmptyResult:
@@ -796,6 +891,3 @@ def install() -> None:
     """Patch moto's ``SageMakerResponse`` with the methods above (idempotent; emulator process only)."""
     for name, function in _PATCHES.items():
         setattr(SageMakerResponse, name, function)
-    from trainctl import local_aws_search  # Search of training jobs (its own module: it imports this one)
-
-    local_aws_search.install()

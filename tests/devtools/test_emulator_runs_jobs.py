@@ -1,4 +1,4 @@
-"""The emulator executes the training jobs it accepts (``LocalAws(run_jobs=True)``, :mod:`trainctl.local_aws_jobs`).
+"""The emulator executes the training jobs it accepts (``LocalAws(run_jobs=True)``, :mod:`devtools.local_aws.jobs`).
 
 A tiny model (gpt-tiny, one block, one CPU process) runs through the trainer's container entry
 point from a ``CreateTrainingJob`` request, end to end: statuses, ``FinalMetricDataList``,
@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
+from devtools.local_aws.client import LocalAws
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S
-from trainctl.local_aws import LocalAws
 from training.environment import STOP_MARGIN_S, SageMakerPaths
 from training.supervision import read_status
 
 from .conftest import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainctl-emulator-jobs")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("devtools-emulator-jobs")]
 
 HERE = Path(__file__).resolve().parent
-RECORD = "emulator_targets:record"  # tests/trainctl/emulator_targets.py, on the emulator's PYTHONPATH
+RECORD = "emulator_targets:record"  # tests/devtools/emulator_targets.py, on the emulator's PYTHONPATH
 FLAKY = "emulator_targets:flaky"
 LOSS = r"\[metrics\] step=\d+ loss=([0-9.]+)"
 TINY: dict[str, str] = {
@@ -51,10 +51,10 @@ TINY: dict[str, str] = {
 
 @pytest.fixture(scope="module")
 def aws() -> Any:
-    # by file, not as tests.trainctl...: a package installed as `tests` would shadow this repository's folder
+    # by file, not as tests.devtools...: a package installed as `tests` would shadow this repository's folder
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
-        emulator = LocalAws(run_jobs=True, event_targets=[RECORD, FLAKY])
+        emulator = LocalAws(run_jobs=True, event_targets=[RECORD, FLAKY], event_retry_delays=[0.1, 0.1])
         emulator.start()
     try:
         yield emulator
@@ -324,7 +324,7 @@ def test_a_checkpoints_marker_is_uploaded_after_its_files_even_at_the_same_mtime
     """A coarse file clock gives a checkpoint's shards, state and ``.complete`` one ``mtime_ns``; sorted by
     name, ``.complete`` came first, so S3 held a "complete" folder without its files while the sync ran (or
     for good, had it stopped there). No training run: a recording S3 client."""
-    from trainctl.local_aws_jobs import CheckpointSync
+    from devtools.local_aws.jobs import CheckpointSync
 
     folder = tmp_path / "step-4"
     folder.mkdir()

@@ -33,7 +33,8 @@ stay moto's), following the API reference
 
 Unlike SageMaker's, this ``Search`` is strongly consistent: a job is found
 as soon as it is created. Requests and answers are checked against botocore's
-service model. Jobs are seen only from their own account and region.
+service model. Jobs are seen only from their own account and region. It needs moto (the extra ``local``),
+imported by the emulator's process only.
 """
 
 from __future__ import annotations
@@ -47,17 +48,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from trainctl.aws_shapes import operation_model
-from trainctl.local_aws_sagemaker import EXTENSION, _checked_params, _checked_result
+from moto.sagemaker.exceptions import ValidationError
+from moto.sagemaker.models import sagemaker_backends
+from moto.sagemaker.responses import SageMakerResponse
 
-try:  # moto is the extra `local`; this module is imported only once the emulator starts
-    from moto.sagemaker.exceptions import ValidationError
-    from moto.sagemaker.models import sagemaker_backends
-    from moto.sagemaker.responses import SageMakerResponse
-except ImportError as exc:  # pragma: no cover - local_aws_sagemaker raised first
-    from trainctl.local_aws import MOTO_MISSING, EmulatorUnavailable
-
-    raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
+from devtools.local_aws.sagemaker import EXTENSION, checked_params, checked_result
+from devtools.local_aws.shapes import operation_model
 
 DEFAULT_MAX_RESULTS = 10
 """``MaxResults`` of a request that sends none."""
@@ -77,7 +73,7 @@ def search(self: SageMakerResponse) -> Any:
     if self._get_param("Resource") != "TrainingJob":
         assert _moto_search is not None
         return _moto_search(self)
-    params = _checked_params(self, "Search")
+    params = checked_params(self, "Search")
     backend = self.sagemaker_backend
     members = _training_job_members()
     expression = params.get("SearchExpression") or {}
@@ -90,28 +86,29 @@ def search(self: SageMakerResponse) -> Any:
     _check_names(expression, members)
     if sort_by.split(".", 1)[0] not in members | {"Tags", "Metrics"}:
         raise ValidationError(message=f"Unknown property name for SortBy: {sort_by}")
-    with EXTENSION.lock:
-        moto_jobs = sagemaker_backends[backend.account_id][backend.region_name].training_jobs
-        jobs = []
-        for (account, region, name), record in EXTENSION.jobs.items():
-            if (account, region) != (backend.account_id, backend.region_name):
-                continue
-            job = {k: v for k, v in EXTENSION.describe_job(record).items() if k in members}
-            moto_job = moto_jobs.get(name)
-            job["Tags"] = copy.deepcopy(list(getattr(moto_job, "tags", None) or []))
-            jobs.append(job)
+    jobs = _training_jobs(backend.account_id, backend.region_name, members)
     matched = [job for job in jobs if _matches(job, expression)]
     matched.sort(key=lambda job: _sort_key(job, sort_by), reverse=descending)
-    start = 0
-    if params.get("NextToken"):
-        after = _decode_token(params["NextToken"], query)
-        keys = [_cursor(job, sort_by) for job in matched]
-        start = next((i for i, key in enumerate(keys) if _after(key, after, descending)), len(matched))
+    start = _resume_at(matched, params.get("NextToken"), query, sort_by, descending)
     page = matched[start : start + size]
     result: dict[str, Any] = {"Results": [{"TrainingJob": job} for job in page]}
     if start + size < len(matched):
         result["NextToken"] = _encode_token(query, _cursor(page[-1], sort_by))
-    return _checked_result("Search", result)
+    return checked_result("Search", result)
+
+
+def _training_jobs(account: str, region: str, members: frozenset[str]) -> list[dict[str, Any]]:
+    """The jobs of ``account`` and ``region`` as ``Search`` returns a ``TrainingJob`` (``members``), with their tags."""
+    with EXTENSION.lock:
+        moto_jobs = sagemaker_backends[account][region].training_jobs
+        jobs = []
+        for (job_account, job_region, name), record in EXTENSION.jobs.items():
+            if (job_account, job_region) != (account, region):
+                continue
+            job = {k: v for k, v in EXTENSION.describe_job(record).items() if k in members}
+            job["Tags"] = copy.deepcopy(list(getattr(moto_jobs.get(name), "tags", None) or []))
+            jobs.append(job)
+    return jobs
 
 
 def _check_names(expression: Mapping[str, Any], members: frozenset[str]) -> None:
@@ -227,6 +224,14 @@ def _after(key: list[Any], cursor: list[Any], descending: bool) -> bool:
         return key < cursor if descending else key > cursor
     except TypeError:  # a property holding numbers on some jobs and text on others
         return str(key) < str(cursor) if descending else str(key) > str(cursor)
+
+
+def _resume_at(matched: list[dict[str, Any]], token: str | None, query: str, sort_by: str, descending: bool) -> int:
+    """Where the page of ``token`` starts in ``matched`` (sorted): the first job after its cursor (0: no token)."""
+    if not token:
+        return 0
+    after = _decode_token(token, query)
+    return next((i for i, job in enumerate(matched) if _after(_cursor(job, sort_by), after, descending)), len(matched))
 
 
 def _encode_token(query: str, cursor: list[Any]) -> str:

@@ -64,8 +64,8 @@ Events (:class:`EventBus`): every status change of every job (executed or driven
 SageMaker's events carry them) to moto's EventBridge default bus (``PutEvents``) and to each
 in-process target (``--event-target module:function``, ``LocalAws(event_targets=[...])``),
 called like a Lambda function that an EventBridge rule invokes asynchronously: ``fn(event,
-context)`` in a worker thread of its own, with :data:`TARGET_ATTEMPTS` attempts when it raises
-(Lambda retries an asynchronous invocation's function error twice, "Asynchronous invocation",
+context)`` in a worker thread of its own, retried twice when it raises (Lambda retries an
+asynchronous invocation's function error twice, "Asynchronous invocation",
 https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html; the emulator
 waits :data:`TARGET_RETRY_DELAYS_S` instead of Lambda's minutes). A target receives every event
 (a rule matching the source and detail type; filtering terminal statuses is the target's job, as
@@ -73,8 +73,9 @@ the deployed rule does it). Each event and each delivery is recorded (``GET /_lo
 ``POST /_local-aws/events/<id>/redeliver`` delivers a recorded event again (duplicate and
 out-of-order delivery, which EventBridge allows: "at least once", no ordering).
 
-Pure standard library plus boto3 (clients of the emulator's own endpoint); imported only by the
-emulator process.
+The standard library, boto3 (clients of the emulator's own endpoint) and the trainer's local
+launcher (:mod:`training.local`); imported only by the emulator process (it needs moto, through
+:mod:`devtools.local_aws.sagemaker`).
 """
 
 from __future__ import annotations
@@ -96,20 +97,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from devtools.local_aws.sagemaker import JobRecord, SageMakerExtension, TransitionError, metrics_from_log, publish_logs
+from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
 from platform_spec.checkpoint_layout import COMPLETE_MARKER
 from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
+from training.environment import SageMakerPaths
+from training.local import kill_tree, prepare_base_dir, start_local
 
-if TYPE_CHECKING:
-    from trainctl.local_aws import EmulatorApp
-    from trainctl.local_aws_sagemaker import JobRecord, SageMakerExtension
-
-TARGET_ATTEMPTS = 3
-"""Attempts per event and target: Lambda's asynchronous invocation retries a function error twice."""
 TARGET_RETRY_DELAYS_S = (1.0, 2.0)
-"""Seconds before the 2nd and 3rd attempt (Lambda waits about 1 and 2 minutes; shortened here)."""
+"""Seconds before the 2nd and 3rd attempt of an event target that raised (Lambda retries an asynchronous
+invocation's function error twice, after about 1 and 2 minutes; shortened here)."""
 TARGET_TIMEOUT_S = 300.0
 """What ``context.get_remaining_time_in_millis()`` counts down from (no target is cut off)."""
 STOP_GRACE_S = 120.0
@@ -203,7 +203,7 @@ class EventBus:
     Args:
         put_events: ``fn(entries)`` -> PutEvents on the emulator's default bus.
         targets: ``(name, callable)`` pairs.
-        retry_delays: seconds before each retry (its length + 1 attempts).
+        retry_delays: seconds before each retry (its length + 1 attempts; ``None``: :data:`TARGET_RETRY_DELAYS_S`).
     """
 
     def __init__(
@@ -211,13 +211,13 @@ class EventBus:
         put_events: Callable[[list[dict[str, Any]]], Any],
         targets: Sequence[tuple[str, Callable[[dict[str, Any], Any], Any]]] = (),
         *,
-        retry_delays: Sequence[float] = TARGET_RETRY_DELAYS_S,
-        account: str = "123456789012",
-        region: str = "us-east-1",
+        retry_delays: Sequence[float] | None = None,
+        account: str = ACCOUNT_ID,
+        region: str = DEFAULT_REGION,
     ) -> None:
         self.put_events = put_events
         self.targets = list(targets)
-        self.retry_delays = tuple(retry_delays)
+        self.retry_delays = tuple(TARGET_RETRY_DELAYS_S if retry_delays is None else retry_delays)
         self.account = account
         self.region = region
         self.lock = threading.Lock()
@@ -478,6 +478,44 @@ class CheckpointSync:
         return done
 
 
+def _kill(proc: subprocess.Popen[str] | None) -> None:
+    """Kill a job's entry point and its process tree, if it still runs."""
+    if proc is not None and proc.poll() is None:
+        kill_tree(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def _download_channel(s3: Any, channel: Mapping[str, Any], default_mode: str, paths: SageMakerPaths) -> dict[str, str]:
+    """Download an ``S3Prefix`` channel into ``input/data/<channel>/``; returns its ``inputdataconfig.json`` entry.
+
+    Raises:
+        JobFailure: ``ClientError: ...``: a channel the emulator does not serve, or nothing to download.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    name = channel["ChannelName"]
+    mode = channel.get("InputMode") or default_mode
+    source = (channel.get("DataSource") or {}).get("S3DataSource")
+    if source is None:
+        raise JobFailure(f"ClientError: channel {name!r}: only S3DataSource channels are emulated")
+    if mode == "Pipe":
+        raise JobFailure(f"ClientError: channel {name!r}: Pipe input mode is not emulated (File or FastFile)")
+    if source.get("S3DataType", "S3Prefix") != "S3Prefix":
+        raise JobFailure(f"ClientError: channel {name!r}: S3DataType {source['S3DataType']} is not emulated")
+    try:
+        count = download_prefix(s3, source["S3Uri"], paths.channel_dir(name))
+    except (ClientError, BotoCoreError, ValueError) as exc:
+        raise JobFailure(f"ClientError: Data download failed: channel {name!r} ({source['S3Uri']}): {exc}") from None
+    if count == 0:
+        raise JobFailure(f"ClientError: Data download failed: channel {name!r}: no objects under {source['S3Uri']}")
+    return {
+        "TrainingInputMode": mode,
+        "S3DistributionType": source.get("S3DataDistributionType", "FullyReplicated"),
+        "RecordWrapperType": channel.get("RecordWrapperType", "None"),
+    }
+
+
 def _tar_gz(folder: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -515,16 +553,17 @@ class JobRunner:
     """Executes accepted training jobs (see the module docstring).
 
     Args:
-        app: the emulator's WSGI app (its boto3 clients and :meth:`EmulatorApp.publish_logs`).
-        extension: the SageMaker state (:data:`trainctl.local_aws_sagemaker.EXTENSION`).
+        client: ``client(service)``: a boto3 client of the emulator (S3, CloudWatch Logs, CloudWatch).
+        extension: the SageMaker state (:data:`devtools.local_aws.sagemaker.EXTENSION`).
         state_dir: where ``training-jobs/<job>/`` folders go.
         enabled: execute newly created jobs (``False``: jobs stay as created, driven by hand).
         processes: ``TRAINER_NPROC_PER_NODE`` of every job (1 or 2 on a small machine).
+        stop_grace_s, sync_interval_s: SIGTERM to SIGKILL, and between two checkpoint uploads (seconds).
     """
 
     def __init__(
         self,
-        app: EmulatorApp,
+        client: Callable[[str], Any],
         extension: SageMakerExtension,
         state_dir: Path,
         *,
@@ -535,7 +574,7 @@ class JobRunner:
     ) -> None:
         if processes < 1:
             raise ValueError(f"job processes: got {processes}; expected a positive integer")
-        self.app = app
+        self.client = client
         self.extension = extension
         self.state_dir = Path(state_dir)
         self.enabled = enabled
@@ -584,24 +623,16 @@ class JobRunner:
 
     def shutdown(self) -> None:
         """Kill every running job's process tree (the emulator is going away; nothing waits for them)."""
-        from training.local import kill_tree
-
         self._closing = True
         with self.lock:
             executions = list(self.executions.values())
         for execution in executions:
-            proc = execution.proc
-            if proc is not None and proc.poll() is None:
-                kill_tree(proc.pid)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
+            _kill(execution.proc)
 
     # the job's thread ------------------------------------------------------------------------
 
     def _move(self, job: JobRecord, status: str, secondary: str | None, message: str, **fields: Any) -> bool:
         """Move the job; False when it was ended by hand meanwhile (the runner then gives up)."""
-        from trainctl.local_aws_sagemaker import TransitionError
-
         with self.extension.lock:
             if job.status in TERMINAL_JOB_STATUSES:
                 return False
@@ -624,12 +655,7 @@ class JobRunner:
             traceback.print_exc()
             self._end(job, execution, failure=f"InternalServerError: the emulator failed: {type(exc).__name__}: {exc}")
         finally:
-            from training.local import kill_tree
-
-            if execution.proc is not None and execution.proc.poll() is None:
-                kill_tree(execution.proc.pid)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    execution.proc.wait(timeout=5)
+            _kill(execution.proc)
 
     def _plan_block(self, job: JobRecord, now: datetime) -> dict[str, Any] | None:
         """The job's plan's block running at ``now`` (of the job's instance type), else None."""
@@ -643,97 +669,133 @@ class JobRunner:
     def _execute(self, job: JobRecord, execution: Execution) -> None:
         block = None
         if job.plan_arn:
-            waited = False
-            while True:
-                now = datetime.now(UTC)
-                block = self._plan_block(job, now)
-                if block is not None:
-                    break
-                status = self.extension.describe_plan(job.plan_arn, now)["Status"]
-                if status != "Scheduled":
-                    raise JobFailure(
-                        f"CapacityError: training plan {job.plan_arn} is {status}; its capacity cannot run the job"
-                    )
-                if execution.stop_reason is not None:
-                    self._end(job, execution)
-                    return
-                waited = True
-                time.sleep(POLL_S)
-            if waited and not self._move(job, "InProgress", "Starting", "Launching requested ML instances"):
+            block = self._wait_for_block(job, execution)
+            if block is None:  # stopped while it waited (and ended), or ended by hand
                 return
         if execution.stop_reason is not None:
             self._end(job, execution)
             return
         if not self._move(job, "InProgress", "Downloading", "Downloading input data"):
             return
-        s3 = self.app.client("s3")
-        sync = self.lay_out(job, execution, s3)
+        sync = self.lay_out(job, execution, self.client("s3"))
         if execution.stop_reason is not None:
             self._end(job, execution, sync=sync)
             return
         if not self._move(job, "InProgress", "Training", "Training image download completed. Training in progress."):
             return
-        env = {str(k): str(v) for k, v in (job.params.get("Environment") or {}).items()}
-        env["TRAINER_NPROC_PER_NODE"] = str(self.processes)
-        reclaim_at = None
-        if block is not None:
-            env[CAPACITY_BLOCK_ENV] = str(int(block["EndTime"].timestamp() * 1000))
-            reclaim_at = block["EndTime"].timestamp() - CAPACITY_BLOCK_RECLAIM_S
-        from training.local import start_local
-
-        log_file = execution.base.parent / "job.log"
-        with execution.lock:
-            if execution.stop_reason is not None:
-                proc = None
-            else:
-                proc = execution.proc = start_local(
-                    execution.base, None, env=env, nproc=self.processes, new_session=True
-                )
+        proc = self._start(job, execution, block)
         if proc is None:
             self._end(job, execution, sync=sync)
             return
-        reader = threading.Thread(target=self._read, args=(execution, proc, log_file), daemon=True)
-        reader.start()
-        max_runtime = (job.params.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
-        started = (job.started or datetime.now(UTC)).timestamp()
-        last_sync = last_flush = time.monotonic()
+        returncode = self._supervise(job, execution, proc, sync, block)
+        if job.status in TERMINAL_JOB_STATUSES:  # ended by hand: nothing to report
+            return
+        self._end(job, execution, sync=sync, returncode=returncode)
+
+    def _wait_for_block(self, job: JobRecord, execution: Execution) -> dict[str, Any] | None:
+        """Keep the job ``Pending`` until its plan runs a block of its instance type; returns that block.
+
+        ``None``: the job was stopped meanwhile (it is ended) or ended by hand.
+
+        Raises:
+            JobFailure: ``CapacityError``: the plan is neither running such a block nor ``Scheduled``.
+        """
+        assert job.plan_arn is not None
+        waited = False
+        while True:
+            now = datetime.now(UTC)
+            block = self._plan_block(job, now)
+            if block is not None:
+                break
+            status = self.extension.describe_plan(job.plan_arn, now)["Status"]
+            if status != "Scheduled":
+                raise JobFailure(
+                    f"CapacityError: training plan {job.plan_arn} is {status}; its capacity cannot run the job"
+                )
+            if execution.stop_reason is not None:
+                self._end(job, execution)
+                return None
+            waited = True
+            time.sleep(POLL_S)
+        if waited and not self._move(job, "InProgress", "Starting", "Launching requested ML instances"):
+            return None
+        return block
+
+    def _start(
+        self, job: JobRecord, execution: Execution, block: Mapping[str, Any] | None
+    ) -> subprocess.Popen[str] | None:
+        """Start the trainer's entry point on the job's ``/opt/ml`` (``None``: a stop came first)."""
+        env = {str(k): str(v) for k, v in (job.params.get("Environment") or {}).items()}
+        env["TRAINER_NPROC_PER_NODE"] = str(self.processes)
+        if block is not None:
+            env[CAPACITY_BLOCK_ENV] = str(int(block["EndTime"].timestamp() * 1000))
         count = int((job.params.get("ResourceConfig") or {}).get("InstanceCount") or 1)
         if count > 1:
             self._note(execution, f"[local-aws] InstanceCount={count}: the emulator runs one node (algo-1) only")
+        with execution.lock:
+            if execution.stop_reason is not None:
+                return None
+            execution.proc = start_local(execution.base, None, env=env, nproc=self.processes, new_session=True)
+            return execution.proc
+
+    def _supervise(
+        self,
+        job: JobRecord,
+        execution: Execution,
+        proc: subprocess.Popen[str],
+        sync: CheckpointSync | None,
+        block: Mapping[str, Any] | None,
+    ) -> int:
+        """Read the entry point's output and publish it, sync its checkpoints and enforce its deadlines until
+        it exits (killed at once when the job is ended by hand); returns its exit status."""
+        reader = threading.Thread(target=self._read, args=(execution, proc), daemon=True)
+        reader.start()
+        max_runtime = (job.params.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
+        started = (job.started or datetime.now(UTC)).timestamp()
+        runtime_end = None if max_runtime is None else started + float(max_runtime)
+        reclaim_at = None if block is None else block["EndTime"].timestamp() - CAPACITY_BLOCK_RECLAIM_S
+        last_sync = last_flush = time.monotonic()
         while proc.poll() is None:
             time.sleep(POLL_S)
-            now = time.time()
-            if job.status in TERMINAL_JOB_STATUSES:  # ended by hand: nothing to report
-                from training.local import kill_tree
-
+            if job.status in TERMINAL_JOB_STATUSES:
                 kill_tree(proc.pid)
                 break
-            if max_runtime is not None and now - started >= float(max_runtime) and execution.stop_reason is None:
-                self._note(execution, f"[local-aws] MaxRuntimeInSeconds={max_runtime} reached: stopping the job")
-                self._move(job, "Stopping", "MaxRuntimeExceeded", "The job reached its MaxRuntimeInSeconds")
-                self._signal_stop(execution, "MaxRuntimeExceeded")
-            if reclaim_at is not None and now >= reclaim_at and execution.stop_reason is None:
-                end = datetime.fromtimestamp(reclaim_at + CAPACITY_BLOCK_RECLAIM_S, tz=UTC).isoformat()
-                self._note(execution, f"[local-aws] capacity block ends {end}: reclaiming its instances")
-                self._move(job, "Stopping", "Stopping", f"The training plan's capacity block ends at {end}")
-                self._signal_stop(execution, "Interrupted")
-            if execution.stop_sent is not None and time.monotonic() - execution.stop_sent >= self.stop_grace_s:
-                from training.local import kill_tree
-
-                self._note(execution, f"[local-aws] still running {self.stop_grace_s:g} s after SIGTERM: SIGKILL")
-                kill_tree(proc.pid)
+            self._enforce_deadlines(job, execution, proc, runtime_end, reclaim_at)
             if time.monotonic() - last_flush >= LOG_FLUSH_INTERVAL_S:
                 self._flush(job, execution)
                 last_flush = time.monotonic()
-            if time.monotonic() - last_sync >= self.sync_interval_s and sync is not None:
+            if sync is not None and time.monotonic() - last_sync >= self.sync_interval_s:
                 sync.upload_changes()
                 last_sync = time.monotonic()
-        rc = proc.wait()
+        returncode = proc.wait()
         reader.join(timeout=30)
         self._flush(job, execution)
-        if job.status in TERMINAL_JOB_STATUSES:
-            return
-        self._end(job, execution, sync=sync, returncode=rc)
+        return returncode
+
+    def _enforce_deadlines(
+        self,
+        job: JobRecord,
+        execution: Execution,
+        proc: subprocess.Popen[str],
+        runtime_end: float | None,
+        reclaim_at: float | None,
+    ) -> None:
+        """Stop the job at ``runtime_end`` (``MaxRuntimeInSeconds``) or at its block's reclaim point (epoch
+        seconds; SIGTERM), and SIGKILL it :attr:`stop_grace_s` after a SIGTERM it outlived."""
+        now = time.time()
+        if runtime_end is not None and now >= runtime_end and execution.stop_reason is None:
+            max_runtime = job.params["StoppingCondition"]["MaxRuntimeInSeconds"]
+            self._note(execution, f"[local-aws] MaxRuntimeInSeconds={max_runtime} reached: stopping the job")
+            self._move(job, "Stopping", "MaxRuntimeExceeded", "The job reached its MaxRuntimeInSeconds")
+            self._signal_stop(execution, "MaxRuntimeExceeded")
+        if reclaim_at is not None and now >= reclaim_at and execution.stop_reason is None:
+            end = datetime.fromtimestamp(reclaim_at + CAPACITY_BLOCK_RECLAIM_S, tz=UTC).isoformat()
+            self._note(execution, f"[local-aws] capacity block ends {end}: reclaiming its instances")
+            self._move(job, "Stopping", "Stopping", f"The training plan's capacity block ends at {end}")
+            self._signal_stop(execution, "Interrupted")
+        if execution.stop_sent is not None and time.monotonic() - execution.stop_sent >= self.stop_grace_s:
+            self._note(execution, f"[local-aws] still running {self.stop_grace_s:g} s after SIGTERM: SIGKILL")
+            kill_tree(proc.pid)
 
     def lay_out(self, job: JobRecord, execution: Execution, s3: Any) -> CheckpointSync | None:
         """Write the job's ``/opt/ml`` and download its channels and checkpoints (see the module docstring).
@@ -743,42 +805,15 @@ class JobRunner:
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from training.environment import SageMakerPaths
-        from training.local import prepare_base_dir
-
         base = execution.base
         if base.parent.exists():
             shutil.rmtree(base.parent)  # a folder of an earlier emulator run with the same state dir
         base.mkdir(parents=True)
-        paths = SageMakerPaths(base)
-        algorithm = job.params.get("AlgorithmSpecification") or {}
-        default_mode = algorithm.get("TrainingInputMode", "File")
-        channels: dict[str, Any] = {}
-        for channel in job.params.get("InputDataConfig") or []:
-            name = channel["ChannelName"]
-            mode = channel.get("InputMode") or default_mode
-            source = (channel.get("DataSource") or {}).get("S3DataSource")
-            if source is None:
-                raise JobFailure(f"ClientError: channel {name!r}: only S3DataSource channels are emulated")
-            if mode == "Pipe":
-                raise JobFailure(f"ClientError: channel {name!r}: Pipe input mode is not emulated (File or FastFile)")
-            if source.get("S3DataType", "S3Prefix") != "S3Prefix":
-                raise JobFailure(f"ClientError: channel {name!r}: S3DataType {source['S3DataType']} is not emulated")
-            try:
-                count = download_prefix(s3, source["S3Uri"], paths.channel_dir(name))
-            except (ClientError, BotoCoreError, ValueError) as exc:
-                raise JobFailure(
-                    f"ClientError: Data download failed: channel {name!r} ({source['S3Uri']}): {exc}"
-                ) from None
-            if count == 0:
-                raise JobFailure(
-                    f"ClientError: Data download failed: channel {name!r}: no objects under {source['S3Uri']}"
-                )
-            channels[name] = {
-                "TrainingInputMode": mode,
-                "S3DistributionType": source.get("S3DataDistributionType", "FullyReplicated"),
-                "RecordWrapperType": channel.get("RecordWrapperType", "None"),
-            }
+        default_mode = (job.params.get("AlgorithmSpecification") or {}).get("TrainingInputMode", "File")
+        channels = {
+            channel["ChannelName"]: _download_channel(s3, channel, default_mode, SageMakerPaths(base))
+            for channel in job.params.get("InputDataConfig") or []
+        }
         prepare_base_dir(base, job.params.get("HyperParameters") or {}, input_data_config=channels)
         checkpoint = job.params.get("CheckpointConfig") or {}
         if not checkpoint.get("S3Uri"):
@@ -803,9 +838,10 @@ class JobRunner:
         with execution.lock:
             execution.lines.append((time.time(), line))
 
-    def _read(self, execution: Execution, proc: subprocess.Popen[str], log_file: Path) -> None:
+    def _read(self, execution: Execution, proc: subprocess.Popen[str]) -> None:
+        """The entry point's output, line by line, into the execution and the job's ``job.log``."""
         assert proc.stdout is not None
-        with open(log_file, "a", encoding="utf-8") as log:
+        with open(execution.base.parent / "job.log", "a", encoding="utf-8") as log:
             for raw in proc.stdout:
                 line = raw.rstrip("\n")
                 log.write(raw)
@@ -814,8 +850,6 @@ class JobRunner:
                     execution.lines.append((time.time(), line))
 
     def _flush(self, job: JobRecord, execution: Execution) -> None:
-        from trainctl.local_aws_sagemaker import metrics_from_log
-
         with execution.lock:
             new = execution.lines[execution.published :]
             execution.published = len(execution.lines)
@@ -825,7 +859,7 @@ class JobRunner:
             for metric, value in metrics_from_log(job.params, [line]).items():
                 execution.final[metric] = (value, seen)
         try:
-            self.app.publish_logs(job, [line for _, line in new], times=[seen for seen, _ in new])
+            publish_logs(self.client, job, [line for _, line in new], times=[seen for seen, _ in new])
         except Exception:  # CloudWatch of the emulator: never the job's failure
             traceback.print_exc()
         with self.extension.lock:
@@ -844,8 +878,6 @@ class JobRunner:
         failure: str | None = None,
     ) -> None:
         """Upload what the job left, then move it to its terminal status."""
-        from training.environment import SageMakerPaths
-
         stopped = execution.stop_reason
         if failure is None and returncode is not None and stopped is None:
             self._move(job, "InProgress", "Uploading", "Uploading generated training model")
@@ -880,30 +912,6 @@ class JobRunner:
         if not output:
             return
         bucket, prefix = split_s3_uri(output.rstrip("/") + "/")
-        s3 = self.app.client("s3")
+        s3 = self.client("s3")
         for folder, name in ((base / "model", "model.tar.gz"), (base / "output" / "data", "output.tar.gz")):
             s3.put_object(Bucket=bucket, Key=f"{prefix}{job.name}/output/{name}", Body=_tar_gz(folder))
-
-
-def default_state_dir() -> Path:
-    """A fresh temporary folder for an emulator started without ``--state-dir``."""
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="local-aws-state-"))
-
-
-__all__ = [
-    "CHECKPOINT_SYNC_INTERVAL_S",
-    "STOP_GRACE_S",
-    "TARGET_ATTEMPTS",
-    "TARGET_RETRY_DELAYS_S",
-    "CheckpointSync",
-    "EventBus",
-    "JobRunner",
-    "LambdaContext",
-    "TargetError",
-    "download_prefix",
-    "event_value",
-    "load_target",
-    "state_change_event",
-]

@@ -1,0 +1,302 @@
+"""The emulator's process: :func:`run_emulator` checks what it was given, then :func:`serve` runs moto's
+server with the emulator's extensions (``trainctl local-aws``; :class:`~devtools.local_aws.client.LocalAws`
+starts it in a child process).
+
+Importable without moto: moto, werkzeug and the modules that need them are imported once it starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from devtools.local_aws.stack import (
+    DEFAULT_REGION,
+    DUMMY_CREDENTIALS,
+    MOTO_MISSING,
+    READY_MARKER,
+    EmulatorUnavailable,
+    StackResources,
+    env_file_problem,
+    require_moto,
+    submitter_environment,
+    write_env_file,
+)
+
+PROG = "trainctl local-aws"
+
+
+class ListenError(OSError):
+    """The emulator cannot listen on the address it was given (port in use, not an address of this machine)."""
+
+
+def load_plans(path: str | os.PathLike[str] | None) -> list[Any]:
+    """The JSON list of plans in ``path`` (``None``: no plans).
+
+    Raises:
+        ValueError: the file is not a JSON list.
+    """
+    if path is None:
+        return []
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of objects shaped like DescribeTrainingPlan's response")
+    return data
+
+
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    plans: list[Any] | None = None,
+    region: str = DEFAULT_REGION,
+    env_file: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+    stop: threading.Event | None = None,
+    run_jobs: bool = False,
+    event_targets: Sequence[str] = (),
+    state_dir: str | os.PathLike[str] | None = None,
+    job_processes: int | None = None,
+    event_retry_delays: Sequence[float] | None = None,
+) -> int:
+    """Run the emulator in the foreground until ``stop`` is set (or SIGINT / SIGTERM).
+
+    Prints one line ``LOCAL_AWS_READY {json}`` on stdout once the stack is
+    created (``endpoint``, ``region``, ``env``, ``resources``,
+    ``training_plan_arns``, ``state_dir``), and a human summary on stderr.
+
+    Args:
+        run_jobs: execute the training jobs it accepts (:mod:`devtools.local_aws.jobs`); off, a job
+            stays as created and tests drive it (``POST /_local-aws/training-jobs/NAME/status``).
+        event_targets: ``module:function`` targets of every job state-change event, imported once
+            listening, after the process's environment was set to the submitter's
+            (:func:`~devtools.local_aws.stack.submitter_environment`: they run like the deployed functions).
+        state_dir: where executed jobs' ``/opt/ml`` folders go (default: a temporary folder,
+            removed when the emulator stops).
+        job_processes: ``TRAINER_NPROC_PER_NODE`` of executed jobs (default
+            :data:`devtools.local_aws.jobs.JOB_PROCESSES`).
+        event_retry_delays: seconds before each retry of an event target that raised (default
+            :data:`devtools.local_aws.jobs.TARGET_RETRY_DELAYS_S`; tests shorten them).
+
+    Raises:
+        EmulatorUnavailable: moto (the extra ``local``) is not installed.
+        ListenError: it cannot listen on ``host:port`` (in use, not an address of this machine).
+        OSError: ``env_file`` cannot be written.
+        devtools.local_aws.jobs.TargetError: an event target cannot be imported.
+    """
+    require_moto()
+    os.environ.update(DUMMY_CREDENTIALS)  # moto maps these to its default account
+    try:  # moto and its server's dependencies are the extra `local`, imported only here
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server, select_address_family
+
+        from devtools.local_aws import sagemaker, search
+        from devtools.local_aws.app import EmulatorApp
+        from devtools.local_aws.jobs import JOB_PROCESSES, EventBus, JobRunner, load_target
+    except ImportError as exc:
+        raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
+
+    sagemaker.install()
+    search.install()
+    if quiet:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    resources = StackResources()
+    app = EmulatorApp(
+        DomainDispatcherApplication(create_backend_app),
+        extension=sagemaker.EXTENSION,
+        region=region,
+        resources=resources,
+    )
+    # bind here: werkzeug's make_server prints and exits the process when it cannot bind
+    try:
+        listener = socket.create_server((host, port), family=select_address_family(host, port))
+    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
+        reason = (getattr(exc, "strerror", None) or str(exc)).split(" (while attempting to bind")[0]
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
+    with listener:
+        server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler, fd=listener.fileno())
+    app.endpoint = f"http://{host}:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, name="local-aws", daemon=True)
+    thread.start()
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    state = Path(tempfile.mkdtemp(prefix="local-aws-state-") if state_dir is None else state_dir)
+    try:
+        arns = app.create_stack(plans or [])
+        env = submitter_environment(app.endpoint, region, resources)
+        if event_targets:
+            os.environ.update(env)  # the targets run like the deployed functions, with their environment
+        targets = [(spec, load_target(spec)) for spec in event_targets]
+        app.events = sagemaker.EXTENSION.events = EventBus(
+            lambda entries: app.client("events").put_events(Entries=entries),
+            targets,
+            retry_delays=event_retry_delays,
+            region=region,
+        )
+        state.mkdir(parents=True, exist_ok=True)
+        app.runner = sagemaker.EXTENSION.runner = JobRunner(
+            app.client, sagemaker.EXTENSION, state, enabled=run_jobs, processes=job_processes or JOB_PROCESSES
+        )
+        if env_file:
+            write_env_file(env_file, env)
+        _announce(app.endpoint, region, env, resources, arns, state, env_file)
+        stop.wait()
+    finally:
+        if app.runner is not None:
+            app.runner.shutdown()  # no job process outlives the emulator
+        server.shutdown()
+        thread.join(timeout=10)
+        if app.events is not None:
+            app.events.close()
+        sagemaker.EXTENSION.runner = sagemaker.EXTENSION.events = None
+        if state_dir is None:
+            shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
+def _announce(
+    endpoint: str,
+    region: str,
+    env: Mapping[str, str],
+    resources: StackResources,
+    arns: list[str],
+    state: Path,
+    env_file: str | os.PathLike[str] | None,
+) -> None:
+    """The ready line on stdout (:data:`~devtools.local_aws.stack.READY_MARKER` and JSON) and a summary on stderr."""
+    info = {
+        "endpoint": endpoint,
+        "region": region,
+        "env": env,
+        "resources": asdict(resources),
+        "training_plan_arns": arns,
+        "state_dir": str(state),
+    }
+    print(READY_MARKER + json.dumps(info), flush=True)
+    print(
+        f"local-aws (an AWS emulator: moto + training plans) listening on {endpoint}, region {region}\n"
+        f"  {len(arns)} training plan(s) seeded; SSM parameter {resources.plan_arns_parameter}\n"
+        + (
+            f"  environment written to {env_file} (source it, then `trainctl submit --local REQUEST.json`)\n"
+            if env_file
+            else ""
+        )
+        + "  stop with Ctrl-C",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run_emulator(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    plans_file: str | os.PathLike[str] | None = None,
+    region: str = DEFAULT_REGION,
+    env_file: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+    run_jobs: bool = False,
+    event_targets: Sequence[str] = (),
+    state_dir: str | os.PathLike[str] | None = None,
+    job_processes: int | None = None,
+    event_retry_delays: Sequence[float] | None = None,
+) -> int:
+    """``trainctl local-aws``: :func:`serve` in the foreground, every failure one line on stderr.
+
+    The checks come first, in this order, so that nothing is created or left listening when one fails:
+    moto installed (the extra ``local``), ``plans_file`` readable and a JSON list, ``env_file`` a regular
+    file or nothing (not a folder, symbolic link, FIFO or device) in a folder that can be created, each
+    event target ``module:function`` with a module that can be found (imported once listening),
+    ``job_processes`` positive.
+
+    Args:
+        host, port, region, quiet, run_jobs, event_targets, state_dir, job_processes, event_retry_delays: as
+            :func:`serve`
+            (``port`` 0: any free port).
+        plans_file: a JSON list of plans shaped like ``DescribeTrainingPlan``'s response (``None``: none).
+        env_file: where to write the ``export`` lines once listening (its folder is created).
+
+    Returns:
+        0 once stopped (SIGINT / SIGTERM); 2 after one line ``trainctl local-aws: <why>`` on stderr when
+        moto is missing, a plan or ``plans_file`` is malformed, ``host:port`` cannot be listened on,
+        or ``env_file`` cannot be written.
+    """
+    try:
+        require_moto()  # first: nothing else matters without it
+    except EmulatorUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        plans = load_plans(plans_file)
+    except (OSError, ValueError) as exc:
+        return _fail(f"--plans {plans_file}: {exc}")
+    problem = _env_file_problem(env_file) if env_file else None
+    if problem:
+        return _fail(f"--env-file {env_file}: {problem}")
+    for spec in event_targets:
+        problem = _target_problem(spec)
+        if problem:
+            return _fail(f"--event-target {spec!r}: {problem}")
+    if job_processes is not None and (isinstance(job_processes, bool) or job_processes < 1):
+        return _fail(f"--job-processes {job_processes}: expected a positive integer")
+    try:
+        return serve(
+            host=host,
+            port=port,
+            plans=plans,
+            region=region,
+            env_file=env_file,
+            quiet=quiet,
+            run_jobs=run_jobs,
+            event_targets=event_targets,
+            state_dir=state_dir,
+            job_processes=job_processes,
+            event_retry_delays=event_retry_delays,
+        )
+    # moto found but not importable (a dependency of its server missing); a plan that does not fit
+    # DescribeTrainingPlan's shape, an event target's import; a port in use, not an address of this machine
+    except (EmulatorUnavailable, ValueError, ListenError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:  # the env file (the only other file it writes)
+        return _fail(f"--env-file {env_file}: cannot write it: {exc}")
+
+
+def _env_file_problem(env_file: str | os.PathLike[str]) -> str | None:
+    """Why the env file cannot be written, found before listening: :func:`env_file_problem`, else its folder
+    cannot be created (it is created now)."""
+    target = Path(env_file)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return str(exc)
+    return env_file_problem(target)
+
+
+def _target_problem(spec: str) -> str | None:
+    """Why ``spec`` cannot be an event target, found without importing its module; None if it may be."""
+    module, sep, function = spec.partition(":")
+    if not sep or not module or not function:
+        return "expected module:function (e.g. package.module:lambda_handler)"
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:
+        return f"cannot find module {module}: {exc}"
+    return None if found else f"no module named {module}"
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
