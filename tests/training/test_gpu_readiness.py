@@ -39,7 +39,7 @@ from model_families.gpt import ROPE_BASE, ModelConfig
 from model_families.rotary import rope_angles
 from platform_spec.hyperparameters import Hyperparameters
 from training import precision as prec
-from training.checkpoint import CheckpointManager, size_extra_state
+from training.checkpoint.manager import CheckpointManager, size_extra_state
 from training.environment import (
     ConfigError,
     GPUUnavailable,
@@ -233,7 +233,7 @@ def test_activation_checkpointing_leaves_the_fp8_scaling_state_as_the_forward_le
 def test_a_resume_may_change_the_recipe(
     process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, before: tuple, after: tuple
 ) -> None:
-    """The resume rules allow a precision or fp8_scaling change (training/checkpoint.py). The saved
+    """The resume rules allow a precision or fp8_scaling change (training/checkpoint/compare.py). The saved
     recipe comes back with the checkpoint, and the first step under the new recipe replaces it (TE's
     set_meta_tensor builds a fresh scaling state for a recipe of another kind): no amax history is
     carried into a recipe it does not belong to, and the next checkpoint holds the new recipe's state
