@@ -188,18 +188,7 @@ def trainer_state_problems(state: Any, step: int | None = None) -> list[str]:
     if state.get("loss_scaler") is not None:
         what = "null or an object (the fp16 loss scaler's state)"
         problems += _section_problems(state, "loss_scaler", what, _LOSS_SCALER, required=True)
-    if "run" not in state:  # older checkpoints: the record's fields at the top level
-        older = {
-            "world_size": state.get("world_size"),
-            "model": state.get("model_config"),
-            "hyperparameters": state.get("hyperparameters"),
-        }
-        return problems + _record_problems(older, "", None, saved_step, names={"model": "model_config"})
-    data = state.get("data")
-    samples = data.get("samples_consumed") if isinstance(data, dict) else None
-    if not isinstance(state["run"], dict):
-        return [*problems, _bad("run", state["run"], "an object (the run record)")]
-    return problems + _record_problems(state["run"], "run.", samples if _is_count(samples) else None, saved_step)
+    return problems + _run_problems(state, saved_step)
 
 
 Check = tuple[str, Callable[[Any], bool], str]
@@ -229,6 +218,22 @@ def _section_problems(
         for key, valid, expected in fields
         if (required or key in section) and not valid(section.get(key))
     ]
+
+
+def _run_problems(state: Mapping[str, Any], step: int) -> list[str]:
+    """Problems of the run record (``state["run"]``; in older checkpoints its fields at the top level)."""
+    if "run" not in state:
+        older = {
+            "world_size": state.get("world_size"),
+            "model": state.get("model_config"),
+            "hyperparameters": state.get("hyperparameters"),
+        }
+        return _record_problems(older, "", None, step, names={"model": "model_config"})
+    if not isinstance(state["run"], dict):
+        return [_bad("run", state["run"], "an object (the run record)")]
+    data = state.get("data")
+    samples = data.get("samples_consumed") if isinstance(data, dict) else None
+    return _record_problems(state["run"], "run.", samples if _is_count(samples) else None, step)
 
 
 def _model_is_shape(model: Any) -> bool:
