@@ -238,7 +238,7 @@ def step_submit() -> None:
 
 
 def step_train() -> None:
-    from training.checkpoint import complete_steps
+    from training.checkpoint.verify import complete_steps
     from training.environment import SageMakerPaths
     from training.local import DEMO_HYPERPARAMETERS, interrupted_run, read_failure
 
@@ -280,7 +280,7 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
     was cut off: the trainer verifies the checkpoint against DCP's ``.metadata``,
     skips it with a log line and resumes from the one before.
     """
-    from training.checkpoint import complete_steps, verify_checkpoint
+    from training.checkpoint.verify import complete_steps, verify_checkpoint
     from training.environment import SageMakerPaths
     from training.local import DEMO_HYPERPARAMETERS, read_failure, run_local
 

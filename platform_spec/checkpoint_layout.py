@@ -1,6 +1,6 @@
 """The trainer's checkpoint folder layout: what the trainer writes and everything else reads.
 
-The trainer (``training/checkpoint.py``) writes one folder per checkpoint under its checkpoint
+The trainer (``training/checkpoint/``) writes one folder per checkpoint under its checkpoint
 directory (``/opt/ml/checkpoints``, which SageMaker syncs with the job's ``CheckpointConfig.S3Uri``)::
 
     step-120/

@@ -40,7 +40,7 @@ This module:
    so does the entry point, which then says what the trainer did (its status
    record, :mod:`training.supervision`: the step it stopped after and saved)
    and which checkpoint a restart will resume (the newest that verifies,
-   :func:`training.checkpoint.restart_point`);
+   :func:`training.checkpoint.verify.restart_point`);
 7. on a worker failure without a reason written, writes a generic one; an
    unexpected error of its own during validation is written as
    ``internal error while validating the job: <type>: <message>``.
@@ -321,8 +321,8 @@ class StopRelay:
 
 def restart_description(paths: SageMakerPaths) -> str:
     """Which checkpoint a restart resumes, in words: the newest complete one that verifies
-    (:func:`training.checkpoint.restart_point`), and the newer ones it will skip."""
-    from training.checkpoint import restart_point  # imports torch: only after the run
+    (:func:`training.checkpoint.verify.restart_point`), and the newer ones it will skip."""
+    from training.checkpoint.verify import restart_point  # imports torch: only after the run
 
     return restart_point(paths.checkpoint_dir).describe()
 

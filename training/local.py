@@ -14,7 +14,7 @@ anything else in the way (a real folder, a file, a link someone else made)
 is refused with :class:`LayoutError` before any file is written.
 
 Pure Python (no torch) to lay out and start a run; finding the checkpoint
-a restart resumes after a run imports :mod:`training.checkpoint`.
+a restart resumes after a run imports :mod:`training.checkpoint.verify`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from training.environment import SageMakerPaths, host_interfaces
 from training.supervision import TrainerStatus, clear_status, read_status
 
 if TYPE_CHECKING:
-    from training.checkpoint import RestartPoint
+    from training.checkpoint.verify import RestartPoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_RUN_RECORD = ".local-run.json"
@@ -346,7 +346,7 @@ class LocalRun:
         killed: a second signal made :func:`follow` kill the run (SIGKILL) without waiting.
         status: the trainer's status record after the run (:mod:`training.supervision`;
             None: the trainer never wrote one, e.g. validation failed). :func:`run_local` reads it.
-        restart: the checkpoint a restart resumes (:func:`training.checkpoint.restart_point`,
+        restart: the checkpoint a restart resumes (:func:`training.checkpoint.verify.restart_point`,
             the newest that verifies); :func:`run_local` finds it after the run.
     """
 
@@ -527,7 +527,7 @@ def run_local(
         if proc.poll() is None:  # an exception here (the reader went away...): leave no worker behind
             kill_tree(proc.pid)
             proc.wait()
-    from training.checkpoint import restart_point  # imports torch: only after the run
+    from training.checkpoint.verify import restart_point  # imports torch: only after the run
 
     run.status = read_status(paths)
     run.restart = restart_point(paths.checkpoint_dir)

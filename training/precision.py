@@ -41,7 +41,7 @@ quantized: TE 2.10 cannot train FSDP2-sharded quantized weights
 
 Resuming a TE precision: each TE module's ``_extra_state`` (the recipe and,
 for delayed scaling, the scales and amax history) is saved with the model and
-restored by :mod:`training.checkpoint` (see ``size_extra_state``). A resume
+restored by :mod:`training.checkpoint.manager` (see ``size_extra_state``). A resume
 under another recipe (allowed) restores the saved one, and TE replaces it at
 the first step under the new recipe (TE 2.10 ``module/base.py``:
 ``init_fp8_metadata`` takes the autocast's recipe and ``set_meta_tensor``

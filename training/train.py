@@ -71,19 +71,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from platform_spec.checkpoint_layout import TRAINER_STATE
 from platform_spec.hyperparameters import SPECS, HyperparameterError, Hyperparameters, model_shape, parse
 from platform_spec.metric_lines import format_run_record
 from platform_spec.models import family_of_shape
 from platform_spec.training_modes import reduces_gradients
 from training import precision as prec
-from training.checkpoint import (
-    TRAINER_STATE,
-    CheckpointError,
-    CheckpointManager,
-    ResumeRefused,
-    export_model,
-    run_record,
-)
+from training.checkpoint.compare import run_record
+from training.checkpoint.manager import CheckpointError, CheckpointManager, ResumeRefused, export_model
 from training.data import DataError, DistributedSampler, SyntheticSampler, TokenDataset, resolve_vocab_size
 from training.environment import (
     STOP_MARGIN_S,
@@ -490,7 +485,7 @@ class Trainer:
         self.log(f"data: {data}; tokens per step {self.tokens_per_step:,}")
 
     def run_record(self) -> dict[str, Any]:
-        """What defines this run (:func:`training.checkpoint.run_record`), saved with every checkpoint."""
+        """What defines this run (:func:`training.checkpoint.compare.run_record`), saved with every checkpoint."""
         data = (
             {"synthetic": True, "vocab_size": self.config.vocab_size}
             if self.dataset is None

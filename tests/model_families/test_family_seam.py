@@ -141,7 +141,8 @@ def test_a_resume_compares_every_field_of_the_family_shape() -> None:
     lacks, or lacks fields it has) is refused field by field, and a changed field of any family's shape too
     (the checkpoint compared GPT's five field names only: a family's own field, ``num_experts`` here, went
     unchecked)."""
-    from training.checkpoint import compare_runs, run_record, trainer_state_problems
+    from training.checkpoint.compare import compare_runs, run_record
+    from training.checkpoint.verify import trainer_state_problems
 
     def record(model: dict) -> dict:
         return run_record(

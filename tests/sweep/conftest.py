@@ -3,7 +3,8 @@
 * ``local_sweep``: one real local sweep on CPU (gpt-tiny with 2 blocks on
   CPython's docs, 12 steps of 64-token sequences, 2 processes per run) over
   precision=fp32,bf16,fp8 x batch_size=1,2 -- 4 runs, 2 configurations skipped
-  (fp8 needs a GPU) -- and its report. About 25 s on 2 cores.
+  (fp8 needs a GPU) -- and its report: four launches of the entry point, most of each the start-up
+  of torchrun and its two workers.
 * ``aws``: one `trainctl local-aws` emulator.
 
 Every test module is in xdist group ``sweep`` (one worker, when grouping works;

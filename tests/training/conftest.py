@@ -1,16 +1,22 @@
 """Shared fixtures of the trainer tests.
 
-The multi-process runs (torchrun, 2 CPU processes, gloo) are expensive, so they
-share session fixtures and every test that uses them is marked
-``@pytest.mark.xdist_group("trainer-runs")``: with ``--dist loadgroup`` they run
-on one worker and each run happens once per session.
+The multi-process runs (torchrun, CPU processes, gloo) are expensive, so they share session fixtures,
+and the tests that use one are in one xdist group (with ``--dist loadgroup`` a group runs on one worker,
+so each run happens once per session): ``trainer-runs`` (``reference_run``), ``trainer-llama``
+(``test_llama_run.llama_run``) and ``trainer-workers`` (``two_process_results``).
+
+Every trainer test runs with ``OMP_NUM_THREADS=1`` (:func:`one_thread_per_process`).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from training.corpus import python_docs_corpus
@@ -38,6 +44,23 @@ REFERENCE_HP: dict[str, object] = {
 }
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_process(monkeypatch: pytest.MonkeyPatch):
+    """One intra-op thread in this process and in every run a test starts (the entry point keeps a job's
+    ``OMP_NUM_THREADS``), as torchrun gives each of several workers: ``make test`` runs two xdist workers on
+    two cores, where a second thread per process only waits for a core (a 1-process gpt-tiny run of 20 steps
+    took 9-10 s of CPU and 12 s with one thread, 27-28 s of CPU and 31 s with two, on this 2-core machine
+    shared with other work)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def pydocs_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """CPython's documentation topics as byte-level token shards."""
@@ -53,6 +76,31 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory, pydocs_shards: Path)
     run = run_local(base, REFERENCE_HP, data_dir=pydocs_shards, nproc=2, timeout=600)
     assert run.returncode == 0, run.output[-4000:]
     return base, run
+
+
+@pytest.fixture(scope="session")
+def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The results of ``two_process_worker.py``: the trainer's build on 2 gloo processes (FSDP2), for the
+    gradient-sync and the initial-weights checks; one torchrun launch for both."""
+    work = tmp_path_factory.mktemp("two-processes")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(Path(__file__).with_name("two_process_worker.py")),
+            str(work / "out.pt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=work,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(work / "out.pt")
 
 
 @pytest.fixture(scope="module")

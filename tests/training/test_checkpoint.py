@@ -12,20 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from platform_spec.checkpoint_layout import COMPLETE_MARKER, TRAINER_STATE
 from platform_spec.hyperparameters import Hyperparameters
 from platform_spec.models import get_preset
-from training.checkpoint import (
-    COMPLETE_MARKER,
-    TRAINER_STATE,
-    CheckpointError,
-    CheckpointManager,
-    ResumeRefused,
-    compare_runs,
-    complete_steps,
-    run_record,
-    step_dirs,
-    verify_checkpoint,
-)
+from training.checkpoint.compare import compare_runs, run_record
+from training.checkpoint.manager import CheckpointError, CheckpointManager, ResumeRefused
+from training.checkpoint.verify import complete_steps, step_dirs, verify_checkpoint
 from training.model import build_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -470,7 +462,7 @@ def _snapshot(directory: Path) -> dict[str, bytes | str]:
 
 
 def test_checkpoint_names_are_the_canonical_ones_only() -> None:
-    from training.checkpoint import checkpoint_step
+    from platform_spec.checkpoint_layout import checkpoint_step
 
     assert checkpoint_step("step-0") == 0 and checkpoint_step("step-120") == 120
     for name in (
@@ -572,7 +564,7 @@ def test_a_link_or_file_named_like_a_step_is_moved_aside_never_followed_or_delet
 
 def test_pruning_reports_only_what_it_really_removed(six_steps, monkeypatch: pytest.MonkeyPatch) -> None:
     directory, _ = six_steps
-    import training.checkpoint as checkpoint
+    import training.checkpoint.manager as checkpoint
 
     log: list[str] = []
     manager = _manager(directory, keep=1, log=log)
@@ -761,7 +753,7 @@ def test_the_trainer_restores_scheduler_and_data_position_or_refuses_the_state(t
 
 
 def test_the_restart_point_is_the_newest_checkpoint_that_verifies(six_steps, tmp_path: Path) -> None:
-    from training.checkpoint import RestartPoint, restart_point
+    from training.checkpoint.verify import RestartPoint, restart_point
 
     directory, _ = six_steps
     assert restart_point(directory) == RestartPoint(6)

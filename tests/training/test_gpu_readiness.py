@@ -18,10 +18,7 @@ names and extra-state format: these tests check our code around TE, never TE its
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,7 +36,7 @@ from model_families.gpt import ROPE_BASE, ModelConfig
 from model_families.rotary import rope_angles
 from platform_spec.hyperparameters import Hyperparameters
 from training import precision as prec
-from training.checkpoint import CheckpointManager, size_extra_state
+from training.checkpoint.manager import CheckpointManager, size_extra_state
 from training.environment import (
     ConfigError,
     GPUUnavailable,
@@ -233,7 +230,7 @@ def test_activation_checkpointing_leaves_the_fp8_scaling_state_as_the_forward_le
 def test_a_resume_may_change_the_recipe(
     process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, before: tuple, after: tuple
 ) -> None:
-    """The resume rules allow a precision or fp8_scaling change (training/checkpoint.py). The saved
+    """The resume rules allow a precision or fp8_scaling change (training/checkpoint/compare.py). The saved
     recipe comes back with the checkpoint, and the first step under the new recipe replaces it (TE's
     set_meta_tensor builds a fresh scaling state for a recipe of another kind): no amax history is
     carried into a recipe it does not belong to, and the next checkpoint holds the new recipe's state
@@ -303,16 +300,17 @@ def test_size_extra_state_sizes_placeholders_and_leaves_out_what_the_checkpoint_
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("trainer-workers")
 def test_a_sharded_model_starts_equal_to_the_unsharded_one(
-    process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    process_group, monkeypatch: pytest.MonkeyPatch, two_process_results: dict
 ) -> None:
     """The trainer's build (meta device, checkpointing, FSDP2, materialize) on 1 process (here) and 2
     gloo processes (torchrun), both backends (TE: the stand-in, whose reset_parameters fills every
     rank's shard from the same seed as TE 2.10's does), against the unsharded torch-native model of
     the same seed: bitwise."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from init_weights_worker import CONFIG as ODD
-    from init_weights_worker import SEED, full_weights, layouts
+    from two_process_worker import INIT_CONFIG as ODD
+    from two_process_worker import SEED, full_weights, layouts
 
     fake_te.install(monkeypatch)
     runs = {
@@ -321,25 +319,7 @@ def test_a_sharded_model_starts_equal_to_the_unsharded_one(
             for name, (backend, strategy, per_node) in layouts(1).items()
         }
     }
-    out = tmp_path / "world2.pt"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            str(Path(__file__).with_name("init_weights_worker.py")),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    runs[2] = torch.load(out)
+    runs[2] = two_process_results["init_weights"]
     assert sorted(runs[2]) == ["te", "te hybrid 1x2", "te hybrid 2x1", "torch"]  # FSDP, and HSDP both ways
     torch.manual_seed(SEED)
     reference = build_model(ODD).state_dict()
@@ -363,8 +343,8 @@ def test_hsdp_shards_start_equal_to_the_unsharded_init_on_a_2x2_mesh() -> None:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    from .init_weights_worker import CONFIG as ODD
-    from .init_weights_worker import SEED
+    from .two_process_worker import INIT_CONFIG as ODD
+    from .two_process_worker import SEED
 
     reference = build_model(ODD)
     reference.init_weights(SEED)

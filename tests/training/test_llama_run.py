@@ -21,7 +21,7 @@ from training.local import read_metrics
 from training.model import load_pretrained
 from training.supervision import read_status
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainer-runs")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainer-llama")]
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,

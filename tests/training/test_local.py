@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from training.checkpoint import RestartPoint
+from training.checkpoint.verify import RestartPoint
 from training.environment import SageMakerPaths
 from training.local import (
     LOCAL_RUN_RECORD,
@@ -373,7 +373,7 @@ def test_trainctl_train_waits_for_the_checkpoint_after_ctrl_c(tmp_path: Path, py
     output = "".join(lines)
     assert proc.wait(timeout=300) == 128 + signal.SIGINT, output[-3000:]
 
-    from training.checkpoint import complete_steps
+    from training.checkpoint.verify import complete_steps
 
     steps = complete_steps(base / "checkpoints")
     assert steps, output[-3000:]  # written before trainctl returned
@@ -401,7 +401,7 @@ def test_a_closed_terminal_checkpoints_the_run_instead_of_losing_it(tmp_path: Pa
     os.killpg(proc.pid, signal.SIGHUP)  # and the session's foreground group is hung up
     assert proc.wait(timeout=300) == 128 + signal.SIGHUP
 
-    from training.checkpoint import restart_point
+    from training.checkpoint.verify import restart_point
     from training.supervision import read_status
 
     paths = SageMakerPaths(base)

@@ -5,10 +5,6 @@ number, and both ``gradient_sync`` modes give the same step as the unsharded mod
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +17,6 @@ from training.model import build_model, canonical_name
 from training.parallelize import apply_activation_checkpointing
 from training.train import accumulate_gradients
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = ModelConfig("ac", num_layers=6, hidden_size=64, num_attention_heads=4, ffn_hidden_size=192, vocab_size=97)
 
 
@@ -110,30 +105,12 @@ def test_an_unknown_gradient_sync_is_refused_before_any_forward() -> None:
     assert refused.value.field == "gradient_sync" and calls == [] and module.told == []
 
 
-@pytest.mark.xdist_group("trainer-runs")
-def test_both_gradient_sync_modes_give_the_unsharded_step_on_two_processes(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("trainer-workers")
+def test_both_gradient_sync_modes_give_the_unsharded_step_on_two_processes(two_process_results: dict) -> None:
     """2 gloo processes, FSDP2, selective:2 checkpointing, 3 micro-batches: every_micro_batch holds sharded
     gradients between micro-batches, last_micro_batch none (FSDP2 keeps them unsharded); both give the
     gradients and the AdamW step of the unsharded model on all the micro-batches, to float tolerance."""
-    out = tmp_path / "sync.pt"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
-            str(Path(__file__).with_name("gradient_sync_worker.py")),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = torch.load(out)
+    result = two_process_results["gradient_sync"]
     reference = result["reference"]
     every, last = result["every_micro_batch"], result["last_micro_batch"]
     assert every["sharded grads after micro-batch 1"] == every["parameters"] > 0

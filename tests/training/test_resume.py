@@ -30,7 +30,8 @@ import torch
 
 from platform_spec.models import get_preset
 from trainctl.cli import main
-from training.checkpoint import CheckpointManager, complete_steps, verify_checkpoint
+from training.checkpoint.manager import CheckpointManager
+from training.checkpoint.verify import complete_steps, verify_checkpoint
 from training.environment import SageMakerPaths
 from training.local import prepare_base_dir, read_failure, read_metrics, run_local
 from training.model import build_model, load_pretrained

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, parse_line
-from training.checkpoint import complete_steps
+from training.checkpoint.verify import complete_steps
 from training.data import DistributedSampler, TokenDataset
 from training.local import follow, prepare_base_dir, read_failure, read_metrics, run_local, start_local
 from training.model import load_pretrained

@@ -1,11 +1,13 @@
-"""One rank of the gradient-synchronisation check (tests/training/test_memory_modes.py), launched by torchrun.
+"""The trainer's build on 2 gloo processes, launched once by torchrun for two tests (``conftest.two_process_results``).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/training/gradient_sync_worker.py OUT.pt
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/training/two_process_worker.py OUT.pt
 
-For each ``gradient_sync`` mode, builds the test model the way the trainer does (meta device,
-``selective:2`` activation checkpointing, FSDP2 over every rank, :func:`training.parallelize.materialize`),
-runs one optimizer step of 3 micro-batches through the trainer's own loop
-(:func:`training.train.accumulate_gradients`) and AdamW, and records, on rank 0:
+Saves, from rank 0, ``{"gradient_sync": ..., "init_weights": ...}`` to OUT.pt:
+
+``"gradient_sync"`` (tests/training/test_memory_modes.py): for each ``gradient_sync`` mode, builds the
+test model the way the trainer does (meta device, ``selective:2`` activation checkpointing, FSDP2 over
+every rank, :func:`training.parallelize.materialize`), runs one optimizer step of 3 micro-batches through
+the trainer's own loop (:func:`training.train.accumulate_gradients`) and AdamW, and records:
 
 * ``"<mode>"``: the full gradients before the step and the full weights after it (canonical names);
 * ``"<mode> sharded grads after micro-batch 1"``: how many parameters held a (sharded) ``.grad`` when the
@@ -13,7 +15,12 @@ runs one optimizer step of 3 micro-batches through the trainer's own loop
   keeps unsharded gradients to itself (``last_micro_batch``);
 * ``"reference"``: the gradients and updated weights of the unsharded model on every rank's micro-batches.
 
-and saves them to OUT.pt.
+``"init_weights"`` (tests/training/test_gpu_readiness.py): builds the test model the way the trainer does
+(meta device, activation checkpointing, FSDP2 over every rank, materialize) on both backends -- the TE one
+with the CPU stand-in of ``fake_transformer_engine`` (whose ``reset_parameters`` fills each rank's shard
+from the same seed, as TransformerEngine 2.10's does) -- and the TE one on HSDP meshes too (``hybrid``:
+every rank a node, and all ranks one node), and gathers the full state dicts:
+``{"torch": {...}, "te": {...}, "te hybrid <nodes>x<per node>": {...}}`` with canonical names.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.tensor import DTensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))
+
+import fake_transformer_engine
 
 from model_families.gpt import ModelConfig
 from platform_spec.training_modes import GRADIENT_SYNC_MODES
@@ -35,8 +45,14 @@ from training.model import build_model, canonical_name, canonical_state_dict
 from training.parallelize import build_mesh, materialize, parallelize
 from training.train import accumulate_gradients
 
-CONFIG = ModelConfig("sync", num_layers=4, hidden_size=64, num_attention_heads=4, ffn_hidden_size=192, vocab_size=97)
 SEED = 1234
+
+# ---------------------------------------------------------------------------
+# Gradient synchronisation
+
+SYNC_CONFIG = ModelConfig(
+    "sync", num_layers=4, hidden_size=64, num_attention_heads=4, ffn_hidden_size=192, vocab_size=97
+)
 MICRO_BATCHES = 3
 BATCH, SEQ = 2, 16
 LR = 1e-3
@@ -45,7 +61,7 @@ LR = 1e-3
 def tokens(rank: int, micro: int) -> torch.Tensor:
     """Rank ``rank``'s micro-batch ``micro``: ``[BATCH, SEQ + 1]`` token ids, the same on every call."""
     generator = torch.Generator().manual_seed(1000 * rank + micro)
-    return torch.randint(0, CONFIG.vocab_size, (BATCH, SEQ + 1), generator=generator)
+    return torch.randint(0, SYNC_CONFIG.vocab_size, (BATCH, SEQ + 1), generator=generator)
 
 
 def optimizer_of(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -66,7 +82,7 @@ def full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def sharded_run(mode: str, world: int, rank: int) -> dict[str, object]:
     torch.manual_seed(SEED)
-    model = build_model(CONFIG, device="meta")
+    model = build_model(SYNC_CONFIG, device="meta")
     mesh = build_mesh("cpu", world, world, "full")
     parallelize(
         model,
@@ -101,7 +117,7 @@ def sharded_run(mode: str, world: int, rank: int) -> dict[str, object]:
 def reference_run(world: int) -> dict[str, object]:
     """The unsharded model on every rank's micro-batches: the mean loss over ranks and micro-batches."""
     torch.manual_seed(SEED)
-    model = build_model(CONFIG)
+    model = build_model(SYNC_CONFIG)
     model.init_weights(SEED)
     optimizer = optimizer_of(model)
     total = torch.zeros(())
@@ -116,13 +132,58 @@ def reference_run(world: int) -> dict[str, object]:
     return {"loss": total.item(), "grads": grads, "weights": {k: v.clone() for k, v in model.state_dict().items()}}
 
 
+# ---------------------------------------------------------------------------
+# Initial weights
+
+INIT_CONFIG = ModelConfig(
+    "odd", num_layers=2, hidden_size=96, num_attention_heads=3, ffn_hidden_size=200, vocab_size=301
+)
+"""Odd sizes: 301 embedding rows and 200 FFN rows split unevenly over 2 ranks."""
+
+
+class _SysModules:
+    @staticmethod
+    def setitem(mapping: dict, key: str, value: object) -> None:
+        mapping[key] = value
+
+
+def layouts(world: int) -> dict[str, tuple[str, str, int]]:
+    """The builds compared, by name: ``(backend, sharding_strategy, processes per node)``."""
+    return {
+        "torch": ("torch", "full", world),
+        "te": ("te", "full", world),
+        f"te hybrid {world}x1": ("te", "hybrid", 1),
+        f"te hybrid 1x{world}": ("te", "hybrid", world),
+    }
+
+
+def full_weights(
+    backend: str, world: int, sharding_strategy: str = "full", per_node: int | None = None
+) -> dict[str, torch.Tensor]:
+    torch.manual_seed(SEED)  # as the trainer does on every rank
+    model = build_model(INIT_CONFIG, backend=backend, device="meta")
+    mesh = build_mesh("cpu", world, per_node or world, sharding_strategy)
+    parallelize(
+        model, mesh=mesh, precision=prec.plan("fp32"), activation_checkpointing="full", reshard_after_forward=True
+    )
+    materialize(model, torch.device("cpu"), seed=SEED)
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.clone() for k, v in canonical_state_dict(state).items()}
+
+
 def main(out: str) -> int:
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
-    result: dict[str, object] = {mode: sharded_run(mode, world, rank) for mode in GRADIENT_SYNC_MODES}
+    sync: dict[str, object] = {mode: sharded_run(mode, world, rank) for mode in GRADIENT_SYNC_MODES}
     if rank == 0:
-        result["reference"] = reference_run(world)
-        torch.save(result, out)
+        sync["reference"] = reference_run(world)
+    fake_transformer_engine.install(_SysModules)  # after the gradient check, which builds torch-native blocks
+    init = {
+        name: full_weights(backend, world, strategy, per_node)
+        for name, (backend, strategy, per_node) in layouts(world).items()
+    }
+    if rank == 0:
+        torch.save({"gradient_sync": sync, "init_weights": init}, out)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -1,0 +1,573 @@
+"""Save, resume and prune ``step-N`` checkpoints with torch.distributed.checkpoint (DCP); the final export.
+
+A checkpoint holds DCP's model and optimizer shards (sharded DTensors, fp32),
+``trainer_state.json`` (step, data position, LR scheduler, loss scaler, run
+record) and ``rng/rank-<rank>.pt`` (python, numpy, torch and cuda RNG states),
+in the layout of :mod:`platform_spec.checkpoint_layout`.
+
+Write protocol: every rank writes its files into ``step-N/``, a barrier
+waits for all ranks (DCP's ``.metadata`` is written by rank 0 after the
+others finished), then each node's local rank 0 writes ``.complete``. A
+folder without ``.complete`` (a run killed while saving) is never loaded and
+is deleted once a run has resumed. A marker rather than a rename because on
+SageMaker each node has its own ``/opt/ml/checkpoints`` that is synced to the
+same S3 prefix: every node marks its own copy complete, and nothing is
+uploaded twice. A link or file in the way of a save is moved aside (renamed
+``step-6.moved-aside-<UTC time>``, nothing it points to touched) so the run
+keeps making progress.
+
+Every decision of a resume (:meth:`CheckpointManager.load_latest`) is
+collective: each rank's outcome is all-gathered over the checkpoint process
+group, so all ranks skip, refuse or resume together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+
+from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step
+from platform_spec.files import atomic_write_text
+from training.checkpoint import compare, verify
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint can be resumed; the message names each folder and what is wrong with it."""
+
+
+class ResumeRefused(CheckpointError):
+    """The newest loadable checkpoint belongs to another run; names what differs, with both values."""
+
+
+@dataclass
+class Resumed:
+    """A resumed checkpoint.
+
+    Attributes:
+        step: optimizer steps done.
+        path: the folder loaded.
+        trainer_state: its ``trainer_state.json``.
+        restored_rng: every rank restored its RNG state (false after a world-size change adds ranks).
+        skipped: ``{step: why}`` of newer complete checkpoints that could not be loaded.
+        notes: the allowed differences from the checkpoint's run (logged).
+    """
+
+    step: int
+    path: Path
+    trainer_state: dict[str, Any]
+    restored_rng: bool
+    skipped: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def samples_consumed(self) -> int | None:
+        """Samples the run read before step ``step``: saved, else ``step x`` its samples per step, else None."""
+        data = self.trainer_state.get("data")
+        if isinstance(data, dict) and isinstance(data.get("samples_consumed"), int):
+            return data["samples_consumed"]
+        spb = compare.saved_run(self.trainer_state)[0].get("samples_per_step")
+        return self.step * spb if isinstance(spb, int) else None
+
+
+class CheckpointManager:
+    """Save, prune and resume ``step-N`` DCP checkpoints (see the module docstring).
+
+    Args:
+        directory: the checkpoint root (created).
+        keep: loadable checkpoints kept after each save (>= 1).
+        rank, local_rank, world_size: this process's place in the job.
+        process_group: group for DCP coordination, barriers and the collective
+            resume decisions (a gloo group keeps these object collectives off
+            NCCL); None: the default group.
+        log: where the resume decisions go (called on every rank; the trainer
+            prints on rank 0). Default: print on global rank 0.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        keep: int,
+        rank: int,
+        local_rank: int,
+        world_size: int,
+        process_group: Any = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.directory = Path(directory)
+        self.keep = keep
+        self.rank = rank
+        self.local_rank = local_rank
+        self.world_size = world_size
+        self.group = process_group
+        self.last_save_seconds = 0.0
+        self.unloadable: dict[int, str] = {}
+        """``{step: why}``: complete checkpoints that failed verification or loading at resume."""
+        self._log = log if log is not None else self._print
+        if self.local_rank == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        self._barrier()
+
+    # -- collectives -----------------------------------------------------------
+    def _print(self, message: str) -> None:
+        if self.rank == 0:
+            print(f"[checkpoint] {message}", flush=True)
+
+    def _distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    def _barrier(self) -> None:
+        if self._distributed():
+            dist.barrier(group=self.group)
+
+    def _gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (rank order), on every rank."""
+        if not self._distributed():
+            return [value]
+        out: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(out, value, group=self.group)
+        return out
+
+    def _agree(self, problem: str | None) -> str | None:
+        """All ranks' problems as one sentence (None when no rank has one); the same on every rank."""
+        problems = self._gather(problem)
+        by_message: dict[str, list[int]] = {}
+        for rank, message in enumerate(problems):
+            if message:
+                by_message.setdefault(message, []).append(rank)
+        if not by_message:
+            return None
+        if len(by_message) == 1 and len(next(iter(by_message.values()))) == len(problems):
+            return next(iter(by_message))
+        return "; ".join(
+            f"on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {message}"
+            for message, ranks in by_message.items()
+        )
+
+    # -- folders ---------------------------------------------------------------
+    def _remove(self, path: Path) -> str | None:
+        """Delete the checkpoint folder ``path`` (a real folder: never a link); None when it is gone, else why not."""
+        if path.is_symlink() or not path.is_dir():
+            return "not a checkpoint folder (left as it is)"
+        errors: list[str] = []
+
+        def note(_function: Any, failed: str, exc: BaseException) -> None:
+            errors.append(f"{Path(failed).name}: {verify.first_line(exc)}")
+
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=note)
+        else:  # Python 3.11: onerror gets (type, value, traceback)
+            shutil.rmtree(path, onerror=lambda function, failed, info: note(function, failed, info[1]))
+        if os.path.lexists(path):
+            return "could not be removed (" + "; ".join(errors[:2] or ["still there"]) + ")"
+        return None
+
+    def remove_incomplete(self) -> list[int]:
+        """Delete checkpoint folders without the completion marker (leftovers of a killed save).
+
+        Call it once the run has resumed (or found nothing to resume): a run
+        that refuses to resume changes nothing on disk.
+
+        Returns:
+            The steps really removed (a folder that could not be removed is logged, not listed).
+        """
+        removed = []
+        if self.local_rank == 0:
+            for step, path in sorted(verify.step_dirs(self.directory).items()):
+                if not verify.is_complete(path):
+                    why = self._remove(path)
+                    if why is None:
+                        removed.append(step)
+                    else:
+                        self._log(f"incomplete checkpoint {path.name} {why}")
+        self._barrier()
+        return removed
+
+    def prune(self, saved: int | None = None) -> list[int]:
+        """Delete complete checkpoints older than the newest ``keep`` loadable ones at or below ``saved``.
+
+        Args:
+            saved: the step just written (default: the newest complete step).
+                Checkpoints newer than it, and those in :attr:`unloadable`, never
+                count toward ``keep``; nothing newer than ``saved`` is deleted, so pruning
+                never leaves a run with nothing loadable.
+
+        Returns:
+            The steps really deleted (on each node's local rank 0; [] elsewhere).
+            Only checkpoint folders (:func:`step_dirs`) are candidates; one that
+            cannot be removed is logged and not listed.
+        """
+        if self.local_rank != 0:
+            return []
+        folders = verify.complete_dirs(self.directory)
+        saved = max(folders, default=-1) if saved is None else saved
+        kept = [step for step in folders if step <= saved and step not in self.unloadable][-self.keep :]
+        removed = []
+        for step, path in folders.items():
+            if not kept or step >= kept[0]:
+                break  # ascending: every older one was tried
+            why = self._remove(path)
+            if why is not None:
+                self._log(f"pruning {path.name}: {why}")
+                continue
+            self.unloadable.pop(step, None)
+            removed.append(step)
+        return removed
+
+    def _clear_the_way(self, path: Path) -> None:
+        """Make room for a save at ``path`` (local rank 0): an older folder of ours is replaced; a link
+        or file there is not ours, so it is moved aside (renamed; nothing it points to is touched)."""
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            what = f"a symbolic link to {os.readlink(path)}" if path.is_symlink() else "a file"
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            target = path.with_name(f"{path.name}{verify.MOVED_ASIDE}{stamp}")
+            n = 1
+            while os.path.lexists(target):
+                n += 1
+                target = path.with_name(f"{path.name}{verify.MOVED_ASIDE}{stamp}-{n}")
+            os.rename(path, target)
+            kept = "what it points to was not touched" if os.path.islink(target) else "kept as it was"
+            self._log(
+                f"{path.name} was {what}, not a checkpoint folder this trainer wrote: moved aside to {target.name} "
+                f"({kept}) to save step {checkpoint_step(path.name)} there"
+            )
+        elif path.exists():  # a stale save of the same step of ours: incomplete, or unloadable at resume
+            why = self._remove(path)
+            if why is not None:
+                raise CheckpointError(f"cannot save {path}: the earlier folder of that step {why}")
+
+    # -- save ------------------------------------------------------------------
+    def save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        trainer_state: Mapping[str, Any],
+    ) -> Path:
+        """Write ``step-N`` (collective: every rank calls it), mark it complete, prune.
+
+        ``trainer_state`` must be JSON-serialisable (step, data position,
+        scheduler and loss-scaler state, run record). An existing ``step-N``
+        folder (an unfinished save, or one that failed at resume) is replaced;
+        a link or file named ``step-N`` is moved aside (see the module docstring).
+        """
+        start = time.monotonic()
+        path = self.directory / f"{STEP_PREFIX}{step}"  # the one checkpoint name (checkpoint_step)
+        if self.local_rank == 0:
+            self._clear_the_way(path)
+            path.mkdir(parents=True)
+        self._barrier()
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(path), process_group=self.group)
+        (path / "rng").mkdir(exist_ok=True)
+        torch.save(_rng_state(), path / verify.rng_file(self.rank))
+        if self.local_rank == 0:
+            atomic_write_text(path / TRAINER_STATE, json.dumps({**trainer_state, "step": step}, indent=2, default=str))
+        self._barrier()
+        self.last_save_seconds = time.monotonic() - start
+        if self.local_rank == 0:
+            marker = {
+                "step": step,
+                "world_size": self.world_size,
+                "saved_at": time.time(),
+                "seconds": self.last_save_seconds,
+            }
+            atomic_write_text(path / COMPLETE_MARKER, json.dumps(marker) + "\n")
+        self.unloadable.pop(step, None)
+        self._barrier()
+        self.prune(step)
+        self._barrier()
+        return path
+
+    # -- load ------------------------------------------------------------------
+    def latest_step(self) -> int | None:
+        """The newest complete step, as global rank 0 sees it (broadcast to all ranks)."""
+        steps = self._complete_of_rank0()
+        return steps[-1][0] if steps else None
+
+    def _complete_of_rank0(self) -> list[tuple[int, str]]:
+        """``(step, folder name)`` of the complete checkpoint folders, ascending, as global rank 0 found them."""
+        found = (
+            [(step, path.name) for step, path in verify.complete_dirs(self.directory).items()]
+            if self.rank == 0
+            else None
+        )
+        choice = [found]
+        if self._distributed():
+            dist.broadcast_object_list(choice, src=0, group=self.group)
+        return list(choice[0] or [])
+
+    def load_latest(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        run: Mapping[str, Any] | None = None,
+        allow_data_change: bool = False,
+        restore: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> Resumed | None:
+        """Resume the newest checkpoint that verifies, belongs to this run and loads (collective).
+
+        The complete checkpoints are tried newest first. One is resumed when, on every rank, it verifies
+        (:func:`training.checkpoint.verify.verify_checkpoint`), belongs to this run
+        (:mod:`training.checkpoint.compare`) and loads: ``dcp.load`` (TransformerEngine's ``_extra_state``
+        sized as saved first, :func:`size_extra_state`, so fp8/mxfp8/nvfp4 runs resume with their scaling
+        state), ``set_state_dict``, this rank's RNG state (a rank the saving run did not have starts from the
+        run's seed, logged) and ``restore``. One that does not verify or load is skipped with a log line
+        naming it and why, and the next older one is tried.
+
+        Args:
+            model, optimizer: restored in place (``set_state_dict``; FSDP2-aware, any world size).
+            run: this run's :func:`training.checkpoint.compare.run_record`; None skips the record
+                comparison (DCP's tensor metadata is still compared with ``model``).
+            allow_data_change: accept a changed data stream (see :func:`training.checkpoint.compare.compare_runs`).
+            restore: called with the candidate's ``trainer_state.json`` after its
+                model, optimizer and RNG state loaded (the trainer restores its LR
+                scheduler, loss scaler and data position); an exception is a failure
+                to load that checkpoint, which is skipped like any other.
+
+        Returns:
+            :class:`Resumed`, or None when there is no complete checkpoint.
+
+        Raises:
+            ResumeRefused: the newest loadable checkpoint belongs to another run
+                (names what differs); nothing was loaded, pruned or written.
+            CheckpointError: complete checkpoints exist but none can be loaded
+                (names each folder and why: the trainer's failure reason).
+        """
+        self._log_foreign_entries()
+        candidates = self._complete_of_rank0()
+        if not candidates:
+            return None
+        shapes = {k: tuple(v.shape) for k, v in get_model_state_dict(model).items() if isinstance(v, torch.Tensor)}
+        skipped: dict[int, str] = {}
+        for position, (step, name) in enumerate(reversed(candidates)):
+            path = self.directory / name
+            check = verify.verify_checkpoint(path, step)
+            problem = self._agree("; ".join(check.problems) or None)
+            if problem is None:
+                assert check.trainer_state is not None
+                notes = self._refuse_another_run(path, check, shapes, run, allow_data_change)
+                problem, restored = self._load_agreed(path, model, optimizer, check, restore)
+                if problem is None:
+                    self.unloadable = dict(skipped)
+                    for note in notes:
+                        self._log(f"resuming {name} with changes: {note}")
+                    restored_rng = self._log_fresh_ranks(path, check.trainer_state, restored)
+                    return Resumed(step, path, check.trainer_state, restored_rng, skipped=skipped, notes=notes)
+            skipped[step] = problem
+            older = candidates[-position - 2][1] if position + 1 < len(candidates) else None
+            fallback = f"falling back to {older}" if older is not None else "no older checkpoint"
+            self._log(f"skipping checkpoint {name}: {problem}; {fallback}")
+        self.unloadable = dict(skipped)
+        names = dict(candidates)
+        details = "; ".join(f"{names[s]}: {why}" for s, why in skipped.items())
+        raise CheckpointError(
+            f"no loadable checkpoint in {self.directory} ({details}). Left as they are: restore whole copies "
+            "(e.g. from the job's checkpoint S3 location), or move them away to start again from step 0"
+        )
+
+    def _log_foreign_entries(self) -> None:
+        if self.rank == 0:
+            for name, what in verify.foreign_entries(self.directory).items():
+                later = " (a save of its step moves it aside)" if checkpoint_step(name) is not None else ""
+                self._log(f"ignoring {name} in {self.directory}: {what}; never loaded, pruned or deleted{later}")
+
+    def _refuse_another_run(
+        self,
+        path: Path,
+        check: verify.Verification,
+        shapes: Mapping[str, tuple[int, ...]],
+        run: Mapping[str, Any] | None,
+        allow_data_change: bool,
+    ) -> list[str]:
+        """Compare a verified checkpoint with this run (collective): raises :class:`ResumeRefused` on any rank's
+        refusal, else returns the allowed differences (log lines)."""
+        assert check.metadata is not None and check.trainer_state is not None
+        comparison = compare.RunComparison()
+        if run is not None:
+            comparison = compare.compare_runs(check.trainer_state, run, allow_data_change=allow_data_change)
+        refusals = list(comparison.refusals)
+        if not comparison.model_refused:
+            mismatch = compare.model_mismatch(check.metadata, shapes)
+            if mismatch:
+                refusals.insert(0, mismatch)
+        refused = self._agree("; ".join(refusals) or None)
+        if refused is not None:
+            raise ResumeRefused(
+                f"checkpoint {path} belongs to another run: {refused}. Nothing was loaded, pruned or overwritten; "
+                f"resume with the checkpoint's settings, or give this run its own checkpoint location"
+            )
+        return list(comparison.notes)
+
+    def _load_agreed(
+        self,
+        path: Path,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        check: verify.Verification,
+        restore: Callable[[Mapping[str, Any]], None] | None,
+    ) -> tuple[str | None, bool]:
+        """Load a checkpoint and ``restore`` its trainer state (collective): every rank's failure as one sentence
+        (None when all loaded), and whether this rank restored an RNG state."""
+        assert check.metadata is not None and check.trainer_state is not None
+        error = None
+        restored = False
+        try:
+            restored = self._load(path, model, optimizer, check.metadata)
+            if restore is not None:
+                restore(check.trainer_state)
+        except (Exception, CheckpointException) as exc:
+            error = _load_error(exc)
+        return self._agree(error), restored
+
+    def _log_fresh_ranks(self, path: Path, state: Mapping[str, Any], restored: bool) -> bool:
+        """Whether every rank restored its RNG state (collective); logs the ranks the saving run did not have."""
+        fresh = [rank for rank, ok in enumerate(self._gather(restored)) if not ok]
+        if fresh:
+            self._log(
+                f"rank{'s' if len(fresh) > 1 else ''} {', '.join(map(str, fresh))} start their random number "
+                f"generators from the run's seed: {path.name} was written by "
+                f"{compare.processes(verify.saved_world_size(path, state))}, which had no such rank"
+            )
+        return not fresh
+
+    def _load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, metadata: Metadata) -> bool:
+        """Load model, optimizer and this rank's RNG from ``path``; returns whether an RNG state was restored.
+
+        TransformerEngine ``_extra_state`` entries are first sized as the checkpoint's DCP ``metadata`` holds
+        them (:func:`size_extra_state`).
+        """
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        absent = size_extra_state(model_sd, metadata)
+        state = {"model": {k: v for k, v in model_sd.items() if k not in absent}, "optimizer": optim_sd}
+        dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+        model_sd.update(state["model"])  # DCP replaces non-tensor (bytes) entries in the dict it was given
+        set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
+        rng = path / verify.rng_file(self.rank)
+        if not rng.is_file():
+            return False  # a rank the saving run did not have (verify.verify_checkpoint found every rank's file it had)
+        try:
+            _set_rng_state(torch.load(rng, weights_only=False))
+        except Exception as exc:
+            raise RuntimeError(f"{verify.rng_file(self.rank)}: {verify.first_line(exc)}") from exc
+        return True
+
+
+def _load_error(exc: BaseException) -> str:
+    """One line for a failed load; DCP's CheckpointException carries every failing rank's exception."""
+    if isinstance(exc, CheckpointException):
+        failures = exc.failures
+        return "DCP load failed on rank(s) " + ", ".join(
+            f"{rank} ({verify.first_line(pair[0])})" for rank, pair in sorted(failures.items())
+        )
+    return "loading failed: " + verify.first_line(exc)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def size_extra_state(model_state: dict[str, Any], metadata: Metadata) -> set[str]:
+    """Make every ``_extra_state`` tensor of ``model_state`` a placeholder of the size the checkpoint holds.
+
+    TransformerEngine (2.10, ``TransformerEngineBaseModule.get_extra_state``)
+    serialises its fp8 state into a ``uint8`` tensor whose size depends on that
+    state: a model that has not run under ``te.autocast`` yet returns an empty
+    tensor, a trained one a pickle of its recipe and (delayed scaling) scales
+    and amax history. DCP loads into the tensors it is given and refuses a size
+    change ("Size mismatch between saved ... and current", TransformerEngine
+    issue #1860), so a fresh model could never resume an fp8, mxfp8 or nvfp4
+    checkpoint. Each entry is replaced (in ``model_state``) by an empty tensor
+    of the saved size and dtype; after ``dcp.load`` fills it,
+    ``set_state_dict`` hands it to the module's ``set_extra_state``, which
+    restores the recipe, the scales and the amax history.
+
+    Args:
+        model_state: the model's state dict (``get_state_dict``), keys without
+            the ``"model."`` prefix of the checkpoint.
+        metadata: the checkpoint's DCP metadata.
+
+    Returns:
+        The ``_extra_state`` keys the checkpoint does not hold (or holds as
+        bytes of another kind): leave them out of ``dcp.load``; the module keeps
+        its current (fresh) state for them.
+    """
+    absent: set[str] = set()
+    for key, value in list(model_state.items()):
+        if not key.endswith(compare.EXTRA_STATE_SUFFIX) or not isinstance(value, torch.Tensor):
+            continue
+        saved = metadata.state_dict_metadata.get(compare.MODEL_PREFIX + key)
+        if not isinstance(saved, TensorStorageMetadata):
+            absent.add(key)
+            continue
+        model_state[key] = torch.empty(tuple(saved.size), dtype=saved.properties.dtype, device=value.device)
+    return absent
+
+
+def export_model(
+    model: torch.nn.Module,
+    directory: str | os.PathLike[str],
+    *,
+    config: Any,
+    dtype: torch.dtype,
+    rank: int,
+    extra: Mapping[str, Any] | None = None,
+) -> Path | None:
+    """Gather the full model to rank 0 (CPU) and write consolidated safetensors + ``config.json``.
+
+    Collective. Returns the weights path on rank 0, None elsewhere.
+    """
+    from training.model import save_pretrained
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    written = None
+    if rank == 0:
+        # TE quantized weights (quantized model init) are tensor subclasses: back to high precision first
+        plain = {
+            k: (v.dequantize() if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor else v)
+            for k, v in state.items()
+        }
+        written = save_pretrained(directory, plain, config, dtype=dtype, extra=extra)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return written
