@@ -256,7 +256,7 @@ class Hyperparameters:
     seed: int = _declare(1234, "random seed", minimum=0, maximum=2**31 - 1)
     # data
     synthetic_data: bool = _declare(False, "random tokens instead of the train channel (benchmarks)")
-    allow_data_change: bool = _declare(  # training.checkpoint.compare_runs
+    allow_data_change: bool = _declare(  # training.checkpoint.compare.compare_runs
         False, "resume a checkpoint although its training data, seq_length or seed differ (else refused)"
     )
     # checkpoints and logging
