@@ -103,8 +103,8 @@ class Setting:
         if self.kind is bool:
             return "true or false"
         kind = {int: "an integer", float: "a number"}.get(self.kind, "a string")
-        lo = "" if self.minimum is None else f" >= {self.minimum:g}"
-        hi = "" if self.maximum is None else f" <= {self.maximum:g}"
+        lo = "" if self.minimum is None else f" >= {_exact(self.minimum)}"
+        hi = "" if self.maximum is None else f" <= {_exact(self.maximum)}"
         return kind + " and".join(p for p in (lo, hi) if p)
 
     def read(self, value: Any) -> Any:
@@ -133,6 +133,11 @@ class Setting:
             if form in candidates:
                 return candidates[form]
         raise ValueError(value)
+
+
+def _exact(number: float) -> str:
+    """A bound as written, never rounded: ``1048576``, ``1000000000``, ``0.999999`` (``:g`` wrote ``1.04858e+06``)."""
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
 def _read_bool(value: Any) -> bool:
@@ -471,7 +476,7 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> mo
         raise HyperparameterError(
             "min_learning_rate",
             hp.min_learning_rate,
-            f"<= learning_rate ({hp.learning_rate:g})" + defaulted("min_learning_rate", "learning_rate"),
+            f"<= learning_rate ({format_value(hp.learning_rate)})" + defaulted("min_learning_rate", "learning_rate"),
         )
     if hp.warmup_steps > hp.max_steps:
         raise HyperparameterError(
