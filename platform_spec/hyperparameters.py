@@ -68,8 +68,8 @@ class Setting:
     (:func:`_declare`), its ``name``, ``kind`` (``bool``, ``int``, ``float``, ``str``), ``optional`` and
     ``default`` filled in from the field (:data:`SPECS`). ``choices`` accept case and ``-``/``_`` variants;
     ``minimum``/``maximum`` are inclusive; ``grammar`` returns a string's canonical form (or raises
-    ``FieldError``), accepting ``grammar_expected`` (words), ``pattern`` (the JSON Schema's) and ``metavar`` (a
-    flag's). ``shape``: a model-shape setting (its family maps it to a shape field,
+    ``FieldError``), accepting ``grammar_expected`` (words) and ``pattern`` (the JSON Schema's). ``metavar``: the
+    value in a flag's usage, declared with a grammar, else filled in (:func:`_metavar`). ``shape``: a model-shape setting (its family maps it to a shape field,
     :attr:`platform_spec.models.ModelFamily.shape_fields`); it and a ``planner`` setting are what the planner's
     estimate depends on (``planner.PlanInput``, ``trainctl plan``'s flags).
     """
@@ -275,8 +275,17 @@ class Hyperparameters:
         return {name: format_value(value) for name in SPECS if (value := getattr(self, name)) is not None}
 
 
+def _metavar(name: str, kind: type, choices: tuple[str, ...] | None) -> str:
+    """A flag's value as usage shows it: its choices as argparse writes them (``{bf16,fp8}``, ``{true,false}``),
+    else the name upper-cased (``BATCH_SIZE``)."""
+    if kind is bool:
+        choices = ("true", "false")
+    return "{" + ",".join(choices) + "}" if choices else name.upper()
+
+
 def _settings() -> dict[str, Setting]:
-    """Each field's :class:`Setting` with its name, kind, optionality (``| None``) and default filled in."""
+    """Each field's :class:`Setting` with its name, kind, optionality (``| None``), default and metavar filled
+    in."""
     hints = typing.get_type_hints(Hyperparameters)
     out: dict[str, Setting] = {}
     for field in dataclasses.fields(Hyperparameters):
@@ -284,7 +293,12 @@ def _settings() -> dict[str, Setting]:
         kind = next(k for k in kinds if k is not type(None))
         setting = field.metadata["setting"]
         out[field.name] = dataclasses.replace(
-            setting, name=field.name, kind=kind, optional=type(None) in kinds, default=field.default
+            setting,
+            name=field.name,
+            kind=kind,
+            optional=type(None) in kinds,
+            default=field.default,
+            metavar=setting.metavar or _metavar(field.name, kind, setting.choices),
         )
     return out
 

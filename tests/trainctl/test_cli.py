@@ -122,3 +122,21 @@ def test_every_command_but_the_tools_runs_without_devtools():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.lstrip().startswith(("{", "["))
+
+
+@pytest.mark.parametrize("command", ["train", "plan"])
+def test_a_hyperparameter_flag_shows_what_it_takes(command: str) -> None:
+    """Each flag's value in the usage comes from its declaration: its choices, else its name (not ``VALUE``)."""
+    from platform_spec.hyperparameters import SPECS
+
+    sub = next(a for a in build_parser(only=command)._actions if isinstance(a, argparse._SubParsersAction))
+    usage = sub.choices[command].format_usage()
+    assert "VALUE" not in usage
+    for shown in (
+        "[--batch-size BATCH_SIZE]",
+        "[--num-kv-heads NUM_KV_HEADS]",
+        "[--precision {" + ",".join(SPECS["precision"].choices or ()) + "}]",
+        "[--activation-checkpointing {off,full,selective:N}]",
+        "[--reshard-after-forward {true,false}]",
+    ):
+        assert shown in usage, shown

@@ -109,7 +109,7 @@ def _add_hyperparameter(group: argparse._ArgumentGroup, name: str) -> None:
         type=_hyperparameter(name),
         choices=spec.choices,
         default=None,
-        metavar=None if spec.choices else spec.metavar or ("{true,false}" if spec.default is True else "VALUE"),
+        metavar=spec.metavar,
         help=help_text.replace("%", "%%"),
     )
 
