@@ -68,8 +68,8 @@ class Setting:
     (:func:`_declare`), its ``name``, ``kind`` (``bool``, ``int``, ``float``, ``str``), ``optional`` and
     ``default`` filled in from the field (:data:`SPECS`). ``choices`` accept case and ``-``/``_`` variants;
     ``minimum``/``maximum`` are inclusive; ``grammar`` returns a string's canonical form (or raises
-    ``FieldError``), accepting ``grammar_expected`` (words), ``pattern`` (the JSON Schema's) and ``metavar`` (a
-    flag's). ``shape``: a model-shape setting (its family maps it to a shape field,
+    ``FieldError``), accepting ``grammar_expected`` (words) and ``pattern`` (the JSON Schema's). ``metavar``: the
+    value in a flag's usage, declared with a grammar, else filled in (:func:`_metavar`). ``shape``: a model-shape setting (its family maps it to a shape field,
     :attr:`platform_spec.models.ModelFamily.shape_fields`); it and a ``planner`` setting are what the planner's
     estimate depends on (``planner.PlanInput``, ``trainctl plan``'s flags).
     """
@@ -103,8 +103,8 @@ class Setting:
         if self.kind is bool:
             return "true or false"
         kind = {int: "an integer", float: "a number"}.get(self.kind, "a string")
-        lo = "" if self.minimum is None else f" >= {self.minimum:g}"
-        hi = "" if self.maximum is None else f" <= {self.maximum:g}"
+        lo = "" if self.minimum is None else f" >= {_exact(self.minimum)}"
+        hi = "" if self.maximum is None else f" <= {_exact(self.maximum)}"
         return kind + " and".join(p for p in (lo, hi) if p)
 
     def read(self, value: Any) -> Any:
@@ -133,6 +133,11 @@ class Setting:
             if form in candidates:
                 return candidates[form]
         raise ValueError(value)
+
+
+def _exact(number: float) -> str:
+    """A bound as written, never rounded: ``1048576``, ``1000000000``, ``0.999999`` (``:g`` wrote ``1.04858e+06``)."""
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
 def _read_bool(value: Any) -> bool:
@@ -270,8 +275,17 @@ class Hyperparameters:
         return {name: format_value(value) for name in SPECS if (value := getattr(self, name)) is not None}
 
 
+def _metavar(name: str, kind: type, choices: tuple[str, ...] | None) -> str:
+    """A flag's value as usage shows it: its choices as argparse writes them (``{bf16,fp8}``, ``{true,false}``),
+    else the name upper-cased (``BATCH_SIZE``)."""
+    if kind is bool:
+        choices = ("true", "false")
+    return "{" + ",".join(choices) + "}" if choices else name.upper()
+
+
 def _settings() -> dict[str, Setting]:
-    """Each field's :class:`Setting` with its name, kind, optionality (``| None``) and default filled in."""
+    """Each field's :class:`Setting` with its name, kind, optionality (``| None``), default and metavar filled
+    in."""
     hints = typing.get_type_hints(Hyperparameters)
     out: dict[str, Setting] = {}
     for field in dataclasses.fields(Hyperparameters):
@@ -279,7 +293,12 @@ def _settings() -> dict[str, Setting]:
         kind = next(k for k in kinds if k is not type(None))
         setting = field.metadata["setting"]
         out[field.name] = dataclasses.replace(
-            setting, name=field.name, kind=kind, optional=type(None) in kinds, default=field.default
+            setting,
+            name=field.name,
+            kind=kind,
+            optional=type(None) in kinds,
+            default=field.default,
+            metavar=setting.metavar or _metavar(field.name, kind, setting.choices),
         )
     return out
 
@@ -471,7 +490,7 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> mo
         raise HyperparameterError(
             "min_learning_rate",
             hp.min_learning_rate,
-            f"<= learning_rate ({hp.learning_rate:g})" + defaulted("min_learning_rate", "learning_rate"),
+            f"<= learning_rate ({format_value(hp.learning_rate)})" + defaulted("min_learning_rate", "learning_rate"),
         )
     if hp.warmup_steps > hp.max_steps:
         raise HyperparameterError(

@@ -67,9 +67,9 @@ def build_parser(only: str | None = ALL) -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # subcommand not part of this build
+            if not f"{module_name}.".startswith(f"{exc.name}."):
+                raise  # something the module imports is missing: a broken install, not an absent command
+            continue  # the module, or a package above it, is not installed: subcommand not part of this build
         if only in (ALL, name):
             p = sub.add_parser(name, help=module.HELP, description=module.HELP)
             module.add_arguments(p)

@@ -177,7 +177,6 @@ def _train(
         plan_train_link,
         prepare_base_dir,
         read_failure,
-        read_metrics,
         run_local,
     )
 
@@ -237,7 +236,7 @@ def _train(
         echo=lambda line: print(line, end="", flush=True),
         supervise=True,
     )
-    losses = [(m["step"], m["loss"]) for m in read_metrics(base) if m.get("loss") is not None]
+    losses = sorted(result.losses.items())  # this run's (output/data/metrics.jsonl holds every run's)
     if losses:
         print(
             f"trainctl train: loss {losses[0][1]:.4f} at step {losses[0][0]} -> {losses[-1][1]:.4f} at step {losses[-1][0]}"

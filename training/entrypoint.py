@@ -88,6 +88,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VERB = "train"
 GUIDE_VARIABLES_FLAG = "--guide-variables"
 USAGE = f"usage: <image> {VERB} [{GUIDE_VARIABLES_FLAG}]"
+HELP = (
+    f"{USAGE}\n\nTrain on the files SageMaker lays out under SAGEMAKER_BASE_DIR (default /opt/ml): validate the "
+    "job, launch torchrun, relay stop signals, and write the reason of a failure to output/failure.\n\noptions:\n"
+    f"  {GUIDE_VARIABLES_FLAG:<19}also apply the published guide's PRECISION, NUM_LAYERS, BATCH_SIZE, SEQ_LENGTH "
+    f"and MODEL variables\n  {'-h, --help':<19}show this help and exit"
+)
+"""``<image> train --help`` (exit 0, nothing validated or launched)."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Signals that stop a run: SageMaker's SIGTERM, a terminal's Ctrl-C (SIGINT), a closed terminal (SIGHUP)."""
 DELIVERED_AS = {signal.SIGHUP: signal.SIGTERM}
@@ -371,6 +378,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if environ is None else environ)
+    if {"-h", "--help"} & set(args):
+        print(HELP)
+        return 0
     if args[:1] not in ([], [VERB]) or any(a != GUIDE_VARIABLES_FLAG for a in args[1:]):
         print(f"{USAGE}   (got {' '.join(args)!r}; this image only trains)", file=sys.stderr)
         return 2

@@ -243,9 +243,8 @@ def run_emulator(
         plans = load_plans(plans_file)
     except (OSError, ValueError) as exc:
         return _fail(f"--plans {plans_file}: {exc}")
-    problem = _env_file_problem(env_file) if env_file else None
-    if problem:
-        return _fail(f"--env-file {env_file}: {problem}")
+    if env_file is not None and (problem := _env_file_problem(env_file)):  # "" too: not "no env file"
+        return _fail(f"--env-file {os.fspath(env_file) or repr('')}: {problem}")
     for spec in event_targets:
         problem = _target_problem(spec)
         if problem:
@@ -282,7 +281,7 @@ def _env_file_problem(env_file: str | os.PathLike[str]) -> str | None:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return str(exc)
-    return env_file_problem(target)
+    return env_file_problem(env_file)  # not target: Path("") is "."
 
 
 def _target_problem(spec: str) -> str | None:

@@ -106,7 +106,10 @@ _FILE_KINDS = (
 
 def env_file_problem(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` cannot be the env file: it exists and is not a regular file (a symbolic link is not
-    followed: writing would replace the link, not its target). ``None``: a regular file or nothing."""
+    followed: writing would replace the link, not its target), or it is empty. ``None``: a regular file or
+    nothing."""
+    if not os.fspath(path):
+        return "an empty path; expected a file path"
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:

@@ -86,6 +86,13 @@ def test_an_env_file_path_that_cannot_be_written_is_refused_before_listening(tmp
     assert err.startswith(f"trainctl local-aws: --env-file {a_file / 'aws.env'}: ") and "listen" not in err
 
 
+def test_an_empty_env_file_path_is_refused_not_taken_for_none(capsys) -> None:
+    assert main(["local-aws", "--port", "0", "--env-file", ""]) == 2
+    assert capsys.readouterr().err == "trainctl local-aws: --env-file '': an empty path; expected a file path\n"
+    with pytest.raises(OSError, match="an empty path"):
+        write_env_file("", {"AWS_ENDPOINT_URL": "http://127.0.0.1:1"})
+
+
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
 def test_an_env_file_path_that_is_not_a_regular_file_is_refused_and_left_as_it_was(
     tmp_path: Path, capsys, kind: str

@@ -137,8 +137,8 @@ def test_the_planner_estimates_the_new_family_from_its_terms(toy_run: dict) -> N
 
 
 def test_a_resume_compares_every_field_of_the_family_shape() -> None:
-    """Resume rules are family-independent: a checkpoint of another family's shape (fields the run's shape
-    lacks, or lacks fields it has) is refused field by field, and a changed field of any family's shape too
+    """Resume rules are family-independent: a checkpoint of a shape whose family is not registered (fields the
+    run's shape lacks, or lacks fields it has) is refused by its preset and field by field, and a changed field of any family's shape too
     (the checkpoint compared GPT's five field names only: a family's own field, ``num_experts`` here, went
     unchecked)."""
     from training.checkpoint.compare import compare_runs, run_record
@@ -165,8 +165,9 @@ def test_a_resume_compares_every_field_of_the_family_shape() -> None:
     toy = {"name": "toy-tiny", "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128, "vocab_size": 256}
     state = {"step": 4, "run": record(gpt)}
     across = compare_runs(state, record(toy))
-    assert across.model_refused and across.refusals == [
-        "model num_attention_heads: 2 in the checkpoint, None in this run"
+    assert across.model_refused and across.refusals == [  # toy is not registered in this process: no family known
+        "model: gpt-tiny in the checkpoint, toy-tiny in this run",
+        "model num_attention_heads: 2 in the checkpoint, None in this run",
     ]
     experts = {**toy, "num_experts": 4}
     wider = compare_runs({"step": 4, "run": record(experts)}, record({**experts, "num_experts": 8}))

@@ -212,3 +212,22 @@ def test_a_shape_the_precision_refuses_from_a_config_json_names_the_file_not_a_f
     assert main(["plan", "--model-config", str(path), "--precision", "mxfp8"]) == 2
     err = capsys.readouterr().err
     assert f"--model-config {path}: its shape's ffn_hidden_size: got 14000" in err and "multiple of 32" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--price-per-hour", "nan"],
+            "--price-per-hour: got 'nan', expected a positive number of USD per instance-hour",
+        ),
+        (["--price-per-hour", "0"], "--price-per-hour: got '0', expected a positive number of USD per instance-hour"),
+        (["--tokens", "inf"], "--tokens: got 'inf', expected a positive number of training tokens (e.g. 1e12)"),
+    ],
+)
+def test_each_budget_flag_states_its_own_expectation(capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and expected in err
+    assert argv[0] != "--price-per-hour" or "1e12" not in err

@@ -18,7 +18,7 @@ from platform_spec.catalogue import (
     get_instance,
 )
 from platform_spec.errors import FieldError
-from platform_spec.hyperparameters import SPECS, HyperparameterError, coerce
+from platform_spec.hyperparameters import SPECS, HyperparameterError, coerce, parse
 from platform_spec.training_plans import PlanArn, TrainingPlanArnError, foreign_reason, parse_training_plan_arn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,3 +163,15 @@ def test_a_lookup_during_the_families_own_import_fails_loudly(tmp_path: Path) ->
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("refused: no model family is registered after importing 'cyclic_families'")
+
+
+def test_a_refusal_states_its_bounds_exactly() -> None:
+    """Bounds are written as declared (``:g`` rounded 1048576 to ``1.04858e+06``), and so is the learning rate
+    that bounds ``min_learning_rate``."""
+    with pytest.raises(HyperparameterError) as error:
+        coerce("seq_length", "4")
+    assert error.value.expected == "an integer >= 8 and <= 1048576"
+    assert SPECS["max_steps"].expected() == "an integer >= 1 and <= 1000000000"
+    assert SPECS["adam_beta1"].expected() == "a number >= 0 and <= 0.999999"
+    with pytest.raises(HyperparameterError, match=r"<= learning_rate \(0\.000123456789\)"):
+        parse({"learning_rate": "0.000123456789", "min_learning_rate": "0.0002"})

@@ -14,8 +14,9 @@ from platform_spec.metric_lines import format_line
 from trainctl import cli
 from trainctl.reports.writer import build_report, write_report
 from trainctl.sweeps.jobs import wait_for_jobs
+from trainctl.sweeps.planning import plan_sweep
 from trainctl.sweeps.runner import run_aws_sweep
-from trainctl.sweeps.state import SweepError, load_sweep
+from trainctl.sweeps.state import Sweep, SweepError, load_sweep
 from trainctl.sweeps.submission import CONFIG_TAG, SWEEP_TAG
 
 from .conftest import P5_BASE_REQUEST
@@ -439,3 +440,17 @@ def test_a_model_config_sweep_with_a_shape_axis_and_an_accepted_risk_is_what_the
     assert len(_job_names(aws) - before) == 3
     for c in [*result.configs, config]:
         aws.set_job_status(c.job_name, "Completed")
+
+
+@pytest.mark.parametrize(
+    ("mode", "resumed_as", "expected"),
+    [
+        ("aws", "local", "sweep 's2' is an AWS sweep; run it without --local"),
+        ("local", "aws", "sweep 's2' is a local sweep; run it with --local"),
+    ],
+)
+def test_a_rerun_in_the_other_mode_names_the_sweeps_mode(tmp_path: Path, mode, resumed_as, expected) -> None:
+    Sweep(name="s2", mode=mode, grid={"precision": ["bf16"]}, base={}, target={}, directory=tmp_path / "s2").save()
+    with pytest.raises(SweepError) as refused:
+        plan_sweep("s2", None, mode=resumed_as, sweeps_dir=tmp_path)
+    assert str(refused.value) == expected

@@ -86,3 +86,57 @@ def test_submit_local_names_a_missing_setting(monkeypatch, capsys):
         monkeypatch.delenv(name, raising=False)
     assert main(["submit", "--local", GUIDE_REQUEST]) == 2
     assert "is required and not set" in capsys.readouterr().err
+
+
+def test_a_command_whose_module_or_package_is_missing_is_left_out(monkeypatch, tmp_path):
+    # Python names the first missing package (``devtools``), not the command's module: both are left out.
+    (tmp_path / "present_pkg").mkdir()
+    (tmp_path / "present_pkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMMANDS, "absent-package", "absent_pkg_for_the_test.sub.command")
+    monkeypatch.setitem(COMMANDS, "absent-module", "present_pkg.command")
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert "plan" in sub.choices and not {"absent-package", "absent-module"} & set(sub.choices)
+
+
+def test_a_command_module_that_imports_something_missing_raises(monkeypatch, tmp_path):
+    (tmp_path / "broken_command_for_the_test.py").write_text("import absent_dependency_for_the_test\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMMANDS, "broken", "broken_command_for_the_test")
+    with pytest.raises(ModuleNotFoundError, match="absent_dependency_for_the_test"):
+        build_parser()
+
+
+def test_every_command_but_the_tools_runs_without_devtools():
+    # the product without the `local` extra: devtools is not importable at all
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] == 'devtools':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from trainctl.cli import main\n"
+        "sys.exit(main(['plan', '--model', 'gpt-tiny', '--json']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.lstrip().startswith(("{", "["))
+
+
+@pytest.mark.parametrize("command", ["train", "plan"])
+def test_a_hyperparameter_flag_shows_what_it_takes(command: str) -> None:
+    """Each flag's value in the usage comes from its declaration: its choices, else its name (not ``VALUE``)."""
+    from platform_spec.hyperparameters import SPECS
+
+    sub = next(a for a in build_parser(only=command)._actions if isinstance(a, argparse._SubParsersAction))
+    usage = sub.choices[command].format_usage()
+    assert "VALUE" not in usage
+    for shown in (
+        "[--batch-size BATCH_SIZE]",
+        "[--num-kv-heads NUM_KV_HEADS]",
+        "[--precision {" + ",".join(SPECS["precision"].choices or ()) + "}]",
+        "[--activation-checkpointing {off,full,selective:N}]",
+        "[--reshard-after-forward {true,false}]",
+    ):
+        assert shown in usage, shown

@@ -443,6 +443,35 @@ def test_resume_policy_per_recorded_item(current: dict, allow: bool, refusal: st
         assert len(result.notes) == 1 and note in result.notes[0], result.notes
 
 
+def test_another_model_family_is_refused_as_such_and_another_preset_is_named_first() -> None:
+    """A family change is one refusal that names both families and presets (not a list of the two families'
+    differently named fields); within a family, the preset change comes before the fields it changes."""
+
+    def record(model: str) -> dict:
+        return run_record(
+            model_config=asdict(get_preset(model)),
+            backend="torch",
+            world_size=1,
+            samples_per_step=2,
+            hyperparameters={},
+            data={"synthetic": True},
+        )
+
+    across = compare_runs({"step": 6, "run": record("gpt-tiny")}, record("llama-tiny"))
+    assert across.model_refused and across.refusals == [
+        "model family: gpt (preset gpt-tiny) in the checkpoint, llama (preset llama-tiny) in this run; "
+        "a checkpoint resumes a model of its own family"
+    ]
+    custom = {**asdict(get_preset("llama-tiny")), "name": "llama"}
+    to_custom = compare_runs({"step": 6, "run": record("gpt-tiny")}, {**record("llama-tiny"), "model": custom})
+    assert to_custom.refusals[0].startswith("model family: gpt (preset gpt-tiny) in the checkpoint, llama (a custom")
+    larger = compare_runs({"step": 6, "run": record("gpt-tiny")}, record("gpt-1b"))
+    assert larger.refusals[:2] == [
+        "model: gpt-tiny in the checkpoint, gpt-1b in this run",
+        "model num_layers: 4 in the checkpoint, 24 in this run",
+    ]
+
+
 # ---------------------------------------------------------------------------
 # Names: only the folders this trainer writes are checkpoints (review of issue 11, findings 2 and 4)
 

@@ -184,3 +184,17 @@ def test_python_docs_checks_the_layout_before_writing_anything(tmp_path: Path, m
         "input/data/train",
         "input/data/train/mine.txt",
     ]  # no prepared/, no config
+
+
+def test_a_run_that_trains_no_step_prints_no_loss_of_an_earlier_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    # metrics.jsonl keeps every run's records: the summary is this run's, and this run fails before its first step
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    base = tmp_path / "run"
+    earlier = base / "output" / "data" / "metrics.jsonl"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text(json.dumps({"step": 1, "loss": 6.3}) + "\n" + json.dumps({"step": 6, "loss": 5.1}) + "\n")
+    argv = ["train", "--base-dir", str(base), "--python-docs", "--model", "gpt-tiny", "--precision", "nvfp4"]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "failed (exit 1)" in captured.err
+    assert "loss" not in captured.out + captured.err

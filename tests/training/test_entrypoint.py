@@ -157,6 +157,14 @@ def test_only_the_train_verb(tmp_path: Path) -> None:
     assert entrypoint.main(["serve"], _env(tmp_path)) == 2
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["-h"]])
+def test_help_prints_the_help_and_exits_0(tmp_path: Path, argv: list[str], capsys) -> None:
+    assert entrypoint.main(argv, _env(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(entrypoint.USAGE + "\n") and "--guide-variables" in out.partition("\n")[2]
+    assert not (tmp_path / "output" / "failure").exists()
+
+
 def _train_sh(env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(REPO / "training" / "train.sh")], env=env, capture_output=True, text=True, timeout=120

@@ -10,6 +10,7 @@ parses the arguments; :mod:`trainctl.plans` estimates and prints.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,14 +33,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive number (e.g. 1e12)") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive number (e.g. 1e12)")
-    return value
+def _positive_number(expected: str) -> Callable[[str], float]:
+    """An argparse type: a finite number > 0; a refusal says ``expected`` (the flag's own words)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {expected}")
+        return value
+
+    return parse
 
 
 def _instance_type(text: str) -> str:
@@ -103,7 +109,7 @@ def _add_hyperparameter(group: argparse._ArgumentGroup, name: str) -> None:
         type=_hyperparameter(name),
         choices=spec.choices,
         default=None,
-        metavar=None if spec.choices else spec.metavar or ("{true,false}" if spec.default is True else "VALUE"),
+        metavar=spec.metavar,
         help=help_text.replace("%", "%%"),
     )
 
@@ -147,8 +153,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "platform_spec.catalogue) (default: %(default)s)",
     )
     h.add_argument("--instance-count", type=_positive_int, default=1, help="(default: %(default)s)")
-    h.add_argument("--price-per-hour", type=_positive_float, default=None, help="USD per instance-hour (for cost)")
-    h.add_argument("--tokens", type=_positive_float, default=None, help="training-token budget, e.g. 1e12")
+    h.add_argument(
+        "--price-per-hour",
+        type=_positive_number("a positive number of USD per instance-hour (e.g. 12.5)"),
+        default=None,
+        help="USD per instance-hour (for cost)",
+    )
+    h.add_argument(
+        "--tokens",
+        type=_positive_number("a positive number of training tokens (e.g. 1e12)"),
+        default=None,
+        help="training-token budget, e.g. 1e12",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON (planner.Plan.to_dict)")
 
 

@@ -86,14 +86,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write hyperparameters.json JSON-quoted, as older SageMaker SDKs do",
     )
     hp = parser.add_argument_group("hyperparameters (the names SageMaker jobs use; default: the trainer's)")
-    for name, spec in SPECS.items():
-        choices = f"; one of {', '.join(spec.choices)}" if spec.choices else ""
+    for name, spec in SPECS.items():  # the metavar shows the choices
         hp.add_argument(
             spec.flag,
             dest="hp_" + name,
             default=None,
-            metavar="VALUE",
-            help=f"{spec.help} (default {spec.default}{choices})",
+            metavar=spec.metavar,
+            help=f"{spec.help} (default {spec.default})",
         )
 
 

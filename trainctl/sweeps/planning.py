@@ -252,9 +252,8 @@ def _resumed(existing: Sweep | None, name: str, mode: str, sweeps_dir: Path, fla
     if existing is None:
         raise SweepError(f"sweep {name!r} does not exist in {sweeps_dir}: give its grid (--grid KEY=V1,V2)")
     if existing.mode != mode:
-        raise SweepError(
-            f"sweep {name!r} is a {existing.mode} sweep; run it {'with --local' if existing.mode == 'local' else 'without --local'}"
-        )
+        kind, flag = ("a local", "with --local") if existing.mode == "local" else ("an AWS", "without --local")
+        raise SweepError(f"sweep {name!r} is {kind} sweep; run it {flag}")
     if flags:
         raise SweepError(
             f"{' and '.join(flags)}: sweep {name!r} exists in {sweeps_dir} and its grid and base are fixed by its "

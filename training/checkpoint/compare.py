@@ -6,8 +6,9 @@ run; on resume (:func:`compare_runs`):
 ===================================  ====================================================
 what changed                         resume
 ===================================  ====================================================
-model shape or vocabulary, backend,  refused, both values named (the state would not fit
-``quantized_model_init``             or would load partially)
+model family, shape or vocabulary,   refused, both values named (the state would not fit
+backend, ``quantized_model_init``    or would load partially); another family is named
+                                     as such, its shape fields are not compared
 global batch (samples per step)      refused: the LR schedule, warmup and ``max_steps``
                                      count optimizer steps, so the run cannot continue
                                      as it was; the message says how to keep it
@@ -36,6 +37,7 @@ from typing import Any
 
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
+from platform_spec import models
 from platform_spec.hyperparameters import SHAPE_HYPERPARAMETERS
 
 RUN_RECORD_VERSION = 1
@@ -166,18 +168,55 @@ def compare_runs(
     return out
 
 
+def _family(model: Mapping[str, Any]) -> str | None:
+    """The model family of a run record's ``model``: its preset's, or its ``name`` itself for a custom shape
+    (named after its family); ``None`` when no registered family knows the name."""
+    name = model.get("name")
+    if not isinstance(name, str):
+        return None
+    if name in models.family_names():
+        return name
+    with contextlib.suppress(models.UnknownModelError):
+        return models.family_of(name).name
+    return None
+
+
+def _describe(model: Mapping[str, Any], family: str | None) -> str:
+    """``gpt (preset gpt-tiny)``, ``llama (a custom shape)``."""
+    name = model.get("name")
+    return f"{family} (a custom shape)" if name == family else f"{family} (preset {name})"
+
+
+def _compare_shape(saved_model: Mapping[str, Any], model: Mapping[str, Any], out: RunComparison) -> None:
+    """The model's family, preset and shape: refuse another family (its shape fields are other fields, not
+    comparable one by one), and within one family (or when a family is unknown) every shape field that differs,
+    after the preset change that explains them; a renamed preset of the same shape is a note."""
+    old_family, new_family = _family(saved_model), _family(model)
+    if old_family is not None and new_family is not None and old_family != new_family:
+        out.refusals.append(
+            f"model family: {_describe(saved_model, old_family)} in the checkpoint, {_describe(model, new_family)} "
+            "in this run; a checkpoint resumes a model of its own family"
+        )
+        out.model_refused = True
+        return
+    changed = [name for name in model_shape_fields(model, saved_model) if saved_model.get(name) != model.get(name)]
+    renamed = saved_model.get("name") != model.get("name")
+    if changed and renamed:
+        out.refusals.append(f"model: {saved_model.get('name')} in the checkpoint, {model.get('name')} in this run")
+    out.refusals.extend(
+        f"model {name}: {saved_model.get(name)} in the checkpoint, {model.get(name)} in this run" for name in changed
+    )
+    out.model_refused = out.model_refused or bool(changed)
+    if renamed and not changed:
+        out.notes.append(f"model preset {saved_model.get('name')} -> {model.get('name')} (same shape)")
+
+
 def _compare_model(saved: Mapping[str, Any], current: Mapping[str, Any], out: RunComparison) -> None:
-    """Model shape and vocabulary, backend and the state-dict layout's hyperparameters: refuse a change."""
-    saved_model, model = saved.get("model"), current["model"]
+    """Model family, preset, shape and vocabulary, backend and the state-dict layout's hyperparameters: refuse
+    a change."""
+    saved_model = saved.get("model")
     if isinstance(saved_model, dict):
-        for name in model_shape_fields(model, saved_model):
-            if saved_model.get(name) != model.get(name):
-                out.refusals.append(
-                    f"model {name}: {saved_model.get(name)} in the checkpoint, {model.get(name)} in this run"
-                )
-                out.model_refused = True
-        if not out.model_refused and saved_model.get("name") != model.get("name"):
-            out.notes.append(f"model preset {saved_model.get('name')} -> {model.get('name')} (same shape)")
+        _compare_shape(saved_model, current["model"], out)
     if saved.get("backend") is not None and saved["backend"] != current["backend"]:
         out.refusals.append(
             f"model backend: {saved['backend']!r} in the checkpoint, {current['backend']!r} in this run (TransformerEngine "
