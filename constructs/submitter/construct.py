@@ -605,8 +605,8 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
         ),
         "*": _Resource(
             ("*",),
-            "sagemaker:Search, sagemaker:ListTrainingJobs and sagemaker:ListTrainingPlans have no resource-level "
-            "permissions (AWS requires '*'); Search finds the jobs of a client token or a run by tag.",
+            "sagemaker:Search has no resource-level permissions (AWS requires '*'); the job API's list finds the "
+            "platform's jobs with it, by their submitter tag.",
         ),
         "execution-role": _Resource(
             (props.execution_role.role_arn,),
@@ -624,6 +624,12 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
             settings.RUN_STORE_PREFIX,
             why="Run records are objects per run (<run store prefix><run id>/...) under one prefix of the output "
             "bucket; they are read (and written, by the submitter and the continuation) under that prefix only.",
+        ),
+        "run-markers": prefixes(
+            props.output_bucket,
+            settings.RUN_WAITING_PREFIX,
+            why="Waiting markers are one object per run waiting for capacity under one prefix of the run store; "
+            "the continuation deletes them there only (never a version).",
         ),
         "checkpoints-prefix": prefixes(
             props.checkpoint_bucket,

@@ -115,7 +115,6 @@ def test_the_reader_role_can_change_nothing(request, fixture):
         "sagemaker:DescribeTrainingJob",
         "sagemaker:DescribeTrainingPlan",
         "sagemaker:ListTags",
-        "sagemaker:ListTrainingJobs",
         "sagemaker:Search",
     ]
 
@@ -139,7 +138,7 @@ def test_the_reader_reads_the_run_store_and_the_checkpoint_prefixes_only(default
     ]
     jobs = found["DescribeTrainingJobs"]
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
-    assert found["ListTrainingJobs"]["Resource"] == "*" and found["SearchTrainingJobs"]["Resource"] == "*"
+    assert found["SearchTrainingJobs"]["Resource"] == "*" and "ListTrainingJobs" not in found
 
 
 def test_the_reader_is_the_submitters_code_limited_to_the_read_actions(default_synth):
@@ -231,7 +230,8 @@ def test_the_continuation_has_the_submitters_grants_and_its_own(request, fixture
     own = by_sid([s for s in statements if s not in submitter_statements])
     assert set(own) == {"RunMarkers", "RunDecisionEvents"}
     assert own["RunMarkers"]["Action"] == "s3:DeleteObject"  # never DeleteObjectVersion: the history stays
-    assert own["RunMarkers"]["Resource"] == objects(synth, stack.buckets.output, settings.RUN_STORE_PREFIX)
+    # the waiting markers only, never the run's records (tests/submitter/test_grants.py)
+    assert own["RunMarkers"]["Resource"] == objects(synth, stack.buckets.output, settings.RUN_WAITING_PREFIX)
     events_statement = own["RunDecisionEvents"]
     assert events_statement["Action"] == "events:PutEvents"
     assert json.dumps(events_statement["Resource"]).endswith(':event-bus/default"]]}') or str(

@@ -158,6 +158,70 @@ def test_concurrent_duplicates_on_a_plan_with_one_free_instance_settle_on_one_jo
     assert token_jobs(request["client_token"]) == [responses[0]["training_job_name"]]
 
 
+def test_a_capacity_refusal_settling_on_a_job_made_without_the_token_binds_the_token(
+    aws, runtime, env, config, token_jobs, make_request
+):
+    """Review finding: a request with a token was refused capacity because the same request without the token had
+    just taken the plan's one instance; it answered that job as a replay without binding the token to it, and a
+    different request with the token then created a second job. The refusal settles as the main path does: the
+    token is claimed naming the adopted job."""
+    from .conftest import PLANS
+
+    name = f"adopt-race-{uuid.uuid4().hex[:8]}"
+    plain = make_request(client_token=None, job_name=name)  # capacity training-plan: the plan's one instance
+    token = f"adopt-race-{uuid.uuid4()}"
+    with_token, without_token = (runtime.aws.Clients.create(environ=env) for _ in range(2))
+    made: list[dict] = []
+
+    def before_plan(**_: object) -> None:  # the request without the token creates the job first
+        if not made:
+            made.append(runtime.service.submit(plain, clients=without_token, config=config))
+
+    with_token.sagemaker.meta.events.register("before-call.sagemaker.DescribeTrainingPlan", before_plan)
+    aws.set_plans([ONE_FREE_INSTANCE])
+    try:
+        answer = runtime.service.submit({**plain, "client_token": token}, clients=with_token, config=config)
+    finally:
+        aws.complete_active_jobs()
+        aws.set_plans(PLANS)
+    assert made[0]["status"] == "submitted" and made[0]["replayed"] is False, made
+    assert answer["status"] == "submitted" and answer["replayed"] is True, answer
+    assert answer["training_job_arn"] == made[0]["training_job_arn"]
+    record = record_of(aws, token)
+    assert record is not None, "the token was not bound to the job that answered it"
+    assert (record["training_job_name"], record["state"], record["adopted"]) == (name, "claimed", True)
+    different = make_request(client_token=token, capacity="on-demand", max_runtime_hours=2)
+    other = runtime.service.submit(different, clients=without_token, config=config)
+    assert (other["error"]["code"], other["error"]["field"]) == ("Conflict", "client_token"), other
+    assert runtime.request.derived_job_name(token) not in {j["name"] for j in aws.training_jobs()}
+
+
+def test_a_create_refused_while_a_duplicate_creates_the_job_answers_with_that_job(
+    aws, runtime, env, config, token_jobs, make_request
+):
+    """Edge (review): concurrent duplicates of one token, SageMaker refusing the first create (quota): the refused
+    caller answered QuotaExceeded ("nothing was created") and released the token's claim while a duplicate, which
+    had found the claim in flight, created the job. A refused create settles again before answering, and a claim
+    whose job exists is never released."""
+    request = make_request(capacity="on-demand")
+    first, second = (runtime.aws.Clients.create(environ=env) for _ in range(2))
+    duplicate: list[dict] = []
+
+    def after_create(parsed: dict, **_: object) -> None:  # the first create was refused: the duplicate runs now
+        if not duplicate:
+            duplicate.append(runtime.service.submit(dict(request), clients=second, config=config))
+
+    first.sagemaker.meta.events.register("after-call.sagemaker.CreateTrainingJob", after_create)
+    aws.inject_fault("CreateTrainingJob", "ResourceLimitExceeded", message="limit 'ml.p6-b200.48xlarge' is 0")
+    answer = runtime.service.submit(dict(request), clients=first, config=config)
+    assert duplicate[0]["status"] == "submitted" and duplicate[0]["replayed"] is False, duplicate
+    assert answer["status"] == "submitted" and answer["replayed"] is True, answer
+    assert answer["training_job_arn"] == duplicate[0]["training_job_arn"]
+    record = record_of(aws, request["client_token"])
+    assert record["state"] == "claimed" and record["training_job_name"] == answer["training_job_name"], record
+    assert token_jobs(request["client_token"]) == [answer["training_job_name"]]
+
+
 # --- the record ----------------------------------------------------------------------------------------
 
 
@@ -369,7 +433,8 @@ _GOOD_RECORD = {
         ({"training_job_name": "a" * 64}, "which is not a SageMaker TrainingJobName"),
         ({"request_sha256": "a"}, "is not 64 lower-case hex digits"),
         ({"adopted": "yes"}, "not a schema-1 record"),
-        ({"state": "CLAIMED"}, "not a schema-1 record"),
+        ({"state": "CLAIMED"}, "not a schema-1 record: its state 'CLAIMED' is neither 'claimed' nor 'released'"),
+        ({"state": "released", "reason": 7}, "not a schema-1 record: its reason is a JSON int, not a string"),
     ],
 )
 def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(
@@ -386,6 +451,8 @@ def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(
         submit(request)
     assert says in str(raised.value) and "delete it to free the token" in str(raised.value)
     assert "\n" not in str(raised.value)  # a hand-edited name is quoted, never echoed raw
+    # "another version" only when the schema is another version's (it said so of a schema-1 record's bad state)
+    assert ("another version" in str(raised.value)) == (change.get("schema") == 2)
     assert aws.calls("CreateTrainingJob") == []
 
 

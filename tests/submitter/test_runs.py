@@ -9,6 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from botocore.exceptions import ClientError
 
 from platform_spec import runs as spec
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, STOP_MARGIN_S
@@ -159,6 +160,18 @@ def _act(runtime, clients, config, body):
     return runtime.actions.dispatch(body, clients=clients, config=config)
 
 
+def _listed_runs(runtime, clients, config) -> dict[str, dict]:
+    """Every run ``list_runs`` lists (every page), by run id."""
+    runs: dict[str, dict] = {}
+    token = None
+    while True:
+        page = _act(runtime, clients, config, {"action": "list_runs", "max_results": 100, "next_token": token})
+        runs.update({r["run_id"]: r for r in page["runs"]})
+        token = page.get("next_token")
+        if token is None:
+            return runs
+
+
 def test_describe_list_and_stop_a_run(aws, submit, run_kit, runtime, clients, config):
     run_id = new_run_id()
     submit(run_kit.request(run_id, max_segments=3))
@@ -255,6 +268,61 @@ def test_a_first_segment_sagemaker_refuses_releases_the_run_and_frees_its_id(
     assert again["status"] == "submitted", again
     record = json.loads(aws.client("s3").get_object(Bucket=config.output_bucket, Key=key)["Body"].read())
     assert record["state"] == "claimed" and "reason" not in record and record["max_steps"] == 200
+
+
+def test_a_retry_sagemaker_refuses_releases_the_run_the_first_attempt_claimed(
+    aws, submit, run_kit, runtime, clients, config
+):
+    """Review finding: the first submission's create failed (a fault: run.json stays claimed, to be finished by a
+    retry); the retry was refused (quota) and released the token's claim but not run.json, which it had found
+    as its own: the run stayed "continuing" with no segment, listed as active. The retry holds what it found."""
+    run_id = new_run_id()
+    body = run_kit.request(run_id)
+    aws.inject_fault("CreateTrainingJob", "InternalFailure", count=-1, status=500)
+    with pytest.raises(ClientError):
+        submit(body)
+    aws.clear_faults()
+    aws.inject_fault("CreateTrainingJob", "ResourceLimitExceeded", message="limit 'ml.p6-b200.48xlarge' is 0")
+    assert submit(body)["error"]["code"] == "QuotaExceeded"
+    key = f"submitter/runs/{run_id}/run.json"
+    record = json.loads(aws.client("s3").get_object(Bucket=config.output_bucket, Key=key)["Body"].read())
+    assert record["state"] == "released" and record["reason"].startswith("QuotaExceeded"), record
+    for action in ("describe", "stop"):
+        answer = _act(runtime, clients, config, {"action": action, "run_id": run_id})
+        assert answer["status"] == "rejected" and answer["error"]["code"] == "NotFound", answer
+    assert run_id not in _listed_runs(runtime, clients, config)
+
+
+def test_a_new_claim_of_a_released_run_id_starts_clean_of_the_old_claims_records(
+    aws, env, submit, run_kit, runtime, clients, config
+):
+    """Review finding: a stop of the run while its first segment was being created (run.json claimed, no segment:
+    stop.json and end.json "stopped"), then SageMaker refused the segment (the run released), then a corrected
+    request started the run again: its segment ran, yet describe said "stopped" and stop answered changed:false
+    without stopping it. A new claim's records are its own (keyed by the claim's generation)."""
+    run_id = new_run_id()
+    submitting = runtime.aws.Clients.create(environ=env)
+    stops: list[dict] = []
+
+    def stop_meanwhile(**_: object) -> None:
+        if not stops:
+            stops.append(_act(runtime, clients, config, {"action": "stop", "run_id": run_id}))
+
+    submitting.sagemaker.meta.events.register("before-call.sagemaker.CreateTrainingJob", stop_meanwhile)
+    aws.inject_fault("CreateTrainingJob", "ResourceLimitExceeded", message="limit 'ml.p6-b200.48xlarge' is 0")
+    refused = runtime.service.submit(run_kit.request(run_id), clients=submitting, config=config)
+    assert refused["error"]["code"] == "QuotaExceeded", refused
+    assert (stops[0]["status"], stops[0]["state"], stops[0]["changed"]) == ("stopped", spec.STOPPED, True), stops
+    corrected = submit(run_kit.request(run_id, max_steps=200))
+    assert corrected["status"] == "submitted" and corrected["replayed"] is False, corrected
+    name = spec.segment_job_name(run_id, 1)
+    aws.set_job_status(name, "InProgress")
+    view = _act(runtime, clients, config, {"action": "describe", "run_id": run_id})["run"]
+    assert view["state"] == "running" and "stop_requested" not in view and view["max_steps"] == 200, view
+    assert _listed_runs(runtime, clients, config)[run_id]["state"] == "active"
+    stopped = _act(runtime, clients, config, {"action": "stop", "run_id": run_id})
+    assert (stopped["status"], stopped["changed"]) == ("stopping", True), stopped
+    assert aws.describe_training_job(name)["TrainingJobStatus"] == "Stopping"
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ which checks the request's own table, :data:`.request.FIELDS`); otherwise one of
 An :class:`Action` holds its fields (:class:`.fields.Field` rows, checked before any AWS call as the
 request's are: an unknown field, a wrong type or a value out of range is an ``InvalidRequest`` naming the
 field, the value and what was expected), its handler, whether it only reads (:data:`READ_ACTIONS`, the
-reader function's) and the IAM actions it needs (:class:`Grant`s; the construct grants a function the
-union of its actions'). :func:`dispatch` refuses an action the function is not deployed to answer
+reader function's) and the IAM actions its handler calls, no more (:class:`Grant`s; the construct grants
+a function the union of its actions'; tests/submitter/test_grants.py records each action's calls). :func:`dispatch` refuses an action the function is not deployed to answer
 (``SUBMITTER_ALLOWED_ACTIONS``) with ``ActionNotAllowed``.
 
 **Which jobs.** Only the platform's, those carrying the ``platform:submitted-by`` tag
@@ -94,9 +94,9 @@ class Grant:
 
     ``resource`` is symbolic; the construct maps it to ARNs (``construct._resources``): ``training-job``,
     ``training-plan``, ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
-    ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records`` or
-    ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the prefix; the bucket's key follows reads
-    and writes).
+    ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records``,
+    ``run-markers`` (the waiting markers) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
+    prefix; the bucket's key follows reads and writes).
     """
 
     sid: str | None
@@ -107,8 +107,6 @@ class Grant:
 DESCRIBE_JOBS = Grant("DescribeTrainingJobs", "training-job", ("sagemaker:DescribeTrainingJob", "sagemaker:ListTags"))
 DESCRIBE_PLANS = Grant("DescribeTrainingPlans", "training-plan", ("sagemaker:DescribeTrainingPlan",))
 SEARCH_JOBS = Grant("SearchTrainingJobs", "*", ("sagemaker:Search",))
-LIST_JOBS = Grant("ListTrainingJobs", "*", ("sagemaker:ListTrainingJobs",))
-LIST_PLANS = Grant("ListTrainingPlans", "*", ("sagemaker:ListTrainingPlans",))
 CREATE_JOBS = Grant("TrainingJobs", "training-job", ("sagemaker:CreateTrainingJob", "sagemaker:AddTags"))
 STOP_JOBS = Grant("TrainingJobs", "training-job", ("sagemaker:StopTrainingJob",))
 PASS_ROLE = Grant(None, "execution-role", ("iam:PassRole",))
@@ -122,7 +120,7 @@ READ_CHECKPOINTS = Grant("CheckpointsRead", "checkpoints-prefix", ("s3:GetObject
 LIST_CHECKPOINTS = Grant("ListCheckpoints", "checkpoints-prefix", ("s3:ListBucket",))
 
 CONTINUATION_GRANTS = (
-    Grant("RunMarkers", "run-records", ("s3:DeleteObject",)),  # a waiting marker goes when its segment starts
+    Grant("RunMarkers", "run-markers", ("s3:DeleteObject",)),  # a waiting marker goes when its segment starts
     Grant("RunDecisionEvents", "run-events", ("events:PutEvents",)),
 )
 """The run continuation's own, beyond every action's (it submits, stops and reads runs as they do): removing
@@ -322,8 +320,8 @@ ACTIONS: Mapping[str, Action] = {
             fields=None,
             reads_only=False,
             grants=(
-                DESCRIBE_JOBS, SEARCH_JOBS, DESCRIBE_PLANS, LIST_PLANS, CREATE_JOBS, PASS_ROLE, READ_PLAN_ARNS,
-                TOKEN_RECORDS, LIST_TOKEN_RECORDS, *_RUN_READS, WRITE_RUNS,
+                DESCRIBE_JOBS, DESCRIBE_PLANS, CREATE_JOBS, PASS_ROLE, READ_PLAN_ARNS, TOKEN_RECORDS,
+                LIST_TOKEN_RECORDS, *_RUN_READS, WRITE_RUNS,
             ),
         ),
         Action(
@@ -347,7 +345,7 @@ ACTIONS: Mapping[str, Action] = {
                 Field("next_token", "string", expected=_NEXT_TOKEN_EXPECTED),
             ),
             reads_only=True,
-            grants=(SEARCH_JOBS, LIST_JOBS),
+            grants=(SEARCH_JOBS,),
         ),
         Action(
             "stop",

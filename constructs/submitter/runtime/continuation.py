@@ -62,7 +62,7 @@ from .aws import (
 )
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded
-from .ledger import WAITING_PREFIX, RunLedger
+from .ledger import RunLedger
 from .runs import RunState, instance_hours, newest_checkpoint, parse_iso
 from .service import submit_segment
 from .training_job import describe_job, job_tags, stop_job
@@ -256,7 +256,7 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
         return Outcome(record)
     if record["decision"] == spec.CONTINUE:
         record["next_training_job_name"] = spec.segment_job_name(run_id, index + 1)
-    if store.create(store.decision_key(run_id, index), record) is None:
+    if store.create(store.decision_key(state.record, index), record) is None:
         stale = spec.Decision(spec.STALE_EVENT, f"segment {index} was decided concurrently (a duplicate event)")
         return Outcome(_record(state, index, stale, now))
     if record["decision"] != spec.CONTINUE:
@@ -343,7 +343,7 @@ def _start_segment(
     """Submit segment ``index`` from the run's record: ``continue``, ``waiting-for-capacity`` (a capacity
     refusal: the waiting marker is written) or ``failed`` (another refusal: ``end.json``)."""
     store = RunLedger.of(clients, config)
-    if state.stop is None and store.read(store.stop_key(state.run_id)) is not None:
+    if state.stop is None and store.read(store.stop_key(state.record)) is not None:
         # stopped since the run was read: end it rather than start a segment it would only stop
         return _end(
             store, state, {**record, "decision": spec.STOPPED, "reason": "the run was stopped (stop requested)"}, now
@@ -355,7 +355,7 @@ def _start_segment(
             store.delete(store.waiting_key(state.run_id))
         record = {**record, "decision": spec.CONTINUE, "next_training_job_name": name}
         record["capacity"] = response.get("capacity")
-        if store.read(store.stop_key(state.run_id)) is not None:
+        if store.read(store.stop_key(state.record)) is not None:
             # a stop landed while the segment was submitted; it may have seen no segment running (stop_run
             # reads the run after writing its marker, so one of the two sees the other): stop it here
             record["stopped_on_start"] = stop_job(clients, name)
@@ -380,7 +380,7 @@ def _start_segment(
 def _end(store: RunLedger, state: RunState, ended: dict[str, Any], now: datetime) -> Outcome:
     """End the run with the decision ``ended`` (``end.json``, once); its waiting marker, if any, goes."""
     ended["decided_at"] = spec.format_time(now)
-    store.create(store.end_key(state.run_id), ended)
+    store.create(store.end_key(state.record), ended)
     if state.waiting is not None:
         store.delete(store.waiting_key(state.run_id))
     return Outcome(ended)
@@ -388,7 +388,7 @@ def _end(store: RunLedger, state: RunState, ended: dict[str, Any], now: datetime
 
 def waiting_runs(store: RunLedger) -> Iterator[str]:
     """The run ids with a waiting marker."""
-    prefix = f"{store.prefix}{WAITING_PREFIX}"
+    prefix = settings.RUN_WAITING_PREFIX
     for key in sorted(store.keys(prefix)):
         run_id = key[len(prefix) :].removesuffix(".json")
         if spec.RUN_ID_RE.match(run_id):

@@ -3,10 +3,13 @@
 Its key families (the construct grants the two prefixes; :mod:`.settings` names them)::
 
     <client-token records>/<sha256(token)>.json     a client token's claim: the job it stands for
-    submitter/runs/<run_id>/run.json                 a run's request and budget
+    submitter/runs/<run_id>/run.json                 a run's request and budget (its claim of the run id)
     submitter/runs/<run_id>/decisions/seg-NNN.json   the decision on segment NNN's end
     submitter/runs/<run_id>/stop.json, end.json      the run was stopped; how it ended with no segment running
     submitter/runs/_waiting/<run_id>.json            the run waits for capacity (no run id starts with ``_``)
+
+A run's decision, stop and end records belong to its claim: the Nth claim of a run id (over a released
+``run.json``) keeps them below ``<run_id>/gN/``, so a new claim starts clean of a released one's.
 
 **Writes** are S3 conditional writes, strongly consistent and atomic: :meth:`Ledger.create` sends
 ``If-None-Match: *`` (of concurrent writers exactly one wins), :meth:`Ledger.replace` ``If-Match: <ETag
@@ -15,8 +18,8 @@ ConditionalRequestConflict`` (a concurrent conditional write is in flight); the 
 and the writer reads the winner's record. **One schema**: every record is ``{"schema": 1, ...}``; a claim
 holds ``"state": "claimed"`` or ``"released"`` with its ``"reason"`` (its job was refused, so the token
 is free again). Records are never deleted (the bucket expires noncurrent versions only), but for a
-waiting marker. **Strict reading**: an object that is not JSON, not of schema 1 or without its family's
-fields raises :class:`.errors.IdempotencyRecordError` naming it; nothing is created while it stands.
+waiting marker. **Strict reading**: an object that is not JSON, not of schema 1, with a bad state or without
+its family's fields raises :class:`.errors.IdempotencyRecordError` naming it; nothing is created while it stands.
 **Reads** list the exact key, then ``GetObject``: without ``s3:ListBucket`` a missing key answers ``403``,
 not ``404`` (Amazon S3 API Reference, GetObject, Permissions); S3 reads and lists are strongly consistent
 after a write (Amazon S3 User Guide, "Amazon S3 data consistency model").
@@ -40,7 +43,7 @@ from . import sagemaker_rules as model
 from .aws import Clients, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, IdempotencyRecordError
-from .settings import RUN_STORE_PREFIX
+from .settings import RUN_STORE_PREFIX, RUN_WAITING_PREFIX
 from .training_job import FINGERPRINT_VERSION
 
 SCHEMA = 1
@@ -48,7 +51,6 @@ CLAIMED = "claimed"
 RELEASED = "released"
 LOST_RACE_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
 """S3's answers to a conditional write that lost (412: the condition failed; 409: a concurrent one is in flight)."""
-WAITING_PREFIX = "_waiting/"
 _URI_RE = re.compile(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(.*/)?\Z")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -86,7 +88,7 @@ class Ledger:
         """The record at ``key``, or ``None``; ``known``: the keys listed already (else the key is listed).
 
         Raises:
-            IdempotencyRecordError: the object is not a schema-1 record (names it).
+            IdempotencyRecordError: the object is not a schema-1 record (names it, and what is wrong).
         """
         if known is None:
             listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
@@ -106,9 +108,12 @@ class Ledger:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise self.invalid(self.uri(key), f"is not JSON ({exc})") from None
         schema = data.get("schema") if isinstance(data, dict) else None
-        if type(schema) is not int or schema != SCHEMA or not _state_ok(data):
+        if type(schema) is not int or schema != SCHEMA:
             found = f" (schema {schema}: written by another version of the submitter)" if type(schema) is int else ""
             raise self.invalid(self.uri(key), f"is not a schema-{SCHEMA} record{found}")
+        problem = _state_problem(data)
+        if problem is not None:
+            raise self.invalid(self.uri(key), f"is not a schema-{SCHEMA} record: {problem}")
         del data["schema"]
         return Record(data, str(got.get("ETag", "")), self.uri(key))
 
@@ -143,9 +148,14 @@ class Ledger:
         return Record(dict(fields), str(written.get("ETag", "")), self.uri(key))
 
 
-def _state_ok(data: dict[str, Any]) -> bool:
-    """A claim's ``state`` (absent in records written once) and ``reason``, when present, are well-formed."""
-    return data.get("state", CLAIMED) in (CLAIMED, RELEASED) and isinstance(data.get("reason", ""), str)
+def _state_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a claim's ``state`` (absent in records written once) or ``reason``, if anything."""
+    state, reason = data.get("state", CLAIMED), data.get("reason", "")
+    if not isinstance(state, str) or state not in (CLAIMED, RELEASED):
+        return f"its state {str(state)[:40]!r} is neither {CLAIMED!r} nor {RELEASED!r}"
+    if not isinstance(reason, str):
+        return f"its reason is a JSON {type(reason).__name__}, not a string"
+    return None
 
 
 # --- client tokens ---------------------------------------------------------------------------------
@@ -252,17 +262,23 @@ class RunLedger(Ledger):
     def run_key(self, run_id: str) -> str:
         return f"{self.run_prefix(run_id)}run.json"
 
-    def decision_key(self, run_id: str, index: int) -> str:
-        return f"{self.run_prefix(run_id)}decisions/seg-{index:03d}.json"
+    def claim_prefix(self, claim: RunRecord) -> str:
+        """Where the decision, stop and end records of the run's claim ``claim`` go: the run's prefix, below
+        ``g<N>/`` for its Nth claim (a claim over a released ``run.json``)."""
+        base = self.run_prefix(claim.run.run_id)
+        return base if claim.generation == 1 else f"{base}g{claim.generation}/"
 
-    def stop_key(self, run_id: str) -> str:
-        return f"{self.run_prefix(run_id)}stop.json"
+    def decision_key(self, claim: RunRecord, index: int) -> str:
+        return f"{self.claim_prefix(claim)}decisions/seg-{index:03d}.json"
 
-    def end_key(self, run_id: str) -> str:
-        return f"{self.run_prefix(run_id)}end.json"
+    def stop_key(self, claim: RunRecord) -> str:
+        return f"{self.claim_prefix(claim)}stop.json"
+
+    def end_key(self, claim: RunRecord) -> str:
+        return f"{self.claim_prefix(claim)}end.json"
 
     def waiting_key(self, run_id: str) -> str:
-        return f"{self.prefix}{WAITING_PREFIX}{run_id}.json"
+        return f"{RUN_WAITING_PREFIX}{run_id}.json"
 
     def read_run(self, run_id: str, known: set[str] | None = None) -> RunRecord | None:
         """The run's ``run.json``, or ``None``.
@@ -279,19 +295,22 @@ class RunLedger(Ledger):
             request, max_steps = data["request"], data["max_steps"]
             if run.run_id != run_id or not isinstance(request, dict) or type(max_steps) is not int:
                 raise ValueError("fields")
-            version = data.get("fingerprint_version", FINGERPRINT_VERSION)
+            version, generation = data.get("fingerprint_version", FINGERPRINT_VERSION), data.get("generation", 1)
             sha, created = str(data["request_sha256"]), str(data["created"])
+            if type(generation) is not int or generation < 1:
+                raise ValueError("generation")
         except (KeyError, TypeError, ValueError, FieldError):
             raise self.invalid(record.uri, "is not a run record") from None
-        return RunRecord(run, request, sha, max_steps, created, record, version)
+        return RunRecord(run, request, sha, max_steps, created, record, version, generation)
 
 
 @dataclass(frozen=True)
 class RunRecord:
     """``run.json``: the run (its id and budget), the submission event that started it (every segment is
-    submitted from it), its fingerprint, ``max_steps``, when it was written (ISO 8601), and the record as
+    submitted from it), its fingerprint, ``max_steps``, when it was written (ISO 8601), the record as
     read or written (``None`` before; a released one, whose first segment SageMaker refused, does not exist
-    for the job API)."""
+    for the job API), and ``generation``: which claim of the run id it is (1, then one more for each claim
+    over a released one; :meth:`RunLedger.claim_prefix`)."""
 
     run: spec.RunSpec
     request: dict[str, Any]
@@ -300,6 +319,7 @@ class RunRecord:
     created: str
     record: Record | None = None
     fingerprint_version: int = FINGERPRINT_VERSION
+    generation: int = 1
 
     @property
     def released(self) -> bool:
@@ -309,5 +329,5 @@ class RunRecord:
         return {
             "run_id": self.run.run_id, "budget": self.run.to_dict(), "request": self.request,
             "request_sha256": self.request_sha256, "fingerprint_version": self.fingerprint_version,
-            "max_steps": self.max_steps, "created": self.created, "state": CLAIMED,
+            "max_steps": self.max_steps, "created": self.created, "state": CLAIMED, "generation": self.generation,
         }  # fmt: skip

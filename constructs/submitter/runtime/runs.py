@@ -146,15 +146,15 @@ def load_run(store: RunLedger, run_id: str) -> RunState | None:
     if record is None or record.released:
         return None
     state = RunState(record, keys)
-    decision_prefix = f"{store.run_prefix(run_id)}decisions/seg-"
+    decision_prefix = f"{store.claim_prefix(record)}decisions/seg-"
     for key in sorted(keys):
         index = key[len(decision_prefix) : -len(".json")]
         if key.startswith(decision_prefix) and key.endswith(".json") and index.isdigit():
             found = store.read(key, keys)
             if found is not None:
                 state.decisions[int(index)] = found.fields
-    state.stop = _fields(store.read(store.stop_key(run_id), keys))
-    state.end = _fields(store.read(store.end_key(run_id), keys))
+    state.stop = _fields(store.read(store.stop_key(record), keys))
+    state.end = _fields(store.read(store.end_key(record), keys))
     state.waiting = _fields(store.read(store.waiting_key(run_id)))
     return state
 
@@ -419,7 +419,8 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         return {"status": "stopped", "run_id": run_id, "changed": False, "state": ended["decision"]}
     changed = (
         state.stop is None
-        and store.create(store.stop_key(run_id), {"run_id": run_id, "requested_at": spec.format_time(now)}) is not None
+        and store.create(store.stop_key(state.record), {"run_id": run_id, "requested_at": spec.format_time(now)})
+        is not None
     )
     # read the run again after the marker: a continuation that decided and submitted a segment before the
     # marker existed is seen here (its decision and job), and one that did not see the marker stops its
@@ -448,7 +449,7 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         "reason": "the run was stopped (stop requested) while no segment was running",
         "decided_at": spec.format_time(now),
     }
-    if store.create(store.end_key(run_id), record) is not None:
+    if store.create(store.end_key(state.record), record) is not None:
         answer["changed"] = True
     # a waiting marker stays: the submitter may not delete from the run store (its role has no
     # s3:DeleteObject), and the continuation's next tick removes the marker of a run that ended

@@ -23,12 +23,14 @@ tests call. Steps, each able to refuse (nothing is created before the last):
    winner's claim), and SageMaker's job-name uniqueness (``ResourceInUse``) settles what is left. A dry
    run takes the same path, so it answers as the submission would.
 4. **Capacity** (:func:`.capacity.choose_capacity`): ``NoCapacity`` lists every configured plan and
-   why it was skipped. A refused choice is settled again first: a concurrent duplicate whose job took
-   the capacity meanwhile answers with that job.
+   why it was skipped.
 5. **Create** (``CreateTrainingJob``) or, for ``dry_run``, answer ``validated`` with the parameters
    that would be sent (a dry run writes nothing). ``ResourceLimitExceeded`` becomes ``QuotaExceeded``
-   naming the quota (``capacity: auto`` first tries its next candidate). When SageMaker refuses the
-   job, the claims this submission worked under are released, so a corrected request may use them.
+   naming the quota (``capacity: auto`` first tries its next candidate).
+
+A refusal of steps 4 and 5 is settled again first (:func:`_settle`): a concurrent duplicate's job (or one
+this same request made meanwhile without the token) answers instead. Only when no job answers are the
+claims this submission worked under released, so a corrected request may use them.
 
 A request with ``run`` submits the run's segment 1 under the name
 :func:`platform_spec.runs.segment_job_name` and the client token
@@ -208,15 +210,19 @@ def _submit(event: Any, clients: Clients, config: SubmitterConfig, now: datetime
 
 def _write_run(sub: _Submission) -> None:
     """Write the run's ``run.json`` (segment 1, right before its job is created, under the token's claim): a new
-    one, or over one that binds no job (released, or another request's whose claim this token won since)."""
+    one, or over one that binds no job (released, or another request's whose claim this token won since), as
+    the run id's next claim (its generation: the new claim starts with none of the old one's records). The
+    submission holds the record it wrote or found."""
     run, runs, found = sub.request.run, sub.runs, sub.run_found
     assert run is not None and runs is not None
-    record = RunRecord(
-        run, dict(sub.event), sub.fingerprint, sub.request.hyperparameters.max_steps, runspec.format_time(sub.now)
-    )
     for _ in range(CLAIM_ATTEMPTS):
-        if found is not None and not found.released and found.request_sha256 == sub.fingerprint:
-            return  # this request's (a concurrent invocation's, or one that died before creating the job)
+        if found and found.record and not found.released and found.request_sha256 == sub.fingerprint:
+            sub.held.append((runs, found.record))  # this request's (a concurrent one's, or one that died uncreated)
+            return
+        record = RunRecord(
+            run, dict(sub.event), sub.fingerprint, sub.request.hyperparameters.max_steps,
+            runspec.format_time(sub.now), generation=1 if found is None else found.generation + 1,
+        )  # fmt: skip
         if found is None or found.record is None:
             written = runs.create(runs.run_key(run.run_id), record.fields())
         else:
@@ -242,45 +248,87 @@ def _bind_to_run(refusal: Refusal) -> Refusal:
 
 
 def _submit_request(sub: _Submission) -> dict[str, Any]:
-    request = sub.request
-    check_instance(request, sub.config)
+    """Settle the request (:func:`_settle`); when it is refused, the claims it holds are released: no job
+    answers it (a job that does is replayed instead)."""
+    check_instance(sub.request, sub.config)
     refused = _preflight(sub)
-    if request.client_token:
+    if sub.request.client_token:
         sub.tokens = TokenLedger.of(sub.clients, sub.config)
+    try:
+        return _settle(sub, refused)
+    except Refusal as refusal:
+        for ledger, record in sub.held:
+            _release(ledger, record, f"{refusal.code}: {refusal.message}")
+        raise
+
+
+def _settle(sub: _Submission, refused: Exception | None) -> dict[str, Any]:
+    """Answer with the job that settles the request, else create it; ``refused``: what answers when no job does.
+
+    One rule for refusals: when the capacity choice or SageMaker refuses what this request would create
+    (no capacity, quota, the name in use, validation), the request is settled again, waiting briefly for
+    the job a claim names (:func:`_resolve` ``settle``): a concurrent duplicate's job, or a job made
+    meanwhile without the token by this same request (bound to the token), answers instead of the refusal.
+    """
     candidates: list[CapacityChoice] | None = None
-    for _ in range(CLAIM_ATTEMPTS):
-        slot = _resolve(sub)
+    settle, lost = False, 0
+    while lost < CLAIM_ATTEMPTS:
+        slot = _resolve(sub, settle=settle)
         if slot.existing is not None:
-            if slot.adopt and not request.dry_run and not _claim_token(sub, slot, adopted=True):
-                continue
-            return _replay(sub, slot.existing, via=slot.via)
-        if refused is not None:
+            answer = _existing_answer(sub, slot)
+        elif refused is not None:
             raise refused
-        _check_run_deadline(request, sub.now)
-        if candidates is None:
-            chosen = _choose_capacity(sub)
-            if isinstance(chosen, dict):
-                return chosen  # a concurrent duplicate's job, which took the capacity
-            candidates = chosen
-        first = build_create_training_job(
-            _tuned(sub), job_name=slot.job_name, capacity=candidates[0], config=sub.config, fingerprint=sub.fingerprint
-        )
-        logger.info(
-            "capacity chosen",
-            extra={"training_job_name": slot.job_name, "capacity": candidates[0].to_dict(), "dry_run": request.dry_run},
-        )
-        if request.dry_run:
-            return _answer(sub, "validated", slot.job_name, None, candidates[0], create_training_job=first)
-        if slot.write and not _claim_token(sub, slot):
-            continue
-        if sub.tokens is not None and slot.record is not None and not slot.write:
-            sub.held.append((sub.tokens, slot.record.record))  # finishing that claim: it is ours now
-        if sub.runs is not None:
-            _write_run(sub)
-        return _create(sub, slot.job_name, candidates)
+        else:
+            _check_run_deadline(sub.request, sub.now)
+            try:
+                candidates = candidates or choose_capacity(
+                    _tuned(sub), clients=sub.clients, config=sub.config, now=sub.now
+                )
+                answer = _submit_as(sub, slot, candidates)
+            except Exception as exc:
+                if not isinstance(exc, Refusal) and error_code(exc) != "ResourceInUse":
+                    raise
+                logger.info("refused; settling again", extra={"refusal": getattr(exc, "code", error_code(exc))})
+                refused, settle = exc, True
+                continue
+        if answer is not None:
+            return answer
+        lost += 1
+        logger.info("client token claimed concurrently; settling", extra={"training_job_name": slot.job_name})
     raise RuntimeError(
         f"client_token: the claim on its record was lost {CLAIM_ATTEMPTS} times to concurrent requests; retry"
     )
+
+
+def _existing_answer(sub: _Submission, slot: _Slot) -> dict[str, Any] | None:
+    """The answer of the job that settles the request (``slot.existing``): its replay, or ``Conflict``. A job made
+    without a token by this same request (``adopt``) is bound to the token first; ``None`` when another request
+    claimed the token meanwhile (settle again)."""
+    assert slot.existing is not None
+    if slot.adopt and not sub.request.dry_run and not _claim_token(sub, slot, adopted=True):
+        return None
+    return _replay(sub, slot.existing, via=slot.via)
+
+
+def _submit_as(sub: _Submission, slot: _Slot, candidates: list[CapacityChoice]) -> dict[str, Any] | None:
+    """Create the job under ``slot`` (for ``dry_run``, answer what would be sent) after claiming what it needs: the
+    token (``None`` when another request claimed it first) and the run's ``run.json``."""
+    first = build_create_training_job(
+        _tuned(sub), job_name=slot.job_name, capacity=candidates[0], config=sub.config, fingerprint=sub.fingerprint
+    )
+    logger.info(
+        "capacity chosen",
+        extra={"training_job_name": slot.job_name, "capacity": candidates[0].to_dict(), "dry_run": sub.request.dry_run},
+    )
+    if sub.request.dry_run:
+        return _answer(sub, "validated", slot.job_name, None, candidates[0], create_training_job=first)
+    if slot.write and not _claim_token(sub, slot):
+        return None
+    if sub.tokens is not None and slot.record is not None and not slot.write:
+        sub.held.append((sub.tokens, slot.record.record))  # finishing that claim: it is ours now
+    if sub.runs is not None:
+        _write_run(sub)
+    return _create(sub, slot.job_name, candidates)
 
 
 def _preflight(sub: _Submission) -> Refusal | None:
@@ -308,68 +356,34 @@ def _check_run_deadline(request: SubmitRequest, now: datetime) -> None:
         raise invalid(FieldError("run.deadline", runspec.format_time(run.deadline), expected))
 
 
-def _choose_capacity(sub: _Submission) -> list[CapacityChoice] | dict[str, Any]:
-    """The capacity candidates; when the choice is refused, the replay of a concurrent duplicate's job if one
-    now answers the request (it took the capacity: settling again, and waiting briefly for the job a claim
-    names, answers with it rather than a false "nothing was created")."""
-    try:
-        return choose_capacity(_tuned(sub), clients=sub.clients, config=sub.config, now=sub.now)
-    except Refusal:
-        slot = _resolve(sub, settle=True)
-        if slot.existing is None:
-            raise
-        logger.info("capacity refused, but a concurrent duplicate's job answers", extra={"via": slot.via})
-        return _replay(sub, slot.existing, via=slot.via)
-
-
 def _create(sub: _Submission, job_name: str, candidates: list[CapacityChoice]) -> dict[str, Any]:
-    """``CreateTrainingJob`` on each candidate in turn (another only after ``ResourceLimitExceeded``). When
-    SageMaker refuses the job (quota, validation, the name held by another request), the claims this
-    submission holds are released."""
+    """``CreateTrainingJob`` on each candidate in turn (another only after ``ResourceLimitExceeded``); SageMaker's
+    refusals are raised (``ResourceInUse`` as it is) and settled by :func:`_settle`."""
     quota_refusals: list[Refusal] = []
-    try:
-        for choice in candidates:
-            params = build_create_training_job(
-                _tuned(sub), job_name=job_name, capacity=choice, config=sub.config, fingerprint=sub.fingerprint
-            )
-            try:
-                created = sub.clients.sagemaker.create_training_job(**params)
-            except Exception as exc:
-                code = error_code(exc)
-                if code == "ResourceInUse":
-                    return _taken(sub, job_name, exc)
-                if code != "ResourceLimitExceeded":
-                    raise _refusal_of(exc) from None
-                quota_refusals.append(_quota_refusal(exc, _tuned(sub), choice))
-                if sub.request.capacity != "auto":
-                    raise quota_refusals[-1] from None
-                logger.warning("quota exceeded, trying the next capacity", extra={"capacity": choice.to_dict()})
-                continue
-            arn = created["TrainingJobArn"]
-            logger.info(
-                "training job created",
-                extra={"training_job_name": job_name, "training_job_arn": arn, "capacity": choice.type},
-            )
-            return _answer(sub, "submitted", job_name, arn, choice)
-        raise _every_quota(quota_refusals)
-    except Refusal as refusal:
-        for ledger, record in sub.held:
-            _release(ledger, record, f"{refusal.code}: {refusal.message}")
-        raise
-
-
-def _taken(sub: _Submission, job_name: str, exc: Exception) -> dict[str, Any]:
-    """``ResourceInUse``: the job holding ``job_name`` answers (the token's own after a lost answer: the claims
-    stay; or one made without this token), unless another token's (``Conflict``)."""
-    existing = existing_job(sub.clients, job_name, settle=True)
-    if existing is None:
-        raise exc
-    owner, token = existing["tags"].get(TAG_CLIENT_TOKEN_SHA256), sub.request.client_token
-    if token is None or owner is None:
-        return _replay(sub, existing, via="job_name")
-    if owner != token_digest(token):
-        raise _another_tokens_job(existing, derived=sub.request.job_name is None) from None
-    return _replay(sub, existing, via="client_token")
+    for choice in candidates:
+        params = build_create_training_job(
+            _tuned(sub), job_name=job_name, capacity=choice, config=sub.config, fingerprint=sub.fingerprint
+        )
+        try:
+            created = sub.clients.sagemaker.create_training_job(**params)
+        except Exception as exc:
+            code = error_code(exc)
+            if code == "ResourceInUse":
+                raise
+            if code != "ResourceLimitExceeded":
+                raise _refusal_of(exc) from None
+            quota_refusals.append(_quota_refusal(exc, _tuned(sub), choice))
+            if sub.request.capacity != "auto":
+                raise quota_refusals[-1] from None
+            logger.warning("quota exceeded, trying the next capacity", extra={"capacity": choice.to_dict()})
+            continue
+        arn = created["TrainingJobArn"]
+        logger.info(
+            "training job created",
+            extra={"training_job_name": job_name, "training_job_arn": arn, "capacity": choice.type},
+        )
+        return _answer(sub, "submitted", job_name, arn, choice)
+    raise _every_quota(quota_refusals)
 
 
 def _refusal_of(exc: Exception) -> Exception:
@@ -520,7 +534,7 @@ def _resolve(sub: _Submission, *, settle: bool = False) -> _Slot:
     own_name = request.job_name or job_name_for(request, sub.now)
     if request.client_token is None or sub.tokens is None:
         if request.job_name:  # without a token the name is the key
-            existing = existing_job(sub.clients, request.job_name)
+            existing = existing_job(sub.clients, request.job_name, settle=settle)
             if existing is not None:
                 return _Slot(own_name, existing, "job_name")
         return _Slot(own_name)
@@ -590,7 +604,6 @@ def _claim_token(sub: _Submission, slot: _Slot, *, adopted: bool = False) -> boo
         replace=replace, adopted=adopted,
     )  # fmt: skip
     if claimed is None:
-        logger.info("client token claimed concurrently; settling", extra={"training_job_name": slot.job_name})
         return False
     if adopted:
         logger.info("client token bound to a job made without one", extra={"training_job_name": slot.job_name})

@@ -45,9 +45,12 @@ JOB_CHECKPOINT_PREFIX = "checkpoints/"
 use :data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX` instead (``run-checkpoints/<run_id>/``)."""
 RUN_STORE_PREFIX = "submitter/runs/"
 """Key prefix, in the output bucket, of the run store (runtime/ledger.py): ``<prefix><run_id>/run.json``
-(the run's request and budget, written once), ``decisions/seg-NNN.json``, ``stop.json``, ``end.json``,
-and ``<prefix>_waiting/<run_id>.json`` (the runs waiting for capacity; ``_`` is no run id's first
-character). The submitter and the continuation function are granted this prefix; the execution role never."""
+(the run's request and budget), ``decisions/seg-NNN.json``, ``stop.json``, ``end.json`` (below ``gN/``
+for the Nth claim of a released run id), and :data:`RUN_WAITING_PREFIX`. The submitter and the
+continuation function are granted this prefix; the execution role never."""
+RUN_WAITING_PREFIX = f"{RUN_STORE_PREFIX}_waiting/"
+"""Key prefix of the runs waiting for capacity, ``<prefix><run_id>.json`` (``_`` is no run id's first
+character): the only records ever deleted, by the continuation, which is granted deleting here only."""
 ENV_ACCOUNT_ID = "PLATFORM_ACCOUNT_ID"  # the deployment's account (Aws.ACCOUNT_ID): plans of other accounts are refused
 ENV_REGION = "AWS_REGION"  # set by Lambda itself: plans of other regions are refused
 
