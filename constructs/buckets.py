@@ -190,23 +190,6 @@ class TrainingBuckets(Construct):
         self.checkpoints = kms_bucket("Checkpoints", versioned=True)
         self.output = kms_bucket("Output", versioned=True)
 
-    @property
-    def all_buckets(self) -> tuple[s3.IBucket, ...]:
-        """Data, checkpoints, output, access logs (in that order)."""
-        return (self.data, self.checkpoints, self.output, self.access_logs)
-
-    def grant_read_data(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read objects in the data bucket (and decrypt them with the bucket key)."""
-        return self.data.grant_read(grantee)
-
-    def grant_read_write_checkpoints(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read, overwrite and delete current objects in the checkpoint bucket, never versions."""
-        return grant_read_write_current_objects(self.checkpoints, grantee)
-
-    def grant_read_write_output(self, grantee: iam.IGrantable, key_prefix: str = "") -> iam.Grant:
-        """Read, overwrite and delete current objects in the output bucket (below ``key_prefix``), never versions."""
-        return grant_read_write_current_objects(self.output, grantee, key_prefix)
-
 
 def grant_read_write_current_objects(bucket: s3.IBucket, grantee: iam.IGrantable, key_prefix: str = "") -> iam.Grant:
     """Read, overwrite and delete the current objects of ``bucket``; its object versions stay untouched.

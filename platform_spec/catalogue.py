@@ -175,11 +175,6 @@ class InstanceSpec:
             return self.gpus_per_instance
         return INSTANCES[self.host_instance_type].gpus_per_instance
 
-    @property
-    def memory_per_gpu_gb(self) -> float:
-        """HBM per GPU, GB (the GPU's spec)."""
-        return GPUS[self.gpu].hbm_gb
-
 
 GPUS: dict[str, GPUSpec] = {
     "H100": GPUSpec(

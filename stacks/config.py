@@ -597,11 +597,3 @@ def _reject_misspellings(context: Mapping[str, Any]) -> None:
         close = difflib.get_close_matches(key.lower(), ours, n=1, cutoff=0.8)
         if close:
             raise ConfigError(key, context[key], f"a known context key; did you mean {ours[close[0]]!r}?")
-
-
-def describe_keys() -> Sequence[tuple[str, Any]]:
-    """``(key, default)`` for every context key, defaults resolved (for summaries and docs)."""
-    return [
-        (key, list(_trainable_instance_types()) if key == "allowedInstanceTypes" else default)
-        for key, default in CONTEXT_KEYS.items()
-    ]
