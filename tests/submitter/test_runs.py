@@ -325,6 +325,28 @@ def test_a_new_claim_of_a_released_run_id_starts_clean_of_the_old_claims_records
     assert aws.describe_training_job(name)["TrainingJobStatus"] == "Stopping"
 
 
+def test_a_stop_while_the_first_segment_is_created_stops_that_segment(aws, env, run_kit, runtime, clients, config):
+    """Review finding: a stop of the run while its first segment was being created saw no segment running and ended
+    the run, then the segment was created and trained on. The submission, having created it, sees the stop and
+    stops it (one of the two always sees the other)."""
+    run_id = new_run_id()
+    submitting = runtime.aws.Clients.create(environ=env)
+    stops: list[dict] = []
+
+    def stop_meanwhile(**_: object) -> None:
+        if not stops:
+            stops.append(_act(runtime, clients, config, {"action": "stop", "run_id": run_id}))
+
+    submitting.sagemaker.meta.events.register("before-call.sagemaker.CreateTrainingJob", stop_meanwhile)
+    created = runtime.service.submit(run_kit.request(run_id), clients=submitting, config=config)
+    assert created["status"] == "submitted", created
+    assert (stops[0]["status"], stops[0]["state"]) == ("stopped", spec.STOPPED), stops
+    name = spec.segment_job_name(run_id, 1)
+    assert aws.describe_training_job(name)["TrainingJobStatus"] == "Stopping"
+    view = _act(runtime, clients, config, {"action": "describe", "run_id": run_id})["run"]
+    assert view["state"] == spec.STOPPED, view
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [

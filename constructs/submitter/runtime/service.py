@@ -76,6 +76,7 @@ from .training_job import (
     TAG_REQUEST_SHA256,
     TAG_REQUEST_SHA256_STEM,
     existing_job,
+    stop_job,
 )
 
 logger = Logger(service=SERVICE_NAME, child=True)
@@ -173,6 +174,8 @@ class _Submission:
     """The run store, when this submission writes a run's ``run.json`` (its segment 1)."""
     run_found: RunRecord | None = None
     """That ``run.json`` as read before anything is written (strictly: a malformed one stops the submission)."""
+    run_claim: RunRecord | None = None
+    """The run's claim this submission works under (the ``run.json`` it wrote or found as its own)."""
     held: list[tuple[Ledger, Record]] = dataclasses.field(default_factory=list)
     """The claims this submission works under: released when SageMaker refuses its job."""
 
@@ -218,6 +221,7 @@ def _write_run(sub: _Submission) -> None:
     for _ in range(CLAIM_ATTEMPTS):
         if found and found.record and not found.released and found.request_sha256 == sub.fingerprint:
             sub.held.append((runs, found.record))  # this request's (a concurrent one's, or one that died uncreated)
+            sub.run_claim = found
             return
         record = RunRecord(
             run, dict(sub.event), sub.fingerprint, sub.request.hyperparameters.max_steps,
@@ -229,6 +233,7 @@ def _write_run(sub: _Submission) -> None:
             written = runs.replace(found.record, record.fields())
         if written is not None:
             sub.held.append((runs, written))
+            sub.run_claim = record
             return
         found = runs.read_run(run.run_id)  # another invocation wrote it meanwhile
     raise Refusal(
@@ -382,8 +387,19 @@ def _create(sub: _Submission, job_name: str, candidates: list[CapacityChoice]) -
             "training job created",
             extra={"training_job_name": job_name, "training_job_arn": arn, "capacity": choice.type},
         )
+        _stop_if_the_run_was_stopped(sub, job_name)
         return _answer(sub, "submitted", job_name, arn, choice)
     raise _every_quota(quota_refusals)
+
+
+def _stop_if_the_run_was_stopped(sub: _Submission, job_name: str) -> None:
+    """A run's first segment, just created: a stop of the run that landed while it was created saw no segment
+    running and ended the run (``runs.stop_run`` writes its marker, then reads the run), so the segment is stopped
+    here; of the two, one always sees the other. The continuation does the same for the later segments."""
+    if sub.runs is None or sub.run_claim is None or sub.runs.read(sub.runs.stop_key(sub.run_claim)) is None:
+        return
+    stopped = stop_job(sub.clients, job_name)
+    logger.info("run stopped while its first segment was created", extra={"stopped_on_start": stopped})
 
 
 def _refusal_of(exc: Exception) -> Exception:
