@@ -7,7 +7,7 @@ Run: ``.venv/bin/python benchmarks/startup.py [--repeats 21] [--json OUT]`` (``m
 | submitter cold import | ``import platform_constructs.submitter.runtime.handler`` | ``import boto3`` | <= 1.1 |
 | the submitter's init in Lambda | the same import as Lambda runs it: clients and configuration made | ``import boto3`` and its three clients | - |
 | the reader's init in Lambda | the same, ``SUBMITTER_ALLOWED_ACTIONS=describe,list,list_runs`` | ``import boto3`` and its three clients | - |
-| trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | <= 1.5 |
+| trainctl --help | ``trainctl --help`` (wall time) | ``python -c pass`` | - |
 
 and, without a target, the submitter's import without bytecode (the package as
 it would ship without ``.pyc`` files), which explains the first row.
@@ -46,7 +46,9 @@ console script next to this interpreter against the same interpreter's
 install's finder included). Bytecode is allowed (``PYTHONDONTWRITEBYTECODE``
 is removed from the children's environment) and one warm-up run writes it,
 as a user's first run would. ``--help`` imports no command module (the
-registry imports a command when it runs).
+registry imports a command when it runs); it reads the installed entry points
+of the group ``trainctl.commands``. No target: tens of milliseconds are below
+what a person notices (as for ``trainctl plan``, whose target was withdrawn).
 
 **Noise.** The machine is shared. Every repeat runs the subject and its
 baseline back to back, in alternating order; the ratio reported is the
@@ -114,7 +116,7 @@ ONE_VCPU_MB = 1769
 MEMORY_CURVE_MB = (128, 256, 512, 1024, ONE_VCPU_MB, 3008)
 """Memory sizes of the modelled curve, MB (Lambda accepts 128 to 10,240)."""
 
-TARGETS = {"submitter cold import": 1.1, "trainctl --help": 1.5}
+TARGETS = {"submitter cold import": 1.1}
 """The ratio each row must stay under."""
 
 

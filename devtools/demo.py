@@ -42,11 +42,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -331,9 +334,8 @@ about this many seconds after the emulator starts (the segment's start-up, ~10 s
 RUN_MIN_SEGMENT_MINUTES = 0.25
 """The run's ``min_segment_minutes``: a block must leave a segment 15 s of training (the default, 30 min, suits
 real blocks of days): the first block leaves more, and what is left of it after the first segment less."""
-RUN_HYPERPARAMETERS: dict[str, object] = {
+RUN_HYPERPARAMETERS: dict[str, Any] = {
     "model": "gpt-tiny",
-    "num_layers": 2,
     "precision": "fp32",
     "batch_size": 8,
     "seq_length": 128,
@@ -345,11 +347,30 @@ RUN_HYPERPARAMETERS: dict[str, object] = {
     "checkpoint_interval": 40,
     "keep_checkpoints": 2,
 }
-"""The run's training: gpt-tiny on CPython's docs, 0.3-1 s a step on one CPU process of this project's
-2-core machines (idle or busy), so the first block ends far below ``max_steps`` (10-110 steps) and the second
-segment finishes the run. A loss line every 5 steps, so the first segment's part of the curve shows."""
+"""The run's training: step 4's model and batch on CPython's docs, on :data:`RUN_PROCESSES` processes as in
+step 4, so that step 4's measured speed sizes it (:func:`run_max_steps`; ``max_steps`` here is the size when
+step 4 measured nothing). A loss line every 5 steps, so the first segment's part of the curve shows."""
+RUN_PROCESSES = 2
+"""CPU processes of each segment (``TRAINER_NPROC_PER_NODE`` of the emulator's jobs), as in step 4."""
+RUN_SPAN_BLOCKS = 2.0
+"""The run's length in first blocks: ``max_steps`` is what step 4's speed trains in this many times
+:data:`RUN_FIRST_BLOCK_TRAINING_S`, so the first segment ends well below it (unless this machine became twice
+as fast since step 4) and the second finishes the run. A fixed ``max_steps`` did not: one idle machine
+finished 200 steps inside the first block, where busy ones took 0.3-1 s a step."""
 RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
+
+
+def run_max_steps(metrics: Sequence[Mapping[str, Any]]) -> int:
+    """The run's ``max_steps``: :data:`RUN_SPAN_BLOCKS` first blocks of training at the median tokens/s of
+    ``metrics`` (step 4's ``metrics.jsonl`` records, same model, batch and processes), at least 20 steps; the
+    default of :data:`RUN_HYPERPARAMETERS` when they hold no speed."""
+    speeds = [r["tokens_per_sec"] for r in metrics if isinstance(r.get("tokens_per_sec"), (int, float))]
+    if not speeds:
+        return RUN_HYPERPARAMETERS["max_steps"]
+    tokens_per_step = RUN_HYPERPARAMETERS["batch_size"] * RUN_HYPERPARAMETERS["seq_length"] * RUN_PROCESSES
+    seconds = RUN_SPAN_BLOCKS * RUN_FIRST_BLOCK_TRAINING_S
+    return max(20, math.ceil(statistics.median(speeds) * seconds / tokens_per_step))
 
 
 def run_plans() -> list[dict[str, object]]:
@@ -393,6 +414,7 @@ def step_run() -> None:
     from trainctl.tables import print_blocks
     from training.corpus import python_docs_corpus
     from training.data import prepare_data
+    from training.local import read_metrics
 
     out = DEMO_DIR / "run"
     shutil.rmtree(out, ignore_errors=True)
@@ -401,9 +423,10 @@ def step_run() -> None:
     if not any(data.glob("shard-*.bin")):
         data = out / "data"
         prepare_data(data, [python_docs_corpus(out / "python-docs.jsonl")])
+    hyperparameters = {**RUN_HYPERPARAMETERS, "max_steps": run_max_steps(read_metrics(DEMO_DIR / "train" / "opt_ml"))}
     plans = run_plans()
     with (
-        LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION]) as aws,
+        LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION], job_processes=RUN_PROCESSES) as aws,
         open(out / "submitter.log", "w") as log,
     ):
 
@@ -424,7 +447,7 @@ def step_run() -> None:
         request = {
             "instance_type": "ml.p6-b200.48xlarge",
             "capacity": "training-plan",
-            "hyperparameters": RUN_HYPERPARAMETERS,
+            "hyperparameters": hyperparameters,
             "inputs": {"train": "datasets/python-docs/"},
             "max_runtime_hours": 1,
             "run": {"run_id": RUN_ID, "max_segments": 3, "min_segment_minutes": RUN_MIN_SEGMENT_MINUTES},
@@ -543,9 +566,10 @@ def step_observe() -> None:
 DEMO_SWEEP_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [2, 4]}
 """Two precisions the CPU runs, one it cannot (pruned: fp8 needs an NVIDIA GPU), at two batch sizes.
 
-Kept small for the CPU: without native bf16 instructions (AVX512-BF16/AMX; this project's machines have AVX2
-only) PyTorch emulates bf16 matrix products about 40x slower than fp32's, so a bf16 configuration costs about
-as much as the rest of the demo: batch sizes 4 and 16 made this step 25 minutes (19 of them bf16 at batch 16).
+Kept small for the CPU, whose bf16 speed depends on its instructions: with AVX512-BF16 (this project's machine
+of 2026-12-06, an AMD EPYC) the demo's report measured bf16 at 1.19x fp32's tokens/s at batch 2 and 1.28x at
+batch 4; without native bf16 PyTorch emulates its matrix products, and an earlier machine's reports had bf16
+4-12x slower than fp32 (batch sizes 4 and 16 made this step 25 minutes there, 19 of them bf16 at batch 16).
 Batch 1 would be cheaper still, but its 20-step loss curves are too noisy to compare formats by."""
 DEMO_SWEEP_STEPS = 20
 """Steps per configuration: enough for the report's loss curves to fall and be compared."""

@@ -27,3 +27,16 @@ def test_the_demo_submit_step_shows_a_retry_replaying_the_one_job(tmp_path: Path
     assert 'guide-default-gpt-1b-mxfp8 with "replayed": true: the first job came back and none was created' in printed
     assert "(jobs of that name in the emulator: 1)" in printed
     assert "Jobs in the emulator after the three requests: 1" in printed
+
+
+def test_the_runs_length_is_sized_by_step_4s_measured_speed() -> None:
+    """Regression: a fixed max_steps of 200 finished inside the first block on an idle machine, so the demo's
+    run never reached a second segment. Step 4's speed (same model, batch and processes) sizes it instead."""
+    tokens_per_step = demo.RUN_HYPERPARAMETERS["batch_size"] * demo.RUN_HYPERPARAMETERS["seq_length"] * 2
+    assert demo.RUN_PROCESSES == 2
+    fast = [{"step": s, "tokens_per_sec": 4 * tokens_per_step} for s in (5, 10, 15)]  # 4 steps/s
+    assert demo.run_max_steps(fast) == 4 * demo.RUN_SPAN_BLOCKS * demo.RUN_FIRST_BLOCK_TRAINING_S
+    outlier = [*fast, {"step": 20, "tokens_per_sec": 400 * tokens_per_step}]  # the median, not the mean
+    assert demo.run_max_steps(outlier) == demo.run_max_steps(fast)
+    assert demo.run_max_steps([{"step": 5, "tokens_per_sec": 1.0}]) == 20  # a crawling machine: still a run
+    assert demo.run_max_steps([]) == demo.run_max_steps([{"step": 1, "loss": 6.2}]) == 200  # nothing measured

@@ -293,14 +293,9 @@ def test_a_retry_sagemaker_refuses_releases_the_run_the_first_attempt_claimed(
     assert run_id not in _listed_runs(runtime, clients, config)
 
 
-def test_a_new_claim_of_a_released_run_id_starts_clean_of_the_old_claims_records(
-    aws, env, submit, run_kit, runtime, clients, config
-):
-    """Review finding: a stop of the run while its first segment was being created (run.json claimed, no segment:
-    stop.json and end.json "stopped"), then SageMaker refused the segment (the run released), then a corrected
-    request started the run again: its segment ran, yet describe said "stopped" and stop answered changed:false
-    without stopping it. A new claim's records are its own (keyed by the claim's generation)."""
-    run_id = new_run_id()
+def _stopped_during_create(run_id, env, runtime, clients, config) -> tuple[object, list[dict]]:
+    """Clients for a submission whose CreateTrainingJob call is preceded by a stop of ``run_id`` (once), and the
+    stop's answers."""
     submitting = runtime.aws.Clients.create(environ=env)
     stops: list[dict] = []
 
@@ -309,6 +304,18 @@ def test_a_new_claim_of_a_released_run_id_starts_clean_of_the_old_claims_records
             stops.append(_act(runtime, clients, config, {"action": "stop", "run_id": run_id}))
 
     submitting.sagemaker.meta.events.register("before-call.sagemaker.CreateTrainingJob", stop_meanwhile)
+    return submitting, stops
+
+
+def test_a_new_claim_of_a_released_run_id_starts_clean_of_the_old_claims_records(
+    aws, env, submit, run_kit, runtime, clients, config
+):
+    """Review finding: a stop of the run while its first segment was being created (run.json claimed, no segment:
+    stop.json and end.json "stopped"), then SageMaker refused the segment (the run released), then a corrected
+    request started the run again: its segment ran, yet describe said "stopped" and stop answered changed:false
+    without stopping it. A new claim's records are its own (keyed by the claim's generation)."""
+    run_id = new_run_id()
+    submitting, stops = _stopped_during_create(run_id, env, runtime, clients, config)
     aws.inject_fault("CreateTrainingJob", "ResourceLimitExceeded", message="limit 'ml.p6-b200.48xlarge' is 0")
     refused = runtime.service.submit(run_kit.request(run_id), clients=submitting, config=config)
     assert refused["error"]["code"] == "QuotaExceeded", refused
@@ -330,14 +337,7 @@ def test_a_stop_while_the_first_segment_is_created_stops_that_segment(aws, env, 
     the run, then the segment was created and trained on. The submission, having created it, sees the stop and
     stops it (one of the two always sees the other)."""
     run_id = new_run_id()
-    submitting = runtime.aws.Clients.create(environ=env)
-    stops: list[dict] = []
-
-    def stop_meanwhile(**_: object) -> None:
-        if not stops:
-            stops.append(_act(runtime, clients, config, {"action": "stop", "run_id": run_id}))
-
-    submitting.sagemaker.meta.events.register("before-call.sagemaker.CreateTrainingJob", stop_meanwhile)
+    submitting, stops = _stopped_during_create(run_id, env, runtime, clients, config)
     created = runtime.service.submit(run_kit.request(run_id), clients=submitting, config=config)
     assert created["status"] == "submitted", created
     assert (stops[0]["status"], stops[0]["state"]) == ("stopped", spec.STOPPED), stops

@@ -5,7 +5,7 @@ and the tests that use one are in one xdist group (with ``--dist loadgroup`` a g
 so each run happens once per session): ``trainer-runs`` (``reference_run``), ``trainer-llama``
 (``test_llama_run.llama_run``) and ``trainer-workers`` (``two_process_results``).
 
-Every trainer test runs with ``OMP_NUM_THREADS=1`` (:func:`one_thread_per_process`).
+Every test runs with ``OMP_NUM_THREADS=1`` (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -45,20 +45,6 @@ REFERENCE_HP: dict[str, object] = {
 
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def one_thread_per_process(monkeypatch: pytest.MonkeyPatch):
-    """One intra-op thread in this process and in every run a test starts (the entry point keeps a job's
-    ``OMP_NUM_THREADS``), as torchrun gives each of several workers: ``make test`` runs two xdist workers on
-    two cores, where a second thread per process only waits for a core (a 1-process gpt-tiny run of 20 steps
-    took 9-10 s of CPU and 12 s with one thread, 27-28 s of CPU and 31 s with two, on this 2-core machine
-    shared with other work)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
