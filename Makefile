@@ -66,4 +66,4 @@ bench: deps
 
 clean:
 	rm -rf cdk.out .demo .sweeps .cache .pytest_cache .hypothesis .mypy_cache
-	find . -path ./.venv -prune -o -path ./node_modules -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -path ./node_modules -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -352,25 +352,41 @@ step 4, so that step 4's measured speed sizes it (:func:`run_max_steps`; ``max_s
 step 4 measured nothing). A loss line every 5 steps, so the first segment's part of the curve shows."""
 RUN_PROCESSES = 2
 """CPU processes of each segment (``TRAINER_NPROC_PER_NODE`` of the emulator's jobs), as in step 4."""
+RUN_MAX_STEPS_CAP = 5_000
+"""The most steps :func:`run_max_steps` gives (a CPU trains gpt-tiny at a few steps a second)."""
 RUN_SPAN_BLOCKS = 2.0
 """The run's length in first blocks: ``max_steps`` is what step 4's speed trains in this many times
-:data:`RUN_FIRST_BLOCK_TRAINING_S`, so the first segment ends well below it (unless this machine became twice
-as fast since step 4) and the second finishes the run. A fixed ``max_steps`` did not: one idle machine
+:data:`RUN_FIRST_BLOCK_TRAINING_S`, so the first segment (which also spends its start-up in the block) ends
+well below it and the second finishes the run, unless the machine became more than about twice as fast since
+step 4 (then the run ends in one segment and the demo says so). A fixed ``max_steps`` did not: one idle machine
 finished 200 steps inside the first block, where busy ones took 0.3-1 s a step."""
 RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
 
 
+def _speed(record: object) -> float | None:
+    """A metrics record's ``tokens_per_sec`` as a finite, positive float, else ``None``."""
+    value = record.get("tokens_per_sec") if isinstance(record, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        speed = float(value)
+    except OverflowError:
+        return None
+    return speed if math.isfinite(speed) and speed > 0 else None
+
+
 def run_max_steps(metrics: Sequence[Mapping[str, Any]]) -> int:
     """The run's ``max_steps``: :data:`RUN_SPAN_BLOCKS` first blocks of training at the median tokens/s of
-    ``metrics`` (step 4's ``metrics.jsonl`` records, same model, batch and processes), at least 20 steps; the
-    default of :data:`RUN_HYPERPARAMETERS` when they hold no speed."""
-    speeds = [r["tokens_per_sec"] for r in metrics if isinstance(r.get("tokens_per_sec"), (int, float))]
+    ``metrics`` (step 4's ``metrics.jsonl`` records, same model, batch and processes), from 20 to
+    :data:`RUN_MAX_STEPS_CAP`; the default of :data:`RUN_HYPERPARAMETERS` when they hold no finite, positive
+    speed (records that are not objects, and values that are not numbers, are passed over)."""
+    speeds = [speed for record in metrics if (speed := _speed(record)) is not None]
     if not speeds:
         return RUN_HYPERPARAMETERS["max_steps"]
     tokens_per_step = RUN_HYPERPARAMETERS["batch_size"] * RUN_HYPERPARAMETERS["seq_length"] * RUN_PROCESSES
-    seconds = RUN_SPAN_BLOCKS * RUN_FIRST_BLOCK_TRAINING_S
-    return max(20, math.ceil(statistics.median(speeds) * seconds / tokens_per_step))
+    steps = statistics.median(speeds) * RUN_SPAN_BLOCKS * RUN_FIRST_BLOCK_TRAINING_S / tokens_per_step
+    return min(RUN_MAX_STEPS_CAP, max(20, math.ceil(steps)))
 
 
 def run_plans() -> list[dict[str, object]]:
@@ -423,7 +439,12 @@ def step_run() -> None:
     if not any(data.glob("shard-*.bin")):
         data = out / "data"
         prepare_data(data, [python_docs_corpus(out / "python-docs.jsonl")])
-    hyperparameters = {**RUN_HYPERPARAMETERS, "max_steps": run_max_steps(read_metrics(DEMO_DIR / "train" / "opt_ml"))}
+    try:
+        measured = read_metrics(DEMO_DIR / "train" / "opt_ml")
+    except (OSError, ValueError) as exc:  # a damaged metrics.jsonl: the default size, said
+        console.print(f"step 4's metrics could not be read ({exc}); the run keeps its default max_steps")
+        measured = []
+    hyperparameters = {**RUN_HYPERPARAMETERS, "max_steps": run_max_steps(measured)}
     plans = run_plans()
     with (
         LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION], job_processes=RUN_PROCESSES) as aws,

@@ -603,6 +603,15 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
             "Training plans change at run time through the SSM parameter (no redeploy), so DescribeTrainingPlan "
             "is granted on the account's training-plan ARNs in this region.",
         ),
+        "plan-capacity": _Resource(
+            tuple(
+                stack.format_arn(service="sagemaker", resource=kind, resource_name="*")
+                for kind in ("training-plan", "reserved-capacity")
+            ),
+            "A job on a training plan is authorized against the plan and its reserved capacity (SageMaker Developer "
+            "Guide, 'IAM for SageMaker training plans'); plans change at run time through the SSM parameter, so "
+            "CreateTrainingJob is granted on the account's training plans and reserved capacity in this region.",
+        ),
         "*": _Resource(
             ("*",),
             "sagemaker:Search has no resource-level permissions (AWS requires '*'); the job API's list finds the "

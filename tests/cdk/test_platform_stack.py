@@ -524,6 +524,13 @@ def test_submitter_role_sagemaker_permissions(default_synth):
         "sagemaker:StopTrainingJob",
     ]
     assert json.dumps(jobs["Resource"]).endswith(':training-job/*"]]}')
+    # a job on a training plan is authorized against the plan and its reserved capacity as well (issue 24)
+    on_plans = found["TrainingJobsOnPlans"]
+    assert on_plans["Action"] == "sagemaker:CreateTrainingJob"
+    assert sorted(json.dumps(r).rsplit(":", 1)[-1] for r in on_plans["Resource"]) == [
+        'reserved-capacity/*"]]}',
+        'training-plan/*"]]}',
+    ]
     described = found["DescribeTrainingJobs"]
     assert sorted(as_list(described["Action"])) == ["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"]
     assert described["Resource"] == jobs["Resource"]

@@ -243,6 +243,7 @@ def test_the_continuation_has_the_submitters_grants_and_its_own(request, fixture
         assert granted(role_statements(synth, role), "cloudwatch:PutMetricData") == [], role
     found = by_sid(statements)
     assert "sagemaker:CreateTrainingJob" in found["TrainingJobs"]["Action"]
+    assert found["TrainingJobsOnPlans"]["Action"] == "sagemaker:CreateTrainingJob"  # segments on a plan (issue 24)
     assert found["RunRecords"]["Action"] == "s3:PutObject"
     assert objects(synth, stack.buckets.checkpoints, RUN_CHECKPOINT_PREFIX) in found["CheckpointsRead"]["Resource"]
     # failed invocations go to the dead-letter queue

@@ -40,3 +40,9 @@ def test_the_runs_length_is_sized_by_step_4s_measured_speed() -> None:
     assert demo.run_max_steps(outlier) == demo.run_max_steps(fast)
     assert demo.run_max_steps([{"step": 5, "tokens_per_sec": 1.0}]) == 20  # a crawling machine: still a run
     assert demo.run_max_steps([]) == demo.run_max_steps([{"step": 1, "loss": 6.2}]) == 200  # nothing measured
+    # foreign values are passed over, wherever they stand; an absurd speed is capped
+    junk = [None, [], {"tokens_per_sec": float("nan")}, {"tokens_per_sec": float("inf")}, {"tokens_per_sec": -5},
+            {"tokens_per_sec": 0}, {"tokens_per_sec": True}, {"tokens_per_sec": "6000"}, {"tokens_per_sec": 10**400}]  # fmt: skip
+    assert demo.run_max_steps([*junk, *fast]) == demo.run_max_steps([*fast, *junk]) == demo.run_max_steps(fast)
+    assert demo.run_max_steps(junk[:-1]) == 200
+    assert demo.run_max_steps([{"tokens_per_sec": 1e12}]) == demo.RUN_MAX_STEPS_CAP

@@ -93,7 +93,7 @@ class Grant:
     it (one ``sid`` and resource make one statement; ``sid`` ``None``: none).
 
     ``resource`` is symbolic; the construct maps it to ARNs (``construct._resources``): ``training-job``,
-    ``training-plan``, ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
+    ``training-plan``, ``plan-capacity`` (training plans and their reserved capacity), ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
     ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records``,
     ``run-markers`` (the waiting markers) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
     prefix; the bucket's key follows reads and writes).
@@ -108,6 +108,10 @@ DESCRIBE_JOBS = Grant("DescribeTrainingJobs", "training-job", ("sagemaker:Descri
 DESCRIBE_PLANS = Grant("DescribeTrainingPlans", "training-plan", ("sagemaker:DescribeTrainingPlan",))
 SEARCH_JOBS = Grant("SearchTrainingJobs", "*", ("sagemaker:Search",))
 CREATE_JOBS = Grant("TrainingJobs", "training-job", ("sagemaker:CreateTrainingJob", "sagemaker:AddTags"))
+CREATE_JOBS_ON_PLANS = Grant("TrainingJobsOnPlans", "plan-capacity", ("sagemaker:CreateTrainingJob",))
+"""A ``CreateTrainingJob`` with a ``TrainingPlanArn`` is authorized against the plan and its reserved capacity
+too (Service Authorization Reference: resource types ``training-job``, ``training-plan``, ``reserved-capacity``;
+SageMaker Developer Guide, "IAM for SageMaker training plans"): without it every job on a plan is denied."""
 STOP_JOBS = Grant("TrainingJobs", "training-job", ("sagemaker:StopTrainingJob",))
 PASS_ROLE = Grant(None, "execution-role", ("iam:PassRole",))
 READ_PLAN_ARNS = Grant(None, "plan-parameter", ("ssm:GetParameter",))
@@ -320,7 +324,7 @@ ACTIONS: Mapping[str, Action] = {
             fields=None,
             reads_only=False,
             grants=(
-                DESCRIBE_JOBS, DESCRIBE_PLANS, CREATE_JOBS, PASS_ROLE, READ_PLAN_ARNS, TOKEN_RECORDS,
+                DESCRIBE_JOBS, DESCRIBE_PLANS, CREATE_JOBS, CREATE_JOBS_ON_PLANS, PASS_ROLE, READ_PLAN_ARNS, TOKEN_RECORDS,
                 LIST_TOKEN_RECORDS, *_RUN_READS, WRITE_RUNS,
             ),
         ),
