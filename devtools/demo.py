@@ -44,7 +44,6 @@ import contextlib
 import json
 import math
 import shutil
-import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -364,28 +363,18 @@ RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
 
 
-def _speed(record: object) -> float | None:
-    """A metrics record's ``tokens_per_sec`` as a finite, positive float, else ``None``."""
-    value = record.get("tokens_per_sec") if isinstance(record, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        speed = float(value)
-    except OverflowError:
-        return None
-    return speed if math.isfinite(speed) and speed > 0 else None
-
-
 def run_max_steps(metrics: Sequence[Mapping[str, Any]]) -> int:
     """The run's ``max_steps``: :data:`RUN_SPAN_BLOCKS` first blocks of training at the median tokens/s of
-    ``metrics`` (step 4's ``metrics.jsonl`` records, same model, batch and processes), from 20 to
-    :data:`RUN_MAX_STEPS_CAP`; the default of :data:`RUN_HYPERPARAMETERS` when they hold no finite, positive
-    speed (records that are not objects, and values that are not numbers, are passed over)."""
-    speeds = [speed for record in metrics if (speed := _speed(record)) is not None]
-    if not speeds:
+    ``metrics`` (step 4's ``metrics.jsonl`` records, same model, batch and processes; the report's
+    :func:`~trainctl.reports.analysis.median_finite`), from 20 to :data:`RUN_MAX_STEPS_CAP`; the default of
+    :data:`RUN_HYPERPARAMETERS` when that median is not a positive speed."""
+    from trainctl.reports.analysis import median_finite
+
+    speed = median_finite(r.get("tokens_per_sec") for r in metrics if isinstance(r, Mapping))
+    if not speed > 0:  # NaN too: nothing measured
         return RUN_HYPERPARAMETERS["max_steps"]
     tokens_per_step = RUN_HYPERPARAMETERS["batch_size"] * RUN_HYPERPARAMETERS["seq_length"] * RUN_PROCESSES
-    steps = statistics.median(speeds) * RUN_SPAN_BLOCKS * RUN_FIRST_BLOCK_TRAINING_S / tokens_per_step
+    steps = speed * RUN_SPAN_BLOCKS * RUN_FIRST_BLOCK_TRAINING_S / tokens_per_step
     return min(RUN_MAX_STEPS_CAP, max(20, math.ceil(steps)))
 
 

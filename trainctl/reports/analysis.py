@@ -24,9 +24,10 @@ token), and the final smoothed loss's relative difference.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,15 @@ PRECISION_ORDER: tuple[str, ...] = PRECISION_NAMES
 """Baseline preference for the convergence check (the registry's order): the first present wins."""
 
 
-def _median_finite(values: Sequence[float]) -> float:
-    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+def median_finite(values: Iterable[object]) -> float:
+    """The median of those ``values`` that are real numbers with a finite float value (bools, strings,
+    None, NaN, infinities and integers too large for a float are passed over); NaN if there are none."""
+    finite = []
+    for value in values:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            with contextlib.suppress(OverflowError):
+                if math.isfinite(number := float(value)):
+                    finite.append(number)
     return statistics.median(finite) if finite else math.nan
 
 
@@ -50,9 +58,9 @@ def summarise(result: ConfigResult, steps: Sequence[Mapping[str, float]], final:
     if steps:
         last = int(steps[-1]["step"])
         steady = [m for m in steps if m["step"] > last / 2] or [steps[-1]]
-        result.tokens_per_sec = _median_finite([m.get("tokens_per_sec", math.nan) for m in steady])
-        result.tokens_per_sec_per_gpu = _median_finite([m.get("tokens_per_sec_per_gpu", math.nan) for m in steady])
-        result.mfu = _median_finite([m.get("mfu", math.nan) for m in steady])
+        result.tokens_per_sec = median_finite([m.get("tokens_per_sec", math.nan) for m in steady])
+        result.tokens_per_sec_per_gpu = median_finite([m.get("tokens_per_sec_per_gpu", math.nan) for m in steady])
+        result.mfu = median_finite([m.get("mfu", math.nan) for m in steady])
         memory = [m["peak_mem_allocated_gb"] for m in steps if math.isfinite(m.get("peak_mem_allocated_gb", math.nan))]
         result.peak_memory_gb = max(memory) if memory else math.nan
         result.curve = [(int(m["step"]), float(m["loss"])) for m in steps if "loss" in m and math.isfinite(m["loss"])]
