@@ -65,7 +65,7 @@ from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
 from .fields import JOB_NAME, Check, Field, check_table, parse
 from .settings import ENV_ALLOWED_ACTIONS, SERVICE_NAME
-from .training_job import TAG_CAPACITY_TYPE, TAG_SUBMITTER, existing_job, stop_job
+from .training_job import TAG_CAPACITY_TYPE, TAG_SUBMITTER, existing_job, iso, stop_job, utc
 
 logger = Logger(service=SERVICE_NAME, child=True)
 
@@ -513,9 +513,8 @@ def _search_time(at: datetime) -> str:
 
 
 def _within(created: Any, after: datetime | None, before: datetime | None) -> bool:
-    if not isinstance(created, datetime):
+    if (created := utc(created)) is None:
         return after is None and before is None
-    created = created if created.tzinfo else created.replace(tzinfo=UTC)
     return (after is None or created > after) and (before is None or created < before)
 
 
@@ -601,10 +600,10 @@ def job_view(description: Mapping[str, Any], tags: Mapping[str, str]) -> dict[st
         "run_id": tags.get(TAG_RUN_ID),
         "metrics": metrics_of(description.get("FinalMetricDataList") or []),
         "tags": dict(sorted(tags.items())),
-        "creation_time": _iso(description.get("CreationTime")),
-        "training_start_time": _iso(description.get("TrainingStartTime")),
-        "training_end_time": _iso(description.get("TrainingEndTime")),
-        "last_modified_time": _iso(description.get("LastModifiedTime")),
+        "creation_time": iso(description.get("CreationTime")),
+        "training_start_time": iso(description.get("TrainingStartTime")),
+        "training_end_time": iso(description.get("TrainingEndTime")),
+        "last_modified_time": iso(description.get("LastModifiedTime")),
     }
 
 
@@ -673,9 +672,9 @@ def capacity_block(clients: Clients, description: Mapping[str, Any], now: dateti
     return {
         "training_plan_arn": plan,
         "reserved_capacity_arn": block.get("ReservedCapacityArn"),
-        "start_time": _iso(block.get("StartTime")),
-        "end_time": _iso(block["EndTime"]),
-        "usable_until": _iso(usable_until),
+        "start_time": iso(block.get("StartTime")),
+        "end_time": iso(block["EndTime"]),
+        "usable_until": iso(usable_until),
         "seconds_left": max(0, int((usable_until - now).total_seconds())),
         "running": bool(running),
     }
@@ -695,9 +694,3 @@ def _checkpoint(clients: Clients, description: Mapping[str, Any]) -> dict[str, A
             raise
         return {"s3_uri": uri, "newest_complete_step": None, "unavailable": f"ListObjectsV2 answered {code}"}
     return {"s3_uri": uri, "newest_complete_step": None if state is None else state.step}
-
-
-def _iso(value: Any) -> str | None:
-    if not isinstance(value, datetime):
-        return None
-    return format_time(value if value.tzinfo else value.replace(tzinfo=UTC))

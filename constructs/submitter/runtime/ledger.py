@@ -173,6 +173,10 @@ class TokenRecord:
     fingerprint_version: int = FINGERPRINT_VERSION
     adopted: bool = False
 
+    def is_request(self, fingerprint: str) -> bool:
+        """Whether the claim is the request with ``fingerprint`` (same fingerprint, of this submitter's version)."""
+        return self.fingerprint_version == FINGERPRINT_VERSION and self.request_sha256 == fingerprint
+
 
 class TokenLedger(Ledger):
     """The client-token records at ``location`` (``s3://<bucket>/<prefix>/``).
@@ -324,6 +328,10 @@ class RunRecord:
     @property
     def released(self) -> bool:
         return self.record is not None and self.record.released
+
+    def is_request(self, fingerprint: str) -> bool:
+        """Whether the claim is the request with ``fingerprint`` (same fingerprint, of this submitter's version)."""
+        return self.fingerprint_version == FINGERPRINT_VERSION and self.request_sha256 == fingerprint
 
     def fields(self) -> dict[str, Any]:
         return {

@@ -41,7 +41,7 @@ from .aws import Clients
 from .config import SubmitterConfig
 from .errors import IdempotencyRecordError, invalid, not_found
 from .ledger import Record, RunLedger, RunRecord
-from .training_job import describe_job, stop_job, utc
+from .training_job import describe_job, iso, stop_job, utc
 
 MAX_STATE_READS = 5
 """Complete checkpoints whose ``trainer_state.json`` is read, newest first, before giving up (the trainer keeps 3)."""
@@ -238,8 +238,8 @@ def _segment_row(
         "status": description.get("TrainingJobStatus"),
         "secondary_status": description.get("SecondaryStatus"),
         "capacity": capacity,
-        "start_time": _iso(description.get("TrainingStartTime")),
-        "end_time": _iso(description.get("TrainingEndTime")),
+        "start_time": iso(description.get("TrainingStartTime")),
+        "end_time": iso(description.get("TrainingEndTime")),
         "first_step": None if last is None else (1 if first is None else first + 1),
         "last_step": last,
         "tokens": None if tokens_at_end is None or tokens_at_start is None else max(0, tokens_at_end - tokens_at_start),
@@ -462,11 +462,6 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
 
 def _fields(found: Record | None) -> dict[str, Any] | None:
     return None if found is None else found.fields
-
-
-def _iso(value: Any) -> str | None:
-    when = utc(value)
-    return None if when is None else spec.format_time(when)
 
 
 def parse_iso(value: Any) -> datetime | None:

@@ -219,7 +219,7 @@ def _write_run(sub: _Submission) -> None:
     run, runs, found = sub.request.run, sub.runs, sub.run_found
     assert run is not None and runs is not None
     for _ in range(CLAIM_ATTEMPTS):
-        if found and found.record and not found.released and found.request_sha256 == sub.fingerprint:
+        if found and found.record and not found.released and found.is_request(sub.fingerprint):
             sub.held.append((runs, found.record))  # this request's (a concurrent one's, or one that died uncreated)
             sub.run_claim = found
             return
@@ -592,7 +592,7 @@ def _from_record(sub: _Submission, record: TokenRecord, digest: str, *, settle: 
         return None
     if record.record.released:
         return None
-    if record.fingerprint_version == FINGERPRINT_VERSION and record.request_sha256 == sub.fingerprint:
+    if record.is_request(sub.fingerprint):
         # this request's first submission is in flight or was interrupted: finish it under the claimed name
         return _Slot(name, None, "client_token", record)
     other = (

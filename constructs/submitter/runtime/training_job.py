@@ -17,6 +17,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from platform_spec.runs import format_time
+
 from .aws import NOT_FOUND_CODES, Clients, current_deadline, error_code
 
 FINGERPRINT_VERSION = 2
@@ -44,6 +46,13 @@ def utc(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def iso(value: Any) -> str | None:
+    """A SageMaker time as the job API writes times (:func:`platform_spec.runs.format_time`); ``None`` for
+    anything but a ``datetime``."""
+    when = utc(value)
+    return None if when is None else format_time(when)
 
 
 def describe_job(clients: Clients, name: str) -> dict[str, Any] | None:
