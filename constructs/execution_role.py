@@ -29,24 +29,17 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 
 from constructs import Construct
+from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 
 from . import acknowledgements as nag
 from .buckets import grant_read_write_current_objects
 from .submitter.runtime import settings as submitter_settings
 
 __all__ = [
-    "SAGEMAKER_LOG_GROUP",
-    "SAGEMAKER_METRIC_NAMESPACE",
     "InputLocation",
     "TrainingExecutionRole",
     "TrainingExecutionRoleProps",
 ]
-
-SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-"""The log group SageMaker writes training-job container logs to."""
-
-SAGEMAKER_METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
-"""The CloudWatch namespace of training-job metrics (``MetricDefinitions`` and instance metrics)."""
 
 
 @dataclass(frozen=True, kw_only=True)

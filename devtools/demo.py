@@ -54,7 +54,8 @@ from rich.console import Console
 from rich.table import Table
 
 from devtools.local_aws.client import LocalAws
-from devtools.local_aws.stack import SAGEMAKER_LOG_GROUP
+from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP
+from training.local import DEMO_HYPERPARAMETERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / ".demo"
@@ -242,7 +243,7 @@ def step_submit() -> None:
 def step_train() -> None:
     from training.checkpoint.verify import complete_steps
     from training.environment import SageMakerPaths
-    from training.local import DEMO_HYPERPARAMETERS, interrupted_run, read_failure
+    from training.local import interrupted_run, read_failure
 
     work = DEMO_DIR / "train"
     shutil.rmtree(work, ignore_errors=True)
@@ -254,7 +255,7 @@ def step_train() -> None:
         if text.startswith(("[metrics]", "[trainer]")):
             console.print("  " + text, markup=False, soft_wrap=True)
 
-    run = interrupted_run(work, echo=echo)
+    run = interrupted_run(work, nproc=DEMO_PROCESSES, echo=echo)
     if not run.ok:
         raise DemoError(f"a local run failed: {read_failure(run.base_dir)}")
     if not run.stopped_at_step:
@@ -284,7 +285,7 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
     """
     from training.checkpoint.verify import complete_steps, verify_checkpoint
     from training.environment import SageMakerPaths
-    from training.local import DEMO_HYPERPARAMETERS, read_failure, run_local
+    from training.local import read_failure, run_local
 
     checkpoints = SageMakerPaths(base_dir).checkpoint_dir
     newest = complete_steps(checkpoints)[-1]
@@ -302,7 +303,7 @@ def damaged_checkpoint_restart(base_dir: Path, data_dir: Path) -> None:
         if text.startswith("[trainer]") and any(k in text for k in ("skipping", "resum", "data continues", "finished")):
             console.print("  " + text, markup=False, soft_wrap=True)
 
-    run = run_local(base_dir, DEMO_HYPERPARAMETERS, data_dir=data_dir, nproc=2, echo=echo)
+    run = run_local(base_dir, DEMO_HYPERPARAMETERS, data_dir=data_dir, nproc=DEMO_PROCESSES, echo=echo)
     if run.returncode != 0:
         raise DemoError(f"the restart on a damaged checkpoint failed: {read_failure(base_dir)}")
     # what the trainer did, from its status record (training.supervision), not from its log lines
@@ -333,24 +334,18 @@ about this many seconds after the emulator starts (the segment's start-up, ~10 s
 RUN_MIN_SEGMENT_MINUTES = 0.25
 """The run's ``min_segment_minutes``: a block must leave a segment 15 s of training (the default, 30 min, suits
 real blocks of days): the first block leaves more, and what is left of it after the first segment less."""
+DEMO_PROCESSES = 2
+"""CPU processes of step 4's runs and of each segment of step 5 (``TRAINER_NPROC_PER_NODE`` of the emulator's
+jobs): the same, so that step 4's measured speed sizes step 5's run."""
 RUN_HYPERPARAMETERS: dict[str, Any] = {
-    "model": "gpt-tiny",
-    "precision": "fp32",
-    "batch_size": 8,
-    "seq_length": 128,
+    **DEMO_HYPERPARAMETERS,
     "max_steps": 200,
     "warmup_steps": 10,
-    "learning_rate": 3e-3,
-    "min_learning_rate": 3e-4,
-    "log_interval": 5,
     "checkpoint_interval": 40,
-    "keep_checkpoints": 2,
 }
-"""The run's training: step 4's model and batch on CPython's docs, on :data:`RUN_PROCESSES` processes as in
-step 4, so that step 4's measured speed sizes it (:func:`run_max_steps`; ``max_steps`` here is the size when
-step 4 measured nothing). A loss line every 5 steps, so the first segment's part of the curve shows."""
-RUN_PROCESSES = 2
-"""CPU processes of each segment (``TRAINER_NPROC_PER_NODE`` of the emulator's jobs), as in step 4."""
+"""The run's training: step 4's (its model, batch, learning rates; CPython's docs), so that step 4's measured
+speed sizes it (:func:`run_max_steps`; ``max_steps`` here is the size when step 4 measured nothing). A loss
+line every 5 steps, so the first segment's part of the curve shows."""
 RUN_MAX_STEPS_CAP = 5_000
 """The most steps :func:`run_max_steps` gives (a CPU trains gpt-tiny at a few steps a second)."""
 RUN_SPAN_BLOCKS = 2.0
@@ -373,7 +368,7 @@ def run_max_steps(metrics: Sequence[Mapping[str, Any]]) -> int:
     speed = median_finite(r.get("tokens_per_sec") for r in metrics if isinstance(r, Mapping))
     if not speed > 0:  # NaN too: nothing measured
         return RUN_HYPERPARAMETERS["max_steps"]
-    tokens_per_step = RUN_HYPERPARAMETERS["batch_size"] * RUN_HYPERPARAMETERS["seq_length"] * RUN_PROCESSES
+    tokens_per_step = RUN_HYPERPARAMETERS["batch_size"] * RUN_HYPERPARAMETERS["seq_length"] * DEMO_PROCESSES
     steps = speed * RUN_SPAN_BLOCKS * RUN_FIRST_BLOCK_TRAINING_S / tokens_per_step
     return min(RUN_MAX_STEPS_CAP, max(20, math.ceil(steps)))
 
@@ -436,7 +431,7 @@ def step_run() -> None:
     hyperparameters = {**RUN_HYPERPARAMETERS, "max_steps": run_max_steps(measured)}
     plans = run_plans()
     with (
-        LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION], job_processes=RUN_PROCESSES) as aws,
+        LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION], job_processes=DEMO_PROCESSES) as aws,
         open(out / "submitter.log", "w") as log,
     ):
 

@@ -37,6 +37,11 @@ from platform_spec.errors import FieldError
 
 PREFIX = "[metrics]"
 
+SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+"""The log group SageMaker writes training-job container logs to (streams ``<job>/algo-<n>-<epoch>``)."""
+SAGEMAKER_METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+"""The CloudWatch namespace of training-job metrics (``MetricDefinitions`` and instance metrics)."""
+
 # (field in the log line, SageMaker metric name, unit for docs)
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("step", "train:step", "optimizer steps"),

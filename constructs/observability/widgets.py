@@ -21,10 +21,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
 from platform_spec.capacity import USABLE_PLAN_STATUSES
-from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS
+from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 from platform_spec.runs import TERMINAL_JOB_STATUSES
 
-from ..execution_role import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 from ..submitter.runtime import settings as submitter_settings
 from .runtime import settings
 

@@ -59,13 +59,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from devtools.local_aws.shapes import operation_model, validate_input, validate_output, validate_shape
-from devtools.local_aws.stack import (
-    MOTO_MISSING,
-    SAGEMAKER_LOG_GROUP,
-    SAGEMAKER_METRICS_NAMESPACE,
-    EmulatorUnavailable,
-)
+from devtools.local_aws.stack import MOTO_MISSING, EmulatorUnavailable
 from platform_spec.capacity import USABLE_PLAN_STATUSES
+from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 try:  # moto is the extra `local`: this module is imported only once the emulator starts
@@ -633,7 +629,7 @@ def publish_logs(
         for name, value in metrics_from_log(job.params, [line]).items()
     ]
     for start in range(0, len(data), 500):
-        cloudwatch.put_metric_data(Namespace=SAGEMAKER_METRICS_NAMESPACE, MetricData=data[start : start + 500])
+        cloudwatch.put_metric_data(Namespace=SAGEMAKER_METRIC_NAMESPACE, MetricData=data[start : start + 500])
 
 
 EXTENSION = SageMakerExtension()

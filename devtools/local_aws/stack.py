@@ -27,8 +27,6 @@ DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "t
 ADMIN_PREFIX = "/_local-aws"
 READY_MARKER = "LOCAL_AWS_READY "
 """The emulator's first line on stdout once it listens, followed by its JSON description."""
-SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-SAGEMAKER_METRICS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 
 
 @dataclass(frozen=True)
@@ -106,14 +104,15 @@ _FILE_KINDS = (
 
 def env_file_problem(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` cannot be the env file: it exists and is not a regular file (a symbolic link is not
-    followed: writing would replace the link, not its target), or it is empty. ``None``: a regular file or
-    nothing."""
+    followed: writing would replace the link, not its target), or it is empty, or it cannot be looked at. ``None``: a regular file or nothing."""
     if not os.fspath(path):
         return "an empty path; expected a file path"
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a file where a folder should be, a name too long, no permission
+        return f"{path}: {exc.strerror}; expected a file path"
     if stat.S_ISREG(mode):
         return None
     kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")

@@ -33,7 +33,7 @@ def test_the_runs_length_is_sized_by_step_4s_measured_speed() -> None:
     """Regression: a fixed max_steps of 200 finished inside the first block on an idle machine, so the demo's
     run never reached a second segment. Step 4's speed (same model, batch and processes) sizes it instead."""
     tokens_per_step = demo.RUN_HYPERPARAMETERS["batch_size"] * demo.RUN_HYPERPARAMETERS["seq_length"] * 2
-    assert demo.RUN_PROCESSES == 2
+    assert demo.DEMO_PROCESSES == 2
     fast = [{"step": s, "tokens_per_sec": 4 * tokens_per_step} for s in (5, 10, 15)]  # 4 steps/s
     assert demo.run_max_steps(fast) == 4 * demo.RUN_SPAN_BLOCKS * demo.RUN_FIRST_BLOCK_TRAINING_S
     outlier = [*fast, {"step": 20, "tokens_per_sec": 400 * tokens_per_step}]  # the median, not the mean

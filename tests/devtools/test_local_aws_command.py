@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.local_aws.stack import write_env_file
+from devtools.local_aws.stack import env_file_problem, write_env_file
 from trainctl.cli import main
 
 from .conftest import REPO
@@ -232,3 +232,14 @@ def test_moto_is_the_pinned_extra_local_that_make_installs_with_the_sdk_extra() 
         line for line in (REPO / "Makefile").read_text().splitlines() if "pip install" in line and " -e " in line
     ]
     assert install and all('-e ".[local,sdk]"' in line and "--no-deps" not in line for line in install), install
+
+
+def test_an_env_file_path_that_cannot_be_looked_at_is_a_problem_not_a_traceback(tmp_path: Path) -> None:
+    """Review finding: only a missing file was expected; a path through a regular file (or a name too long)
+    raised from os.lstat instead of the one-line refusal."""
+    (tmp_path / "file").write_text("x")
+    assert (
+        env_file_problem(tmp_path / "file" / "env")
+        == f"{tmp_path / 'file' / 'env'}: Not a directory; expected a file path"
+    )
+    assert env_file_problem(tmp_path / ("n" * 300)).endswith(": File name too long; expected a file path")

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from platform_spec.metric_lines import FIELDS, parse_line, run_records
+from platform_spec.metric_lines import FIELDS, SAGEMAKER_LOG_GROUP, parse_line, run_records
 from trainctl.reports.analysis import summarise
 from trainctl.reports.results import ConfigResult, reported_prediction
 from trainctl.sweeps.jobs import aws_client
@@ -28,7 +28,6 @@ from trainctl.sweeps.state import ACTIVE_STATUSES, SKIPPED, Sweep, SweepConfig
 if TYPE_CHECKING:
     from botocore.client import BaseClient
 
-SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 METRIC_TO_FIELD: dict[str, str] = {metric: name for name, metric, _ in FIELDS}
 """SageMaker metric name (``train:loss``) -> metric-line field (``loss``)."""
 
@@ -176,7 +175,6 @@ def collect(sweep: Sweep, *, env: Mapping[str, str] | None = None, region: str |
 
 __all__ = [
     "METRIC_TO_FIELD",
-    "SAGEMAKER_LOG_GROUP",
     "collect",
     "collect_job",
     "collect_local",
