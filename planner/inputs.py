@@ -73,11 +73,15 @@ class PlanInput(Hyperparameters):
         """The hyperparameters the estimate depends on as ``{name: value}`` (``None`` left out)."""
         return {n: v for n in hpmod.PLANNED_HYPERPARAMETERS if (v := getattr(self, n)) is not None}
 
+    @classmethod
+    def own_fields(cls) -> tuple[str, ...]:
+        """The fields besides the hyperparameters: the hardware, the budget and ``blocks_only``."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in hpmod.SPECS)
+
     def to_dict(self) -> dict[str, Any]:
         """The fields the estimate depends on (a plan's ``input``): the planned hyperparameters, then the
         hardware and budget."""
-        own = [f.name for f in dataclasses.fields(self) if f.name not in hpmod.SPECS]
-        return {n: getattr(self, n) for n in (*hpmod.PLANNED_HYPERPARAMETERS, *own)}
+        return {n: getattr(self, n) for n in (*hpmod.PLANNED_HYPERPARAMETERS, *self.own_fields())}
 
 
 @dataclass(frozen=True)

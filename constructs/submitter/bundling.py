@@ -252,7 +252,9 @@ class LambdaPackage:
     def dependencies_key(self) -> str:
         """Cache key of the installed dependencies: the requirement lines (without comments and blanks, sorted),
         the pip target and the bytecode compiler's tag and magic number (or ``pyc:none``)."""
-        lines = sorted(filter(None, (line.split("#", 1)[0].strip() for line in self.requirements.open())))
+        lines = sorted(
+            filter(None, (line.split("#", 1)[0].strip() for line in self.requirements.read_text().splitlines()))
+        )
         compiler = bytecode_compiler()
         pyc = f"pyc:{compiler.cache_tag}:{compiler.magic}" if compiler else "pyc:none"
         target = f"|{PIP_PLATFORM}|{PYTHON_VERSION}|cp|no-deps|{pyc}"

@@ -19,9 +19,6 @@ from typing import Any
 
 HELP = "Predict per-GPU memory, tokens/s, MFU and cost of a training config, and recommend changes."
 
-_HARDWARE_AND_BUDGET = ("instance_type", "instance_count", "blocks_only", "price_per_hour", "tokens")
-"""The plan input's own fields, besides the hyperparameters: the hardware, the budget and ``--blocks-only``."""
-
 
 def _positive_int(text: str) -> int:
     try:
@@ -172,6 +169,7 @@ def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     """:class:`planner.PlanInput`'s keyword arguments for parsed ``trainctl plan`` arguments: the hyperparameters
     given (no model: the guide's default request's model and layers; the family alone: a custom shape of it,
     as the trainer reads ``model_family`` alone), the hardware and the budget."""
+    from planner.inputs import PlanInput
     from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, PLANNED_HYPERPARAMETERS
 
     fields = {name: value for name in PLANNED_HYPERPARAMETERS if (value := getattr(args, name)) is not None}
@@ -180,14 +178,15 @@ def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     if "model" not in fields and args.model_config is None:
         fields["model"] = GUIDE_DEFAULT_REQUEST["model"]
         fields.setdefault("num_layers", int(GUIDE_DEFAULT_REQUEST["num_layers"]))
-    return {**fields, **{name: getattr(args, name) for name in _HARDWARE_AND_BUDGET}}
+    return {**fields, **{name: getattr(args, name) for name in PlanInput.own_fields()}}
 
 
 def flags() -> dict[str, str]:
     """Plan input field -> the flag that sets it (to name the flag in an error): its name, kebab-cased."""
+    from planner.inputs import PlanInput
     from platform_spec.hyperparameters import PLANNED_HYPERPARAMETERS
 
-    return {name: "--" + name.replace("_", "-") for name in (*PLANNED_HYPERPARAMETERS, *_HARDWARE_AND_BUDGET)}
+    return {name: "--" + name.replace("_", "-") for name in (*PLANNED_HYPERPARAMETERS, *PlanInput.own_fields())}
 
 
 def run(args: argparse.Namespace) -> int:
