@@ -68,6 +68,7 @@ from pathlib import Path
 
 from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError, Hyperparameters, model_shape
 from training.environment import (
+    GUIDE_VARIABLES,
     ConfigError,
     SageMakerPaths,
     check_capacity_block,
@@ -91,8 +92,8 @@ USAGE = f"usage: <image> {VERB} [{GUIDE_VARIABLES_FLAG}]"
 HELP = (
     f"{USAGE}\n\nTrain on the files SageMaker lays out under SAGEMAKER_BASE_DIR (default /opt/ml): validate the "
     "job, launch torchrun, relay stop signals, and write the reason of a failure to output/failure.\n\noptions:\n"
-    f"  {GUIDE_VARIABLES_FLAG:<19}also apply the published guide's PRECISION, NUM_LAYERS, BATCH_SIZE, SEQ_LENGTH "
-    f"and MODEL variables\n  {'-h, --help':<19}show this help and exit"
+    f"  {GUIDE_VARIABLES_FLAG:<19}also apply the published guide's {', '.join(GUIDE_VARIABLES)} variables\n"
+    f"  {'-h, --help':<19}show this help and exit"
 )
 """``<image> train --help`` (exit 0, nothing validated or launched)."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
