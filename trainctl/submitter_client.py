@@ -82,7 +82,7 @@ LAMBDA_FUNCTION_ARN_RE = re.compile(
 )
 """A Lambda function ARN (Lambda's ``FunctionName`` pattern, full-ARN form); match it whole (``fullmatch``)."""
 
-_LOCAL_CACHE: dict[tuple[tuple[str, str], ...], tuple[Any, Any]] = {}
+_LOCAL_CACHE: dict[tuple[tuple[str, str], ...], tuple[Any, Any, tuple[str, ...] | None]] = {}
 
 
 class SubmitError(RuntimeError):
@@ -395,7 +395,10 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
 
     ``env`` supplies ``AWS_ENDPOINT_URL`` (required), region, credentials and
     the submitter's settings (e.g. :attr:`devtools.local_aws.client.LocalAws.env`);
-    the process environment is not modified. Clients are reused for the same
+    the process environment is not modified. It answers what the function with
+    that environment answers: with the reader's ``SUBMITTER_ALLOWED_ACTIONS``
+    (``describe,list,list_runs``) a submission is refused ``ActionNotAllowed``,
+    as the deployed reader refuses it. Clients are reused for the same
     ``env`` (like a warm function). Throttling and 5xx answers are retried by
     botocore as in the function (``AWS_MAX_ATTEMPTS``).
 
@@ -415,7 +418,8 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
 
     Raises:
         LocalEndpointRequired: ``env`` has no ``AWS_ENDPOINT_URL``.
-        ConfigurationError: ``env`` lacks a submitter setting (the runtime's ``errors.ConfigurationError``).
+        ConfigurationError: ``env`` lacks a submitter setting, or its ``SUBMITTER_ALLOWED_ACTIONS`` is blank or
+            names no action (the runtime's ``errors.ConfigurationError``).
         FunctionError: the handler raised what the deployed function reports as a function
             error: ``DeadlineExceeded``, ``IdempotencyRecordError`` (a client-token record that
             cannot be read), or any other exception; its message is ``errorType: errorMessage``.
@@ -424,7 +428,7 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
     """
     import botocore.exceptions
 
-    from platform_constructs.submitter.runtime import aws, config, errors, handler, settings
+    from platform_constructs.submitter.runtime import actions, aws, config, errors, handler, settings
 
     endpoint = require_local_endpoint(env)
     deadline = aws.Deadline(settings.FUNCTION_TIMEOUT_S if timeout_s is None else timeout_s)
@@ -432,8 +436,9 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
     try:
         if key not in _LOCAL_CACHE:
             submitter_config = config.SubmitterConfig.from_environ(env)  # the clearer error first: a missing setting
+            allowed = actions.allowed_actions_from_environ(env)
             try:
-                _LOCAL_CACHE[key] = (aws.Clients.create(environ=env), submitter_config)
+                _LOCAL_CACHE[key] = (aws.Clients.create(environ=env), submitter_config, allowed)
             except ValueError as exc:  # botocore's "Invalid endpoint: ..."
                 raise SubmitError(
                     f"cannot set up AWS access: {exc} (AWS_ENDPOINT_URL); expected the emulator's URL, "
@@ -441,7 +446,7 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
                     may_have_run=False,
                     unavailable=True,
                 ) from None
-        clients, submitter_config = _LOCAL_CACHE[key]
+        clients, submitter_config, allowed = _LOCAL_CACHE[key]
         # stdout carries the response: the handler's JSON logs and EMF metrics go to this call's
         # stderr, and the log handlers get their own streams back afterwards, so they never keep a
         # stream that the caller may close later (pytest's capture, a sweep's log file). The streams
@@ -450,7 +455,9 @@ def submit_local(request: Any, env: Mapping[str, str], *, timeout_s: float | Non
         _set_streams([(h, sys.stderr) for h, _ in streams])
         try:
             with contextlib.redirect_stdout(sys.stderr):
-                response = handler.handle(request, clients=clients, config=submitter_config, deadline=deadline)
+                response = handler.handle(
+                    request, clients=clients, config=submitter_config, allowed_actions=allowed, deadline=deadline
+                )
         finally:
             _set_streams(streams)
     except botocore.exceptions.ClientError as exc:

@@ -564,6 +564,24 @@ def test_local_an_endpoint_url_that_is_not_one_is_one_line(aws, tmp_path, capsys
 
 
 @pytestmark_aws
+def test_local_with_the_readers_settings_refuses_a_submission_as_the_reader_does(aws, tmp_path, capsys, monkeypatch):
+    # `trainctl submit --local` stands for the function whose environment it is given: with the reader's
+    # SUBMITTER_ALLOWED_ACTIONS it let a submission through, which the deployed reader refuses
+    from platform_constructs.submitter.construct import READER_ACTIONS
+
+    reader_env = {**aws.env, runtime_settings.ENV_ALLOWED_ACTIONS: ",".join(READER_ACTIONS)}
+    _aws_environ(monkeypatch, reader_env)
+    before = {j["name"] for j in aws.training_jobs()}
+    assert main(["submit", "--local", _file(tmp_path), "--client-token", f"reader-{tmp_path.name}"]) == EXIT_REJECTED
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert (error["code"], error["field"]) == ("ActionNotAllowed", "action")
+    assert error["details"]["allowed_actions"] == list(READER_ACTIONS)
+    assert {j["name"] for j in aws.training_jobs()} == before
+    # what the reader answers, it answers
+    assert submit_local({"action": "list_runs"}, reader_env)["status"] == "listed"
+
+
+@pytestmark_aws
 def test_local_an_empty_client_token_is_refused_naming_the_field(aws, tmp_path, capsys, monkeypatch) -> None:
     _aws_environ(monkeypatch, aws.env)
     before = {j["name"] for j in aws.training_jobs()}
