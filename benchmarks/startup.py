@@ -233,6 +233,7 @@ def lambda_environ() -> dict[str, str]:
             data_bucket="bench-data",
             checkpoint_bucket="bench-checkpoints",
             output_bucket="bench-output",
+            output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
             plan_arns_parameter="/bench/plans",
             account_id="123456789012",
             default_instance_type=DEFAULT_INSTANCE_TYPE,

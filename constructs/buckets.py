@@ -9,6 +9,13 @@ throttling) by reusing a bucket-level data key, which matters for the bursts
 of multipart uploads a checkpoint save produces. The access-log bucket uses
 SSE-S3 because S3 server access logging can only deliver to SSE-S3 buckets.
 
+Writes under another key are refused. A ``PutObject`` (``CreateMultipartUpload`` included) that names
+no encryption gets the bucket's default, the platform key; one that names another key, SSE-S3, or
+``aws:kms`` without a key (which S3 answers with the AWS managed key ``aws/s3``, not the bucket's;
+Amazon S3 API Reference, ``PutObject``, ``x-amz-server-side-encryption-aws-kms-key-id``) is denied by
+the bucket policy (:data:`WRITE_KEY_STATEMENTS`). Jobs name the key themselves: the submitter sets
+``OutputDataConfig.KmsKeyId`` to it, and SageMaker then writes with that key's ARN.
+
 Versions are the undo history. The checkpoint and output buckets are
 versioned, so an overwrite or a delete keeps the previous object as a
 noncurrent version (expired by the lifecycle rule). Writers get
@@ -35,6 +42,7 @@ __all__ = [
     "CURRENT_OBJECT_KEY_ACTIONS",
     "CURRENT_OBJECT_OBJECT_ACTIONS",
     "HISTORY_ERASING_ACTIONS",
+    "WRITE_KEY_STATEMENTS",
     "TrainingBuckets",
     "TrainingBucketsProps",
     "grant_read_write_current_objects",
@@ -64,6 +72,38 @@ encryption with AWS KMS keys (SSE-KMS)", permissions)."""
 HISTORY_ERASING_ACTIONS = ("s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration")
 """Actions that can erase a versioned bucket's history; no role the platform creates is granted
 them (CDK's own auto-delete custom resource, with ``removal_policy=DESTROY``, aside)."""
+
+WRITE_KEY_STATEMENTS = ("DenyWritesUnderAnotherEncryption", "DenyWritesUnderAnotherKey", "DenyWritesUnderAwsManagedKey")
+"""Sids of the statements each KMS bucket's policy gets (module docstring): ``s3:PutObject`` is denied to
+every principal when it names an encryption other than ``aws:kms``, a key other than the bucket's, or
+``aws:kms`` with no key."""
+
+
+def deny_writes_under_another_key(bucket: s3.IBucket, key: kms.IKey) -> None:
+    """Add the :data:`WRITE_KEY_STATEMENTS` to ``bucket``'s policy: writes are under ``key`` or the default."""
+    objects = [bucket.arn_for_objects("*")]
+    for sid, conditions in zip(
+        WRITE_KEY_STATEMENTS,
+        (
+            {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption": "aws:kms"}},
+            {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key.key_arn}},
+            {
+                "StringEquals": {"s3:x-amz-server-side-encryption": "aws:kms"},
+                "Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "true"},
+            },
+        ),
+        strict=True,
+    ):
+        bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=sid,
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:PutObject"],
+                resources=objects,
+                conditions=conditions,
+            )
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,7 +213,7 @@ class TrainingBuckets(Construct):
         ]
 
         def kms_bucket(child_id: str, *, versioned: bool) -> s3.Bucket:
-            return s3.Bucket(
+            bucket = s3.Bucket(
                 self,
                 child_id,
                 encryption=s3.BucketEncryption.KMS,
@@ -185,6 +225,8 @@ class TrainingBuckets(Construct):
                 server_access_logs_prefix=f"{child_id.lower()}/",
                 **common,
             )
+            deny_writes_under_another_key(bucket, key)
+            return bucket
 
         self.data = kms_bucket("Data", versioned=False)
         self.checkpoints = kms_bucket("Checkpoints", versioned=True)

@@ -33,6 +33,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
@@ -452,6 +453,7 @@ class JobSubmitter(Construct):
             data_bucket=props.data_bucket.bucket_name,
             checkpoint_bucket=props.checkpoint_bucket.bucket_name,
             output_bucket=props.output_bucket.bucket_name,
+            output_kms_key_arn=_output_key(props).key_arn,
             plan_arns_parameter=props.plan_arns_parameter.parameter_name,
             # Plans of other accounts are refused at run time (Lambda sets AWS_REGION itself).
             account_id=cdk.Aws.ACCOUNT_ID,
@@ -688,6 +690,21 @@ def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{name}: got {value!r}; expected one of {', '.join(choices)}")
 
 
+def _output_key(props: JobSubmitterProps) -> kms.IKey:
+    """The output bucket's KMS key: every job's ``OutputDataConfig.KmsKeyId``.
+
+    Raises:
+        ValueError: the output bucket has no KMS key (an imported bucket, or one encrypted otherwise).
+    """
+    key = props.output_bucket.encryption_key
+    if key is None:
+        raise ValueError(
+            "JobSubmitterProps.output_bucket: the bucket has no KMS key; expected a bucket encrypted with a "
+            "customer managed KMS key (its key encrypts every job's output, OutputDataConfig.KmsKeyId)"
+        )
+    return key
+
+
 def _validate(props: JobSubmitterProps) -> None:
     """Refuse props the deployment cannot honour, naming the prop, the value received and what was expected.
 
@@ -708,6 +725,7 @@ def _validate(props: JobSubmitterProps) -> None:
             raise ValueError(
                 f"JobSubmitterProps.allowed_input_prefixes: got {prefix!r}; expected an s3://bucket/prefix URI"
             )
+    _output_key(props)
     if props.volume_size_gb is not None and not 1 <= props.volume_size_gb <= 16384:
         raise ValueError(
             f"JobSubmitterProps.volume_size_gb: got {props.volume_size_gb!r}; expected an integer from 1 to 16384"

@@ -257,7 +257,14 @@ class EmulatorApp:
         return arns
 
     def create_stack(self, plans: list[Any]) -> list[str]:
-        """Create the buckets, role, repository, plans and SSM parameter the stack would."""
+        """Create the key, buckets, role, repository, plans and SSM parameter the stack would.
+
+        The buckets are encrypted by default with the key (SSE-KMS, as the stack's ``Buckets``), whose id is
+        :attr:`StackResources.encryption_key_id` (:func:`create_key_with_id`).
+        """
+        key_arn = create_key_with_id(
+            self.region, self.resources.encryption_key_id, "Encrypts the training platform's buckets (emulated)"
+        )
         s3 = self.client("s3")
         for bucket in (self.resources.data_bucket, self.resources.checkpoint_bucket, self.resources.output_bucket):
             kwargs: dict[str, Any] = {}
@@ -265,6 +272,20 @@ class EmulatorApp:
                 kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.region}
             s3.create_bucket(Bucket=bucket, **kwargs)
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+            s3.put_bucket_encryption(
+                Bucket=bucket,
+                ServerSideEncryptionConfiguration={
+                    "Rules": [
+                        {
+                            "ApplyServerSideEncryptionByDefault": {
+                                "SSEAlgorithm": "aws:kms",
+                                "KMSMasterKeyID": key_arn,
+                            },
+                            "BucketKeyEnabled": True,
+                        }
+                    ]
+                },
+            )
         trust = {
             "Version": "2012-10-17",
             "Statement": [
@@ -276,6 +297,25 @@ class EmulatorApp:
         )
         self.client("ecr").create_repository(repositoryName=self.resources.trainer_repository)
         return self.seed_plans(plans)
+
+
+def create_key_with_id(region: str, key_id: str, description: str) -> str:
+    """Create a symmetric KMS key in moto's backend under ``key_id`` and return its ARN.
+
+    moto draws a new key's id at random (``moto.kms.models.Key``); the key is created as moto creates
+    any, then filed under ``key_id``, so its ARN is known before the emulator starts.
+    """
+    from moto.kms.models import kms_backends
+
+    backend = kms_backends[ACCOUNT_ID][region]
+    key = backend.create_key(
+        policy=None, key_usage="ENCRYPT_DECRYPT", key_spec="SYMMETRIC_DEFAULT", description=description, tags=None
+    )
+    backend.keys.pop(key.id)
+    key.id = key_id
+    key.arn = f"arn:aws:kms:{region}:{ACCOUNT_ID}:key/{key_id}"
+    backend.keys[key_id] = key
+    return key.arn
 
 
 ROUTES: dict[tuple[str, str], Callable[[EmulatorApp, AdminRequest], Any]] = {

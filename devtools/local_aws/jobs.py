@@ -908,10 +908,16 @@ class JobRunner:
             self._move(job, "Completed", "Completed", "Training job completed")
 
     def _upload_artifacts(self, job: JobRecord, base: Path) -> None:
-        output = (job.params.get("OutputDataConfig") or {}).get("S3OutputPath")
+        """Upload ``model.tar.gz`` and ``output.tar.gz`` below ``OutputDataConfig.S3OutputPath``, under its
+        ``KmsKeyId`` when it names one (SSE-KMS with that key, as SageMaker writes them)."""
+        config = job.params.get("OutputDataConfig") or {}
+        output = config.get("S3OutputPath")
         if not output:
             return
+        encryption = (
+            {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": config["KmsKeyId"]} if config.get("KmsKeyId") else {}
+        )
         bucket, prefix = split_s3_uri(output.rstrip("/") + "/")
         s3 = self.client("s3")
         for folder, name in ((base / "model", "model.tar.gz"), (base / "output" / "data", "output.tar.gz")):
-            s3.put_object(Bucket=bucket, Key=f"{prefix}{job.name}/output/{name}", Body=_tar_gz(folder))
+            s3.put_object(Bucket=bucket, Key=f"{prefix}{job.name}/output/{name}", Body=_tar_gz(folder), **encryption)

@@ -39,12 +39,19 @@ class StackResources:
     plan_arns_parameter: str = "/training-platform/local/training-plan-arns"
     execution_role_name: str = "training-platform-sagemaker-execution"
     trainer_repository: str = "training-platform/trainer"
+    encryption_key_id: str = "0ca1a7f0-0000-4000-8000-000000000001"
+    """The platform key's id (moto draws key ids at random; the emulator gives its key this fixed one, as it
+    names its buckets, so the function's environment is known before the emulator starts)."""
     platform_tags: Mapping[str, str] = field(
         default_factory=lambda: {"platform": "training-platform", "environment": "local"}
     )
 
     def execution_role_arn(self) -> str:
         return f"arn:aws:iam::{ACCOUNT_ID}:role/{self.execution_role_name}"
+
+    def encryption_key_arn(self, region: str) -> str:
+        """ARN of the key of the data, checkpoint and output buckets (the stack's ``Buckets/Key``)."""
+        return f"arn:aws:kms:{region}:{ACCOUNT_ID}:key/{self.encryption_key_id}"
 
     def trainer_image_uri(self, region: str) -> str:
         return f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{self.trainer_repository}:local"
@@ -68,6 +75,7 @@ def function_environment(region: str, resources: StackResources) -> dict[str, st
         data_bucket=resources.data_bucket,
         checkpoint_bucket=resources.checkpoint_bucket,
         output_bucket=resources.output_bucket,
+        output_kms_key_arn=resources.encryption_key_arn(region),
         plan_arns_parameter=resources.plan_arns_parameter,
         account_id=ACCOUNT_ID,
         default_instance_type=DEFAULT_INSTANCE_TYPE,

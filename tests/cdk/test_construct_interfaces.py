@@ -16,6 +16,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from aws_cdk.assertions import Template
@@ -184,6 +185,17 @@ class ImageElsewhere:
         self.deployment = cdk.CfnWaitConditionHandle(scope, "ImageCopied")
 
 
+SHARED_KEY = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/0b5e7c1a-1111-4222-8333-444455556666"
+
+
+def test_submitter_refuses_an_output_bucket_without_a_kms_key():
+    # every job's output is encrypted with the output bucket's key (OutputDataConfig.KmsKeyId)
+    stack = imported_stack()
+    bare = s3.Bucket.from_bucket_name(stack, "Bare", "shared-output")
+    with pytest.raises(ValueError, match=r"^JobSubmitterProps.output_bucket: the bucket has no KMS key; expected"):
+        submitter.JobSubmitter(stack, "Submitter", submitter_props(stack, output_bucket=bare))
+
+
 def imported_stack() -> cdk.Stack:
     app = cdk.App(context={"aws:cdk:bundling-stacks": []})  # Lambda packages are not needed to read the template
     return cdk.Stack(app, "Consumer", env=cdk.Environment(account=ACCOUNT, region=REGION))
@@ -197,7 +209,9 @@ def submitter_props(stack: cdk.Stack, **overrides) -> submitter.JobSubmitterProp
         ),
         "data_bucket": s3.Bucket.from_bucket_name(stack, "Data", "shared-datasets"),
         "checkpoint_bucket": s3.Bucket.from_bucket_name(stack, "Checkpoints", "shared-checkpoints"),
-        "output_bucket": s3.Bucket.from_bucket_name(stack, "Output", "shared-output"),
+        "output_bucket": s3.Bucket.from_bucket_attributes(
+            stack, "Output", bucket_name="shared-output", encryption_key=kms.Key.from_key_arn(stack, "Key", SHARED_KEY)
+        ),
         "plan_arns_parameter": ssm.StringParameter.from_string_parameter_name(
             stack, "Plans", "/shared/training-plan-arns"
         ),
@@ -224,6 +238,7 @@ def test_submitter_takes_imported_resources_through_their_interfaces():
     assert env[settings.ENV_EXECUTION_ROLE_ARN] == f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"
     assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == "/shared/training-plan-arns"
     assert env[settings.ENV_DATA_BUCKET] == "shared-datasets"
+    assert env[settings.ENV_OUTPUT_KMS_KEY_ARN] == SHARED_KEY  # the imported output bucket's key
     assert stack.resolve(stack.get_logical_id(stack.node.find_child("ImageCopied"))) in function["DependsOn"]
     role_id = stack.resolve(job_submitter.role.node.default_child.logical_id)
     statements = [

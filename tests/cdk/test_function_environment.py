@@ -71,7 +71,8 @@ def test_the_configured_optional_variables_appear_in_both(variant_synth):
 def test_function_environment_leaves_out_what_is_not_configured_and_writes_the_rest():
     base = {
         "trainer_image_uri": "img", "execution_role_arn": "arn:aws:iam::123456789012:role/r", "data_bucket": "data-bucket",
-        "checkpoint_bucket": "ckpt-bucket", "output_bucket": "out-bucket", "plan_arns_parameter": "/p", "account_id": "123456789012",
+        "checkpoint_bucket": "ckpt-bucket", "output_bucket": "out-bucket",
+        "output_kms_key_arn": "arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f", "plan_arns_parameter": "/p", "account_id": "123456789012",
         "default_instance_type": "ml.p5.48xlarge", "allowed_instance_types": ("ml.p5.48xlarge", "ml.p6-b200.48xlarge"),
         "capacity_fallback": ("spot", "on-demand"),
     }  # fmt: skip

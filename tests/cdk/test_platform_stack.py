@@ -14,6 +14,7 @@ from platform_constructs.buckets import (
     CURRENT_OBJECT_KEY_ACTIONS,
     CURRENT_OBJECT_OBJECT_ACTIONS,
     HISTORY_ERASING_ACTIONS,
+    WRITE_KEY_STATEMENTS,
 )
 from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, HANDLER
 from platform_constructs.submitter.runtime import settings
@@ -202,6 +203,27 @@ def test_every_bucket_policy_denies_insecure_transport_and_old_tls(default_synth
         for deny in denies:
             assert deny["Principal"] == {"AWS": "*"}
             assert getatt_arn(bucket_id) in deny["Resource"]
+
+
+def test_kms_buckets_refuse_writes_under_another_key_and_jobs_write_under_the_platform_key(default_synth):
+    ids = bucket_ids(default_synth)
+    key_arn = getatt_arn(default_synth.logical_id(default_synth.stack.buckets.encryption_key))
+    policies = {
+        resource["Properties"]["Bucket"]["Ref"]: resource["Properties"]["PolicyDocument"]["Statement"]
+        for resource in default_synth.of_type("AWS::S3::BucketPolicy").values()
+    }
+    for name in ("data", "checkpoints", "output"):
+        denies = {s["Sid"]: s for s in policies[ids[name]] if s.get("Sid") in WRITE_KEY_STATEMENTS}
+        assert set(denies) == set(WRITE_KEY_STATEMENTS), name
+        assert all(s["Effect"] == "Deny" and s["Action"] == "s3:PutObject" for s in denies.values())
+        assert denies["DenyWritesUnderAnotherKey"]["Condition"] == {
+            "StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key_arn}
+        }
+    assert not any(s.get("Sid") in WRITE_KEY_STATEMENTS for s in policies[ids["access_logs"]])  # SSE-S3 by design
+    for function in default_synth.of_type("AWS::Lambda::Function").values():
+        env = function["Properties"].get("Environment", {}).get("Variables", {})
+        if settings.ENV_OUTPUT_BUCKET in env:  # the submitter, the reader, the continuation
+            assert env[settings.ENV_OUTPUT_KMS_KEY_ARN] == key_arn
 
 
 def test_versioning_on_checkpoints_and_output_only(default_synth):

@@ -15,6 +15,7 @@ import logging
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.xdist_group("cdk")
 
 AUTO_DELETE_ROLE = "CustomS3AutoDeleteObjectsCustomResourceProviderRole"
 READER_ARN = "arn:aws:iam::123456789012:role/Dashboards"
+OUTPUT_KEY = "arn:aws:kms:us-west-2:123456789012:key/0b5e7c1a-1111-4222-8333-444455556666"
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -495,7 +497,9 @@ def _props(stack: cdk.Stack, **overrides) -> submitter.JobSubmitterProps:
         "execution_role": iam.Role.from_role_arn(stack, "Role", "arn:aws:iam::123456789012:role/SageMakerTraining"),
         "data_bucket": s3.Bucket.from_bucket_name(stack, "Data", "data-b"),
         "checkpoint_bucket": s3.Bucket.from_bucket_name(stack, "Checkpoints", "checkpoints-b"),
-        "output_bucket": s3.Bucket.from_bucket_name(stack, "Output", "output-b"),
+        "output_bucket": s3.Bucket.from_bucket_attributes(
+            stack, "Output", bucket_name="output-b", encryption_key=kms.Key.from_key_arn(stack, "Key", OUTPUT_KEY)
+        ),
         "plan_arns_parameter": ssm.StringParameter.from_string_parameter_name(stack, "Plans", "/plans"),
         "default_instance_type": "ml.p5.48xlarge",
         "allowed_instance_types": ["ml.p5.48xlarge"],

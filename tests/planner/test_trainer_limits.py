@@ -66,6 +66,7 @@ def test_the_submitter_refuses_gb200_before_anything_is_created() -> None:
         data_bucket="data",
         checkpoint_bucket="ckpt",
         output_bucket="out",
+        output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
         training_plan_arns_parameter="/plans",
         allowed_instance_types=("ml.p5.48xlarge", GB200),  # a configuration from before the refusal
     )
@@ -106,6 +107,7 @@ def test_quantized_model_init_is_refused_by_one_rule(precision: str) -> None:
         data_bucket="data",
         checkpoint_bucket="ckpt",
         output_bucket="out",
+        output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
         training_plan_arns_parameter="/plans",
     )
     with pytest.raises(errors.Refusal) as submitter:

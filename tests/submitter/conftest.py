@@ -121,6 +121,7 @@ def local_config(runtime):
         data_bucket="data",
         checkpoint_bucket="ckpt",
         output_bucket="out",
+        output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
         training_plan_arns_parameter="/plans",
         allowed_input_prefixes=("s3://shared-datasets/public/",),
         platform_tags={"platform": "tp"},

@@ -86,6 +86,7 @@ def unit_config(runtime):
         data_bucket="data",
         checkpoint_bucket="ckpt",
         output_bucket="out",
+        output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
         training_plan_arns_parameter="/plans",
         region=REGION,
         account_id=ACCOUNT_ID,

@@ -597,7 +597,8 @@ def test_the_jobs_output_path_is_the_prefix_the_execution_role_may_write(aws) ->
     settings = runtime_settings
     response = submit_local({**REQUEST, "dry_run": True}, aws.env)
     assert response["create_training_job"]["OutputDataConfig"] == {
-        "S3OutputPath": f"s3://{aws.env[settings.ENV_OUTPUT_BUCKET]}/{settings.TRAINING_JOB_OUTPUT_PREFIX}"
+        "S3OutputPath": f"s3://{aws.env[settings.ENV_OUTPUT_BUCKET]}/{settings.TRAINING_JOB_OUTPUT_PREFIX}",
+        "KmsKeyId": aws.env[settings.ENV_OUTPUT_KMS_KEY_ARN],  # the platform's key, which the bucket policy requires
     }
 
 

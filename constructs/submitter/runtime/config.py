@@ -34,6 +34,8 @@ class SubmitterConfig:
         data_bucket: bucket input channels must live under (``s3://<data_bucket>/``).
         checkpoint_bucket: bucket for ``CheckpointConfig`` (one prefix per job).
         output_bucket: bucket for ``OutputDataConfig`` (model artefacts).
+        output_kms_key_arn: the KMS key ARN of ``OutputDataConfig.KmsKeyId`` (the platform's key; an ARN,
+            so the execution role needs no ``kms:Encrypt``, per the API reference of ``OutputDataConfig``).
         training_plan_arns_parameter: SSM String parameter holding a JSON list of plan ARNs.
         default_instance_type: instance type used when a request names none.
         allowed_instance_types: instance types requests may name; empty = any the planner knows.
@@ -57,6 +59,7 @@ class SubmitterConfig:
     data_bucket: str
     checkpoint_bucket: str
     output_bucket: str
+    output_kms_key_arn: str
     training_plan_arns_parameter: str
     default_instance_type: str = DEFAULT_INSTANCE_TYPE
     allowed_instance_types: tuple[str, ...] = ()
@@ -119,6 +122,13 @@ class SubmitterConfig:
                 f"{settings.ENV_CLIENT_TOKEN_RECORDS}={records!r}: expected s3://<bucket>/<prefix>/"
             )
 
+        key_arn = required(settings.ENV_OUTPUT_KMS_KEY_ARN)
+        if not re.fullmatch(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+", key_arn):
+            raise ConfigurationError(
+                f"{settings.ENV_OUTPUT_KMS_KEY_ARN}={key_arn!r}: expected a KMS key ARN, "
+                "arn:aws:kms:<region>:<account>:key/<key id>"
+            )
+
         prefixes = csv(settings.ENV_ALLOWED_INPUT_PREFIXES)
         bad = [p for p in prefixes if not p.startswith("s3://") or len(p) <= len("s3://")]
         if bad:
@@ -130,6 +140,7 @@ class SubmitterConfig:
             data_bucket=required(settings.ENV_DATA_BUCKET),
             checkpoint_bucket=required(settings.ENV_CHECKPOINT_BUCKET),
             output_bucket=required(settings.ENV_OUTPUT_BUCKET),
+            output_kms_key_arn=key_arn,
             training_plan_arns_parameter=required(settings.ENV_TRAINING_PLAN_ARNS_PARAMETER),
             default_instance_type=environ.get(settings.ENV_DEFAULT_INSTANCE_TYPE, "").strip() or DEFAULT_INSTANCE_TYPE,
             allowed_instance_types=csv(settings.ENV_ALLOWED_INSTANCE_TYPES),

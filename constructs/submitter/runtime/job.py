@@ -102,7 +102,10 @@ def build_create_training_job(
         },
         "RoleArn": config.execution_role_arn,
         "HyperParameters": request.hyperparameters.to_strings(),
-        "OutputDataConfig": {"S3OutputPath": f"s3://{config.output_bucket}/{settings.TRAINING_JOB_OUTPUT_PREFIX}"},
+        "OutputDataConfig": {
+            "S3OutputPath": f"s3://{config.output_bucket}/{settings.TRAINING_JOB_OUTPUT_PREFIX}",
+            "KmsKeyId": config.output_kms_key_arn,
+        },
         "ResourceConfig": resource,
         "StoppingCondition": stopping,
         "CheckpointConfig": {

@@ -19,6 +19,7 @@ ENV_EXECUTION_ROLE_ARN = "EXECUTION_ROLE_ARN"
 ENV_DATA_BUCKET = "DATA_BUCKET"
 ENV_CHECKPOINT_BUCKET = "CHECKPOINT_BUCKET"
 ENV_OUTPUT_BUCKET = "OUTPUT_BUCKET"
+ENV_OUTPUT_KMS_KEY_ARN = "OUTPUT_KMS_KEY_ARN"  # the platform's key: every job's OutputDataConfig.KmsKeyId
 ENV_TRAINING_PLAN_ARNS_PARAMETER = TRAINING_PLAN_ARNS_PARAMETER_ENV  # SSM String parameter holding a JSON list of ARNs
 ENV_DEFAULT_INSTANCE_TYPE = "DEFAULT_INSTANCE_TYPE"
 ENV_ALLOWED_INSTANCE_TYPES = "ALLOWED_INSTANCE_TYPES"  # comma-separated
@@ -109,6 +110,7 @@ def function_environment(
     data_bucket: str,
     checkpoint_bucket: str,
     output_bucket: str,
+    output_kms_key_arn: str,
     plan_arns_parameter: str,
     account_id: str,
     default_instance_type: str,
@@ -130,6 +132,8 @@ def function_environment(
         trainer_image_uri: the ECR image every job runs.
         execution_role_arn: the SageMaker execution role jobs assume.
         data_bucket / checkpoint_bucket / output_bucket: bucket names.
+        output_kms_key_arn: ARN of the KMS key every job's output is encrypted with
+            (``OutputDataConfig.KmsKeyId``): the key of the platform's buckets.
         plan_arns_parameter: name of the SSM String parameter holding the plan ARNs (a JSON list).
         account_id: the deployment's account; plans of other accounts are refused.
         default_instance_type: instance type of requests that name none.
@@ -153,6 +157,7 @@ def function_environment(
         ENV_DATA_BUCKET: data_bucket,
         ENV_CHECKPOINT_BUCKET: checkpoint_bucket,
         ENV_OUTPUT_BUCKET: output_bucket,
+        ENV_OUTPUT_KMS_KEY_ARN: output_kms_key_arn,
         ENV_TRAINING_PLAN_ARNS_PARAMETER: plan_arns_parameter,
         ENV_DEFAULT_INSTANCE_TYPE: default_instance_type,
         ENV_ALLOWED_INSTANCE_TYPES: ",".join(allowed_instance_types),
