@@ -59,9 +59,33 @@ def test_capacity_end_below_max_steps_continues_exactly_once(aws, submit, run_ki
     assert job["CheckpointConfig"]["S3Uri"] == f"s3://{config.checkpoint_bucket}/run-checkpoints/{run_id}/"
 
     assert decision(run_kit.handle(event)) == spec.STALE_EVENT  # the same event twice
-    aws.set_job_status(seg(run_id, 2), "InProgress")
-    assert decision(run_kit.handle(run_kit.event(seg(run_id, 2)))) == spec.STALE_EVENT  # still running
     assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_a_late_event_is_retried_then_decided(aws, submit, run_kit, runtime, config):
+    """SageMaker's ``Completed`` event arrives while DescribeTrainingJob still reads ``InProgress``: the
+    invocation fails (Lambda's asynchronous retry runs it again), nothing is recorded or started, and the
+    retry decides once the job reads ended."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    aws.set_job_status(seg(run_id, 1), "InProgress")
+    event = run_kit.event(seg(run_id, 1))
+    event["detail"]["TrainingJobStatus"] = "Completed"  # what the event says; the API does not say it yet
+    with pytest.raises(runtime.errors.SegmentNotEnded, match="reads InProgress"):
+        run_kit.handle(event)
+    decisions = f"submitter/runs/{run_id}/decisions/"
+    assert aws.client("s3").list_objects_v2(Bucket=config.output_bucket, Prefix=decisions)["KeyCount"] == 0
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    aws.set_job_status(seg(run_id, 1), "Completed")
+    assert decision(run_kit.handle(event)) == spec.CONTINUE  # the retry
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+    aws.set_job_status(seg(run_id, 2), "InProgress")
+    running = run_kit.event(seg(run_id, 2))  # an event that reports no end (the stack's rule sends none)
+    assert run_kit.handle(running)["status"] == "ignored"
+    running["detail"]["TrainingJobStatus"] = "Failed"
+    with pytest.raises(runtime.errors.SegmentNotEnded):  # the new segment's early event is not dropped either
+        run_kit.handle(running)
 
 
 def test_concurrent_events_start_one_segment(aws, submit, run_kit):

@@ -7,8 +7,10 @@ submitter's environment (:func:`.settings.function_environment`). Two kinds of e
   terminal statuses): the job named in ``detail.TrainingJobName`` is re-read, never trusted from the
   event, and when it is a run's segment the run is decided (:func:`on_segment_end`); a ``continue``
   submits the next segment from the run's record read here (:func:`.service.submit_segment`: the
-  submission's own path). Duplicate events, events of older segments and events of segments still
-  running are ``stale-event`` no-ops.
+  submission's own path). Duplicate events and events of older segments are ``stale-event`` no-ops. An
+  event of the run's newest, undecided segment that still reads ``InProgress`` or ``Stopping`` (the event
+  came before the API shows the end) raises :class:`.errors.SegmentNotEnded`: the invocation fails and
+  Lambda's asynchronous retries read the job again; the scheduled tick decides it in any case.
 * ``Scheduled Event`` (``source`` ``aws.events``): every run waiting for capacity is retried
   (:func:`retry_waiting`), and the longest wait still running is published.
 
@@ -61,7 +63,7 @@ from .aws import (
     install_deadline_hooks,
 )
 from .config import SubmitterConfig
-from .errors import DeadlineExceeded
+from .errors import DeadlineExceeded, SegmentNotEnded
 from .ledger import RunLedger
 from .runs import RunState, instance_hours, newest_checkpoint, parse_iso
 from .service import submit_segment
@@ -114,6 +116,7 @@ def handle(
 
     Raises:
         DeadlineExceeded, botocore.exceptions.ClientError, IdempotencyRecordError: retriable faults.
+        SegmentNotEnded: the event's segment is the run's newest, undecided, and does not read ended yet.
     """
     when = now or datetime.now(UTC)
     with deadline_scope(deadline if deadline is not None else current_deadline()):
@@ -122,9 +125,13 @@ def handle(
         source, kind = event.get("source"), event.get("detail-type")
         if source == JOB_STATE_CHANGE_SOURCE and kind == JOB_STATE_CHANGE_DETAIL_TYPE:
             detail = event.get("detail")
-            name = detail.get("TrainingJobName") if isinstance(detail, Mapping) else None
+            if not isinstance(detail, Mapping):
+                detail = {}
+            name = detail.get("TrainingJobName")
             if not isinstance(name, str) or not name:
                 return _ignored("the state-change event names no TrainingJobName")
+            if detail.get("TrainingJobStatus") not in spec.TERMINAL_JOB_STATUSES:  # the stack's rule sends none
+                return _ignored(f"the state-change event of {name!r} reports no end")
             outcome = on_segment_end(name, clients=clients, config=config, now=when)
             if outcome is None:
                 return _ignored(f"training job {name!r} is not a run's segment")
@@ -251,6 +258,11 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
         ended = spec.Decision(spec.STALE_EVENT, f"the run already ended ({state.end.get('decision')})")
         return Outcome(_record(state, index, ended, now))
     newest = index + 1 if next_exists else index
+    if newest == index and decided is None and not outcome.ended:
+        raise SegmentNotEnded(
+            f"training job {job_name!r} (segment {index} of run {run_id!r}) reads {status}: its end is decided "
+            "when DescribeTrainingJob reads it ended (this invocation's retry, or the scheduled tick)"
+        )
     record = _decide(state, outcome, description, newest, decided is not None, clients=clients, config=config, now=now)
     if record["decision"] == spec.STALE_EVENT:
         return Outcome(record)

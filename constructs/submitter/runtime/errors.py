@@ -229,6 +229,16 @@ class IdempotencyRecordError(RuntimeError):
     """
 
 
+class SegmentNotEnded(RuntimeError):
+    """A run's segment was reported ended (SageMaker's state-change event) while ``DescribeTrainingJob`` still
+    answers ``InProgress`` or ``Stopping``: the event is early for the API, not stale.
+
+    Not a refusal and not dropped: the continuation's invocation fails, so Lambda's asynchronous retries
+    (``CONTINUATION_EVENT_RETRIES``, about 1 and 2 minutes apart) read the job again; after them the event
+    is dead-lettered, and the scheduled tick decides the segment once the job reads ended.
+    """
+
+
 class ConfigurationError(RuntimeError):
     """The function's own configuration (environment, SSM parameter) is broken.
 
