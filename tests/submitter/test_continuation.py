@@ -210,6 +210,23 @@ def test_an_event_of_a_job_that_is_no_run_segment_is_ignored(aws, submit, run_ki
     assert run_kit.handle({"source": "aws.sagemaker", "detail-type": "Something else"})["status"] == "ignored"
 
 
+def test_someone_elses_job_named_like_the_next_segment_does_not_stall_the_run(aws, submit, run_kit, config):
+    """Issue 24: a job named ``<run_id>-seg-002`` that is not the run's (made outside the platform: the
+    submitter refuses that name in a plain request) is not taken for segment 2. Segment 1's end is decided,
+    and the run ends ``failed`` naming the job in the way, instead of staying ``continuing`` forever."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    mine = aws.describe_training_job(seg(run_id, 1))
+    foreign = {k: mine[k] for k in ("AlgorithmSpecification", "RoleArn", "OutputDataConfig", "StoppingCondition")}
+    resources = {k: mine["ResourceConfig"][k] for k in ("InstanceType", "InstanceCount", "VolumeSizeInGB")}
+    aws.client("sagemaker").create_training_job(TrainingJobName=seg(run_id, 2), ResourceConfig=resources, **foreign)
+    answer = run_kit.handle(end_segment(aws, run_kit, run_id, 1))
+    assert decision(answer) == spec.FAILED, answer
+    assert "segment 2 was refused" in answer["decision"]["reason"] and seg(run_id, 2) in answer["decision"]["reason"]
+    assert run_kit.handle(run_kit.event(seg(run_id, 2)))["status"] == "ignored"  # not the run's
+
+
 P5_RUN = {
     "TrainingPlanName": "p5-run-a", "Status": "Active", "InstanceType": "ml.p5.48xlarge",
     "TotalInstanceCount": 3, "StartTime": "now-1d", "EndTime": "now+10d",

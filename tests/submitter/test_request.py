@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from platform_spec import runs as spec
 from platform_spec.hyperparameters import Hyperparameters
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,6 +157,22 @@ def test_the_derived_name_form_is_reserved_for_its_own_token(runtime, local_conf
         assert hint in refused.value.message and "job-<24 hex digits>" in refused.value.message
     # near misses are ordinary names
     for name in ("job-" + "0" * 23, "job-" + "0" * 25, "job-" + "g" * 24, "myjob-" + "0" * 24):
+        assert parse({**base, "job_name": name}, local_config).job_name == name
+
+
+def test_the_segment_name_form_is_reserved_for_runs(runtime, local_config):
+    """Issue 24: a plain job named ``<run_id>-seg-002`` stood where the run's segment 2 goes, and the run
+    stalled. A job_name of the segment form (any letter case) is refused, naming the field and the form."""
+    parse = runtime.request.parse_request
+    base = {"hyperparameters": {"synthetic_data": True}}
+    for name in ("myrun-seg-002", "MyRun-Seg-001", "a-seg-999", spec.segment_job_name("x" * 48, 1)):
+        with pytest.raises(runtime.errors.Refusal) as refused:
+            parse({**base, "job_name": name}, local_config)
+        assert (refused.value.code, refused.value.field) == ("InvalidRequest", "job_name")
+        assert refused.value.message.startswith(f"job_name: got {name!r}, expected a name not of the form ")
+        assert "<run_id>-seg-<3 digits>" in refused.value.message
+    # near misses are ordinary names
+    for name in ("myrun-seg-02", "myrun-seg-0002", "myrun-seg-000", "myrun-seg-002x", "1run-seg-002", "run-seg"):
         assert parse({**base, "job_name": name}, local_config).job_name == name
 
 

@@ -67,7 +67,7 @@ from .errors import DeadlineExceeded, SegmentNotEnded
 from .ledger import RunLedger
 from .runs import RunState, instance_hours, newest_checkpoint, parse_iso
 from .service import submit_segment
-from .training_job import describe_job, job_tags, stop_job
+from .training_job import describe_job, stop_job
 
 logger = Logger(service=settings.CONTINUATION_SERVICE_NAME)
 metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.CONTINUATION_SERVICE_NAME)
@@ -246,9 +246,7 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
         return None
     status, secondary = str(description.get("TrainingJobStatus")), description.get("SecondaryStatus")
     outcome = spec.SegmentOutcome(index, status, secondary, description.get("FailureReason"))
-    next_exists = (
-        index < spec.MAX_SEGMENTS and describe_job(clients, spec.segment_job_name(run_id, index + 1)) is not None
-    )
+    next_exists = index < spec.MAX_SEGMENTS and runs.run_segment(clients, run_id, index + 1) is not None
     decided = state.decisions.get(index)
     if decided is not None and not next_exists and outcome.ended:
         resumed = _resume(state, index, decided, clients=clients, config=config, now=now)
@@ -277,16 +275,14 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
 
 
 def _segment(clients: Clients, job_name: str) -> tuple[str, int, dict[str, Any]] | None:
-    """``(run_id, index, DescribeTrainingJob)`` of a run's segment (its name and tags agree), else ``None``."""
-    parsed = spec.parse_segment_job_name(job_name)
-    description = describe_job(clients, job_name) if parsed is not None else None
-    if parsed is None or description is None:
+    """``(run_id, index, DescribeTrainingJob)`` of a run's segment (by its tags: :func:`.runs.segment_of`),
+    else ``None``."""
+    description = describe_job(clients, job_name)
+    found = runs.segment_of(clients, description) if description is not None else None
+    if description is None or found is None:
+        logger.info("not a run segment (its tags do not name a run)", extra={"training_job_name": job_name})
         return None
-    tags = job_tags(clients, description["TrainingJobArn"])
-    if tags.get(spec.TAG_RUN_ID) != parsed[0] or tags.get(spec.TAG_RUN_SEGMENT) != str(parsed[1]):
-        logger.info("not a run segment (its tags do not name the run)", extra={"training_job_name": job_name})
-        return None
-    return parsed[0], parsed[1], description
+    return found[0], found[1], description
 
 
 def _decide(
@@ -424,7 +420,7 @@ def retry_waiting(
     if index < 2:
         raise store.invalid(store.uri(store.waiting_key(run_id)), "names no segment >= 2")
     base = dict(state.decisions.get(index - 1) or {"run_id": run_id, "segment": index - 1})
-    if state.end is not None or describe_job(clients, spec.segment_job_name(run_id, index)) is not None:
+    if state.end is not None or runs.run_segment(clients, run_id, index) is not None:
         store.delete(store.waiting_key(run_id))  # ended, or the segment was started by another invocation
         return None, 0.0
     if state.stop is not None:

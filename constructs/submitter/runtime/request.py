@@ -400,6 +400,20 @@ def _derived_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfi
         )  # fmt: skip
 
 
+def _segment_job_name_reserved(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """A ``job_name`` of a run's segment form (:func:`platform_spec.runs.segment_job_name`, in any letter case, as
+    the derived names) is the submitter's alone, for the segments it creates: a plain job of that name would stand
+    where the run's next segment goes."""
+    job_name = values["job_name"]
+    if job_name is not None and runs.parse_segment_job_name(job_name.lower()) is not None:
+        raise FieldError(
+            "job_name",
+            job_name,
+            "a name not of the form <run_id>-seg-<3 digits>, which is reserved for the segments of runs (send "
+            "run.run_id to start a run; the submitter names its segments)",
+        )
+
+
 def _run_names_its_jobs(values: Mapping[str, Any], config: SubmitterConfig) -> None:
     """A run names its segments (``<run_id>-seg-NNN``) and keys them by its run id: no ``job_name`` or
     ``client_token`` with it."""
@@ -484,10 +498,10 @@ FIELDS: tuple[Field, ...] = (
     dataclasses.replace(
         JOB_NAME,
         default_text="derived: `job-` + 24 hex digits of SHA-256(`client_token`), else `<model>-<precision>-<UTC time>-<4 hex>`",
-        checks=(Check(_derived_job_name_reserved, needs=("client_token",)),),
+        checks=(Check(_derived_job_name_reserved, needs=("client_token",)), Check(_segment_job_name_reserved)),
         fingerprint=False,
         notes="`job-` + 24 hex digits (any case) is reserved for the names derived from a `client_token`: a request "
-        "may send only its own token's",
+        "may send only its own token's; `<run_id>-seg-` + 3 digits (any case) is reserved for the segments of runs",
     ),
     Field(
         "client_token", "string",

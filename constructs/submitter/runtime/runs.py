@@ -41,7 +41,7 @@ from .aws import Clients
 from .config import SubmitterConfig
 from .errors import IdempotencyRecordError, invalid, not_found
 from .ledger import Record, RunLedger, RunRecord
-from .training_job import describe_job, iso, stop_job, utc
+from .training_job import describe_job, iso, job_tags, stop_job, utc
 
 MAX_STATE_READS = 5
 """Complete checkpoints whose ``trainer_state.json`` is read, newest first, before giving up (the trainer keeps 3)."""
@@ -159,13 +159,41 @@ def load_run(store: RunLedger, run_id: str) -> RunState | None:
     return state
 
 
+def segment_of(clients: Clients, description: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``(run_id, index)`` of the job ``description`` (``DescribeTrainingJob``) when it is a run's segment, else
+    ``None``.
+
+    A segment is recognised by the tags the submitter sets on it (:data:`platform_spec.runs.TAG_RUN_ID`,
+    :data:`platform_spec.runs.TAG_RUN_SEGMENT`; requests may not set ``platform:`` tags), never by its name
+    alone: a job named like a segment by anyone else is not the run's. Its name must also be the one the tags
+    give it (:func:`platform_spec.runs.segment_job_name`). One ``ListTags`` call.
+    """
+    tags = job_tags(clients, description["TrainingJobArn"])
+    run_id, raw = tags.get(spec.TAG_RUN_ID, ""), tags.get(spec.TAG_RUN_SEGMENT, "")
+    index = int(raw) if raw.isascii() and raw.isdigit() else 0
+    if not spec.RUN_ID_RE.match(run_id) or not 1 <= index <= spec.MAX_SEGMENTS:
+        return None
+    if description.get("TrainingJobName") != spec.segment_job_name(run_id, index):
+        return None
+    return run_id, index
+
+
+def run_segment(clients: Clients, run_id: str, index: int) -> dict[str, Any] | None:
+    """``DescribeTrainingJob`` of segment ``index`` of run ``run_id``: the job of its name whose tags name this
+    run and index (:func:`segment_of`), else ``None`` (no such job, or someone else's job of that name)."""
+    description = describe_job(clients, spec.segment_job_name(run_id, index))
+    if description is None or segment_of(clients, description) != (run_id, index):
+        return None
+    return description
+
+
 def segments_of(clients: Clients, state: RunState) -> list[dict[str, Any]]:
-    """``DescribeTrainingJob`` of each of the run's segments, in order (segment ``i`` exists only after a
-    ``continue`` on segment ``i - 1``, so the decisions bound the probing)."""
+    """``DescribeTrainingJob`` of each of the run's segments (:func:`run_segment`), in order (segment ``i``
+    exists only after a ``continue`` on segment ``i - 1``, so the decisions bound the probing)."""
     out: list[dict[str, Any]] = []
     highest = max(state.decisions, default=0) + 1
     for index in range(1, highest + 1):
-        description = describe_job(clients, spec.segment_job_name(state.run_id, index))
+        description = run_segment(clients, state.run_id, index)
         if description is None:
             break
         out.append(description)
