@@ -94,7 +94,8 @@ MAX_CONTINUATION_SCHEDULE_MINUTES = 24 * 60
 CONTINUATION_TIMEOUT = cdk.Duration.minutes(2)
 """The continuation function's timeout: one event decides one run (a few AWS calls and at most
 one submission, each bounded by the submitter's ``FUNCTION_TIMEOUT_S``); a scheduled tick
-retries every waiting run, and less than the 1-minute minimum schedule would cut it short."""
+retries the waiting runs and reconciles the active ones, starting no run's work with less than
+``FUNCTION_TIMEOUT_S`` left (``runtime.continuation.TICK_RESERVE_S``): the rest waits for the next tick."""
 CONTINUATION_EVENT_RETRIES = 2
 """Attempts after the first, both for EventBridge delivering an event to the function and for
 Lambda's asynchronous invocation of it (its maximum, 2); an event still failing then goes to the
@@ -412,7 +413,8 @@ class JobSubmitter(Construct):
         self.continuation_schedule = events.Rule(
             scope,
             "Schedule",
-            description=f"Retries the training runs waiting for capacity every {minutes} minutes",
+            description=f"Every {minutes} minutes: retries the training runs waiting for capacity, decides the "
+            "ended segments whose event was lost",
             schedule=events.Schedule.rate(props.continuation_schedule),
             targets=[target()],
         )
@@ -639,8 +641,9 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
         "run-markers": prefixes(
             props.output_bucket,
             settings.RUN_WAITING_PREFIX,
-            why="Waiting markers are one object per run waiting for capacity under one prefix of the run store; "
-            "the continuation deletes them there only (never a version).",
+            settings.RUN_ACTIVE_PREFIX,
+            why="Waiting and active markers are one object per run waiting for capacity or in flight, under two "
+            "prefixes of the run store; the continuation deletes them there only (never a version).",
         ),
         "checkpoints-prefix": prefixes(
             props.checkpoint_bucket,

@@ -232,8 +232,11 @@ def test_the_continuation_has_the_submitters_grants_and_its_own(request, fixture
     own = by_sid([s for s in statements if s not in submitter_statements])
     assert set(own) == {"RunMarkers", "RunDecisionEvents"}
     assert own["RunMarkers"]["Action"] == "s3:DeleteObject"  # never DeleteObjectVersion: the history stays
-    # the waiting markers only, never the run's records (tests/submitter/test_grants.py)
-    assert own["RunMarkers"]["Resource"] == objects(synth, stack.buckets.output, settings.RUN_WAITING_PREFIX)
+    # the waiting and active markers only, never the run's records (tests/submitter/test_grants.py)
+    markers = (settings.RUN_WAITING_PREFIX, settings.RUN_ACTIVE_PREFIX)
+    assert sorted(map(json.dumps, own["RunMarkers"]["Resource"])) == sorted(
+        json.dumps(objects(synth, stack.buckets.output, prefix)) for prefix in markers
+    )
     events_statement = own["RunDecisionEvents"]
     assert events_statement["Action"] == "events:PutEvents"
     assert json.dumps(events_statement["Resource"]).endswith(':event-bus/default"]]}') or str(

@@ -227,6 +227,77 @@ def test_someone_elses_job_named_like_the_next_segment_does_not_stall_the_run(aw
     assert run_kit.handle(run_kit.event(seg(run_id, 2)))["status"] == "ignored"  # not the run's
 
 
+TICK = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+
+
+def mine(answer: dict[str, Any], run_id: str) -> list[str]:
+    """The decisions a tick made on ``run_id``."""
+    assert answer["status"] == "ticked", answer
+    return [d["decision"] for d in answer["decisions"] if d["run_id"] == run_id]
+
+
+def test_a_lost_event_is_decided_by_the_tick_and_the_late_event_is_stale(aws, submit, run_kit, runtime, config):
+    """Segment 1 ends and its event never comes (or comes early and its retries run out): the tick decides it
+    as the event would, once; the event arriving afterwards, twice, is a no-op; the ended run leaves the tick."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    assert mine(run_kit.handle(TICK), run_id) == []  # segment 1 runs: nothing to decide
+    run_kit.checkpoint(run_id, 30)
+    event = end_segment(aws, run_kit, run_id, 1)  # never delivered
+    assert mine(run_kit.handle(TICK), run_id) == [spec.CONTINUE]
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+    assert mine(run_kit.handle(TICK), run_id) == []  # segment 2 runs
+    for _ in range(2):
+        assert decision(run_kit.handle(event)) == spec.STALE_EVENT
+    run_kit.checkpoint(run_id, 100)
+    aws.set_job_status(seg(run_id, 2), "InProgress")
+    early = run_kit.event(seg(run_id, 2))
+    early["detail"]["TrainingJobStatus"] = "Completed"
+    with pytest.raises(runtime.errors.SegmentNotEnded):
+        run_kit.handle(early)  # early, and (say) its retries run out too
+    aws.set_job_status(seg(run_id, 2), "Completed")
+    assert mine(run_kit.handle(TICK), run_id) == [spec.FINISHED]
+    marker = f"{runtime.settings.RUN_ACTIVE_PREFIX}{run_id}.json"
+    s3 = aws.client("s3")
+    assert s3.list_objects_v2(Bucket=config.output_bucket, Prefix=marker)["KeyCount"] == 1
+    assert mine(run_kit.handle(TICK), run_id) == []  # the run ended: its marker goes
+    assert s3.list_objects_v2(Bucket=config.output_bucket, Prefix=marker)["KeyCount"] == 0
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_the_event_and_the_tick_racing_start_one_segment(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    event = end_segment(aws, run_kit, run_id, 1)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda i: run_kit.handle(json.loads(json.dumps(event if i % 2 else TICK))), range(4)))
+    made = [decision(a) for a in answers if a["status"] == "decided"]
+    made += [d for a in answers if a["status"] == "ticked" for d in mine(a, run_id)]
+    assert made.count(spec.CONTINUE) >= 1 and set(made) <= {spec.CONTINUE, spec.STALE_EVENT}, made
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_a_tick_starts_no_run_with_too_little_time_left(aws, submit, run_kit, clients, config):
+    """The tick's work is bounded by the invocation's time: with less than TICK_RESERVE_S left it starts no
+    run's work and counts the runs it left to the next tick."""
+    from platform_constructs.submitter.runtime import aws as runtime_aws
+    from platform_constructs.submitter.runtime import continuation
+
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    run_kit.checkpoint(run_id, 30)
+    end_segment(aws, run_kit, run_id, 1)
+    short = runtime_aws.Deadline(continuation.TICK_RESERVE_S - 1)
+    events = aws.client("events")
+    cut = continuation.handle(TICK, clients=clients, config=config, events=events, deadline=short)
+    assert cut["decisions"] == [] and cut["deferred"] >= 1
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    enough = runtime_aws.Deadline(continuation.TICK_RESERVE_S + 60)
+    ticked = continuation.handle(TICK, clients=clients, config=config, events=events, deadline=enough)
+    assert mine(ticked, run_id) == [spec.CONTINUE] and ticked["deferred"] == 0
+
+
 P5_RUN = {
     "TrainingPlanName": "p5-run-a", "Status": "Active", "InstanceType": "ml.p5.48xlarge",
     "TotalInstanceCount": 3, "StartTime": "now-1d", "EndTime": "now+10d",

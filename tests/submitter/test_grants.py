@@ -62,7 +62,7 @@ def s3_scopes(config: Any) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {
         "client-token-records": (config.output_bucket, (settings.CLIENT_TOKEN_RECORDS_PREFIX,)),
         "run-records": (config.output_bucket, (settings.RUN_STORE_PREFIX,)),
-        "run-markers": (config.output_bucket, (settings.RUN_WAITING_PREFIX,)),
+        "run-markers": (config.output_bucket, (settings.RUN_WAITING_PREFIX, settings.RUN_ACTIVE_PREFIX)),
         "checkpoints-prefix": (config.checkpoint_bucket, (settings.JOB_CHECKPOINT_PREFIX, RUN_CHECKPOINT_PREFIX)),
     }
 
@@ -197,7 +197,8 @@ def test_an_actions_grants_are_exactly_what_its_handler_calls(kit, config, name)
 
 def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actions(aws, env, config, kit):
     """A run's segment 2 refused (quota: the run waits, its marker written), then started by the retry (its marker
-    deleted), each decision published. Review finding: the continuation could delete every run record, where it
+    deleted), each decision published; segment 2's end decided by the tick's reconciliation (its event lost) and the
+    ended run's active marker deleted. Review finding: the continuation could delete every run record, where it
     deletes only waiting markers."""
     events = continuation.events_client(env)
     calls = recording(kit.clients.sagemaker, kit.clients.s3, kit.clients.ssm, events)
@@ -211,6 +212,12 @@ def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actio
     outcome, _ = continuation.retry_waiting(run_id, clients=kit.clients, config=config, now=datetime.now(UTC))
     assert outcome is not None and outcome.decision == spec.CONTINUE, outcome
     continuation.publish(outcome, events)
+    # segment 2's event is lost: the tick's reconciliation decides it, then removes the ended run's active marker
+    aws.set_job_status(spec.segment_job_name(run_id, 2), "Failed", failure_reason="AlgorithmError: boom")
+    ended = continuation.reconcile(run_id, clients=kit.clients, config=config, now=datetime.now(UTC))
+    assert ended is not None and ended.decision == spec.FAILED, ended
+    assert continuation.reconcile(run_id, clients=kit.clients, config=config, now=datetime.now(UTC)) is None
+    assert any(c.action == "s3:DeleteObject" and settings.RUN_ACTIVE_PREFIX in (c.key or "") for c in calls)
     own, scopes = actions.CONTINUATION_GRANTS, s3_scopes(config)
     assert uncovered(calls, (*actions.grants(), *own), scopes) == []
     assert unneeded(calls, own, scopes) == []

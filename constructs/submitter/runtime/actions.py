@@ -95,7 +95,7 @@ class Grant:
     ``resource`` is symbolic; the construct maps it to ARNs (``construct._resources``): ``training-job``,
     ``training-plan``, ``plan-capacity`` (training plans and their reserved capacity), ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
     ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records``,
-    ``run-markers`` (the waiting markers) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
+    ``run-markers`` (the waiting and active markers) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
     prefix; the bucket's key follows reads and writes).
     """
 
@@ -124,7 +124,8 @@ READ_CHECKPOINTS = Grant("CheckpointsRead", "checkpoints-prefix", ("s3:GetObject
 LIST_CHECKPOINTS = Grant("ListCheckpoints", "checkpoints-prefix", ("s3:ListBucket",))
 
 CONTINUATION_GRANTS = (
-    Grant("RunMarkers", "run-markers", ("s3:DeleteObject",)),  # a waiting marker goes when its segment starts
+    # a waiting marker goes when its segment starts, an active marker when its run has ended
+    Grant("RunMarkers", "run-markers", ("s3:DeleteObject",)),
     Grant("RunDecisionEvents", "run-events", ("events:PutEvents",)),
 )
 """The run continuation's own, beyond every action's (it submits, stops and reads runs as they do): removing

@@ -12,7 +12,12 @@ submitter's environment (:func:`.settings.function_environment`). Two kinds of e
   came before the API shows the end) raises :class:`.errors.SegmentNotEnded`: the invocation fails and
   Lambda's asynchronous retries read the job again; the scheduled tick decides it in any case.
 * ``Scheduled Event`` (``source`` ``aws.events``): every run waiting for capacity is retried
-  (:func:`retry_waiting`), and the longest wait still running is published.
+  (:func:`retry_waiting`), every other active run is reconciled (:func:`reconcile`: a newest segment
+  that ended without a decision, its event lost or early, is decided exactly as its event would be),
+  and the longest wait still running is published. **The tick's work is bounded** by the invocation's
+  time: no run's work starts with less than :data:`TICK_RESERVE_S` left; the runs not reached are
+  counted (``deferred``) and reached by later ticks, which take the runs in a random order so that a
+  backlog longer than one tick starves none.
 
 **One segment per index.** Segment ``i`` is created only under the name
 :func:`platform_spec.runs.segment_job_name` and the client token
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -74,6 +80,10 @@ metrics = Metrics(namespace=settings.METRICS_NAMESPACE, service=settings.CONTINU
 
 SCHEDULED_SOURCE = "aws.events"
 SCHEDULED_DETAIL_TYPE = "Scheduled Event"
+TICK_RESERVE_S = float(settings.FUNCTION_TIMEOUT_S)
+"""Seconds of the invocation a tick keeps in hand when it starts a run's work: one run's work submits at
+most one segment, which the submitter function itself answers within its timeout
+(:data:`.settings.FUNCTION_TIMEOUT_S`), so a started run is not cut short for time."""
 CAPACITY_REFUSALS = ("NoCapacity", "QuotaExceeded")
 """Refusals of a next segment that mean "no capacity now": the run waits and the schedule retries."""
 
@@ -143,17 +153,40 @@ def handle(
 
 
 def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetime) -> dict[str, Any]:
-    """Retry every run waiting for capacity; publish the longest wait still running (0 when none)."""
+    """Retry every run waiting for capacity and reconcile every other active run, in a random order, while at
+    least :data:`TICK_RESERVE_S` of the invocation is left; publish the longest wait still running (0 when
+    none).
+
+    Returns:
+        ``{"status": "ticked", "decisions": [records], "longest_wait_s": s, "deferred": n}``: ``deferred``
+        runs were left for the next tick (too little time).
+
+    Raises:
+        The first run's fault, after every other run was worked (one run's fault keeps no other waiting).
+    """
+    store = RunLedger.of(clients, config)
+    waiting = list(marked_runs(store, settings.RUN_WAITING_PREFIX))
+    work = [(run_id, True) for run_id in waiting]
+    work += [(run_id, False) for run_id in marked_runs(store, settings.RUN_ACTIVE_PREFIX) if run_id not in waiting]
+    random.shuffle(work)
     decided: list[dict[str, Any]] = []
     longest = 0.0
     errors: list[BaseException] = []
-    for run_id in waiting_runs(RunLedger.of(clients, config)):
+    deadline, deferred = current_deadline(), 0
+    for position, (run_id, is_waiting) in enumerate(work):
+        if deadline is not None and deadline.remaining() < TICK_RESERVE_S:
+            deferred = len(work) - position
+            logger.warning("tick cut short for time", extra={"deferred": deferred})
+            break
         try:
-            outcome, waited = retry_waiting(run_id, clients=clients, config=config, now=now)
+            if is_waiting:
+                outcome, waited = retry_waiting(run_id, clients=clients, config=config, now=now)
+            else:
+                outcome, waited = reconcile(run_id, clients=clients, config=config, now=now), 0.0
         except DeadlineExceeded:
             raise
         except Exception as exc:  # one run's fault does not keep the others waiting; raised after them
-            logger.exception("waiting run not retried", extra={"run_id": run_id})
+            logger.exception("run not retried or reconciled", extra={"run_id": run_id})
             errors.append(exc)
             continue
         if outcome is not None:
@@ -162,10 +195,13 @@ def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetim
         longest = max(longest, waited)
     metrics.add_metric(name=settings.METRIC_RUN_CAPACITY_WAIT_SECONDS, unit=MetricUnit.Seconds, value=longest)
     metrics.flush_metrics()
-    logger.info("runs waiting for capacity retried", extra={"decisions": len(decided), "longest_wait_s": longest})
+    logger.info(
+        "runs waiting for capacity retried, active runs reconciled",
+        extra={"decisions": len(decided), "longest_wait_s": longest, "deferred": deferred},
+    )
     if errors:
         raise errors[0]
-    return {"status": "ticked", "decisions": decided, "longest_wait_s": longest}
+    return {"status": "ticked", "decisions": decided, "longest_wait_s": longest, "deferred": deferred}
 
 
 def publish(outcome: Outcome, events: Any) -> None:
@@ -394,9 +430,9 @@ def _end(store: RunLedger, state: RunState, ended: dict[str, Any], now: datetime
     return Outcome(ended)
 
 
-def waiting_runs(store: RunLedger) -> Iterator[str]:
-    """The run ids with a waiting marker."""
-    prefix = settings.RUN_WAITING_PREFIX
+def marked_runs(store: RunLedger, prefix: str) -> Iterator[str]:
+    """The run ids with a marker under ``prefix`` (:data:`.settings.RUN_WAITING_PREFIX`,
+    :data:`.settings.RUN_ACTIVE_PREFIX`)."""
     for key in sorted(store.keys(prefix)):
         run_id = key[len(prefix) :].removesuffix(".json")
         if spec.RUN_ID_RE.match(run_id):
@@ -437,6 +473,40 @@ def retry_waiting(
     since = parse_iso(state.waiting.get("since"))
     waiting = outcome.decision == spec.WAITING_FOR_CAPACITY and since is not None
     return outcome, max(0.0, (now - since).total_seconds()) if waiting and since else 0.0
+
+
+def reconcile(run_id: str, *, clients: Clients, config: SubmitterConfig, now: datetime) -> Outcome | None:
+    """One scheduled look at an active run that is not waiting for capacity: the decision its newest segment's
+    event would have made, when that segment has ended without one (the event was lost, or came before the
+    job read ended and its retries ran out), through :func:`on_segment_end` itself, so the same ledger records
+    make an event that comes later, twice or at the same time a ``stale-event`` (one decision, one next
+    segment). A recorded ``continue`` whose next segment was never created is finished the same way.
+
+    The run's active marker is removed once the run has ended (or its ``run.json`` is gone or released).
+
+    Returns:
+        The outcome, or ``None`` when there is nothing to decide (a segment runs, the run waits for capacity,
+        segment 1 is not created yet, or the run has ended).
+    """
+    store = RunLedger.of(clients, config)
+    state = runs.load_run(store, run_id)
+    if state is None or runs.terminal_record(state) is not None:
+        store.delete(store.active_key(run_id))
+        return None
+    if state.waiting is not None:
+        return None  # retry_waiting's
+    highest = max(state.decisions, default=0)
+    newest = runs.run_segment(clients, run_id, highest + 1) if highest < spec.MAX_SEGMENTS else None
+    if newest is not None:
+        if newest.get("TrainingJobStatus") not in spec.TERMINAL_JOB_STATUSES:
+            return None
+        index = highest + 1
+    elif highest and state.decisions[highest].get("decision") == spec.CONTINUE:
+        index = highest  # its next segment was never created
+    else:
+        return None
+    logger.info("reconciling a run's ended segment", extra={"run_id": run_id, "segment": index})
+    return on_segment_end(spec.segment_job_name(run_id, index), clients=clients, config=config, now=now)
 
 
 def _ignored(reason: str) -> dict[str, Any]:

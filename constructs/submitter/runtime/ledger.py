@@ -7,6 +7,7 @@ Its key families (the construct grants the two prefixes; :mod:`.settings` names 
     submitter/runs/<run_id>/decisions/seg-NNN.json   the decision on segment NNN's end
     submitter/runs/<run_id>/stop.json, end.json      the run was stopped; how it ended with no segment running
     submitter/runs/_waiting/<run_id>.json            the run waits for capacity (no run id starts with ``_``)
+    submitter/runs/_active/<run_id>.json             the run has not been seen ended (the tick reconciles it)
 
 A run's decision, stop and end records belong to its claim: the Nth claim of a run id (over a released
 ``run.json``) keeps them below ``<run_id>/gN/``, so a new claim starts clean of a released one's.
@@ -17,8 +18,8 @@ read>``. **The lost-race rule**: S3 answers ``412 Precondition Failed`` (the con
 ConditionalRequestConflict`` (a concurrent conditional write is in flight); the write returns ``None``
 and the writer reads the winner's record. **One schema**: every record is ``{"schema": 1, ...}``; a claim
 holds ``"state": "claimed"`` or ``"released"`` with its ``"reason"`` (its job was refused, so the token
-is free again). Records are never deleted (the bucket expires noncurrent versions only), but for a
-waiting marker. **Strict reading**: an object that is not JSON, not of schema 1, with a bad state or without
+is free again). Records are never deleted (the bucket expires noncurrent versions only), but for the
+waiting and active markers. **Strict reading**: an object that is not JSON, not of schema 1, with a bad state or without
 its family's fields raises :class:`.errors.IdempotencyRecordError` naming it; nothing is created while it stands.
 **Reads** list the exact key, then ``GetObject``: without ``s3:ListBucket`` a missing key answers ``403``,
 not ``404`` (Amazon S3 API Reference, GetObject, Permissions); S3 reads and lists are strongly consistent
@@ -43,7 +44,7 @@ from . import sagemaker_rules as model
 from .aws import Clients, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, IdempotencyRecordError
-from .settings import RUN_STORE_PREFIX, RUN_WAITING_PREFIX
+from .settings import RUN_ACTIVE_PREFIX, RUN_STORE_PREFIX, RUN_WAITING_PREFIX
 from .training_job import FINGERPRINT_VERSION
 
 SCHEMA = 1
@@ -283,6 +284,9 @@ class RunLedger(Ledger):
 
     def waiting_key(self, run_id: str) -> str:
         return f"{RUN_WAITING_PREFIX}{run_id}.json"
+
+    def active_key(self, run_id: str) -> str:
+        return f"{RUN_ACTIVE_PREFIX}{run_id}.json"
 
     def read_run(self, run_id: str, known: set[str] | None = None) -> RunRecord | None:
         """The run's ``run.json``, or ``None``.

@@ -215,13 +215,16 @@ def _write_run(sub: _Submission) -> None:
     """Write the run's ``run.json`` (segment 1, right before its job is created, under the token's claim): a new
     one, or over one that binds no job (released, or another request's whose claim this token won since), as
     the run id's next claim (its generation: the new claim starts with none of the old one's records). The
-    submission holds the record it wrote or found."""
+    submission holds the record it wrote or found. The run's active marker is written too (once: a retry or a
+    concurrent duplicate finds it), before segment 1 can exist, so the continuation's tick sees every run that
+    has a segment."""
     run, runs, found = sub.request.run, sub.runs, sub.run_found
     assert run is not None and runs is not None
     for _ in range(CLAIM_ATTEMPTS):
         if found and found.record and not found.released and found.is_request(sub.fingerprint):
             sub.held.append((runs, found.record))  # this request's (a concurrent one's, or one that died uncreated)
             sub.run_claim = found
+            runs.create(runs.active_key(run.run_id), {"run_id": run.run_id, "since": found.created})
             return
         record = RunRecord(
             run, dict(sub.event), sub.fingerprint, sub.request.hyperparameters.max_steps,
@@ -234,6 +237,7 @@ def _write_run(sub: _Submission) -> None:
         if written is not None:
             sub.held.append((runs, written))
             sub.run_claim = record
+            runs.create(runs.active_key(run.run_id), {"run_id": run.run_id, "since": record.created})
             return
         found = runs.read_run(run.run_id)  # another invocation wrote it meanwhile
     raise Refusal(

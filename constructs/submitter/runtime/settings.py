@@ -47,11 +47,17 @@ use :data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX` instead (``run-checkpoints/
 RUN_STORE_PREFIX = "submitter/runs/"
 """Key prefix, in the output bucket, of the run store (runtime/ledger.py): ``<prefix><run_id>/run.json``
 (the run's request and budget), ``decisions/seg-NNN.json``, ``stop.json``, ``end.json`` (below ``gN/``
-for the Nth claim of a released run id), and :data:`RUN_WAITING_PREFIX`. The submitter and the
+for the Nth claim of a released run id), :data:`RUN_WAITING_PREFIX` and :data:`RUN_ACTIVE_PREFIX`. The submitter and the
 continuation function are granted this prefix; the execution role never."""
 RUN_WAITING_PREFIX = f"{RUN_STORE_PREFIX}_waiting/"
 """Key prefix of the runs waiting for capacity, ``<prefix><run_id>.json`` (``_`` is no run id's first
-character): the only records ever deleted, by the continuation, which is granted deleting here only."""
+character): with :data:`RUN_ACTIVE_PREFIX`, the only records ever deleted, by the continuation, which is
+granted deleting there only."""
+RUN_ACTIVE_PREFIX = f"{RUN_STORE_PREFIX}_active/"
+"""Key prefix of the runs not known to have ended, ``<prefix><run_id>.json``: written with ``run.json``
+(before segment 1 is created), removed by the continuation's tick once the run has ended. The tick
+reconciles these runs (a segment that ended without a decision is decided), so its work follows the
+runs in flight, not every run ever made."""
 ENV_ACCOUNT_ID = "PLATFORM_ACCOUNT_ID"  # the deployment's account (Aws.ACCOUNT_ID): plans of other accounts are refused
 ENV_REGION = "AWS_REGION"  # set by Lambda itself: plans of other regions are refused
 
