@@ -41,7 +41,8 @@ SageMaker API Reference, SecondaryStatusTransition and StoppingCondition); ``Fai
 ``InsufficientCapacityError`` ("If a job has been pending for 2 days, it is terminated with an
 InsufficientCapacityError", "Training plans utilization for SageMaker training jobs",
 https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html),
-SageMaker's ``CapacityError`` (instances could not be provisioned), or the trainer's own
+SageMaker's ``CapacityError`` (instances could not be provisioned), each as the error type heading the
+``FailureReason`` (:data:`CAPACITY_FAILURE_TYPES`, :func:`never_trained`), or the trainer's own
 :data:`platform_spec.capacity.CAPACITY_BLOCK_ENDED_REASON` (it started with too little of its block
 left). The last three never got to train: they are exempt from ``no-progress`` (the budget still
 bounds them).
@@ -86,6 +87,7 @@ __all__ = [
     "budget_exhausted",
     "capacity_end",
     "decide",
+    "never_trained",
     "parse_run",
     "parse_segment_job_name",
     "run_checkpoint_prefix",
@@ -165,8 +167,14 @@ JOB_STATE_CHANGE_DETAIL_TYPE = "SageMaker Training Job State Change"
 SageMaker Developer Guide, "Events that Amazon SageMaker AI sends to Amazon EventBridge")."""
 CAPACITY_STOPS: tuple[str, ...] = ("MaxRuntimeExceeded", "MaxWaitTimeExceeded", "Interrupted")
 """Secondary statuses of a ``Stopped`` job that SageMaker stopped because its time or its spot capacity ran out."""
-NEVER_TRAINED_FAILURES: tuple[str, ...] = ("InsufficientCapacityError", "CapacityError", CAPACITY_BLOCK_ENDED_REASON)
-"""Text in a ``FailureReason`` that says the job never got instances (or time) to train: a capacity end."""
+CAPACITY_FAILURE_TYPES: tuple[str, ...] = ("CapacityError", "InsufficientCapacityError")
+"""SageMaker's error types that say a job never got instances to train, as the type at the head of its
+``FailureReason`` (``"<type>: <message>"``, as ``AlgorithmError: ...`` and ``ClientError: ...`` are):
+``CapacityError`` (the instances could not be provisioned) and ``InsufficientCapacityError`` (a job on a
+plan pending 2 days, :data:`platform_spec.capacity.PENDING_LIMIT_S`). Matched at the head only: an
+``AlgorithmError`` whose message mentions one is the code's failure."""
+ALGORITHM_ERROR = "AlgorithmError"
+"""SageMaker's error type of a failure the container reported (its ``/opt/ml/output/failure``)."""
 
 
 def segment_job_name(run_id: str, index: int) -> str:
@@ -377,12 +385,21 @@ def capacity_end(outcome: SegmentOutcome) -> tuple[str, bool] | None:
         return "it Completed, as the trainer does when it stops at its capacity block's end", True
     if outcome.status == "Stopped" and outcome.secondary_status in CAPACITY_STOPS:
         return f"SageMaker stopped it: {outcome.secondary_status}", True
-    if outcome.status == "Failed":
-        reason = outcome.failure_reason or ""
-        for marker in NEVER_TRAINED_FAILURES:
-            if marker in reason:
-                return f"it Failed for capacity: {_short(reason)}", False
+    if outcome.status == "Failed" and never_trained(outcome.failure_reason or ""):
+        return f"it Failed for capacity: {_short(outcome.failure_reason or '')}", False
     return None
+
+
+def never_trained(failure_reason: str) -> bool:
+    """Whether a ``FailureReason`` says the job never got instances or time to train: one of
+    :data:`CAPACITY_FAILURE_TYPES` at its head, or the trainer's own
+    :data:`platform_spec.capacity.CAPACITY_BLOCK_ENDED_REASON` heading its report (as is, or as SageMaker
+    carries it, after ``AlgorithmError:``)."""
+    kind, colon, rest = failure_reason.partition(":")
+    if kind.strip() in CAPACITY_FAILURE_TYPES:
+        return True
+    report = rest.lstrip() if colon and kind.strip() == ALGORITHM_ERROR else failure_reason
+    return report.startswith(CAPACITY_BLOCK_ENDED_REASON)
 
 
 def budget_exhausted(spec: RunSpec, *, segments: int, instance_hours: float, now: datetime) -> Decision | None:

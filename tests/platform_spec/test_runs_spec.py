@@ -126,9 +126,29 @@ def _decide(outcome: runs.SegmentOutcome, **overrides):
         (runs.SegmentOutcome(1, "Stopped", "Interrupted"), {}, runs.CONTINUE),
         (runs.SegmentOutcome(1, "Failed", "Failed", "AlgorithmError: ZeroDivisionError"), {}, runs.FAILED),
         (runs.SegmentOutcome(1, "Failed", "Failed", "InsufficientCapacityError: pending 2 days"), {}, runs.CONTINUE),
+        (
+            runs.SegmentOutcome(
+                1, "Failed", "Failed", "CapacityError: Unable to provision requested ML compute capacity"
+            ),
+            {},
+            runs.CONTINUE,
+        ),
+        # SageMaker's failure type heads the reason: a code failure that mentions capacity is a code failure
+        (
+            runs.SegmentOutcome(1, "Failed", "Failed", "AlgorithmError: raise InsufficientCapacityError()"),
+            {},
+            runs.FAILED,
+        ),
+        (runs.SegmentOutcome(1, "Failed", "Failed", "ClientError: no CapacityError here"), {}, runs.FAILED),
+        (runs.SegmentOutcome(1, "Failed", "Failed", "AlgorithmError: CapacityError: from user code"), {}, runs.FAILED),
         # never got to train: no progress is not held against it
         (
             runs.SegmentOutcome(2, "Failed", "Failed", f"{CAPACITY_BLOCK_ENDED_REASON}: reclaimed"),
+            {"newest_step": 50, "start_step": 50},
+            runs.CONTINUE,
+        ),
+        (  # the trainer's report as SageMaker carries it
+            runs.SegmentOutcome(2, "Failed", "Failed", f"AlgorithmError: {CAPACITY_BLOCK_ENDED_REASON}: reclaimed"),
             {"newest_step": 50, "start_step": 50},
             runs.CONTINUE,
         ),
