@@ -5,8 +5,8 @@ import name, with the ``__init__.py`` of every package above a root (importing `
 less :data:`EXCLUDE`; a module added to a runtime needs no listing. Construct code sits beside the runtimes,
 outside every root. The job submitter's package (:data:`SUBMITTER`)::
 
-    platform_constructs/submitter/__init__.py, runtime/   platform_spec/   planner/
-    model_families/ (less the torch and TE blocks)        boto3/, botocore/, ... <- runtime/requirements.txt
+    platform_constructs/submitter/__init__.py, runtime/   platform_constructs/lambda_runtime/   platform_spec/
+    planner/   model_families/ (less the torch and TE blocks)   boto3/, botocore/, ... <- runtime/requirements.txt
 
 The pinned requirements are pure Python: ``pip install --platform manylinux2014_aarch64 --python-version 3.13
 --only-binary=:all:`` on any machine gives what the arm64 Python 3.13 runtime needs, cached under
@@ -362,7 +362,13 @@ SUBMITTER = LambdaPackage(
         "platform_constructs.submitter.runtime.handler.lambda_handler",
         "platform_constructs.submitter.runtime.continuation.lambda_handler",
     ),
-    roots=("platform_constructs.submitter.runtime", "platform_spec", "model_families", "planner"),
+    roots=(
+        "platform_constructs.submitter.runtime",
+        "platform_constructs.lambda_runtime",
+        "platform_spec",
+        "model_families",
+        "planner",
+    ),
     requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="job submitter package",
 )

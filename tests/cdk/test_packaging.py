@@ -92,7 +92,10 @@ NO_CDK = textwrap.dedent(
 
     assert callable(handler.lambda_handler) and callable(job_events.lambda_handler) and callable(plan_metrics.lambda_handler)
     assert config.default_allowed_instance_types() and settings.function_environment  # lazy paths too
-    constructs_modules = sorted(m for m in sys.modules if m.startswith("platform_constructs.") and ".runtime" not in m)
+    constructs_modules = sorted(
+        m for m in sys.modules
+        if m.startswith("platform_constructs.") and ".runtime" not in m and ".lambda_runtime" not in m
+    )
     print(constructs_modules)
     """
 )

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from platform_constructs.lambda_runtime import deadline as hooks
+
 pytestmark = pytest.mark.xdist_group("submitter")
 
 
@@ -85,9 +87,9 @@ def test_an_endpoint_that_never_answers_ends_in_deadline_exceeded(runtime, env, 
     runtime.service.preflight(runtime.request.parse_request(request, config))
     with HangingEndpoint() as endpoint:
         clients = aws.Clients.create(environ={**env, "AWS_ENDPOINT_URL": endpoint.url, "AWS_MAX_ATTEMPTS": "5"})
-        seen = _probe(clients, aws.current_deadline)
+        seen = _probe(clients, hooks.current_deadline)
         monkeypatch.setattr(runtime.handler, "_dependencies", (clients, config))
-        needed_ms = 1000 * (aws.CONNECT_TIMEOUT_S + aws.MIN_READ_TIMEOUT_S + aws.DEADLINE_RESERVE_S)
+        needed_ms = 1000 * (hooks.CONNECT_TIMEOUT_S + hooks.MIN_READ_TIMEOUT_S + hooks.DEADLINE_RESERVE_S)
         with pytest.raises(runtime.errors.DeadlineExceeded) as raised:
             runtime.handler.lambda_handler(request, LambdaContext(remaining_ms=round(needed_ms) + 2000))
     error = raised.value
@@ -97,8 +99,8 @@ def test_an_endpoint_that_never_answers_ends_in_deadline_exceeded(runtime, env, 
     assert endpoint.connections >= 1 and seen
     for granted, remaining in seen:
         # every attempt was sent with its connect + read time inside what was left, less the reserve
-        assert aws.MIN_READ_TIMEOUT_S <= granted <= aws.READ_TIMEOUT_S
-        assert aws.CONNECT_TIMEOUT_S + granted <= remaining - aws.DEADLINE_RESERVE_S + 0.05  # (probed just after)
+        assert hooks.MIN_READ_TIMEOUT_S <= granted <= hooks.READ_TIMEOUT_S
+        assert hooks.CONNECT_TIMEOUT_S + granted <= remaining - hooks.DEADLINE_RESERVE_S + 0.05  # (probed just after)
 
 
 def test_a_deadline_already_past_sends_nothing(aws, runtime, submit, clients, config, make_request):
@@ -144,18 +146,18 @@ def test_the_send_hook_cuts_the_read_timeout_to_the_time_left(runtime):
     clock = FakeClock()
     deadline = aws.Deadline(10.0, clock=clock)
     request = FakeRequest()
-    with aws.deadline_scope(deadline):
-        aws._before_send(2.0, 20.0, request=request, event_name="before-send.sagemaker.CreateTrainingJob")
-        assert request.context["read_timeout"] == pytest.approx(10.0 - aws.DEADLINE_RESERVE_S - 2.0)
+    with hooks.deadline_scope(deadline):
+        hooks._before_send(2.0, 20.0, request=request, event_name="before-send.sagemaker.CreateTrainingJob")
+        assert request.context["read_timeout"] == pytest.approx(10.0 - hooks.DEADLINE_RESERVE_S - 2.0)
         clock.now += 6.5  # 3.5 s left: 0.5 s of read time after connect and reserve, under the 1 s minimum
         with pytest.raises(aws.DeadlineExceeded) as raised:
-            aws._before_send(2.0, 20.0, request=FakeRequest(), event_name="before-send.sagemaker.CreateTrainingJob")
+            hooks._before_send(2.0, 20.0, request=FakeRequest(), event_name="before-send.sagemaker.CreateTrainingJob")
     assert raised.value.operation == "sagemaker.CreateTrainingJob"
-    assert raised.value.needed_s == pytest.approx(2.0 + aws.MIN_READ_TIMEOUT_S + aws.DEADLINE_RESERVE_S)
+    assert raised.value.needed_s == pytest.approx(2.0 + hooks.MIN_READ_TIMEOUT_S + hooks.DEADLINE_RESERVE_S)
     assert deadline.tripped
     # without a deadline in scope nothing is changed
     untouched = FakeRequest()
-    aws._before_send(2.0, 20.0, request=untouched, event_name="before-send.s3.GetObject")
+    hooks._before_send(2.0, 20.0, request=untouched, event_name="before-send.s3.GetObject")
     assert untouched.context == {}
 
 
@@ -174,21 +176,21 @@ def test_a_retry_is_made_only_when_its_worst_backoff_and_an_attempt_fit(runtime,
         "request_dict": {"context": {}},
         "event_name": "needs-retry.sagemaker.DescribeTrainingJob",
     }
-    checker = aws._retry_checker(5)
-    needed = aws.worst_backoff_s(3) + 2.0 + aws.MIN_READ_TIMEOUT_S
-    assert aws.worst_backoff_s(3) == 4.0  # botocore: min(1 s * 2**(3-1), 20 s) for throttling
+    checker = hooks._retry_checker(5)
+    needed = hooks.worst_backoff_s(3) + 2.0 + hooks.MIN_READ_TIMEOUT_S
+    assert hooks.worst_backoff_s(3) == 4.0  # botocore: min(1 s * 2**(3-1), 20 s) for throttling
     clock = FakeClock()
-    with aws.deadline_scope(aws.Deadline(needed + aws.DEADLINE_RESERVE_S + 0.1, clock=clock)):
-        assert aws._needs_retry(2.0, checker, **kwargs) is None  # fits: botocore decides (and retries)
+    with hooks.deadline_scope(aws.Deadline(needed + hooks.DEADLINE_RESERVE_S + 0.1, clock=clock)):
+        assert hooks._needs_retry(2.0, checker, **kwargs) is None  # fits: botocore decides (and retries)
     with (
-        aws.deadline_scope(aws.Deadline(needed + aws.DEADLINE_RESERVE_S - 0.1, clock=clock)),
+        hooks.deadline_scope(aws.Deadline(needed + hooks.DEADLINE_RESERVE_S - 0.1, clock=clock)),
         pytest.raises(aws.DeadlineExceeded) as raised,
     ):
-        aws._needs_retry(2.0, checker, **kwargs)
+        hooks._needs_retry(2.0, checker, **kwargs)
     assert raised.value.__cause__ is failure
     # the last attempt is botocore's to end: its own error, not DeadlineExceeded
-    with aws.deadline_scope(aws.Deadline(0.5, clock=clock)):
-        assert aws._needs_retry(2.0, checker, **{**kwargs, "attempts": 5}) is None
+    with hooks.deadline_scope(aws.Deadline(0.5, clock=clock)):
+        assert hooks._needs_retry(2.0, checker, **{**kwargs, "attempts": 5}) is None
 
 
 def test_the_pinned_botocore_honours_a_per_request_read_timeout():
@@ -209,8 +211,8 @@ def test_the_pinned_botocore_honours_a_per_request_read_timeout():
 def test_an_unsent_call_is_reported_as_not_sent(runtime):
     aws = runtime.aws
     clock = FakeClock()
-    with aws.deadline_scope(aws.Deadline(2.0, clock=clock)), pytest.raises(aws.DeadlineExceeded) as raised:
-        aws._before_send(2.0, 20.0, request=FakeRequest(), event_name="before-send.sagemaker.CreateTrainingJob")
+    with hooks.deadline_scope(aws.Deadline(2.0, clock=clock)), pytest.raises(aws.DeadlineExceeded) as raised:
+        hooks._before_send(2.0, 20.0, request=FakeRequest(), event_name="before-send.sagemaker.CreateTrainingJob")
     error = raised.value
     assert (error.attempts_sent, error.last_attempt, error.may_have_taken_effect) == (0, None, False)
     assert "so CreateTrainingJob was not sent" in str(error)
@@ -267,14 +269,14 @@ def test_a_retry_cut_short_reports_the_attempt_before_it(runtime, clients):
         "caught_exception": botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:9"),
         "request_dict": {"context": context}, "event_name": "needs-retry.sagemaker.CreateTrainingJob",
     }  # fmt: skip
-    with aws.deadline_scope(aws.Deadline(30.0, clock=clock)):
-        assert aws._needs_retry(2.0, aws._retry_checker(5), **kwargs) is None  # time for a retry: botocore retries
+    with hooks.deadline_scope(aws.Deadline(30.0, clock=clock)):
+        assert hooks._needs_retry(2.0, hooks._retry_checker(5), **kwargs) is None  # time for a retry: botocore retries
         clock.now += 27.0  # its backoff and the wait used the rest
         context["retries"]["attempt"] = 2
         retry = FakeRequest()
         retry.context = context
         with pytest.raises(aws.DeadlineExceeded) as raised:
-            aws._before_send(2.0, 20.0, request=retry, event_name="before-send.sagemaker.CreateTrainingJob")
+            hooks._before_send(2.0, 20.0, request=retry, event_name="before-send.sagemaker.CreateTrainingJob")
     error = raised.value
     assert (error.attempts_sent, error.may_have_taken_effect) == (1, True)
     assert (
@@ -284,7 +286,7 @@ def test_a_retry_cut_short_reports_the_attempt_before_it(runtime, clients):
 
 
 def test_an_answer_that_refused_the_call_is_not_reported_as_maybe_done(runtime):
-    outcome = runtime.aws.attempt_outcome
+    outcome = hooks.attempt_outcome
     throttled = outcome(None, type("R", (), {"status_code": 400})(), {"Error": {"Code": "ThrottlingException"}})
     assert throttled == ("was answered ThrottlingException", False)
     fault = outcome(None, type("R", (), {"status_code": 500})(), {"Error": {"Code": "InternalFailure"}})

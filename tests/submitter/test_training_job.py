@@ -11,8 +11,9 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
+from platform_constructs.lambda_runtime.deadline import deadline_scope
 from platform_constructs.submitter.runtime import training_job
-from platform_constructs.submitter.runtime.aws import Clients, Deadline, deadline_scope
+from platform_constructs.submitter.runtime.aws import Clients, Deadline
 from platform_constructs.submitter.runtime.errors import DeadlineExceeded
 
 NAME = "gpt-1b-settling"

@@ -58,9 +58,10 @@ from platform_spec.runs import (
     parse_time,
 )
 
+from ...lambda_runtime.deadline import current_deadline, deadline_scope
 from . import runs
 from . import sagemaker_rules as model
-from .aws import NOT_FOUND_CODES, Clients, Deadline, current_deadline, deadline_scope, error_code
+from .aws import NOT_FOUND_CODES, Clients, Deadline, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, DeadlineExceeded, Refusal, action_not_allowed, invalid, not_found
 from .fields import JOB_NAME, Check, Field, check_table, parse

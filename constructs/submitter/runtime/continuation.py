@@ -58,16 +58,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from platform_spec import runs as spec
 from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, STALE_EVENT
 
+from ...lambda_runtime.deadline import client_config, current_deadline, deadline_scope, install_deadline_hooks
 from . import runs, settings
-from .aws import (
-    Clients,
-    Deadline,
-    client_config,
-    client_kwargs,
-    current_deadline,
-    deadline_scope,
-    install_deadline_hooks,
-)
+from .aws import Clients, Deadline, client_kwargs
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded, SegmentNotEnded
 from .ledger import RunLedger

@@ -23,11 +23,12 @@ applies.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 from platform_spec.errors import FieldError
 
+from ...lambda_runtime import deadline as lambda_deadline
 from .settings import ERROR_CODES
 
 
@@ -114,16 +115,12 @@ def not_found(field: str, value: str, what: str) -> Refusal:
     )
 
 
-class DeadlineExceeded(RuntimeError):
+class DeadlineExceeded(lambda_deadline.DeadlineExceeded):
     """Too little of the invocation's time is left for the next AWS call; answered as a function error.
 
-    Raised before the call (or before botocore's next retry) rather than
-    letting Lambda kill the function mid-call (see :mod:`.aws`). Lambda
-    reports it as ``{"errorType": "DeadlineExceeded", "errorMessage": ...}``;
-    the message says what is known: whether ``operation`` was sent at all,
-    and, when an attempt was sent, what became of it (no answer in time, or
-    AWS's answer) and whether it may have taken effect (for
-    ``CreateTrainingJob``: whether the job may exist).
+    The platform's :class:`platform_constructs.lambda_runtime.deadline.DeadlineExceeded` (its attributes
+    and message; raised by :class:`.aws.Deadline`), with what the submitter's writes may have done
+    (for ``CreateTrainingJob``: whether the job may exist) and what a retry does.
 
     It is **retriable**: with a ``client_token``, a retry of the same request
     returns the job if this invocation created it, or creates it, never a
@@ -131,92 +128,15 @@ class DeadlineExceeded(RuntimeError):
     :mod:`.ledger`). Without a ``client_token`` or ``job_name`` a retry
     after a ``CreateTrainingJob`` that was sent but not answered may create a
     second job.
-
-    Attributes:
-        operation: the AWS operation that was not (re)tried, e.g. ``sagemaker.CreateTrainingJob``.
-        remaining_s: seconds of the invocation left when it was raised.
-        needed_s: seconds the operation needed (connect timeout + least read time + reserve,
-            plus the worst-case backoff for a retry).
-        attempts_sent: attempts of ``operation`` already sent by this call (0: it was never sent).
-        last_attempt: what became of the last attempt sent (``None`` when none was), e.g.
-            ``"its answer was not received in time (ReadTimeoutError)"``.
-        may_have_taken_effect: the last attempt sent may have been carried out by AWS (no
-            answer, or a server fault), so its effect (a job) may exist.
-        retriable: always ``True``.
     """
 
-    retriable = True
-
-    def __init__(
-        self,
-        operation: str,
-        *,
-        remaining_s: float,
-        needed_s: float,
-        attempts_sent: int = 0,
-        last_attempt: str | None = None,
-        may_have_taken_effect: bool = False,
-    ) -> None:
-        self.operation = operation
-        self.remaining_s = remaining_s
-        self.needed_s = needed_s
-        self.attempts_sent = attempts_sent
-        self.last_attempt = last_attempt
-        self.may_have_taken_effect = may_have_taken_effect
-        name = operation.rsplit(".", 1)[-1]
-        if attempts_sent == 0:
-            known = f"too few for {operation} (needs {needed_s:.1f} s), so {name} was not sent"
-        else:
-            known = (
-                f"too few for another attempt at {operation} (needs {needed_s:.1f} s): attempt {attempts_sent} "
-                f"was sent and {last_attempt or 'its outcome is not known'}"
-            )
-            effect = _EFFECTS.get(name, None if name.startswith(_READS) else f"{name} may have taken effect")
-            if may_have_taken_effect and effect:
-                known += f"; {effect}"
-        super().__init__(
-            f"{remaining_s:.1f} s of this invocation remain, {known}. Retriable: retry the same request with the "
-            "same client_token (safe): it returns the job if one was created and creates it otherwise (without a "
-            "client_token or job_name a retry may create a second job)"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _deadline_exceeded,
-            (
-                self.operation,
-                self.remaining_s,
-                self.needed_s,
-                self.attempts_sent,
-                self.last_attempt,
-                self.may_have_taken_effect,
-            ),
-        )
-
-
-_EFFECTS = {
-    "CreateTrainingJob": "the training job may exist",
-    "PutObject": "the client-token record may have been written",
-}
-"""What an unanswered call of the submitter's writes may have done (reads have no effect to report)."""
-_READS = ("Describe", "Get", "List", "Search", "Head")
-
-
-def _deadline_exceeded(
-    operation: str,
-    remaining_s: float,
-    needed_s: float,
-    attempts_sent: int = 0,
-    last_attempt: str | None = None,
-    may_have_taken_effect: bool = False,
-) -> DeadlineExceeded:
-    return DeadlineExceeded(
-        operation,
-        remaining_s=remaining_s,
-        needed_s=needed_s,
-        attempts_sent=attempts_sent,
-        last_attempt=last_attempt,
-        may_have_taken_effect=may_have_taken_effect,
+    EFFECTS: ClassVar[Mapping[str, str]] = {
+        "CreateTrainingJob": "the training job may exist",
+        "PutObject": "the client-token record may have been written",
+    }
+    RETRY = (
+        "Retriable: retry the same request with the same client_token (safe): it returns the job if one was "
+        "created and creates it otherwise (without a client_token or job_name a retry may create a second job)"
     )
 
 

@@ -62,7 +62,8 @@ from platform_spec import runs as runspec
 from platform_spec.capacity import capacity_type_of
 from platform_spec.errors import FieldError
 
-from .aws import Clients, Deadline, current_deadline, deadline_scope, error_code, error_message
+from ...lambda_runtime.deadline import current_deadline, deadline_scope
+from .aws import Clients, Deadline, error_code, error_message
 from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded, Refusal, invalid

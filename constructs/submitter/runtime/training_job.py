@@ -19,7 +19,8 @@ from typing import Any
 
 from platform_spec.runs import format_time
 
-from .aws import NOT_FOUND_CODES, Clients, current_deadline, error_code
+from ...lambda_runtime.deadline import current_deadline
+from .aws import NOT_FOUND_CODES, Clients, error_code
 
 FINGERPRINT_VERSION = 2
 """The version of the request fingerprint (:meth:`.request.SubmitRequest.fingerprint`, pinned by a golden test).
@@ -99,7 +100,8 @@ def existing_job(clients: Clients, name: str, *, settle: bool = False) -> dict[s
     job has that name.
 
     ``settle``: after a ``ResourceInUse`` the job exists; retry a not-found :data:`SETTLE_ATTEMPTS` times,
-    :data:`SETTLE_INTERVAL_S` apart (within the deadline in scope, :func:`.aws.current_deadline`).
+    :data:`SETTLE_INTERVAL_S` apart (within the deadline in scope,
+    :func:`platform_constructs.lambda_runtime.deadline.current_deadline`).
 
     Raises:
         botocore.exceptions.ClientError: any other error of the calls.
