@@ -44,12 +44,13 @@ PLAN_METRICS_HANDLER = "platform_constructs.observability.runtime.plan_metrics.l
 JOB_EVENTS_HANDLER = "platform_constructs.observability.runtime.job_events.lambda_handler"
 PACKAGE = LambdaPackage(
     handlers=(PLAN_METRICS_HANDLER, JOB_EVENTS_HANDLER),
-    roots=("platform_constructs.observability.runtime", "platform_spec"),
+    roots=("platform_constructs.observability.runtime", "platform_constructs.lambda_runtime", "platform_spec"),
     requirements=Path(__file__).resolve().parent / "runtime" / "requirements.txt",
     display_name="observability functions package",
 )
-"""Both functions' package: their runtime, ``platform_spec`` (the training-plan ARN rule, the job-state event's
-names), boto3 and Powertools; no planner or trainer code."""
+"""Both functions' package: their runtime, ``platform_constructs.lambda_runtime`` (the deadline on AWS calls, as
+the submitter's), ``platform_spec`` (the training-plan ARN rule, the job-state event's names), boto3 and
+Powertools; no planner or trainer code."""
 
 
 class _ObservabilityFunction(Construct):
@@ -172,7 +173,7 @@ class PlanMetricsPublisher(Construct):
             metrics_namespace=settings.PLAN_METRICS_NAMESPACE,
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,
-            timeout=cdk.Duration.seconds(60),
+            timeout=cdk.Duration.seconds(settings.PLAN_METRICS_TIMEOUT_S),
             retry_attempts=0,  # the next scheduled run is the retry
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
@@ -297,8 +298,8 @@ class JobStateHandler(Construct):
             metrics_namespace=settings.JOB_METRICS_NAMESPACE,
             log_retention=props.log_retention,
             removal_policy=props.removal_policy,
-            timeout=cdk.Duration.seconds(30),
-            retry_attempts=2,
+            timeout=cdk.Duration.seconds(settings.JOB_EVENTS_TIMEOUT_S),
+            retry_attempts=settings.JOB_EVENTS_RETRY_ATTEMPTS,
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
         # what Powertools' DynamoDB persistence layer calls, on this table only

@@ -676,6 +676,18 @@ def test_functions_runtime_environment_logs_and_table(request, fixture, days, de
     ):
         props = synth.resources[synth.logical_id(construct.function)]["Properties"]
         assert (props["Handler"], props["Runtime"], props["Architectures"]) == (handler, "python3.13", ["arm64"])
+        # the timeout the runtime's deadline stands for (a context without one is given the same), and Lambda's
+        # retries of a failed invocation, which the runtime's DeadlineExceeded names (the publisher: its schedule)
+        timeout, retries = {
+            obs_functions.PLAN_METRICS_HANDLER: (settings.PLAN_METRICS_TIMEOUT_S, 0),
+            obs_functions.JOB_EVENTS_HANDLER: (settings.JOB_EVENTS_TIMEOUT_S, settings.JOB_EVENTS_RETRY_ATTEMPTS),
+        }[handler]
+        (invoke,) = [
+            c["Properties"]
+            for c in synth.of_type("AWS::Lambda::EventInvokeConfig").values()
+            if c["Properties"]["FunctionName"] == {"Ref": synth.logical_id(construct.function)}
+        ]
+        assert (props["Timeout"], invoke["MaximumRetryAttempts"]) == (timeout, retries)
         assert props["LoggingConfig"]["LogGroup"] == {"Ref": synth.logical_id(construct.log_group)}
         log_group = synth.resources[synth.logical_id(construct.log_group)]
         assert log_group["Properties"]["RetentionInDays"] == days and log_group["DeletionPolicy"] == deletion
@@ -767,7 +779,8 @@ def test_observability_package_is_lean_and_imports_on_its_own(default_synth):
     top = {p.name for p in package.iterdir()}
     assert {"platform_constructs", "platform_spec", "boto3", "botocore", "aws_lambda_powertools"} <= top
     assert not {"training", "planner", "model_families", "torch", "aws_cdk", "moto"} & top
-    assert sorted(p.name for p in (package / "platform_constructs").iterdir()) == ["observability"]  # no submitter code
+    # the runtime and the code every runtime shares (the deadline on AWS calls); no submitter code
+    assert sorted(p.name for p in (package / "platform_constructs").iterdir()) == ["lambda_runtime", "observability"]
     code = (
         "import sys\n"
         f"sys.path[:0] = [{str(package)!r}]\n"

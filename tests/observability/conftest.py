@@ -39,3 +39,38 @@ def _clear_faults(request):
     yield
     if "aws" in request.fixturenames:
         request.getfixturevalue("aws").clear_faults()
+
+
+@pytest.fixture
+def stalled_endpoint():
+    """The URL of a socket that accepts connections (the kernel's backlog) and never answers."""
+    import socket
+
+    with socket.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(16)
+        yield f"http://127.0.0.1:{stalled.getsockname()[1]}"
+
+
+class LambdaContext:
+    """A Lambda context whose invocation ends ``seconds`` after it was made (``get_remaining_time_in_millis``)."""
+
+    def __init__(self, function_name: str, seconds: float) -> None:
+        import time
+
+        self.function_name = function_name
+        self.memory_limit_in_mb = 256
+        self.aws_request_id = f"req-{function_name}"
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        self._ends = time.monotonic() + seconds
+        self._clock = time.monotonic
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._ends - self._clock()) * 1000))
+
+
+def emulator_environ(monkeypatch, aws, **overrides: str) -> None:
+    """The function's AWS environment (region, keys, ``AWS_ENDPOINT_URL``) pointed at the emulator, as boto3 in
+    Lambda reads it, with ``overrides``."""
+    for key in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, overrides.get(key, aws.env[key]))

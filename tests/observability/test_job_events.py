@@ -19,7 +19,7 @@ import pytest
 from platform_constructs.observability.runtime import job_events, settings
 from platform_spec.runs import TERMINAL_JOB_STATUSES
 
-from .conftest import IDEMPOTENCY_TABLE
+from .conftest import IDEMPOTENCY_TABLE, LambdaContext, emulator_environ
 
 pytestmark = [
     pytest.mark.xdist_group("observability"),
@@ -266,3 +266,97 @@ def test_capacity_type_and_fallbacks_from_a_minimal_event():
         "Value": 1.0,
         "Unit": "Count",
     }
+
+
+# -- the invocation's deadline: every AWS call ends inside the function's timeout ----------------------------
+
+
+def test_a_stalled_endpoint_ends_the_handler_inside_its_time_with_deadline_exceeded(
+    aws, monkeypatch, stalled_endpoint, caplog
+):
+    """Every client of the handler (DynamoDB for the idempotency record, CloudWatch) at a socket that accepts and
+    never answers: the invocation answers DeadlineExceeded (not Powertools' wrapper) before Lambda would kill it."""
+    emulator_environ(monkeypatch, aws, AWS_ENDPOINT_URL=stalled_endpoint)
+    monkeypatch.setenv(settings.ENV_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
+    monkeypatch.setattr(job_events, "_recorder", None)
+    name = create_job(aws)
+    aws.set_job_status(name, "Completed")
+    event = state_change(aws, name, an_event_time())
+    # the clients and Powertools' idempotency are made inside the invocation: 2 s of margin on a loaded machine
+    context = LambdaContext("job-events", 6.0)
+    started = time.monotonic()
+    with pytest.raises(job_events.DeadlineExceeded) as raised:
+        job_events.lambda_handler(event, context)
+    assert time.monotonic() - started < 6.0
+    error = raised.value
+    assert type(error).__name__ == "DeadlineExceeded" and error.retriable is True  # Lambda's errorType
+    assert error.operation == "dynamodb.PutItem"  # Powertools claims the event first
+    assert "attempt 1 was sent and its answer was not received in time (ReadTimeoutError)" in str(error)
+    assert f"Lambda runs the event again (up to {settings.JOB_EVENTS_RETRY_ATTEMPTS} times" in str(error)
+    (logged,) = [r for r in caplog.records if r.name == "job-events" and r.getMessage() == "deadline exceeded"]
+    assert (logged.operation, logged.training_job_name) == ("dynamodb.PutItem", name)
+
+
+def test_a_stalled_put_metric_data_ends_in_time_and_the_retry_counts_the_outcome_once(
+    aws, cloudwatch, monkeypatch, stalled_endpoint
+):
+    """The event is claimed (its idempotency record written), then CloudWatch never answers: the invocation ends
+    in time saying the outcome may have been counted; Lambda's retry, after the claim lapsed with the
+    invocation, counts it once."""
+    from platform_constructs.observability.runtime import aws as runtime_aws
+
+    emulator_environ(monkeypatch, aws)
+    stalled = runtime_aws.cloudwatch_client()
+
+    def to_the_stalled_endpoint(request, **_):
+        request.url = stalled_endpoint + "/"
+
+    stalled.meta.events.register("before-send.cloudwatch.PutMetricData", to_the_stalled_endpoint)
+    dynamodb = runtime_aws.dynamodb_client()
+    record, config = job_events.make_recorder(cloudwatch=stalled, dynamodb=dynamodb, table_name=IDEMPOTENCY_TABLE)
+    name = create_job(aws)
+    aws.set_job_status(name, "Failed", failure_reason="AlgorithmError: NCCL timeout")
+    at = an_event_time()
+    event = state_change(aws, name, at)
+
+    context = LambdaContext("job-events", 5.0)
+    config.register_lambda_context(context)
+    started = time.monotonic()
+    with pytest.raises(job_events.DeadlineExceeded) as raised:
+        job_events.handle(event, record, deadline=job_events.Deadline.from_lambda_context(context))
+    assert time.monotonic() - started < 5.0
+    assert raised.value.operation == "cloudwatch.PutMetricData" and raised.value.may_have_taken_effect
+    assert "the outcome may have been counted, and a retry counts it again" in str(raised.value)
+    assert outcomes(cloudwatch, "Failed", at) == 0
+
+    time.sleep(context.get_remaining_time_in_millis() / 1000 + 0.2)  # Lambda retries a minute later
+    retry_record, retry_config = job_events.make_recorder(
+        cloudwatch=runtime_aws.cloudwatch_client(), dynamodb=dynamodb, table_name=IDEMPOTENCY_TABLE
+    )
+    retry = LambdaContext("job-events", settings.JOB_EVENTS_TIMEOUT_S)
+    retry_config.register_lambda_context(retry)
+    answer = job_events.handle(event, retry_record, deadline=job_events.Deadline.from_lambda_context(retry))
+    assert answer["counted"] is True
+    assert job_events.handle(event, retry_record)["counted"] is True  # a duplicate: the first answer again
+    assert outcomes(cloudwatch, "Failed", at) == 1
+
+
+def test_a_deadline_already_past_sends_nothing_and_the_retry_counts_once(aws, cloudwatch, monkeypatch):
+    from platform_constructs.observability.runtime import aws as runtime_aws
+
+    emulator_environ(monkeypatch, aws)
+    record, _ = job_events.make_recorder(
+        cloudwatch=runtime_aws.cloudwatch_client(), dynamodb=runtime_aws.dynamodb_client(), table_name=IDEMPOTENCY_TABLE
+    )
+    name = create_job(aws)
+    aws.set_job_status(name, "Stopped")
+    at = an_event_time()
+    event = state_change(aws, name, at)
+    aws.clear_calls()
+    with pytest.raises(job_events.DeadlineExceeded) as raised:
+        job_events.handle(event, record, deadline=job_events.Deadline(-1.0))
+    assert (raised.value.attempts_sent, raised.value.operation) == (0, "dynamodb.PutItem")
+    assert "so PutItem was not sent" in str(raised.value)
+    assert aws.calls() == []
+    assert job_events.handle(event, record)["counted"] is True
+    assert outcomes(cloudwatch, "Stopped", at) == 1

@@ -8,13 +8,17 @@ Each test seeds its own uniquely named plans and publishes at its own minute
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
+from platform_constructs.lambda_runtime.deadline import deadline_scope
 from platform_constructs.observability.runtime import plan_metrics, settings
+
+from .conftest import LambdaContext, emulator_environ
 
 pytestmark = pytest.mark.xdist_group("observability")
 
@@ -219,3 +223,98 @@ def test_plan_capacity_from_a_description():
         now,
     )
     assert (plan.hours_until_end, plan.available_instances, plan.usable) == (12.5, 3, True)
+
+
+# -- the invocation's deadline: every AWS call ends inside the function's timeout ----------------------------
+
+
+def the_functions_clients(monkeypatch, aws, **environ: str) -> plan_metrics.PlanMetricsClients:
+    """The clients the function makes (its deadline hooks included), for the emulator's environment."""
+    emulator_environ(monkeypatch, aws, **environ)
+    monkeypatch.setenv(settings.ENV_TRAINING_PLAN_ARNS_PARAMETER, aws.resources["plan_arns_parameter"])
+    monkeypatch.setattr(plan_metrics, "_clients", None)
+    return plan_metrics._default_clients()
+
+
+def test_a_stalled_describe_publishes_what_was_described_and_names_the_plans_skipped(
+    aws, cloudwatch, names, seeded, monkeypatch, stalled_endpoint, caplog
+):
+    """The first plan is described; then SageMaker never answers. The plans are described while the publish's
+    reserve is left: the first plan's metrics are published (not the all-plans totals, which would count too
+    few), the others are logged as skipped, and the run fails naming them, all inside the function's time."""
+    clients = the_functions_clients(monkeypatch, aws)
+    sent: list[str] = []
+
+    def stall_after_the_first(request, **_):
+        sent.append(request.url)
+        if len(sent) > 1:
+            request.url = stalled_endpoint + "/"
+
+    clients.sagemaker.meta.events.register("before-send.sagemaker.DescribeTrainingPlan", stall_after_the_first)
+    timeout_s = plan_metrics.PUBLISH_RESERVE_S + 5.0  # 5 s to describe: one stalled attempt, no time for a retry
+    before = datetime.now(UTC)
+    started = time.monotonic()
+    with pytest.raises(plan_metrics.PlanMetricsError) as raised:
+        plan_metrics.lambda_handler({}, LambdaContext("plan-metrics", timeout_s))
+    assert time.monotonic() - started < timeout_s
+    message = str(raised.value)
+    skipped = seeded[1:]
+    assert message.startswith(
+        "3 training plan(s) not described before the invocation's deadline (their metrics and the all-plans "
+        f"totals were not published): {', '.join(skipped)}; "
+    )
+    assert "sagemaker.DescribeTrainingPlan" in message and "not received in time (ReadTimeoutError)" in message
+    assert message.endswith("Retriable: the next scheduled run describes the plans and publishes again")
+    assert len(sent) == 2  # the stalled call was not retried past the deadline
+    published = cloudwatch.get_metric_statistics(
+        Namespace=settings.PLAN_METRICS_NAMESPACE, MetricName=settings.METRIC_TOTAL_INSTANCES,
+        Dimensions=[{"Name": settings.DIMENSION_TRAINING_PLAN_NAME, "Value": names.idle}],
+        StartTime=before - timedelta(minutes=1), EndTime=datetime.now(UTC) + timedelta(minutes=1),
+        Period=60, Statistics=["Maximum"],
+    )["Datapoints"]  # fmt: skip
+    assert [p["Maximum"] for p in published] == [4]
+    logged = [r for r in caplog.records if r.getMessage() == "training plan skipped: the deadline came first"]
+    assert [r.training_plan_arn for r in logged] == skipped
+
+
+def test_skipped_plans_leave_out_the_all_plans_totals(aws, cloudwatch, seeded, monkeypatch, stalled_endpoint):
+    clients = the_functions_clients(monkeypatch, aws, AWS_ENDPOINT_URL=stalled_endpoint)
+    emulator = aws.client("ssm"), aws.client("cloudwatch")  # SageMaker alone never answers
+    now = a_minute()
+    with deadline_scope(plan_metrics.Deadline(plan_metrics.PUBLISH_RESERVE_S + 4.0)):
+        report = plan_metrics.publish_plan_metrics(
+            ssm=emulator[0], sagemaker=clients.sagemaker, cloudwatch=emulator[1],
+            parameter_name=aws.resources["plan_arns_parameter"], now=now,
+        )  # fmt: skip
+    assert (report.plans, report.skipped, report.datums) == ([], seeded, 0)
+    assert "DescribeTrainingPlan" in (report.skipped_because or "")
+    totals = cloudwatch.get_metric_statistics(
+        Namespace=settings.PLAN_METRICS_NAMESPACE, MetricName=settings.METRIC_AVAILABLE_INSTANCES,
+        StartTime=now - timedelta(seconds=30), EndTime=now + timedelta(seconds=30), Period=60, Statistics=["Maximum"],
+    )["Datapoints"]  # fmt: skip
+    assert totals == []  # missing, not a 0 that would raise the no-capacity alarm
+
+
+def test_a_stalled_endpoint_ends_the_publisher_inside_its_time(aws, monkeypatch, stalled_endpoint, caplog):
+    the_functions_clients(monkeypatch, aws, AWS_ENDPOINT_URL=stalled_endpoint)
+    started = time.monotonic()
+    with pytest.raises(plan_metrics.DeadlineExceeded) as raised:
+        plan_metrics.lambda_handler({}, LambdaContext("plan-metrics", 5.5))
+    assert time.monotonic() - started < 5.5
+    assert raised.value.operation == "ssm.GetParameter" and type(raised.value).__name__ == "DeadlineExceeded"
+    assert "attempt 1 was sent and its answer was not received in time (ReadTimeoutError)" in str(raised.value)
+    (logged,) = [r for r in caplog.records if r.getMessage() == "deadline exceeded"]
+    assert logged.operation == "ssm.GetParameter"
+
+
+def test_an_earlier_deadline_keeps_the_clock_and_the_error_type():
+    def clock() -> float:
+        return 100.0
+
+    invocation = plan_metrics.Deadline(30.0, clock=clock)
+    describing = invocation.earlier(plan_metrics.PUBLISH_RESERVE_S)
+    assert describing.at == pytest.approx(invocation.at - plan_metrics.PUBLISH_RESERVE_S)
+    assert type(describing) is plan_metrics.Deadline and describing.clock is clock
+    error = describing.exceeded("cloudwatch.PutMetricData", 4.0, attempts_sent=1, may_have_taken_effect=True)
+    assert type(error) is plan_metrics.DeadlineExceeded and "its datapoints may have been published" in str(error)
+    assert invocation.error is None  # the earlier deadline's trip is its own

@@ -21,6 +21,17 @@ first answer.
 The event ``detail`` mirrors ``DescribeTrainingJob``; only the fields named
 above are read. An event that is not a training-job state change raises
 :class:`EventError` (naming the field): the rule should never deliver one.
+
+Every AWS call ends inside the invocation (``context.get_remaining_time_in_millis()``,
+of :data:`.settings.JOB_EVENTS_TIMEOUT_S`): with too little time left for the
+next call or retry the handler logs ``deadline exceeded`` and raises
+:class:`DeadlineExceeded` (Lambda's ``errorType``), rather than being killed
+mid-call. That is a function error, so Lambda runs the event again
+(:data:`.settings.JOB_EVENTS_RETRY_ATTEMPTS` times): Powertools removes the
+event's in-progress record when it can, and the record lapses at the end of
+this invocation's time when it cannot, so the retry records the outcome,
+once. A ``PutMetricData`` sent whose answer did not come may have counted the
+outcome already: the message says so, and the retry counts it again.
 """
 
 from __future__ import annotations
@@ -29,13 +40,15 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from aws_lambda_powertools import Logger
 
 from platform_spec.capacity import capacity_type_of
 from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
 
+from ...lambda_runtime import deadline as lambda_deadline
+from ...lambda_runtime.deadline import current_deadline, deadline_scope
 from . import settings
 from .aws import cloudwatch_client, dynamodb_client, put_metric_data
 
@@ -52,6 +65,28 @@ Recorder = Callable[["TrainingJobOutcome"], dict[str, Any]]
 
 DEFAULT_IDEMPOTENCY_TTL_SECONDS = 7 * 24 * 3600
 """A week: longer than EventBridge's (24 h) and Lambda's (6 h) retry windows."""
+
+
+class DeadlineExceeded(lambda_deadline.DeadlineExceeded):
+    """Too little of the invocation's time is left for the next AWS call
+    (:class:`platform_constructs.lambda_runtime.deadline.DeadlineExceeded`): a function error, so Lambda runs the
+    event again."""
+
+    EFFECTS: ClassVar[Mapping[str, str]] = {
+        "PutMetricData": "the outcome may have been counted, and a retry counts it again",
+        "PutItem": "the event's in-progress record may exist (it lapses when this invocation's time is up)",
+        "UpdateItem": "the outcome was counted; if its record was not marked done, a retry counts it again",
+    }
+    RETRY = (
+        f"Retriable: Lambda runs the event again (up to {settings.JOB_EVENTS_RETRY_ATTEMPTS} times, after 1 and "
+        "2 minutes), and the retry records the outcome once"
+    )
+
+
+class Deadline(lambda_deadline.Deadline):
+    """The handler's invocation deadline: too little time left raises this module's :class:`DeadlineExceeded`."""
+
+    error_type = DeadlineExceeded
 
 
 class EventError(ValueError):
@@ -257,11 +292,42 @@ def make_recorder(
     return record, config
 
 
-def handle(event: Any, record: Recorder) -> dict[str, Any]:
-    """Read ``event`` and record its outcome with ``record``; what :func:`lambda_handler` runs."""
+def handle(event: Any, record: Recorder, *, deadline: Deadline | None = None) -> dict[str, Any]:
+    """Read ``event`` and record its outcome with ``record``; what :func:`lambda_handler` runs.
+
+    Args:
+        event: the EventBridge event.
+        record: what records the outcome (:func:`make_recorder`).
+        deadline: when the invocation must have answered by. Default: the one in scope, if any.
+
+    Raises:
+        EventError: ``event`` is not a training-job state change (names the field).
+        DeadlineExceeded: too little of ``deadline`` was left for an AWS call (also when Powertools'
+            idempotency wrapped it); retriable.
+        botocore.exceptions.ClientError: DynamoDB or CloudWatch failed after botocore's retries.
+    """
     outcome = TrainingJobOutcome.from_event(event)
     logger.set_correlation_id(outcome.event_id or None)
-    return record(outcome)
+    with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
+        try:
+            return record(outcome)
+        except Exception as exc:
+            if scoped is None or scoped.error is None:
+                raise
+            error = scoped.error  # the first: what Powertools' clean-up ran into after it is a consequence
+            logger.warning(
+                "deadline exceeded",
+                extra={
+                    "operation": error.operation,
+                    "remaining_s": round(error.remaining_s, 3),
+                    "training_job_name": outcome.training_job_name,
+                    "training_job_status": outcome.training_job_status,
+                    "error": str(error),
+                },
+            )
+            if error is exc:
+                raise
+            raise error from exc  # Powertools' idempotency wraps it (IdempotencyPersistenceLayerError)
 
 
 _recorder: tuple[Recorder, IdempotencyConfig] | None = None
@@ -283,7 +349,10 @@ def _default_recorder() -> tuple[Recorder, IdempotencyConfig]:
 
 @logger.inject_lambda_context
 def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
-    """EventBridge rule target: record one training job's terminal status."""
+    """EventBridge rule target: record one training job's terminal status within the invocation's time
+    (a context without ``get_remaining_time_in_millis`` gets the function's, :data:`.settings.JOB_EVENTS_TIMEOUT_S`).
+    """
     record, config = _default_recorder()
     config.register_lambda_context(context)
-    return handle(event, record)
+    deadline = Deadline.from_lambda_context(context) or Deadline(settings.JOB_EVENTS_TIMEOUT_S)
+    return handle(event, record, deadline=deadline)

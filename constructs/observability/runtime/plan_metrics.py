@@ -19,6 +19,16 @@ All datums of a run carry the same timestamp. A plan that cannot be described
 still published, then the function raises :class:`PlanMetricsError` so the
 failure shows as a Lambda error (and alarms).
 
+Every AWS call ends inside the invocation (``context.get_remaining_time_in_millis()``,
+of :data:`.settings.PLAN_METRICS_TIMEOUT_S`; the platform's deadline hooks,
+:mod:`platform_constructs.lambda_runtime.deadline`). The plans are described
+while :data:`PUBLISH_RESERVE_S` is left for ``PutMetricData``: the plans not
+described by then are skipped and logged, what was described is published
+(without the all-plans totals, which would count too few), and the function
+raises :class:`PlanMetricsError` naming them; the next scheduled run is the
+retry. With too little time for the SSM parameter or the publish itself the
+run raises :class:`DeadlineExceeded` (Lambda's ``errorType``).
+
 The handler is a thin adapter over :func:`publish_plan_metrics`, a plain
 function tested against the ``trainctl local-aws`` emulator.
 """
@@ -30,13 +40,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from aws_lambda_powertools import Logger
 
 from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.training_plans import PlanArn, TrainingPlanArnError
 
+from ...lambda_runtime import deadline as lambda_deadline
+from ...lambda_runtime.deadline import current_deadline, deadline_scope
 from . import settings
 from .aws import cloudwatch_client, error_code, put_metric_data, sagemaker_client, ssm_client
 
@@ -47,6 +59,25 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
 
 logger = Logger(service=settings.PLAN_METRICS_SERVICE)
+
+PUBLISH_RESERVE_S = 10.0
+"""Seconds of the invocation the plans' descriptions leave for ``PutMetricData``: one attempt needs
+``connect timeout + 1 s + reserve`` (4 s, :mod:`platform_constructs.lambda_runtime.deadline`); the rest is
+read time, or a throttled retry's backoff (1 s at most after the first attempt, botocore's standard mode)."""
+
+
+class DeadlineExceeded(lambda_deadline.DeadlineExceeded):
+    """Too little of the invocation's time is left for the next AWS call
+    (:class:`platform_constructs.lambda_runtime.deadline.DeadlineExceeded`)."""
+
+    EFFECTS: ClassVar[Mapping[str, str]] = {"PutMetricData": "its datapoints may have been published"}
+    RETRY = "Retriable: the next scheduled run describes the plans and publishes again"
+
+
+class Deadline(lambda_deadline.Deadline):
+    """The publisher's invocation deadline: too little time left raises this module's :class:`DeadlineExceeded`."""
+
+    error_type = DeadlineExceeded
 
 
 class PlanMetricsError(RuntimeError):
@@ -115,11 +146,23 @@ class PlanProblem:
 
 @dataclass
 class PublishReport:
-    """What one run did."""
+    """What one run did.
+
+    Attributes:
+        observed_at: the datums' timestamp.
+        plans: the plans described (and published).
+        problems: the plans AWS would not describe.
+        skipped: the ARNs of the plans not described because the deadline came first (not published, and
+            the all-plans totals neither).
+        skipped_because: the ``DeadlineExceeded`` message that ended the descriptions, when plans were skipped.
+        datums: the datums published.
+    """
 
     observed_at: datetime
     plans: list[PlanCapacity] = field(default_factory=list)
     problems: list[PlanProblem] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    skipped_because: str | None = None
     datums: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +170,7 @@ class PublishReport:
             "observed_at": self.observed_at.isoformat(),
             "plans": [p.to_log() for p in self.plans],
             "problems": [asdict(p) for p in self.problems],
+            "skipped": list(self.skipped),
             "datums": self.datums,
         }
 
@@ -159,13 +203,21 @@ def read_plan_arns(ssm: SSMClient, parameter_name: str) -> list[str]:
 
 def describe_plans(
     sagemaker: SageMakerClient, arns: Sequence[str], now: datetime
-) -> tuple[list[PlanCapacity], list[PlanProblem]]:
-    """``DescribeTrainingPlan`` for each ARN; AWS errors become :class:`PlanProblem` entries."""
-    plans, problems = [], []
-    for arn in arns:
+) -> tuple[list[PlanCapacity], list[PlanProblem], list[str]]:
+    """``DescribeTrainingPlan`` for each ARN, in order, while the deadline in scope allows.
+
+    Returns:
+        ``(plans, problems, skipped)``: the plans described; AWS errors as :class:`PlanProblem` entries;
+        the ARNs left when the deadline in scope refused a call (its ``error`` says why), in order.
+    """
+    plans: list[PlanCapacity] = []
+    problems: list[PlanProblem] = []
+    for index, arn in enumerate(arns):
         try:
             # by ARN, never by name alone: another account may own a plan of the same name
             description = sagemaker.describe_training_plan(TrainingPlanName=arn)
+        except lambda_deadline.DeadlineExceeded:
+            return plans, problems, list(arns[index:])
         except Exception as exc:  # botocore ClientError; anything else is a bug and propagates
             code = error_code(exc)
             if code is None:
@@ -173,11 +225,12 @@ def describe_plans(
             problems.append(PlanProblem(arn, code, str(exc)))
             continue
         plans.append(PlanCapacity.from_description(description, now))
-    return plans, problems
+    return plans, problems, []
 
 
-def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[MetricDatumTypeDef]:
-    """``PutMetricData`` datums: four per plan plus the all-plans instance totals (see the module doc)."""
+def metric_data(plans: Sequence[PlanCapacity], now: datetime, *, totals: bool = True) -> list[MetricDatumTypeDef]:
+    """``PutMetricData`` datums: four per plan plus, with ``totals``, the all-plans instance totals (see the
+    module doc)."""
     datums: list[MetricDatumTypeDef] = []
 
     def add(name: str, value: float, unit: Literal["Count", "None"], dimensions: list[DimensionTypeDef]) -> None:
@@ -193,6 +246,8 @@ def metric_data(plans: Sequence[PlanCapacity], now: datetime) -> list[MetricDatu
         add(settings.METRIC_IN_USE_INSTANCES, plan.in_use_instances, "Count", dims)
         add(settings.METRIC_TOTAL_INSTANCES, plan.total_instances, "Count", dims)
         add(settings.METRIC_HOURS_UNTIL_END, plan.hours_until_end, "None", dims)
+    if not totals:
+        return datums
     usable = [p for p in plans if p.usable]
     add(settings.METRIC_AVAILABLE_INSTANCES, sum(p.available_instances for p in usable), "Count", [])
     add(settings.METRIC_IN_USE_INSTANCES, sum(p.in_use_instances for p in usable), "Count", [])
@@ -212,21 +267,35 @@ def publish_plan_metrics(
 
     Problems describing single plans are reported in the result (and logged),
     not raised; the plans that could be described are published regardless.
+    Under a deadline (:func:`platform_constructs.lambda_runtime.deadline.deadline_scope`) the plans are
+    described while :data:`PUBLISH_RESERVE_S` is left; the rest are skipped (reported and logged), and the
+    all-plans totals are not published then.
 
     Raises:
         PlanMetricsError: the parameter does not hold a JSON list of plan ARNs.
         botocore.exceptions.ClientError: SSM or CloudWatch failed after retries.
+        DeadlineExceeded: too little time was left for ``GetParameter`` or ``PutMetricData``.
     """
     now = (now or datetime.now(UTC)).astimezone(UTC)
     arns = read_plan_arns(ssm, parameter_name)
-    plans, problems = describe_plans(sagemaker, arns, now)
-    datums = metric_data(plans, now)
+    invocation = current_deadline()
+    describing = invocation.earlier(PUBLISH_RESERVE_S) if invocation is not None else None
+    with deadline_scope(describing):
+        plans, problems, skipped = describe_plans(sagemaker, arns, now)
+    because = str(describing.error) if skipped and describing is not None else None
+    datums = metric_data(plans, now, totals=not skipped)
     put_metric_data(cloudwatch, settings.PLAN_METRICS_NAMESPACE, datums)
     for plan in plans:
         logger.info("training plan capacity", extra=plan.to_log())
     for problem in problems:
         logger.error("training plan not described", extra=asdict(problem))
-    return PublishReport(observed_at=now, plans=plans, problems=problems, datums=len(datums))
+    for arn in skipped:
+        logger.error(
+            "training plan skipped: the deadline came first", extra={"training_plan_arn": arn, "reason": because}
+        )
+    return PublishReport(
+        observed_at=now, plans=plans, problems=problems, skipped=skipped, skipped_because=because, datums=len(datums)
+    )
 
 
 @dataclass(frozen=True)
@@ -250,15 +319,37 @@ def _default_clients() -> PlanMetricsClients:
 
 @logger.inject_lambda_context
 def lambda_handler(event: Any, context: Any) -> dict[str, Any]:
-    """EventBridge schedule target: publish the plans' metrics now (the event's content is not used)."""
+    """EventBridge schedule target: publish the plans' metrics now (the event's content is not used), within the
+    invocation's time (a context without ``get_remaining_time_in_millis`` gets the function's,
+    :data:`.settings.PLAN_METRICS_TIMEOUT_S`).
+
+    Raises:
+        PlanMetricsError: plans could not be described, or were skipped for the deadline (after the others
+            were published), or the parameter is malformed.
+        DeadlineExceeded: too little time was left for ``GetParameter`` or ``PutMetricData``.
+    """
     clients = _default_clients()
-    report = publish_plan_metrics(
-        ssm=clients.ssm,
-        sagemaker=clients.sagemaker,
-        cloudwatch=clients.cloudwatch,
-        parameter_name=os.environ[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER],
-    )
+    deadline = Deadline.from_lambda_context(context) or Deadline(settings.PLAN_METRICS_TIMEOUT_S)
+    with deadline_scope(deadline):
+        try:
+            report = publish_plan_metrics(
+                ssm=clients.ssm,
+                sagemaker=clients.sagemaker,
+                cloudwatch=clients.cloudwatch,
+                parameter_name=os.environ[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER],
+            )
+        except DeadlineExceeded as exc:
+            logger.error("deadline exceeded", extra={"operation": exc.operation, "error": str(exc)})
+            raise
+    failures = []
     if report.problems:
         names = ", ".join(f"{p.training_plan_arn} ({p.error_code})" for p in report.problems)
-        raise PlanMetricsError(f"{len(report.problems)} training plan(s) could not be described: {names}")
+        failures.append(f"{len(report.problems)} training plan(s) could not be described: {names}")
+    if report.skipped:
+        failures.append(
+            f"{len(report.skipped)} training plan(s) not described before the invocation's deadline (their metrics "
+            f"and the all-plans totals were not published): {', '.join(report.skipped)}; {report.skipped_because}"
+        )
+    if failures:
+        raise PlanMetricsError("; ".join(failures))
     return report.to_dict()

@@ -20,6 +20,17 @@ ENV_IDEMPOTENCY_TTL_SECONDS = "IDEMPOTENCY_TTL_SECONDS"
 PLAN_METRICS_SERVICE = "plan-metrics"
 JOB_EVENTS_SERVICE = "job-events"
 
+# -- the functions' timeouts (the construct's, and the deadline a context without one is given) --
+PLAN_METRICS_TIMEOUT_S = 60
+"""The plan-metrics publisher's timeout, seconds: its AWS calls end inside it (the invocation's deadline)."""
+JOB_EVENTS_TIMEOUT_S = 30
+"""The job-state handler's timeout, seconds: its AWS calls end inside it (the invocation's deadline)."""
+JOB_EVENTS_RETRY_ATTEMPTS = 2
+"""Lambda's retries of a job-state event whose invocation failed (the construct's ``retry_attempts``, the most
+Lambda allows): EventBridge invokes the function asynchronously, and Lambda runs a failed event again after one
+minute, then after two more (AWS Lambda Developer Guide, "How Lambda handles errors and retries with
+asynchronous invocation"). The publisher has none: its next scheduled run is its retry."""
+
 # -- training-plan capacity metrics (plan_metrics.py, PutMetricData) -------------------------
 PLAN_METRICS_NAMESPACE = "TrainingPlatform/TrainingPlans"
 DIMENSION_TRAINING_PLAN_NAME = "TrainingPlanName"
