@@ -13,8 +13,11 @@ and its ``trainer_state.json``: :mod:`platform_spec.checkpoint_layout`) tells th
 Decisions (:data:`DECISIONS`), in the order they are tried:
 
 ==========================  =================================================================================
-``stale-event``             the event is not of the run's newest segment, that segment was already decided,
-                            or it has not ended (``InProgress`` / ``Stopping``): nothing is done
+``stale-event``             the event is not of the run's newest segment, or that segment was already decided:
+                            nothing is done. (The run's newest, undecided segment that has not ended yet,
+                            ``InProgress`` / ``Stopping``, is not decided at all: the continuation raises
+                            ``SegmentNotEnded`` so that the event is retried, and the scheduled tick decides
+                            the segment once it reads ended.)
 ``finished``                newest complete step >= ``max_steps`` and the segment ``Completed`` or ``Stopped``
 ``failed``                  the segment ``Failed`` for a reason that is not capacity (a code bug is not retried
                             forever), or after its last checkpoint reached ``max_steps`` (the final export failed)
