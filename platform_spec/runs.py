@@ -66,13 +66,16 @@ from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON
 from platform_spec.errors import FieldError
 
 __all__ = [
+    "ALGORITHM_ERROR",
     "BUDGET_DEADLINE",
     "BUDGET_INSTANCE_HOURS",
     "BUDGET_SEGMENTS",
+    "CAPACITY_ERROR",
     "CONTINUE",
     "DECISIONS",
     "FAILED",
     "FINISHED",
+    "INSUFFICIENT_CAPACITY_ERROR",
     "MAX_SEGMENTS",
     "NO_PROGRESS",
     "RUN_CHECKPOINT_PREFIX",
@@ -90,6 +93,7 @@ __all__ = [
     "budget_exhausted",
     "capacity_end",
     "decide",
+    "failure_reason",
     "never_trained",
     "parse_run",
     "parse_segment_job_name",
@@ -170,14 +174,22 @@ JOB_STATE_CHANGE_DETAIL_TYPE = "SageMaker Training Job State Change"
 SageMaker Developer Guide, "Events that Amazon SageMaker AI sends to Amazon EventBridge")."""
 CAPACITY_STOPS: tuple[str, ...] = ("MaxRuntimeExceeded", "MaxWaitTimeExceeded", "Interrupted")
 """Secondary statuses of a ``Stopped`` job that SageMaker stopped because its time or its spot capacity ran out."""
-CAPACITY_FAILURE_TYPES: tuple[str, ...] = ("CapacityError", "InsufficientCapacityError")
-"""SageMaker's error types that say a job never got instances to train, as the type at the head of its
-``FailureReason`` (``"<type>: <message>"``, as ``AlgorithmError: ...`` and ``ClientError: ...`` are):
-``CapacityError`` (the instances could not be provisioned) and ``InsufficientCapacityError`` (a job on a
-plan pending 2 days, :data:`platform_spec.capacity.PENDING_LIMIT_S`). Matched at the head only: an
-``AlgorithmError`` whose message mentions one is the code's failure."""
+CAPACITY_ERROR = "CapacityError"
+"""SageMaker's error type of a job whose instances could not be provisioned."""
+INSUFFICIENT_CAPACITY_ERROR = "InsufficientCapacityError"
+"""SageMaker's error type of a job on a plan pending 2 days (:data:`platform_spec.capacity.PENDING_LIMIT_S`)."""
 ALGORITHM_ERROR = "AlgorithmError"
 """SageMaker's error type of a failure the container reported (its ``/opt/ml/output/failure``)."""
+CAPACITY_FAILURE_TYPES: tuple[str, ...] = (CAPACITY_ERROR, INSUFFICIENT_CAPACITY_ERROR)
+"""SageMaker's error types that say a job never got instances to train, as the type at the head of its
+``FailureReason`` (:func:`failure_reason`, as ``AlgorithmError: ...`` and ``ClientError: ...`` are).
+Matched at the head only: an ``AlgorithmError`` whose message mentions one is the code's failure."""
+
+
+def failure_reason(kind: str, message: str) -> str:
+    """A ``FailureReason`` as SageMaker writes it: its error type (:data:`ALGORITHM_ERROR`,
+    :data:`CAPACITY_ERROR`, ...), a colon, and the message (``"CapacityError: ..."``)."""
+    return f"{kind}: {message}"
 
 
 def segment_job_name(run_id: str, index: int) -> str:

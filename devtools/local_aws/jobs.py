@@ -103,7 +103,14 @@ from devtools.local_aws.sagemaker import JobRecord, SageMakerExtension, Transiti
 from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
 from platform_spec.checkpoint_layout import COMPLETE_MARKER
-from platform_spec.runs import JOB_STATE_CHANGE_DETAIL_TYPE, JOB_STATE_CHANGE_SOURCE, TERMINAL_JOB_STATUSES
+from platform_spec.runs import (
+    ALGORITHM_ERROR,
+    CAPACITY_ERROR,
+    JOB_STATE_CHANGE_DETAIL_TYPE,
+    JOB_STATE_CHANGE_SOURCE,
+    TERMINAL_JOB_STATUSES,
+    failure_reason,
+)
 from training.environment import SageMakerPaths
 from training.local import kill_tree, prepare_base_dir, start_local
 
@@ -710,7 +717,9 @@ class JobRunner:
             status = self.extension.describe_plan(job.plan_arn, now)["Status"]
             if status != "Scheduled":
                 raise JobFailure(
-                    f"CapacityError: training plan {job.plan_arn} is {status}; its capacity cannot run the job"
+                    failure_reason(
+                        CAPACITY_ERROR, f"training plan {job.plan_arn} is {status}; its capacity cannot run the job"
+                    )
                 )
             if execution.stop_reason is not None:
                 self._end(job, execution)
@@ -893,7 +902,7 @@ class JobRunner:
         paths = SageMakerPaths(execution.base)
         if failure is None and returncode not in (None, 0):
             reason = paths.failure_file.read_text(encoding="utf-8").strip() if paths.failure_file.exists() else ""
-            failure = "AlgorithmError: " + (reason or f"the entry point exited with status {returncode}")
+            failure = failure_reason(ALGORITHM_ERROR, reason or f"the entry point exited with status {returncode}")
         failure = failure or upload_error
         if failure is not None:
             self._move(job, "Failed", None, failure, failure_reason=failure)

@@ -62,7 +62,8 @@ from devtools.local_aws.shapes import operation_model, validate_input, validate_
 from devtools.local_aws.stack import MOTO_MISSING, EmulatorUnavailable
 from platform_spec.capacity import USABLE_PLAN_STATUSES
 from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
-from platform_spec.runs import TERMINAL_JOB_STATUSES
+from platform_spec.runs import ALGORITHM_ERROR, TERMINAL_JOB_STATUSES
+from platform_spec.runs import failure_reason as spec_failure_reason
 
 try:  # moto is the extra `local`: this module is imported only once the emulator starts
     from moto.core.exceptions import ServiceException
@@ -503,7 +504,9 @@ class SageMakerExtension:
                 secondary, default_message = _SECONDARY[status]
                 message = message or default_message
                 if status == "Failed":
-                    job.failure_reason = failure_reason or "AlgorithmError: the job failed (set through the emulator)"
+                    job.failure_reason = failure_reason or spec_failure_reason(
+                        ALGORITHM_ERROR, "the job failed (set through the emulator)"
+                    )
                     message = job.failure_reason
                 if status in TERMINAL_JOB_STATUSES:
                     job.started = job.started or now
