@@ -24,12 +24,15 @@ Decisions (:data:`DECISIONS`), in the order they are tried:
 ``stopped``                 the run was stopped (its stop marker), or the segment was stopped by a caller's
                             ``StopTrainingJob`` (``Stopped`` with secondary status ``Stopped``)
 ``no-progress``             the segment's capacity ended but its newest complete step did not advance over the
-                            step it started from (a segment that never got instances is exempt: see below)
+                            step it started from (a segment that never got instances is exempt: see below), or
+                            it is the :data:`MAX_CAPACITY_FAILURES`-th segment in a row that never trained
 ``budget-segments``         ``max_segments`` segments have run
 ``budget-deadline``         the run's ``deadline`` has passed
 ``budget-instance-hours``   the segments used ``max_instance_hours`` (sum of ``InstanceCount`` x
                             (``TrainingEndTime`` - ``TrainingStartTime``))
-``continue``                the segment's capacity ended below ``max_steps``: the next segment is submitted
+``continue``                the segment's capacity ended below ``max_steps``: the next segment is submitted,
+                            at once after a segment that trained, after a growing wait after one that never
+                            trained (**capacity backoff**, below)
 ``waiting-for-capacity``    (the runtime's) ``continue`` whose next segment found no capacity: retried on
                             the continuation's schedule
 ==========================  =================================================================================
@@ -50,6 +53,14 @@ SageMaker's ``CapacityError`` (instances could not be provisioned), each as the 
 left). The last three never got to train: they are exempt from ``no-progress`` (the budget still
 bounds them).
 
+**Capacity backoff.** Each decision counts the segments in a row, this one included, that never trained
+(:attr:`Decision.capacity_failures`; a segment that trained resets it to 0). After such a segment the next
+one starts no earlier than :func:`capacity_backoff_s` seconds after the decision: :data:`CAPACITY_BACKOFF_BASE_S`
+doubled for each further failure in a row, at most :data:`CAPACITY_BACKOFF_CEILING_S` (the runtime's run
+waits for capacity meanwhile, retried by the continuation's schedule). The :data:`MAX_CAPACITY_FAILURES`-th
+failure in a row ends the run ``no-progress``, and a wait that would pass the run's ``deadline`` ends it
+``budget-deadline`` at once.
+
 Pure Python, standard library only.
 """
 
@@ -59,7 +70,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON
@@ -70,12 +81,15 @@ __all__ = [
     "BUDGET_DEADLINE",
     "BUDGET_INSTANCE_HOURS",
     "BUDGET_SEGMENTS",
+    "CAPACITY_BACKOFF_BASE_S",
+    "CAPACITY_BACKOFF_CEILING_S",
     "CAPACITY_ERROR",
     "CONTINUE",
     "DECISIONS",
     "FAILED",
     "FINISHED",
     "INSUFFICIENT_CAPACITY_ERROR",
+    "MAX_CAPACITY_FAILURES",
     "MAX_SEGMENTS",
     "NO_PROGRESS",
     "RUN_CHECKPOINT_PREFIX",
@@ -91,6 +105,7 @@ __all__ = [
     "RunSpec",
     "SegmentOutcome",
     "budget_exhausted",
+    "capacity_backoff_s",
     "capacity_end",
     "decide",
     "failure_reason",
@@ -185,11 +200,42 @@ CAPACITY_FAILURE_TYPES: tuple[str, ...] = (CAPACITY_ERROR, INSUFFICIENT_CAPACITY
 ``FailureReason`` (:func:`failure_reason`, as ``AlgorithmError: ...`` and ``ClientError: ...`` are).
 Matched at the head only: an ``AlgorithmError`` whose message mentions one is the code's failure."""
 
+CAPACITY_BACKOFF_BASE_S = 300.0
+"""The wait, seconds, before the segment after one that never trained (:func:`capacity_backoff_s`).
+SageMaker answers ``CapacityError`` minutes after ``CreateTrainingJob`` (provisioning failed), and capacity
+comes back as other jobs end, on the scale of minutes; 5 minutes is also one period of the continuation's
+default schedule, so the first retry is the next tick, not the same one."""
+CAPACITY_BACKOFF_CEILING_S = 3600.0
+"""The longest wait, seconds, between segments that never trained: capacity that frees up is taken within
+an hour, however long the run has waited."""
+MAX_CAPACITY_FAILURES = 6
+"""The segments in a row that may never train before the run ends ``no-progress``: with the waits of
+:func:`capacity_backoff_s` (5, 10, 20, 40 and 60 minutes) that is about 2 h 15 min of retrying after
+``CapacityError`` (SageMaker's own retries are within each job), or 12 days of plans that never started the job
+(``InsufficientCapacityError`` comes after 2 days pending). Past that the run's configuration (its instance
+type, count or plans), not the weather, is the likely cause, and someone should look; a run's deadline and
+``max_instance_hours`` bound what it spends meanwhile, and an ended run keeps its checkpoints."""
+
 
 def failure_reason(kind: str, message: str) -> str:
     """A ``FailureReason`` as SageMaker writes it: its error type (:data:`ALGORITHM_ERROR`,
     :data:`CAPACITY_ERROR`, ...), a colon, and the message (``"CapacityError: ..."``)."""
     return f"{kind}: {message}"
+
+
+def capacity_backoff_s(failures: int) -> float:
+    """Seconds the next segment waits after ``failures`` segments in a row that never trained:
+    0 for 0, else :data:`CAPACITY_BACKOFF_BASE_S` x 2 ** (``failures`` - 1), at most
+    :data:`CAPACITY_BACKOFF_CEILING_S` (300, 600, 1200, 2400, 3600, 3600, ...).
+
+    Raises:
+        ValueError: ``failures`` is negative.
+    """
+    if failures < 0:
+        raise ValueError(f"failures {failures!r}: expected a count >= 0")
+    if failures == 0:
+        return 0.0
+    return min(CAPACITY_BACKOFF_CEILING_S, CAPACITY_BACKOFF_BASE_S * 2.0 ** min(failures - 1, 32))
 
 
 def segment_job_name(run_id: str, index: int) -> str:
@@ -379,14 +425,25 @@ class SegmentOutcome:
 
 @dataclass(frozen=True)
 class Decision:
-    """A decision (one of :data:`DECISIONS`) and its reason, one sentence."""
+    """A decision (one of :data:`DECISIONS`) and its reason, one sentence.
+
+    Attributes:
+        capacity_failures: the segments in a row, the decided one included, that never trained (0 when it
+            trained, or the decision is not on a capacity end).
+    """
 
     decision: str
     reason: str
+    capacity_failures: int = 0
 
     @property
     def terminal(self) -> bool:
         return self.decision in TERMINAL_DECISIONS
+
+    @property
+    def backoff_s(self) -> float:
+        """Seconds the next segment waits after this decision (:func:`capacity_backoff_s`; 0 unless ``continue``)."""
+        return capacity_backoff_s(self.capacity_failures) if self.decision == CONTINUE else 0.0
 
 
 def capacity_end(outcome: SegmentOutcome) -> tuple[str, bool] | None:
@@ -448,6 +505,7 @@ def decide(
     stop_requested: bool,
     newest_step: int | None,
     start_step: int | None,
+    capacity_failures_before: int,
     max_steps: int,
     instance_hours: float,
     now: datetime,
@@ -464,13 +522,15 @@ def decide(
         newest_step: the newest complete, readable checkpoint step of the run now, or ``None``.
         start_step: the newest complete step when this segment started (what it resumed from), or
             ``None`` (it started from nothing).
+        capacity_failures_before: the previous segment's :attr:`Decision.capacity_failures` (0 for segment 1).
         max_steps: the run's ``max_steps``.
         instance_hours: instance-hours used by the run's segments, this one included.
         now: the current time (aware).
 
     Returns:
         The decision: ``continue`` never when ``newest_step >= max_steps``, and only for the newest,
-        undecided, ended segment.
+        undecided, ended segment; on a capacity end it carries :attr:`Decision.capacity_failures`, and a
+        ``continue``'s :attr:`Decision.backoff_s` is how long the next segment waits.
     """
     step_text = "no complete checkpoint" if newest_step is None else f"newest complete step {newest_step}"
     if outcome.index != newest_segment:
@@ -511,14 +571,43 @@ def decide(
             NO_PROGRESS,
             f"segment {outcome.index} ended with {step_text}, no further than it started from ({began}); {why}",
         )
+    failures = 0 if trained else max(0, capacity_failures_before) + 1
+    if failures >= MAX_CAPACITY_FAILURES:
+        return Decision(
+            NO_PROGRESS,
+            f"segment {outcome.index} is the {_nth(failures)} segment in a row that never trained (at most "
+            f"{MAX_CAPACITY_FAILURES}), with {step_text}; the last: {why}",
+            failures,
+        )
     spent = budget_exhausted(spec, segments=newest_segment, instance_hours=instance_hours, now=now)
     if spent is not None:
-        return Decision(spent.decision, f"{spent.reason}; segment {outcome.index} ended with {step_text}; {why}")
+        return Decision(
+            spent.decision, f"{spent.reason}; segment {outcome.index} ended with {step_text}; {why}", failures
+        )
+    wait = capacity_backoff_s(failures)
+    resumes = f"segment {newest_segment + 1} resumes from it"
+    if wait:
+        after = now + timedelta(seconds=wait)
+        if spec.deadline is not None and after >= spec.deadline:
+            return Decision(
+                BUDGET_DEADLINE,
+                f"segment {outcome.index} is the {_nth(failures)} segment in a row that never trained ({why}); the "
+                f"next may start no earlier than {format_time(after)}, not before the run's deadline "
+                f"{format_time(spec.deadline)}",
+                failures,
+            )
+        resumes += f" no earlier than {format_time(after)} ({wait:g} s: {failures} segment(s) in a row never trained)"
     return Decision(
         CONTINUE,
-        f"segment {outcome.index} ended with {step_text} of max_steps {max_steps} ({why}): "
-        f"segment {newest_segment + 1} resumes from it",
+        f"segment {outcome.index} ended with {step_text} of max_steps {max_steps} ({why}): {resumes}",
+        failures,
     )
+
+
+def _nth(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ..., ``11th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _short(text: str, limit: int = 200) -> str:

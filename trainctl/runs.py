@@ -192,7 +192,10 @@ def run_blocks(view: Mapping[str, Any]) -> list[Panel | Table]:
         f"budget: {_escape(_budget(view.get('budget')))}",
     ]
     if view.get("waiting_since"):
-        lines.append(f"waiting for capacity since {_time(view['waiting_since'])}")
+        waiting = f"waiting for capacity since {_time(view['waiting_since'])}"
+        if view.get("not_before"):  # the capacity backoff after segments that never trained
+            waiting += f"; the next segment starts no earlier than {_time(view['not_before'])}"
+        lines.append(waiting)
     blocks: list[Panel | Table] = [Panel("\n".join(lines), title=f"Run {_escape(view.get('run_id'))}"), table]
     if decisions.rows:
         blocks.append(decisions)

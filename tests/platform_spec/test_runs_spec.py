@@ -104,6 +104,7 @@ def _decide(outcome: runs.SegmentOutcome, **overrides):
         "stop_requested": False,
         "newest_step": 50,
         "start_step": None,
+        "capacity_failures_before": 0,
         "max_steps": 100,
         "instance_hours": 1.0,
         "now": NOW,
@@ -189,15 +190,27 @@ STEPS = st.one_of(st.none(), st.integers(0, 300))
     max_steps=st.integers(1, 200),
     stop=st.booleans(),
     segments=st.integers(1, 20),
+    failures=st.integers(0, 2 * runs.MAX_CAPACITY_FAILURES),
 )
-def test_never_continue_at_or_past_max_steps(status, secondary, reason, newest, start, max_steps, stop, segments):
+def test_never_continue_at_or_past_max_steps(
+    status, secondary, reason, newest, start, max_steps, stop, segments, failures
+):
     outcome = runs.SegmentOutcome(segments, status, secondary, reason)
-    got = _decide(outcome, newest_step=newest, start_step=start, max_steps=max_steps, stop_requested=stop)
+    got = _decide(
+        outcome,
+        newest_step=newest,
+        start_step=start,
+        max_steps=max_steps,
+        stop_requested=stop,
+        capacity_failures_before=failures,
+    )
     assert got.decision in runs.DECISIONS
     if newest is not None and newest >= max_steps:
         assert got.decision != runs.CONTINUE
     if got.decision == runs.CONTINUE:
         assert outcome.ended and not stop
+        assert got.capacity_failures < runs.MAX_CAPACITY_FAILURES
+        assert got.capacity_failures in (0, failures + 1)  # reset by a segment that trained, else one more
 
 
 @given(
@@ -228,3 +241,55 @@ def test_never_two_segments(events, steps):
             newest = index + 1
     assert len(started) == len(set(started))
     assert started == sorted(started)
+
+
+CAPACITY_FAILURE = runs.SegmentOutcome(
+    3, "Failed", "Failed", runs.failure_reason(runs.CAPACITY_ERROR, "Unable to provision requested ML compute capacity")
+)
+
+
+def test_capacity_backoff_doubles_from_its_base_to_its_ceiling():
+    waits = [runs.capacity_backoff_s(n) for n in range(8)]
+    assert waits == [0, 300, 600, 1200, 2400, 3600, 3600, 3600]
+    assert runs.capacity_backoff_s(10**6) == runs.CAPACITY_BACKOFF_CEILING_S  # no overflow
+    with pytest.raises(ValueError, match="failures -1"):
+        runs.capacity_backoff_s(-1)
+
+
+def test_consecutive_capacity_failures_count_and_back_off_until_the_cap_ends_the_run():
+    before, waits = 0, []
+    for _ in range(runs.MAX_CAPACITY_FAILURES - 1):
+        got = _decide(CAPACITY_FAILURE, capacity_failures_before=before, newest_step=40, start_step=40)
+        assert got.decision == runs.CONTINUE and got.capacity_failures == before + 1, got
+        assert runs.format_time(NOW + timedelta(seconds=got.backoff_s)) in got.reason
+        waits.append(got.backoff_s)
+        before = got.capacity_failures
+    assert waits == [300, 600, 1200, 2400, 3600]
+    ended = _decide(CAPACITY_FAILURE, capacity_failures_before=before, newest_step=40, start_step=40)
+    assert ended.decision == runs.NO_PROGRESS and ended.terminal
+    assert ended.capacity_failures == runs.MAX_CAPACITY_FAILURES and ended.backoff_s == 0
+    assert f"the {runs.MAX_CAPACITY_FAILURES}th segment in a row that never trained" in ended.reason
+    assert "CapacityError: Unable to provision" in ended.reason  # the last failure
+
+
+def test_a_segment_that_trained_resets_the_count():
+    got = _decide(runs.SegmentOutcome(3, "Completed"), capacity_failures_before=4, newest_step=60, start_step=40)
+    assert (got.decision, got.capacity_failures, got.backoff_s) == (runs.CONTINUE, 0, 0)
+    assert "no earlier than" not in got.reason
+
+
+def test_a_backoff_past_the_deadline_ends_the_run_now():
+    spec = runs.RunSpec("r1", deadline=NOW + timedelta(seconds=599))
+    got = _decide(CAPACITY_FAILURE, spec=spec, capacity_failures_before=1)  # the wait would be 600 s
+    assert got.decision == runs.BUDGET_DEADLINE and "not before the run's deadline" in got.reason, got
+    roomy = runs.RunSpec("r1", deadline=NOW + timedelta(seconds=601))
+    assert _decide(CAPACITY_FAILURE, spec=roomy, capacity_failures_before=1).decision == runs.CONTINUE
+
+
+def test_the_budget_and_the_cap_still_apply_to_capacity_failures():
+    spent = _decide(CAPACITY_FAILURE, spec=runs.RunSpec("r1", max_segments=3))
+    assert spent.decision == runs.BUDGET_SEGMENTS and spent.capacity_failures == 1
+    # a code failure is not a capacity failure, whatever its message says: it ends the run without counting
+    code = runs.SegmentOutcome(3, "Failed", "Failed", runs.failure_reason(runs.ALGORITHM_ERROR, "CapacityError: x"))
+    got = _decide(code, capacity_failures_before=runs.MAX_CAPACITY_FAILURES - 1)
+    assert got.decision == runs.FAILED and got.capacity_failures == 0

@@ -137,13 +137,120 @@ def test_a_code_failure_is_not_retried(aws, submit, run_kit):
     assert run_kit.jobs(run_id) == [seg(run_id, 1)]
 
 
-def test_a_capacity_failure_continues_without_progress(aws, submit, run_kit):
+TICK = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+
+
+def mine(answer: dict[str, Any], run_id: str) -> list[str]:
+    """The decisions a tick made on ``run_id``."""
+    assert answer["status"] == "ticked", answer
+    return [d["decision"] for d in answer["decisions"] if d["run_id"] == run_id]
+
+
+def fail_for_capacity(aws, run_kit, run_id: str, index: int, kind: str = spec.CAPACITY_ERROR) -> dict[str, Any]:
+    """End segment ``index`` as SageMaker fails a job that never got instances; returns its event."""
+    reason = spec.failure_reason(kind, f"Unable to provision requested ML compute capacity (segment {index})")
+    return end_segment(aws, run_kit, run_id, index, "Failed", failure_reason=reason)
+
+
+def waits_until(answer: dict[str, Any], now: datetime) -> tuple[datetime, float]:
+    """The ``not_before`` of a ``waiting-for-capacity`` answer, and its seconds after ``now``."""
+    assert decision(answer) == spec.WAITING_FOR_CAPACITY, answer
+    not_before = spec.parse_time(answer["decision"]["not_before"], "not_before")
+    return not_before, (not_before - now).total_seconds()
+
+
+def test_capacity_failures_wait_with_growing_intervals_until_the_cap_ends_the_run(
+    aws, submit, run_kit, runtime, clients, config
+):
+    """Issue 24: segments that never trained are not resubmitted at once. Each waits for capacity, twice as
+    long as the one before (to the ceiling); a tick before its ``not_before`` starts nothing, the first tick
+    from it starts the next segment; the MAX_CAPACITY_FAILURES-th in a row ends the run ``no-progress``."""
     run_id = new_run_id()
     start_run(submit, run_kit, run_id)
-    event = end_segment(
-        aws, run_kit, run_id, 1, "Failed", failure_reason="InsufficientCapacityError: pending for capacity 2 days"
-    )
-    assert decision(run_kit.handle(event)) == spec.CONTINUE
+    now, waits = datetime.now(UTC), []
+    for index in range(1, spec.MAX_CAPACITY_FAILURES):
+        kind = spec.INSUFFICIENT_CAPACITY_ERROR if index % 2 else spec.CAPACITY_ERROR
+        answer = run_kit.handle(fail_for_capacity(aws, run_kit, run_id, index, kind), now=now)
+        not_before, wait = waits_until(answer, now)
+        assert answer["decision"]["capacity_failures"] == index
+        waits.append(wait)
+        assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, index + 1)]
+        view = runtime.actions.dispatch({"action": "describe", "run_id": run_id}, clients=clients, config=config)
+        assert view["run"]["state"] == spec.WAITING_FOR_CAPACITY
+        assert view["run"]["not_before"] == answer["decision"]["not_before"]
+        early = run_kit.handle(TICK, now=not_before - timedelta(seconds=1))
+        assert mine(early, run_id) == [] and early["longest_wait_s"] >= wait - 1
+        assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, index + 1)]
+        assert mine(run_kit.handle(TICK, now=not_before), run_id) == [spec.CONTINUE]
+        assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, index + 2)]
+        now = not_before + timedelta(minutes=1)
+    assert waits == [300, 600, 1200, 2400, 3600]
+    last = spec.MAX_CAPACITY_FAILURES
+    ended = run_kit.handle(fail_for_capacity(aws, run_kit, run_id, last), now=now)
+    assert decision(ended) == spec.NO_PROGRESS
+    reason = ended["decision"]["reason"]
+    assert f"the {last}th segment in a row that never trained" in reason and f"(segment {last})" in reason
+    assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, last + 1)]
+    assert mine(run_kit.handle(TICK, now=now + timedelta(hours=2)), run_id) == []
+    assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, last + 1)]
+
+
+def test_a_segment_that_trained_resets_the_capacity_backoff(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    now = datetime.now(UTC)
+    not_before, wait = waits_until(run_kit.handle(fail_for_capacity(aws, run_kit, run_id, 1), now=now), now)
+    assert wait == spec.CAPACITY_BACKOFF_BASE_S
+    assert mine(run_kit.handle(TICK, now=not_before), run_id) == [spec.CONTINUE]
+    run_kit.checkpoint(run_id, 30)
+    trained = run_kit.handle(end_segment(aws, run_kit, run_id, 2), now=not_before)
+    assert decision(trained) == spec.CONTINUE and trained["decision"]["capacity_failures"] == 0
+    assert "not_before" not in trained["decision"]
+    assert run_kit.jobs(run_id) == [seg(run_id, i) for i in (1, 2, 3)]  # at once
+    now = not_before + timedelta(hours=1)
+    answer = run_kit.handle(fail_for_capacity(aws, run_kit, run_id, 3), now=now)
+    assert waits_until(answer, now)[1] == spec.CAPACITY_BACKOFF_BASE_S  # counted from 1 again, not 2
+    assert answer["decision"]["capacity_failures"] == 1
+
+
+def test_the_backoff_starts_one_segment_for_repeated_and_concurrent_ticks_and_events(aws, submit, run_kit):
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    now = datetime.now(UTC)
+    event = fail_for_capacity(aws, run_kit, run_id, 1)
+    not_before, _ = waits_until(run_kit.handle(event, now=now), now)
+    for _ in range(2):  # the same event again, during the wait: nothing starts
+        assert decision(run_kit.handle(event, now=now + timedelta(seconds=10))) == spec.STALE_EVENT
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        bodies = [TICK, TICK, event, TICK]
+        answers = list(pool.map(lambda b: run_kit.handle(json.loads(json.dumps(b)), now=not_before), bodies))
+    made = [decision(a) for a in answers if a["status"] == "decided"]
+    made += [d for a in answers if a["status"] == "ticked" for d in mine(a, run_id)]
+    assert spec.CONTINUE in made and set(made) <= {spec.CONTINUE, spec.STALE_EVENT}, made
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+    assert mine(run_kit.handle(TICK, now=not_before), run_id) == []  # the same tick again
+    assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
+
+
+def test_a_continue_recorded_before_a_crash_still_waits_out_its_backoff(aws, submit, run_kit, config):
+    """The invocation that recorded the ``continue`` died before it wrote the waiting marker: the tick that
+    finishes the recorded decision honours the record's ``not_before`` (writes the marker, starts nothing)."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id)
+    now = datetime.now(UTC)
+    event = fail_for_capacity(aws, run_kit, run_id, 1)
+    not_before, _ = waits_until(run_kit.handle(event, now=now), now)
+    marker = f"submitter/runs/_waiting/{run_id}.json"
+    aws.client("s3").delete_object(Bucket=config.output_bucket, Key=marker)  # as if never written
+    resumed = run_kit.handle(TICK, now=now + timedelta(seconds=30))
+    assert mine(resumed, run_id) == [spec.WAITING_FOR_CAPACITY]
+    assert [d["not_before"] for d in resumed["decisions"] if d["run_id"] == run_id] == [spec.format_time(not_before)]
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    assert decision(run_kit.handle(event, now=now + timedelta(seconds=60))) == spec.STALE_EVENT
+    assert mine(run_kit.handle(TICK, now=not_before - timedelta(seconds=1)), run_id) == []
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    assert mine(run_kit.handle(TICK, now=not_before), run_id) == [spec.CONTINUE]
     assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
 
 
@@ -225,15 +332,6 @@ def test_someone_elses_job_named_like_the_next_segment_does_not_stall_the_run(aw
     assert decision(answer) == spec.FAILED, answer
     assert "segment 2 was refused" in answer["decision"]["reason"] and seg(run_id, 2) in answer["decision"]["reason"]
     assert run_kit.handle(run_kit.event(seg(run_id, 2)))["status"] == "ignored"  # not the run's
-
-
-TICK = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
-
-
-def mine(answer: dict[str, Any], run_id: str) -> list[str]:
-    """The decisions a tick made on ``run_id``."""
-    assert answer["status"] == "ticked", answer
-    return [d["decision"] for d in answer["decisions"] if d["run_id"] == run_id]
 
 
 def test_a_lost_event_is_decided_by_the_tick_and_the_late_event_is_stale(aws, submit, run_kit, runtime, config):

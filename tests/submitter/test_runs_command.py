@@ -116,3 +116,19 @@ def test_a_job_name_is_never_cut_even_at_80_columns(monkeypatch, capsys):
     }  # fmt: skip
     print_blocks(run_blocks(view))
     assert name in capsys.readouterr().out
+
+
+def test_a_run_in_its_capacity_backoff_says_when_its_next_segment_may_start(capsys, monkeypatch):
+    from trainctl.tables import print_blocks
+
+    monkeypatch.setenv("COLUMNS", "200")
+    view = {
+        "run_id": "r1", "state": spec.WAITING_FOR_CAPACITY, "idle_gaps_s": [], "segments": [],
+        "waiting_since": "2026-11-30T10:00:00Z", "not_before": "2026-11-30T10:05:00Z",
+    }  # fmt: skip
+    print_blocks(run_blocks(view))
+    out = capsys.readouterr().out
+    assert (
+        "waiting for capacity since 2026-11-30 10:00:00; the next segment starts no earlier than 2026-11-30 10:05:00"
+        in out
+    )

@@ -19,6 +19,12 @@ submitter's environment (:func:`.settings.function_environment`). Two kinds of e
   counted (``deferred``) and reached by later ticks, which take the runs in a random order so that a
   backlog longer than one tick starves none.
 
+**Capacity backoff.** A ``continue`` after a segment that never trained (a capacity failure:
+:func:`platform_spec.runs.never_trained`) carries the count of such segments in a row and a ``not_before``
+(:attr:`platform_spec.runs.Decision.backoff_s` after the decision): the next segment is not submitted then,
+the run waits for capacity (its waiting marker carries the ``not_before``) and the tick starts it at the first
+tick from that time. A recorded ``continue`` finished after a crash honours the same ``not_before``.
+
 **One segment per index.** Segment ``i`` is created only under the name
 :func:`platform_spec.runs.segment_job_name` and the client token
 :func:`platform_spec.runs.segment_client_token` (functions of the run and the index), so duplicate and
@@ -49,7 +55,7 @@ import os
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -300,7 +306,7 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
         return Outcome(_record(state, index, stale, now))
     if record["decision"] != spec.CONTINUE:
         return Outcome(record)
-    return _start_segment(state, index + 1, record, clients=clients, config=config, now=now)
+    return _next_segment(state, index + 1, record, clients=clients, config=config, now=now)
 
 
 def _segment(clients: Clients, job_name: str) -> tuple[str, int, dict[str, Any]] | None:
@@ -331,7 +337,8 @@ def _decide(
     checkpoint, skipped = newest_checkpoint(clients, config, state.run_id)
     if skipped:
         logger.warning("checkpoints skipped", extra={"run_id": state.run_id, "skipped": skipped})
-    start = state.decisions.get(index - 1, {}).get("newest_step") if index > 1 else None
+    previous = state.decisions.get(index - 1, {}) if index > 1 else {}
+    start = previous.get("newest_step")
     hours_before = sum(float(d.get("segment_instance_hours") or 0.0) for i, d in state.decisions.items() if i < index)
     used = hours_before + instance_hours(description)
     decision = spec.decide(
@@ -342,10 +349,12 @@ def _decide(
         stop_requested=state.stop is not None,
         newest_step=checkpoint.step if checkpoint else None,
         start_step=start,
+        capacity_failures_before=int(previous.get("capacity_failures") or 0),
         max_steps=state.record.max_steps,
         instance_hours=used,
         now=now,
     )
+    waits = {"not_before": spec.format_time(now + timedelta(seconds=decision.backoff_s))} if decision.backoff_s else {}
     return _record(
         state,
         index,
@@ -360,6 +369,8 @@ def _decide(
         segment_instance_hours=round(instance_hours(description), 6),
         instance_hours=round(used, 6),
         skipped_checkpoints=skipped,
+        capacity_failures=decision.capacity_failures,
+        **waits,
     )
 
 
@@ -371,7 +382,30 @@ def _resume(
     if decided.get("decision") != spec.CONTINUE or state.waiting is not None or state.end is not None:
         return None
     logger.info("finishing a recorded continue", extra={"run_id": state.run_id, "segment": index})
-    return _start_segment(state, index + 1, dict(decided), clients=clients, config=config, now=now)
+    return _next_segment(state, index + 1, dict(decided), clients=clients, config=config, now=now)
+
+
+def _next_segment(
+    state: RunState, index: int, record: dict[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> Outcome:
+    """After a recorded ``continue``: submit segment ``index`` (:func:`_start_segment`), or, before the
+    record's ``not_before`` (the capacity backoff, :attr:`platform_spec.runs.Decision.backoff_s`), make
+    the run wait for capacity until then: its waiting marker carries ``not_before``, and
+    :func:`retry_waiting` starts nothing before it."""
+    not_before = parse_iso(record.get("not_before"))
+    if not_before is None or now >= not_before:
+        return _start_segment(state, index, record, clients=clients, config=config, now=now)
+    store = RunLedger.of(clients, config)
+    since = spec.format_time(now)
+    failures = int(record.get("capacity_failures") or 0)
+    reason = (
+        f"segment {index - 1} never trained ({failures} segment(s) in a row: "
+        f"{record.get('failure_reason') or record.get('job_status')}); segment {index} waits until "
+        f"{record['not_before']}, then is retried on the schedule"
+    )
+    marker = {"run_id": state.run_id, "segment": index, "since": since, "not_before": record["not_before"]}
+    store.create(store.waiting_key(state.run_id), {**marker, "reason": reason})  # once: a racing twin wrote the same
+    return Outcome({**record, "decision": spec.WAITING_FOR_CAPACITY, "reason": reason, "waiting_since": since})
 
 
 def _start_segment(
@@ -435,11 +469,13 @@ def marked_runs(store: RunLedger, prefix: str) -> Iterator[str]:
 def retry_waiting(
     run_id: str, *, clients: Clients, config: SubmitterConfig, now: datetime
 ) -> tuple[Outcome | None, float]:
-    """One scheduled retry of a run waiting for capacity.
+    """One scheduled retry of a run waiting for capacity: a stopped run or one whose budget is spent ends
+    (at once, even during a capacity backoff); before the waiting marker's ``not_before`` (the capacity
+    backoff) nothing is started; else the next segment is submitted.
 
     Returns:
-        ``(outcome, seconds waited so far)``: the outcome is ``None`` when the marker was gone; the wait
-        is 0 unless the run is still waiting.
+        ``(outcome, seconds waited so far)``: the outcome is ``None`` when the marker was gone or its
+        ``not_before`` is still ahead; the wait is 0 unless the run is still waiting.
     """
     store = RunLedger.of(clients, config)
     state = runs.load_run(store, run_id)
@@ -461,11 +497,14 @@ def retry_waiting(
         ended = spec.budget_exhausted(state.record.run, segments=index - 1, instance_hours=used, now=now)
     if ended is not None:
         return _end(store, state, {**base, "decision": ended.decision, "reason": ended.reason}, now), 0.0
+    since = parse_iso(state.waiting.get("since"))
+    waited = max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+    not_before = parse_iso(state.waiting.get("not_before"))
+    if not_before is not None and now < not_before:
+        return None, waited  # the capacity backoff: nothing starts before it
     base["decided_at"] = spec.format_time(now)
     outcome = _start_segment(state, index, base, clients=clients, config=config, now=now)
-    since = parse_iso(state.waiting.get("since"))
-    waiting = outcome.decision == spec.WAITING_FOR_CAPACITY and since is not None
-    return outcome, max(0.0, (now - since).total_seconds()) if waiting and since else 0.0
+    return outcome, waited if outcome.decision == spec.WAITING_FOR_CAPACITY else 0.0
 
 
 def reconcile(run_id: str, *, clients: Clients, config: SubmitterConfig, now: datetime) -> Outcome | None:

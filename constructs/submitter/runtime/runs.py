@@ -208,10 +208,12 @@ def run_view(clients: Clients, config: SubmitterConfig, state: RunState, now: da
         "budget", "created", "instance_hours", "segments": [{"index", "training_job_name", "status",
         "secondary_status", "capacity": {"type", "training_plan_arn"?}, "start_time", "end_time",
         "first_step", "last_step", "tokens", "instance_hours", "failure_reason"?, "decision"?}],
-        "idle_gaps_s": [seconds between segment i's end and segment i+1's start], "waiting_since"?}``.
+        "idle_gaps_s": [seconds between segment i's end and segment i+1's start], "waiting_since"?,
+        "not_before"?}``.
         ``state`` is ``running``, ``waiting-for-capacity``, ``continuing`` (a segment is being
         submitted), or the terminal decision that ended it (``finished``, ``stopped``, ...);
-        ``stopped_by`` is that decision and ``reason`` its reason.
+        ``stopped_by`` is that decision and ``reason`` its reason; ``not_before`` (ISO 8601 UTC): a run
+        waiting after segments that never trained starts its next segment no earlier than this.
     """
     descriptions = segments_of(clients, state)
     newest, _ = newest_checkpoint(clients, config, state.run_id)
@@ -281,17 +283,20 @@ def _segment_row(
 
 
 def _run_state(state: RunState, descriptions: list[dict[str, Any]]) -> dict[str, Any]:
-    """``state`` (and ``stopped_by``, ``reason``, ``waiting_since``) of :func:`run_view`."""
+    """``state`` (and ``stopped_by``, ``reason``, ``waiting_since``, ``not_before``) of :func:`run_view`."""
     ended = terminal_record(state)
     if ended is not None:
         return {"state": ended["decision"], "stopped_by": ended["decision"], "reason": ended.get("reason")}
     if state.waiting is not None:
         waiting = state.waiting
-        return {
+        view = {
             "state": spec.WAITING_FOR_CAPACITY,
             "waiting_since": waiting.get("since"),
             "reason": waiting.get("reason"),
         }
+        if waiting.get("not_before"):
+            view["not_before"] = waiting["not_before"]  # the capacity backoff: no segment starts before it
+        return view
     if descriptions and descriptions[-1].get("TrainingJobStatus") in ("InProgress", "Stopping"):
         return {"state": "running"}
     return {"state": "continuing"}
