@@ -61,6 +61,26 @@ waits for capacity meanwhile, retried by the continuation's schedule). The :data
 failure in a row ends the run ``no-progress``, and a wait that would pass the run's ``deadline`` ends it
 ``budget-deadline`` at once.
 
+**The budget bounds the running segment** (:func:`segment_runtime`), not only the decision at its end:
+every segment's ``MaxRuntimeInSeconds`` is the least of ``max_runtime_hours``, the time left until the
+``deadline`` (from when the segment starts: now, or the start of the training-plan block it waits for)
+and the instance-hours left divided by its instance count. When the deadline or the instance-hours
+leave less than the segment floor (the larger of SageMaker's least ``MaxRuntimeInSeconds`` and the
+trainer's stop margin plus ``min_segment_minutes``: a shorter segment would mostly pay its start-up and
+may not save a step), no segment starts: the submission is refused naming ``run.deadline`` or
+``run.max_instance_hours``, and a run's next segment ends the run with ``budget-deadline`` or
+``budget-instance-hours``. The instance count never shrinks to fit: it is the training's layout (the
+FSDP world size, hence the global batch, the per-GPU memory the planner checked and the data order of
+the resumed checkpoint), which a run keeps across segments; only the time is bounded. SageMaker stops a
+segment at ``MaxRuntimeInSeconds`` with ``SIGTERM``, on which the trainer saves its checkpoint, and
+reports ``Stopped`` / ``MaxRuntimeExceeded``: a capacity end, then judged by the budget.
+
+**Continuing an ended run** (:data:`CONTINUABLE_DECISIONS`): a run that ended ``budget-*``,
+``stopped`` or ``no-progress`` keeps its checkpoints and may be continued on purpose with a new budget
+(the job API's ``continue_run``): its next segment resumes from the newest complete checkpoint. A run
+that ``finished`` or ``failed`` (its code failed, its final export failed, or a segment was refused)
+is not continued: nothing is left to train, or the same code would fail again.
+
 Pure Python, standard library only.
 """
 
@@ -73,7 +93,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON
+from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON, STOP_MARGIN_S
 from platform_spec.errors import FieldError
 
 __all__ = [
@@ -84,6 +104,7 @@ __all__ = [
     "CAPACITY_BACKOFF_BASE_S",
     "CAPACITY_BACKOFF_CEILING_S",
     "CAPACITY_ERROR",
+    "CONTINUABLE_DECISIONS",
     "CONTINUE",
     "DECISIONS",
     "FAILED",
@@ -104,6 +125,7 @@ __all__ = [
     "Decision",
     "RunSpec",
     "SegmentOutcome",
+    "SegmentRuntime",
     "budget_exhausted",
     "capacity_backoff_s",
     "capacity_end",
@@ -114,7 +136,9 @@ __all__ = [
     "parse_segment_job_name",
     "run_checkpoint_prefix",
     "segment_client_token",
+    "segment_floor_s",
     "segment_job_name",
+    "segment_runtime",
 ]
 
 TAG_RUN_ID = "platform:run-id"
@@ -179,6 +203,16 @@ TERMINAL_DECISIONS: tuple[str, ...] = (
     NO_PROGRESS,
 )
 """The decisions that end a run."""
+CONTINUABLE_DECISIONS: tuple[str, ...] = (
+    BUDGET_SEGMENTS,
+    BUDGET_DEADLINE,
+    BUDGET_INSTANCE_HOURS,
+    STOPPED,
+    NO_PROGRESS,
+)
+"""The terminal decisions after which a run may be continued on purpose (module docstring): its budget ran
+out, someone stopped it, or a segment made no progress (a stalled data loader or a lost block may not
+recur). ``finished`` and ``failed`` are final."""
 
 TERMINAL_JOB_STATUSES: tuple[str, ...] = ("Completed", "Failed", "Stopped")
 """``TrainingJobStatus`` values of a job that has ended."""
@@ -494,6 +528,93 @@ def budget_exhausted(spec: RunSpec, *, segments: int, instance_hours: float, now
             f"the segments used {instance_hours:.2f} of max_instance_hours {spec.max_instance_hours:g} instance-hours",
         )
     return None
+
+
+@dataclass(frozen=True)
+class SegmentRuntime:
+    """How long a run's segment may run (:func:`segment_runtime`).
+
+    Attributes:
+        seconds: its ``StoppingCondition.MaxRuntimeInSeconds`` (whole seconds, rounded down); 0 when ``ended``.
+        bound_by: the field that set it: ``max_runtime_hours``, ``run.deadline`` or ``run.max_instance_hours``.
+        reason: one phrase with the figures (``"14.2 min left until the deadline 2026-03-01T00:00:00Z"``).
+        until_deadline_s: seconds from the segment's start to the run's deadline (``None`` without one): a
+            spot segment's ``MaxWaitTimeInSeconds`` (wait plus run) is held within it too.
+        ended: the budget decision (``budget-deadline`` / ``budget-instance-hours``) when the deadline or the
+            instance-hours leave less than the segment floor: no segment may start; ``None`` otherwise.
+    """
+
+    seconds: int
+    bound_by: str
+    reason: str
+    until_deadline_s: int | None = None
+    ended: Decision | None = None
+
+
+def segment_floor_s(spec: RunSpec, least_runtime_s: int) -> float:
+    """The least time (seconds) a budget may leave a segment (module docstring): the larger of SageMaker's least
+    ``MaxRuntimeInSeconds`` (``least_runtime_s``, from botocore's model: 1) and the trainer's stop margin
+    (:data:`platform_spec.capacity.STOP_MARGIN_S`, 300 s) plus the run's ``min_segment_minutes`` (default 30)."""
+    return max(float(least_runtime_s), STOP_MARGIN_S + spec.min_segment_s)
+
+
+def segment_runtime(
+    spec: RunSpec,
+    *,
+    max_runtime_s: int,
+    instance_count: int,
+    instance_hours: float,
+    starts: datetime,
+    least_runtime_s: int,
+) -> SegmentRuntime:
+    """The ``MaxRuntimeInSeconds`` of a run's next segment: the least of the three bounds (module docstring).
+
+    Args:
+        spec: the run's budget (a continued run's newest).
+        max_runtime_s: the request's ``max_runtime_hours`` in seconds.
+        instance_count: the segment's ``InstanceCount`` (>= 1; never changed to fit the budget).
+        instance_hours: instance-hours the run's earlier segments used (``InstanceCount`` x their
+            ``TrainingEndTime`` - ``TrainingStartTime``, from their descriptions).
+        starts: when the segment starts running (aware): now, or the start of the plan block it waits for.
+        least_runtime_s: SageMaker's least ``MaxRuntimeInSeconds`` (botocore's model).
+
+    Returns:
+        The runtime; its ``ended`` is set, and ``seconds`` 0, when ``run.deadline`` or
+        ``run.max_instance_hours`` leaves less than :func:`segment_floor_s`. ``max_runtime_hours`` wins ties
+        and is never refused here (it is the request's own limit).
+    """
+    limits: list[tuple[float, str, str]] = [
+        (float(max_runtime_s), "max_runtime_hours", f"max_runtime_hours {max_runtime_s / 3600:g}")
+    ]
+    until_deadline: int | None = None
+    if spec.deadline is not None:
+        left = (spec.deadline - starts).total_seconds()
+        until_deadline = max(0, math.floor(left))
+        limits.append(
+            (left, "run.deadline", f"{left / 60:.1f} min left until the deadline {format_time(spec.deadline)}")
+        )
+    if spec.max_instance_hours is not None:
+        hours_left = spec.max_instance_hours - instance_hours
+        left = hours_left * 3600.0 / instance_count
+        limits.append(
+            (
+                left,
+                "run.max_instance_hours",
+                f"{hours_left:.4g} of max_instance_hours {spec.max_instance_hours:g} left ({instance_hours:.4g} used) "
+                f"over {instance_count} instance(s): {left / 60:.1f} min",
+            )
+        )
+    seconds, bound_by, why = min(limits, key=lambda limit: limit[0])
+    floor = segment_floor_s(spec, least_runtime_s)
+    if bound_by != "max_runtime_hours" and seconds < floor:
+        decision = BUDGET_DEADLINE if bound_by == "run.deadline" else BUDGET_INSTANCE_HOURS
+        reason = (
+            f"{why}, less than a segment's least {floor / 60:g} min (the trainer's {STOP_MARGIN_S / 60:g} min stop "
+            f"margin + min_segment_minutes {spec.min_segment_s / 60:g}; SageMaker's least MaxRuntimeInSeconds is "
+            f"{least_runtime_s} s)"
+        )
+        return SegmentRuntime(0, bound_by, reason, until_deadline, Decision(decision, reason))
+    return SegmentRuntime(max(least_runtime_s, math.floor(seconds)), bound_by, why, until_deadline)
 
 
 def decide(

@@ -293,3 +293,66 @@ def test_the_budget_and_the_cap_still_apply_to_capacity_failures():
     code = runs.SegmentOutcome(3, "Failed", "Failed", runs.failure_reason(runs.ALGORITHM_ERROR, "CapacityError: x"))
     got = _decide(code, capacity_failures_before=runs.MAX_CAPACITY_FAILURES - 1)
     assert got.decision == runs.FAILED and got.capacity_failures == 0
+
+
+def _runtime(spec: runs.RunSpec, *, count: int = 1, used: float = 0.0, starts: datetime = NOW, max_s: int = 86400):
+    return runs.segment_runtime(
+        spec, max_runtime_s=max_s, instance_count=count, instance_hours=used, starts=starts, least_runtime_s=1
+    )
+
+
+def test_the_issues_dry_run_is_refused_by_the_budget_it_breaks():
+    """Issue 24: 8 instances, max_runtime_hours 24, a deadline 10 minutes away and max_instance_hours 1 was validated
+    with MaxRuntimeInSeconds 86400. 1 instance-hour over 8 instances is 7.5 min, below the deadline's 10."""
+    spec = runs.RunSpec("r1", deadline=NOW + timedelta(minutes=10), max_instance_hours=1.0)
+    got = _runtime(spec, count=8)
+    assert got.seconds == 0 and got.bound_by == "run.max_instance_hours"
+    assert got.ended is not None and got.ended.decision == runs.BUDGET_INSTANCE_HOURS
+    assert "7.5 min" in got.reason and "35 min" in got.reason
+    deadline_only = _runtime(runs.RunSpec("r1", deadline=NOW + timedelta(minutes=10)), count=8)
+    assert deadline_only.ended is not None and deadline_only.ended.decision == runs.BUDGET_DEADLINE
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "used", "starts", "seconds", "bound_by"),
+    [
+        (runs.RunSpec("r1"), 8, 0.0, NOW, 86400, "max_runtime_hours"),
+        (
+            runs.RunSpec("r1", deadline=NOW + timedelta(hours=2), max_instance_hours=100),
+            8,
+            0.0,
+            NOW,
+            7200,
+            "run.deadline",
+        ),
+        (runs.RunSpec("r1", max_instance_hours=10), 2, 6.0, NOW, 7200, "run.max_instance_hours"),  # 4 h left / 2
+        (runs.RunSpec("r1", max_instance_hours=10), 2, 6.0001, NOW, 7199, "run.max_instance_hours"),  # rounded down
+        # a plan block the segment waits for: the deadline counts from its start
+        (runs.RunSpec("r1", deadline=NOW + timedelta(hours=3)), 1, 0.0, NOW + timedelta(hours=2), 3600, "run.deadline"),
+        (runs.RunSpec("r1", deadline=NOW + timedelta(days=2)), 1, 0.0, NOW, 86400, "max_runtime_hours"),  # tie-free
+        (runs.RunSpec("r1", deadline=NOW + timedelta(hours=24)), 1, 0.0, NOW, 86400, "max_runtime_hours"),  # a tie
+    ],
+)
+def test_a_segment_runs_the_least_of_its_three_bounds(spec, count, used, starts, seconds, bound_by):
+    got = _runtime(spec, count=count, used=used, starts=starts)
+    assert (got.seconds, got.bound_by, got.ended) == (seconds, bound_by, None)
+
+
+def test_the_segment_floor_is_the_stop_margin_plus_min_segment_minutes_at_least_sagemakers_least():
+    spec = runs.RunSpec("r1", deadline=NOW + timedelta(seconds=STOP_MARGIN_S + 60), min_segment_minutes=1)
+    assert runs.segment_floor_s(spec, 1) == STOP_MARGIN_S + 60
+    assert runs.segment_floor_s(spec, 10_000) == 10_000  # SageMaker's least, were it larger
+    assert _runtime(spec).seconds == STOP_MARGIN_S + 60  # exactly the floor: allowed
+    late = _runtime(spec, starts=NOW + timedelta(seconds=1))
+    assert late.ended is not None and late.ended.decision == runs.BUDGET_DEADLINE and late.seconds == 0
+    past = _runtime(runs.RunSpec("r1", deadline=NOW - timedelta(hours=1)))
+    assert past.ended is not None and past.until_deadline_s == 0
+    spent = _runtime(runs.RunSpec("r1", max_instance_hours=1), used=1.5)  # already over: negative left
+    assert spent.ended is not None and spent.ended.decision == runs.BUDGET_INSTANCE_HOURS
+    # the request's own max_runtime_hours is never refused here, however short
+    assert _runtime(runs.RunSpec("r1", max_instance_hours=100), max_s=60).seconds == 60
+
+
+def test_continuable_decisions_are_terminal_and_exclude_finished_and_failed():
+    assert set(runs.CONTINUABLE_DECISIONS) <= set(runs.TERMINAL_DECISIONS)
+    assert set(runs.TERMINAL_DECISIONS) - set(runs.CONTINUABLE_DECISIONS) == {runs.FINISHED, runs.FAILED}

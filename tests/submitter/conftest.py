@@ -22,6 +22,7 @@ from platform_constructs.submitter.runtime import config as _config
 from platform_constructs.submitter.runtime import errors as _errors
 from platform_constructs.submitter.runtime import handler as _handler
 from platform_constructs.submitter.runtime import job as _job
+from platform_constructs.submitter.runtime import ledger as _ledger
 from platform_constructs.submitter.runtime import request as _request
 from platform_constructs.submitter.runtime import request_schema as _request_schema
 from platform_constructs.submitter.runtime import service as _service
@@ -106,6 +107,7 @@ def runtime() -> SimpleNamespace:
         config=_config,
         aws=_aws,
         job=_job,
+        ledger=_ledger,
         capacity=_capacity,
         errors=_errors,
         settings=_settings,

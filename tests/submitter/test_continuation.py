@@ -284,7 +284,6 @@ def test_no_progress_ends_the_run(aws, submit, run_kit):
     [
         ({"max_segments": 1}, None, spec.BUDGET_SEGMENTS),
         ({"deadline": "2099-01-01T00:00:00Z"}, datetime(2099, 1, 2, tzinfo=UTC), spec.BUDGET_DEADLINE),
-        ({"max_instance_hours": 1e-9}, None, spec.BUDGET_INSTANCE_HOURS),
     ],
 )
 def test_budget_exhausted(aws, submit, run_kit, run, now, expected):
@@ -294,6 +293,32 @@ def test_budget_exhausted(aws, submit, run_kit, run, now, expected):
     event = end_segment(aws, run_kit, run_id, 1)
     assert decision(run_kit.handle(event, now=now)) == expected
     assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+
+
+def test_a_budget_that_leaves_the_next_segment_too_little_ends_the_run_with_its_decision(aws, submit, run_kit):
+    """The deadline leaves segment 1 40 min (over the 35 min floor); when it ends 10 min later, 30 min are left:
+    no segment 2, the run ends budget-deadline naming the field (before: segment 2 ran its full 24 h)."""
+    run_id = new_run_id()
+    deadline = datetime.now(UTC) + timedelta(minutes=40)
+    start_run(submit, run_kit, run_id, deadline=spec.format_time(deadline))
+    assert aws.describe_training_job(seg(run_id, 1))["StoppingCondition"]["MaxRuntimeInSeconds"] <= 40 * 60
+    run_kit.checkpoint(run_id, 10)
+    answer = run_kit.handle(end_segment(aws, run_kit, run_id, 1), now=datetime.now(UTC) + timedelta(minutes=10))
+    assert decision(answer) == spec.BUDGET_DEADLINE and "run.deadline" in answer["decision"]["reason"], answer
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+
+
+def test_a_later_segment_runs_what_the_instance_hours_leave(aws, submit, run_kit, runtime, clients, config):
+    """Segment 2 is bounded by the instance-hours its predecessors left (here 1 h of 1.5 used by segment 1)."""
+    run_id = new_run_id()
+    start_run(submit, run_kit, run_id, max_instance_hours=1.5)
+    assert aws.describe_training_job(seg(run_id, 1))["StoppingCondition"]["MaxRuntimeInSeconds"] == 5400
+    record = runtime.ledger.RunLedger.of(clients, config).read_run(run_id)
+    answer = runtime.service.submit_segment(
+        record, 2, budget=record.run, instance_hours_used=0.5, clients=clients, config=config
+    )
+    assert answer["status"] == "submitted", answer
+    assert aws.describe_training_job(seg(run_id, 2))["StoppingCondition"]["MaxRuntimeInSeconds"] == 3600
 
 
 def test_checkpoints_without_marker_or_with_a_foreign_state_are_ignored(aws, submit, run_kit):

@@ -377,3 +377,38 @@ def test_an_unreadable_run_record_stops_its_submission_before_anything_is_writte
         assert listed.get("KeyCount", 0) == 0
     finally:
         aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)  # the other tests list runs too
+
+
+def test_the_issues_dry_run_is_refused_by_its_budget_and_a_fitting_one_is_bounded(submit, run_kit, make_request):
+    """Issue 24: 8 instances, max_runtime_hours 24, a deadline 10 min away and max_instance_hours 1 was validated with
+    MaxRuntimeInSeconds 86400. Now refused naming the budget that binds; a budget that fits bounds the segment."""
+    run_id = new_run_id()
+    soon = spec.format_time(datetime.now(UTC) + timedelta(minutes=10))
+    body = {
+        **run_kit.request(run_id, deadline=soon, max_instance_hours=1),
+        "instance_count": 8,
+        "capacity": "on-demand",
+        "dry_run": True,
+    }
+    answer = submit(body)
+    assert answer["status"] == "rejected" and answer["error"]["field"] == "run.max_instance_hours", answer
+    assert answer["error"]["details"]["budget_decision"] == spec.BUDGET_INSTANCE_HOURS
+    assert "7.5 min" in answer["error"]["message"] and "35 min" in answer["error"]["message"]
+    deadline_only = submit({**body, "run": {"run_id": run_id, "deadline": soon}})
+    assert deadline_only["error"]["field"] == "run.deadline", deadline_only
+
+    later = datetime.now(UTC) + timedelta(hours=3)
+    fits = submit({**body, "run": {"run_id": run_id, "deadline": spec.format_time(later), "max_instance_hours": 16}})
+    assert fits["status"] == "validated", fits
+    assert fits["create_training_job"]["StoppingCondition"]["MaxRuntimeInSeconds"] == 7200  # 16 h / 8 instances
+    assert fits["create_training_job"]["ResourceConfig"]["InstanceCount"] == 8  # never shrunk to fit
+    by_deadline = submit({**body, "run": {"run_id": run_id, "deadline": spec.format_time(later)}})
+    assert 3 * 3600 - 60 < by_deadline["create_training_job"]["StoppingCondition"]["MaxRuntimeInSeconds"] <= 3 * 3600
+
+
+def test_a_spot_segments_wait_ends_by_the_deadline(submit, run_kit):
+    """MaxWaitTimeInSeconds counts the wait and the run: a spot segment may not wait past the run's deadline."""
+    later = datetime.now(UTC) + timedelta(hours=3)
+    body = {**run_kit.request(new_run_id(), deadline=spec.format_time(later)), "capacity": "spot", "dry_run": True}
+    stopping = submit(body)["create_training_job"]["StoppingCondition"]
+    assert stopping["MaxRuntimeInSeconds"] <= stopping["MaxWaitTimeInSeconds"] <= 3 * 3600

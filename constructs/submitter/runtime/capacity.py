@@ -133,6 +133,8 @@ class CapacityChoice:
         training_plan_arn: the plan, for ``training-plan``.
         skipped: plans considered and not used, each ``{"training_plan_arn", "reason"}``.
         rule: which rule decided, one of the ``RULE_*`` values (module docstring; empty: not stated).
+        start_time: for a plan whose block starts later, when the job would start (UTC; it waits ``Pending``
+            until then); ``None``: as soon as it is created. A run's deadline bounds its runtime from then.
     """
 
     type: str
@@ -140,6 +142,7 @@ class CapacityChoice:
     training_plan_arn: str | None = None
     skipped: tuple[PlanVerdict, ...] = field(default_factory=tuple)
     rule: str = ""
+    start_time: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -450,6 +453,7 @@ def _best_plan(request: SubmitRequest, verdicts: list[PlanVerdict]) -> CapacityC
         training_plan_arn=best.training_plan_arn,
         skipped=skipped,
         rule=rule,
+        start_time=None if best.starts_now else best.start_time,
     )
 
 

@@ -419,7 +419,13 @@ def _start_segment(
         return _end(
             store, state, {**record, "decision": spec.STOPPED, "reason": "the run was stopped (stop requested)"}, now
         )
-    response = submit_segment(state.record, index, clients=clients, config=config, now=now)
+    used = record.get("instance_hours")  # through segment index - 1: its decision's (or the one it copies)
+    if not isinstance(used, (int, float)):
+        used = sum(float(d.get("segment_instance_hours") or 0.0) for i, d in state.decisions.items() if i < index)
+    response = submit_segment(
+        state.record, index, budget=state.record.run, instance_hours_used=float(used), clients=clients, config=config,
+        now=now,
+    )  # fmt: skip
     if response.get("status") == "submitted":
         name = spec.segment_job_name(state.run_id, index)
         if state.waiting is not None:
@@ -434,10 +440,13 @@ def _start_segment(
     error = response.get("error") or {}
     code, message = error.get("code"), error.get("message")
     if code not in CAPACITY_REFUSALS:
+        # a budget that leaves too little for a segment ends the run with its budget decision (service.submit)
+        ended = (error.get("details") or {}).get("budget_decision")
+        ended = ended if ended in spec.TERMINAL_DECISIONS else spec.FAILED
         return _end(
             store,
             state,
-            {**record, "decision": spec.FAILED, "reason": f"segment {index} was refused ({code}: {message})"},
+            {**record, "decision": ended, "reason": f"segment {index} was refused ({code}: {message})"},
             now,
         )
     since = (state.waiting or {}).get("since") or spec.format_time(now)

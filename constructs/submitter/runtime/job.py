@@ -13,8 +13,10 @@ before, :mod:`.service`):
 * ``CheckpointConfig``: ``s3://<checkpoint bucket>/checkpoints/<job name>/`` (job-unique, ending in ``/``)
   synced with ``/opt/ml/checkpoints``; a run's segments share ``s3://<checkpoint
   bucket>/run-checkpoints/<run_id>/`` (:func:`checkpoint_uri`).
-* ``StoppingCondition``: ``max_runtime_hours`` as ``MaxRuntimeInSeconds``; ``MaxWaitTimeInSeconds``
-  (``max_wait_hours``) only with spot, together with ``EnableManagedSpotTraining``.
+* ``StoppingCondition``: ``max_runtime_hours`` as ``MaxRuntimeInSeconds``, for a run's segment bounded by
+  what its budget leaves (:func:`platform_spec.runs.segment_runtime`); ``MaxWaitTimeInSeconds``
+  (``max_wait_hours``) only with spot, together with ``EnableManagedSpotTraining``, for a run with a
+  ``deadline`` held within it (the wait counts the run too).
 * no ``Environment``: the NCCL/EFA settings live in the trainer image (``training/Dockerfile``, which
   cites AWS's guidance for the installed aws-ofi-nccl plugin), their one home.
 * ``RetryStrategy`` (``max_retry_attempts``), ``HyperParameters`` as strings
@@ -36,7 +38,7 @@ from typing import Any
 
 from platform_spec.errors import FieldError
 from platform_spec.metric_lines import METRIC_DEFINITIONS
-from platform_spec.runs import TAG_RUN_ID, TAG_RUN_SEGMENT, run_checkpoint_prefix
+from platform_spec.runs import TAG_RUN_ID, TAG_RUN_SEGMENT, SegmentRuntime, run_checkpoint_prefix
 
 from . import sagemaker_rules as model
 from . import settings
@@ -70,6 +72,7 @@ def build_create_training_job(
     capacity: CapacityChoice,
     config: SubmitterConfig,
     fingerprint: str | None = None,
+    runtime: SegmentRuntime | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``sagemaker.create_training_job`` (see module docstring).
 
@@ -77,6 +80,8 @@ def build_create_training_job(
         fingerprint: the value of the :data:`.training_job.TAG_REQUEST_SHA256` tag; default
             ``request.fingerprint()`` (equal for an auto-tuned request: it hashes
             what the caller sent).
+        runtime: a run's segment's runtime within its budget (``MaxRuntimeInSeconds``, and the deadline that
+            bounds a spot wait); default: ``max_runtime_hours``.
 
     Raises:
         Refusal: ``InvalidRequest`` when a SageMaker limit is exceeded (:func:`check_limits`).
@@ -86,11 +91,15 @@ def build_create_training_job(
         "InstanceCount": request.instance_count,
         "VolumeSizeInGB": config.volume_size_gb,
     }
-    stopping: dict[str, int] = {"MaxRuntimeInSeconds": request.max_runtime_seconds}
+    seconds = request.max_runtime_seconds if runtime is None else runtime.seconds
+    stopping: dict[str, int] = {"MaxRuntimeInSeconds": seconds}
     if capacity.type == "training-plan":
         resource["TrainingPlanArn"] = capacity.training_plan_arn
     if capacity.type == "spot":
-        stopping["MaxWaitTimeInSeconds"] = request.spot_wait_seconds()
+        wait = request.spot_wait_seconds()
+        if runtime is not None and runtime.until_deadline_s is not None:
+            wait = min(wait, runtime.until_deadline_s)
+        stopping["MaxWaitTimeInSeconds"] = max(seconds, wait)
 
     params: dict[str, Any] = {
         "TrainingJobName": job_name,

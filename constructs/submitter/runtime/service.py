@@ -70,6 +70,7 @@ from .errors import DeadlineExceeded, Refusal, invalid
 from .job import build_create_training_job, job_name_for
 from .ledger import Ledger, Record, RunLedger, RunRecord, TokenLedger, TokenRecord
 from .request import SubmitRequest, check_instance, parse_request, token_digest
+from .sagemaker_rules import bounds
 from .settings import SERVICE_NAME
 from .training_job import (
     FINGERPRINT_VERSION,
@@ -95,6 +96,8 @@ def submit(
     now: datetime | None = None,
     deadline: Deadline | None = None,
     segment: int = 1,
+    budget: runspec.RunSpec | None = None,
+    instance_hours_used: float = 0.0,
 ) -> dict[str, Any]:
     """Validate ``event`` and create (or, for ``dry_run``, plan) one SageMaker training job.
 
@@ -107,6 +110,11 @@ def submit(
             the deadline already in scope, else none (no bound beyond the clients' timeouts).
         segment: for a request with ``run``, the segment to create (1: the caller's request; the
             continuation submits the next ones, :func:`submit_segment`).
+        budget: for a later segment, the run's budget now (a continued run's newest); default: the request's.
+        instance_hours_used: for a later segment, the instance-hours the run's earlier segments used.
+        A run's segment runs at most what its budget leaves (:func:`platform_spec.runs.segment_runtime`):
+        ``InvalidRequest`` naming ``run.deadline`` or ``run.max_instance_hours`` (``details.budget_decision``:
+        the decision that ends the run) when that is below a segment's floor.
 
     Returns:
         ``{"status": "submitted", "training_job_name", "training_job_arn",
@@ -127,7 +135,7 @@ def submit(
     """
     with deadline_scope(deadline if deadline is not None else current_deadline()) as scoped:
         try:
-            return _submit(event, clients, config, now or datetime.now(UTC), segment)
+            return _submit(event, clients, config, now or datetime.now(UTC), segment, budget, instance_hours_used)
         except Refusal as refusal:
             logger.info(
                 "request refused",
@@ -150,11 +158,22 @@ def submit(
 
 
 def submit_segment(
-    record: RunRecord, index: int, *, clients: Clients, config: SubmitterConfig, now: datetime | None = None
+    record: RunRecord,
+    index: int,
+    *,
+    budget: runspec.RunSpec,
+    instance_hours_used: float,
+    clients: Clients,
+    config: SubmitterConfig,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Submit segment ``index`` of the run whose ``run.json`` the continuation read, from the request it holds
-    (:func:`submit`'s path, answers and faults; ``run.json`` is not read again)."""
-    return submit(record.request, clients=clients, config=config, now=now, segment=index)
+    (:func:`submit`'s path, answers and faults; ``run.json`` is not read again), within ``budget`` (the run's
+    newest: a continued run's) less the ``instance_hours_used`` by its earlier segments."""
+    return submit(
+        record.request, clients=clients, config=config, now=now, segment=index, budget=budget,
+        instance_hours_used=instance_hours_used,
+    )  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -179,12 +198,24 @@ class _Submission:
     """The run's claim this submission works under (the ``run.json`` it wrote or found as its own)."""
     held: list[tuple[Ledger, Record]] = dataclasses.field(default_factory=list)
     """The claims this submission works under: released when SageMaker refuses its job."""
+    budget: runspec.RunSpec | None = None
+    """A run's budget now (the request's, or a continued run's newest); ``None`` without ``run``."""
+    instance_hours_used: float = 0.0
+    """Instance-hours the run's earlier segments used."""
 
     def __post_init__(self) -> None:
         self.fingerprint = self.request.fingerprint()
 
 
-def _submit(event: Any, clients: Clients, config: SubmitterConfig, now: datetime, index: int) -> dict[str, Any]:
+def _submit(
+    event: Any,
+    clients: Clients,
+    config: SubmitterConfig,
+    now: datetime,
+    index: int,
+    budget: runspec.RunSpec | None,
+    instance_hours_used: float,
+) -> dict[str, Any]:
     request = parse_request(event, config)
     run = request.run
     if run is None:
@@ -196,7 +227,8 @@ def _submit(event: Any, clients: Clients, config: SubmitterConfig, now: datetime
         job_name=runspec.segment_job_name(run.run_id, index),
         client_token=runspec.segment_client_token(run.run_id, index),
     )
-    sub = _Submission(request, event, clients, config, now)
+    sub = _Submission(request, event, clients, config, now, budget=budget or run)
+    sub.instance_hours_used = instance_hours_used
     if index == 1:
         sub.runs = RunLedger.of(clients, config)
         sub.run_found = sub.runs.read_run(run.run_id)
@@ -289,7 +321,7 @@ def _settle(sub: _Submission, refused: Exception | None) -> dict[str, Any]:
         elif refused is not None:
             raise refused
         else:
-            _check_run_deadline(sub.request, sub.now)
+            _segment_runtime(sub, None)  # the budget refuses before the plans are read
             try:
                 candidates = candidates or choose_capacity(
                     _tuned(sub), clients=sub.clients, config=sub.config, now=sub.now
@@ -324,8 +356,9 @@ def _submit_as(sub: _Submission, slot: _Slot, candidates: list[CapacityChoice]) 
     """Create the job under ``slot`` (for ``dry_run``, answer what would be sent) after claiming what it needs: the
     token (``None`` when another request claimed it first) and the run's ``run.json``."""
     first = build_create_training_job(
-        _tuned(sub), job_name=slot.job_name, capacity=candidates[0], config=sub.config, fingerprint=sub.fingerprint
-    )
+        _tuned(sub), job_name=slot.job_name, capacity=candidates[0], config=sub.config, fingerprint=sub.fingerprint,
+        runtime=_segment_runtime(sub, candidates[0]),
+    )  # fmt: skip
     logger.info(
         "capacity chosen",
         extra={"training_job_name": slot.job_name, "capacity": candidates[0].to_dict(), "dry_run": sub.request.dry_run},
@@ -359,11 +392,39 @@ def _tuned(sub: _Submission) -> SubmitRequest:
     return sub.tuned if sub.tuned is not None else sub.request
 
 
-def _check_run_deadline(request: SubmitRequest, now: datetime) -> None:
-    run = request.run
-    if run is not None and request.segment == 1 and run.deadline is not None and run.deadline <= now:
-        expected = f"a time after now ({runspec.format_time(now)})"
-        raise invalid(FieldError("run.deadline", runspec.format_time(run.deadline), expected))
+def _segment_runtime(sub: _Submission, choice: CapacityChoice | None) -> runspec.SegmentRuntime | None:
+    """A run's segment's runtime on ``choice`` (``None``: starting now), within its budget
+    (:func:`platform_spec.runs.segment_runtime`); ``None`` for a request without ``run``.
+
+    Raises:
+        Refusal: ``InvalidRequest`` naming ``run.deadline`` or ``run.max_instance_hours`` when the budget leaves
+            less than a segment's floor (``details``: ``budget_decision``, the decision that ends a run then,
+            and ``least_segment_s``).
+    """
+    budget, request = sub.budget, _tuned(sub)
+    if budget is None:
+        return None
+    starts = choice.start_time if choice is not None and choice.start_time is not None else sub.now
+    runtime = runspec.segment_runtime(
+        budget, max_runtime_s=request.max_runtime_seconds, instance_count=request.instance_count,
+        instance_hours=sub.instance_hours_used, starts=max(starts, sub.now), least_runtime_s=least_runtime_s(),
+    )  # fmt: skip
+    if runtime.ended is None:
+        return runtime
+    floor = runspec.segment_floor_s(budget, least_runtime_s())
+    value: Any = budget.max_instance_hours
+    if runtime.bound_by == "run.deadline" and budget.deadline is not None:
+        value = runspec.format_time(budget.deadline)
+    expected = f"a budget that leaves the run's next segment at least {floor / 60:g} min"
+    raise invalid(
+        FieldError(runtime.bound_by, value, expected, detail=runtime.reason),
+        details={"budget_decision": runtime.ended.decision, "least_segment_s": floor},
+    )
+
+
+def least_runtime_s() -> int:
+    """SageMaker's least ``StoppingCondition.MaxRuntimeInSeconds`` (botocore's model)."""
+    return bounds("StoppingCondition.MaxRuntimeInSeconds")[0] or 1
 
 
 def _create(sub: _Submission, job_name: str, candidates: list[CapacityChoice]) -> dict[str, Any]:
@@ -372,8 +433,9 @@ def _create(sub: _Submission, job_name: str, candidates: list[CapacityChoice]) -
     quota_refusals: list[Refusal] = []
     for choice in candidates:
         params = build_create_training_job(
-            _tuned(sub), job_name=job_name, capacity=choice, config=sub.config, fingerprint=sub.fingerprint
-        )
+            _tuned(sub), job_name=job_name, capacity=choice, config=sub.config, fingerprint=sub.fingerprint,
+            runtime=_segment_runtime(sub, choice),
+        )  # fmt: skip
         try:
             created = sub.clients.sagemaker.create_training_job(**params)
         except Exception as exc:
