@@ -14,6 +14,10 @@ and draws the answers as tables (:mod:`trainctl.tables`):
   and what stopped the run;
 * ``trainctl runs RUN_ID --stop``: stop the run (its running segment gets ``StopTrainingJob``; no further
   segment starts); a run already stopped or ended answers its state.
+* ``trainctl runs RUN_ID --continue [--max-segments N] [--deadline T] [--max-instance-hours H]
+  [--min-segment-minutes M] [--client-token T]``: continue a run that ended ``budget-*``, ``stopped`` or
+  ``no-progress`` from its newest complete checkpoint, with the budget changed as given (``continue_run``;
+  a generated client token is printed: a retry with it answers the same segment).
 
 ``--json`` prints the job API's answer as it is.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,12 +39,37 @@ EXIT_FAILED = 2
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REFUSED", "run_blocks", "run_request", "runs_blocks", "show_runs"]
 
 
-def run_request(run_id: str | None, *, stop: bool = False, max_results: int | None = None) -> dict[str, Any]:
-    """The job API request ``trainctl runs`` sends: ``list_runs``, or ``describe`` / ``stop`` of ``run_id``.
+def run_request(
+    run_id: str | None,
+    *,
+    stop: bool = False,
+    max_results: int | None = None,
+    resume: bool = False,
+    budget: Mapping[str, Any] | None = None,
+    client_token: str | None = None,
+) -> dict[str, Any]:
+    """The job API request ``trainctl runs`` sends: ``list_runs``, or ``describe`` / ``stop`` of ``run_id``, or with
+    ``resume`` ``continue_run`` of it with the ``budget`` fields given (``None`` values left out) and ``client_token``
+    (default: a generated one, :data:`trainctl.submitter_client.GENERATED_TOKEN_PREFIX` + UUID4).
 
     Raises:
-        ValueError: ``stop`` without a ``run_id``.
+        ValueError: ``stop`` or ``resume`` without a ``run_id``, both, or a budget field or ``client_token``
+            without ``resume`` (naming its flag).
     """
+    given = {key: value for key, value in (budget or {}).items() if value is not None}
+    if client_token is not None:
+        given["client_token"] = client_token
+    if not resume and given:
+        raise ValueError(f"{', '.join('--' + key.replace('_', '-') for key in given)} needs --continue")
+    if stop and resume:
+        raise ValueError("--stop and --continue: expected one of them")
+    if resume:
+        if run_id is None:
+            raise ValueError("--continue needs a RUN_ID (which run to continue)")
+        from trainctl.submitter_client import GENERATED_TOKEN_PREFIX
+
+        given.setdefault("client_token", f"{GENERATED_TOKEN_PREFIX}{uuid.uuid4()}")
+        return {"action": "continue_run", "run_id": run_id, **given}
     if run_id is None:
         if stop:
             raise ValueError("--stop needs a RUN_ID (which run to stop)")
@@ -212,8 +242,12 @@ def show_runs(
     as_json: bool = False,
     max_results: int | None = None,
     next_token: str | None = None,
+    resume: bool = False,
+    budget: Mapping[str, Any] | None = None,
+    client_token: str | None = None,
 ) -> int:
-    """``trainctl runs``: list the runs, or show (``stop``: stop) one, through the job API.
+    """``trainctl runs``: list the runs, or show (``stop``: stop; ``resume``: continue with ``budget`` and
+    ``client_token``, :func:`run_request`) one, through the job API.
 
     Returns:
         :data:`EXIT_OK`; :data:`EXIT_REFUSED` when the job API refused the request (unknown run,
@@ -229,7 +263,9 @@ def show_runs(
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
     try:
-        request = run_request(run_id, stop=stop, max_results=max_results)
+        request = run_request(
+            run_id, stop=stop, max_results=max_results, resume=resume, budget=budget, client_token=client_token
+        )
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -252,6 +288,15 @@ def show_runs(
         blocks = runs_blocks(response)
     elif "run" in response:
         blocks = run_blocks(response["run"])
+    elif status == "continued":
+        again = " (replayed: the segment this client_token started)" if response.get("replayed") else ""
+        print(
+            f"run {run_id}: continued from {(response.get('previous') or {}).get('decision')}: segment "
+            f"{response.get('segment')}, {response.get('training_job_name')}{again}; budget "
+            f"{_budget(response.get('budget'))}; client_token {request['client_token']} (a retry with it answers the "
+            "same segment)"
+        )
+        return EXIT_OK
     else:  # a stop's answer, in a line
         what = {
             "stopping": f"stopping: {response.get('training_job_name')} gets StopTrainingJob; no next segment starts",

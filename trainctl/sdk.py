@@ -512,6 +512,51 @@ class Platform:
             job.wait(logs=logs)
         return job
 
+    def continue_run(
+        self,
+        run_id: str,
+        *,
+        client_token: str | None = None,
+        max_segments: int | None = None,
+        deadline: str | None = None,
+        max_instance_hours: float | None = None,
+        min_segment_minutes: float | None = None,
+    ) -> dict[str, Any]:
+        """Continue the run ``run_id``, which ended ``budget-*``, ``stopped`` or ``no-progress``, from its newest
+        complete checkpoint (the job API's ``continue_run``). Each budget argument given replaces the run's
+        (``max_segments`` and ``max_instance_hours`` are the run's totals; ``deadline`` ISO 8601 with a time zone).
+
+        Args:
+            client_token: the continuation's idempotency key (default: a generated one, in the answer's
+                ``client_token``): a retry with it answers the same segment.
+
+        Returns:
+            ``{"status": "continued", "run_id", "segment", "training_job_name", "training_job_arn", "capacity",
+            "budget", "previous": {"decision", "reason"}, "replayed", "client_token"}``.
+
+        Raises:
+            PlatformRefusal: refused (``Conflict``: the run is active or ended finished / failed; ``InvalidRequest``
+                naming a budget field that leaves the next segment too little; the segment's own refusal).
+            trainctl.submitter_client.SubmitError: no answer (then retry with the same ``client_token``).
+        """
+        import uuid
+
+        from trainctl.submitter_client import GENERATED_TOKEN_PREFIX
+
+        token = client_token or f"{GENERATED_TOKEN_PREFIX}{uuid.uuid4()}"
+        budget = {
+            "max_segments": max_segments, "deadline": deadline, "max_instance_hours": max_instance_hours,
+            "min_segment_minutes": min_segment_minutes,
+        }  # fmt: skip
+        request = {"action": "continue_run", "run_id": run_id, "client_token": token}
+        request.update({key: value for key, value in budget.items() if value is not None})
+        answer = self._submit(request)
+        if answer.get("status") == "rejected":
+            raise PlatformRefusal(answer)
+        if answer.get("status") != "continued":
+            raise RuntimeError(f"{self.where} answered continue_run with status {answer.get('status')!r}: {answer}")
+        return {**answer, "client_token": token}
+
     def training_job(self, name: str) -> TrainingJob:
         """The SDK's view of the training job ``name`` (``TrainingJob.get``)."""
         _require_sdk()

@@ -143,12 +143,22 @@ def _list_runs(kit: SimpleNamespace) -> None:
     assert kit.act({"action": "list_runs", "max_results": 5})["runs"]
 
 
+def _continue_run(kit: SimpleNamespace) -> None:
+    """A run ended budget-segments, continued (a stop landing while its segment is created stops it), then replayed."""
+    run_id = kit.ended_run()
+    body = {"action": "continue_run", "run_id": run_id, "client_token": f"t-{uuid.uuid4()}", "max_segments": 2}
+    kit.stop_marker(run_id, 2)  # as a stop of the run arriving between the continuation's record and its job
+    assert kit.act(body)["stopped_on_start"] is True
+    assert kit.act(body)["replayed"] is True
+
+
 SCENARIOS: dict[str, Callable[[SimpleNamespace], None]] = {
     actions.SUBMIT: _submit,
     "describe": _describe,
     "list": _list,
     "stop": _stop,
     "list_runs": _list_runs,
+    "continue_run": _continue_run,
 }
 
 
@@ -170,6 +180,22 @@ def kit(aws, env, config, submit, make_request, run_kit, runtime):
         run_kit.checkpoint(run_id, 10)
         return run_id
 
+    def ended_run() -> str:
+        run_id = _run_id()
+        assert submit(run_kit.request(run_id, max_segments=1))["status"] == "submitted"
+        run_kit.checkpoint(run_id, 10)
+        aws.set_job_status(spec.segment_job_name(run_id, 1), "InProgress")
+        aws.set_job_status(spec.segment_job_name(run_id, 1), "Completed")
+        assert (
+            run_kit.handle(run_kit.event(spec.segment_job_name(run_id, 1)))["decision"]["decision"] == "budget-segments"
+        )
+        return run_id
+
+    def stop_marker(run_id: str, first_segment: int) -> None:
+        store = runtime.ledger.RunLedger.of(runtime.aws.Clients.create(environ=env), config)
+        claim = store.read_run(run_id)
+        store.create(store.stop_key(claim, first_segment), {"run_id": run_id, "requested_at": "2026-01-01T00:00:00Z"})
+
     def act(event: dict[str, Any]) -> dict[str, Any]:
         answer = actions.dispatch(event, clients=clients, config=config)
         assert answer["status"] != "rejected", answer
@@ -177,7 +203,7 @@ def kit(aws, env, config, submit, make_request, run_kit, runtime):
 
     return SimpleNamespace(
         act=act, calls=calls, clients=clients, running_run=running_run, submit=submit, make_request=make_request,
-        run_kit=run_kit,
+        run_kit=run_kit, ended_run=ended_run, stop_marker=stop_marker,
     )  # fmt: skip
 
 

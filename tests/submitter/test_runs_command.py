@@ -85,6 +85,41 @@ def test_the_requests_it_sends():
     assert run_request("r1", stop=True) == {"action": "stop", "run_id": "r1"}
     with pytest.raises(ValueError, match="RUN_ID"):
         run_request(None, stop=True)
+    budget = {"max_segments": 4, "deadline": None}
+    assert run_request("r1", resume=True, budget=budget, client_token="t1") == {
+        "action": "continue_run", "run_id": "r1", "client_token": "t1", "max_segments": 4,
+    }  # fmt: skip
+    assert run_request("r1", resume=True)["client_token"].startswith("trainctl-")
+    with pytest.raises(ValueError, match="RUN_ID"):
+        run_request(None, resume=True)
+    with pytest.raises(ValueError, match="one of them"):
+        run_request("r1", stop=True, resume=True)
+    with pytest.raises(ValueError, match="--max-segments needs --continue"):
+        run_request("r1", budget=budget)
+
+
+def test_a_stopped_run_is_continued_from_the_command_line_and_the_sdk(aws, submit, run_kit, local_env, env, capsys):
+    from trainctl.sdk import Platform
+
+    run_id = two_segment_run(aws, submit, run_kit)
+    assert main(["runs", run_id, "--local", "--max-segments", "5"]) == EXIT_FAILED  # a budget flag needs --continue
+    assert "--max-segments needs --continue" in capsys.readouterr().err
+    assert main(["runs", run_id, "--local", "--continue"]) == EXIT_REFUSED  # segment 2 still runs
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "Conflict"
+    second = spec.segment_job_name(run_id, 2)
+    aws.set_job_status(second, "InProgress")
+    assert main(["runs", run_id, "--local", "--stop"]) == EXIT_OK
+    aws.set_job_status(second, "Stopped")
+    assert run_kit.handle(run_kit.event(second))["decision"]["decision"] == spec.STOPPED
+    capsys.readouterr()
+
+    argv = ["runs", run_id, "--local", "--continue", "--max-segments", "5", "--client-token", "cli-1"]
+    assert main(argv) == EXIT_OK
+    line = capsys.readouterr().out
+    assert f"continued from stopped: segment 3, {spec.segment_job_name(run_id, 3)}" in line and "cli-1" in line
+    assert main(argv) == EXIT_OK and "replayed" in capsys.readouterr().out
+    answer = Platform.from_env(env).continue_run(run_id, client_token="cli-1", max_segments=5)
+    assert (answer["training_job_name"], answer["replayed"]) == (spec.segment_job_name(run_id, 3), True)
 
 
 def test_idle_gaps_sit_before_the_segment_they_precede():

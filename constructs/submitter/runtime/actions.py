@@ -8,6 +8,7 @@ which checks the request's own table, :data:`.request.FIELDS`); otherwise one of
      "created_after": "2025-06-01T00:00:00Z", "max_results": 20, "next_token": "..."}
     {"action": "stop", "job_name": "gpt-1b-run-7"}               # or "run_id"
     {"action": "list_runs", "max_results": 20, "next_token": "..."}
+    {"action": "continue_run", "run_id": "my-run", "client_token": "...", "max_instance_hours": 400}   # an ended run
 
 An :class:`Action` holds its fields (:class:`.fields.Field` rows, checked before any AWS call as the
 request's are: an unknown field, a wrong type or a value out of range is an ``InvalidRequest`` naming the
@@ -211,6 +212,15 @@ def _submit(event: Mapping[str, Any], *, clients: Clients, config: SubmitterConf
     return submit(event, clients=clients, config=config, now=now)
 
 
+def _continue_run(
+    event: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> dict[str, Any]:
+    """:func:`.continue_run.continue_run` (it submits a segment: imported on first use, as :func:`_submit`)."""
+    from .continue_run import continue_run
+
+    return continue_run(event, clients=clients, config=config, now=now)
+
+
 def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfig, now: datetime) -> dict[str, Any]:
     """``describe`` of one job (``job_name``), or of a run (``run_id``: :func:`.runs.describe_run`).
 
@@ -316,6 +326,10 @@ def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfi
 # --- the table -------------------------------------------------------------------------------------
 
 _RUN_READS = (READ_RUNS, LIST_RUNS)
+_SUBMITS = (
+    DESCRIBE_JOBS, DESCRIBE_PLANS, CREATE_JOBS, CREATE_JOBS_ON_PLANS, PASS_ROLE, READ_PLAN_ARNS, TOKEN_RECORDS,
+    LIST_TOKEN_RECORDS,
+)  # fmt: skip
 
 ACTIONS: Mapping[str, Action] = {
     action.name: action
@@ -325,10 +339,7 @@ ACTIONS: Mapping[str, Action] = {
             _submit,
             fields=None,
             reads_only=False,
-            grants=(
-                DESCRIBE_JOBS, DESCRIBE_PLANS, CREATE_JOBS, CREATE_JOBS_ON_PLANS, PASS_ROLE, READ_PLAN_ARNS, TOKEN_RECORDS,
-                LIST_TOKEN_RECORDS, *_RUN_READS, WRITE_RUNS,
-            ),
+            grants=(*_SUBMITS, *_RUN_READS, WRITE_RUNS),
         ),
         Action(
             "describe",
@@ -370,6 +381,13 @@ ACTIONS: Mapping[str, Action] = {
             ),
             reads_only=True,
             grants=_RUN_READS,
+        ),
+        Action(
+            "continue_run",
+            _continue_run,
+            fields=None,  # its table is runtime/continue_run.py's, imported with the handler
+            reads_only=False,
+            grants=(*_SUBMITS, *_RUN_READS, WRITE_RUNS, STOP_JOBS),
         ),
     )
 }  # fmt: skip

@@ -343,7 +343,7 @@ def _decide(
     used = hours_before + instance_hours(description)
     decision = spec.decide(
         outcome,
-        spec=state.record.run,
+        spec=state.budget,
         newest_segment=newest_segment,
         already_decided=already_decided,
         stop_requested=state.stop is not None,
@@ -414,7 +414,7 @@ def _start_segment(
     """Submit segment ``index`` from the run's record: ``continue``, ``waiting-for-capacity`` (a capacity
     refusal: the waiting marker is written) or ``failed`` (another refusal: ``end.json``)."""
     store = RunLedger.of(clients, config)
-    if state.stop is None and store.read(store.stop_key(state.record)) is not None:
+    if state.stop is None and store.read(store.stop_key(state.record, state.first_segment)) is not None:
         # stopped since the run was read: end it rather than start a segment it would only stop
         return _end(
             store, state, {**record, "decision": spec.STOPPED, "reason": "the run was stopped (stop requested)"}, now
@@ -423,7 +423,7 @@ def _start_segment(
     if not isinstance(used, (int, float)):
         used = sum(float(d.get("segment_instance_hours") or 0.0) for i, d in state.decisions.items() if i < index)
     response = submit_segment(
-        state.record, index, budget=state.record.run, instance_hours_used=float(used), clients=clients, config=config,
+        state.record, index, budget=state.budget, instance_hours_used=float(used), clients=clients, config=config,
         now=now,
     )  # fmt: skip
     if response.get("status") == "submitted":
@@ -432,7 +432,7 @@ def _start_segment(
             store.delete(store.waiting_key(state.run_id))
         record = {**record, "decision": spec.CONTINUE, "next_training_job_name": name}
         record["capacity"] = response.get("capacity")
-        if store.read(store.stop_key(state.record)) is not None:
+        if store.read(store.stop_key(state.record, state.first_segment)) is not None:
             # a stop landed while the segment was submitted; it may have seen no segment running (stop_run
             # reads the run after writing its marker, so one of the two sees the other): stop it here
             record["stopped_on_start"] = stop_job(clients, name)
@@ -460,7 +460,7 @@ def _start_segment(
 def _end(store: RunLedger, state: RunState, ended: dict[str, Any], now: datetime) -> Outcome:
     """End the run with the decision ``ended`` (``end.json``, once); its waiting marker, if any, goes."""
     ended["decided_at"] = spec.format_time(now)
-    store.create(store.end_key(state.record), ended)
+    store.create(store.end_key(state.record, state.first_segment), ended)
     if state.waiting is not None:
         store.delete(store.waiting_key(state.run_id))
     return Outcome(ended)
@@ -503,7 +503,7 @@ def retry_waiting(
         )
     else:
         used = sum(float(d.get("segment_instance_hours") or 0.0) for d in state.decisions.values())
-        ended = spec.budget_exhausted(state.record.run, segments=index - 1, instance_hours=used, now=now)
+        ended = spec.budget_exhausted(state.budget, segments=index - 1, instance_hours=used, now=now)
     if ended is not None:
         return _end(store, state, {**base, "decision": ended.decision, "reason": ended.reason}, now), 0.0
     since = parse_iso(state.waiting.get("since"))

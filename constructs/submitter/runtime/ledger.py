@@ -6,11 +6,15 @@ Its key families (the construct grants the two prefixes; :mod:`.settings` names 
     submitter/runs/<run_id>/run.json                 a run's request and budget (its claim of the run id)
     submitter/runs/<run_id>/decisions/seg-NNN.json   the decision on segment NNN's end
     submitter/runs/<run_id>/stop.json, end.json      the run was stopped; how it ended with no segment running
+    submitter/runs/<run_id>/from-seg-NNN/continued.json   the ended run was continued at segment NNN (its new
+                                                     budget, the caller's client token); that continuation's
+                                                     own stop.json and end.json sit beside it
     submitter/runs/_waiting/<run_id>.json            the run waits for capacity (no run id starts with ``_``)
     submitter/runs/_active/<run_id>.json             the run has not been seen ended (the tick reconciles it)
 
 A run's decision, stop and end records belong to its claim: the Nth claim of a run id (over a released
-``run.json``) keeps them below ``<run_id>/gN/``, so a new claim starts clean of a released one's.
+``run.json``) keeps them below ``<run_id>/gN/``, so a new claim starts clean of a released one's. A
+continuation (:meth:`RunLedger.continuation_key`) starts clean of the stop and end of the run it continues.
 
 **Writes** are S3 conditional writes, strongly consistent and atomic: :meth:`Ledger.create` sends
 ``If-None-Match: *`` (of concurrent writers exactly one wins), :meth:`Ledger.replace` ``If-Match: <ETag
@@ -276,11 +280,21 @@ class RunLedger(Ledger):
     def decision_key(self, claim: RunRecord, index: int) -> str:
         return f"{self.claim_prefix(claim)}decisions/seg-{index:03d}.json"
 
-    def stop_key(self, claim: RunRecord) -> str:
-        return f"{self.claim_prefix(claim)}stop.json"
+    def episode_prefix(self, claim: RunRecord, first_segment: int = 1) -> str:
+        """Where the records of the run's stretch from segment ``first_segment`` go: the claim's prefix for the
+        first (segment 1), ``from-seg-NNN/`` below it for a continuation at segment NNN."""
+        base = self.claim_prefix(claim)
+        return base if first_segment == 1 else f"{base}from-seg-{first_segment:03d}/"
 
-    def end_key(self, claim: RunRecord) -> str:
-        return f"{self.claim_prefix(claim)}end.json"
+    def continuation_key(self, claim: RunRecord, first_segment: int) -> str:
+        """The record of the continuation that resumes the ended run at segment ``first_segment`` (>= 2)."""
+        return f"{self.episode_prefix(claim, first_segment)}continued.json"
+
+    def stop_key(self, claim: RunRecord, first_segment: int = 1) -> str:
+        return f"{self.episode_prefix(claim, first_segment)}stop.json"
+
+    def end_key(self, claim: RunRecord, first_segment: int = 1) -> str:
+        return f"{self.episode_prefix(claim, first_segment)}end.json"
 
     def waiting_key(self, run_id: str) -> str:
         return f"{RUN_WAITING_PREFIX}{run_id}.json"

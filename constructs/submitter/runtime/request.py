@@ -637,7 +637,10 @@ FIELDS: tuple[Field, ...] = (
         "of the same request replays segment 1, another request with the same `run_id` is a `Conflict`); "
         "segments are named `<run_id>-seg-001`, `-002`, ... and checkpoint to `run-checkpoints/<run_id>/`, so "
         "`job_name` and `client_token` are refused with it; budget: `max_segments` (1-999), `deadline` (ISO 8601 "
-        "with a time zone, in the future when the run starts), `max_instance_hours` (> 0); on a training plan a "
+        "with a time zone), `max_instance_hours` (> 0, the run's total); each segment's `MaxRuntimeInSeconds` is the "
+        "least of `max_runtime_hours`, the time to the deadline and the instance-hours left over `instance_count` "
+        "(never shrunk), and a budget leaving less than the trainer's stop margin plus `min_segment_minutes` is "
+        "refused naming its field; an ended run is continued with the `continue_run` action; on a training plan a "
         "block shorter than `max_runtime_hours` is used when it leaves the trainer's stop margin plus "
         f"`min_segment_minutes` (> 0, default {runs.DEFAULT_MIN_SEGMENT_MINUTES:g}) of training",
         schema=_run_schema,

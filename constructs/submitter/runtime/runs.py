@@ -121,7 +121,11 @@ def instance_hours(description: Mapping[str, Any]) -> float:
 
 @dataclass
 class RunState:
-    """Everything known of a run now (one listing of its store prefix, its records)."""
+    """Everything known of a run now (one listing of its store prefix, its records).
+
+    ``continuations``: each live continuation of the ended run (``continue_run``), by the segment it resumed
+    at, with its budget; ``stop`` and ``end`` are those of the newest stretch (from :attr:`first_segment`).
+    """
 
     record: RunRecord
     keys: set[str]
@@ -129,10 +133,22 @@ class RunState:
     stop: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     waiting: dict[str, Any] | None = None
+    continuations: dict[int, tuple[Record, spec.RunSpec]] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
         return self.record.run.run_id
+
+    @property
+    def first_segment(self) -> int:
+        """The first segment of the run's newest stretch: 1, or the segment its newest continuation resumed at."""
+        return max(self.continuations, default=1)
+
+    @property
+    def budget(self) -> spec.RunSpec:
+        """The run's budget now: its request's, or its newest continuation's."""
+        newest = self.continuations.get(self.first_segment)
+        return self.record.run if newest is None else newest[1]
 
 
 def load_run(store: RunLedger, run_id: str) -> RunState | None:
@@ -153,8 +169,9 @@ def load_run(store: RunLedger, run_id: str) -> RunState | None:
             found = store.read(key, keys)
             if found is not None:
                 state.decisions[int(index)] = found.fields
-    state.stop = _fields(store.read(store.stop_key(record), keys))
-    state.end = _fields(store.read(store.end_key(record), keys))
+    _load_continuations(store, state)
+    state.stop = _fields(store.read(store.stop_key(record, state.first_segment), keys))
+    state.end = _fields(store.read(store.end_key(record, state.first_segment), keys))
     state.waiting = _fields(store.read(store.waiting_key(run_id)))
     return state
 
@@ -185,6 +202,29 @@ def run_segment(clients: Clients, run_id: str, index: int) -> dict[str, Any] | N
     if description is None or segment_of(clients, description) != (run_id, index):
         return None
     return description
+
+
+def _load_continuations(store: RunLedger, state: RunState) -> None:
+    """The run's live (not released) continuation records, each with its budget.
+
+    Raises:
+        IdempotencyRecordError: one is not a continuation record of this run.
+    """
+    prefix = f"{store.claim_prefix(state.record)}from-seg-"
+    for key in sorted(state.keys):
+        index = key[len(prefix) : -len("/continued.json")]
+        if not (key.startswith(prefix) and key.endswith("/continued.json") and index.isdigit()):
+            continue
+        found = store.read(key, state.keys)
+        if found is None or found.released:
+            continue
+        try:
+            budget, _ = spec.parse_run(found.fields["budget"])
+            if budget.run_id != state.run_id or not isinstance(found.fields.get("client_token_sha256"), str):
+                raise ValueError("fields")
+        except (KeyError, TypeError, ValueError, FieldError):
+            raise store.invalid(found.uri, "is not a run continuation record") from None
+        state.continuations[int(index)] = (found, budget)
 
 
 def segments_of(clients: Clients, state: RunState) -> list[dict[str, Any]]:
@@ -234,12 +274,17 @@ def run_view(clients: Clients, config: SubmitterConfig, state: RunState, now: da
         "max_steps": state.record.max_steps,
         "newest_complete_step": newest.step if newest else None,
         "tokens_done": newest.tokens if newest else None,
-        "budget": state.record.run.to_dict(),
+        "budget": state.budget.to_dict(),
         "created": state.record.created,
         "instance_hours": round(sum(instance_hours(d) for d in descriptions), 4),
         "segments": segments,
         "idle_gaps_s": gaps,
     }
+    if state.continuations:
+        view["continuations"] = [
+            {key: found.fields.get(key) for key in ("first_segment", "requested_at", "previous", "budget")}
+            for _, (found, _) in sorted(state.continuations.items())
+        ]
     view.update(_run_state(state, descriptions))
     if state.stop is not None:
         view["stop_requested"] = state.stop.get("requested_at")
@@ -303,10 +348,11 @@ def _run_state(state: RunState, descriptions: list[dict[str, Any]]) -> dict[str,
 
 
 def terminal_record(state: RunState) -> dict[str, Any] | None:
-    """The record of the decision that ended the run (``end.json``, or a terminal segment decision), or ``None``."""
+    """The record of the decision that ended the run's newest stretch (its ``end.json``, or a terminal decision on
+    a segment of it), or ``None`` (a continued run is active again from the segment it resumed at)."""
     if state.end is not None:
         return state.end
-    if state.decisions:
+    if state.decisions and max(state.decisions) >= state.first_segment:
         last = state.decisions[max(state.decisions)]
         if last.get("decision") in spec.TERMINAL_DECISIONS:
             return last
@@ -324,11 +370,11 @@ def describe_run(
     Raises:
         Refusal: ``NotFound`` on ``run_id`` (no such run).
     """
-    state = _existing_run(RunLedger.of(clients, config), request["run_id"])
+    state = existing_run(RunLedger.of(clients, config), request["run_id"])
     return {"status": "described", "run": run_view(clients, config, state, now)}
 
 
-def _existing_run(store: RunLedger, run_id: str) -> RunState:
+def existing_run(store: RunLedger, run_id: str) -> RunState:
     state = load_run(store, run_id)
     if state is None:
         raise not_found("run_id", run_id, f"run {run_id!r}")
@@ -383,7 +429,7 @@ def list_runs(
                 "created": state.record.created,
                 "state": ended["decision"] if ended else spec.WAITING_FOR_CAPACITY if state.waiting else "active",
                 "max_steps": state.record.max_steps,
-                "budget": state.record.run.to_dict(),
+                "budget": state.budget.to_dict(),
             }
         )
     answer: dict[str, Any] = {"status": "listed", "runs": out}
@@ -446,13 +492,15 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     """
     run_id = request["run_id"]
     store = RunLedger.of(clients, config)
-    state = _existing_run(store, run_id)
+    state = existing_run(store, run_id)
     ended = terminal_record(state)
     if ended is not None:
         return {"status": "stopped", "run_id": run_id, "changed": False, "state": ended["decision"]}
     changed = (
         state.stop is None
-        and store.create(store.stop_key(state.record), {"run_id": run_id, "requested_at": spec.format_time(now)})
+        and store.create(
+            store.stop_key(state.record, state.first_segment), {"run_id": run_id, "requested_at": spec.format_time(now)}
+        )
         is not None
     )
     # read the run again after the marker: a continuation that decided and submitted a segment before the
@@ -482,7 +530,7 @@ def stop_run(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         "reason": "the run was stopped (stop requested) while no segment was running",
         "decided_at": spec.format_time(now),
     }
-    if store.create(store.end_key(state.record), record) is not None:
+    if store.create(store.end_key(state.record, state.first_segment), record) is not None:
         answer["changed"] = True
     # a waiting marker stays: the submitter may not delete from the run store (its role has no
     # s3:DeleteObject), and the continuation's next tick removes the marker of a run that ended
