@@ -6,7 +6,9 @@ Segment 1 runs on a plan whose capacity block ends ~25 s into training: the trai
 itself, the job is ``Completed`` below ``max_steps``, and the continuation judges that from the checkpoint
 in S3 and submits segment 2, on the other plan (what is left of the first block is too short), which resumes
 from segment 1's checkpoint. The run is then stopped through the job API: segment 2 gets SIGTERM, saves,
-ends ``Stopped``, and the run ends ``stopped`` with no third segment. ``max_steps`` is out of reach, so the
+ends ``Stopped``, and the run ends ``stopped`` with no third segment. It is then continued on purpose
+(``continue_run``, with an instance-hour budget that bounds segment 3's ``MaxRuntimeInSeconds``): segment 3
+resumes from segment 2's SIGTERM checkpoint, and is stopped in turn. ``max_steps`` is out of reach, so the
 test does not depend on this machine's speed (``make demo`` shows a run that finishes).
 """
 
@@ -103,3 +105,21 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert show_runs(RUN_ID, local=True) == 0
         shown = capsys.readouterr().out
         assert first in shown and second in shown and "stopped" in shown
+
+        # continued on purpose: segment 3 resumes from segment 2's checkpoint, bounded by what the budget leaves
+        third = segment_job_name(RUN_ID, 3)
+        body = {"action": "continue_run", "run_id": RUN_ID, "client_token": "e2e-continue", "max_instance_hours": 1}
+        answer = submit_local(body, aws.env)
+        assert (answer["status"], answer["training_job_name"]) == ("continued", third), answer
+        assert submit_local(body, aws.env)["replayed"] is True
+        left_s = (1 - view["instance_hours"]) * 3600
+        assert left_s - 60 < aws.describe_training_job(third)["StoppingCondition"]["MaxRuntimeInSeconds"] <= left_s + 1
+        wait_until(
+            lambda: _steps_logged(aws, third) if aws.job_dir(third).parent.exists() else None,
+            "segment 3 trains",
+            timeout=180,
+        )
+        assert _steps_logged(aws, third)[0] == view["newest_complete_step"] + 1
+        assert show_runs(RUN_ID, local=True, stop=True, as_json=True) == 0
+        assert json.loads(capsys.readouterr().out)["training_job_name"] == third
+        assert aws.wait_for_job(third, timeout=180)["TrainingJobStatus"] == "Stopped"

@@ -2,7 +2,8 @@
 
 A run (:mod:`platform_spec.runs`) is one training carried across training jobs, its segments. Its records
 are the run families of the ledger (:class:`.ledger.RunLedger`): ``run.json`` (the run's request and
-budget), a decision per segment's end, the stop, the end and the waiting marker. Segment ``i`` is the job
+budget), a decision per segment's end, the stop, the end, the waiting marker, and each continuation of the
+ended run (:mod:`.continue_run`: its new budget; the stop and end of that stretch sit beside it). Segment ``i`` is the job
 :func:`platform_spec.runs.segment_job_name` names, created once through :func:`.service.submit`; the
 continuation (:mod:`.continuation`) decides each segment's end and submits the next.
 
