@@ -174,3 +174,21 @@ def test_a_refused_segment_releases_the_continuation_and_the_same_token_retries(
     assert act({"action": "describe", "run_id": run_id})["run"]["state"] == spec.BUDGET_SEGMENTS
     answer = act(body)
     assert answer["status"] == "continued" and answer["training_job_name"] == seg(run_id, 2), answer
+
+
+def test_a_continued_run_counts_its_capacity_failures_afresh(aws, submit, run_kit, act):
+    # segment 1 never trained (CapacityError) and spent the budget; the run continued on purpose then waits the
+    # first backoff again on its own first capacity failure, not the second one of a count carried over
+    run_id = new_run_id()
+    assert submit(run_kit.request(run_id, max_segments=1))["status"] == "submitted"
+    reason = spec.failure_reason(spec.CAPACITY_ERROR, "Unable to provision requested ML compute capacity")
+    aws.set_job_status(seg(run_id, 1), "Failed", failure_reason=reason)
+    ended = run_kit.handle(run_kit.event(seg(run_id, 1)))["decision"]
+    assert (ended["decision"], ended["capacity_failures"]) == (spec.BUDGET_SEGMENTS, 1), ended
+    assert act(continued(run_id, max_segments=3))["status"] == "continued"
+    aws.set_job_status(seg(run_id, 2), "Failed", failure_reason=reason)
+    now = datetime.now(UTC)
+    waiting = run_kit.handle(run_kit.event(seg(run_id, 2)), now=now)["decision"]
+    assert (waiting["decision"], waiting["capacity_failures"]) == (spec.WAITING_FOR_CAPACITY, 1), waiting
+    not_before = spec.parse_time(waiting["not_before"], "not_before")
+    assert (not_before - now).total_seconds() == spec.capacity_backoff_s(1)

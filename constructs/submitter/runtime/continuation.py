@@ -349,7 +349,8 @@ def _decide(
         stop_requested=state.stop is not None,
         newest_step=checkpoint.step if checkpoint else None,
         start_step=start,
-        capacity_failures_before=int(previous.get("capacity_failures") or 0),
+        # a continuation (continue_run) starts counting afresh: the person who continued it chose to try again
+        capacity_failures_before=int(previous.get("capacity_failures") or 0) if index > state.first_segment else 0,
         max_steps=state.record.max_steps,
         instance_hours=used,
         now=now,
