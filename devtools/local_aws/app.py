@@ -17,9 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from devtools.local_aws.authorize import Authorizer
 from devtools.local_aws.jobs import EventBus, JobRunner
+from devtools.local_aws.principals import access_key_for
 from devtools.local_aws.sagemaker import SageMakerExtension, publish_logs
-from devtools.local_aws.stack import ACCOUNT_ID, ADMIN_PREFIX, StackResources, emulator_client, json_default
+from devtools.local_aws.stack import (
+    ACCOUNT_ID,
+    ADMIN_PREFIX,
+    DUMMY_CREDENTIALS,
+    StackResources,
+    emulator_client,
+    json_default,
+)
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 
 _DEFAULT_FAULTS = {
@@ -40,16 +49,27 @@ class AdminRequest:
 
 
 class EmulatorApp:
-    """WSGI app: ``/_local-aws/`` admin endpoints, injected faults, then moto.
+    """WSGI app: ``/_local-aws/`` admin endpoints, then authorization, injected faults and moto.
 
     Args:
         moto_app: moto's WSGI application.
         extension: the SageMaker state (:data:`devtools.local_aws.sagemaker.EXTENSION`).
         region, resources: what the emulator answers for, and the names of the stack it stands in for.
+        authorizer: decides every signed request (:mod:`devtools.local_aws.authorize`); its refusals are answered
+            before faults and moto.
     """
 
-    def __init__(self, moto_app: Any, *, extension: SageMakerExtension, region: str, resources: StackResources) -> None:
+    def __init__(
+        self,
+        moto_app: Any,
+        *,
+        extension: SageMakerExtension,
+        region: str,
+        resources: StackResources,
+        authorizer: Authorizer,
+    ) -> None:
         self.moto_app = moto_app
+        self.authorizer = authorizer
         self.extension = extension
         self.region = region
         self.resources = resources
@@ -59,7 +79,7 @@ class EmulatorApp:
         self.calls: deque[dict[str, Any]] = deque(maxlen=20000)
         self.runner: JobRunner | None = None  # set by serve()
         self.events: EventBus | None = None  # set by serve()
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
         self._session: Any = None
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -67,6 +87,14 @@ class EmulatorApp:
         if path.startswith(ADMIN_PREFIX + "/"):
             return self._admin(environ, start_response)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
+        refusal = self.authorizer.authorize(environ, self._body(environ) if _body_needed(environ) else b"")
+        if refusal is not None:
+            with self.lock:
+                self.calls.append(
+                    {"path": path, "refused": refusal.code, "message": refusal.message, "time": time.time()}
+                )
+            start_response(f"{refusal.status} Refused", [*refusal.headers, ("Content-Length", str(len(refusal.body)))])
+            return [refusal.body]
         if target:
             body = self._body(environ)
             service, _, operation = target.rpartition(".")
@@ -201,7 +229,8 @@ class EmulatorApp:
             final_metrics=payload.get("final_metrics"),
             log_lines=lines,
         )
-        publish_logs(self.client, job, lines)
+        role = job.params.get("RoleArn")
+        publish_logs(lambda service: self.client(service, role), job, lines)  # as the job's role, as SageMaker does
         return {
             "name": job.name,
             "status": job.status,
@@ -230,17 +259,28 @@ class EmulatorApp:
         with self.extension.lock:
             return {"training_plans": [self.extension.describe_plan(n) for n in self.extension.plans]}
 
-    def client(self, service: str) -> Any:
-        """A boto3 client of the emulator's own endpoint (one per service, shared by threads: boto3
-        clients are thread-safe once made, their creation is not, so it happens under a lock)."""
+    def client(self, service: str, role_arn: str | None = None) -> Any:
+        """A boto3 client of the emulator's own endpoint (one per service and caller, shared by threads: boto3
+        clients are thread-safe once made, their creation is not, so it happens under a lock).
+
+        ``role_arn``: act as that role of the template (a job acts as its ``RoleArn``, which SageMaker assumes; a
+        role the template has not is a principal with no policies); ``None``: the account's administrator, who
+        creates the stack's resources.
+        """
+        key = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"]
+        if role_arn is not None:
+            principal = self.authorizer.authorities.by_arn(role_arn)
+            key = principal.access_key if principal is not None else access_key_for(role_arn)  # an unknown role: no key
         with self.lock:
-            if service not in self._clients:
+            if (service, key) not in self._clients:
                 if self._session is None:
                     import boto3
 
                     self._session = boto3.session.Session()
-                self._clients[service] = emulator_client(service, self.endpoint, self.region, session=self._session)
-            return self._clients[service]
+                self._clients[(service, key)] = emulator_client(
+                    service, self.endpoint, self.region, session=self._session, access_key=key
+                )
+            return self._clients[(service, key)]
 
     # stack ----------------------------------------------------------------------------------
 
@@ -354,6 +394,16 @@ def _route(
         ):
             return handler, tuple(q for p, q in zip(pattern, parts, strict=True) if p == "*")
     return None
+
+
+def _body_needed(environ: Mapping[str, Any]) -> bool:
+    """Whether authorizing the request reads its body: JSON and query-protocol parameters, S3's DeleteObjects keys
+    (an S3 upload's body is left to moto, unread)."""
+    if environ.get("HTTP_X_AMZ_TARGET") or "x-www-form-urlencoded" in environ.get("CONTENT_TYPE", ""):
+        return True
+    return environ.get("REQUEST_METHOD") == "POST" and "delete" in parse_qs(
+        environ.get("QUERY_STRING", ""), keep_blank_values=True
+    )
 
 
 def _matches(params: Mapping[str, Any], match: Mapping[str, Any]) -> bool:

@@ -58,6 +58,8 @@ class LocalAws:
         job_processes: CPU processes of each executed job (``TRAINER_NPROC_PER_NODE``; default 1).
         event_retry_delays: seconds before each retry of an event target that raised (default 1 and 2 s:
             :data:`devtools.local_aws.jobs.TARGET_RETRY_DELAYS_S`).
+        template: a CloudFormation template file whose policies the emulator enforces instead of the platform's
+            (:mod:`devtools.local_aws.authorize`; tests remove statements from a copy).
 
     Attributes (after start):
         endpoint: ``http://127.0.0.1:PORT``.
@@ -87,6 +89,7 @@ class LocalAws:
         event_targets: Sequence[str] = (),
         job_processes: int | None = None,
         event_retry_delays: Sequence[float] | None = None,
+        template: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(event_targets, str) or not all(isinstance(t, str) for t in event_targets):
             raise TypeError("event_targets: expected a list of 'module:function' strings")
@@ -103,6 +106,7 @@ class LocalAws:
             "event_targets": list(event_targets),
             "job_processes": job_processes,
             "event_retry_delays": None if event_retry_delays is None else list(event_retry_delays),
+            "template": None if template is None else str(template),
         }
         """:func:`~devtools.local_aws.server.run_emulator`'s arguments (the plans and the state folder added by
         :meth:`start`)."""
@@ -192,9 +196,10 @@ class LocalAws:
 
     # clients and admin ----------------------------------------------------------------------
 
-    def client(self, service: str, **config: Any) -> Any:
-        """A boto3 client for ``service`` bound to the emulator (botocore ``Config`` kwargs allowed)."""
-        return emulator_client(service, self.endpoint, self.region, **config)
+    def client(self, service: str, *, access_key: str = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"], **config: Any) -> Any:
+        """A boto3 client for ``service`` bound to the emulator (botocore ``Config`` kwargs allowed), signing as
+        ``access_key`` (default: the account's administrator; :attr:`env`'s ``AWS_ACCESS_KEY_ID``: the submitter)."""
+        return emulator_client(service, self.endpoint, self.region, access_key=access_key, **config)
 
     def admin(self, method: str, path: str, payload: Any = None) -> Any:
         """Call an admin endpoint (``path`` below ``/_local-aws/``); returns the decoded JSON.

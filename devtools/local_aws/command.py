@@ -83,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="CPU processes per executed job (TRAINER_NPROC_PER_NODE; default 1)",
     )
+    parser.add_argument(
+        "--template",
+        metavar="FILE",
+        help="CloudFormation template whose IAM policies authorize every request (default: the platform's own, "
+        "synthesized once and cached under .cache/local-aws/)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,4 +105,5 @@ def run(args: argparse.Namespace) -> int:
         event_targets=args.event_target,
         state_dir=args.state_dir,
         job_processes=args.job_processes,
+        template=args.template,
     )

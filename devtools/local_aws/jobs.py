@@ -560,7 +560,8 @@ class JobRunner:
     """Executes accepted training jobs (see the module docstring).
 
     Args:
-        client: ``client(service)``: a boto3 client of the emulator (S3, CloudWatch Logs, CloudWatch).
+        client: ``client(service, role_arn)``: a boto3 client of the emulator (S3, CloudWatch Logs, CloudWatch)
+            acting as the role ``role_arn``: a job's calls are its ``RoleArn``'s, as SageMaker assumes it.
         extension: the SageMaker state (:data:`devtools.local_aws.sagemaker.EXTENSION`).
         state_dir: where ``training-jobs/<job>/`` folders go.
         enabled: execute newly created jobs (``False``: jobs stay as created, driven by hand).
@@ -570,7 +571,7 @@ class JobRunner:
 
     def __init__(
         self,
-        client: Callable[[str], Any],
+        client: Callable[[str, str | None], Any],
         extension: SageMakerExtension,
         state_dir: Path,
         *,
@@ -591,6 +592,11 @@ class JobRunner:
         self.executions: dict[str, Execution] = {}
         self.lock = threading.Lock()
         self._closing = False
+
+    def _as_job(self, job: JobRecord) -> Callable[[str], Any]:
+        """``client(service)`` acting as the job's ``RoleArn`` (the execution role SageMaker assumes)."""
+        role = job.params.get("RoleArn")
+        return lambda service: self.client(service, role if isinstance(role, str) else None)
 
     # hooks called by the SageMaker extension (under its lock: never block) ----------------------
 
@@ -684,7 +690,7 @@ class JobRunner:
             return
         if not self._move(job, "InProgress", "Downloading", "Downloading input data"):
             return
-        sync = self.lay_out(job, execution, self.client("s3"))
+        sync = self.lay_out(job, execution, self._as_job(job)("s3"))
         if execution.stop_reason is not None:
             self._end(job, execution, sync=sync)
             return
@@ -868,7 +874,7 @@ class JobRunner:
             for metric, value in metrics_from_log(job.params, [line]).items():
                 execution.final[metric] = (value, seen)
         try:
-            publish_logs(self.client, job, [line for _, line in new], times=[seen for seen, _ in new])
+            publish_logs(self._as_job(job), job, [line for _, line in new], times=[seen for seen, _ in new])
         except Exception:  # CloudWatch of the emulator: never the job's failure
             traceback.print_exc()
         with self.extension.lock:
@@ -927,6 +933,6 @@ class JobRunner:
             {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": config["KmsKeyId"]} if config.get("KmsKeyId") else {}
         )
         bucket, prefix = split_s3_uri(output.rstrip("/") + "/")
-        s3 = self.client("s3")
+        s3 = self._as_job(job)("s3")
         for folder, name in ((base / "model", "model.tar.gz"), (base / "output" / "data", "output.tar.gz")):
             s3.put_object(Bucket=bucket, Key=f"{prefix}{job.name}/output/{name}", Body=_tar_gz(folder), **encryption)

@@ -413,6 +413,12 @@ class SageMakerExtension:
                     return key
         raise KeyError(name_or_arn)
 
+    def capacity_arns(self, plan_arn: str) -> list[str]:
+        """The ``ReservedCapacityArn`` of each block of the plan ``plan_arn`` (none for a plan the emulator has not)."""
+        with self.lock:
+            plan = self.plans.get(plan_arn) or {}
+            return [b["ReservedCapacityArn"] for b in plan.get("ReservedCapacitySummaries") or []]
+
     def describe_plan(
         self, name_or_arn: str, now: datetime | None = None, *, account: str | None = None, region: str | None = None
     ) -> dict[str, Any]:

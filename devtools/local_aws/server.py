@@ -36,6 +36,8 @@ from devtools.local_aws.stack import (
 )
 
 PROG = "trainctl local-aws"
+SUBMITTER_HANDLER = "platform_constructs.submitter.runtime.handler.lambda_handler"
+"""The submitter function's handler: the env file stands for that function (its environment and role)."""
 
 
 class ListenError(OSError):
@@ -70,6 +72,7 @@ def serve(
     state_dir: str | os.PathLike[str] | None = None,
     job_processes: int | None = None,
     event_retry_delays: Sequence[float] | None = None,
+    template: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run the emulator in the foreground until ``stop`` is set (or SIGINT / SIGTERM).
 
@@ -89,6 +92,13 @@ def serve(
             :data:`devtools.local_aws.jobs.JOB_PROCESSES`).
         event_retry_delays: seconds before each retry of an event target that raised (default
             :data:`devtools.local_aws.jobs.TARGET_RETRY_DELAYS_S`; tests shorten them).
+        template: the CloudFormation template whose policies are enforced (default: the platform's, synthesized
+            once and cached, :func:`devtools.local_aws.template.platform_template`).
+
+    Every request is authorized (:mod:`devtools.local_aws.authorize`). The environment (``env`` of the ready line,
+    ``env_file``) carries the submitter function's role's credentials; event targets run with the credentials of
+    the role of the template's function whose handler they are (a handler not in the template: a principal with no
+    policies), so targets of different roles cannot share the process.
 
     Raises:
         EmulatorUnavailable: moto (the extra ``local``) is not installed.
@@ -104,7 +114,10 @@ def serve(
 
         from devtools.local_aws import sagemaker, search
         from devtools.local_aws.app import EmulatorApp
+        from devtools.local_aws.authorize import Authorizer
         from devtools.local_aws.jobs import JOB_PROCESSES, EventBus, JobRunner, load_target
+        from devtools.local_aws.principals import authorities
+        from devtools.local_aws.template import load_template, platform_template
     except ImportError as exc:
         raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
 
@@ -113,11 +126,24 @@ def serve(
     if quiet:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
     resources = StackResources()
+    found = authorities(
+        load_template(template) if template is not None else platform_template(region),
+        region=region,
+        resources=resources,
+    )
+    submitter = found.principal_for_handler(SUBMITTER_HANDLER)
+    target_keys = {found.principal_for_handler(spec).access_key for spec in event_targets}
+    if len(target_keys) > 1:
+        raise ValueError(
+            f"event targets {', '.join(event_targets)}: their functions have different roles; they run in one process "
+            "with one set of credentials, so give the emulator targets of one role"
+        )
     app = EmulatorApp(
         DomainDispatcherApplication(create_backend_app),
         extension=sagemaker.EXTENSION,
         region=region,
         resources=resources,
+        authorizer=Authorizer(found, plan_capacity=sagemaker.EXTENSION.capacity_arns),
     )
     # bind here: werkzeug's make_server prints and exits the process when it cannot bind
     try:
@@ -137,9 +163,9 @@ def serve(
     state = Path(tempfile.mkdtemp(prefix="local-aws-state-") if state_dir is None else state_dir)
     try:
         arns = app.create_stack(plans or [])
-        env = submitter_environment(app.endpoint, region, resources)
-        if event_targets:
-            os.environ.update(env)  # the targets run like the deployed functions, with their environment
+        env = submitter_environment(app.endpoint, region, resources, submitter.access_key)
+        if event_targets:  # the targets run like the deployed functions, with their environment and role
+            os.environ.update({**env, "AWS_ACCESS_KEY_ID": target_keys.pop()})
         targets = [(spec, load_target(spec)) for spec in event_targets]
         app.events = sagemaker.EXTENSION.events = EventBus(
             lambda entries: app.client("events").put_events(Entries=entries),
@@ -214,6 +240,7 @@ def run_emulator(
     state_dir: str | os.PathLike[str] | None = None,
     job_processes: int | None = None,
     event_retry_delays: Sequence[float] | None = None,
+    template: str | os.PathLike[str] | None = None,
 ) -> int:
     """``trainctl local-aws``: :func:`serve` in the foreground, every failure one line on stderr.
 
@@ -224,7 +251,7 @@ def run_emulator(
     ``job_processes`` positive.
 
     Args:
-        host, port, region, quiet, run_jobs, event_targets, state_dir, job_processes, event_retry_delays: as
+        host, port, region, quiet, run_jobs, event_targets, state_dir, job_processes, event_retry_delays, template: as
             :func:`serve`
             (``port`` 0: any free port).
         plans_file: a JSON list of plans shaped like ``DescribeTrainingPlan``'s response (``None``: none).
@@ -264,6 +291,7 @@ def run_emulator(
             state_dir=state_dir,
             job_processes=job_processes,
             event_retry_delays=event_retry_delays,
+            template=template,
         )
     # moto found but not importable (a dependency of its server missing); a plan that does not fit
     # DescribeTrainingPlan's shape, an event target's import; a port in use, not an address of this machine

@@ -24,6 +24,8 @@ DEFAULT_REGION = "us-east-1"
 ACCOUNT_ID = "123456789012"
 """moto's default account (dummy credentials map to it)."""
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+"""The credentials tests and demos seed data with: the account's administrator (a person with AdministratorAccess;
+:mod:`devtools.local_aws.principals`). moto maps them to :data:`ACCOUNT_ID`."""
 ADMIN_PREFIX = "/_local-aws"
 READY_MARKER = "LOCAL_AWS_READY "
 """The emulator's first line on stdout once it listens, followed by its JSON description."""
@@ -85,17 +87,21 @@ def function_environment(region: str, resources: StackResources) -> dict[str, st
     )
 
 
-def submitter_environment(endpoint: str, region: str, resources: StackResources) -> dict[str, str]:
+def submitter_environment(
+    endpoint: str, region: str, resources: StackResources, access_key: str = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"]
+) -> dict[str, str]:
     """Environment for the submitter (and any boto3 code) against the emulator.
 
     ``AWS_ENDPOINT_URL``, the region (``AWS_REGION``, which Lambda sets, and
-    ``AWS_DEFAULT_REGION``), dummy credentials, then :func:`function_environment`.
+    ``AWS_DEFAULT_REGION``), the credentials of ``access_key`` (the emulator gives the submitter function's role's),
+    then :func:`function_environment`.
     """
     return {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_DEFAULT_REGION": region,
         "AWS_REGION": region,
-        **DUMMY_CREDENTIALS,
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         **function_environment(region, resources),
     }
 
@@ -147,9 +153,18 @@ def write_env_file(path: str | os.PathLike[str], env: Mapping[str, str]) -> None
     atomic_write_text(target, "\n".join(lines) + "\n")
 
 
-def emulator_client(service: str, endpoint: str, region: str, *, session: Any = None, **config: Any) -> Any:
-    """A boto3 client of the emulator at ``endpoint``, with the dummy credentials (from ``session``, default
-    boto3's; botocore ``Config`` keyword arguments allowed)."""
+def emulator_client(
+    service: str,
+    endpoint: str,
+    region: str,
+    *,
+    session: Any = None,
+    access_key: str = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+    **config: Any,
+) -> Any:
+    """A boto3 client of the emulator at ``endpoint`` (from ``session``, default boto3's; botocore ``Config`` keyword
+    arguments allowed) signing as ``access_key``: by default the dummy credentials, the account's administrator
+    (:mod:`devtools.local_aws.principals`)."""
     import boto3
     from botocore.config import Config
 
@@ -157,7 +172,7 @@ def emulator_client(service: str, endpoint: str, region: str, *, session: Any = 
         service,
         endpoint_url=endpoint,
         region_name=region,
-        aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_access_key_id=access_key,
         aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         config=Config(**config) if config else None,
     )

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from devtools.local_aws.client import LocalAws
+from platform_constructs.submitter.runtime.settings import TRAINING_JOB_OUTPUT_PREFIX
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S
 from training.environment import STOP_MARGIN_S, SageMakerPaths
 from training.supervision import read_status
@@ -76,7 +77,8 @@ def _create(aws: LocalAws, name: str, hyperparameters: dict[str, str], **overrid
             "MetricDefinitions": [{"Name": "train:loss", "Regex": LOSS}],
         },
         "HyperParameters": hyperparameters,
-        "OutputDataConfig": {"S3OutputPath": f"s3://{aws.resources['output_bucket']}/jobs"},
+        # where the platform's jobs write: the execution role may write nowhere else in the output bucket
+        "OutputDataConfig": {"S3OutputPath": f"s3://{aws.resources['output_bucket']}/{TRAINING_JOB_OUTPUT_PREFIX}"},
         "ResourceConfig": {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
         "CheckpointConfig": {"S3Uri": f"s3://{aws.resources['checkpoint_bucket']}/emulator-tests/{name}/"},
@@ -170,7 +172,7 @@ def test_a_job_runs_end_to_end_from_its_request(aws: LocalAws, tmp_path: Path) -
     keys = _keys(aws, aws.resources["checkpoint_bucket"], f"emulator-tests/{name}/")
     # step-2 is pruned locally once step-6 is saved: whether a 2 s sync saw it first depends on the load
     assert set(_complete_steps(keys)) - {2} == {4, 6} and "step-6/trainer_state.json" in keys
-    assert _keys(aws, aws.resources["output_bucket"], f"jobs/{name}/") == [
+    assert _keys(aws, aws.resources["output_bucket"], f"{TRAINING_JOB_OUTPUT_PREFIX}{name}/") == [
         "output/model.tar.gz", "output/output.tar.gz",
     ]  # fmt: skip
 

@@ -1,0 +1,231 @@
+"""The emulator authorizes every AWS request as AWS would: :class:`Authorizer` finds the caller, the operation and
+every action and resource it needs (:mod:`devtools.local_aws.operations`), decides each with the caller's policies,
+the resource's policy and the caller's permissions boundary (:mod:`devtools.local_aws.policy`, principals and policies
+from the platform's template: :mod:`devtools.local_aws.principals`), and answers a refusal with the error that
+service returns, in its protocol's shape, with AWS's message::
+
+    User: arn:aws:sts::123456789012:assumed-role/ROLE/SESSION is not authorized to perform: sagemaker:CreateTrainingJob
+    on resource: arn:aws:sagemaker:us-east-1:123456789012:training-plan/NAME because no identity-based policy allows
+    the sagemaker:CreateTrainingJob action
+
+The condition context of every request has ``aws:SecureTransport`` ``true`` and ``s3:TlsVersion`` ``1.3``: the
+emulator listens on plain HTTP on 127.0.0.1 but stands in for AWS's HTTPS endpoints, which is what the platform's
+TLS-only bucket and topic policies assume. An access key no principal has is refused as AWS refuses unknown keys
+(``UnrecognizedClientException``, S3's ``InvalidAccessKeyId``, the query protocol's ``InvalidClientTokenId``).
+
+Every decision that allowed a call is recorded with the statements that allowed it (:attr:`Authorizer.grants`), which
+is how the tests show that each statement of each role earns its place.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from xml.sax.saxutils import escape
+
+from devtools.local_aws.iam_reference import Reference, load_reference
+from devtools.local_aws.operations import Call, Check, checks, identify, service_model
+from devtools.local_aws.policy import Decision, Request, evaluate
+from devtools.local_aws.principals import Authorities, Principal
+from devtools.local_aws.stack import ACCOUNT_ID
+
+SERVICES = (
+    "s3",
+    "sagemaker",
+    "ssm",
+    "logs",
+    "cloudwatch",
+    "events",
+    "kms",
+    "sts",
+    "iam",
+    "sns",
+    "sqs",
+    "dynamodb",
+    "ecr",
+)
+"""The services whose actions are read from the reference (the platform's and the emulator's)."""
+
+JSON_CODES = {"sqs": "AccessDenied", "cloudwatch": "AccessDenied"}
+"""A JSON-protocol service's access-denied code where it is not ``AccessDeniedException``."""
+QUERY_CODES = {"sns": "AuthorizationError"}
+"""A query-protocol service's code where it is not ``AccessDenied``."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused call: its HTTP ``status``, ``headers`` and ``body``, and the ``code`` and ``message`` in it."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One allowed check: ``principal`` (logical id), ``operation`` (``service:Operation``), the ``action`` and
+    ``resource`` checked and the ``statements`` that allowed it (``POLICY#SID``)."""
+
+    principal: str
+    operation: str
+    action: str
+    resource: str
+    statements: tuple[str, ...]
+
+
+class Authorizer:
+    """Authorize requests against ``authorities`` (module docstring).
+
+    Args:
+        authorities: principals and resource policies.
+        plan_capacity: a training plan's reserved-capacity ARNs (the emulator's plans).
+        region: the emulator's region (a request's own scope is used where it names one).
+        reference: the Service Authorization Reference (default: loaded for :data:`SERVICES`).
+    """
+
+    def __init__(
+        self,
+        authorities: Authorities,
+        *,
+        plan_capacity: Callable[[str], Sequence[str]],
+        reference: Reference | None = None,
+    ) -> None:
+        self.authorities = authorities
+        self.plan_capacity = plan_capacity
+        self.reference = reference or load_reference(SERVICES)
+        self.lock = threading.Lock()
+        self.grants: list[Grant] = []
+
+    def principal(self, access_key: str) -> Principal | None:
+        return self.authorities.principals.get(access_key)
+
+    def decide(self, principal: Principal, check: Check) -> Decision:
+        """The decision on one check for ``principal`` (identity policies, the resource's policy, the boundary)."""
+        context = {
+            "aws:securetransport": ["true"],
+            "s3:tlsversion": ["1.3"],
+            "aws:principalarn": [principal.arn],
+            "aws:principalaccount": [ACCOUNT_ID],
+            **check.context,
+        }
+        request = Request(principal.arn, ACCOUNT_ID, check.action, check.resource, context)
+        return evaluate(
+            request,
+            principal.policies,
+            resource_policy=self.authorities.resource_policy(check.resource),
+            boundary=principal.boundary,
+            key_policy=check.action.startswith("kms:"),
+        )
+
+    def authorize(self, environ: Mapping[str, Any], body: bytes) -> Refusal | None:
+        """``None`` when the request may proceed (also for unsigned ones: the admin endpoints, moto's own pages),
+        else the :class:`Refusal` to answer with."""
+        try:
+            call = identify(environ, body)
+        except ValueError:
+            return None  # not an operation of a known model: moto answers it as it would
+        if call is None:
+            return None
+        principal = self.principal(call.access_key)
+        if principal is None:
+            return _unknown_key(call)
+        found = checks(
+            call,
+            self.reference,
+            account=ACCOUNT_ID,
+            bucket_key=self.authorities.bucket_keys.get,
+            plan_capacity=self.plan_capacity,
+        )
+        allowed: list[Grant] = []
+        for check in found:
+            decision = self.decide(principal, check)
+            if not decision.allowed:
+                return _refusal(call, principal, check, decision, head=environ.get("REQUEST_METHOD") == "HEAD")
+            allowed.append(
+                Grant(
+                    principal.name,
+                    f"{call.service}:{call.operation}",
+                    check.action,
+                    check.resource,
+                    decision.allowed_by,
+                )
+            )
+        with self.lock:
+            self.grants.extend(allowed)
+        return None
+
+    def grants_of(self, principals: Iterable[str] | None = None) -> list[Grant]:
+        wanted = None if principals is None else set(principals)
+        with self.lock:
+            return [g for g in self.grants if wanted is None or g.principal in wanted]
+
+
+def message(principal: Principal, check: Check, decision: Decision, *, quoted: bool) -> str:
+    """AWS's access-denied message (S3 quotes the resource)."""
+    resource = f'"{check.resource}"' if quoted else check.resource
+    return (
+        f"User: {principal.session_arn} is not authorized to perform: {check.action} on resource: {resource} "
+        f"{decision.reason(check.action)}"
+    )
+
+
+def _refusal(call: Call, principal: Principal, check: Check, decision: Decision, *, head: bool) -> Refusal:
+    text = message(principal, check, decision, quoted=call.service == "s3")
+    if call.protocol == "rest-xml":
+        return _xml_error(403, "AccessDenied", text, head=head)
+    if call.protocol == "query":
+        return _query_error(call.service, 403, QUERY_CODES.get(call.service, "AccessDenied"), text)
+    return _json_error(call.service, 400, JSON_CODES.get(call.service, "AccessDeniedException"), text)
+
+
+def _unknown_key(call: Call) -> Refusal:
+    if call.protocol == "rest-xml":
+        return _xml_error(
+            403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.", head=False
+        )
+    text = "The security token included in the request is invalid."
+    if call.protocol == "query":
+        return _query_error(call.service, 403, "InvalidClientTokenId", text)
+    return _json_error(call.service, 400, "UnrecognizedClientException", text)
+
+
+def _json_error(service: str, status: int, code: str, text: str) -> Refusal:
+    body = json.dumps({"__type": code, "message": text, "Message": text}).encode()
+    headers = [
+        ("Content-Type", "application/x-amz-json-1.1"),
+        ("x-amzn-RequestId", str(uuid.uuid4())),
+        ("x-amzn-ErrorType", code),
+    ]
+    if service_model(service).metadata.get("awsQueryCompatible") is not None:
+        headers.append(("x-amzn-query-error", f"{code};Sender"))
+    return Refusal(status, tuple(headers), body, code, text)
+
+
+def _query_error(service: str, status: int, code: str, text: str) -> Refusal:
+    namespace = {"sts": "https://sts.amazonaws.com/doc/2011-06-15/", "iam": "https://iam.amazonaws.com/doc/2010-05-08/"}
+    xmlns = f' xmlns="{namespace[service]}"' if service in namespace else ""
+    request_id = str(uuid.uuid4())
+    body = (
+        f"<ErrorResponse{xmlns}><Error><Type>Sender</Type><Code>{code}</Code><Message>{escape(text)}</Message></Error>"
+        f"<RequestId>{request_id}</RequestId></ErrorResponse>"
+    ).encode()
+    return Refusal(status, (("Content-Type", "text/xml"), ("x-amzn-RequestId", request_id)), body, code, text)
+
+
+def _xml_error(status: int, code: str, text: str, *, head: bool) -> Refusal:
+    request_id = uuid.uuid4().hex[:16].upper()
+    body = (
+        b""
+        if head
+        else (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{escape(text)}</Message>'
+            f"<RequestId>{request_id}</RequestId><HostId>{request_id}</HostId></Error>"
+        ).encode()
+    )
+    return Refusal(status, (("Content-Type", "application/xml"), ("x-amz-request-id", request_id)), body, code, text)
