@@ -177,7 +177,15 @@ class PlanMetricsPublisher(Construct):
             retry_attempts=0,  # the next scheduled run is the retry
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
-        props.plan_arns_parameter.grant_read(self.role)
+        # GetParameter only: the function reads the one parameter (grant_read would add DescribeParameters,
+        # GetParameters and GetParameterHistory, which nothing calls; the emulator's authorization shows it)
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ReadTrainingPlanArns",
+                actions=["ssm:GetParameter"],
+                resources=[props.plan_arns_parameter.parameter_arn],
+            )
+        )
         plans = stack.format_arn(service="sagemaker", resource="training-plan", resource_name="*")
         self.role.add_to_principal_policy(
             iam.PolicyStatement(

@@ -250,7 +250,8 @@ class JobSubmitter(Construct):
     Each role is granted what its function's actions need (:data:`.runtime.actions.ACTIONS`, each entry's
     :class:`~.runtime.actions.Grant` on a symbolic resource mapped here to this deployment's ARNs:
     :func:`_resources`): the submitter every action's, the reader those of :data:`READER_ACTIONS`, the
-    continuation every action's and its own (:data:`.runtime.actions.CONTINUATION_GRANTS`). The output
+    continuation those of :data:`.runtime.actions.CONTINUATION_ACTIONS` and its own
+    (:data:`.runtime.actions.CONTINUATION_GRANTS`). The output
     bucket's policy denies writing the client-token records and the run store to every principal but the
     submitter's and the continuation's roles (:meth:`_protect_records`).
 
@@ -319,7 +320,8 @@ class JobSubmitter(Construct):
             reserved_concurrent_executions=None,
         )
         self.continuation_function.node.add_dependency(props.trainer_image.deployment)
-        _grant(self.continuation_role, resources, (*actions.grants(), *actions.CONTINUATION_GRANTS))
+        grants = (*actions.grants(actions.CONTINUATION_ACTIONS), *actions.CONTINUATION_GRANTS)
+        _grant(self.continuation_role, resources, grants)
         self._route_events(continuation, props)
 
         self._protect_records(props.output_bucket, writers=[self.role, self.continuation_role])

@@ -734,10 +734,7 @@ def test_function_roles_are_least_privilege(default_synth):
         "logs:PutLogEvents",
         "cloudwatch:PutMetricData",
         "sagemaker:DescribeTrainingPlan",
-        "ssm:DescribeParameters",
         "ssm:GetParameter",
-        "ssm:GetParameterHistory",
-        "ssm:GetParameters",
     }
     handler = role_statements(default_synth, observability.job_outcomes.role)
     assert actions_of(handler) == {

@@ -394,6 +394,10 @@ ACTIONS: Mapping[str, Action] = {
 """Every action the function answers, by name; an action is one entry here."""
 
 READ_ACTIONS: tuple[str, ...] = tuple(name for name, action in ACTIONS.items() if action.reads_only)
+CONTINUATION_ACTIONS: tuple[str, ...] = ("submit", "describe", "stop", "list_runs")
+"""The actions whose work the run continuation does (it submits segments, describes jobs and runs, stops and lists
+runs), so whose grants its role needs besides :data:`CONTINUATION_GRANTS`; not ``list``: it never searches jobs
+(``sagemaker:Search``), as the emulator's authorization of a whole run showed."""
 """The actions that change nothing: what a reader function (``JobSubmitter.grant_read``) is deployed with."""
 
 
