@@ -55,7 +55,18 @@ GET      ``/_local-aws/events[?job=NAME]``            the job state-change event
                                                       status and its deliveries to the event targets
 POST     ``/_local-aws/events/ID/redeliver``          ``{"targets"?: [...]}``: deliver event ``ID`` again
                                                       (duplicate / out-of-order delivery)
+GET      ``/_local-aws/principals``                   the template's principals (name, ARN, session ARN,
+                                                      access key id) and the role of each Lambda handler
+GET      ``/_local-aws/grants``                       every allowed authorization: principal, operation,
+                                                      action, resource and the statements that allowed it
 =======  ===========================================  ======================================================
+
+**Authorization.** Every signed request is authorized as AWS would authorize it
+(:mod:`devtools.local_aws.authorize`) against the policies of the platform's synthesized template (``--template``
+gives another): the env file carries the submitter function's role's keys, event targets act as the role of the
+function whose handler they are, executed jobs as their ``RoleArn``, and the dummy credentials (``testing``) are the
+account's administrator. A call without an Allow, or with an explicit Deny, gets the service's ``AccessDenied``.
+The admin endpoints are not AWS calls and are not authorized.
 
 ``--run-jobs`` executes the jobs it accepts on this machine's CPU and ``--event-target
 module:function`` receives every job state-change event: see :mod:`devtools.local_aws.jobs` for
@@ -72,8 +83,11 @@ Python API: :class:`devtools.local_aws.client.LocalAws` starts the emulator in a
 Modules, each importing only those below it (import-linter, ``tests/test_layers.py``):
 ``command`` (the ``trainctl local-aws`` command), ``client`` (:class:`LocalAws`), ``server``
 (:func:`~devtools.local_aws.server.run_emulator`: checks, then moto's server), ``app`` (the WSGI
-layer: admin endpoints, faults, call log), ``jobs`` (the job runner and the event bus), ``search``
-(SageMaker ``Search``), ``sagemaker`` (training plans and jobs on top of moto), ``shapes`` (botocore's
+layer: admin endpoints, authorization, faults, call log), ``jobs`` (the job runner and the event bus), ``search``
+(SageMaker ``Search``), ``sagemaker`` (training plans and jobs on top of moto), ``authorize`` (a request's
+decision and refusal), ``operations`` (a request's caller, operation, actions and resources), ``principals`` (the
+template's roles and resource policies), ``template`` (the synthesized template and its cache), ``policy`` (IAM's
+policy evaluation), ``iam_reference`` (AWS's Service Authorization Reference), ``shapes`` (botocore's
 service model as a checker) and ``stack`` (what the emulator stands in for, its environment, moto's
 presence). Only ``app``, ``jobs``, ``search`` and ``sagemaker`` need moto; ``server`` imports them once
 it starts.

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -375,6 +375,14 @@ ROUTES: dict[tuple[str, str], Callable[[EmulatorApp, AdminRequest], Any]] = {
     ("GET", "run-jobs"): lambda app, request: {"enabled": bool(app.runner and app.runner.enabled)},
     ("PUT", "run-jobs"): EmulatorApp.set_run_jobs,
     ("GET", "training-plans"): EmulatorApp.list_training_plans,
+    ("GET", "principals"): lambda app, request: {
+        "principals": [
+            {"name": p.name, "arn": p.arn, "session_arn": p.session_arn, "access_key": p.access_key}
+            for p in app.authorizer.authorities.by_name.values()
+        ],
+        "handlers": dict(app.authorizer.authorities.handlers),
+    },
+    ("GET", "grants"): lambda app, request: {"grants": [asdict(g) for g in app.authorizer.grants_of()]},
     ("PUT", "training-plans"): lambda app, request: {"training_plan_arns": app.seed_plans(request.payload)},
 }
 """The admin endpoints: ``(method, path below /_local-aws/)`` -> handler; ``*`` as the method: any, in the path:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from devtools.local_aws.principals import UNLISTED, access_key_for
 from devtools.local_aws.stack import (
     ADMIN_PREFIX,
     DEFAULT_REGION,
@@ -261,6 +262,25 @@ class LocalAws:
         """Replace the seeded training plans (and the SSM parameter); returns their ARNs."""
         self.training_plan_arns = self.admin("PUT", "training-plans", list(plans))["training_plan_arns"]
         return self.training_plan_arns
+
+    def principals(self) -> dict[str, dict[str, Any]]:
+        """The template's principals by name (logical id of the role, or ``administrator``): ``{"name", "arn",
+        "session_arn", "access_key"}``."""
+        return {p["name"]: p for p in self.admin("GET", "principals")["principals"]}
+
+    def function_env(self, handler: str) -> dict[str, str]:
+        """:attr:`env` with the credentials of the role of the template's function whose handler is ``handler``
+        (``module.function`` or ``module:function``; a handler not in the template: a role with no policies), to
+        run that function's code as the deployed function runs."""
+        found = self.admin("GET", "principals")
+        names = {p["name"]: p for p in found["principals"]}
+        role = found["handlers"].get(handler.replace(":", "."))
+        key = names[role]["access_key"] if role else access_key_for(UNLISTED)
+        return {**self.env, "AWS_ACCESS_KEY_ID": key}
+
+    def grants(self) -> list[dict[str, Any]]:
+        """Every allowed authorization so far: ``{"principal", "operation", "action", "resource", "statements"}``."""
+        return self.admin("GET", "grants")["grants"]
 
     def training_jobs(self) -> list[dict[str, Any]]:
         """Every training job the emulator holds: ``{"name", "status", "secondary_status"}``."""

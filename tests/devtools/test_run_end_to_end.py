@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devtools import demo
 from devtools.local_aws.client import LocalAws
+from platform_constructs.observability.runtime.plan_metrics import publish_plan_metrics
+from platform_constructs.submitter.runtime.actions import READ_ACTIONS
 from platform_spec.metric_lines import parse_line
 from platform_spec.runs import segment_job_name
 from trainctl.runs import show_runs
@@ -77,6 +80,14 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert job["ResourceConfig"]["TrainingPlanArn"].endswith("/p6-b200-next")
         assert job["CheckpointConfig"]["S3Uri"] == aws.describe_training_job(first)["CheckpointConfig"]["S3Uri"]
         assert _steps_logged(aws, second)[0] == stopped_at + 1
+        principals = aws.principals()
+        reader_env = {
+            **aws.env,
+            "AWS_ACCESS_KEY_ID": principals[_role_of(principals, "SubmitterReaderRole")]["access_key"],
+            "SUBMITTER_ALLOWED_ACTIONS": ",".join(READ_ACTIONS),
+        }
+        described = submit_local({"action": "describe", "job_name": second}, reader_env)
+        assert described["status"] != "error", described
 
         # metrics from the MetricDefinitions, and the events the rule would deliver
         assert {m["MetricName"] for m in ended["FinalMetricDataList"]} >= {"train:loss"}
@@ -123,3 +134,79 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert show_runs(RUN_ID, local=True, stop=True, as_json=True) == 0
         assert json.loads(capsys.readouterr().out)["training_job_name"] == third
         assert aws.wait_for_job(third, timeout=180)["TrainingJobStatus"] == "Stopped"
+
+        # the reader's actions as the reader function (its role and settings), and the plan-metrics function's calls
+        reads = (
+            {"action": "describe", "run_id": RUN_ID},
+            {"action": "describe", "job_name": first},
+            {"action": "list"},
+        )
+        for action in (*reads, {"action": "list_runs"}):
+            assert submit_local(action, reader_env)["status"] != "error", action
+        assert submit_local({"action": "list"}, aws.env)["status"] != "error"  # the submitter's own list
+        plan_metrics_key = principals[_role_of(principals, "ObservabilityPlanMetricsFunctionRole")]["access_key"]
+        report = publish_plan_metrics(
+            **{s: aws.client(s, access_key=plan_metrics_key) for s in ("ssm", "sagemaker", "cloudwatch")},
+            parameter_name=aws.env["TRAINING_PLAN_ARNS_PARAMETER"],
+        )
+        assert not report.problems
+        assert_every_statement_allowed_a_call(aws.grants())
+
+
+NOT_EXERCISED = {
+    frozenset({"logs:CreateLogStream", "logs:PutLogEvents"}): "Lambda's runtime writes a function's own log group; "
+    "the emulator runs handlers in-process",
+    frozenset({"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}): "SageMaker "
+    "pulls the trainer image; the emulator runs the trainer from source",
+    frozenset({"ecr:GetAuthorizationToken"}): "SageMaker pulls the trainer image (as above)",
+    frozenset({"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}): "Lambda's asynchronous invocation "
+    "sends a failed event to the continuation's dead-letter queue; the emulator's event bus retries and records",
+    frozenset({"s3:GetBucket*", "s3:GetObject*", "s3:List*"}): "a job's train channel from the data bucket: this run "
+    "trains on synthetic data; test_emulator_runs_jobs downloads a channel as the execution role",
+    frozenset({"s3:DeleteObject"}): "the continuation deletes a run's waiting-for-capacity marker "
+    "(tests/submitter's continuation tests); this run never waits",
+    frozenset({"cloudwatch:PutMetricData"}): "the job-outcomes function's metrics: the emulator does not run that "
+    "function (it needs its DynamoDB idempotency table)",
+    frozenset({"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}): "the "
+    "job-outcomes function's idempotency records (as above)",
+}
+"""Statements no call of this scenario uses, by their actions, and why each stays."""
+PLATFORM_ROLES = (
+    "SubmitterRole",
+    "SubmitterReaderRole",
+    "SubmitterContinuationRole",
+    "ExecutionRole",
+    "ObservabilityPlanMetricsFunctionRole",
+    "ObservabilityJobOutcomesFunctionRole",
+)
+"""The roles the platform's own code acts as (the CDK's image-deployment role is the CDK's, not checked)."""
+
+
+def _role_of(principals: dict[str, Any], prefix: str) -> str:
+    """The logical id of the template's role ``prefix`` + CDK's hash."""
+    (name,) = [
+        n for n in principals if n.startswith(prefix) and n[len(prefix) :].isalnum() and len(n) == len(prefix) + 8
+    ]
+    return name
+
+
+def assert_every_statement_allowed_a_call(grants: list[dict[str, Any]]) -> None:
+    """Each statement of each platform role allowed a call of this scenario, or :data:`NOT_EXERCISED` says why not."""
+    from devtools.local_aws.principals import authorities
+    from devtools.local_aws.stack import DEFAULT_REGION, StackResources
+    from devtools.local_aws.template import platform_template
+
+    found = authorities(platform_template(DEFAULT_REGION), region=DEFAULT_REGION, resources=StackResources())
+    used = {name for grant in grants for name in grant["statements"]}
+    unused = []
+    for role in PLATFORM_ROLES:
+        principal = found.by_name[_role_of(dict.fromkeys(found.by_name), role)]
+        for policy in principal.policies:
+            for statement in policy.statements:
+                actions = statement.document["Action"]
+                key = frozenset([actions] if isinstance(actions, str) else actions)
+                if statement.name not in used and key not in NOT_EXERCISED:
+                    unused.append(f"{role}: {statement.name} {sorted(key)}")
+    assert not unused, "statements no call used (remove them, or say in NOT_EXERCISED why they stay):\n" + "\n".join(
+        unused
+    )
