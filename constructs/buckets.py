@@ -76,7 +76,9 @@ them (CDK's own auto-delete custom resource, with ``removal_policy=DESTROY``, as
 WRITE_KEY_STATEMENTS = ("DenyWritesUnderAnotherEncryption", "DenyWritesUnderAnotherKey", "DenyWritesUnderAwsManagedKey")
 """Sids of the statements each KMS bucket's policy gets (module docstring): ``s3:PutObject`` is denied to
 every principal when it names an encryption other than ``aws:kms``, a key other than the bucket's, or
-``aws:kms`` with no key."""
+``aws:kms`` with no key. Each pairs its negated test with ``Null: false`` (the header is present): a negated
+operator, or one ending ``IfExists``, is true when the request lacks the key (IAM User Guide, "Condition
+operators"), so without it a write that names no encryption, and gets the bucket's default, would be denied."""
 
 
 def deny_writes_under_another_key(bucket: s3.IBucket, key: kms.IKey) -> None:
@@ -85,8 +87,14 @@ def deny_writes_under_another_key(bucket: s3.IBucket, key: kms.IKey) -> None:
     for sid, conditions in zip(
         WRITE_KEY_STATEMENTS,
         (
-            {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption": "aws:kms"}},
-            {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key.key_arn}},
+            {
+                "StringNotEquals": {"s3:x-amz-server-side-encryption": "aws:kms"},
+                "Null": {"s3:x-amz-server-side-encryption": "false"},
+            },
+            {
+                "StringNotEquals": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key.key_arn},
+                "Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"},
+            },
             {
                 "StringEquals": {"s3:x-amz-server-side-encryption": "aws:kms"},
                 "Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "true"},

@@ -115,12 +115,16 @@ class Authorizer:
             **check.context,
         }
         request = Request(principal.arn, ACCOUNT_ID, check.action, check.resource, context)
+        resource_policy = self.authorities.resource_policy(check.resource)
+        # A key the template does not define (one a test creates) has KMS's default key policy, which allows the
+        # account's root kms:* (AWS KMS Developer Guide, "Default key policy"): its identity policies decide, as
+        # they do for the actions on no key (kms:CreateKey, kms:ListKeys).
         return evaluate(
             request,
             principal.policies,
-            resource_policy=self.authorities.resource_policy(check.resource),
+            resource_policy=resource_policy,
             boundary=principal.boundary,
-            key_policy=check.action.startswith("kms:"),
+            key_policy=check.action.startswith("kms:") and resource_policy is not None,
         )
 
     def authorize(self, environ: Mapping[str, Any], body: bytes) -> Refusal | None:

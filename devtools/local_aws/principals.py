@@ -156,7 +156,12 @@ class _Names:
         return self.name(logical)
 
     def key_id(self, logical: str) -> str:
-        """A KMS key's id: a UUID derived from the stack and the logical id."""
+        """A KMS key's id: the emulator's where a function's environment names the key's ARN (the platform key,
+        :attr:`~devtools.local_aws.stack.StackResources.encryption_key_id`), else a UUID derived from the stack and
+        the logical id."""
+        known = self.attrs.get((logical, "Arn"))
+        if known is not None:
+            return known.rsplit("/", 1)[-1]
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.stack}/{logical}"))
 
     def arn(self, logical: str) -> str:

@@ -217,7 +217,8 @@ def test_kms_buckets_refuse_writes_under_another_key_and_jobs_write_under_the_pl
         assert set(denies) == set(WRITE_KEY_STATEMENTS), name
         assert all(s["Effect"] == "Deny" and s["Action"] == "s3:PutObject" for s in denies.values())
         assert denies["DenyWritesUnderAnotherKey"]["Condition"] == {
-            "StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key_arn}
+            "StringNotEquals": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key_arn},
+            "Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"},
         }
     assert not any(s.get("Sid") in WRITE_KEY_STATEMENTS for s in policies[ids["access_logs"]])  # SSE-S3 by design
     for function in default_synth.of_type("AWS::Lambda::Function").values():

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import botocore.exceptions
 import pytest
 
 from devtools.local_aws.client import LocalAws
@@ -58,3 +59,37 @@ def test_without_the_plan_grant_the_guides_request_is_refused_as_aws_refuses_it(
             "sagemaker:CreateTrainingJob action (after 1 attempt)"
         )
         assert aws.training_jobs() == []  # nothing half-done
+
+
+def test_the_kms_buckets_take_writes_under_the_platform_key_only() -> None:
+    """A write that names no encryption (the bucket's default applies) or the platform key passes the bucket
+    policy's WRITE_KEY_STATEMENTS; one under another key, SSE-S3 or ``aws:kms`` without a key is denied by them."""
+    with LocalAws() as aws:
+        s3 = aws.client("s3", access_key=aws.env["AWS_ACCESS_KEY_ID"])  # the submitter writes the output bucket
+        bucket, key_arn = aws.resources["output_bucket"], aws.env["OUTPUT_KMS_KEY_ARN"]
+        other = aws.client("kms").create_key(Description="not the platform's")["KeyMetadata"]["Arn"]
+        s3.put_object(Bucket=bucket, Key="submitter/client-tokens/a.json", Body=b"{}")
+        s3.put_object(
+            Bucket=bucket,
+            Key="submitter/client-tokens/b.json",
+            Body=b"{}",
+            ServerSideEncryption="aws:kms",
+            SSEKMSKeyId=key_arn,
+        )
+        assert s3.head_object(Bucket=bucket, Key="submitter/client-tokens/b.json")["SSEKMSKeyId"] == key_arn
+        refused = {
+            "DenyWritesUnderAnotherKey": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": other},
+            "DenyWritesUnderAnotherEncryption": {"ServerSideEncryption": "AES256"},
+            "DenyWritesUnderAwsManagedKey": {"ServerSideEncryption": "aws:kms"},
+        }
+        for sid, encryption in refused.items():
+            with pytest.raises(botocore.exceptions.ClientError) as denied:
+                s3.put_object(Bucket=bucket, Key=f"submitter/client-tokens/{sid}.json", Body=b"{}", **encryption)
+            error = denied.value.response["Error"]
+            assert error["Code"] == "AccessDenied", sid
+            assert error["Message"].endswith("with an explicit deny in a resource-based policy"), sid
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix="submitter/client-tokens/")["Contents"]
+        assert sorted(o["Key"] for o in listed) == [
+            "submitter/client-tokens/a.json",
+            "submitter/client-tokens/b.json",
+        ]  # nothing half-done
