@@ -47,6 +47,9 @@ POST     ``/_local-aws/training-jobs/NAME/status``    ``{"status", "secondary_st
                                                       dimension ``TrainingJobName``) and
                                                       ``FinalMetricDataList``
 POST     ``/_local-aws/training-jobs/complete-active``  mark every running job ``Completed`` (frees plans)
+POST     ``/_local-aws/objects/remove``               ``{"bucket", "key"}``: delete an S3 object outside the
+                                                      authorization, as an operator who lifted a bucket
+                                                      policy's Deny would (records no role may delete)
 GET/PUT  ``/_local-aws/training-plans``               the plans as described now / replace the seeded plans
                                                       (and the SSM parameter)
 GET/PUT  ``/_local-aws/run-jobs``                     ``{"enabled": bool}``: whether jobs created from now on run

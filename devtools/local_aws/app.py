@@ -213,6 +213,19 @@ class EmulatorApp:
                 self.extension.set_job_status(name, status)
         return {"completed": [name for name, _ in holding]}
 
+    def remove_object(self, request: AdminRequest) -> Any:
+        """Delete ``{"bucket", "key"}`` outside AWS's authorization: what an operator does to a record no role may
+        delete (the output bucket's policy denies every other principal; in AWS they would first lift its Deny).
+        A versioned bucket keeps the object as a noncurrent version, as S3's DeleteObject does."""
+        payload = request.payload if isinstance(request.payload, dict) else {}
+        bucket, key = payload.get("bucket"), payload.get("key")
+        if not isinstance(bucket, str) or not isinstance(key, str) or not bucket or not key:
+            raise ValueError('objects/remove: expected {"bucket": NAME, "key": KEY} (non-empty strings)')
+        from moto.s3.models import s3_backends
+
+        s3_backends[ACCOUNT_ID]["aws"].delete_object(bucket, key)
+        return {"removed": f"s3://{bucket}/{key}"}
+
     def set_job_status(self, request: AdminRequest) -> Any:
         (name,) = request.names
         payload = request.payload
@@ -368,6 +381,7 @@ ROUTES: dict[tuple[str, str], Callable[[EmulatorApp, AdminRequest], Any]] = {
     ("GET", "training-jobs"): EmulatorApp.list_training_jobs,
     ("POST", "training-jobs/complete-active"): EmulatorApp.complete_active_jobs,
     ("POST", "training-jobs/*/status"): EmulatorApp.set_job_status,
+    ("POST", "objects/remove"): EmulatorApp.remove_object,
     ("GET", "events"): lambda app, r: {
         "events": app.events.snapshot(r.query.get("job", [None])[0]) if app.events else []
     },

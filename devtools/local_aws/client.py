@@ -247,6 +247,11 @@ class LocalAws:
             payload["status"] = status
         self.admin("POST", "faults", payload)
 
+    def remove_object(self, bucket: str, key: str) -> None:
+        """Delete ``s3://bucket/key`` outside the authorization (``/_local-aws/objects/remove``): a damaged record
+        that no role may delete, removed as an operator who lifted the bucket policy's Deny would."""
+        self.admin("POST", "objects/remove", {"bucket": bucket, "key": key})
+
     def clear_faults(self) -> None:
         self.admin("DELETE", "faults")
 

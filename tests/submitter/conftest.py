@@ -142,6 +142,28 @@ def env(aws) -> dict[str, str]:
     return {**aws.env, "AWS_MAX_ATTEMPTS": "3"}
 
 
+CONTINUATION_HANDLER = "platform_constructs.submitter.runtime.continuation.lambda_handler"
+"""The run continuation's handler: its code runs as its own role (:meth:`LocalAws.function_env`)."""
+
+
+@pytest.fixture(scope="session")
+def continuation_env(aws) -> dict[str, str]:
+    """The run continuation's environment: :func:`env` with its role's credentials."""
+    return {**aws.function_env(CONTINUATION_HANDLER), "AWS_MAX_ATTEMPTS": "3"}
+
+
+@pytest.fixture(scope="session")
+def continuation_clients(continuation_env, runtime):
+    return runtime.aws.Clients.create(environ=continuation_env)
+
+
+@pytest.fixture(scope="session")
+def record_s3(aws):
+    """An S3 client signing as the submitter's role, to seed or remove client-token and run records: the output
+    bucket's policy lets only the submitter and the continuation write them, as in AWS."""
+    return aws.client("s3", access_key=aws.env["AWS_ACCESS_KEY_ID"])
+
+
 @pytest.fixture(scope="session")
 def config(env, runtime):
     return runtime.config.SubmitterConfig.from_environ(env)
@@ -192,24 +214,27 @@ def _reset_emulator(request):
     emulator.clear_faults()
     emulator.complete_active_jobs()
     # the runs a test leaves are abandoned (their jobs were just ended by hand, with no event): the next
-    # test's ticks would reconcile them, submitting segments on the plans that test counts on
-    s3 = emulator.client("s3")
+    # test's ticks would reconcile them, submitting segments on the plans that test counts on. Their markers
+    # are removed as the tick removes them, as the continuation: the bucket policy lets no one else write there
+    s3 = request.getfixturevalue("continuation_clients").s3
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=_settings.RUN_ACTIVE_PREFIX):
         for item in page.get("Contents") or []:
             s3.delete_object(Bucket=bucket, Key=item["Key"])
 
 
 @pytest.fixture(scope="session")
-def run_kit(aws, clients, config, make_request):
+def run_kit(aws, continuation_clients, continuation_env, config, make_request):
     """Helpers for runs (tests/submitter/test_runs.py, test_continuation.py): ``request(run_id, **run)``,
     ``checkpoint(run_id, step, state=...)``, ``event(job_name)`` (a SageMaker state-change event built
-    from DescribeTrainingJob, as EventBridge delivers it), ``handle(event, now=None)`` (the continuation)."""
+    from DescribeTrainingJob, as EventBridge delivers it), ``handle(event, now=None)`` (the continuation, as its
+    role), ``clients`` (the continuation's)."""
     import json as _json
 
     from platform_constructs.submitter.runtime import continuation as _continuation
     from platform_spec.runs import run_checkpoint_prefix
 
-    s3, events = aws.client("s3"), aws.client("events")
+    s3 = aws.client("s3")
+    events = aws.client("events", access_key=continuation_env["AWS_ACCESS_KEY_ID"])
 
     def request(run_id: str, *, max_steps: int = 100, **run: Any) -> dict[str, Any]:
         body = _make_request(client_token=None, run={"run_id": run_id, **run})
@@ -240,9 +265,11 @@ def run_kit(aws, clients, config, make_request):
         }  # fmt: skip
 
     def handle(body: Any, now: Any = None) -> dict[str, Any]:
-        return _continuation.handle(body, clients=clients, config=config, events=events, now=now)
+        return _continuation.handle(body, clients=continuation_clients, config=config, events=events, now=now)
 
     def jobs(run_id: str) -> list[str]:
         return sorted(j["name"] for j in aws.training_jobs() if j["name"].startswith(f"{run_id}-seg-"))
 
-    return SimpleNamespace(request=request, checkpoint=checkpoint, event=event, handle=handle, jobs=jobs)
+    return SimpleNamespace(
+        request=request, checkpoint=checkpoint, event=event, handle=handle, jobs=jobs, clients=continuation_clients
+    )

@@ -4,7 +4,7 @@ time, the 2-day Pending limit, and plan ARNs from another region or account refu
 Two halves: :func:`judge_plan`'s edges on hand-built ``DescribeTrainingPlan`` answers
 (validated against botocore's model, at a fixed clock), then the issue's examples end
 to end against an emulator of their own (``CAPACITY_PLANS``; each test lists the plans it
-judges in an SSM parameter of its own, so the session emulator's plans stay untouched).
+judges in that emulator's plan-ARN parameter, the stack's, which the submitter's role may read).
 """
 
 from __future__ import annotations
@@ -377,12 +377,14 @@ def _free_plans(request):
 def submit_with(runtime, capacity_aws, capacity_env, capacity_clients, make_request):
     """``submit_with(plan_arns, **request_overrides)``: submit with exactly these plans configured."""
 
+    config = runtime.config.SubmitterConfig.from_environ(capacity_env)
+
     def _submit(plan_arns: list[str], **overrides: Any) -> dict[str, Any]:
-        parameter = f"/capacity-tests/{uuid.uuid4().hex}"
-        capacity_aws.client("ssm").put_parameter(Name=parameter, Type="String", Value=json.dumps(plan_arns))
-        config = dataclasses.replace(
-            runtime.config.SubmitterConfig.from_environ(capacity_env), training_plan_arns_parameter=parameter
+        # the stack's parameter, the one the submitter's role may read: this module's emulator is its own
+        capacity_aws.client("ssm").put_parameter(
+            Name=config.training_plan_arns_parameter, Type="String", Value=json.dumps(plan_arns), Overwrite=True
         )
+        capacity_clients.parameters.clear_cache()  # as a cold start reads it
         return runtime.service.submit(make_request(**overrides), clients=capacity_clients, config=config)
 
     return _submit
@@ -500,7 +502,7 @@ def test_a_malformed_entry_in_the_parameter_is_skipped_not_fatal(submit_with, ca
     assert response["capacity"]["training_plan_arn"] == arn("idle-now")
     skipped = _skipped(response)
     assert skipped[broken].startswith(f"not a training-plan ARN: {broken!r} (expected arn:aws")
-    assert "correct it in SSM parameter /capacity-tests/" in skipped[broken]
+    assert f"correct it in SSM parameter {capacity_aws.resources['plan_arns_parameter']}" in skipped[broken]
     assert skipped[bare].startswith("not a training-plan ARN: 'idle-now'") and skipped["7"].startswith(
         "not a training-plan ARN: 7"
     )

@@ -427,10 +427,12 @@ P5_RUN = {
 }  # fmt: skip
 
 
-def set_plans(aws, clients, plans) -> None:
-    """Replace the emulator's plans, and forget the SSM list the warm clients cached (60 s)."""
+def set_plans(aws, run_kit, clients, plans) -> None:
+    """Replace the emulator's plans, and forget the SSM list the warm submitter's and continuation's clients
+    cached (60 s)."""
     aws.set_plans(plans)
-    clients.parameters.clear_cache()
+    for warm in (clients, run_kit.clients):
+        warm.parameters.clear_cache()
 
 
 def waiting_run(aws, submit, run_kit, clients, run_id: str) -> dict[str, Any]:
@@ -439,12 +441,12 @@ def waiting_run(aws, submit, run_kit, clients, run_id: str) -> dict[str, Any]:
     body = run_kit.request(run_id)
     body.update(instance_type="ml.p5.48xlarge", instance_count=3)
     body["hyperparameters"] = {**body["hyperparameters"], "precision": "bf16"}
-    set_plans(aws, clients, [*PLANS, P5_RUN])
+    set_plans(aws, run_kit, clients, [*PLANS, P5_RUN])
     assert submit(body)["status"] == "submitted"
     run_kit.checkpoint(run_id, 25)
     aws.set_job_status(seg(run_id, 1), "InProgress")
     aws.set_job_status(seg(run_id, 1), "Completed")
-    set_plans(aws, clients, PLANS)  # the block is gone
+    set_plans(aws, run_kit, clients, PLANS)  # the block is gone
     return run_kit.handle(run_kit.event(seg(run_id, 1)))
 
 
@@ -461,7 +463,7 @@ def test_waiting_for_capacity_then_the_tick_submits(aws, submit, run_kit, client
         mine = [d for d in still["decisions"] if d["run_id"] == run_id]
         assert [d["decision"] for d in mine] == [spec.WAITING_FOR_CAPACITY]
         assert still["longest_wait_s"] >= 600
-        set_plans(aws, clients, [*PLANS, {**P5_RUN, "TrainingPlanName": "p5-run-b"}])
+        set_plans(aws, run_kit, clients, [*PLANS, {**P5_RUN, "TrainingPlanName": "p5-run-b"}])
         started = run_kit.handle(tick)
         mine = [d for d in started["decisions"] if d["run_id"] == run_id]
         assert [d["decision"] for d in mine] == [spec.CONTINUE]
@@ -469,7 +471,7 @@ def test_waiting_for_capacity_then_the_tick_submits(aws, submit, run_kit, client
         assert all(d["run_id"] != run_id for d in run_kit.handle(tick)["decisions"])  # no longer waiting
     finally:
         aws.complete_active_jobs()
-        set_plans(aws, clients, PLANS)
+        set_plans(aws, run_kit, clients, PLANS)
 
 
 def test_stopping_a_waiting_run_ends_it(aws, submit, run_kit, runtime, clients, config):
@@ -489,7 +491,7 @@ def test_stopping_a_waiting_run_ends_it(aws, submit, run_kit, runtime, clients, 
         assert all(d["run_id"] != run_id for d in run_kit.handle(tick)["decisions"])
         assert s3.list_objects_v2(Bucket=config.output_bucket, Prefix=marker).get("KeyCount") == 0
     finally:
-        set_plans(aws, clients, PLANS)
+        set_plans(aws, run_kit, clients, PLANS)
 
 
 def test_a_run_view_shows_segments_steps_tokens_and_idle_gaps(aws, submit, run_kit, runtime, clients, config):
@@ -592,7 +594,9 @@ def test_a_stop_that_read_the_run_before_its_segment_was_decided_still_stops_the
     assert aws.describe_training_job(seg(run_id, 2))["TrainingJobStatus"] == "Stopping"
 
 
-def test_a_decision_record_cut_short_is_a_retriable_fault_that_starts_nothing(aws, submit, run_kit, runtime, config):
+def test_a_decision_record_cut_short_is_a_retriable_fault_that_starts_nothing(
+    aws, submit, run_kit, runtime, config, continuation_clients
+):
     """Strict reading in the continuation: a damaged decision record raises the ledger's error naming it (the
     invocation fails and EventBridge retries), and no segment is submitted while it stands."""
     run_id = new_run_id()
@@ -600,9 +604,10 @@ def test_a_decision_record_cut_short_is_a_retriable_fault_that_starts_nothing(aw
     run_kit.checkpoint(run_id, 20)
     event = end_segment(aws, run_kit, run_id, 1)
     key = f"submitter/runs/{run_id}/decisions/seg-001.json"
-    aws.client("s3").put_object(Bucket=config.output_bucket, Key=key, Body=b'{"schema": 1, "decis')
+    s3 = continuation_clients.s3  # the continuation writes decision records, and only it may
+    s3.put_object(Bucket=config.output_bucket, Key=key, Body=b'{"schema": 1, "decis')
     with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"s3://{config.output_bucket}/{key} is not JSON"):
         run_kit.handle(event)
     assert run_kit.jobs(run_id) == [seg(run_id, 1)]
-    aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)
+    aws.remove_object(config.output_bucket, key)  # an operator's repair: no role may delete a decision record
     assert decision(run_kit.handle(event)) == spec.CONTINUE  # once the record is gone, the event is decided

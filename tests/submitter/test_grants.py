@@ -221,28 +221,31 @@ def test_an_actions_grants_are_exactly_what_its_handler_calls(kit, config, name)
     assert unneeded(kit.calls, grants, scopes) == []
 
 
-def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actions(aws, env, config, kit):
+def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actions(
+    aws, continuation_env, config, kit, runtime
+):
     """A run's segment 2 refused (quota: the run waits, its marker written), then started by the retry (its marker
     deleted), each decision published; segment 2's end decided by the tick's reconciliation (its event lost) and the
     ended run's active marker deleted. Review finding: the continuation could delete every run record, where it
     deletes only waiting markers."""
-    events = continuation.events_client(env)
-    calls = recording(kit.clients.sagemaker, kit.clients.s3, kit.clients.ssm, events)
+    clients = runtime.aws.Clients.create(environ=continuation_env)  # as the continuation's role
+    events = continuation.events_client(continuation_env)
+    calls = recording(clients.sagemaker, clients.s3, clients.ssm, events)
     run_id = kit.running_run()
     aws.set_job_status(spec.segment_job_name(run_id, 1), "Completed")
     event = kit.run_kit.event(spec.segment_job_name(run_id, 1))
     aws.inject_fault("CreateTrainingJob", "ResourceLimitExceeded", message="limit 'ml.p6-b200.48xlarge' is 0")
-    waiting = continuation.handle(event, clients=kit.clients, config=config, events=events)
+    waiting = continuation.handle(event, clients=clients, config=config, events=events)
     assert waiting["decision"]["decision"] == spec.WAITING_FOR_CAPACITY, waiting
     aws.clear_faults()
-    outcome, _ = continuation.retry_waiting(run_id, clients=kit.clients, config=config, now=datetime.now(UTC))
+    outcome, _ = continuation.retry_waiting(run_id, clients=clients, config=config, now=datetime.now(UTC))
     assert outcome is not None and outcome.decision == spec.CONTINUE, outcome
     continuation.publish(outcome, events)
     # segment 2's event is lost: the tick's reconciliation decides it, then removes the ended run's active marker
     aws.set_job_status(spec.segment_job_name(run_id, 2), "Failed", failure_reason="AlgorithmError: boom")
-    ended = continuation.reconcile(run_id, clients=kit.clients, config=config, now=datetime.now(UTC))
+    ended = continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC))
     assert ended is not None and ended.decision == spec.FAILED, ended
-    assert continuation.reconcile(run_id, clients=kit.clients, config=config, now=datetime.now(UTC)) is None
+    assert continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC)) is None
     assert any(c.action == "s3:DeleteObject" and settings.RUN_ACTIVE_PREFIX in (c.key or "") for c in calls)
     own, scopes = actions.CONTINUATION_GRANTS, s3_scopes(config)
     assert uncovered(calls, (*actions.grants(actions.CONTINUATION_ACTIONS), *own), scopes) == []

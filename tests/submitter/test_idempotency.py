@@ -253,7 +253,7 @@ def _crashed_record(aws, runtime, config, request: dict, job_name: str) -> None:
         "state": "claimed",
         "created": "2026-01-01T00:00:00+00:00",
     }
-    aws.client("s3").put_object(
+    aws.client("s3", access_key=aws.env["AWS_ACCESS_KEY_ID"]).put_object(  # as the submitter: only it writes there
         Bucket=aws.env["OUTPUT_BUCKET"],
         Key=f"{PREFIX}{_digest(request['client_token'])}.json",
         Body=json.dumps(body).encode(),
@@ -403,10 +403,10 @@ def test_a_job_made_without_a_token_is_adopted_by_the_same_request_with_one(
     assert token_jobs(token) == []  # the job keeps the tags it was made with; the record binds it
 
 
-def test_an_unreadable_record_creates_nothing(aws, runtime, submit, make_request):
+def test_an_unreadable_record_creates_nothing(aws, runtime, submit, make_request, record_s3):
     request = make_request(capacity="on-demand")
     key = f"{PREFIX}{_digest(request['client_token'])}.json"
-    aws.client("s3").put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=b'{"schema": 1, "training_job_na')
+    record_s3.put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=b'{"schema": 1, "training_job_na')
     aws.clear_calls()
     with pytest.raises(runtime.errors.IdempotencyRecordError, match=key):
         submit(request)
@@ -438,13 +438,11 @@ _GOOD_RECORD = {
     ],
 )
 def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(
-    aws, runtime, submit, make_request, change, says
+    aws, runtime, submit, make_request, change, says, record_s3
 ):
     request = make_request(capacity="on-demand")
     key = f"{PREFIX}{_digest(request['client_token'])}.json"
-    aws.client("s3").put_object(
-        Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps({**_GOOD_RECORD, **change}).encode()
-    )
+    record_s3.put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps({**_GOOD_RECORD, **change}).encode())
     aws.clear_calls()
     uri = f"s3://{aws.env['OUTPUT_BUCKET']}/{key}"
     with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"client-token record {uri}") as raised:
@@ -500,21 +498,23 @@ def test_a_job_fingerprinted_under_another_version_is_refused_as_such(aws, runti
     assert aws.calls("CreateTrainingJob") == [] and record_of(aws, request["client_token"]) is None
 
 
-def test_a_claim_of_another_fingerprint_version_is_refused_as_such(aws, runtime, submit, config, make_request):
+def test_a_claim_of_another_fingerprint_version_is_refused_as_such(
+    aws, runtime, submit, config, make_request, record_s3
+):
     request = make_request(capacity="on-demand")
     key = f"{PREFIX}{_digest(request['client_token'])}.json"
     claim = {
         "schema": 1, "training_job_name": f"v3-{uuid.uuid4().hex[:12]}", "request_sha256": "b" * 64,
         "fingerprint_version": 3, "state": "claimed", "created": "2026-01-01T00:00:00+00:00",
     }  # fmt: skip
-    aws.client("s3").put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps(claim).encode())
+    record_s3.put_object(Bucket=aws.env["OUTPUT_BUCKET"], Key=key, Body=json.dumps(claim).encode())
     aws.clear_calls()
     refused = submit(request)
     assert (refused["error"]["code"], refused["error"]["field"]) == ("Conflict", "client_token"), refused
     assert "under request fingerprint version 3 (this submitter computes version 2" in refused["error"]["message"]
     assert aws.calls("CreateTrainingJob") == []
     # a released claim of another version binds no job: the token is free
-    aws.client("s3").put_object(
+    record_s3.put_object(
         Bucket=aws.env["OUTPUT_BUCKET"],
         Key=key,
         Body=json.dumps({**claim, "state": "released", "reason": "x"}).encode(),

@@ -257,7 +257,7 @@ step = st.one_of(
 )
 @given(steps=st.lists(step, min_size=1, max_size=5))
 def test_any_sequence_of_retries_with_one_token_leaves_at_most_one_job(
-    aws, runtime, submit, config, make_request, token_jobs, steps
+    aws, runtime, submit, config, make_request, token_jobs, steps, record_s3
 ):
     token, run = f"prop-{uuid.uuid4()}", uuid.uuid4().hex[:8]
     digest, prefix = runtime.job.token_digest(token), runtime.settings.CLIENT_TOKEN_RECORDS_PREFIX
@@ -289,12 +289,14 @@ def test_any_sequence_of_retries_with_one_token_leaves_at_most_one_job(
                 "created": "2026-01-01T00:00:00+00:00",
             }  # fmt: skip
             try:
-                aws.client("s3").put_object(
+                record_s3.put_object(
                     Bucket=aws.env["OUTPUT_BUCKET"], Key=f"{prefix}{digest}.json",
                     Body=json.dumps(record).encode(), IfNoneMatch="*",
                 )  # fmt: skip
-            except aws.client("s3").exceptions.ClientError:
-                pass  # the token was claimed already: a crash now leaves nothing new
+            except record_s3.exceptions.ClientError as exc:
+                if exc.response["Error"]["Code"] != "PreconditionFailed":
+                    raise
+                # the token was claimed already: a crash now leaves nothing new
     jobs = token_jobs(token)
     note(f"steps={steps} jobs={jobs}")
     assert len(jobs) <= 1

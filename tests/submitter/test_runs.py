@@ -225,12 +225,14 @@ def test_list_runs_pages_and_refuses_a_tampered_token(submit, run_kit, runtime, 
     assert refused["status"] == "rejected" and refused["error"]["field"] == "next_token", refused
 
 
-def test_list_runs_lists_the_other_runs_past_a_damaged_record(submit, run_kit, aws, config, runtime, clients):
+def test_list_runs_lists_the_other_runs_past_a_damaged_record(
+    submit, run_kit, aws, config, runtime, clients, record_s3
+):
     good, bad = new_run_id(), new_run_id()
     for run_id in (good, bad):
         assert submit(run_kit.request(run_id))["status"] == "submitted"
     key = f"submitter/runs/{bad}/run.json"
-    aws.client("s3").put_object(Bucket=config.output_bucket, Key=key, Body=b"{cut sho")
+    record_s3.put_object(Bucket=config.output_bucket, Key=key, Body=b"{cut sho")
     seen: dict[str, dict] = {}
     token = None
     try:
@@ -242,7 +244,7 @@ def test_list_runs_lists_the_other_runs_past_a_damaged_record(submit, run_kit, a
             if token is None:
                 break
     finally:
-        aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)  # the other tests list runs too
+        aws.remove_object(config.output_bucket, key)  # the other tests list runs too; no role may delete it
     assert seen[good]["state"] == "active"
     assert seen[bad]["state"] == "unreadable" and key in seen[bad]["reason"]
 
@@ -356,7 +358,7 @@ def test_a_stop_while_the_first_segment_is_created_stops_that_segment(aws, env, 
     ],
 )
 def test_an_unreadable_run_record_stops_its_submission_before_anything_is_written(
-    aws, submit, run_kit, runtime, config, body, says
+    aws, submit, run_kit, runtime, config, body, says, record_s3
 ):
     """Strict reading: a run.json that is not a schema-1 run record raises the ledger's error naming it; no job,
     and no claim of the run's token, is written while it stands."""
@@ -364,7 +366,7 @@ def test_an_unreadable_run_record_stops_its_submission_before_anything_is_writte
 
     run_id = new_run_id()
     key = f"submitter/runs/{run_id}/run.json"
-    aws.client("s3").put_object(Bucket=config.output_bucket, Key=key, Body=body)
+    record_s3.put_object(Bucket=config.output_bucket, Key=key, Body=body)
     try:
         with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"s3://{config.output_bucket}/{key}") as raised:
             submit(run_kit.request(run_id))
@@ -376,7 +378,7 @@ def test_an_unreadable_run_record_stops_its_submission_before_anything_is_writte
         )
         assert listed.get("KeyCount", 0) == 0
     finally:
-        aws.client("s3").delete_object(Bucket=config.output_bucket, Key=key)  # the other tests list runs too
+        aws.remove_object(config.output_bucket, key)  # the other tests list runs too; no role may delete it
 
 
 def test_the_issues_dry_run_is_refused_by_its_budget_and_a_fitting_one_is_bounded(submit, run_kit, make_request):
