@@ -47,6 +47,8 @@ SERVICES = (
     "sqs",
     "dynamodb",
     "ecr",
+    "cloudformation",
+    "lambda",
 )
 """The services whose actions are read from the reference (the platform's and the emulator's)."""
 

@@ -10,7 +10,8 @@ its intrinsic functions resolved to the emulator's physical names.
 * **Resource policies**: S3 bucket policies, KMS key policies, SNS topic and SQS queue policies, by resource ARN; each
   bucket's default SSE-KMS key.
 * **Physical names**: the template's functions' environment variables set to a ``Ref`` or ``Fn::GetAtt`` are matched
-  with the emulator's own (:func:`~devtools.local_aws.stack.function_environment`), which names the buckets, the SSM
+  with the emulator's own (:func:`~devtools.local_aws.stack.function_environment`, and the job-outcomes function's
+  ``IDEMPOTENCY_TABLE``), which names the buckets, the SSM
   parameter and the execution role as the emulator creates them; every other resource is named as CloudFormation names
   what has no explicit name (``STACK-LogicalId``), its ARN built from its type. Intrinsics are rendered by
   :func:`platform_constructs.intrinsics.render`, the project's one renderer.
@@ -32,6 +33,7 @@ from typing import Any
 from devtools.local_aws.policy import Policy
 from devtools.local_aws.stack import ACCOUNT_ID, DUMMY_CREDENTIALS, StackResources, function_environment
 from platform_constructs.intrinsics import Notation, render
+from platform_constructs.observability.runtime import settings as observability_settings
 
 ADMINISTRATOR = "administrator"
 """The name of the principal behind :data:`~devtools.local_aws.stack.DUMMY_CREDENTIALS`."""
@@ -114,7 +116,10 @@ class _Names:
         self.region, self.stack = region, stack
         self.refs: dict[str, str] = {}
         self.attrs: dict[tuple[str, str], str] = {}
-        emulator = function_environment(region, resources)
+        emulator = {
+            **function_environment(region, resources),
+            observability_settings.ENV_IDEMPOTENCY_TABLE: resources.job_events_table,
+        }
         for resource in self.resources.values():
             variables = resource.get("Properties", {}).get("Environment", {}).get("Variables", {})
             for name, value in variables.items():

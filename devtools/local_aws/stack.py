@@ -41,6 +41,8 @@ class StackResources:
     plan_arns_parameter: str = "/training-platform/local/training-plan-arns"
     execution_role_name: str = "training-platform-sagemaker-execution"
     trainer_repository: str = "training-platform/trainer"
+    job_events_table: str = "training-platform-job-events-idempotency"
+    """The job-outcomes function's idempotency table (its ``IDEMPOTENCY_TABLE``; tests create it)."""
     encryption_key_id: str = "0ca1a7f0-0000-4000-8000-000000000001"
     """The platform key's id (moto draws key ids at random; the emulator gives its key this fixed one, as it
     names its buckets, so the function's environment is known before the emulator starts)."""

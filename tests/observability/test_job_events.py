@@ -19,7 +19,7 @@ import pytest
 from platform_constructs.observability.runtime import job_events, settings
 from platform_spec.runs import TERMINAL_JOB_STATUSES
 
-from .conftest import IDEMPOTENCY_TABLE, LambdaContext, emulator_environ
+from .conftest import IDEMPOTENCY_TABLE, JOB_EVENTS_HANDLER, LambdaContext, emulator_environ
 
 pytestmark = [
     pytest.mark.xdist_group("observability"),
@@ -197,8 +197,7 @@ def test_idempotency_records_expire_after_the_configured_ttl(aws, record):
 
 
 def test_lambda_handler_end_to_end(aws, cloudwatch, monkeypatch):
-    for key in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, aws.env[key])
+    emulator_environ(monkeypatch, aws, JOB_EVENTS_HANDLER)
     monkeypatch.setenv(settings.ENV_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
     monkeypatch.setenv(settings.ENV_IDEMPOTENCY_TTL_SECONDS, "3600")
     monkeypatch.setattr(job_events, "_recorder", None)
@@ -276,7 +275,7 @@ def test_a_stalled_endpoint_ends_the_handler_inside_its_time_with_deadline_excee
 ):
     """Every client of the handler (DynamoDB for the idempotency record, CloudWatch) at a socket that accepts and
     never answers: the invocation answers DeadlineExceeded (not Powertools' wrapper) before Lambda would kill it."""
-    emulator_environ(monkeypatch, aws, AWS_ENDPOINT_URL=stalled_endpoint)
+    emulator_environ(monkeypatch, aws, JOB_EVENTS_HANDLER, AWS_ENDPOINT_URL=stalled_endpoint)
     monkeypatch.setenv(settings.ENV_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
     monkeypatch.setattr(job_events, "_recorder", None)
     name = create_job(aws)
@@ -305,7 +304,7 @@ def test_a_stalled_put_metric_data_ends_in_time_and_the_retry_counts_the_outcome
     invocation, counts it once."""
     from platform_constructs.observability.runtime import aws as runtime_aws
 
-    emulator_environ(monkeypatch, aws)
+    emulator_environ(monkeypatch, aws, JOB_EVENTS_HANDLER)
     stalled = runtime_aws.cloudwatch_client()
 
     def to_the_stalled_endpoint(request, **_):
@@ -344,7 +343,7 @@ def test_a_stalled_put_metric_data_ends_in_time_and_the_retry_counts_the_outcome
 def test_a_deadline_already_past_sends_nothing_and_the_retry_counts_once(aws, cloudwatch, monkeypatch):
     from platform_constructs.observability.runtime import aws as runtime_aws
 
-    emulator_environ(monkeypatch, aws)
+    emulator_environ(monkeypatch, aws, JOB_EVENTS_HANDLER)
     record, _ = job_events.make_recorder(
         cloudwatch=runtime_aws.cloudwatch_client(), dynamodb=runtime_aws.dynamodb_client(), table_name=IDEMPOTENCY_TABLE
     )

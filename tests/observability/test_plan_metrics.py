@@ -18,7 +18,7 @@ import pytest
 from platform_constructs.lambda_runtime.deadline import deadline_scope
 from platform_constructs.observability.runtime import plan_metrics, settings
 
-from .conftest import LambdaContext, emulator_environ
+from .conftest import PLAN_METRICS_HANDLER, LambdaContext, emulator_environ
 
 pytestmark = pytest.mark.xdist_group("observability")
 
@@ -230,7 +230,7 @@ def test_plan_capacity_from_a_description():
 
 def the_functions_clients(monkeypatch, aws, **environ: str) -> plan_metrics.PlanMetricsClients:
     """The clients the function makes (its deadline hooks included), for the emulator's environment."""
-    emulator_environ(monkeypatch, aws, **environ)
+    emulator_environ(monkeypatch, aws, PLAN_METRICS_HANDLER, **environ)
     monkeypatch.setenv(settings.ENV_TRAINING_PLAN_ARNS_PARAMETER, aws.resources["plan_arns_parameter"])
     monkeypatch.setattr(plan_metrics, "_clients", None)
     return plan_metrics._default_clients()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from devtools.local_aws.client import LocalAws
+from devtools.local_aws.stack import DUMMY_CREDENTIALS
 from platform_constructs.submitter.runtime.training_job import (
     TAG_CLIENT_TOKEN_SHA256,
     TAG_REQUEST_SHA256,
@@ -284,8 +285,11 @@ def test_the_trainer_reads_the_hyperparameters_a_plain_model_trainer_sends(
         "activation_checkpointing": "off", "max_grad_norm": 1.0,
     }  # fmt: skip
     monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")  # the SDK's switch: the emulator has no IAM policy simulator
+    # the notebook user's own session: a person's credentials (the administrator's), not the submitter role's,
+    # which may not read the SDK's default bucket
+    person = Platform.from_env({**aws.env, "AWS_ACCESS_KEY_ID": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"]})
     trainer = ModelTrainer(
-        sagemaker_session=platform.sagemaker_session,
+        sagemaker_session=person.sagemaker_session,
         training_image=platform.preflight({"capacity": "on-demand", "job_name": name, "hyperparameters": {
             "synthetic_data": True, "precision": "fp32", "model": "gpt-tiny"}})["create_training_job"]
         ["AlgorithmSpecification"]["TrainingImage"],

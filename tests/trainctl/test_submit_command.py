@@ -542,7 +542,8 @@ def test_local_an_unreadable_token_record_is_one_line_and_creates_nothing(aws, t
     settings = runtime_settings
     token = f"garbage-record-{tmp_path.name}"
     key = f"{settings.CLIENT_TOKEN_RECORDS_PREFIX}{hashlib.sha256(token.encode()).hexdigest()}.json"
-    aws.client("s3").put_object(Bucket=aws.env[settings.ENV_OUTPUT_BUCKET], Key=key, Body=b"{trunc")
+    s3 = aws.client("s3", access_key=aws.env["AWS_ACCESS_KEY_ID"])  # the submitter: only it writes its records
+    s3.put_object(Bucket=aws.env[settings.ENV_OUTPUT_BUCKET], Key=key, Body=b"{trunc")
     _aws_environ(monkeypatch, aws.env)
     before = {j["name"] for j in aws.training_jobs()}
     assert main(["submit", "--local", _file(tmp_path), "--client-token", token]) == EXIT_FAILED
