@@ -170,8 +170,8 @@ def _s3_call(environ: Mapping[str, Any], body: bytes, access_key: str, region: s
     for name in _s3_operations(method, bool(bucket), bool(key)):
         operation = model.operation_model(name)
         literal = _literal_query(operation.http["requestUri"])
-        if any(query.get(k) not in (v, None) or k not in query for k, v in literal.items()):
-            continue
+        if any(k not in query or (v is not None and query[k] != v) for k, v in literal.items()):
+            continue  # a literal of the URI (?uploads, ?tagging, ?list-type=2) missing, or with another value
         params: dict[str, Any] = {}
         score = len(literal)
         ok = True

