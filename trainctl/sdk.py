@@ -237,8 +237,10 @@ class Platform:
         telemetry: let the SDK send its usage telemetry to AWS (the SDK's default). ``False``
             sets the SDK's ``TelemetryOptOut`` for this platform's sessions.
         validate_role: let the SDK check the execution role's permissions with IAM's policy
-            simulator when a trainer is made (the SDK's default; off against the emulator, which
-            has no IAM policies).
+            simulator when a trainer is made (the SDK's default; off against the emulator: its
+            simulator shows the SDK's check refusing the platform's execution role, which is not granted
+            the VPC network-interface actions nor ``cloudwatch:PutMetricData`` outside SageMaker's
+            namespace that the check asks for).
     """
 
     def __init__(

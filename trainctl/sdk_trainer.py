@@ -147,7 +147,8 @@ class PlatformModelTrainer(ModelTrainer):  # type: ignore[misc]
 @contextlib.contextmanager
 def _role_validation(enabled: bool) -> Iterator[None]:
     """The SDK checks a trainer's role with IAM's policy simulator (``iam:SimulatePrincipalPolicy``) when it
-    is made; the emulator has no IAM policies to simulate, so there the check is switched off with the
+    is made; it asks for actions the platform's execution role is not granted (VPC network interfaces,
+    ``cloudwatch:PutMetricData`` in any namespace), so against the emulator the check is switched off with the
     SDK's own switch (``SAGEMAKER_VALIDATE_ROLE=false``) while the trainer is made."""
     if enabled:
         yield

@@ -69,7 +69,8 @@ GET      ``/_local-aws/grants``                       every allowed authorizatio
 gives another): the env file carries the submitter function's role's keys, event targets act as the role of the
 function whose handler they are, executed jobs as their ``RoleArn``, and the dummy credentials (``testing``) are the
 account's administrator. A call without an Allow, or with an explicit Deny, gets the service's ``AccessDenied``.
-The admin endpoints are not AWS calls and are not authorized.
+The admin endpoints are not AWS calls and are not authorized. IAM's ``SimulatePrincipalPolicy`` is answered from the
+same engine (:mod:`devtools.local_aws.simulate`).
 
 ``--run-jobs`` executes the jobs it accepts on this machine's CPU and ``--event-target
 module:function`` receives every job state-change event: see :mod:`devtools.local_aws.jobs` for

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from devtools.local_aws import simulate
 from devtools.local_aws.authorize import Authorizer
 from devtools.local_aws.jobs import EventBus, JobRunner
 from devtools.local_aws.principals import access_key_for
@@ -95,6 +96,11 @@ class EmulatorApp:
                 )
             start_response(f"{refusal.status} Refused", [*refusal.headers, ("Content-Length", str(len(refusal.body)))])
             return [refusal.body]
+        if _body_needed(environ) and simulate.is_simulation(environ, self._body(environ)):
+            simulated = simulate.answer(self.authorizer, self._body(environ))
+            headers = [("Content-Type", "text/xml"), ("Content-Length", str(len(simulated.body)))]
+            start_response(f"{simulated.status} Simulated", headers)
+            return [simulated.body]
         if target:
             body = self._body(environ)
             service, _, operation = target.rpartition(".")

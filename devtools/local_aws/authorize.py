@@ -107,8 +107,9 @@ class Authorizer:
     def principal(self, access_key: str) -> Principal | None:
         return self.authorities.principals.get(access_key)
 
-    def decide(self, principal: Principal, check: Check) -> Decision:
-        """The decision on one check for ``principal`` (identity policies, the resource's policy, the boundary)."""
+    def decide(self, principal: Principal, check: Check, *, resource_policy: bool = True) -> Decision:
+        """The decision on one check for ``principal`` (identity policies, the resource's policy, the boundary);
+        ``resource_policy=False``: without the resource's policy, as IAM's policy simulator decides."""
         context = {
             "aws:securetransport": ["true"],
             "s3:tlsversion": ["1.3"],
@@ -117,16 +118,16 @@ class Authorizer:
             **check.context,
         }
         request = Request(principal.arn, ACCOUNT_ID, check.action, check.resource, context)
-        resource_policy = self.authorities.resource_policy(check.resource)
+        found = self.authorities.resource_policy(check.resource) if resource_policy else None
         # A key the template does not define (one a test creates) has KMS's default key policy, which allows the
         # account's root kms:* (AWS KMS Developer Guide, "Default key policy"): its identity policies decide, as
         # they do for the actions on no key (kms:CreateKey, kms:ListKeys).
         return evaluate(
             request,
             principal.policies,
-            resource_policy=resource_policy,
+            resource_policy=found,
             boundary=principal.boundary,
-            key_policy=check.action.startswith("kms:") and resource_policy is not None,
+            key_policy=check.action.startswith("kms:") and found is not None,
         )
 
     def authorize(self, environ: Mapping[str, Any], body: bytes) -> Refusal | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,38 +63,44 @@ def test_without_the_plan_grant_the_guides_request_is_refused_as_aws_refuses_it(
         assert aws.training_jobs() == []  # nothing half-done
 
 
-def test_the_kms_buckets_take_writes_under_the_platform_key_only() -> None:
+@pytest.fixture(scope="module")
+def aws() -> Iterator[LocalAws]:
+    """An emulator under the platform's own template."""
+    with LocalAws() as emulator:
+        yield emulator
+
+
+def test_the_kms_buckets_take_writes_under_the_platform_key_only(aws: LocalAws) -> None:
     """A write that names no encryption (the bucket's default applies) or the platform key passes the bucket
     policy's WRITE_KEY_STATEMENTS; one under another key, SSE-S3 or ``aws:kms`` without a key is denied by them."""
-    with LocalAws() as aws:
-        s3 = aws.client("s3", access_key=aws.env["AWS_ACCESS_KEY_ID"])  # the submitter writes the output bucket
-        bucket, key_arn = aws.resources["output_bucket"], aws.env["OUTPUT_KMS_KEY_ARN"]
-        other = aws.client("kms").create_key(Description="not the platform's")["KeyMetadata"]["Arn"]
-        s3.put_object(Bucket=bucket, Key="submitter/client-tokens/a.json", Body=b"{}")
-        s3.put_object(
-            Bucket=bucket,
-            Key="submitter/client-tokens/b.json",
-            Body=b"{}",
-            ServerSideEncryption="aws:kms",
-            SSEKMSKeyId=key_arn,
-        )
-        assert s3.head_object(Bucket=bucket, Key="submitter/client-tokens/b.json")["SSEKMSKeyId"] == key_arn
-        refused = {
-            "DenyWritesUnderAnotherKey": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": other},
-            "DenyWritesUnderAnotherEncryption": {"ServerSideEncryption": "AES256"},
-            "DenyWritesUnderAwsManagedKey": {"ServerSideEncryption": "aws:kms"},
-        }
-        for sid, encryption in refused.items():
-            with pytest.raises(botocore.exceptions.ClientError) as denied:
-                s3.put_object(Bucket=bucket, Key=f"submitter/client-tokens/{sid}.json", Body=b"{}", **encryption)
-            error = denied.value.response["Error"]
-            assert error["Code"] == "AccessDenied", sid
-            assert error["Message"].endswith("with an explicit deny in a resource-based policy"), sid
-        listed = s3.list_objects_v2(Bucket=bucket, Prefix="submitter/client-tokens/")["Contents"]
-        assert sorted(o["Key"] for o in listed) == [
-            "submitter/client-tokens/a.json",
-            "submitter/client-tokens/b.json",
-        ]  # nothing half-done
+    s3 = aws.client("s3", access_key=aws.env["AWS_ACCESS_KEY_ID"])  # the submitter writes the output bucket
+    bucket, key_arn = aws.resources["output_bucket"], aws.env["OUTPUT_KMS_KEY_ARN"]
+    other = aws.client("kms").create_key(Description="not the platform's")["KeyMetadata"]["Arn"]
+    s3.put_object(Bucket=bucket, Key="submitter/client-tokens/a.json", Body=b"{}")
+    s3.put_object(
+        Bucket=bucket,
+        Key="submitter/client-tokens/b.json",
+        Body=b"{}",
+        ServerSideEncryption="aws:kms",
+        SSEKMSKeyId=key_arn,
+    )
+    assert s3.head_object(Bucket=bucket, Key="submitter/client-tokens/b.json")["SSEKMSKeyId"] == key_arn
+    refused = {
+        "DenyWritesUnderAnotherKey": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": other},
+        "DenyWritesUnderAnotherEncryption": {"ServerSideEncryption": "AES256"},
+        "DenyWritesUnderAwsManagedKey": {"ServerSideEncryption": "aws:kms"},
+    }
+    for sid, encryption in refused.items():
+        with pytest.raises(botocore.exceptions.ClientError) as denied:
+            s3.put_object(Bucket=bucket, Key=f"submitter/client-tokens/{sid}.json", Body=b"{}", **encryption)
+        error = denied.value.response["Error"]
+        assert error["Code"] == "AccessDenied", sid
+        assert error["Message"].endswith("with an explicit deny in a resource-based policy"), sid
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="submitter/client-tokens/")["Contents"]
+    assert sorted(o["Key"] for o in listed) == [
+        "submitter/client-tokens/a.json",
+        "submitter/client-tokens/b.json",
+    ]  # nothing half-done
 
 
 def _edited(template: dict[str, Any], edit: Callable[[str, dict[str, Any]], bool]) -> list[str]:
@@ -204,3 +210,39 @@ def test_removing_a_statement_of_each_principal_kind_makes_the_platform_call_it_
             execution["name"], "s3:PutObject", f'"arn:aws:s3:::{output}/{model}"',
             "with an explicit deny in a resource-based policy",
         )  # fmt: skip
+
+
+def test_simulate_principal_policy_answers_from_the_same_engine(aws: LocalAws) -> None:
+    """IAM's policy simulator (the SageMaker SDK's role validation) decides as every call is decided: the execution
+    role may write checkpoints (and the statement that allows it is named), may not create network interfaces
+    (it runs without a VPC), and a role the template has not is NoSuchEntity."""
+    iam = aws.client("iam")
+    role = aws.env["EXECUTION_ROLE_ARN"]
+    bucket = aws.env["CHECKPOINT_BUCKET"]
+    results = iam.simulate_principal_policy(
+        PolicySourceArn=role,
+        ActionNames=["s3:PutObject", "ec2:CreateNetworkInterface"],
+        ResourceArns=[f"arn:aws:s3:::{bucket}/checkpoints/j/step-1/x"],
+    )["EvaluationResults"]
+    decided = {r["EvalActionName"]: r for r in results}
+    assert decided["s3:PutObject"]["EvalDecision"] == "allowed"
+    (matched,) = decided["s3:PutObject"]["MatchedStatements"]
+    assert matched["SourcePolicyId"].startswith("ExecutionRoleDefaultPolicy")
+    assert decided["ec2:CreateNetworkInterface"]["EvalDecision"] == "implicitDeny"
+    assert decided["ec2:CreateNetworkInterface"]["MatchedStatements"] == []
+    other = f"arn:aws:s3:::{aws.env['DATA_BUCKET']}/x"  # the data bucket is read-only to jobs
+    (write,) = iam.simulate_principal_policy(PolicySourceArn=role, ActionNames=["s3:PutObject"], ResourceArns=[other])[
+        "EvaluationResults"
+    ]
+    assert write["EvalDecision"] == "implicitDeny"
+    with pytest.raises(botocore.exceptions.ClientError) as missing:
+        iam.simulate_principal_policy(PolicySourceArn=role + "-gone", ActionNames=["s3:GetObject"])
+    assert missing.value.response["Error"]["Code"] == "NoSuchEntity"
+    with pytest.raises(botocore.exceptions.ClientError) as unsupported:
+        iam.simulate_principal_policy(PolicySourceArn=role, ActionNames=["s3:GetObject"], CallerArn=role)
+    assert unsupported.value.response["Error"]["Code"] == "InvalidInput"
+    assert "CallerArn" in unsupported.value.response["Error"]["Message"]
+    submitter = aws.client("iam", access_key=aws.env["AWS_ACCESS_KEY_ID"])  # the simulator is authorized too
+    with pytest.raises(botocore.exceptions.ClientError) as refused:
+        submitter.simulate_principal_policy(PolicySourceArn=role, ActionNames=["s3:GetObject"])
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"

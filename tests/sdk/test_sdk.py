@@ -284,7 +284,8 @@ def test_the_trainer_reads_the_hyperparameters_a_plain_model_trainer_sends(
         "learning_rate": 3e-4, "max_steps": 4, "warmup_steps": 1, "synthetic_data": True,
         "activation_checkpointing": "off", "max_grad_norm": 1.0,
     }  # fmt: skip
-    monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")  # the SDK's switch: the emulator has no IAM policy simulator
+    # the SDK's switch: its role check asks for VPC and any-namespace metric actions the execution role lacks
+    monkeypatch.setenv("SAGEMAKER_VALIDATE_ROLE", "false")
     # the notebook user's own session: a person's credentials (the administrator's), not the submitter role's,
     # which may not read the SDK's default bucket
     person = Platform.from_env({**aws.env, "AWS_ACCESS_KEY_ID": DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"]})
