@@ -227,9 +227,13 @@ class EmulatorApp:
         bucket, key = payload.get("bucket"), payload.get("key")
         if not isinstance(bucket, str) or not isinstance(key, str) or not bucket or not key:
             raise ValueError('objects/remove: expected {"bucket": NAME, "key": KEY} (non-empty strings)')
+        from moto.s3.exceptions import MissingBucket
         from moto.s3.models import s3_backends
 
-        s3_backends[ACCOUNT_ID]["aws"].delete_object(bucket, key)
+        try:
+            s3_backends[ACCOUNT_ID]["aws"].delete_object(bucket, key)
+        except MissingBucket:
+            raise KeyError(f"bucket {bucket!r}") from None
         return {"removed": f"s3://{bucket}/{key}"}
 
     def set_job_status(self, request: AdminRequest) -> Any:

@@ -96,6 +96,13 @@ def test_the_kms_buckets_take_writes_under_the_platform_key_only(aws: LocalAws) 
         error = denied.value.response["Error"]
         assert error["Code"] == "AccessDenied", sid
         assert error["Message"].endswith("with an explicit deny in a resource-based policy"), sid
+    aws.remove_object(bucket, "submitter/client-tokens/not-there.json")  # as S3's DeleteObject: nothing to do
+    with pytest.raises(RuntimeError, match=r"HTTP 404.*not found: .*bucket 'no-such-bucket'"):
+        aws.remove_object("no-such-bucket", "k")
+    with pytest.raises(
+        RuntimeError, match=r"HTTP 400.*objects/remove: expected .*bucket.*NAME.*key.*KEY.* \(non-empty strings\)"
+    ):
+        aws.remove_object(bucket, "")
     listed = s3.list_objects_v2(Bucket=bucket, Prefix="submitter/client-tokens/")["Contents"]
     assert sorted(o["Key"] for o in listed) == [
         "submitter/client-tokens/a.json",
