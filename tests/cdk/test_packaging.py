@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.local_aws.stack import StackResources
 from platform_constructs.observability import functions as observability
 from platform_constructs.observability.runtime import settings as observability_settings
 from platform_constructs.submitter import bundling
@@ -358,7 +359,7 @@ ANSWER = textwrap.dedent(
 """Run in ``python -S -I -B`` with ARGV ``PACKAGE HANDLER EVENT``: Lambda's call of the handler, the package alone on
 ``sys.path`` (and the standard library); prints its answer and the modules of ours loaded from elsewhere."""
 
-IDEMPOTENCY_TABLE = "packaged-job-events-idempotency"
+IDEMPOTENCY_TABLE = StackResources().job_events_table  # the name the emulator grants the function
 PLAN = {"TrainingPlanName": "packaged-plan", "Status": "Active", "InstanceType": "ml.p6-b200.48xlarge",
         "TotalInstanceCount": 2, "StartTime": "now-1d", "EndTime": "now+10d"}  # fmt: skip
 SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "time": "2026-03-01T12:00:00Z"}
@@ -418,7 +419,8 @@ def test_each_function_answers_with_only_its_package_on_the_path(packages, emula
     every module of ours it loaded came from the package (no torch, no CDK)."""
     lambda_package, handler, environment, event, summary, expected = FUNCTIONS[function]
     package = packages[lambda_package.display_name]
-    env = {"PATH": os.environ.get("PATH", ""), **emulator.env, **environment}
+    # as the deployed function: its role's credentials (the emulator authorizes each call against its policies)
+    env = {"PATH": os.environ.get("PATH", ""), **emulator.function_env(handler), **environment}
     result = subprocess.run(
         [sys.executable, "-S", "-I", "-B", "-c", ANSWER, str(package), handler, json.dumps(event)],
         capture_output=True,

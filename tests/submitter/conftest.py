@@ -210,13 +210,13 @@ def _reset_emulator(request):
         yield
         return
     emulator, bucket = request.getfixturevalue("aws"), request.getfixturevalue("config").output_bucket
+    s3 = request.getfixturevalue("continuation_clients").s3
     yield
     emulator.clear_faults()
     emulator.complete_active_jobs()
     # the runs a test leaves are abandoned (their jobs were just ended by hand, with no event): the next
     # test's ticks would reconcile them, submitting segments on the plans that test counts on. Their markers
     # are removed as the tick removes them, as the continuation: the bucket policy lets no one else write there
-    s3 = request.getfixturevalue("continuation_clients").s3
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=_settings.RUN_ACTIVE_PREFIX):
         for item in page.get("Contents") or []:
             s3.delete_object(Bucket=bucket, Key=item["Key"])

@@ -233,7 +233,9 @@ def test_the_backoff_starts_one_segment_for_repeated_and_concurrent_ticks_and_ev
     assert run_kit.jobs(run_id) == [seg(run_id, 1), seg(run_id, 2)]
 
 
-def test_a_continue_recorded_before_a_crash_still_waits_out_its_backoff(aws, submit, run_kit, config):
+def test_a_continue_recorded_before_a_crash_still_waits_out_its_backoff(
+    aws, submit, run_kit, config, continuation_clients
+):
     """The invocation that recorded the ``continue`` died before it wrote the waiting marker: the tick that
     finishes the recorded decision honours the record's ``not_before`` (writes the marker, starts nothing)."""
     run_id = new_run_id()
@@ -242,7 +244,8 @@ def test_a_continue_recorded_before_a_crash_still_waits_out_its_backoff(aws, sub
     event = fail_for_capacity(aws, run_kit, run_id, 1)
     not_before, _ = waits_until(run_kit.handle(event, now=now), now)
     marker = f"submitter/runs/_waiting/{run_id}.json"
-    aws.client("s3").delete_object(Bucket=config.output_bucket, Key=marker)  # as if never written
+    # as if never written (the continuation writes and deletes waiting markers, and only it may)
+    continuation_clients.s3.delete_object(Bucket=config.output_bucket, Key=marker)
     resumed = run_kit.handle(TICK, now=now + timedelta(seconds=30))
     assert mine(resumed, run_id) == [spec.WAITING_FOR_CAPACITY]
     assert [d["not_before"] for d in resumed["decisions"] if d["run_id"] == run_id] == [spec.format_time(not_before)]
