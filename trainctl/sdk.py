@@ -236,11 +236,13 @@ class Platform:
         where: words naming the submitter, for messages.
         telemetry: let the SDK send its usage telemetry to AWS (the SDK's default). ``False``
             sets the SDK's ``TelemetryOptOut`` for this platform's sessions.
-        validate_role: let the SDK check the execution role's permissions with IAM's policy
-            simulator when a trainer is made (the SDK's default; off against the emulator: its
-            simulator shows the SDK's check refusing the platform's execution role, which is not granted
-            the VPC network-interface actions nor ``cloudwatch:PutMetricData`` outside SageMaker's
-            namespace that the check asks for).
+        validate_role: let the SDK check the execution role's permissions with IAM's policy simulator when a
+            trainer is made. Off by default (the SDK's default is on): the check asks for what the platform's
+            execution role is deliberately not granted (the VPC network-interface actions and
+            ``cloudwatch:PutMetricData`` outside SageMaker's namespace), so for a caller allowed
+            ``iam:SimulatePrincipalPolicy`` it raises ``RoleValidationError`` on the stack's own role (shown
+            against the emulator, whose simulator answers from the template's policies); the role is the one the
+            submitter's preflight names, deployed with the stack.
     """
 
     def __init__(
@@ -250,7 +252,7 @@ class Platform:
         boto_session: Any,
         where: str,
         telemetry: bool,
-        validate_role: bool = True,
+        validate_role: bool = False,
     ) -> None:
         self._submit = submit
         self.boto_session = boto_session
@@ -271,7 +273,7 @@ class Platform:
         boto_session: Any = None,
         region: str | None = None,
         telemetry: bool = True,
-        validate_role: bool = True,
+        validate_role: bool = False,
     ) -> Platform:
         """The platform a deployed stack runs: its submitter function from the stack's outputs.
 
@@ -279,7 +281,7 @@ class Platform:
             stack_name: the CloudFormation stack (``cdk.json`` ``stackName``; default ``TrainingPlatform``).
             boto_session: credentials, account and region (default: boto3's chain, ``region``).
             region: the region when ``boto_session`` is not given (default: ``AWS_REGION``, then botocore's).
-            telemetry, validate_role: see :class:`Platform` (the SDK's defaults: on).
+            telemetry, validate_role: see :class:`Platform` (telemetry: the SDK's default, on; validate_role: off).
 
         Raises:
             ValueError: ``stack_name`` is empty.
@@ -349,7 +351,6 @@ class Platform:
             boto_session=_EndpointSession.create(variables),
             where=f"the emulator's submitter ({endpoint})",
             telemetry=telemetry,
-            validate_role=False,
         )
 
     # -- the SDK's session ---------------------------------------------------------------------------

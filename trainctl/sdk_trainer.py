@@ -148,8 +148,9 @@ class PlatformModelTrainer(ModelTrainer):  # type: ignore[misc]
 def _role_validation(enabled: bool) -> Iterator[None]:
     """The SDK checks a trainer's role with IAM's policy simulator (``iam:SimulatePrincipalPolicy``) when it
     is made; it asks for actions the platform's execution role is not granted (VPC network interfaces,
-    ``cloudwatch:PutMetricData`` in any namespace), so against the emulator the check is switched off with the
-    SDK's own switch (``SAGEMAKER_VALIDATE_ROLE=false``) while the trainer is made."""
+    ``cloudwatch:PutMetricData`` in any namespace), so unless the platform was asked to run it
+    (:attr:`trainctl.sdk.Platform.validate_role`) the check is switched off with the SDK's own switch
+    (``SAGEMAKER_VALIDATE_ROLE=false``) while the trainer is made."""
     if enabled:
         yield
         return

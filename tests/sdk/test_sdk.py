@@ -380,3 +380,19 @@ def test_an_env_file_line_with_an_open_quote_is_named(tmp_path) -> None:
     path.write_text('export A=1\nexport PLATFORM_TAGS=\'{"team": "a"}\n')
     with pytest.raises(ValueError, match=r"aws.env:2: expected `export NAME=value`.*No closing quotation"):
         read_env_file(path)
+
+
+def test_the_sdks_role_check_refuses_the_platforms_execution_role_so_it_is_off_by_default(aws, tiny) -> None:
+    # the emulator answers SimulatePrincipalPolicy from the template's policies: for a caller allowed the
+    # simulator (here the account's administrator), the SDK's check asks for VPC network-interface actions and
+    # PutMetricData in any namespace, which the platform's execution role is deliberately not granted
+    from sagemaker.core.helper.iam_role_resolver import RoleValidationError
+
+    as_administrator = {**aws.env, **DUMMY_CREDENTIALS}
+    assert Platform.from_env(as_administrator).validate_role is False
+    checked = Platform.from_env(as_administrator)
+    checked.validate_role = True
+    with pytest.raises(RoleValidationError, match=r"Missing permissions: .*ec2:CreateNetworkInterface"):
+        checked.model_trainer(tiny)
+    trainer = Platform.from_env(as_administrator).model_trainer({**tiny, "client_token": f"sdk-{uuid.uuid4()}"})
+    assert trainer.role == aws.env["EXECUTION_ROLE_ARN"]
