@@ -435,7 +435,7 @@ class JobSubmitter(Construct):
         if auto_delete is not None:
             exempt.append(auto_delete.role_arn)
         for sid, prefix in (
-            ("ClientTokenRecordsSubmitterOnly", settings.CLIENT_TOKEN_RECORDS_PREFIX),
+            (settings.CLIENT_TOKEN_RECORDS_SID, settings.CLIENT_TOKEN_RECORDS_PREFIX),
             ("RunRecordsSubmitterOnly", settings.RUN_STORE_PREFIX),
         ):
             bucket.add_to_resource_policy(

@@ -447,7 +447,11 @@ def test_a_record_is_read_strictly_and_nothing_is_created_from_a_bad_one(
     uri = f"s3://{aws.env['OUTPUT_BUCKET']}/{key}"
     with pytest.raises(runtime.errors.IdempotencyRecordError, match=f"client-token record {uri}") as raised:
         submit(request)
-    assert says in str(raised.value) and "delete it to free the token" in str(raised.value)
+    assert says in str(
+        raised.value
+    ) and "to free the token, delete it with the output bucket policy's ClientTokenRecordsSubmitterOnly" in str(
+        raised.value
+    )
     assert "\n" not in str(raised.value)  # a hand-edited name is quoted, never echoed raw
     # "another version" only when the schema is another version's (it said so of a schema-1 record's bad state)
     assert ("another version" in str(raised.value)) == (change.get("schema") == 2)

@@ -552,7 +552,10 @@ def test_local_an_unreadable_token_record_is_one_line_and_creates_nothing(aws, t
     assert line.startswith(
         f"trainctl submit --local: the submitter failed: IdempotencyRecordError: client-token record {uri} is not JSON"
     )
-    assert "inspect it, or delete it to free the token" in line
+    assert (
+        "inspect it; to free the token, delete it with the output bucket policy's ClientTokenRecordsSubmitterOnly"
+        in line
+    )
     assert {j["name"] for j in aws.training_jobs()} == before
 
 

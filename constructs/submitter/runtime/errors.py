@@ -145,7 +145,8 @@ class IdempotencyRecordError(RuntimeError):
     another schema, wrong fields).
 
     Not a refusal: nothing is created while it stands; the message names the
-    object to inspect (and, for a client token's, to delete to free the token).
+    object to inspect (and, for a client token's, how to delete it to free the token: only the submitter may
+    write there, so an operator lifts the bucket policy's statement first).
     """
 
 

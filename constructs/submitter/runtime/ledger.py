@@ -48,7 +48,7 @@ from . import sagemaker_rules as model
 from .aws import Clients, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, IdempotencyRecordError
-from .settings import RUN_ACTIVE_PREFIX, RUN_STORE_PREFIX, RUN_WAITING_PREFIX
+from .settings import CLIENT_TOKEN_RECORDS_SID, RUN_ACTIVE_PREFIX, RUN_STORE_PREFIX, RUN_WAITING_PREFIX
 from .training_job import FINGERPRINT_VERSION
 
 SCHEMA = 1
@@ -194,7 +194,15 @@ class TokenLedger(Ledger):
         match = _URI_RE.fullmatch(location or "")
         if match is None:
             raise ConfigurationError(f"client-token records location {location!r}: expected s3://<bucket>/<prefix>/")
-        super().__init__(s3, match.group(1), "client-token record", "inspect it, or delete it to free the token")
+        super().__init__(
+            s3,
+            match.group(1),
+            "client-token record",
+            (
+                "inspect it; to free the token, delete it with the output bucket policy's "
+                f"{CLIENT_TOKEN_RECORDS_SID} statement lifted (no one but the submitter may write there)"
+            ),
+        )
         self.prefix = match.group(2) or ""
 
     @classmethod

@@ -36,6 +36,9 @@ ENV_CLIENT_TOKEN_RECORDS = "CLIENT_TOKEN_RECORDS_URI"  # s3://<output bucket>/<C
 CLIENT_TOKEN_RECORDS_PREFIX = "submitter/client-tokens/"
 """Key prefix, in the output bucket, of the client-token records (runtime/ledger.py): the
 construct grants the function this prefix only; the records never expire."""
+CLIENT_TOKEN_RECORDS_SID = "ClientTokenRecordsSubmitterOnly"
+"""Sid of the output bucket's statement that denies writing the client-token records to all but the submitter
+(the construct's; a damaged record's error names it, as what an operator lifts to delete the record)."""
 TRAINING_JOB_OUTPUT_PREFIX = "training-jobs/"
 """Key prefix, in the output bucket, of every job's ``OutputDataConfig.S3OutputPath`` (runtime/job.py):
 SageMaker writes a job's artifacts under ``<prefix><job name>/``, and the execution role may write
