@@ -13,6 +13,14 @@ emulator listens on plain HTTP on 127.0.0.1 but stands in for AWS's HTTPS endpoi
 TLS-only bucket and topic policies assume. An access key no principal has is refused as AWS refuses unknown keys
 (``UnrecognizedClientException``, S3's ``InvalidAccessKeyId``, the query protocol's ``InvalidClientTokenId``).
 
+Signatures and secret keys are not verified: the access key id of a request's SigV4 scope names its caller, so any
+process that holds a principal's access key id acts as that principal. A request that is not SigV4-signed (no
+``Authorization``, SigV2's ``AWS KEY:SIG`` header or ``?AWSAccessKeyId=`` URL), whose service or operation the
+emulator cannot identify, or whose JSON body is not of the operation's input shape is refused with AWS's error for
+it (:class:`devtools.local_aws.operations.Unidentified`); none reaches moto unauthorized. An S3 request to a
+virtual-hosted-style ``Host`` (``BUCKET.s3.REGION.amazonaws.com``) is authorized on the bucket moto reads from that
+host (moto's own rule, :func:`host_bucket`).
+
 Every decision that allowed a call is recorded with the statements that allowed it (:attr:`Authorizer.grants`), which
 is how the tests show that each statement of each role earns its place.
 """
@@ -24,11 +32,12 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 from xml.sax.saxutils import escape
 
 from devtools.local_aws.iam_reference import Reference, load_reference
-from devtools.local_aws.operations import Call, Check, checks, identify, service_model
+from devtools.local_aws.operations import Call, Check, Unidentified, checks, credential, identify, service_model
 from devtools.local_aws.policy import Decision, Request, evaluate
 from devtools.local_aws.principals import Authorities, Principal
 from devtools.local_aws.stack import ACCOUNT_ID
@@ -131,24 +140,36 @@ class Authorizer:
         )
 
     def authorize(self, environ: Mapping[str, Any], body: bytes) -> Refusal | None:
-        """``None`` when the request may proceed (also for unsigned ones: the admin endpoints, moto's own pages),
-        else the :class:`Refusal` to answer with."""
+        """``None`` when the AWS request ``environ`` (WSGI, body ``body``) may proceed, else the :class:`Refusal` to
+        answer with (the admin endpoints are no AWS requests: the caller does not pass them here)."""
+        bucket = host_bucket(environ)
+        if bucket is not None and _signing_name(environ) in (
+            "s3",
+            None,
+        ):  # moto serves this bucket whatever the path says: authorize it, path-style
+            environ = {**environ, "PATH_INFO": f"/{bucket}{environ.get('PATH_INFO') or '/'}"}
         try:
             call = identify(environ, body)
-        except ValueError:
-            return None  # not an operation of a known model: moto answers it as it would
-        if call is None:
-            return None
+        except Unidentified as fault:
+            return _shaped(fault.protocol, fault.service, fault.status, fault.code, fault.message, environ)
         principal = self.principal(call.access_key)
         if principal is None:
             return _unknown_key(call)
-        found = checks(
-            call,
-            self.reference,
-            account=ACCOUNT_ID,
-            bucket_key=self.authorities.bucket_keys.get,
-            plan_capacity=self.plan_capacity,
-        )
+        try:
+            found = checks(
+                call,
+                self.reference,
+                account=ACCOUNT_ID,
+                bucket_key=self.authorities.bucket_keys.get,
+                plan_capacity=self.plan_capacity,
+            )
+        except KeyError:  # an operation of botocore's model whose action the reference the emulator loads lacks
+            text = (
+                f"User: {principal.session_arn} is not authorized to perform: {call.service}:{call.operation} because "
+                f"the emulator's Service Authorization Reference ({', '.join(SERVICES)}) has no such action"
+            )
+            code = _denied_code(call.protocol, call.service)
+            return _shaped(call.protocol, call.service, 403 if call.protocol != "json" else 400, code, text, environ)
         allowed: list[Grant] = []
         for check in found:
             decision = self.decide(principal, check)
@@ -182,13 +203,57 @@ def message(principal: Principal, check: Check, decision: Decision, *, quoted: b
     )
 
 
+def host_bucket(environ: Mapping[str, Any]) -> str | None:
+    """The bucket moto takes from a virtual-hosted-style ``Host`` (``BUCKET.s3.amazonaws.com``,
+    ``BUCKET.s3.REGION.amazonaws.com``, ``BUCKET.localhost.localstack.cloud``...), by moto's own rule
+    (``S3Response.subdomain_based_buckets`` and ``bucket_name_from_url``); None: path-style (``localhost``,
+    ``127.0.0.1``) or not S3."""
+    from moto.s3.responses import S3Response
+    from moto.s3.utils import bucket_name_from_url
+
+    host = environ.get("HTTP_HOST", "")
+    if not host or environ.get("HTTP_X_AMZ_TARGET"):
+        return None
+
+    request = SimpleNamespace(headers={"host": host}, url=f"http://{host}{environ.get('PATH_INFO') or '/'}")
+    if not S3Response.subdomain_based_buckets(request):
+        return None
+    return bucket_name_from_url(request.url)
+
+
+def _signing_name(environ: Mapping[str, Any]) -> str | None:
+    try:
+        signed = credential(environ)
+    except Unidentified:
+        return None
+    return None if signed is None else signed[2]
+
+
+def _denied_code(protocol: str, service: str) -> str:
+    if protocol == "rest-xml":
+        return "AccessDenied"
+    if protocol == "query":
+        return QUERY_CODES.get(service, "AccessDenied")
+    return JSON_CODES.get(service, "AccessDeniedException")
+
+
 def _refusal(call: Call, principal: Principal, check: Check, decision: Decision, *, head: bool) -> Refusal:
     text = message(principal, check, decision, quoted=call.service == "s3")
+    code = _denied_code(call.protocol, call.service)
     if call.protocol == "rest-xml":
-        return _xml_error(403, "AccessDenied", text, head=head)
+        return _xml_error(403, code, text, head=head)
     if call.protocol == "query":
-        return _query_error(call.service, 403, QUERY_CODES.get(call.service, "AccessDenied"), text)
-    return _json_error(call.service, 400, JSON_CODES.get(call.service, "AccessDeniedException"), text)
+        return _query_error(call.service, 403, code, text)
+    return _json_error(call.service, 400 if call.protocol == "json" else 403, code, text)
+
+
+def _shaped(protocol: str, service: str, status: int, code: str, text: str, environ: Mapping[str, Any]) -> Refusal:
+    """``code`` and ``text`` in ``protocol``'s error shape."""
+    if protocol == "rest-xml":
+        return _xml_error(status, code, text, head=environ.get("REQUEST_METHOD") == "HEAD")
+    if protocol == "query":
+        return _query_error(service, status, code, text)
+    return _json_error(service, status, code, text)
 
 
 def _unknown_key(call: Call) -> Refusal:
@@ -209,7 +274,7 @@ def _json_error(service: str, status: int, code: str, text: str) -> Refusal:
         ("x-amzn-RequestId", str(uuid.uuid4())),
         ("x-amzn-ErrorType", code),
     ]
-    if service_model(service).metadata.get("awsQueryCompatible") is not None:
+    if service and service_model(service).metadata.get("awsQueryCompatible") is not None:
         headers.append(("x-amzn-query-error", f"{code};Sender"))
     return Refusal(status, tuple(headers), body, code, text)
 

@@ -6,7 +6,9 @@ condition context it is authorized on (:func:`checks`), resources the request im
   ``X-Amz-Credential``), and the region and signing name of its scope.
 * **Operation**: the JSON protocols' ``X-Amz-Target``; the query protocol's ``Action``; S3's REST method, path and
   query against each operation's ``requestUri`` in botocore's model (the most specific match, members located in the
-  query string or headers that the model marks required included, so ``CopyObject`` is not ``PutObject``).
+  query string or headers that the model marks required included, so ``CopyObject`` is not ``PutObject``); REST-JSON
+  (Lambda's ``Invoke``) the same way. A request that is not SigV4-signed or matches no operation is :class:`Unidentified`
+  and refused with AWS's error for it, never passed on unauthorized.
 * **Action**: ``prefix:Operation``, except where AWS authorizes an operation under another action (:data:`S3_ACTIONS`,
   the Amazon S3 User Guide's "Required permissions for Amazon S3 API operations").
 * **Resources**: the Service Authorization Reference's ARN pattern of each resource type of the action
@@ -30,6 +32,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qs, unquote
 from xml.etree import ElementTree
+
+import botocore.exceptions
 
 from devtools.local_aws.iam_reference import Reference
 
@@ -115,49 +119,240 @@ def _session() -> Any:
     return botocore.session.get_session()
 
 
+class Unidentified(ValueError):
+    """A request the emulator refuses before any policy is read: it is not SigV4-signed, or no operation of the
+    service's model matches it. ``protocol`` (``rest-xml``, ``query``, ``json``, ``rest-json``) and ``service`` (``""``
+    when unknown) shape the answer; ``status``, ``code`` and ``message`` are AWS's for the fault."""
+
+    def __init__(self, protocol: str, service: str, status: int, code: str, message: str) -> None:
+        super().__init__(f"{service or 'unknown service'}: {code}: {message}")
+        self.protocol = protocol
+        self.service = service
+        self.status = status
+        self.code = code
+        self.message = message
+
+
 def credential(environ: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``(access key id, region, signing name)`` of a SigV4-signed request (header or presigned URL); None: unsigned."""
-    found = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
-    if found is None:
-        query = parse_qs(environ.get("QUERY_STRING", ""))
-        scope = (query.get("X-Amz-Credential") or [""])[0]
-        found = _SCOPE.search("Credential=" + scope)
-    return None if found is None else (found.group(1), found.group(2), found.group(3))
-
-
-def identify(environ: Mapping[str, Any], body: bytes) -> Call | None:
-    """The AWS call ``environ`` (a WSGI request whose body is ``body``) makes; None when it is not SigV4-signed.
+    """``(access key id, region, signing name)`` of a SigV4-signed request (header or presigned URL); None: unsigned.
 
     Raises:
-        ValueError: signed, but no operation of the service's model matches it (the message says what was seen).
+        Unidentified: an authorization the emulator cannot read as SigV4 (module docstring of :func:`identify`).
+    """
+    header = environ.get("HTTP_AUTHORIZATION", "")
+    query = parse_qs(environ.get("QUERY_STRING", ""))
+    if header:
+        scope = header
+    elif "X-Amz-Credential" in query:
+        scope = "Credential=" + query["X-Amz-Credential"][0]
+    elif "AWSAccessKeyId" in query or "Signature" in query:
+        raise _unsupported_signature(environ)
+    else:
+        return None
+    if not scope.startswith(("AWS4-HMAC-SHA256 ", "Credential=")):
+        raise _unsupported_signature(environ)
+    found = _SCOPE.search(scope)
+    if found is None:
+        protocol = _protocol_of(environ)
+        text = f"the credential scope is not ACCESS_KEY/YYYYMMDD/REGION/SERVICE/aws4_request: {scope[:200]!r}"
+        code = {
+            "rest-xml": "AuthorizationHeaderMalformed",
+            "query": "IncompleteSignature",
+            "json": "IncompleteSignatureException",
+        }[protocol]
+        raise Unidentified(protocol, "", 400, code, f"The authorization is malformed; {text}")
+    return found.group(1), found.group(2), found.group(3)
+
+
+def _protocol_of(environ: Mapping[str, Any], body: bytes = b"") -> str:
+    """The protocol of a request whose service is unknown: JSON with an ``X-Amz-Target``, query with an ``Action`` in
+    its query string or form ``body``, else S3's REST-XML (what the emulator serves at paths no other service
+    claims)."""
+    if environ.get("HTTP_X_AMZ_TARGET"):
+        return "json"
+    form = body.decode(errors="replace") if "x-www-form-urlencoded" in environ.get("CONTENT_TYPE", "") else ""
+    if "Action" in parse_qs(environ.get("QUERY_STRING", "")) or "Action" in parse_qs(form):
+        return "query"
+    return "rest-xml"
+
+
+def _unsupported_signature(environ: Mapping[str, Any]) -> Unidentified:
+    protocol = _protocol_of(environ)
+    if protocol == "rest-xml":
+        text = "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+        return Unidentified(protocol, "", 400, "InvalidRequest", text)
+    return _unsigned(protocol)
+
+
+def _unsigned(protocol: str) -> Unidentified:
+    if protocol == "rest-xml":
+        return Unidentified(protocol, "", 403, "AccessDenied", "Access Denied")
+    if protocol == "query":
+        return Unidentified(protocol, "", 403, "MissingAuthenticationToken", "Request is missing Authentication Token")
+    return Unidentified(protocol, "", 403, "MissingAuthenticationTokenException", "Missing Authentication Token")
+
+
+def identify(environ: Mapping[str, Any], body: bytes) -> Call:
+    """The AWS call ``environ`` (a WSGI request whose body is ``body``) makes.
+
+    Signatures are read, not verified: the access key id of the scope names the caller.
+
+    Raises:
+        Unidentified: refused as AWS refuses it: not SigV4-signed (no ``Authorization``: S3's 403 ``AccessDenied``,
+            ``MissingAuthenticationToken[Exception]`` elsewhere; SigV2's ``AWS KEY:SIG`` or ``?AWSAccessKeyId=``: S3's
+            ``InvalidRequest``; a SigV4 scope that does not parse: ``AuthorizationHeaderMalformed`` /
+            ``IncompleteSignature[Exception]``); a service botocore does not know; an operation its model does not
+            have (``UnknownOperationException``, ``InvalidAction``, ``MissingAction``, S3's ``MethodNotAllowed``);
+            a JSON body that is not an object of the operation's input shape (``SerializationException``).
     """
     signed = credential(environ)
     if signed is None:
-        return None
+        raise _unsigned(_protocol_of(environ, body))
     access_key, region, signing = signed
     service = SIGNING_NAMES.get(signing, signing)
-    model = service_model(service)
+    try:
+        model = service_model(service)
+    except botocore.exceptions.UnknownServiceError:
+        protocol = _protocol_of(environ, body)
+        text = f"Credential should be scoped to a valid service: '{signing}' is not an AWS service's signing name."
+        code = {"rest-xml": "AuthorizationHeaderMalformed", "query": "SignatureDoesNotMatch"}.get(
+            protocol, "InvalidSignatureException"
+        )
+        raise Unidentified(protocol, "", 400 if protocol != "query" else 403, code, text) from None
+    protocols = model.metadata.get("protocols") or [model.protocol]  # CloudWatch: CBOR, JSON and query
+    operations = model.operation_names
     target = environ.get("HTTP_X_AMZ_TARGET", "")
     if target:
-        import json
-
-        operation = target.rpartition(".")[2]
-        try:
-            params = json.loads(body or b"{}")
-        except ValueError:
-            params = {}
+        prefix, _, operation = target.rpartition(".")
+        if "json" not in protocols or prefix != model.metadata.get("targetPrefix") or operation not in operations:
+            raise Unidentified("json", service, 400, "UnknownOperationException", f"Unknown operation {target}")
+        params = _json_params(service, model.operation_model(operation), body)
         return Call(access_key, region, service, operation, params, "json")
-    if model.protocol == "query":
+    if "query" in protocols:
         form = {
             k: v[0] for k, v in parse_qs(body.decode(errors="replace") + "&" + environ.get("QUERY_STRING", "")).items()
         }
         operation = form.pop("Action", "")
         if not operation:
-            raise ValueError(f"{service}: a query-protocol request without Action")
+            raise Unidentified("query", service, 400, "MissingAction", "The request must contain the parameter Action")
+        if operation not in operations:
+            text = f"The action {operation} is not valid for this web service."
+            raise Unidentified("query", service, 400, "InvalidAction", text)
         return Call(access_key, region, service, operation, form, "query")
     if service == "s3":
         return _s3_call(environ, body, access_key, region, model)
-    raise ValueError(f"{service} ({model.protocol}): the emulator does not authorize this protocol")
+    if model.protocol == "rest-json":
+        return _rest_json_call(environ, body, access_key, region, service, model)
+    # a JSON-protocol service without X-Amz-Target, or a protocol the emulator does not read
+    raise Unidentified(
+        model.protocol, service, 400, "UnknownOperationException", f"{service} ({model.protocol}): no operation"
+    )
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "structure": (dict,),
+    "map": (dict,),
+    "list": (list,),
+    "string": (str,),
+    "blob": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "long": (int,),
+    "float": (int, float),
+    "double": (int, float),
+    "timestamp": (int, float, str),
+}
+"""The JSON value each botocore shape type is sent as (botocore's JSON serializer; blobs base64 text)."""
+
+
+def _json_params(service: str, operation: Any, body: bytes) -> dict[str, Any]:
+    import json
+
+    def fault(text: str) -> Unidentified:
+        return Unidentified("json", service, 400, "SerializationException", text)
+
+    try:
+        params = json.loads(body or b"{}")
+    except ValueError as error:
+        raise fault(f"The request body is not JSON: {error}") from None
+    errors = _json_shape(params, operation.input_shape, "") if operation.input_shape is not None else []
+    if not isinstance(params, dict) or errors:
+        raise fault(errors[0] if errors else f"The request body must be a JSON object, not {type(params).__name__}")
+    return params
+
+
+def _json_shape(value: Any, shape: Any, path: str) -> list[str]:
+    """Where ``value`` is not the JSON type of ``shape`` (botocore's): ``"FIELD: expected TYPE, got TYPE"``."""
+    expected = _JSON_TYPES.get(shape.type_name)
+    if expected is not None and (not isinstance(value, expected) or (bool not in expected and isinstance(value, bool))):
+        where = path or "the request body"
+        return [f"{where}: expected a {shape.type_name}, got {type(value).__name__} {json_repr(value)}"]
+    if shape.type_name == "structure":
+        found = []
+        for name, item in value.items():
+            if name in shape.members:
+                found += _json_shape(item, shape.members[name], f"{path}.{name}" if path else name)
+        return found
+    if shape.type_name == "list":
+        return [e for i, item in enumerate(value) for e in _json_shape(item, shape.member, f"{path}[{i}]")]
+    if shape.type_name == "map":
+        return [e for k, item in value.items() for e in _json_shape(item, shape.value, f"{path}.{k}")]
+    return []
+
+
+def json_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _rest_json_call(
+    environ: Mapping[str, Any], body: bytes, access_key: str, region: str, service: str, model: Any
+) -> Call:
+    """A REST-JSON call (Lambda's ``Invoke``): the operation whose ``requestUri`` matches most specifically."""
+    method = environ.get("REQUEST_METHOD", "GET")
+    path = environ.get("PATH_INFO", "/")
+    query = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True).items()}
+    best: tuple[int, str, dict[str, Any]] | None = None
+    for name in model.operation_names:
+        operation = model.operation_model(name)
+        if operation.http.get("method") != method:
+            continue
+        uri, _, _ = operation.http["requestUri"].partition("?")
+        literal = _literal_query(operation.http["requestUri"])
+        if any(k not in query or (v is not None and query[k] != v) for k, v in literal.items()):
+            continue
+        matched = _uri_pattern(uri).fullmatch(path)
+        if matched is None:
+            continue
+        params = {k: unquote(v) for k, v in matched.groupdict().items()}
+        score = len(re.sub(r"\{[^}]+\}", "", uri)) + len(literal)
+        if best is None or score > best[0]:
+            best = (score, name, params)
+    if best is None:
+        text = f"{service}: no operation of botocore's model is {method} {path}"
+        raise Unidentified("rest-json", service, 404, "UnknownOperationException", text)
+    _, name, params = best
+    operation = model.operation_model(name)
+    members = operation.input_shape.members if operation.input_shape else {}
+    for member, shape in members.items():
+        where, wire = shape.serialization.get("location"), shape.serialization.get("name", member)
+        if where == "querystring" and wire in query:
+            params[member] = query[wire]
+    payload = operation.input_shape.serialization.get("payload") if operation.input_shape else None
+    if payload is None and body:
+        params = {**_json_params(service, operation, body), **params}
+    return Call(access_key, region, service, name, params, "rest-json")
+
+
+@lru_cache(maxsize=512)
+def _uri_pattern(uri: str) -> re.Pattern[str]:
+    """``/2015-03-31/functions/{FunctionName}/invocations`` as a regex with a group per label (``{Key+}``: greedy)."""
+    parts = re.split(r"(\{[^}]+\})", uri)
+    pattern = "".join(
+        (f"(?P<{p[1:-2]}>.+)" if p.endswith("+}") else f"(?P<{p[1:-1]}>[^/]+)") if p.startswith("{") else re.escape(p)
+        for p in parts
+    )
+    return re.compile(pattern)
 
 
 def _s3_call(environ: Mapping[str, Any], body: bytes, access_key: str, region: str, model: Any) -> Call:
@@ -190,7 +385,8 @@ def _s3_call(environ: Mapping[str, Any], body: bytes, access_key: str, region: s
         if ok and (best is None or score > best[0]):
             best = (score, name, params)
     if best is None:
-        raise ValueError(f"s3: no operation of botocore's model is {method} {path}?{environ.get('QUERY_STRING', '')}")
+        text = f"The specified method is not allowed against this resource: {method} {path}"
+        raise Unidentified("rest-xml", "s3", 405, "MethodNotAllowed", text)
     _, name, params = best
     if bucket:
         params["Bucket"] = bucket
@@ -362,7 +558,11 @@ def checks(
         Check(f"{prefix}:{action}", arn, context)
         for arn in resources(call, prefix, reference.actions[prefix][action.lower()][0], reference, account)
     ]
-    if prefix == "s3" and call.operation == "CopyObject" and isinstance(call.params.get("CopySource"), str):
+    if (
+        prefix == "s3"
+        and call.operation in ("CopyObject", "UploadPartCopy")
+        and isinstance(call.params.get("CopySource"), str)
+    ):
         source = unquote(call.params["CopySource"]).lstrip("/").split("?versionId=")[0]
         found.append(Check("s3:GetObject", f"arn:aws:s3:::{source}", context))
     if prefix == "sagemaker" and call.operation == "CreateTrainingJob":
@@ -408,7 +608,7 @@ def _kms_implied(call: Call, account: str, bucket_key: Callable[[str], str | Non
         "kms:encryptioncontext:aws:s3:arn": [f"arn:aws:s3:::{bucket}"],
     }
     found = [Check(action, key, context)]
-    if call.operation == "CopyObject":
+    if call.operation in ("CopyObject", "UploadPartCopy"):
         source_bucket = unquote(str(call.params.get("CopySource", ""))).lstrip("/").split("/")[0]
         source_key = bucket_key(source_bucket)
         if source_key:

