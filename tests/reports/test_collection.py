@@ -85,5 +85,5 @@ def test_gpu_devices_and_the_newest_record_win() -> None:
         ),  # no device: does not hide the one above
     ]
     assert device_of(lines) == "8x NVIDIA B200 (SXM)"
-    assert device_of(lines[:1]) == "CPU (arm64), 1 processes"
+    assert device_of(lines[:1]) == "CPU (arm64), 1 process"
     assert device_of([]) is None

@@ -1,7 +1,7 @@
 """Shared fixtures of the sweep tests.
 
 * ``local_sweep``: one real local sweep on CPU (gpt-tiny with 2 blocks on
-  CPython's docs, 12 steps of 64-token sequences, 2 processes per run) over
+  CPython's docs, 12 steps of 64-token sequences, 1 process per run) over
   precision=fp32,bf16,fp8 x batch_size=1,2 -- 4 runs, 2 configurations skipped
   (fp8 needs a GPU) -- and its report: four launches of the entry point, most of each the start-up
   of torchrun and its two workers.
@@ -83,7 +83,7 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
                     LOCAL_GRID,
                     sweeps_dir=sweeps_dir,
                     set_values=LOCAL_SET,
-                    nproc=2,
+                    nproc=1,
                     device={"type": "cpu"},
                     progress=False,
                 )
@@ -96,7 +96,7 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
                         LOCAL_GRID,
                         sweeps_dir=sweeps_dir,
                         set_values=LOCAL_SET,
-                        nproc=2,
+                        nproc=1,
                         device={"type": "cpu"},
                         progress=False,
                     )

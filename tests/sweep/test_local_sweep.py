@@ -42,11 +42,11 @@ def test_the_sweep_ran_the_cpu_configs_and_skipped_fp8(local_sweep) -> None:
         log = local_sweep.result.directory / c.run_dir / "train.log"
         assert "training finished at step 12" in log.read_text()
         # the trainer declared it: a [run] record of each change of state, the last one "finished at step 12 on
-        # 2 CPU processes" (a resumed run's records follow the first attempt's in the same log)
+        # 1 CPU process" (a resumed run's records follow the first attempt's in the same log)
         records = run_records(log.read_text().splitlines())
         assert {r.state for r in records} >= {"starting", "training", "finished"}
         end = records[-1]
-        assert (end.state, end.step, end.saved, end.device, end.world_size) == ("finished", 12, 12, "cpu", 2)
+        assert (end.state, end.step, end.saved, end.device, end.world_size) == ("finished", 12, 12, "cpu", 1)
         assert end.device_name and records[0].state == "starting"
     # a run that failed at its first attempt did so after training finished (a worker dying at
     # shutdown: the trainer's exit status is non-zero), was reported so, and resumed to completion
@@ -77,7 +77,7 @@ def test_the_report_has_one_row_per_config_with_real_numbers(local_sweep) -> Non
         # loss falls on real text; a single step at batch 1 is one 128-token window and can be an
         # outlier (a table of symbols), so the second half of the curve is compared, not its last point
         assert losses[0] > 5.5 and statistics.mean(losses[len(losses) // 2 :]) < losses[0] - 1.5, losses
-        assert row["device"].startswith("CPU (") and row["device"].endswith("2 processes")
+        assert row["device"].startswith("CPU (") and row["device"].endswith(", 1 process")
         assert row["predicted"] is None and row["tokens_per_sec_measured_over_predicted"] is None
     for row in rows[4:]:
         assert row["tokens_per_sec"] is None and row["final_loss"] is None and row["curve"] == []
@@ -141,13 +141,24 @@ def test_running_the_sweep_again_runs_nothing_and_a_changed_grid_is_refused(loca
     logs = sorted(directory.glob("runs/*/train.log"))
     before = [(p, p.stat().st_size, p.stat().st_mtime_ns) for p in logs]
     again = run_local_sweep(
-        "cpu-grid", LOCAL_GRID, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, device={"type": "cpu"}, progress=False
+        "cpu-grid",
+        LOCAL_GRID,
+        sweeps_dir=sweeps_dir,
+        set_values=LOCAL_SET,
+        nproc=1,
+        device={"type": "cpu"},
+        progress=False,
     )
     assert [c.status for c in again.configs] == [c.status for c in local_sweep.result.configs]
     assert [(p, p.stat().st_size, p.stat().st_mtime_ns) for p in logs] == before
     with pytest.raises(SweepError, match="different grid"):
         run_local_sweep(
-            "cpu-grid", {"precision": ["fp32"]}, sweeps_dir=sweeps_dir, set_values=LOCAL_SET, device={"type": "cpu"}
+            "cpu-grid",
+            {"precision": ["fp32"]},
+            sweeps_dir=sweeps_dir,
+            set_values=LOCAL_SET,
+            nproc=1,
+            device={"type": "cpu"},
         )
     with pytest.raises(SweepError, match="different base"):
         run_local_sweep(
@@ -155,6 +166,7 @@ def test_running_the_sweep_again_runs_nothing_and_a_changed_grid_is_refused(loca
             LOCAL_GRID,
             sweeps_dir=sweeps_dir,
             set_values={**LOCAL_SET, "max_steps": 13},
+            nproc=1,
             device={"type": "cpu"},
         )
 

@@ -50,7 +50,8 @@ def device_of(lines: Sequence[str]) -> str | None:
     if record is None:
         return None
     name, world = record.device_name or record.device, record.world_size or 1
-    return f"CPU ({name}), {world} processes" if record.device == "cpu" else f"{world}x {name}"
+    processes = "1 process" if world == 1 else f"{world} processes"
+    return f"CPU ({name}), {processes}" if record.device == "cpu" else f"{world}x {name}"
 
 
 def collect_local(sweep: Sweep, config: SweepConfig) -> ConfigResult:
