@@ -24,6 +24,9 @@ from devtools.local_aws.client import LocalAws
 
 LOCAL_GRID = {"precision": ["fp32", "bf16", "fp8"], "batch_size": [1, 2]}
 LOCAL_SET = {"num_layers": 2, "seq_length": 64, "max_steps": 12, "warmup_steps": 2, "log_interval": 1}
+LOCAL_NPROC = 1
+"""Processes per run of the local sweep: the sweep is what these tests test (the trainer's multi-process runs are
+the training tests')."""
 
 # gpt-1b with the guide's 10 layers at 8K tokens on 8x H100: batch 1-4 fit, 64 does not,
 # mxfp8 does not run on Hopper.
@@ -83,7 +86,7 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
                     LOCAL_GRID,
                     sweeps_dir=sweeps_dir,
                     set_values=LOCAL_SET,
-                    nproc=1,
+                    nproc=LOCAL_NPROC,
                     device={"type": "cpu"},
                     progress=False,
                 )
@@ -96,7 +99,7 @@ def local_sweep(shared_dir: Path, sweeps_dir: Path) -> SimpleNamespace:
                         LOCAL_GRID,
                         sweeps_dir=sweeps_dir,
                         set_values=LOCAL_SET,
-                        nproc=1,
+                        nproc=LOCAL_NPROC,
                         device={"type": "cpu"},
                         progress=False,
                     )

@@ -17,7 +17,7 @@ from trainctl.sweeps.runner import run_local_sweep
 from trainctl.sweeps.state import SweepError, load_sweep
 from training.local import read_metrics
 
-from .conftest import LOCAL_GRID, LOCAL_SET
+from .conftest import LOCAL_GRID, LOCAL_NPROC, LOCAL_SET
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sweep")]
 
@@ -46,7 +46,7 @@ def test_the_sweep_ran_the_cpu_configs_and_skipped_fp8(local_sweep) -> None:
         records = run_records(log.read_text().splitlines())
         assert {r.state for r in records} >= {"starting", "training", "finished"}
         end = records[-1]
-        assert (end.state, end.step, end.saved, end.device, end.world_size) == ("finished", 12, 12, "cpu", 1)
+        assert (end.state, end.step, end.saved, end.device, end.world_size) == ("finished", 12, 12, "cpu", LOCAL_NPROC)
         assert end.device_name and records[0].state == "starting"
     # a run that failed at its first attempt did so after training finished (a worker dying at
     # shutdown: the trainer's exit status is non-zero), was reported so, and resumed to completion
@@ -145,7 +145,7 @@ def test_running_the_sweep_again_runs_nothing_and_a_changed_grid_is_refused(loca
         LOCAL_GRID,
         sweeps_dir=sweeps_dir,
         set_values=LOCAL_SET,
-        nproc=1,
+        nproc=LOCAL_NPROC,
         device={"type": "cpu"},
         progress=False,
     )
@@ -157,7 +157,7 @@ def test_running_the_sweep_again_runs_nothing_and_a_changed_grid_is_refused(loca
             {"precision": ["fp32"]},
             sweeps_dir=sweeps_dir,
             set_values=LOCAL_SET,
-            nproc=1,
+            nproc=LOCAL_NPROC,
             device={"type": "cpu"},
         )
     with pytest.raises(SweepError, match="different base"):
@@ -166,7 +166,7 @@ def test_running_the_sweep_again_runs_nothing_and_a_changed_grid_is_refused(loca
             LOCAL_GRID,
             sweeps_dir=sweeps_dir,
             set_values={**LOCAL_SET, "max_steps": 13},
-            nproc=1,
+            nproc=LOCAL_NPROC,
             device={"type": "cpu"},
         )
 
