@@ -12,7 +12,7 @@ import copy
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,6 @@ def test_without_the_plan_grant_the_guides_request_is_refused_as_aws_refuses_it(
             "sagemaker:CreateTrainingJob action (after 1 attempt)"
         )
         assert aws.training_jobs() == []  # nothing half-done
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[LocalAws]:
-    """An emulator under the platform's own template."""
-    with LocalAws() as emulator:
-        yield emulator
 
 
 def test_the_kms_buckets_take_writes_under_the_platform_key_only(aws: LocalAws) -> None:
