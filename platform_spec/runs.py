@@ -337,6 +337,12 @@ class RunSpec:
         minutes = DEFAULT_MIN_SEGMENT_MINUTES if self.min_segment_minutes is None else self.min_segment_minutes
         return minutes * 60.0
 
+    @property
+    def least_segment_s(self) -> float:
+        """The least time (seconds) a segment must have: the trainer's stop margin
+        (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus :attr:`min_segment_s`."""
+        return STOP_MARGIN_S + self.min_segment_s
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (what a request sends; ``deadline`` as ISO 8601 UTC), absent limits left out."""
         out: dict[str, Any] = {"run_id": self.run_id}
@@ -555,7 +561,7 @@ def segment_floor_s(spec: RunSpec, least_runtime_s: int) -> float:
     """The least time (seconds) a budget may leave a segment (module docstring): the larger of SageMaker's least
     ``MaxRuntimeInSeconds`` (``least_runtime_s``, from botocore's model: 1) and the trainer's stop margin
     (:data:`platform_spec.capacity.STOP_MARGIN_S`, 300 s) plus the run's ``min_segment_minutes`` (default 30)."""
-    return max(float(least_runtime_s), STOP_MARGIN_S + spec.min_segment_s)
+    return max(float(least_runtime_s), spec.least_segment_s)
 
 
 def segment_runtime(

@@ -321,7 +321,7 @@ def _judge_block(
         return None
     # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
     room = block.usable_end - job_start
-    run_segment = request.run is not None and timedelta(seconds=STOP_MARGIN_S + request.run.min_segment_s) <= room
+    run_segment = request.run is not None and timedelta(seconds=request.run.least_segment_s) <= room
     times = (block.end, block.usable_end, job_start, starts_now)
     if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
         return PlanVerdict(arn, False, f"{before}{window}: {_too_short(room, later, request)}", *times)
@@ -347,7 +347,7 @@ def _too_short(room: timedelta, later: list[_Block], request: SubmitRequest) -> 
     hours = max(room.total_seconds(), 0) / 3600
     nxt = f"; its next block starts {later[0].start.isoformat()}" if later else ""
     if request.run is not None:
-        least = STOP_MARGIN_S + request.run.min_segment_s
+        least = request.run.least_segment_s
         nxt = (
             f"; a run's segment may end with the block, but needs at least {least / 60:g} min of it (the "
             f"trainer's {STOP_MARGIN_S / 60:g} min stop margin + min_segment_minutes="

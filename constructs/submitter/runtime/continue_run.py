@@ -41,11 +41,11 @@ from .fields import Check, Field, check_table, parse
 from .ledger import Record, RunLedger
 from .request import CLIENT_TOKEN_PATTERN, parse_request, token_digest
 from .runs import RunState, existing_run, instance_hours, load_run, segments_of, terminal_record
-from .service import least_runtime_s, submit_segment
+from .service import CLAIM_ATTEMPTS, budget_refusal, least_runtime_s, submit_segment
 from .training_job import stop_job
 
 ACTION = "continue_run"
-BUDGET_KEYS: tuple[str, ...] = ("max_segments", "deadline", "max_instance_hours", "min_segment_minutes")
+BUDGET_KEYS: tuple[str, ...] = tuple(key for key in spec.RUN_FIELDS if key != "run_id")
 """The budget fields the action takes: the keys of a request's ``run`` (:data:`platform_spec.runs.RUN_FIELDS`)
 but ``run_id``."""
 
@@ -190,23 +190,14 @@ def _check_budget(
         instance_hours=used, starts=now, least_runtime_s=least_runtime_s(),
     )  # fmt: skip
     if runtime.ended is not None:
-        field = runtime.bound_by.removeprefix("run.")
-        value = (
-            spec.format_time(budget.deadline) if field == "deadline" and budget.deadline else budget.max_instance_hours
-        )
-        floor = spec.segment_floor_s(budget, least_runtime_s())
-        raise invalid(
-            FieldError(field, value, f"a budget that leaves the run's next segment at least {floor / 60:g} min",
-                       detail=runtime.reason),
-            details={"budget_decision": runtime.ended.decision, "least_segment_s": floor},
-        )  # fmt: skip
+        raise budget_refusal(budget, runtime, runtime.bound_by.removeprefix("run."))  # this action's fields
 
 
 def _write(store: RunLedger, state: RunState, index: int, record: dict[str, Any]) -> Record:
     """The continuation's record at segment ``index``: new, or over a released one; when another writer got there
     first, theirs if it is this token's and fields' (a concurrent duplicate), else ``Conflict``."""
     key = store.continuation_key(state.record, index)
-    for _ in range(3):
+    for _ in range(CLAIM_ATTEMPTS):
         found = store.read(key)
         if found is None:
             written = store.create(key, record)

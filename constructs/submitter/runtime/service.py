@@ -411,13 +411,21 @@ def _segment_runtime(sub: _Submission, choice: CapacityChoice | None) -> runspec
     )  # fmt: skip
     if runtime.ended is None:
         return runtime
+    raise budget_refusal(budget, runtime, runtime.bound_by)
+
+
+def budget_refusal(budget: runspec.RunSpec, runtime: runspec.SegmentRuntime, field: str) -> Refusal:
+    """``InvalidRequest`` naming ``field`` (``runtime.bound_by``: ``run.deadline`` or ``run.max_instance_hours``,
+    as a request or an action names it) for a budget whose ``runtime`` ended the segment before it began;
+    ``details``: ``budget_decision`` (the decision that ends a run then) and ``least_segment_s``."""
     floor = runspec.segment_floor_s(budget, least_runtime_s())
     value: Any = budget.max_instance_hours
     if runtime.bound_by == "run.deadline" and budget.deadline is not None:
         value = runspec.format_time(budget.deadline)
     expected = f"a budget that leaves the run's next segment at least {floor / 60:g} min"
-    raise invalid(
-        FieldError(runtime.bound_by, value, expected, detail=runtime.reason),
+    assert runtime.ended is not None
+    return invalid(
+        FieldError(field, value, expected, detail=runtime.reason),
         details={"budget_decision": runtime.ended.decision, "least_segment_s": floor},
     )
 
