@@ -264,6 +264,12 @@ class TokenLedger(Ledger):
 # --- runs ------------------------------------------------------------------------------------------
 
 
+def _segment_in(key: str) -> int:
+    """The NNN of a key's ``from-seg-NNN/`` part (:meth:`RunLedger.episode_prefix`), else 0."""
+    part = key.rpartition("from-seg-")[2].partition("/")[0]
+    return int(part) if part.isascii() and part.isdigit() else 0
+
+
 class RunLedger(Ledger):
     """The run store: the run families under :data:`.settings.RUN_STORE_PREFIX` of the output bucket."""
 
@@ -297,6 +303,17 @@ class RunLedger(Ledger):
     def continuation_key(self, claim: RunRecord, first_segment: int) -> str:
         """The record of the continuation that resumes the ended run at segment ``first_segment`` (>= 2)."""
         return f"{self.episode_prefix(claim, first_segment)}continued.json"
+
+    def continuation_segments(self, claim: RunRecord, keys: set[str]) -> list[int]:
+        """The segments (ascending) at which the claim's continuation records among ``keys`` resume the run: the
+        keys of :meth:`continuation_key`'s layout."""
+        return sorted(
+            index
+            for key in keys
+            if key.startswith(self.claim_prefix(claim))
+            for index in [_segment_in(key)]
+            if index >= 2 and key == self.continuation_key(claim, index)
+        )
 
     def stop_key(self, claim: RunRecord, first_segment: int = 1) -> str:
         return f"{self.episode_prefix(claim, first_segment)}stop.json"

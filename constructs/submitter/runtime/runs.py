@@ -211,12 +211,8 @@ def _load_continuations(store: RunLedger, state: RunState) -> None:
     Raises:
         IdempotencyRecordError: one is not a continuation record of this run.
     """
-    prefix = f"{store.claim_prefix(state.record)}from-seg-"
-    for key in sorted(state.keys):
-        index = key[len(prefix) : -len("/continued.json")]
-        if not (key.startswith(prefix) and key.endswith("/continued.json") and index.isdigit()):
-            continue
-        found = store.read(key, state.keys)
+    for index in store.continuation_segments(state.record, state.keys):
+        found = store.read(store.continuation_key(state.record, index), state.keys)
         if found is None or found.released:
             continue
         try:
@@ -225,7 +221,7 @@ def _load_continuations(store: RunLedger, state: RunState) -> None:
                 raise ValueError("fields")
         except (KeyError, TypeError, ValueError, FieldError):
             raise store.invalid(found.uri, "is not a run continuation record") from None
-        state.continuations[int(index)] = (found, budget)
+        state.continuations[index] = (found, budget)
 
 
 def segments_of(clients: Clients, state: RunState) -> list[dict[str, Any]]:
