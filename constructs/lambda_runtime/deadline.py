@@ -347,6 +347,15 @@ def _before_send(connect: float, read: float, request: Any = None, event_name: s
     return None
 
 
+def error_code(exc: BaseException | None) -> str | None:
+    """The AWS error code of a botocore ``ClientError`` (``None`` for anything else)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return code if isinstance(code, str) else None
+    return None
+
+
 def attempt_outcome(caught: BaseException | None, response: Any, parsed: Any) -> tuple[str, bool]:
     """What became of an attempt that was sent, and whether AWS may have carried it out.
 

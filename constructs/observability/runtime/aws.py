@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import boto3
 
 from ...lambda_runtime.deadline import client_config, install_deadline_hooks
+from ...lambda_runtime.deadline import error_code as error_code  # the runtime's modules take it from here
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
@@ -53,15 +54,6 @@ def sagemaker_client(session: boto3.session.Session | None = None) -> SageMakerC
 def ssm_client(session: boto3.session.Session | None = None) -> SSMClient:
     """An SSM client (the plan-ARNs parameter)."""
     return _bounded((session or boto3.session.Session()).client("ssm", config=client_config()))
-
-
-def error_code(exc: BaseException) -> str | None:
-    """The AWS error code of a botocore ``ClientError`` (``None`` for anything else)."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        return code if isinstance(code, str) else None
-    return None
 
 
 def put_metric_data(

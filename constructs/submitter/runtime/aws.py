@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...lambda_runtime import deadline as lambda_deadline
 from ...lambda_runtime.deadline import client_config, install_deadline_hooks
+from ...lambda_runtime.deadline import error_code as error_code  # the runtime's modules take it from here
 from .errors import DeadlineExceeded
 from .sagemaker_rules import shared_loader
 
@@ -125,15 +126,6 @@ class Clients:
 NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
 """Error codes of SageMaker's ``Describe*`` calls for a name no resource has: ``DescribeTrainingJob`` answers
 ``ValidationException``, ``DescribeTrainingPlan`` ``ResourceNotFound``."""
-
-
-def error_code(exc: BaseException | None) -> str | None:
-    """The AWS error code of a botocore ``ClientError`` (``None`` for anything else)."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        return code if isinstance(code, str) else None
-    return None
 
 
 def error_message(exc: BaseException) -> str:
