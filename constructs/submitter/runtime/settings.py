@@ -32,6 +32,17 @@ ENV_ALLOWED_INPUT_PREFIXES = (
 ENV_PLATFORM_TAGS = "PLATFORM_TAGS"  # JSON object of tags added to every job
 ENV_VOLUME_SIZE_GB = "TRAINING_VOLUME_SIZE_GB"
 ENV_CLIENT_TOKEN_RECORDS = "CLIENT_TOKEN_RECORDS_URI"  # s3://<output bucket>/<CLIENT_TOKEN_RECORDS_PREFIX>
+ENV_VPC_SUBNETS = "VPC_SUBNETS"
+"""VPC mode: a JSON list of ``{"subnet_id": ..., "availability_zone": ...}``, the private subnets jobs run in
+(``VpcConfig.Subnets``; a job on a training plan runs in those of the plan's availability zone). Absent: jobs
+get no ``VpcConfig`` (the platform without ``vpc``)."""
+ENV_VPC_SECURITY_GROUP_IDS = "VPC_SECURITY_GROUP_IDS"
+"""VPC mode: comma-separated security group IDs of every job (``VpcConfig.SecurityGroupIds``): the jobs' group,
+which allows all traffic between its members (EFA) and nothing else inbound."""
+ENV_FSX_LUSTRE = "FSX_LUSTRE"
+"""With ``fsxLustre``: a JSON object ``{"file_system_id", "mount_name", "subnet_id", "availability_zone"}``, the
+platform's FSx for Lustre file system, which requests may name as a channel (a job reading it runs in its subnet).
+Absent: no file system, and a request naming one is refused."""
 
 CLIENT_TOKEN_RECORDS_PREFIX = "submitter/client-tokens/"
 """Key prefix, in the output bucket, of the client-token records (runtime/ledger.py): the
@@ -129,6 +140,9 @@ def function_environment(
     platform_tags: Mapping[str, str] | None = None,
     volume_size_gb: int | None = None,
     allowed_actions: Sequence[str] | None = None,
+    vpc_subnets: Sequence[Mapping[str, str]] = (),
+    vpc_security_group_ids: Sequence[str] = (),
+    fsx_lustre: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The function's environment variables: what ``config.SubmitterConfig.from_environ`` reads.
 
@@ -156,6 +170,16 @@ def function_environment(
         allowed_actions: the actions the function answers (:data:`ENV_ALLOWED_ACTIONS`, written
             comma-separated; e.g. ``actions.READ_ACTIONS`` for a reader). Default: the variable is left out
             and every action is answered.
+        vpc_subnets: VPC mode's subnets, each ``{"subnet_id": ..., "availability_zone": ...}``
+            (:data:`ENV_VPC_SUBNETS`). Default: none, and the VPC variables are left out.
+        vpc_security_group_ids: the jobs' security groups (:data:`ENV_VPC_SECURITY_GROUP_IDS`); required
+            with ``vpc_subnets``.
+        fsx_lustre: the FSx for Lustre file system, ``{"file_system_id", "mount_name", "subnet_id",
+            "availability_zone"}`` (:data:`ENV_FSX_LUSTRE`; needs ``vpc_subnets``). Default: none.
+
+    Raises:
+        ValueError: ``vpc_subnets`` without ``vpc_security_group_ids`` (or the reverse), or ``fsx_lustre``
+            without them.
 
     Returns:
         Variable name -> value (strings; tokens stay tokens).
@@ -184,4 +208,13 @@ def function_environment(
         env[ENV_VOLUME_SIZE_GB] = str(volume_size_gb)
     if allowed_actions is not None:
         env[ENV_ALLOWED_ACTIONS] = ",".join(allowed_actions)
+    if bool(vpc_subnets) != bool(vpc_security_group_ids):
+        raise ValueError("vpc_subnets and vpc_security_group_ids go together (VPC mode needs both)")
+    if fsx_lustre is not None and not vpc_subnets:
+        raise ValueError("fsx_lustre needs vpc_subnets: an FSx for Lustre file system is reached in the VPC only")
+    if vpc_subnets:
+        env[ENV_VPC_SUBNETS] = json.dumps([dict(subnet) for subnet in vpc_subnets], sort_keys=True)
+        env[ENV_VPC_SECURITY_GROUP_IDS] = ",".join(vpc_security_group_ids)
+    if fsx_lustre is not None:
+        env[ENV_FSX_LUSTRE] = json.dumps(dict(fsx_lustre), sort_keys=True)
     return env
