@@ -59,6 +59,18 @@ Context keys (default in brackets):
 ``runCapacityWaitAlarmMinutes`` a run waiting for capacity longer than this raises the
                        ``RunWaitingForCapacity`` alarm (from the schedule's minutes to
                        43200, 30 days) [``120``]
+``fsxLustre``          an FSx for Lustre file system linked to the data bucket, which
+                       requests may read as a channel; needs ``vpc``. An object, every
+                       key optional (``{}``: all defaults), the rules FSx publishes
+                       (:mod:`platform_constructs.fsx_lustre`): ``deploymentType``
+                       ``PERSISTENT_2`` or ``PERSISTENT_1`` (scratch types take no
+                       customer key) [``PERSISTENT_2``]; ``storageCapacityGiB`` 1200,
+                       2400 or a multiple of 2400 [``1200``];
+                       ``perUnitStorageThroughput`` MB/s/TiB, ``PERSISTENT_2`` 125,
+                       250, 500, 1000, ``PERSISTENT_1`` 50, 100, 200 [``250``;
+                       ``PERSISTENT_1``: ``200``]; ``dataRepositoryPrefix`` the data
+                       bucket's key prefix linked, ending in ``/`` [``""``: the whole
+                       bucket]. [``null``: no file system]
 ====================== ============================================================
 """
 
@@ -76,6 +88,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 
 from constructs import Node
+from platform_constructs.fsx_lustre import FsxLustreOptions
 from platform_constructs.observability.construct import (
     DEFAULT_RUN_CAPACITY_WAIT_MINUTES,
     MAX_IDLE_CAPACITY_HOURS,
@@ -171,8 +184,17 @@ CONTEXT_KEYS: dict[str, Any] = {
     "readerPrincipals": [],
     "runContinuationScheduleMinutes": DEFAULT_CONTINUATION_SCHEDULE_MINUTES,
     "runCapacityWaitAlarmMinutes": DEFAULT_RUN_CAPACITY_WAIT_MINUTES,
+    "fsxLustre": None,  # None: no file system
 }
 """Every context key this app reads, with its default."""
+
+FSX_LUSTRE_KEYS: dict[str, str] = {
+    "deploymentType": "deployment_type",
+    "storageCapacityGiB": "storage_capacity_gib",
+    "perUnitStorageThroughput": "per_unit_storage_throughput",
+    "dataRepositoryPrefix": "data_repository_prefix",
+}
+"""``fsxLustre``'s keys -> the :class:`~platform_constructs.fsx_lustre.FsxLustreOptions` attribute each sets."""
 
 
 class ConfigError(FieldError):
@@ -232,6 +254,7 @@ class PlatformConfig:
     reader_principals: tuple[str, ...]
     run_continuation_schedule_minutes: int
     run_capacity_wait_alarm_minutes: int
+    fsx_lustre: FsxLustreOptions | None
 
     @property
     def env(self) -> cdk.Environment | None:
@@ -520,7 +543,63 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         reader_principals=readers,
         run_continuation_schedule_minutes=schedule_minutes,
         run_capacity_wait_alarm_minutes=wait_minutes,
+        fsx_lustre=_fsx_lustre(get("fsxLustre")),
     )
+
+
+def _fsx_lustre(raw: Any) -> FsxLustreOptions | None:
+    """``fsxLustre``: ``None`` (no file system) or the options, each key checked by
+    :class:`~platform_constructs.fsx_lustre.FsxLustreOptions` (FSx's published rules)."""
+    key = "fsxLustre"
+    expected = f"null or an object of the keys {', '.join(FSX_LUSTRE_KEYS)}, each optional ({{}}: every default)"
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw.strip(" ").startswith("{"):  # -c fsxLustre='{...}', nothing after it
+        text = raw.strip(" ")
+        try:
+            parsed, end = json.JSONDecoder().raw_decode(text)
+        except json.JSONDecodeError:
+            raise ConfigError(key, raw, expected) from None
+        if end != len(text):
+            raise ConfigError(key, raw, expected)
+        raw = parsed
+    if not isinstance(raw, dict):
+        raise ConfigError(key, raw, expected)
+    for name in raw:
+        if name not in FSX_LUSTRE_KEYS:
+            close = difflib.get_close_matches(name, FSX_LUSTRE_KEYS, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{key}.{name}", raw[name], f"one of the keys {', '.join(FSX_LUSTRE_KEYS)}{hint}")
+    values: dict[str, Any] = {}
+    for name, attribute in FSX_LUSTRE_KEYS.items():
+        value = raw.get(name)
+        if value is None:
+            continue
+        values[attribute] = (
+            value if attribute in ("deployment_type", "data_repository_prefix") else _int(f"{key}.{name}", value)
+        )
+    try:
+        return FsxLustreOptions(**values)
+    except FieldError as error:
+        name = next(n for n, attribute in FSX_LUSTRE_KEYS.items() if attribute == error.field)
+        detail = f" ({error.detail})" if error.detail else ""
+        raise ConfigError(f"{key}.{name}", error.value, f"{error.expected}{detail}") from None
+
+
+def _check_fsx_needs_vpc(fsx_lustre: FsxLustreOptions | None, vpc: Any) -> None:
+    """``fsxLustre`` needs ``vpc``: the file system lives in one of the VPC's private subnets and jobs reach it
+    there. (Called by :func:`load_config` with the validated ``vpc`` once that key exists.)
+
+    Raises:
+        ConfigError: ``fsxLustre`` is set and ``vpc`` is not.
+    """
+    if fsx_lustre is not None and vpc is None:
+        raise ConfigError(
+            "fsxLustre",
+            {name: getattr(fsx_lustre, attribute) for name, attribute in FSX_LUSTRE_KEYS.items()},
+            "a 'vpc' setting as well (\"create\" or an existing VPC): the file system lives in one of its private "
+            "subnets, and jobs reach it there; or null for no file system",
+        )
 
 
 def _reserved_concurrency(raw: Any) -> int | None:

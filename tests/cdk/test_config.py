@@ -220,6 +220,7 @@ VALID_SAMPLES: dict[str, object] = {
     "readerPrincipals": ["arn:aws:iam::123456789012:role/Dashboards"],
     "runContinuationScheduleMinutes": "10",
     "runCapacityWaitAlarmMinutes": "30",
+    "fsxLustre": '{"deploymentType": "PERSISTENT_2", "storageCapacityGiB": 2400, "dataRepositoryPrefix": "tokens/"}',
 }
 """One valid value per context key, as `-c` or cdk.json gives it (every key must have one)."""
 ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}
@@ -313,3 +314,68 @@ def test_tag_values_follow_sagemakers_rule():
     )  # \p{L}: letters of any script
     for bad in ("a" * 257, "semi;colon", "tab\there"):
         assert error_for({"costCenter": bad}, ENVIRON).key == "costCenter"
+
+
+# --- fsxLustre -------------------------------------------------------------------------------------------------
+
+
+def test_fsx_lustre_is_off_by_default_and_an_empty_object_takes_every_default():
+    from platform_constructs.fsx_lustre import FsxLustreOptions
+
+    assert config_for().fsx_lustre is None
+    options = config_for({"fsxLustre": {}}).fsx_lustre
+    assert options == FsxLustreOptions()
+    assert (options.deployment_type, options.storage_capacity_gib, options.throughput) == ("PERSISTENT_2", 1200, 250)
+    assert options.data_repository_prefix == ""
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {
+            "deploymentType": "PERSISTENT_1",
+            "storageCapacityGiB": 4800,
+            "perUnitStorageThroughput": 100,
+            "dataRepositoryPrefix": "tokenized/",
+        },
+        # as `cdk synth -c fsxLustre='{...}'` gives it: a string, numbers maybe as digits
+        '{"deploymentType": "PERSISTENT_1", "storageCapacityGiB": "4800", "perUnitStorageThroughput": 100, '
+        '"dataRepositoryPrefix": "tokenized/"}',
+    ],
+)
+def test_fsx_lustre_reads_every_option(raw):
+    options = config_for({"fsxLustre": raw}).fsx_lustre
+    assert (options.deployment_type, options.storage_capacity_gib, options.throughput) == ("PERSISTENT_1", 4800, 100)
+    assert options.data_repository_prefix == "tokenized/"
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "expected"),
+    [
+        ({"deploymentType": "SCRATCH_2"}, "fsxLustre.deploymentType", "FSx manages and take no KMS key"),
+        ({"storageCapacityGiB": 1000}, "fsxLustre.storageCapacityGiB", "1200, 2400 or a multiple of 2400"),
+        ({"storageCapacityGiB": "big"}, "fsxLustre.storageCapacityGiB", "an integer"),
+        ({"storageCapacityGiB": True}, "fsxLustre.storageCapacityGiB", "an integer"),
+        ({"perUnitStorageThroughput": 200}, "fsxLustre.perUnitStorageThroughput", "for PERSISTENT_2, one of 125"),
+        ({"dataRepositoryPrefix": "s3://bucket/data/"}, "fsxLustre.dataRepositoryPrefix", "a key prefix"),
+        ({"storageCapacity": 2400}, "fsxLustre.storageCapacity", "did you mean 'storageCapacityGiB'"),
+        ({"kmsKey": "alias/x"}, "fsxLustre.kmsKey", "one of the keys deploymentType, storageCapacityGiB"),
+        (True, "fsxLustre", "null or an object of the keys"),
+        ("PERSISTENT_2", "fsxLustre", "null or an object of the keys"),
+        ('{"deploymentType": ', "fsxLustre", "null or an object of the keys"),
+    ],
+)
+def test_fsx_lustre_refuses_what_fsx_does_not_create_naming_the_key(raw, key, expected):
+    error = error_for({"fsxLustre": raw})
+    assert error.key == key
+    assert expected in str(error)
+
+
+def test_fsx_lustre_needs_a_vpc():
+    from platform_constructs.fsx_lustre import FsxLustreOptions
+    from stacks.config import _check_fsx_needs_vpc
+
+    with pytest.raises(ConfigError, match=r"context key 'fsxLustre': .*expected a 'vpc' setting as well"):
+        _check_fsx_needs_vpc(FsxLustreOptions(), None)
+    _check_fsx_needs_vpc(FsxLustreOptions(), "create")
+    _check_fsx_needs_vpc(None, None)
