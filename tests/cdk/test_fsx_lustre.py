@@ -334,3 +334,45 @@ def test_a_bucket_under_an_imported_key_is_refused_before_anything_is_half_built
     )
     with pytest.raises(ValueError, match=r"FsxLustreProps.data_bucket: its KMS key is imported"):
         FsxLustre(stack, "FsxLustre", props)
+
+
+@pytest.mark.parametrize(
+    ("channels", "allowed"),
+    [
+        ([], True),  # a job reading S3 only carries none of the keys
+        ([("fs-0123456789abcdef0", "FSxLustre", "ro")], True),
+        ([("fs-0123456789abcdef0", "FSxLustre", "rw")], False),  # writing the file system
+        ([("fs-0fedcba9876543210", "FSxLustre", "ro")], False),  # a foreign file system
+        ([("fs-0123456789abcdef0", "EFS", "ro")], False),
+        ([("fs-0123456789abcdef0", "FSxLustre", "ro"), ("fs-0fedcba9876543210", "FSxLustre", "ro")], False),
+    ],
+)
+def test_the_grant_conditions_allow_this_file_system_read_only_and_jobs_without_one(synth, channels, allowed):
+    """The conditions, the file system's ID put in, evaluated as IAM documents ``ForAllValues`` (the emulator's
+    evaluator, which follows the IAM User Guide's "Condition operators")."""
+    from devtools.local_aws.policy import Policy, Request, evaluate
+
+    fs_token = synth.stack.resolve(synth.fs.file_system_id)
+    conditions = json.loads(
+        json.dumps(synth.stack.resolve(synth.fs.create_training_job_conditions())).replace(
+            json.dumps(fs_token), json.dumps("fs-0123456789abcdef0")
+        )
+    )
+    job = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/j"
+    policy = Policy.compile(
+        "Submitter",
+        {
+            "Statement": [
+                {"Effect": "Allow", "Action": "sagemaker:CreateTrainingJob", "Resource": job, "Condition": conditions}
+            ]
+        },
+    )
+    context = {
+        key: [channel[index] for channel in channels]
+        for index, key in enumerate(
+            ("sagemaker:filesystemid", "sagemaker:filesystemtype", "sagemaker:filesystemaccessmode")
+        )
+        if channels
+    }
+    request = Request(f"arn:aws:iam::{ACCOUNT}:role/Submitter", ACCOUNT, "sagemaker:CreateTrainingJob", job, context)
+    assert evaluate(request, [policy]).allowed is allowed
