@@ -509,8 +509,41 @@ CONTEXT_PARAMS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "sagemaker:networkisolation": lambda p: (
         [str(bool(p["EnableNetworkIsolation"])).lower()] if "EnableNetworkIsolation" in p else []
     ),
+    "sagemaker:intercontainertrafficencryption": lambda p: (
+        [str(bool(p["EnableInterContainerTrafficEncryption"])).lower()]
+        if "EnableInterContainerTrafficEncryption" in p
+        else []
+    ),
+    "sagemaker:vpcsubnets": lambda p: _strings(p, "VpcConfig", "Subnets"),
+    "sagemaker:vpcsecuritygroupids": lambda p: _strings(p, "VpcConfig", "SecurityGroupIds"),
+    "sagemaker:filesystemid": lambda p: _file_systems(p, "FileSystemId"),
+    "sagemaker:filesystemaccessmode": lambda p: _file_systems(p, "FileSystemAccessMode"),
+    "sagemaker:filesystemdirectorypath": lambda p: _file_systems(p, "DirectoryPath"),
+    "sagemaker:filesystemtype": lambda p: _file_systems(p, "FileSystemType"),
 }
-"""Service condition keys the emulator fills from a request's parameters (the reference lists which apply)."""
+"""Service condition keys the emulator fills from a request's parameters (the reference lists which apply:
+``CreateTrainingJob``'s in the Service Authorization Reference, "Actions defined by Amazon SageMaker AI"). The
+VPC and file-system keys are multivalued (one value per subnet, security group or ``FileSystemDataSource``
+channel), for ``ForAllValues:`` / ``ForAnyValue:`` conditions."""
+
+
+def _strings(params: Mapping[str, Any], member: str, field: str) -> list[str]:
+    """The strings of the list ``params[member][field]`` (``[]`` when absent)."""
+    found = params.get(member)
+    values = found.get(field) if isinstance(found, Mapping) else None
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+
+def _file_systems(params: Mapping[str, Any], field: str) -> list[str]:
+    """``field`` of every ``InputDataConfig[].DataSource.FileSystemDataSource``, in channel order, once each."""
+    found: list[str] = []
+    for channel in params.get("InputDataConfig") or []:
+        source = channel.get("DataSource") if isinstance(channel, Mapping) else None
+        system = source.get("FileSystemDataSource") if isinstance(source, Mapping) else None
+        value = system.get(field) if isinstance(system, Mapping) else None
+        if isinstance(value, str) and value not in found:
+            found.append(value)
+    return found
 
 
 def request_context(call: Call) -> dict[str, list[str]]:

@@ -18,6 +18,7 @@ import pytest
 
 from devtools.local_aws.iam_reference import Reference, load_reference
 from devtools.local_aws.operations import Call, Check, Unidentified, checks, identify
+from devtools.local_aws.policy import Policy, Request, evaluate
 
 ACCOUNT = "123456789012"
 ACCESS_KEY = "AKIAEXAMPLEEXAMPLE01"
@@ -296,3 +297,91 @@ def test_a_described_plan_and_a_parameter_are_their_reference_arns(reference: Re
 def test_get_caller_identity_needs_no_permission(reference: Reference) -> None:
     """STS API Reference, GetCallerIdentity: "No permissions are required to perform this operation"."""
     assert checks_of(reference, call_of("sts", "get_caller_identity")) == []
+
+
+# --- VPC mode and FSx for Lustre channels ------------------------------------------------------------------------
+
+SUBNETS = ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"]
+GROUP = "sg-0a1b2c3d4e5f60003"
+FILE_SYSTEM = "fs-0123456789abcdef0"
+
+
+def _vpc_job(**changes: Any) -> dict[str, Any]:
+    """A CreateTrainingJob request in VPC mode with two FSx for Lustre channels and an S3 one (``changes``: members
+    replaced, ``None`` leaves one out)."""
+    params: dict[str, Any] = {
+        "TrainingJobName": "in-vpc", "RoleArn": ROLE,
+        "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+        "OutputDataConfig": {"S3OutputPath": "s3://out/training-jobs/"},
+        "ResourceConfig": {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "VpcConfig": {"Subnets": SUBNETS, "SecurityGroupIds": [GROUP]},
+        "EnableNetworkIsolation": True, "EnableInterContainerTrafficEncryption": True,
+        "InputDataConfig": [
+            {"ChannelName": "train", "InputMode": "File", "DataSource": {"FileSystemDataSource": {
+                "FileSystemId": FILE_SYSTEM, "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro",
+                "DirectoryPath": "/abcdefgh/corpus/train"}}},
+            {"ChannelName": "eval", "InputMode": "File", "DataSource": {"FileSystemDataSource": {
+                "FileSystemId": FILE_SYSTEM, "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro",
+                "DirectoryPath": "/abcdefgh/corpus/eval"}}},
+            {"ChannelName": "extra", "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
+                                                                     "S3Uri": "s3://data/extra/"}}},
+        ],
+    }  # fmt: skip
+    params.update(changes)
+    return {k: v for k, v in params.items() if v is not None}  # None: the member is left out
+
+
+def test_a_vpc_jobs_network_and_file_system_channels_are_its_condition_keys(reference: Reference) -> None:
+    """Service Authorization Reference, CreateTrainingJob: sagemaker:VpcSubnets, VpcSecurityGroupIds and the
+    FileSystem* keys are multivalued (one value per subnet, group, channel); the two switches are Bool keys."""
+    call = call_of("sagemaker", "create_training_job", **_vpc_job())
+    context = checks(call, reference, account=ACCOUNT, bucket_key=lambda _: None, plan_capacity=lambda _: ())[0].context
+    assert context["sagemaker:vpcsubnets"] == SUBNETS
+    assert context["sagemaker:vpcsecuritygroupids"] == [GROUP]
+    assert context["sagemaker:networkisolation"] == ["true"]
+    assert context["sagemaker:intercontainertrafficencryption"] == ["true"]
+    assert context["sagemaker:filesystemid"] == [FILE_SYSTEM]
+    assert context["sagemaker:filesystemtype"] == ["FSxLustre"]
+    assert context["sagemaker:filesystemaccessmode"] == ["ro"]
+    assert context["sagemaker:filesystemdirectorypath"] == ["/abcdefgh/corpus/train", "/abcdefgh/corpus/eval"]
+    listed = {k.lower() for k in reference.action_condition_keys("sagemaker", "CreateTrainingJob")}
+    filled = {k for k in context if k.startswith("sagemaker:")}
+    assert filled <= listed, f"keys the reference does not list for CreateTrainingJob: {sorted(filled - listed)}"
+    plain = call_of(
+        "sagemaker",
+        "create_training_job",
+        **_vpc_job(VpcConfig=None, InputDataConfig=None, EnableInterContainerTrafficEncryption=False),
+    )
+    bare = checks(plain, reference, account=ACCOUNT, bucket_key=lambda _: None, plan_capacity=lambda _: ())[0].context
+    assert "sagemaker:vpcsubnets" not in bare and "sagemaker:filesystemid" not in bare
+    assert bare["sagemaker:intercontainertrafficencryption"] == ["false"]
+
+
+def test_a_grant_held_to_the_platforms_subnets_refuses_a_foreign_subnet_and_a_job_outside_any_vpc(
+    reference: Reference,
+) -> None:
+    """The submitter's VPC-mode grant (issue 25): ForAllValues:StringEquals on the subnets and security groups plus
+    Null false on both, so a job in another subnet, with another group or with no VpcConfig is denied."""
+    grant = Policy.compile("Submitter", {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": "sagemaker:CreateTrainingJob", "Resource": "*",
+        "Condition": {
+            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": SUBNETS, "sagemaker:VpcSecurityGroupIds": [GROUP]},
+            "Null": {"sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false"},
+        }}]})  # fmt: skip
+
+    def decision(**changes: Any) -> str:
+        call = call_of("sagemaker", "create_training_job", **_vpc_job(**changes))
+        (check,) = [c for c in checks(call, reference, account=ACCOUNT, bucket_key=lambda _: None,
+                                      plan_capacity=lambda _: ()) if c.action == "sagemaker:CreateTrainingJob"]  # fmt: skip
+        return evaluate(Request(ROLE, ACCOUNT, check.action, check.resource, check.context), [grant]).outcome
+
+    assert decision() == "allowed"
+    assert decision(VpcConfig={"Subnets": SUBNETS[:1], "SecurityGroupIds": [GROUP]}) == "allowed"
+    assert decision(VpcConfig={"Subnets": [SUBNETS[0], "subnet-0f0f0f0f0f0f0f0f0"], "SecurityGroupIds": [GROUP]}) == (
+        "implicit-deny"
+    )
+    assert decision(VpcConfig={"Subnets": SUBNETS, "SecurityGroupIds": [GROUP, "sg-0f0f0f0f0f0f0f0f0"]}) == (
+        "implicit-deny"
+    )
+    assert decision(VpcConfig=None) == "implicit-deny"
