@@ -139,7 +139,8 @@ def test_cli_env_file_drives_trainctl_submit_local(runtime, tmp_path):
         names = {getattr(settings, n) for n in dir(settings) if n.startswith("ENV_")}
         # the deployed function's variables (one function sets both; the optional ones are left out unless
         # configured, as the stack leaves them out by default), plus the emulator's endpoint and credentials
-        optional = {settings.ENV_ALLOWED_INPUT_PREFIXES, settings.ENV_VOLUME_SIZE_GB, settings.ENV_ALLOWED_ACTIONS}
+        optional = {settings.ENV_ALLOWED_INPUT_PREFIXES, settings.ENV_VOLUME_SIZE_GB, settings.ENV_ALLOWED_ACTIONS,
+                    settings.ENV_VPC_SUBNETS, settings.ENV_VPC_SECURITY_GROUP_IDS, settings.ENV_FSX_LUSTRE}  # fmt: skip
         function_env = function_environment("us-east-1", StackResources())
         emulator = {
             "AWS_ENDPOINT_URL",
