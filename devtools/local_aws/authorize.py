@@ -58,6 +58,8 @@ SERVICES = (
     "ecr",
     "cloudformation",
     "lambda",
+    "ec2",
+    "fsx",
 )
 """The services whose actions are read from the reference (the platform's and the emulator's)."""
 
@@ -232,6 +234,8 @@ def _signing_name(environ: Mapping[str, Any]) -> str | None:
 def _denied_code(protocol: str, service: str) -> str:
     if protocol == "rest-xml":
         return "AccessDenied"
+    if protocol == "ec2":
+        return "UnauthorizedOperation"
     if protocol == "query":
         return QUERY_CODES.get(service, "AccessDenied")
     return JSON_CODES.get(service, "AccessDeniedException")
@@ -244,6 +248,8 @@ def _refusal(call: Call, principal: Principal, check: Check, decision: Decision,
         return _xml_error(403, code, text, head=head)
     if call.protocol == "query":
         return _query_error(call.service, 403, code, text)
+    if call.protocol == "ec2":
+        return _ec2_error(403, code, text)
     return _json_error(call.service, 400 if call.protocol == "json" else 403, code, text)
 
 
@@ -253,6 +259,8 @@ def _shaped(protocol: str, service: str, status: int, code: str, text: str, envi
         return _xml_error(status, code, text, head=environ.get("REQUEST_METHOD") == "HEAD")
     if protocol == "query":
         return _query_error(service, status, code, text)
+    if protocol == "ec2":
+        return _ec2_error(status, code, text)
     return _json_error(service, status, code, text)
 
 
@@ -264,6 +272,8 @@ def _unknown_key(call: Call) -> Refusal:
     text = "The security token included in the request is invalid."
     if call.protocol == "query":
         return _query_error(call.service, 403, "InvalidClientTokenId", text)
+    if call.protocol == "ec2":
+        return _ec2_error(401, "AuthFailure", "AWS was not able to validate the provided access credentials")
     return _json_error(call.service, 400, "UnrecognizedClientException", text)
 
 
@@ -288,6 +298,16 @@ def _query_error(service: str, status: int, code: str, text: str) -> Refusal:
         f"<RequestId>{request_id}</RequestId></ErrorResponse>"
     ).encode()
     return Refusal(status, (("Content-Type", "text/xml"), ("x-amzn-RequestId", request_id)), body, code, text)
+
+
+def _ec2_error(status: int, code: str, text: str) -> Refusal:
+    """EC2's error shape (Amazon EC2 API Reference, "Error codes": ``<Response><Errors><Error>``)."""
+    request_id = str(uuid.uuid4())
+    body = (
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{escape(text)}</Message></Error></Errors>"
+        f"<RequestID>{request_id}</RequestID></Response>"
+    ).encode()
+    return Refusal(status, (("Content-Type", "text/xml"),), body, code, text)
 
 
 def _xml_error(status: int, code: str, text: str, *, head: bool) -> Refusal:

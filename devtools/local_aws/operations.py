@@ -4,7 +4,7 @@ condition context it is authorized on (:func:`checks`), resources the request im
 
 * **Caller**: the access key id of the SigV4 ``Authorization`` header's ``Credential`` (or a presigned URL's
   ``X-Amz-Credential``), and the region and signing name of its scope.
-* **Operation**: the JSON protocols' ``X-Amz-Target``; the query protocol's ``Action``; S3's REST method, path and
+* **Operation**: the JSON protocols' ``X-Amz-Target``; the query (and EC2) protocol's ``Action``; S3's REST method, path and
   query against each operation's ``requestUri`` in botocore's model (the most specific match, members located in the
   query string or headers that the model marks required included, so ``CopyObject`` is not ``PutObject``); REST-JSON
   (Lambda's ``Invoke``) the same way. A request that is not SigV4-signed or matches no operation is :class:`Unidentified`
@@ -228,7 +228,7 @@ def identify(environ: Mapping[str, Any], body: bytes) -> Call:
             raise Unidentified("json", service, 400, "UnknownOperationException", f"Unknown operation {target}")
         params = _json_params(service, model.operation_model(operation), body)
         return Call(access_key, region, service, operation, params, "json")
-    if "query" in protocols:
+    if "query" in protocols or "ec2" in protocols:  # EC2's protocol encodes requests as the query protocol does
         form = {
             k: v[0] for k, v in parse_qs(body.decode(errors="replace") + "&" + environ.get("QUERY_STRING", "")).items()
         }
@@ -238,7 +238,7 @@ def identify(environ: Mapping[str, Any], body: bytes) -> Call:
         if operation not in operations:
             text = f"The action {operation} is not valid for this web service."
             raise Unidentified("query", service, 400, "InvalidAction", text)
-        return Call(access_key, region, service, operation, form, "query")
+        return Call(access_key, region, service, operation, form, "ec2" if "ec2" in protocols else "query")
     if service == "s3":
         return _s3_call(environ, body, access_key, region, model)
     if model.protocol == "rest-json":
