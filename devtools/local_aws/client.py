@@ -61,6 +61,11 @@ class LocalAws:
             :data:`devtools.local_aws.jobs.TARGET_RETRY_DELAYS_S`).
         template: a CloudFormation template file whose policies the emulator enforces instead of the platform's
             (:mod:`devtools.local_aws.authorize`; tests remove statements from a copy).
+        context: CDK context over ``cdk.json``'s to synthesize the platform with, e.g. ``{"vpc": "create",
+            "fsxLustre": {...}}``: VPC mode, the network and file system made in moto and their IDs in :attr:`env`
+            (:func:`~devtools.local_aws.server.serve`). Default: ``cdk.json``'s alone (no VPC).
+        fsx_root: the folder that plays the FSx for Lustre file system (``/<mount name>/`` maps to it; jobs get a
+            read-only copy of a channel's directory). Default: none (a job with a file-system channel fails).
 
     Attributes (after start):
         endpoint: ``http://127.0.0.1:PORT``.
@@ -91,6 +96,8 @@ class LocalAws:
         job_processes: int | None = None,
         event_retry_delays: Sequence[float] | None = None,
         template: str | os.PathLike[str] | None = None,
+        context: Mapping[str, Any] | None = None,
+        fsx_root: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(event_targets, str) or not all(isinstance(t, str) for t in event_targets):
             raise TypeError("event_targets: expected a list of 'module:function' strings")
@@ -108,6 +115,8 @@ class LocalAws:
             "job_processes": job_processes,
             "event_retry_delays": None if event_retry_delays is None else list(event_retry_delays),
             "template": None if template is None else str(template),
+            "context": None if context is None else dict(context),
+            "fsx_root": None if fsx_root is None else str(fsx_root),
         }
         """:func:`~devtools.local_aws.server.run_emulator`'s arguments (the plans and the state folder added by
         :meth:`start`)."""

@@ -11,6 +11,7 @@ contract of :mod:`trainctl.commands`: trainctl itself knows nothing of the devel
 from __future__ import annotations
 
 import argparse
+import json
 
 HELP = (
     "Run an AWS emulator (moto + SageMaker training plans) on 127.0.0.1 for `trainctl submit --local`, tests and demos."
@@ -34,6 +35,20 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
+def _context(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f'{text!r}: not JSON ({exc.msg}); expected an object, e.g. \'{{"vpc": "create"}}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f'{text!r}: expected a JSON object of CDK context keys, e.g. \'{{"vpc": "create"}}\''
+        )
     return value
 
 
@@ -89,6 +104,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CloudFormation template whose IAM policies authorize every request (default: the platform's own, "
         "synthesized once and cached under .cache/local-aws/)",
     )
+    parser.add_argument(
+        "--context",
+        type=_context,
+        metavar="JSON",
+        help='CDK context over cdk.json\'s to synthesize the platform with, e.g. \'{"vpc": "create"}\' '
+        "(VPC mode: the VPC, subnets, security groups and FSx file system are made in the emulator and their IDs "
+        "written to the env file)",
+    )
+    parser.add_argument(
+        "--fsx-root",
+        metavar="DIR",
+        help="folder that plays the FSx for Lustre file system's root: a job's FileSystemDataSource "
+        "/<mount name>/<path> reads DIR/<path> (a read-only copy)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,4 +135,6 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         job_processes=args.job_processes,
         template=args.template,
+        context=args.context,
+        fsx_root=args.fsx_root,
     )

@@ -16,7 +16,13 @@ train``, started by :func:`training.local.start_local`), the code path of a Sage
   ``inputdataconfig.json`` naming every channel; each ``S3Prefix`` channel downloaded from the
   emulated S3 into ``input/data/<channel>/`` (keys relative to the prefix; ``ManifestFile``,
   ``AugmentedManifestFile`` and ``Pipe`` mode fail the job with ``ClientError``; ``FastFile`` is
-  downloaded as ``File``).
+  downloaded as ``File``); each ``FileSystemDataSource`` channel (FSx for Lustre, read-only) copied from the
+  folder that plays the file system (``--fsx-root``: ``/<mount name>/<path>`` is ``DIR/<path>``), its files
+  read-only (a missing directory fails the job with ``ClientError``).
+* **VPC mode**: a job with a ``VpcConfig`` first needs its execution role to be allowed the EC2 network-interface
+  actions SageMaker performs as it (:func:`devtools.local_aws.network.network_interface_checks`, decided by the
+  emulator's authorization); one denied fails the job with ``ClientError: ...`` naming it. The network itself
+  (ENIs, security-group rules, routes) is not emulated: the job runs on this machine.
 * **Environment**: the job's ``Environment``, plus
   :data:`platform_spec.capacity.CAPACITY_BLOCK_ENV` (the current block's ``EndTime`` in epoch
   milliseconds) for a job on a training plan, and ``TRAINER_NPROC_PER_NODE`` (the runner's
@@ -54,7 +60,7 @@ train``, started by :func:`training.local.start_local`), the code path of a Sage
 
 Not emulated: containers and images (every job runs this checkout's trainer, whatever its
 ``TrainingImage``), more than one node, GPUs, ``RetryStrategy``, spot interruptions and
-``MaxWaitTimeInSeconds``, the 2-day pending limit, warm pools, ``VpcConfig``, billing beyond
+``MaxWaitTimeInSeconds``, the 2-day pending limit, warm pools, network isolation, billing beyond
 ``BillableTimeInSeconds``. A job driven by hand (``set_job_status``) to a terminal status while
 it runs has its process tree killed.
 
@@ -99,6 +105,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devtools.local_aws.authorize import Authorizer
 from devtools.local_aws.sagemaker import JobRecord, SageMakerExtension, TransitionError, metrics_from_log, publish_logs
 from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
@@ -523,6 +530,41 @@ def _download_channel(s3: Any, channel: Mapping[str, Any], default_mode: str, pa
     }
 
 
+def _copy_file_system_channel(channel: Mapping[str, Any], root: Path | None, paths: SageMakerPaths) -> dict[str, str]:
+    """Copy an FSx for Lustre channel's directory (``/<mount name>/<path>`` is ``root/<path>``) into
+    ``input/data/<channel>/``, its files read-only (mode 0444) as a read-only mount's are; returns its
+    ``inputdataconfig.json`` entry. The copy keeps the trainer from changing the "file system".
+
+    Raises:
+        JobFailure: ``ClientError: ...``: no folder plays the file system, or the directory does not exist there.
+    """
+    name = channel["ChannelName"]
+    source = channel["DataSource"]["FileSystemDataSource"]
+    system, path = source["FileSystemId"], source["DirectoryPath"]
+    if root is None:
+        raise JobFailure(
+            f"ClientError: channel {name!r}: file system {system}: the emulator has no folder playing it "
+            "(trainctl local-aws --fsx-root DIR, LocalAws(fsx_root=...))"
+        )
+    relative = path.strip("/").partition("/")[2]  # below /<mount name>, checked when the job was created
+    folder = root / relative
+    if ".." in Path(relative).parts or not folder.is_dir():
+        raise JobFailure(
+            f"ClientError: Failed to mount the file system {system} for channel {name!r}: the directory {path} "
+            "does not exist on the file system"
+        )
+    target = paths.channel_dir(name)
+    shutil.copytree(folder, target, symlinks=False)
+    for copied in target.rglob("*"):
+        if copied.is_file():
+            copied.chmod(0o444)
+    return {
+        "TrainingInputMode": channel.get("InputMode") or "File",
+        "S3DistributionType": "FullyReplicated",
+        "RecordWrapperType": channel.get("RecordWrapperType", "None"),
+    }
+
+
 def _tar_gz(folder: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -567,6 +609,10 @@ class JobRunner:
         enabled: execute newly created jobs (``False``: jobs stay as created, driven by hand).
         processes: ``TRAINER_NPROC_PER_NODE`` of every job (1 or 2 on a small machine).
         stop_grace_s, sync_interval_s: SIGTERM to SIGKILL, and between two checkpoint uploads (seconds).
+        authorizer: decides what SageMaker does as a job's execution role before it starts (VPC mode's network
+            interfaces, :func:`devtools.local_aws.network.network_interface_checks`). Default: none (not checked).
+        fsx_root: the folder that plays the FSx for Lustre file system's root. Default: none (a job with a
+            ``FileSystemDataSource`` channel fails saying so).
     """
 
     def __init__(
@@ -579,6 +625,8 @@ class JobRunner:
         processes: int = JOB_PROCESSES,
         stop_grace_s: float = STOP_GRACE_S,
         sync_interval_s: float = CHECKPOINT_SYNC_INTERVAL_S,
+        authorizer: Authorizer | None = None,
+        fsx_root: Path | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"job processes: got {processes}; expected a positive integer")
@@ -589,6 +637,8 @@ class JobRunner:
         self.processes = processes
         self.stop_grace_s = stop_grace_s
         self.sync_interval_s = sync_interval_s
+        self.authorizer = authorizer
+        self.fsx_root = fsx_root
         self.executions: dict[str, Execution] = {}
         self.lock = threading.Lock()
         self._closing = False
@@ -688,6 +738,7 @@ class JobRunner:
         if execution.stop_reason is not None:
             self._end(job, execution)
             return
+        self._check_network_role(job)
         if not self._move(job, "InProgress", "Downloading", "Downloading input data"):
             return
         sync = self.lay_out(job, execution, self._as_job(job)("s3"))
@@ -704,6 +755,31 @@ class JobRunner:
         if job.status in TERMINAL_JOB_STATUSES:  # ended by hand: nothing to report
             return
         self._end(job, execution, sync=sync, returncode=returncode)
+
+    def _check_network_role(self, job: JobRecord) -> None:
+        """SageMaker puts a VPC job's network interfaces in its subnets as the job's execution role: each EC2
+        action it needs is decided with the role's policies (module docstring).
+
+        Raises:
+            JobFailure: ``ClientError: ...`` naming the first action the role is not allowed.
+        """
+        vpc_config = job.params.get("VpcConfig")
+        if not vpc_config or self.authorizer is None:
+            return
+        from devtools.local_aws import network
+
+        role = str(job.params.get("RoleArn"))
+        vpc_id = network.check_vpc_config(vpc_config, account=job.account, region=job.region)
+        principal = self.authorizer.authorities.by_arn(role)
+        for check in network.network_interface_checks(vpc_config, vpc_id, self.authorizer.reference, region=job.region):
+            decision = self.authorizer.decide(principal, check) if principal is not None else None
+            if decision is None or not decision.allowed:
+                why = decision.reason(check.action) if decision is not None else "because it has no policies"
+                raise JobFailure(
+                    f"ClientError: The execution role {role} is not authorized to perform: {check.action} on resource: "
+                    f"{check.resource} {why}; SageMaker needs it to create the job's network interfaces in its "
+                    "VpcConfig subnets"
+                )
 
     def _wait_for_block(self, job: JobRecord, execution: Execution) -> dict[str, Any] | None:
         """Keep the job ``Pending`` until its plan runs a block of its instance type; returns that block.
@@ -826,7 +902,11 @@ class JobRunner:
         base.mkdir(parents=True)
         default_mode = (job.params.get("AlgorithmSpecification") or {}).get("TrainingInputMode", "File")
         channels = {
-            channel["ChannelName"]: _download_channel(s3, channel, default_mode, SageMakerPaths(base))
+            channel["ChannelName"]: (
+                _copy_file_system_channel(channel, self.fsx_root, SageMakerPaths(base))
+                if "FileSystemDataSource" in (channel.get("DataSource") or {})
+                else _download_channel(s3, channel, default_mode, SageMakerPaths(base))
+            )
             for channel in job.params.get("InputDataConfig") or []
         }
         prepare_base_dir(base, job.params.get("HyperParameters") or {}, input_data_config=channels)

@@ -13,7 +13,9 @@ its intrinsic functions resolved to the emulator's physical names.
   with the emulator's own (:func:`~devtools.local_aws.stack.function_environment`, and the job-outcomes function's
   ``IDEMPOTENCY_TABLE``), which names the buckets, the SSM
   parameter and the execution role as the emulator creates them; every other resource is named as CloudFormation names
-  what has no explicit name (``STACK-LogicalId``), its ARN built from its type. Intrinsics are rendered by
+  what has no explicit name (``STACK-LogicalId``), its ARN built from its type; in VPC mode the network's
+  resources (VPC, subnets, security groups, the FSx file system) are the IDs of their twins in moto
+  (:class:`Network`, made by :mod:`devtools.local_aws.network`). Intrinsics are rendered by
   :func:`platform_constructs.intrinsics.render`, the project's one renderer.
 
 No moto (AWS managed policies' documents, needed only by a role that attaches one, are read from moto's copy when
@@ -26,7 +28,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +46,15 @@ ADMINISTRATOR_ACCESS = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow
 
 _MARK = Notation("\x00", "\x01")
 _REFERENCE = re.compile("\x00([^\x01]*)\x01")
+
+
+@dataclass(frozen=True)
+class Network:
+    """Physical IDs of a template's network resources (VPC mode): ``refs`` (logical id -> ``Ref`` value) and
+    ``attrs`` ((logical id, attribute) -> ``Fn::GetAtt`` value)."""
+
+    refs: Mapping[str, str] = field(default_factory=dict)
+    attrs: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,11 +122,18 @@ class Authorities:
 class _Names:
     """Physical names and attributes of a template's resources in the emulator (module docstring)."""
 
-    def __init__(self, template: Mapping[str, Any], region: str, resources: StackResources, stack: str) -> None:
+    def __init__(
+        self,
+        template: Mapping[str, Any],
+        region: str,
+        resources: StackResources,
+        stack: str,
+        network: Network | None = None,
+    ) -> None:
         self.resources = template.get("Resources", {})
         self.region, self.stack = region, stack
-        self.refs: dict[str, str] = {}
-        self.attrs: dict[tuple[str, str], str] = {}
+        self.refs: dict[str, str] = dict(network.refs) if network else {}
+        self.attrs: dict[tuple[str, str], str] = dict(network.attrs) if network else {}
         emulator = {
             **function_environment(region, resources),
             observability_settings.ENV_IDEMPOTENCY_TABLE: resources.job_events_table,
@@ -192,6 +210,9 @@ class _Names:
         return arns.get(kind, f"arn:aws:cloudformation:{where}:resource/{name}")
 
     def get_att(self, logical: str, attribute: str) -> str | None:
+        known = self.attrs.get((logical, attribute))
+        if known is not None:
+            return known
         return self.arn(logical) if attribute == "Arn" else self.ref(logical)
 
     def resolve(self, value: Any) -> Any:
@@ -268,15 +289,37 @@ def _scan(
     return attached, managed
 
 
+def resolver(
+    template: Mapping[str, Any],
+    *,
+    region: str,
+    resources: StackResources,
+    network: Network | None = None,
+    stack: str = "TrainingPlatform",
+) -> Callable[[Any], Any]:
+    """A function that renders a value of ``template`` (a property, an environment variable) with the emulator's
+    physical names, as :func:`authorities` reads the policies."""
+    return _Names(template, region, resources, stack, network).resolve
+
+
 def authorities(
-    template: Mapping[str, Any], *, region: str, resources: StackResources, stack: str = "TrainingPlatform"
+    template: Mapping[str, Any],
+    *,
+    region: str,
+    resources: StackResources,
+    network: Network | None = None,
+    stack: str = "TrainingPlatform",
 ) -> Authorities:
     """The principals and resource policies of ``template`` in the emulator (module docstring).
+
+    Args:
+        network: the IDs of the template's network resources in the emulator (VPC mode:
+            :func:`devtools.local_aws.network.create_twins`); their ``Ref`` and attributes resolve to them.
 
     Raises:
         ValueError: a policy is malformed or uses a condition operator the evaluator does not know (named).
     """
-    names = _Names(template, region, resources, stack)
+    names = _Names(template, region, resources, stack, network)
     found = Authorities()
     found.add(
         Principal(

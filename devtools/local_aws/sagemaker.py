@@ -20,7 +20,9 @@ process only) so that
   (else the next) block and the emulator's running jobs on the plan;
 * ``CreateTrainingJob`` enforces name uniqueness (``ResourceInUse``), checks
   ``TrainingPlanArn`` (a plan of the caller's account and region, reserving
-  the instance type) and the spot rules as SageMaker does, puts a job on a
+  the instance type), the spot rules, and a ``VpcConfig`` and
+  ``FileSystemDataSource`` channels against moto's EC2 and FSx
+  (:mod:`devtools.local_aws.network`) as SageMaker does, puts a job on a
   ``Scheduled`` plan in ``Pending``, and stores the request as sent;
 * ``DescribeTrainingJob`` returns the job as sent (``MetricDefinitions``,
   ``HyperParameters``, ``ResourceConfig`` with ``TrainingPlanArn``,
@@ -782,6 +784,26 @@ def _check_plan(plan_arn: str, instance_type: str | None, *, account: str, regio
         raise ValidationError(message=f"Training plan {plan_arn} is {plan['Status']} and cannot run training jobs.")
 
 
+def _check_network(params: Mapping[str, Any], *, account: str, region: str) -> None:
+    """A job's ``VpcConfig`` and ``FileSystemDataSource`` channels against moto's EC2 and FSx
+    (:mod:`devtools.local_aws.network`, imported only for such a job: moto's EC2 models take a while to import)."""
+    has_file_system = any(
+        "FileSystemDataSource" in (c.get("DataSource") or {}) for c in params.get("InputDataConfig") or []
+    )
+    if not params.get("VpcConfig") and not has_file_system:
+        return
+    from devtools.local_aws import network
+
+    if params.get("VpcConfig"):
+        network.check_vpc_config(params["VpcConfig"], account=account, region=region)
+    elif has_file_system:
+        raise ValidationError(
+            message="VpcConfig: a job with a FileSystemDataSource channel needs a VpcConfig whose subnets reach "
+            "the file system."
+        )
+    network.check_file_systems(params, account=account, region=region)
+
+
 def create_training_job(self: SageMakerResponse) -> ActionResult:
     params = checked_params(self, "CreateTrainingJob")
     name = params.get("TrainingJobName")
@@ -795,6 +817,7 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
         if spot:
             raise ValidationError(message="Managed spot training cannot be used with a training plan.")
         _check_plan(plan_arn, resource.get("InstanceType"), account=backend.account_id, region=backend.region_name)
+    _check_network(params, account=backend.account_id, region=backend.region_name)
     now = datetime.now(UTC)
     with EXTENSION.lock:
         if name in backend.training_jobs:

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from devtools.local_aws.principals import Network, resolver
 from devtools.local_aws.stack import (
     DEFAULT_REGION,
     DUMMY_CREDENTIALS,
@@ -73,6 +74,8 @@ def serve(
     job_processes: int | None = None,
     event_retry_delays: Sequence[float] | None = None,
     template: str | os.PathLike[str] | None = None,
+    context: Mapping[str, Any] | None = None,
+    fsx_root: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run the emulator in the foreground until ``stop`` is set (or SIGINT / SIGTERM).
 
@@ -94,6 +97,13 @@ def serve(
             :data:`devtools.local_aws.jobs.TARGET_RETRY_DELAYS_S`; tests shorten them).
         template: the CloudFormation template whose policies are enforced (default: the platform's, synthesized
             once and cached, :func:`devtools.local_aws.template.platform_template`).
+        context: CDK context over ``cdk.json``'s that the platform's template is synthesized with (e.g.
+            ``{"vpc": "create"}``; an existing VPC's ``{"vpc": {"vpcId", "subnetIds", "availabilityZones"}}`` is
+            also read with ``template``). VPC mode, when the template has subnets or ``vpc`` names a VPC: the
+            network and the FSx file system are made in moto (:mod:`devtools.local_aws.network`) and the
+            submitter's environment carries their IDs.
+        fsx_root: the folder that plays the FSx for Lustre file system's root: a job's ``FileSystemDataSource``
+            ``/<mount name>/<path>`` reads ``fsx_root/<path>`` (:mod:`devtools.local_aws.jobs`).
 
     Every request is authorized (:mod:`devtools.local_aws.authorize`). The environment (``env`` of the ready line,
     ``env_file``) carries the submitter function's role's credentials; event targets run with the credentials of
@@ -126,11 +136,10 @@ def serve(
     if quiet:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
     resources = StackResources()
-    found = authorities(
-        load_template(template) if template is not None else platform_template(region),
-        region=region,
-        resources=resources,
-    )
+    context = dict(context or {})
+    synthesized = load_template(template) if template is not None else platform_template(region, context=context)
+    network, vpc_environment = _network(synthesized, context, region, resources)
+    found = authorities(synthesized, region=region, resources=resources, network=network)
     submitter = found.principal_for_handler(SUBMITTER_HANDLER)
     target_keys = {found.principal_for_handler(spec).access_key for spec in event_targets}
     if len(target_keys) > 1:
@@ -163,7 +172,7 @@ def serve(
     state = Path(tempfile.mkdtemp(prefix="local-aws-state-") if state_dir is None else state_dir)
     try:
         arns = app.create_stack(plans or [])
-        env = submitter_environment(app.endpoint, region, resources, submitter.access_key)
+        env = submitter_environment(app.endpoint, region, resources, submitter.access_key, vpc_environment)
         if event_targets:  # the targets run like the deployed functions, with their environment and role
             os.environ.update({**env, "AWS_ACCESS_KEY_ID": target_keys.pop()})
         targets = [(spec, load_target(spec)) for spec in event_targets]
@@ -175,7 +184,13 @@ def serve(
         )
         state.mkdir(parents=True, exist_ok=True)
         app.runner = sagemaker.EXTENSION.runner = JobRunner(
-            app.client, sagemaker.EXTENSION, state, enabled=run_jobs, processes=job_processes or JOB_PROCESSES
+            app.client,
+            sagemaker.EXTENSION,
+            state,
+            enabled=run_jobs,
+            processes=job_processes or JOB_PROCESSES,
+            authorizer=app.authorizer,
+            fsx_root=None if fsx_root is None else Path(fsx_root),
         )
         if env_file:
             write_env_file(env_file, env)
@@ -192,6 +207,25 @@ def serve(
         if state_dir is None:
             shutil.rmtree(state, ignore_errors=True)
     return 0
+
+
+def _network(
+    template: Mapping[str, Any], context: Mapping[str, Any], region: str, resources: StackResources
+) -> tuple[Network | None, dict[str, Any]]:
+    """VPC mode's twins of the template's network in moto and the submitter's VPC arguments
+    (:func:`devtools.local_aws.network.environment_of`); ``(None, {})`` outside VPC mode, which imports nothing
+    more (moto's EC2 and FSx models take a while to import)."""
+    vpc_mode = context.get("vpc") is not None or any(
+        r.get("Type") == "AWS::EC2::Subnet" for r in template.get("Resources", {}).values()
+    )
+    if not vpc_mode:
+        return None, {}
+    from devtools.local_aws.network import create_twins, environment_of
+
+    twins = create_twins(template, context, region=region)
+    network = Network(twins.refs, twins.attrs)
+    resolve = resolver(template, region=region, resources=resources, network=network)
+    return network, environment_of(template, SUBMITTER_HANDLER, resolve)
 
 
 def _announce(
@@ -241,6 +275,8 @@ def run_emulator(
     job_processes: int | None = None,
     event_retry_delays: Sequence[float] | None = None,
     template: str | os.PathLike[str] | None = None,
+    context: Mapping[str, Any] | None = None,
+    fsx_root: str | os.PathLike[str] | None = None,
 ) -> int:
     """``trainctl local-aws``: :func:`serve` in the foreground, every failure one line on stderr.
 
@@ -248,11 +284,11 @@ def run_emulator(
     moto installed (the extra ``local``), ``plans_file`` readable and a JSON list, ``env_file`` a regular
     file or nothing (not a folder, symbolic link, FIFO or device) in a folder that can be created, each
     event target ``module:function`` with a module that can be found (imported once listening),
-    ``job_processes`` positive.
+    ``job_processes`` positive, ``context`` a JSON object, ``fsx_root`` an existing folder.
 
     Args:
-        host, port, region, quiet, run_jobs, event_targets, state_dir, job_processes, event_retry_delays, template: as
-            :func:`serve`
+        host, port, region, quiet, run_jobs, event_targets, state_dir, job_processes, event_retry_delays, template,
+            context, fsx_root: as :func:`serve`
             (``port`` 0: any free port).
         plans_file: a JSON list of plans shaped like ``DescribeTrainingPlan``'s response (``None``: none).
         env_file: where to write the ``export`` lines once listening (its folder is created).
@@ -260,7 +296,7 @@ def run_emulator(
     Returns:
         0 once stopped (SIGINT / SIGTERM); 2 after one line ``trainctl local-aws: <why>`` on stderr when
         moto is missing, a plan or ``plans_file`` is malformed, ``host:port`` cannot be listened on,
-        or ``env_file`` cannot be written.
+        ``env_file`` cannot be written, or ``context`` is invalid (``stacks.config.ConfigError``'s message).
     """
     try:
         require_moto()  # first: nothing else matters without it
@@ -278,6 +314,10 @@ def run_emulator(
             return _fail(f"--event-target {spec!r}: {problem}")
     if job_processes is not None and (isinstance(job_processes, bool) or job_processes < 1):
         return _fail(f"--job-processes {job_processes}: expected a positive integer")
+    if context is not None and not isinstance(context, Mapping):
+        return _fail(f"--context: got {type(context).__name__}; expected a JSON object of CDK context keys")
+    if fsx_root is not None and not Path(fsx_root).is_dir():
+        return _fail(f"--fsx-root {os.fspath(fsx_root)}: not a folder; expected the folder that plays the file system")
     try:
         return serve(
             host=host,
@@ -292,6 +332,8 @@ def run_emulator(
             job_processes=job_processes,
             event_retry_delays=event_retry_delays,
             template=template,
+            context=context,
+            fsx_root=fsx_root,
         )
     # moto found but not importable (a dependency of its server missing); a plan that does not fit
     # DescribeTrainingPlan's shape, an event target's import; a port in use, not an address of this machine

@@ -61,7 +61,9 @@ class StackResources:
         return f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{self.trainer_repository}:local"
 
 
-def function_environment(region: str, resources: StackResources) -> dict[str, str]:
+def function_environment(
+    region: str, resources: StackResources, network: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """The submitter function's environment in the emulator.
 
     What the deployed function gets, from the same function the construct calls
@@ -69,7 +71,9 @@ def function_environment(region: str, resources: StackResources) -> dict[str, st
     emulator's resources, its account, and the stack's defaults: the default instance type
     (:data:`platform_spec.catalogue.DEFAULT_INSTANCE_TYPE`), the allowed instance types
     (:func:`platform_constructs.submitter.runtime.config.default_allowed_instance_types`) and the
-    capacity order (:data:`platform_spec.capacity.DEFAULT_CAPACITY_FALLBACK`).
+    capacity order (:data:`platform_spec.capacity.DEFAULT_CAPACITY_FALLBACK`). ``network``: VPC mode's
+    ``vpc_subnets``, ``vpc_security_group_ids`` and ``fsx_lustre`` with the emulator's IDs
+    (:func:`devtools.local_aws.network.environment_of`; default none: not in VPC mode).
     """
     from platform_constructs.submitter.runtime import config, settings
 
@@ -86,17 +90,22 @@ def function_environment(region: str, resources: StackResources) -> dict[str, st
         allowed_instance_types=config.default_allowed_instance_types(),
         capacity_fallback=DEFAULT_CAPACITY_FALLBACK,
         platform_tags=resources.platform_tags,
+        **(network or {}),
     )
 
 
 def submitter_environment(
-    endpoint: str, region: str, resources: StackResources, access_key: str = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"]
+    endpoint: str,
+    region: str,
+    resources: StackResources,
+    access_key: str = DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+    network: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """Environment for the submitter (and any boto3 code) against the emulator.
 
     ``AWS_ENDPOINT_URL``, the region (``AWS_REGION``, which Lambda sets, and
     ``AWS_DEFAULT_REGION``), the credentials of ``access_key`` (the emulator gives the submitter function's role's),
-    then :func:`function_environment`.
+    then :func:`function_environment` (with ``network`` in VPC mode).
     """
     return {
         "AWS_ENDPOINT_URL": endpoint,
@@ -104,7 +113,7 @@ def submitter_environment(
         "AWS_REGION": region,
         "AWS_ACCESS_KEY_ID": access_key,
         "AWS_SECRET_ACCESS_KEY": DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        **function_environment(region, resources),
+        **function_environment(region, resources, network),
     }
 
 

@@ -5,8 +5,10 @@ The template is the app's own (:func:`stacks.platform_app.create_app` with ``cdk
 account and region; no cdk-nag, no asset bundling: neither changes a policy). Synthesis takes about 6.5 s and
 ``make test`` starts a dozen emulators, so :func:`platform_template` keeps it under ``.cache/local-aws/`` keyed by what
 determines it: the sources under ``stacks/``, ``constructs/`` and ``platform_spec/``, ``app.py``, ``cdk.json``, the
-aws-cdk-lib version and the region. Concurrent starts synthesize once: the first holds a file lock, the others wait
-for it and read its file.
+aws-cdk-lib version, the region and the context given on top of ``cdk.json``'s (VPC mode: ``{"vpc": "create",
+"fsxLustre": {...}}``). Concurrent starts synthesize once: the first holds a file lock, the others wait for it and
+read its file. One template per key is kept (the default one and each context's), the newest
+:data:`KEPT` of them.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "local-aws"
 SOURCES = ("stacks", "constructs", "platform_spec", "app.py", "cdk.json")
 """What the template is synthesized from, relative to the repository root (with aws-cdk-lib's version)."""
+KEPT = 4
+"""Templates kept in the cache (the default and a few contexts' that tests start emulators with)."""
 
 
-def template_key(region: str, root: Path = REPO_ROOT) -> str:
-    """A digest of everything that determines the template (:data:`SOURCES`, aws-cdk-lib's version, ``region``)."""
+def template_key(region: str, root: Path = REPO_ROOT, context: Mapping[str, Any] | None = None) -> str:
+    """A digest of everything that determines the template (:data:`SOURCES`, aws-cdk-lib's version, ``region``,
+    ``context``)."""
     from importlib.metadata import version
 
-    digest = hashlib.sha256(f"{version('aws-cdk-lib')}\0{region}\0{ACCOUNT_ID}".encode())
+    given = json.dumps(dict(context or {}), sort_keys=True)
+    digest = hashlib.sha256(f"{version('aws-cdk-lib')}\0{region}\0{ACCOUNT_ID}\0{given}".encode())
     for source in SOURCES:
         path = root / source
         files = sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts) if path.is_dir() else [path]
@@ -41,15 +47,20 @@ def template_key(region: str, root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()[:32]
 
 
-def synthesize(region: str) -> dict[str, Any]:
-    """Synthesize the app for the emulator's account and ``region``; returns the stack's template."""
+def synthesize(region: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Synthesize the app for the emulator's account and ``region`` with ``context`` over ``cdk.json``'s; returns
+    the stack's template.
+
+    Raises:
+        stacks.config.ConfigError: a context value is invalid.
+    """
     import tempfile
 
     from stacks.platform_app import create_app
 
     with tempfile.TemporaryDirectory(prefix="local-aws-synth-") as outdir:
         app, stack = create_app(
-            context={"aws:cdk:bundling-stacks": []},
+            context={**(context or {}), "aws:cdk:bundling-stacks": []},
             outdir=outdir,
             nag=False,
             environ={"CDK_DEFAULT_ACCOUNT": ACCOUNT_ID, "CDK_DEFAULT_REGION": region},
@@ -60,23 +71,27 @@ def synthesize(region: str) -> dict[str, Any]:
         return template
 
 
-def platform_template(region: str, *, cache_dir: Path = CACHE_DIR) -> dict[str, Any]:
-    """The platform's template for ``region``: from the cache when its key matches, else synthesized and cached.
+def platform_template(
+    region: str, *, cache_dir: Path = CACHE_DIR, context: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The platform's template for ``region`` and ``context`` (over ``cdk.json``'s): from the cache when its key
+    matches, else synthesized and cached.
 
     Raises:
         OSError: the cache folder cannot be written.
-        stacks.config.ConfigError: ``cdk.json`` holds an invalid value.
+        stacks.config.ConfigError: ``cdk.json`` or ``context`` holds an invalid value.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"template-{template_key(region)}.json"
+    path = cache_dir / f"template-{template_key(region, context=context)}.json"
     with open(cache_dir / "synth.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if path.exists():
                 cached: dict[str, Any] = json.loads(path.read_text())
                 return cached
-            template = synthesize(region)
-            for stale in cache_dir.glob("template-*.json"):
+            template = synthesize(region, context)
+            kept = sorted(cache_dir.glob("template-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+            for stale in kept[KEPT - 1 :]:
                 stale.unlink(missing_ok=True)
             atomic_write_text(path, json.dumps(template))
             return template

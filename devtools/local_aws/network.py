@@ -1,0 +1,340 @@
+"""The emulator's VPC mode: the template's network and FSx for Lustre file system made in moto's EC2 and FSx, a
+job's ``VpcConfig`` and ``FileSystemDataSource`` channels checked against them, and the EC2 permissions SageMaker
+needs of the job's execution role.
+
+* **Twins** (:func:`create_twins`): each ``AWS::EC2::VPC``, ``AWS::EC2::Subnet`` (in its template availability
+  zone; a zone the template leaves to ``Fn::GetAZs`` is the region's ``a``, ``b``, ... by index),
+  ``AWS::EC2::SecurityGroup`` and ``AWS::FSx::FileSystem`` (Lustre; its mount name drawn as FSx draws one, 8
+  lowercase characters) of the template is created in moto under the emulator's account and region, and its
+  ``Ref`` and attributes (``VpcId``, ``AvailabilityZone``, ``GroupId``, ``LustreMountName``, ``DNSName``) resolve
+  to the twin's IDs (:attr:`Twins.refs`, :attr:`Twins.attrs`, read by :mod:`devtools.local_aws.principals`). An
+  existing VPC named by the ``vpc`` context key (``{"vpcId", "subnetIds", "availabilityZones"}``) is created
+  under those very IDs, since the template names them as literals.
+* **A job's network** (:func:`check_vpc_config`), as ``CreateTrainingJob`` refuses it: every subnet and security
+  group exists, and all of them are in one VPC, else ``ValidationException``.
+* **A job's file systems** (:func:`check_file_systems`): each ``FileSystemDataSource`` names an FSx for Lustre file
+  system of the account (``DescribeFileSystems`` answers for it, moto's FSx), read-only, whose ``DirectoryPath``
+  starts with its mount name, and the job runs in the file system's subnet (``VpcConfig``), else
+  ``ValidationException``. SageMaker's exact wording for these refusals is not published; the messages say what
+  is wrong and with which value.
+* **The execution role in VPC mode** (:func:`network_interface_checks`): SageMaker creates the job's network
+  interfaces as the job's ``RoleArn``, which needs the EC2 actions of :data:`VPC_EXECUTION_ROLE_ACTIONS`; the job
+  runner decides them with the emulator's own authorization and fails the job with ``ClientError: ...`` naming the
+  first one denied.
+
+Needs moto (imported by the emulator's process only).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from devtools.local_aws.iam_reference import Reference
+from devtools.local_aws.operations import Check
+from devtools.local_aws.stack import ACCOUNT_ID, MOTO_MISSING, EmulatorUnavailable
+
+try:  # moto is the extra `local`
+    from moto.ec2.exceptions import InvalidSubnetIdError
+    from moto.ec2.models import ec2_backends
+    from moto.fsx.models import fsx_backends
+    from moto.sagemaker.exceptions import ValidationError
+except ImportError as exc:
+    raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
+
+VPC_EXECUTION_ROLE_ACTIONS = (
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+)
+"""What the execution role of a job with a ``VpcConfig`` needs (SageMaker Developer Guide, "How to use SageMaker AI
+execution roles", CreateTrainingJob API: Execution Role Permissions, "If you specify a private VPC for your training
+job, add the following permissions")."""
+
+FSX_LUSTRE = "FSxLustre"
+"""``FileSystemDataSource.FileSystemType`` of an FSx for Lustre file system (botocore's ``FileSystemType`` enum)."""
+
+
+@dataclass
+class Twins:
+    """moto's twins of the template's network resources: ``refs`` (logical id -> the ``Ref`` value, the ID),
+    ``attrs`` ((logical id, attribute) -> value), ``vpc_id`` of the (first) VPC, ``subnets`` (subnet id -> zone)."""
+
+    refs: dict[str, str] = field(default_factory=dict)
+    attrs: dict[tuple[str, str], str] = field(default_factory=dict)
+    vpc_id: str | None = None
+    subnets: dict[str, str] = field(default_factory=dict)
+
+
+def _zone(value: Any, index: int, region: str) -> str:
+    """A subnet's ``AvailabilityZone``: a literal of the region as it is, else the region's ``a``, ``b``, ... by
+    ``index`` (``Fn::Select`` of ``Fn::GetAZs``, or CDK's ``dummy1a`` placeholders of an account-agnostic synth)."""
+    if isinstance(value, Mapping) and "Fn::Select" in value:
+        index = int(value["Fn::Select"][0])
+    elif isinstance(value, str) and value.startswith(region):
+        return value
+    return f"{region}{string.ascii_lowercase[index % 26]}"
+
+
+def _rekey_subnet(backend: Any, subnet: Any, subnet_id: str) -> None:
+    """File moto's ``subnet`` under ``subnet_id`` (an existing VPC's ID that the template names as a literal)."""
+    zone = backend.subnets[subnet.availability_zone]
+    zone.pop(subnet.id)
+    subnet.id = subnet_id
+    zone[subnet_id] = subnet
+
+
+def create_twins(template: Mapping[str, Any], context: Mapping[str, Any], *, region: str) -> Twins:
+    """Create moto's twins of ``template``'s VPC, subnets, security groups and FSx file systems (module docstring).
+
+    Args:
+        template: the synthesized template (VPC mode: ``vpc`` set in its context).
+        context: the context it was synthesized with (``vpc``'s existing-VPC IDs are read from it).
+
+    Raises:
+        ValueError: the ``vpc`` context names an existing VPC with subnets and zones of different lengths.
+    """
+    ec2 = ec2_backends[ACCOUNT_ID][region]
+    twins = Twins()
+    resources = template.get("Resources", {})
+    vpc = context.get("vpc")
+    if isinstance(vpc, Mapping) and "vpcId" in vpc:
+        _existing_vpc(ec2, vpc, twins)
+    for logical, resource in resources.items():
+        if resource["Type"] == "AWS::EC2::VPC":
+            made = ec2.create_vpc(resource["Properties"].get("CidrBlock", "10.0.0.0/16"))
+            twins.refs[logical] = twins.attrs[(logical, "VpcId")] = made.id
+            twins.vpc_id = twins.vpc_id or made.id
+    subnets = [(k, r) for k, r in resources.items() if r["Type"] == "AWS::EC2::Subnet"]
+    for index, (logical, resource) in enumerate(subnets):
+        props = resource["Properties"]
+        zone = _zone(props.get("AvailabilityZone"), index, region)
+        vpc_id = _vpc_of(props.get("VpcId"), twins)
+        made = ec2.create_subnet(vpc_id, props.get("CidrBlock", f"10.0.{index}.0/24"), availability_zone=zone)
+        twins.refs[logical] = twins.attrs[(logical, "SubnetId")] = made.id
+        twins.attrs[(logical, "AvailabilityZone")] = zone
+        twins.subnets[made.id] = zone
+    for logical, resource in resources.items():
+        if resource["Type"] == "AWS::EC2::SecurityGroup":
+            props = resource["Properties"]
+            made = ec2.create_security_group(
+                f"{logical}-{len(twins.refs)}",
+                props.get("GroupDescription", logical),
+                _vpc_of(props.get("VpcId"), twins),
+            )
+            twins.refs[logical] = twins.attrs[(logical, "GroupId")] = made.id
+    for logical, resource in resources.items():
+        if resource["Type"] == "AWS::FSx::FileSystem":
+            _file_system_twin(logical, resource["Properties"], twins, region)
+    return twins
+
+
+def _existing_vpc(ec2: Any, vpc: Mapping[str, Any], twins: Twins) -> None:
+    subnet_ids, zones = list(vpc.get("subnetIds") or []), list(vpc.get("availabilityZones") or [])
+    if len(subnet_ids) != len(zones):
+        raise ValueError(
+            f"vpc.availabilityZones: got {len(zones)} zone(s) for {len(subnet_ids)} subnet(s); expected one per subnet"
+        )
+    made = ec2.create_vpc("10.0.0.0/16")
+    ec2.vpcs.pop(made.id)
+    made.id = str(vpc["vpcId"])
+    ec2.vpcs[made.id] = made
+    twins.vpc_id = made.id
+    for index, (subnet_id, zone) in enumerate(zip(subnet_ids, zones, strict=True)):
+        subnet = ec2.create_subnet(made.id, f"10.0.{index}.0/24", availability_zone=zone)
+        _rekey_subnet(ec2, subnet, subnet_id)
+        twins.subnets[subnet_id] = zone
+
+
+def _vpc_of(value: Any, twins: Twins) -> str:
+    """The twin VPC a ``VpcId`` property names (a ``Ref``, a ``GetAtt`` or a literal)."""
+    if isinstance(value, Mapping):
+        logical = value.get("Ref") or (value.get("Fn::GetAtt") or [None])[0]
+        if logical in twins.refs:
+            return twins.refs[logical]
+    if isinstance(value, str):
+        return value
+    if twins.vpc_id is None:
+        raise ValueError("the template has subnets or security groups but no VPC (and the context names none)")
+    return twins.vpc_id
+
+
+def _file_system_twin(logical: str, props: Mapping[str, Any], twins: Twins, region: str) -> None:
+    subnet_ids = [_named(s, twins) for s in props.get("SubnetIds", [])]
+    groups = [_named(s, twins) for s in props.get("SecurityGroupIds", [])]
+    lustre = dict(props.get("LustreConfiguration") or {})
+    lustre["MountName"] = "".join(random.choices(string.ascii_lowercase + string.digits, k=8))
+    made = fsx_backends[ACCOUNT_ID][region].create_file_system(
+        client_request_token=logical,
+        file_system_type="LUSTRE",
+        storage_capacity=int(props.get("StorageCapacity", 1200)),
+        storage_type=props.get("StorageType", "SSD"),
+        subnet_ids=subnet_ids,
+        security_group_ids=groups,
+        tags=None,
+        kms_key_id=None,
+        windows_configuration=None,
+        lustre_configuration=lustre,
+        ontap_configuration=None,
+        open_zfs_configuration=None,
+        file_system_type_version=props.get("FileSystemTypeVersion"),
+    )
+    twins.refs[logical] = made.file_system_id
+    twins.attrs[(logical, "LustreMountName")] = lustre["MountName"]
+    twins.attrs[(logical, "DNSName")] = made.dns_name
+    twins.attrs[(logical, "ResourceARN")] = made.resource_arn
+
+
+def _named(value: Any, twins: Twins) -> str:
+    if isinstance(value, Mapping):
+        logical = value.get("Ref") or (value.get("Fn::GetAtt") or [None])[0]
+        return twins.refs.get(logical, str(logical))
+    return str(value)
+
+
+# --- a job's VpcConfig and file systems -------------------------------------------------------------------------
+
+
+def check_vpc_config(vpc_config: Mapping[str, Any], *, account: str, region: str) -> str:
+    """The VPC of a job's ``VpcConfig`` (``{"Subnets": [...], "SecurityGroupIds": [...]}``).
+
+    Raises:
+        ValidationError: a subnet or a security group does not exist, or they are not all in one VPC.
+    """
+    ec2 = ec2_backends[account][region]
+    vpcs: dict[str, list[str]] = {}
+    for subnet_id in vpc_config.get("Subnets") or []:
+        try:
+            vpcs.setdefault(ec2.get_subnet(subnet_id).vpc_id, []).append(subnet_id)
+        except InvalidSubnetIdError:
+            raise ValidationError(
+                message=f"VpcConfig.Subnets: subnet {subnet_id} does not exist in account {account}, region {region}."
+            ) from None
+    for group_id in vpc_config.get("SecurityGroupIds") or []:
+        group = ec2.get_security_group_from_id(group_id)
+        if group is None:
+            raise ValidationError(
+                message=f"VpcConfig.SecurityGroupIds: security group {group_id} does not exist in account {account}, "
+                f"region {region}."
+            )
+        vpcs.setdefault(group.vpc_id, []).append(group_id)
+    if len(vpcs) != 1:
+        spread = "; ".join(f"{vpc}: {', '.join(ids)}" for vpc, ids in sorted(vpcs.items(), key=lambda i: str(i[0])))
+        raise ValidationError(
+            message=f"VpcConfig: the subnets and security groups must all be in one VPC; got {spread}."
+        )
+    return str(next(iter(vpcs)))
+
+
+def file_system_channels(params: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(channel name, FileSystemDataSource)`` of each file-system channel of a ``CreateTrainingJob`` request."""
+    return [
+        (channel["ChannelName"], channel["DataSource"]["FileSystemDataSource"])
+        for channel in params.get("InputDataConfig") or []
+        if "FileSystemDataSource" in (channel.get("DataSource") or {})
+    ]
+
+
+def mount_name(file_system_id: str, *, account: str, region: str) -> str | None:
+    """The Lustre mount name of ``file_system_id`` in moto's FSx (``None``: no such Lustre file system)."""
+    found = fsx_backends[account][region].file_systems.get(file_system_id)
+    if found is None or found.file_system_type != "LUSTRE":
+        return None
+    return str((found.lustre_configuration or {}).get("MountName", ""))
+
+
+def check_file_systems(params: Mapping[str, Any], *, account: str, region: str) -> None:
+    """A job's ``FileSystemDataSource`` channels (module docstring).
+
+    Raises:
+        ValidationError: naming the channel, the field and the value expected.
+    """
+    for name, source in file_system_channels(params):
+        system, path = source["FileSystemId"], source["DirectoryPath"]
+        where = f"InputDataConfig channel {name!r}: FileSystemDataSource"
+        if source["FileSystemType"] != FSX_LUSTRE:
+            raise ValidationError(
+                message=f"{where}.FileSystemType: got {source['FileSystemType']}; expected FSxLustre."
+            )
+        if source["FileSystemAccessMode"] != "ro":
+            raise ValidationError(
+                message=f"{where}.FileSystemAccessMode: got {source['FileSystemAccessMode']}; expected ro (a training "
+                "channel is read-only)."
+            )
+        mount = mount_name(system, account=account, region=region)
+        if mount is None:
+            raise ValidationError(message=f"{where}.FileSystemId: file system {system} does not exist.")
+        if path != f"/{mount}" and not path.startswith(f"/{mount}/"):
+            raise ValidationError(
+                message=f"{where}.DirectoryPath: got {path}; expected a path under the mount name, /{mount}/..."
+            )
+        found = fsx_backends[account][region].file_systems[system]
+        subnets = list((params.get("VpcConfig") or {}).get("Subnets") or [])
+        if not set(found.subnet_ids) & set(subnets):
+            raise ValidationError(
+                message=f"{where}: file system {system} is in subnet {', '.join(found.subnet_ids)}; the job's "
+                f"VpcConfig.Subnets ({', '.join(subnets) or 'none'}) must include it."
+            )
+
+
+# --- the execution role in VPC mode ------------------------------------------------------------------------------
+
+
+def network_interface_checks(
+    vpc_config: Mapping[str, Any], vpc_id: str, reference: Reference, *, region: str
+) -> list[Check]:
+    """What SageMaker does as the job's execution role to put a job in ``vpc_config``'s subnets: each action of
+    :data:`VPC_EXECUTION_ROLE_ACTIONS` on the resource types the Service Authorization Reference lists for it (the
+    job's subnets, security groups, VPC and a new network interface; ``*`` for the ``Describe`` actions), with
+    ``ec2:Vpc`` and ``ec2:Region`` as its condition context."""
+    where = f"arn:aws:ec2:{region}:{ACCOUNT_ID}"
+    arns = {
+        "subnet": [f"{where}:subnet/{s}" for s in vpc_config.get("Subnets") or []],
+        "security-group": [f"{where}:security-group/{g}" for g in vpc_config.get("SecurityGroupIds") or []],
+        "vpc": [f"{where}:vpc/{vpc_id}"],
+        "network-interface": [f"{where}:network-interface/*"],
+    }
+    context = {"ec2:vpc": [f"{where}:vpc/{vpc_id}"], "ec2:region": [region]}
+    found: list[Check] = []
+    for action in VPC_EXECUTION_ROLE_ACTIONS:
+        prefix, name = action.split(":")
+        kinds = [k.name for k in reference.resource_types(prefix, name) if k.name in arns]
+        resources = [arn for kind in kinds for arn in arns[kind]] or ["*"]
+        found += [Check(action, arn, context) for arn in resources]
+    return found
+
+
+def environment_of(template: Mapping[str, Any], handler: str, resolve: Callable[[Any], Any]) -> dict[str, Any]:
+    """The VPC and FSx arguments of :func:`~platform_constructs.submitter.runtime.settings.function_environment`
+    that the template gives the function of ``handler``, rendered with the emulator's IDs by ``resolve``
+    (:func:`devtools.local_aws.principals.resolver`): ``vpc_subnets``, ``vpc_security_group_ids``, ``fsx_lustre``
+    (``{}``: the function is not in VPC mode).
+
+    Raises:
+        ValueError: a variable is not the JSON the construct writes (``json.JSONDecodeError``).
+    """
+    from platform_constructs.submitter.runtime import settings
+
+    for resource in template.get("Resources", {}).values():
+        props = resource.get("Properties", {})
+        if resource["Type"] != "AWS::Lambda::Function" or props.get("Handler") != handler:
+            continue
+        variables = props.get("Environment", {}).get("Variables", {})
+        found: dict[str, Any] = {}
+        if settings.ENV_VPC_SUBNETS in variables:
+            found["vpc_subnets"] = json.loads(resolve(variables[settings.ENV_VPC_SUBNETS]))
+            found["vpc_security_group_ids"] = resolve(variables[settings.ENV_VPC_SECURITY_GROUP_IDS]).split(",")
+        if settings.ENV_FSX_LUSTRE in variables:
+            found["fsx_lustre"] = json.loads(resolve(variables[settings.ENV_FSX_LUSTRE]))
+        return found
+    return {}
