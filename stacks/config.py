@@ -71,12 +71,24 @@ Context keys (default in brackets):
                        ``PERSISTENT_1``: ``200``]; ``dataRepositoryPrefix`` the data
                        bucket's key prefix linked, ending in ``/`` [``""``: the whole
                        bucket]. [``null``: no file system]
+``vpc``                VPC mode (jobs and functions in private subnets, AWS reached
+                       through endpoints): ``"create"`` or ``{"create": true, "cidr":
+                       "10.0.0.0/16", "maxAzs": 3, "internetAccess": false}`` (a new
+                       VPC; maxAzs above 2 needs the account and region), or an
+                       existing one ``{"vpcId", "subnetIds", "availabilityZones",
+                       "routeTableIds", "createEndpoints": true}`` (IDs only: synth
+                       looks nothing up; ``routeTableIds`` with ``createEndpoints``)
+                       [``null``: no VPC]
+``permissionsBoundaryArn`` ``arn:aws:iam::<account or aws>:policy/<path/name>``, the
+                       permissions boundary of every role the app creates (CDK's
+                       helper roles too) [``null``: none]
 ====================== ============================================================
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import os
 import re
@@ -89,6 +101,13 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Node
 from platform_constructs.fsx_lustre import FsxLustreOptions
+from platform_constructs.network import (
+    DEFAULT_CIDR,
+    DEFAULT_MAX_AZS,
+    CreatedVpc,
+    ExistingVpc,
+    efa_instances_per_subnet,
+)
 from platform_constructs.observability.construct import (
     DEFAULT_RUN_CAPACITY_WAIT_MINUTES,
     MAX_IDLE_CAPACITY_HOURS,
@@ -185,6 +204,8 @@ CONTEXT_KEYS: dict[str, Any] = {
     "runContinuationScheduleMinutes": DEFAULT_CONTINUATION_SCHEDULE_MINUTES,
     "runCapacityWaitAlarmMinutes": DEFAULT_RUN_CAPACITY_WAIT_MINUTES,
     "fsxLustre": None,  # None: no file system
+    "vpc": None,  # None: no VPC (jobs without VpcConfig, functions outside any VPC)
+    "permissionsBoundaryArn": None,
 }
 """Every context key this app reads, with its default."""
 
@@ -255,6 +276,8 @@ class PlatformConfig:
     run_continuation_schedule_minutes: int
     run_capacity_wait_alarm_minutes: int
     fsx_lustre: FsxLustreOptions | None
+    vpc: CreatedVpc | ExistingVpc | None = None
+    permissions_boundary_arn: str | None = None
 
     @property
     def env(self) -> cdk.Environment | None:
@@ -520,7 +543,14 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
             f"scheduled run) to {MAX_RUN_CAPACITY_WAIT_MINUTES} (minutes)",
         )
 
+    vpc = _vpc(get("vpc"), region=region, account=account)
+    boundary = _boundary(get("permissionsBoundaryArn"), account=account)
+    fsx_lustre = _fsx_lustre(get("fsxLustre"))
+    _check_fsx_needs_vpc(fsx_lustre, vpc)
+
     return PlatformConfig(
+        vpc=vpc,
+        permissions_boundary_arn=boundary,
         stack_name=stack_name,
         account=account,
         region=region,
@@ -543,7 +573,7 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         reader_principals=readers,
         run_continuation_schedule_minutes=schedule_minutes,
         run_capacity_wait_alarm_minutes=wait_minutes,
-        fsx_lustre=_fsx_lustre(get("fsxLustre")),
+        fsx_lustre=fsx_lustre,
     )
 
 
@@ -586,9 +616,9 @@ def _fsx_lustre(raw: Any) -> FsxLustreOptions | None:
         raise ConfigError(f"{key}.{name}", error.value, f"{error.expected}{detail}") from None
 
 
-def _check_fsx_needs_vpc(fsx_lustre: FsxLustreOptions | None, vpc: Any) -> None:
+def _check_fsx_needs_vpc(fsx_lustre: FsxLustreOptions | None, vpc: CreatedVpc | ExistingVpc | None) -> None:
     """``fsxLustre`` needs ``vpc``: the file system lives in one of the VPC's private subnets and jobs reach it
-    there. (Called by :func:`load_config` with the validated ``vpc`` once that key exists.)
+    there.
 
     Raises:
         ConfigError: ``fsxLustre`` is set and ``vpc`` is not.
@@ -600,6 +630,151 @@ def _check_fsx_needs_vpc(fsx_lustre: FsxLustreOptions | None, vpc: Any) -> None:
             "a 'vpc' setting as well (\"create\" or an existing VPC): the file system lives in one of its private "
             "subnets, and jobs reach it there; or null for no file system",
         )
+_VPC_ID = re.compile(r"vpc-[0-9a-f]{8,17}")
+_SUBNET_ID = re.compile(r"subnet-[0-9a-f]{8,17}")
+_ROUTE_TABLE_ID = re.compile(r"rtb-[0-9a-f]{8,17}")
+_ZONE = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+[a-z]")
+_BOUNDARY_ARN = re.compile(
+    r"arn:aws(-[a-z]+)*:iam::(?P<account>[0-9]{12}|aws):policy/(?:[\x21-\x7e]+/)?[A-Za-z0-9_+=,.@-]{1,128}"
+)
+CREATE_KEYS = ("create", "cidr", "maxAzs", "internetAccess")
+EXISTING_KEYS = ("vpcId", "subnetIds", "availabilityZones", "routeTableIds", "createEndpoints")
+MIN_CIDR_PREFIX, MAX_CIDR_PREFIX = 16, 24
+MAX_AZS = 6
+"""The most availability zones of a region (us-east-1 has six)."""
+ENV_AGNOSTIC_AZS = 2
+"""Zones an environment-agnostic stack can use: CDK knows only ``Fn::GetAZs``' first two without the account."""
+
+
+def _vpc(raw: Any, *, region: str | None, account: str | None) -> CreatedVpc | ExistingVpc | None:
+    """``vpc``: ``null``, ``"create"``, a created VPC's options or an existing VPC's IDs (module docstring)."""
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw.strip(" ").startswith("{"):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ConfigError("vpc", raw, 'a JSON object, or "create"') from None
+    if raw == "create":
+        raw = {"create": True}
+    expected = (
+        '"create", {"create": true, "cidr", "maxAzs", "internetAccess"} or an existing VPC '
+        '{"vpcId", "subnetIds", "availabilityZones", "routeTableIds", "createEndpoints"}'
+    )
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError("vpc", raw, expected)
+    keys = CREATE_KEYS if "create" in raw else EXISTING_KEYS
+    unknown = sorted(set(raw) - set(keys))
+    if unknown:
+        raise ConfigError(f"vpc.{unknown[0]}", raw[unknown[0]], f"one of the keys {', '.join(keys)}")
+    if "create" in raw:
+        return _created_vpc(raw, region=region, account=account)
+    return _existing_vpc(raw, region=region)
+
+
+def _bool(key: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigError(key, raw, "true or false")
+    return raw
+
+
+def _created_vpc(raw: Mapping[str, Any], *, region: str | None, account: str | None) -> CreatedVpc:
+    if raw["create"] is not True:
+        raise ConfigError("vpc.create", raw["create"], "true (leave vpc out, or null, for no VPC)")
+    cidr_text = raw.get("cidr", DEFAULT_CIDR)
+    expected = f"an IPv4 CIDR block from /{MIN_CIDR_PREFIX} to /{MAX_CIDR_PREFIX}, e.g. {DEFAULT_CIDR}"
+    try:
+        cidr = ipaddress.IPv4Network(cidr_text) if isinstance(cidr_text, str) else None
+    except ValueError:
+        cidr = None
+    if cidr is None or not MIN_CIDR_PREFIX <= cidr.prefixlen <= MAX_CIDR_PREFIX:
+        raise ConfigError("vpc.cidr", cidr_text, expected)
+    max_azs = _int("vpc.maxAzs", raw.get("maxAzs", DEFAULT_MAX_AZS))
+    if not 1 <= max_azs <= MAX_AZS:
+        raise ConfigError("vpc.maxAzs", max_azs, f"an integer from 1 to {MAX_AZS} (availability zones)")
+    if max_azs > ENV_AGNOSTIC_AZS and (region is None or account is None):
+        raise ConfigError(
+            "vpc.maxAzs",
+            max_azs,
+            f"at most {ENV_AGNOSTIC_AZS} without CDK_DEFAULT_ACCOUNT and CDK_DEFAULT_REGION (an environment-agnostic "
+            "stack knows only two availability zones), or set both",
+        )
+    internet = _bool("vpc.internetAccess", raw.get("internetAccess", False))
+    # ec2.Vpc splits the block evenly among the zones' private subnets; public ones (/28 each) come first, which
+    # costs the private ones at most one bit
+    private_prefix = cidr.prefixlen + (max_azs - 1).bit_length() + (1 if internet else 0)
+    if private_prefix > 28 or efa_instances_per_subnet(f"{cidr.network_address}/{private_prefix}") < 1:
+        raise ConfigError(
+            "vpc.cidr",
+            cidr_text,
+            f"a block whose {max_azs} private subnets (each at least a /{private_prefix}) hold an EFA training instance "
+            "(5 addresses, beside AWS's 5 and the endpoints'): a larger block or fewer maxAzs",
+        )
+    return CreatedVpc(cidr=str(cidr), max_azs=max_azs, internet_access=internet)
+
+
+def _existing_vpc(raw: Mapping[str, Any], *, region: str | None) -> ExistingVpc:
+    missing = [key for key in ("vpcId", "subnetIds", "availabilityZones") if key not in raw]
+    if missing:
+        raise ConfigError(
+            f"vpc.{missing[0]}", None, f"the existing VPC's {missing[0]} (with vpcId, subnetIds, availabilityZones)"
+        )
+    vpc_id = _string("vpc.vpcId", raw["vpcId"], _VPC_ID, "a VPC ID, vpc- and 8 to 17 hex digits")
+    subnets = _list_of(
+        "vpc.subnetIds",
+        raw["subnetIds"],
+        lambda s: bool(_SUBNET_ID.fullmatch(s)),
+        "a subnet ID, subnet- and 8 to 17 hex digits",
+    )
+    if not subnets:
+        raise ConfigError("vpc.subnetIds", [], "at least one private subnet ID")
+    zones = _as_list("vpc.availabilityZones", raw["availabilityZones"])
+    in_region = (
+        f"an availability zone of {region}, e.g. {region}a" if region else "an availability zone name, e.g. us-west-2a"
+    )
+    for index, zone in enumerate(zones):
+        if not isinstance(zone, str) or not _ZONE.fullmatch(zone) or (region and zone[:-1] != region):
+            raise ConfigError(f"vpc.availabilityZones[{index}]", zone, in_region)
+    if len(zones) != len(subnets):
+        raise ConfigError(
+            "vpc.availabilityZones", zones, f"the zone of each of the {len(subnets)} subnetIds, in their order"
+        )
+    create_endpoints = _bool("vpc.createEndpoints", raw.get("createEndpoints", True))
+    route_tables: tuple[str, ...] = ()
+    if create_endpoints or "routeTableIds" in raw:
+        route_tables = tuple(_as_list("vpc.routeTableIds", raw.get("routeTableIds", [])))
+        for index, table in enumerate(route_tables):
+            if not isinstance(table, str) or not _ROUTE_TABLE_ID.fullmatch(table):
+                raise ConfigError(f"vpc.routeTableIds[{index}]", table, "a route table ID, rtb- and 8 to 17 hex digits")
+        if len(route_tables) != len(subnets):
+            raise ConfigError(
+                "vpc.routeTableIds",
+                list(route_tables),
+                f"the route table of each of the {len(subnets)} subnetIds, in their order (the S3 and DynamoDB "
+                "gateway endpoints route there), or createEndpoints false",
+            )
+    return ExistingVpc(
+        vpc_id=vpc_id,
+        subnet_ids=subnets,
+        availability_zones=tuple(zones),
+        route_table_ids=route_tables,
+        create_endpoints=create_endpoints,
+    )
+
+
+def _boundary(raw: Any, *, account: str | None) -> str | None:
+    """``permissionsBoundaryArn``: a managed policy of the deployment's account (or AWS's)."""
+    if raw is None:
+        return None
+    expected = "an IAM managed policy ARN, arn:aws:iam::<account or aws>:policy/<path/name>"
+    match = _BOUNDARY_ARN.fullmatch(raw) if isinstance(raw, str) else None
+    if match is None:
+        raise ConfigError("permissionsBoundaryArn", raw, expected)
+    if account is not None and match["account"] not in (account, "aws"):
+        raise ConfigError(
+            "permissionsBoundaryArn", raw, f"a policy of the deployment's account {account} (or an AWS managed one)"
+        )
+    return raw
 
 
 def _reserved_concurrency(raw: Any) -> int | None:

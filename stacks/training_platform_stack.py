@@ -18,6 +18,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 from platform_constructs.buckets import TrainingBuckets, TrainingBucketsProps
 from platform_constructs.execution_role import InputLocation, TrainingExecutionRole, TrainingExecutionRoleProps
+from platform_constructs.network import PlatformNetwork, PlatformNetworkProps
 from platform_constructs.observability.construct import PlatformObservability, PlatformObservabilityProps
 from platform_constructs.submitter.construct import JobSubmitter, JobSubmitterProps
 from platform_constructs.trainer_image import TrainerImage, TrainerImageProps
@@ -31,7 +32,7 @@ __all__ = ["TrainingPlatformStack"]
 class TrainingPlatformStack(cdk.Stack):
     """Everything a training job needs: image, buckets, execution role, plans, submitter, dashboard.
 
-    Construct IDs (stable): ``TrainerImage``, ``Buckets``, ``ExecutionRole``,
+    Construct IDs (stable): ``Network`` (with ``vpc`` only), ``TrainerImage``, ``Buckets``, ``ExecutionRole``,
     ``TrainingPlans``, ``Submitter`` (submitter, reader and run continuation functions),
     ``Observability`` (dashboard, alarms, alarm topic, plan-metrics publisher, job-state handler).
     """
@@ -46,6 +47,20 @@ class TrainingPlatformStack(cdk.Stack):
         )
         self.config = config
         removal = config.cdk_removal_policy
+        if config.permissions_boundary_arn is not None:
+            # every role of the stack, CDK's helper roles (custom-resource providers, auto-delete) included
+            iam.PermissionsBoundary.of(self).apply(
+                iam.ManagedPolicy.from_managed_policy_arn(self, "PermissionsBoundary", config.permissions_boundary_arn)
+            )
+        self.network = (
+            PlatformNetwork(
+                self,
+                "Network",
+                PlatformNetworkProps(vpc=config.vpc, log_retention=config.log_retention, removal_policy=removal),
+            )
+            if config.vpc is not None
+            else None
+        )
 
         self.trainer_image = TrainerImage(
             self,
@@ -72,6 +87,8 @@ class TrainingPlatformStack(cdk.Stack):
                 extra_inputs=extra_inputs,
             ),
         )
+        if self.network is not None:
+            self.network.grant_training_network_interfaces(self.execution_role.role)
         self.training_plans = TrainingPlans(
             self,
             "TrainingPlans",
@@ -99,6 +116,7 @@ class TrainingPlatformStack(cdk.Stack):
                 removal_policy=removal,
                 reserved_concurrent_executions=config.submitter_reserved_concurrency,
                 continuation_schedule=cdk.Duration.minutes(config.run_continuation_schedule_minutes),
+                network=self.network,
             ),
         )
         for principal_arn in config.invoker_principals:
@@ -121,6 +139,7 @@ class TrainingPlatformStack(cdk.Stack):
                 removal_policy=removal,
                 runs=self.submitter,
                 run_capacity_wait_minutes=config.run_capacity_wait_alarm_minutes,
+                network=self.network,
             ),
         )
 

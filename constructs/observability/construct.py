@@ -36,6 +36,7 @@ from constructs import Construct
 from platform_spec.capacity import CAPACITY_TYPES, USABLE_PLAN_STATUSES
 from platform_spec.training_plans import parse_training_plan_arn
 
+from ..network import IPlatformNetwork
 from ..submitter.construct import IRunMetrics, ISubmitterMetrics
 from ..submitter.runtime import settings as submitter_settings
 from . import widgets
@@ -99,6 +100,8 @@ class PlatformObservabilityProps:
         run_capacity_wait_minutes: a run waiting for capacity longer than this many minutes
             raises ``RunWaitingForCapacity`` (1 to :data:`MAX_RUN_CAPACITY_WAIT_MINUTES`).
             Default: :data:`DEFAULT_RUN_CAPACITY_WAIT_MINUTES`.
+        network: VPC mode: the plan-metrics and job-outcomes functions run in the network's private subnets.
+            Default: outside any VPC.
     """
 
     submitter: ISubmitterMetrics
@@ -115,6 +118,7 @@ class PlatformObservabilityProps:
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     runs: IRunMetrics | None = None
     run_capacity_wait_minutes: int = DEFAULT_RUN_CAPACITY_WAIT_MINUTES
+    network: IPlatformNetwork | None = None
 
 
 class PlatformObservability(Construct):
@@ -162,6 +166,7 @@ class PlatformObservability(Construct):
                     plan_arns_parameter=props.plan_arns_parameter,
                     log_retention=props.log_retention,
                     removal_policy=props.removal_policy,
+                    network=props.network,
                 ),
             )
             if props.plan_arns_parameter is not None
@@ -170,7 +175,9 @@ class PlatformObservability(Construct):
         self.job_outcomes = JobStateHandler(
             self,
             "JobOutcomes",
-            JobStateHandlerProps(log_retention=props.log_retention, removal_policy=props.removal_policy),
+            JobStateHandlerProps(
+                log_retention=props.log_retention, removal_policy=props.removal_policy, network=props.network
+            ),
         )
         self.alarms: dict[str, cloudwatch.AlarmBase] = {}
         self._create_alarms(props.submitter, props.idle_capacity_hours)

@@ -27,6 +27,7 @@ from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 from .. import acknowledgements as nag
 from ..job_state_events import job_state_event_pattern
+from ..network import IPlatformNetwork
 from ..submitter.bundling import ARCHITECTURE, RUNTIME, LambdaPackage
 from .runtime import settings
 
@@ -70,6 +71,7 @@ class _ObservabilityFunction(Construct):
         removal_policy: cdk.RemovalPolicy,
         timeout: cdk.Duration,
         retry_attempts: int,
+        network: IPlatformNetwork | None,
     ) -> None:
         super().__init__(scope, id)
         self.log_group = logs.LogGroup(self, "LogGroup", retention=log_retention, removal_policy=removal_policy)
@@ -110,6 +112,7 @@ class _ObservabilityFunction(Construct):
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             environment={"POWERTOOLS_SERVICE_NAME": service, **environment},
+            **(network.function_options(self.role) if network is not None else {}),
         )
         nag.acknowledge(
             self.function,
@@ -134,12 +137,15 @@ class PlanMetricsPublisherProps:
         log_retention: retention of the function's log group. Default: three months.
         removal_policy: what happens to the log group when it leaves the stack.
             Default: it is retained.
+        network: VPC mode: the function runs in the network's private subnets with its functions' group.
+            Default: outside any VPC.
     """
 
     plan_arns_parameter: ssm.IStringParameter
     schedule: cdk.Duration = field(default_factory=lambda: cdk.Duration.minutes(settings.PUBLISH_SCHEDULE_MINUTES))
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    network: IPlatformNetwork | None = None
 
 
 class PlanMetricsPublisher(Construct):
@@ -175,6 +181,7 @@ class PlanMetricsPublisher(Construct):
             removal_policy=props.removal_policy,
             timeout=cdk.Duration.seconds(settings.PLAN_METRICS_TIMEOUT_S),
             retry_attempts=0,  # the next scheduled run is the retry
+            network=props.network,
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
         # GetParameter only: the function reads the one parameter (grant_read would add DescribeParameters,
@@ -250,11 +257,14 @@ class JobStateHandlerProps:
         log_retention: retention of the function's log group. Default: three months.
         removal_policy: what happens to the log group and the idempotency table
             when they leave the stack. Default: they are retained.
+        network: VPC mode: the function runs in the network's private subnets with its functions' group.
+            Default: outside any VPC.
     """
 
     idempotency_ttl: cdk.Duration = field(default_factory=lambda: cdk.Duration.days(7))
     log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    network: IPlatformNetwork | None = None
 
 
 class JobStateHandler(Construct):
@@ -308,6 +318,7 @@ class JobStateHandler(Construct):
             removal_policy=props.removal_policy,
             timeout=cdk.Duration.seconds(settings.JOB_EVENTS_TIMEOUT_S),
             retry_attempts=settings.JOB_EVENTS_RETRY_ATTEMPTS,
+            network=props.network,
         )
         self.function, self.role, self.log_group = fn.function, fn.role, fn.log_group
         # what Powertools' DynamoDB persistence layer calls, on this table only

@@ -55,6 +55,7 @@ from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 from .. import acknowledgements as nag
 from ..job_state_events import job_state_event_pattern
+from ..network import IPlatformNetwork
 from ..trainer_image import ITrainerImage
 from . import bundling
 from .bundling import ARCHITECTURE, RUNTIME
@@ -218,6 +219,10 @@ class JobSubmitterProps:
         continuation_schedule: how often the run continuation retries the runs
             waiting for capacity and publishes the longest wait (whole minutes, 1 to
             1440). Default: every :data:`DEFAULT_CONTINUATION_SCHEDULE_MINUTES` minutes.
+        network: VPC mode: the three functions run in its job subnets with its functions' group, every job gets
+            its job subnets and group (``VpcConfig``), and the submitter's and continuation's ``CreateTrainingJob``
+            is allowed with those subnets and group only (``sagemaker:VpcSubnets`` and
+            ``sagemaker:VpcSecurityGroupIds``, :func:`_in_network`). Default: no VPC; jobs get no ``VpcConfig``.
     """
 
     trainer_image: ITrainerImage
@@ -240,6 +245,7 @@ class JobSubmitterProps:
     continuation_schedule: cdk.Duration = field(
         default_factory=lambda: cdk.Duration.minutes(DEFAULT_CONTINUATION_SCHEDULE_MINUTES)
     )
+    network: IPlatformNetwork | None = None
 
 
 class JobSubmitter(Construct):
@@ -286,7 +292,7 @@ class JobSubmitter(Construct):
             timeout=props.timeout,
             reserved_concurrent_executions=props.reserved_concurrent_executions,
         )
-        _grant(self.role, resources, actions.grants())
+        _grant(self.role, resources, actions.grants(), props.network)
         # The image must be in the repository before the function can submit jobs with it.
         self.function.node.add_dependency(props.trainer_image.deployment)
 
@@ -321,7 +327,7 @@ class JobSubmitter(Construct):
         )
         self.continuation_function.node.add_dependency(props.trainer_image.deployment)
         grants = (*actions.grants(actions.CONTINUATION_ACTIONS), *actions.CONTINUATION_GRANTS)
-        _grant(self.continuation_role, resources, grants)
+        _grant(self.continuation_role, resources, grants, props.network)
         self._route_events(continuation, props)
 
         self._protect_records(props.output_bucket, writers=[self.role, self.continuation_role])
@@ -347,6 +353,7 @@ class JobSubmitter(Construct):
             scope, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=role_description
         )
         log_group.grant_write(role)
+        placement = props.network.function_options(role) if props.network is not None else {}
         function = lambda_.Function(
             scope,
             "Resource",
@@ -362,6 +369,7 @@ class JobSubmitter(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             environment=dict(environment),
+            **placement,
         )
         nag.acknowledge(
             function,
@@ -468,6 +476,7 @@ class JobSubmitter(Construct):
             platform_tags=props.platform_tags,
             volume_size_gb=props.volume_size_gb,
             allowed_actions=allowed_actions,
+            **_network_environment(props.network),
         )
 
     # -- grants ---------------------------------------------------------------
@@ -665,20 +674,67 @@ _KMS = {"s3:GetObject": "kms:Decrypt", "s3:PutObject": "kms:GenerateDataKey"}
 """What reading and writing an object of an SSE-KMS bucket needs of its key."""
 
 
-def _grant(role: iam.Role, resources: Mapping[str, _Resource], grants: Iterable[actions.Grant]) -> None:
+def _grant(
+    role: iam.Role,
+    resources: Mapping[str, _Resource],
+    grants: Iterable[actions.Grant],
+    network: IPlatformNetwork | None = None,
+) -> None:
     """Add ``grants`` to ``role``'s policy: one statement per Sid and resource (their actions merged), the
-    bucket key's share for the objects, and cdk-nag's wildcard findings acknowledged with each resource's why."""
+    bucket key's share for the objects, and cdk-nag's wildcard findings acknowledged with each resource's why.
+    With ``network``, ``sagemaker:CreateTrainingJob`` gets a statement of its own (Sid suffixed ``InNetwork``)
+    with :func:`_in_network`'s conditions."""
     statements: dict[tuple[str | None, str], list[str]] = {}
     for grant in grants:
         statements.setdefault((grant.sid, grant.resource), []).extend(grant.actions)
     for (sid, name), iam_actions in statements.items():
         resource = resources[name]
-        role.add_to_principal_policy(resource.statement(sid, iam_actions))
+        if network is not None and _CREATE_JOB in iam_actions:
+            iam_actions = [a for a in iam_actions if a != _CREATE_JOB]
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid=f"{sid}InNetwork",
+                    actions=[_CREATE_JOB],
+                    resources=list(resource.arns),
+                    conditions=_in_network(network),
+                )
+            )
+        if iam_actions:
+            role.add_to_principal_policy(resource.statement(sid, iam_actions))
         key = resource.bucket.encryption_key if resource.bucket is not None else None
         if key is not None and any(a in _KMS for a in iam_actions):
             key.grant(role, *(_KMS[a] for a in iam_actions if a in _KMS))
         for arn in resource.arns if resource.why else ():
             nag.acknowledge(role, nag.IAM5, resource.why, finding=nag.resource(role, arn))
+
+
+_CREATE_JOB = "sagemaker:CreateTrainingJob"
+
+
+def _in_network(network: IPlatformNetwork) -> dict[str, Any]:
+    """``CreateTrainingJob``'s conditions in VPC mode: every subnet and security group of the job's ``VpcConfig``
+    is the network's, and it has a ``VpcConfig`` (``Null`` false: ``ForAllValues`` alone holds for a request
+    without the key). Both keys are CreateTrainingJob's (Service Authorization Reference, Amazon SageMaker)."""
+    return {
+        "ForAllValues:StringEquals": {
+            "sagemaker:VpcSubnets": [subnet.subnet_id for subnet in network.job_subnets],
+            "sagemaker:VpcSecurityGroupIds": [network.job_security_group.security_group_id],
+        },
+        "Null": {"sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false"},
+    }
+
+
+def _network_environment(network: IPlatformNetwork | None) -> dict[str, Any]:
+    """``settings.function_environment``'s VPC arguments: the job subnets (ID and zone) and the jobs' group."""
+    if network is None:
+        return {}
+    return {
+        "vpc_subnets": [
+            {"subnet_id": subnet.subnet_id, "availability_zone": subnet.availability_zone}
+            for subnet in network.job_subnets
+        ],
+        "vpc_security_group_ids": [network.job_security_group.security_group_id],
+    }
 
 
 def _metric(name: str, dimensions: dict[str, str], statistic: str, props: dict) -> cloudwatch.Metric:

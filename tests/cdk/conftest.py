@@ -87,3 +87,27 @@ def variant_synth(tmp_path_factory) -> Synth:
     """Test-account deployment: :data:`VARIANT_CONTEXT`, concrete account and region."""
     environ = {"CDK_DEFAULT_ACCOUNT": ACCOUNT, "CDK_DEFAULT_REGION": REGION}
     return _synthesize(tmp_path_factory.mktemp("cdk-variant"), VARIANT_CONTEXT, environ=environ)
+
+
+BOUNDARY_ARN = f"arn:aws:iam::{ACCOUNT}:policy/boundaries/TrainingPlatform"
+EXISTING_VPC = {
+    "vpcId": "vpc-0a1b2c3d4e5f60718",
+    "subnetIds": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
+    "availabilityZones": [f"{REGION}a", f"{REGION}c"],
+    "routeTableIds": ["rtb-0a1b2c3d4e5f60001", "rtb-0a1b2c3d4e5f60002"],
+}
+
+
+@pytest.fixture(scope="session")
+def vpc_created_synth(tmp_path_factory) -> Synth:
+    """VPC mode, a created VPC (three zones), with a permissions boundary: the test-account deployment otherwise."""
+    environ = {"CDK_DEFAULT_ACCOUNT": ACCOUNT, "CDK_DEFAULT_REGION": REGION}
+    context = {**VARIANT_CONTEXT, "vpc": "create", "permissionsBoundaryArn": BOUNDARY_ARN}
+    return _synthesize(tmp_path_factory.mktemp("cdk-vpc-created"), context, environ=environ)
+
+
+@pytest.fixture(scope="session")
+def vpc_imported_synth(tmp_path_factory) -> Synth:
+    """VPC mode in an existing VPC (IDs only), with an AWS-managed policy as the boundary, environment-agnostic."""
+    context = {"vpc": EXISTING_VPC, "permissionsBoundaryArn": "arn:aws:iam::aws:policy/PowerUserAccess"}
+    return _synthesize(tmp_path_factory.mktemp("cdk-vpc-imported"), context, environ={})

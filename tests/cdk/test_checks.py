@@ -22,7 +22,7 @@ def acknowledgements(synth) -> dict[tuple[str, str], str]:
     return found
 
 
-@pytest.mark.parametrize("fixture", ["default_synth", "variant_synth"])
+@pytest.mark.parametrize("fixture", ["default_synth", "variant_synth", "vpc_created_synth", "vpc_imported_synth"])
 def test_no_unacknowledged_nag_findings(request, fixture):
     synth = request.getfixturevalue(fixture)  # synth itself raises on an unacknowledged finding
     report = json.loads((synth.outdir / "validation-report.json").read_text())
@@ -67,7 +67,15 @@ def test_nag_is_active_and_fails_synth_on_a_new_finding(tmp_path):
     }
 
 
-@pytest.mark.parametrize(("fixture", "region"), [("default_synth", "us-east-1"), ("variant_synth", "us-west-2")])
+@pytest.mark.parametrize(
+    ("fixture", "region"),
+    [
+        ("default_synth", "us-east-1"),
+        ("variant_synth", "us-west-2"),
+        ("vpc_created_synth", "us-west-2"),
+        ("vpc_imported_synth", "us-west-2"),
+    ],
+)
 def test_cfn_lint_has_no_errors(request, fixture, region):
     from trainctl.synth_summary import lint_template
 

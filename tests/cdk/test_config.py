@@ -221,6 +221,8 @@ VALID_SAMPLES: dict[str, object] = {
     "runContinuationScheduleMinutes": "10",
     "runCapacityWaitAlarmMinutes": "30",
     "fsxLustre": '{"deploymentType": "PERSISTENT_2", "storageCapacityGiB": 2400, "dataRepositoryPrefix": "tokens/"}',
+    "vpc": "create",
+    "permissionsBoundaryArn": "arn:aws:iam::123456789012:policy/boundaries/Platform",
 }
 """One valid value per context key, as `-c` or cdk.json gives it (every key must have one)."""
 ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}
@@ -379,3 +381,91 @@ def test_fsx_lustre_needs_a_vpc():
         _check_fsx_needs_vpc(FsxLustreOptions(), None)
     _check_fsx_needs_vpc(FsxLustreOptions(), "create")
     _check_fsx_needs_vpc(None, None)
+# -- vpc and permissionsBoundaryArn (issue 25) ------------------------------------------------------
+
+HERE = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}
+EXISTING = {
+    "vpcId": "vpc-0123456789abcdef0",
+    "subnetIds": ["subnet-0123456789abcdef0", "subnet-89abcdef"],
+    "availabilityZones": ["us-west-2a", "us-west-2b"],
+    "routeTableIds": ["rtb-0123456789abcdef0", "rtb-89abcdef"],
+}
+
+
+def test_vpc_is_absent_by_default_and_create_takes_the_defaults():
+    from platform_constructs.network import CreatedVpc
+
+    assert config_for().vpc is None and config_for().permissions_boundary_arn is None
+    assert config_for({"vpc": "create"}, HERE).vpc == CreatedVpc(cidr="10.0.0.0/16", max_azs=3, internet_access=False)
+    assert config_for({"vpc": '{"create": true, "maxAzs": 2}'}).vpc == CreatedVpc(max_azs=2)  # -c gives a string
+
+
+@pytest.mark.parametrize(
+    ("vpc", "key", "expected"),
+    [
+        ({"create": True, "cidr": "10.0.0.0/8"}, "vpc.cidr", "from /16 to /24"),
+        ({"create": True, "cidr": "10.0.0.1/16"}, "vpc.cidr", "IPv4 CIDR"),  # host bits set
+        ({"create": True, "cidr": "fd00::/56"}, "vpc.cidr", "IPv4 CIDR"),
+        ({"create": True, "cidr": "10.0.0.0/24", "maxAzs": 6, "internetAccess": True}, "vpc.cidr", "EFA"),
+        ({"create": True, "maxAzs": 7}, "vpc.maxAzs", "from 1 to 6"),
+        ({"create": True, "internetAccess": "yes"}, "vpc.internetAccess", "true or false"),
+        ({"create": False}, "vpc.create", "true (leave vpc out"),
+        ({"create": True, "vpcId": "vpc-01234567"}, "vpc.vpcId", "create, cidr, maxAzs, internetAccess"),
+        ({**EXISTING, "subnetId": "subnet-01234567"}, "vpc.subnetId", "vpcId, subnetIds, availabilityZones"),
+        ({**EXISTING, "vpcId": "vpc-XYZ"}, "vpc.vpcId", "vpc- and 8 to 17 hex digits"),
+        ({**EXISTING, "subnetIds": ["subnet-0123456789abcdef0", "sg-01234567"]}, "vpc.subnetIds[1]", "subnet ID"),
+        ({**EXISTING, "subnetIds": []}, "vpc.subnetIds", "at least one"),
+        ({**EXISTING, "availabilityZones": ["us-west-2a"]}, "vpc.availabilityZones", "each of the 2 subnetIds"),
+        ({**EXISTING, "availabilityZones": ["us-west-2a", "us-east-1b"]}, "vpc.availabilityZones[1]", "us-west-2"),
+        ({**EXISTING, "routeTableIds": []}, "vpc.routeTableIds", "createEndpoints false"),
+        ("yes", "vpc", '"create"'),
+        ({}, "vpc", '"create"'),
+    ],
+)
+def test_a_bad_vpc_is_refused_naming_the_key_and_the_expected_form(vpc, key, expected):
+    error = error_for({"vpc": vpc}, HERE)
+    assert error.key == key and expected in str(error), str(error)
+
+
+def test_more_than_two_zones_need_the_account_and_region():
+    error = error_for({"vpc": {"create": True, "maxAzs": 3}})
+    assert error.key == "vpc.maxAzs" and "CDK_DEFAULT_ACCOUNT" in str(error)
+
+
+def test_an_existing_vpc_without_endpoints_needs_no_route_tables():
+    from platform_constructs.network import ExistingVpc
+
+    raw = {key: value for key, value in EXISTING.items() if key != "routeTableIds"}
+    vpc = config_for({"vpc": {**raw, "createEndpoints": False}}, HERE).vpc
+    assert vpc == ExistingVpc(
+        vpc_id=EXISTING["vpcId"],
+        subnet_ids=tuple(EXISTING["subnetIds"]),
+        availability_zones=("us-west-2a", "us-west-2b"),
+        create_endpoints=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::123456789012:policy/Boundary",
+        "arn:aws:iam::123456789012:policy/org/boundaries/Platform-1",
+        "arn:aws:iam::aws:policy/PowerUserAccess",
+    ],
+)
+def test_a_permissions_boundary_of_the_account_or_aws_is_accepted(arn):
+    assert config_for({"permissionsBoundaryArn": arn}, HERE).permissions_boundary_arn == arn
+
+
+@pytest.mark.parametrize(
+    ("arn", "expected"),
+    [
+        ("arn:aws:iam::210987654321:policy/Boundary", "deployment's account 123456789012"),
+        ("arn:aws:iam::123456789012:role/Boundary", "policy/<path/name>"),
+        ("Boundary", "policy/<path/name>"),
+        (["arn:aws:iam::123456789012:policy/Boundary"], "policy/<path/name>"),
+    ],
+)
+def test_a_bad_permissions_boundary_is_refused(arn, expected):
+    error = error_for({"permissionsBoundaryArn": arn}, HERE)
+    assert error.key == "permissionsBoundaryArn" and expected in str(error), str(error)
