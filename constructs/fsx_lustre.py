@@ -39,8 +39,10 @@ model carries the same text) and the FSx for Lustre User Guide ("Deployment and 
 Network (User Guide, "File system access control with Amazon VPC"): the file system has its own security group
 (:attr:`FsxLustre.security_group`), which allows Lustre's ports, TCP 988 and 1018-1023 (:data:`LUSTRE_TCP_PORTS`),
 inbound from the jobs' security group and from itself (the file servers talk to each other), outbound to itself,
-and nothing else. The jobs' group gets the matching outbound rules when it restricts its outbound traffic; no
-inbound rule is added to it.
+and nothing else. The jobs' group gets the matching outbound rules (it restricts its outbound traffic) and the
+matching inbound rules from the file system's group only: Lustre's network layer (LNet over TCP) connects both
+ways, the servers to their clients too, and the guide's rules for Lustre clients admit 988 and 1018-1023 from the
+file system's group.
 
 Keys: the file system's data is encrypted at rest with the given KMS key (FSx takes grants on it through the
 deploying principal, whom the key's default policy lets use it). The data bucket's key, when it has one, gets a
@@ -63,6 +65,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -87,6 +90,7 @@ __all__ = [
     "FsxLustre",
     "FsxLustreOptions",
     "FsxLustreProps",
+    "IJobFileSystem",
 ]
 
 PER_UNIT_STORAGE_THROUGHPUT: Mapping[str, tuple[int, ...]] = {
@@ -226,6 +230,16 @@ class FsxLustreProps:
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
 
+@runtime_checkable
+class IJobFileSystem(Protocol):
+    """What the submitter takes of the file system (implemented by :class:`FsxLustre`): its environment value and
+    the ``CreateTrainingJob`` conditions that hold requests to it."""
+
+    def function_environment_value(self) -> dict[str, str]: ...
+
+    def create_training_job_conditions(self) -> dict[str, dict[str, list[str]]]: ...
+
+
 class FsxLustre(Construct):
     """An FSx for Lustre file system linked to the data bucket (see the module docstring).
 
@@ -258,6 +272,9 @@ class FsxLustre(Construct):
             group.add_ingress_rule(group, port, "Lustre between the file servers")
             group.add_egress_rule(group, port, "Lustre between the file servers")
             group.connections.allow_from(props.client_security_group, port, "Lustre from the training jobs")
+            props.client_security_group.add_ingress_rule(
+                group, port, "Lustre from the file servers (LNet connects both ways)"
+            )
         self.security_group: ec2.ISecurityGroup = group
 
         # The L2 adds a self-referencing TCP 988-1023 rule to the group it is given; an immutable reference keeps

@@ -630,6 +630,8 @@ def _check_fsx_needs_vpc(fsx_lustre: FsxLustreOptions | None, vpc: CreatedVpc | 
             "a 'vpc' setting as well (\"create\" or an existing VPC): the file system lives in one of its private "
             "subnets, and jobs reach it there; or null for no file system",
         )
+
+
 _VPC_ID = re.compile(r"vpc-[0-9a-f]{8,17}")
 _SUBNET_ID = re.compile(r"subnet-[0-9a-f]{8,17}")
 _ROUTE_TABLE_ID = re.compile(r"rtb-[0-9a-f]{8,17}")

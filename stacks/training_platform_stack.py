@@ -18,6 +18,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 from platform_constructs.buckets import TrainingBuckets, TrainingBucketsProps
 from platform_constructs.execution_role import InputLocation, TrainingExecutionRole, TrainingExecutionRoleProps
+from platform_constructs.fsx_lustre import FsxLustre, FsxLustreProps
 from platform_constructs.network import PlatformNetwork, PlatformNetworkProps
 from platform_constructs.observability.construct import PlatformObservability, PlatformObservabilityProps
 from platform_constructs.submitter.construct import JobSubmitter, JobSubmitterProps
@@ -32,7 +33,8 @@ __all__ = ["TrainingPlatformStack"]
 class TrainingPlatformStack(cdk.Stack):
     """Everything a training job needs: image, buckets, execution role, plans, submitter, dashboard.
 
-    Construct IDs (stable): ``Network`` (with ``vpc`` only), ``TrainerImage``, ``Buckets``, ``ExecutionRole``,
+    Construct IDs (stable): ``Network`` (with ``vpc`` only), ``TrainerImage``, ``Buckets``, ``FsxLustre`` (with
+    ``fsxLustre`` only, in the network's first job subnet), ``ExecutionRole``,
     ``TrainingPlans``, ``Submitter`` (submitter, reader and run continuation functions),
     ``Observability`` (dashboard, alarms, alarm topic, plan-metrics publisher, job-state handler).
     """
@@ -68,6 +70,23 @@ class TrainingPlatformStack(cdk.Stack):
             TrainerImageProps(image_retain_count=config.image_retain_count, removal_policy=removal),
         )
         self.buckets = TrainingBuckets(self, "Buckets", TrainingBucketsProps(removal_policy=removal))
+
+        self.file_system: FsxLustre | None = None
+        if config.fsx_lustre is not None:
+            assert self.network is not None  # config: fsxLustre needs vpc
+            self.file_system = FsxLustre(
+                self,
+                "FsxLustre",
+                FsxLustreProps(
+                    vpc=self.network.vpc,
+                    subnet=self.network.job_subnets[0],
+                    encryption_key=self.buckets.encryption_key,
+                    data_bucket=self.buckets.data,
+                    client_security_group=self.network.job_security_group,
+                    options=config.fsx_lustre,
+                    removal_policy=removal,
+                ),
+            )
 
         extra_inputs = [
             InputLocation(
@@ -117,6 +136,7 @@ class TrainingPlatformStack(cdk.Stack):
                 reserved_concurrent_executions=config.submitter_reserved_concurrency,
                 continuation_schedule=cdk.Duration.minutes(config.run_continuation_schedule_minutes),
                 network=self.network,
+                file_system=self.file_system,
             ),
         )
         for principal_arn in config.invoker_principals:
@@ -182,5 +202,17 @@ class TrainingPlatformStack(cdk.Stack):
             "DashboardName": (self.observability.dashboard_name, "CloudWatch dashboard of the platform"),
             "AlarmTopicArn": (self.observability.topic_arn, "SNS topic (KMS-encrypted) every platform alarm notifies"),
         }
+        if self.network is not None:
+            outputs["VpcId"] = (self.network.vpc.vpc_id, "VPC of the platform's jobs and functions")
+            outputs["JobSecurityGroupId"] = (
+                self.network.job_security_group.security_group_id,
+                "Security group of every training job (all traffic among its members: EFA)",
+            )
+        if self.file_system is not None:
+            outputs["FsxFileSystemId"] = (self.file_system.file_system_id, "FSx for Lustre file system (channels)")
+            outputs["FsxMountName"] = (
+                self.file_system.mount_name,
+                "Its mount name: a channel's directory_path starts with /<mount name>/",
+            )
         for output_id, (value, description) in outputs.items():
             cdk.CfnOutput(self, output_id, value=value, description=description)

@@ -54,6 +54,7 @@ from platform_spec.runs import DECISIONS as RUN_DECISIONS
 from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 from .. import acknowledgements as nag
+from ..fsx_lustre import IJobFileSystem
 from ..job_state_events import job_state_event_pattern
 from ..network import IPlatformNetwork
 from ..trainer_image import ITrainerImage
@@ -223,6 +224,10 @@ class JobSubmitterProps:
             its job subnets and group (``VpcConfig``), and the submitter's and continuation's ``CreateTrainingJob``
             is allowed with those subnets and group only (``sagemaker:VpcSubnets`` and
             ``sagemaker:VpcSecurityGroupIds``, :func:`_in_network`). Default: no VPC; jobs get no ``VpcConfig``.
+        file_system: the FSx for Lustre file system requests may read as a channel (needs ``network``): its
+            identity goes into the functions' environment, and ``CreateTrainingJob`` is allowed with no other
+            file system, read-only (its :meth:`~platform_constructs.fsx_lustre.FsxLustre.create_training_job_conditions`).
+            Default: none; a request naming a file system is refused.
     """
 
     trainer_image: ITrainerImage
@@ -246,6 +251,11 @@ class JobSubmitterProps:
         default_factory=lambda: cdk.Duration.minutes(DEFAULT_CONTINUATION_SCHEDULE_MINUTES)
     )
     network: IPlatformNetwork | None = None
+    file_system: IJobFileSystem | None = None
+
+    def __post_init__(self) -> None:
+        if self.file_system is not None and self.network is None:
+            raise ValueError("JobSubmitterProps.file_system needs network: jobs reach the file system in the VPC only")
 
 
 class JobSubmitter(Construct):
@@ -292,7 +302,7 @@ class JobSubmitter(Construct):
             timeout=props.timeout,
             reserved_concurrent_executions=props.reserved_concurrent_executions,
         )
-        _grant(self.role, resources, actions.grants(), props.network)
+        _grant(self.role, resources, actions.grants(), props.network, props.file_system)
         # The image must be in the repository before the function can submit jobs with it.
         self.function.node.add_dependency(props.trainer_image.deployment)
 
@@ -327,7 +337,7 @@ class JobSubmitter(Construct):
         )
         self.continuation_function.node.add_dependency(props.trainer_image.deployment)
         grants = (*actions.grants(actions.CONTINUATION_ACTIONS), *actions.CONTINUATION_GRANTS)
-        _grant(self.continuation_role, resources, grants, props.network)
+        _grant(self.continuation_role, resources, grants, props.network, props.file_system)
         self._route_events(continuation, props)
 
         self._protect_records(props.output_bucket, writers=[self.role, self.continuation_role])
@@ -476,7 +486,7 @@ class JobSubmitter(Construct):
             platform_tags=props.platform_tags,
             volume_size_gb=props.volume_size_gb,
             allowed_actions=allowed_actions,
-            **_network_environment(props.network),
+            **_network_environment(props.network, props.file_system),
         )
 
     # -- grants ---------------------------------------------------------------
@@ -679,11 +689,12 @@ def _grant(
     resources: Mapping[str, _Resource],
     grants: Iterable[actions.Grant],
     network: IPlatformNetwork | None = None,
+    file_system: IJobFileSystem | None = None,
 ) -> None:
     """Add ``grants`` to ``role``'s policy: one statement per Sid and resource (their actions merged), the
     bucket key's share for the objects, and cdk-nag's wildcard findings acknowledged with each resource's why.
     With ``network``, ``sagemaker:CreateTrainingJob`` gets a statement of its own (Sid suffixed ``InNetwork``)
-    with :func:`_in_network`'s conditions."""
+    with :func:`_in_network`'s conditions (``file_system``'s too)."""
     statements: dict[tuple[str | None, str], list[str]] = {}
     for grant in grants:
         statements.setdefault((grant.sid, grant.resource), []).extend(grant.actions)
@@ -696,7 +707,7 @@ def _grant(
                     sid=f"{sid}InNetwork",
                     actions=[_CREATE_JOB],
                     resources=list(resource.arns),
-                    conditions=_in_network(network),
+                    conditions=_in_network(network, file_system),
                 )
             )
         if iam_actions:
@@ -711,24 +722,30 @@ def _grant(
 _CREATE_JOB = "sagemaker:CreateTrainingJob"
 
 
-def _in_network(network: IPlatformNetwork) -> dict[str, Any]:
+def _in_network(network: IPlatformNetwork, file_system: IJobFileSystem | None = None) -> dict[str, Any]:
     """``CreateTrainingJob``'s conditions in VPC mode: every subnet and security group of the job's ``VpcConfig``
     is the network's, and it has a ``VpcConfig`` (``Null`` false: ``ForAllValues`` alone holds for a request
-    without the key). Both keys are CreateTrainingJob's (Service Authorization Reference, Amazon SageMaker)."""
+    without the key). Both keys are CreateTrainingJob's (Service Authorization Reference, Amazon SageMaker).
+    With ``file_system``, its conditions join (a file system channel names it, read-only)."""
+    all_values: dict[str, list[str]] = {
+        "sagemaker:VpcSubnets": [subnet.subnet_id for subnet in network.job_subnets],
+        "sagemaker:VpcSecurityGroupIds": [network.job_security_group.security_group_id],
+    }
+    if file_system is not None:
+        all_values.update(file_system.create_training_job_conditions()["ForAllValues:StringEquals"])
     return {
-        "ForAllValues:StringEquals": {
-            "sagemaker:VpcSubnets": [subnet.subnet_id for subnet in network.job_subnets],
-            "sagemaker:VpcSecurityGroupIds": [network.job_security_group.security_group_id],
-        },
+        "ForAllValues:StringEquals": all_values,
         "Null": {"sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false"},
     }
 
 
-def _network_environment(network: IPlatformNetwork | None) -> dict[str, Any]:
-    """``settings.function_environment``'s VPC arguments: the job subnets (ID and zone) and the jobs' group."""
+def _network_environment(network: IPlatformNetwork | None, file_system: IJobFileSystem | None) -> dict[str, Any]:
+    """``settings.function_environment``'s VPC arguments: the job subnets (ID and zone), the jobs' group and the
+    file system."""
     if network is None:
         return {}
     return {
+        "fsx_lustre": file_system.function_environment_value() if file_system is not None else None,
         "vpc_subnets": [
             {"subnet_id": subnet.subnet_id, "availability_zone": subnet.availability_zone}
             for subnet in network.job_subnets

@@ -108,6 +108,11 @@ def vpc_created_synth(tmp_path_factory) -> Synth:
 
 @pytest.fixture(scope="session")
 def vpc_imported_synth(tmp_path_factory) -> Synth:
-    """VPC mode in an existing VPC (IDs only), with an AWS-managed policy as the boundary, environment-agnostic."""
-    context = {"vpc": EXISTING_VPC, "permissionsBoundaryArn": "arn:aws:iam::aws:policy/PowerUserAccess"}
+    """VPC mode in an existing VPC (IDs only) with the FSx for Lustre file system, an AWS-managed policy as the
+    boundary, environment-agnostic."""
+    context = {
+        "vpc": EXISTING_VPC,
+        "fsxLustre": {"dataRepositoryPrefix": "datasets/"},
+        "permissionsBoundaryArn": "arn:aws:iam::aws:policy/PowerUserAccess",
+    }
     return _synthesize(tmp_path_factory.mktemp("cdk-vpc-imported"), context, environ={})

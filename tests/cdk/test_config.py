@@ -225,13 +225,15 @@ VALID_SAMPLES: dict[str, object] = {
     "permissionsBoundaryArn": "arn:aws:iam::123456789012:policy/boundaries/Platform",
 }
 """One valid value per context key, as `-c` or cdk.json gives it (every key must have one)."""
+COMPANIONS = {"fsxLustre": {"vpc": "create"}}
+"""What a key needs beside it (the file system lives in the VPC)."""
 ENVIRON = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}
 
 
 def test_every_key_has_a_valid_sample_that_loads():
     assert set(VALID_SAMPLES) == set(CONTEXT_KEYS)  # a new key needs its sample, and so its trailing-newline test
     for key, value in VALID_SAMPLES.items():
-        config_for({key: value}, ENVIRON)
+        config_for({key: value, **COMPANIONS.get(key, {})}, ENVIRON)
 
 
 def _spoiled(value: object, suffix: str) -> object:
@@ -250,7 +252,7 @@ def test_a_trailing_newline_or_control_character_is_refused_naming_the_key(key, 
             config_for({key: value}, ENVIRON).tags[{"projectTag": "Project", "costCenter": "CostCenter"}[key]] == value
         )
         return
-    error = error_for({key: value}, ENVIRON)
+    error = error_for({key: value, **COMPANIONS.get(key, {})}, ENVIRON)
     assert error.key.split("[")[0] == key
     assert str(error).startswith(f"context key {error.key!r}: got ")
     if isinstance(value, list):  # the JSON list, and the same item as a `-c` comma-separated string
@@ -325,7 +327,7 @@ def test_fsx_lustre_is_off_by_default_and_an_empty_object_takes_every_default():
     from platform_constructs.fsx_lustre import FsxLustreOptions
 
     assert config_for().fsx_lustre is None
-    options = config_for({"fsxLustre": {}}).fsx_lustre
+    options = config_for({"fsxLustre": {}, "vpc": "create"}, ENVIRON).fsx_lustre
     assert options == FsxLustreOptions()
     assert (options.deployment_type, options.storage_capacity_gib, options.throughput) == ("PERSISTENT_2", 1200, 250)
     assert options.data_repository_prefix == ""
@@ -346,7 +348,7 @@ def test_fsx_lustre_is_off_by_default_and_an_empty_object_takes_every_default():
     ],
 )
 def test_fsx_lustre_reads_every_option(raw):
-    options = config_for({"fsxLustre": raw}).fsx_lustre
+    options = config_for({"fsxLustre": raw, "vpc": "create"}, ENVIRON).fsx_lustre
     assert (options.deployment_type, options.storage_capacity_gib, options.throughput) == ("PERSISTENT_1", 4800, 100)
     assert options.data_repository_prefix == "tokenized/"
 
@@ -368,19 +370,17 @@ def test_fsx_lustre_reads_every_option(raw):
     ],
 )
 def test_fsx_lustre_refuses_what_fsx_does_not_create_naming_the_key(raw, key, expected):
-    error = error_for({"fsxLustre": raw})
+    error = error_for({"fsxLustre": raw, "vpc": "create"}, ENVIRON)
     assert error.key == key
     assert expected in str(error)
 
 
 def test_fsx_lustre_needs_a_vpc():
-    from platform_constructs.fsx_lustre import FsxLustreOptions
-    from stacks.config import _check_fsx_needs_vpc
+    error = error_for({"fsxLustre": {}})
+    assert error.key == "fsxLustre" and "expected a 'vpc' setting as well" in str(error)
+    assert config_for({"fsxLustre": {}, "vpc": "create"}, ENVIRON).fsx_lustre is not None
 
-    with pytest.raises(ConfigError, match=r"context key 'fsxLustre': .*expected a 'vpc' setting as well"):
-        _check_fsx_needs_vpc(FsxLustreOptions(), None)
-    _check_fsx_needs_vpc(FsxLustreOptions(), "create")
-    _check_fsx_needs_vpc(None, None)
+
 # -- vpc and permissionsBoundaryArn (issue 25) ------------------------------------------------------
 
 HERE = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "us-west-2"}

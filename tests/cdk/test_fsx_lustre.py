@@ -159,10 +159,15 @@ def test_the_file_systems_group_allows_lustre_ports_from_the_jobs_and_itself_onl
     assert group["DeletionPolicy"] == "Retain"  # it holds the retained file system's interfaces
 
 
-def test_the_jobs_group_gets_outbound_lustre_and_no_inbound(synth):
+def test_the_jobs_group_exchanges_lustre_with_the_file_servers_only(synth):
     fs_group = synth.stack.resolve(synth.fs.security_group.security_group_id)["Fn::GetAtt"][0]
     jobs_group = synth.ref(synth.jobs)
-    assert _rules(synth, "Ingress", synth.jobs) == {("-1", -1, -1, jobs_group)}  # EFA's rule, nothing added
+    # EFA's rule, and Lustre's ports from the file servers (LNet connects both ways): nothing else inbound
+    assert _rules(synth, "Ingress", synth.jobs) == {
+        ("-1", -1, -1, jobs_group),
+        ("tcp", 988, 988, fs_group),
+        ("tcp", 1018, 1023, fs_group),
+    }
     assert _rules(synth, "Egress", synth.jobs) == {
         ("-1", -1, -1, jobs_group),
         ("tcp", 988, 988, fs_group),

@@ -54,16 +54,29 @@ def test_the_jobs_group_admits_itself_only_and_reaches_itself_the_endpoints_and_
     jobs, endpoints = network.job_security_group, network.endpoint_security_group
     group = synth.resources[synth.logical_id(jobs)]["Properties"]
     assert "SecurityGroupIngress" not in group and "SecurityGroupEgress" not in group  # no inline (0.0.0.0/0) rule
-    assert _rules(synth, "Ingress", jobs) == [
-        {"IpProtocol": "-1", "SourceSecurityGroupId": _group_id(synth, jobs), "GroupId": _group_id(synth, jobs)}
-    ]
+    ingress = _rules(synth, "Ingress", jobs)
+    assert {
+        "IpProtocol": "-1",
+        "SourceSecurityGroupId": _group_id(synth, jobs),
+        "GroupId": _group_id(synth, jobs),
+    } in ingress
+    others = [r for r in ingress if r["SourceSecurityGroupId"] != _group_id(synth, jobs)]
+    if synth.stack.file_system is None:
+        assert others == []
+    else:  # Lustre's ports from the file servers, nothing else
+        servers = _group_id(synth, synth.stack.file_system.security_group)
+        assert sorted((r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in others) == [
+            ("tcp", 988, 988),
+            ("tcp", 1018, 1023),
+        ]
+        assert all(r["SourceSecurityGroupId"] == servers for r in others)
     egress = _rules(synth, "Egress", jobs)
     assert {
         "IpProtocol": "-1",
         "DestinationSecurityGroupId": _group_id(synth, jobs),
         "GroupId": _group_id(synth, jobs),
     } in egress
-    https = [r for r in egress if r["IpProtocol"] == "tcp"]
+    https = [r for r in egress if r["IpProtocol"] == "tcp" and r["FromPort"] == 443]
     assert all((r["FromPort"], r["ToPort"]) == (443, 443) for r in https) and len(https) == 2
     (to_endpoints,) = [r for r in https if "DestinationSecurityGroupId" in r]
     assert to_endpoints["DestinationSecurityGroupId"] == _group_id(synth, endpoints)
@@ -183,10 +196,20 @@ def test_no_ec2_actions_without_a_vpc(variant_synth):
 def test_create_training_job_is_allowed_in_the_platform_network_only(request, fixture):
     synth = request.getfixturevalue(fixture)
     stack, network = synth.stack, synth.stack.network
+    file_systems = (
+        {}
+        if stack.file_system is None
+        else {
+            "sagemaker:FileSystemId": [{"Ref": synth.logical_id(stack.file_system.file_system)}],
+            "sagemaker:FileSystemType": ["FSxLustre"],
+            "sagemaker:FileSystemAccessMode": ["ro"],
+        }
+    )
     expected = {
         "ForAllValues:StringEquals": {
             "sagemaker:VpcSubnets": [stack.resolve(s.subnet_id) for s in network.job_subnets],
             "sagemaker:VpcSecurityGroupIds": [_group_id(synth, network.job_security_group)],
+            **file_systems,
         },
         "Null": {"sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false"},
     }
@@ -211,6 +234,35 @@ def test_the_functions_environment_names_the_job_subnets_and_group(vpc_imported_
         for subnet, zone in zip(EXISTING_VPC["subnetIds"], EXISTING_VPC["availabilityZones"], strict=True)
     ]
     assert variables["VPC_SECURITY_GROUP_IDS"] == _group_id(synth, synth.stack.network.job_security_group)
+    file_system = synth.stack.file_system
+    logical_id = synth.logical_id(file_system.file_system)
+    subnet, zone = EXISTING_VPC["subnetIds"][0], EXISTING_VPC["availabilityZones"][0]
+    assert variables["FSX_LUSTRE"] == {
+        "Fn::Join": [
+            "",
+            [
+                f'{{"availability_zone": "{zone}", "file_system_id": "',
+                {"Ref": logical_id},
+                '", "mount_name": "',
+                {"Fn::GetAtt": [logical_id, "LustreMountName"]},
+                f'", "subnet_id": "{subnet}"}}',
+            ],
+        ]
+    }
+
+
+def test_the_file_system_lives_in_the_first_job_subnet_under_the_platform_key(vpc_imported_synth):
+    synth = vpc_imported_synth
+    stack = synth.stack
+    (file_system,) = synth.of_type("AWS::FSx::FileSystem").values()
+    assert file_system["Properties"]["SubnetIds"] == [EXISTING_VPC["subnetIds"][0]]
+    assert file_system["Properties"]["KmsKeyId"] == {"Ref": synth.logical_id(stack.buckets.encryption_key)}
+    assert file_system["DeletionPolicy"] == "Retain"
+    (association,) = synth.of_type("AWS::FSx::DataRepositoryAssociation").values()
+    path = json.dumps(association["Properties"]["DataRepositoryPath"])
+    assert synth.logical_id(stack.buckets.data) in path and "/datasets/" in path
+    outputs = synth.template_json["Outputs"]
+    assert outputs["FsxFileSystemId"]["Value"] == {"Ref": synth.logical_id(stack.file_system.file_system)}
 
 
 def test_the_boundary_fixture_is_the_accounts_policy():
