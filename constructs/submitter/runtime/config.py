@@ -16,12 +16,50 @@ from dataclasses import dataclass, field
 from platform_spec.capacity import CAPACITY_FALLBACK_EXPECTED, DEFAULT_CAPACITY_FALLBACK, capacity_fallback_problem
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 
-from . import settings
+from . import sagemaker_rules, settings
 from .errors import ConfigurationError
 
 DEFAULT_VOLUME_SIZE_GB = 500
 """EBS volume per instance in GB when ``TRAINING_VOLUME_SIZE_GB`` is unset (SageMaker
 ignores it on instances whose local NVMe serves as the training volume)."""
+
+
+@dataclass(frozen=True)
+class VpcSubnet:
+    """A private subnet jobs run in (VPC mode; an entry of :data:`.settings.ENV_VPC_SUBNETS`).
+
+    Attributes:
+        subnet_id: ``subnet-...`` (a member of ``VpcConfig.Subnets``).
+        availability_zone: its zone, e.g. ``us-west-2a`` (a training plan's block names the zone its
+            instances are in: a job on it runs in that zone's subnets).
+    """
+
+    subnet_id: str
+    availability_zone: str
+
+
+@dataclass(frozen=True)
+class FsxLustre:
+    """The platform's FSx for Lustre file system (:data:`.settings.ENV_FSX_LUSTRE`), which a request may name as
+    a channel (``FileSystemDataSource``).
+
+    Attributes:
+        file_system_id: ``fs-`` + 8 or more hex digits (SageMaker's ``FileSystemId``).
+        mount_name: the file system's mount name (FSx's ``LustreFileSystemMountName``): a channel's
+            ``DirectoryPath`` starts with ``/<mount_name>/``.
+        subnet_id: the subnet the file system lives in (one of the VPC subnets): its jobs run there.
+        availability_zone: that subnet's zone (FSx for Lustre lives in one zone).
+    """
+
+    file_system_id: str
+    mount_name: str
+    subnet_id: str
+    availability_zone: str
+
+    @property
+    def root(self) -> str:
+        """``/<mount_name>``: the directory every channel of this file system is under."""
+        return f"/{self.mount_name}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +90,12 @@ class SubmitterConfig:
         account_id: the deployment's account (``PLATFORM_ACCOUNT_ID``, set by the construct
             from ``Aws.ACCOUNT_ID``); training plans of other accounts are refused. Empty: as for
             ``region``.
+        vpc_subnets: VPC mode's private subnets (``VPC_SUBNETS``), each job's ``VpcConfig.Subnets`` (a job on a
+            training plan: those in its block's zone). Empty: no VPC mode, and jobs get no ``VpcConfig``.
+        vpc_security_group_ids: every job's ``VpcConfig.SecurityGroupIds`` (``VPC_SECURITY_GROUP_IDS``); set
+            exactly when ``vpc_subnets`` is.
+        fsx_lustre: the platform's FSx for Lustre file system (``FSX_LUSTRE``; needs VPC mode). ``None``: none,
+            and a request naming a file system is refused.
     """
 
     trainer_image_uri: str
@@ -70,6 +114,14 @@ class SubmitterConfig:
     client_token_records: str = ""
     region: str = ""
     account_id: str = ""
+    vpc_subnets: tuple[VpcSubnet, ...] = ()
+    vpc_security_group_ids: tuple[str, ...] = ()
+    fsx_lustre: FsxLustre | None = None
+
+    @property
+    def vpc_mode(self) -> bool:
+        """Whether jobs run in the platform's VPC (``VpcConfig``)."""
+        return bool(self.vpc_subnets)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> SubmitterConfig:
@@ -129,6 +181,9 @@ class SubmitterConfig:
                 "arn:aws:kms:<region>:<account>:key/<key id>"
             )
 
+        subnets, groups = _vpc(environ, csv(settings.ENV_VPC_SECURITY_GROUP_IDS))
+        fsx = _fsx_lustre(environ, subnets)
+
         prefixes = csv(settings.ENV_ALLOWED_INPUT_PREFIXES)
         bad = [p for p in prefixes if not p.startswith("s3://") or len(p) <= len("s3://")]
         if bad:
@@ -151,11 +206,113 @@ class SubmitterConfig:
             client_token_records=records,
             region=required(settings.ENV_REGION),
             account_id=account_id,
+            vpc_subnets=subnets,
+            vpc_security_group_ids=groups,
+            fsx_lustre=fsx,
         )
 
     def input_prefixes(self) -> tuple[str, ...]:
         """``s3://`` prefixes input channels may use: the data bucket, then the configured extras."""
         return (f"s3://{self.data_bucket}/", *self.allowed_input_prefixes)
+
+
+def _json(environ: Mapping[str, str], name: str) -> object:
+    """The JSON value of variable ``name``, or ``None`` when it is unset or blank."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{name} is not JSON: {exc}") from None
+
+
+def _object(name: str, value: object, keys: tuple[str, ...], what: str) -> dict[str, str]:
+    """``value`` as an object with exactly the string members ``keys``, else a ConfigurationError naming ``name``."""
+    expected = "{" + ", ".join(f'"{k}": "..."' for k in keys) + "}"
+    if not isinstance(value, dict) or set(value) != set(keys) or not all(isinstance(value[k], str) for k in keys):
+        raise ConfigurationError(f"{name}: {what} {value!r}: expected an object {expected} of strings")
+    return {k: str(value[k]) for k in keys}
+
+
+def _check(name: str, what: str, value: str, rule: sagemaker_rules.StringRule) -> str:
+    if not rule.accepts(value):
+        raise ConfigurationError(f"{name}: {what} {value!r}: expected {rule.expected()}")
+    return value
+
+
+def _vpc(environ: Mapping[str, str], groups: tuple[str, ...]) -> tuple[tuple[VpcSubnet, ...], tuple[str, ...]]:
+    """``VPC_SUBNETS`` and ``VPC_SECURITY_GROUP_IDS``: both or neither, each within ``VpcConfig``'s limits
+    (botocore's model: its ``Subnets`` and ``SecurityGroupIds`` counts and ID patterns; the zone as
+    ``DescribeTrainingPlan`` reports one, its ``AvailabilityZone``)."""
+    name, group_name = settings.ENV_VPC_SUBNETS, settings.ENV_VPC_SECURITY_GROUP_IDS
+    raw = _json(environ, name)
+    if raw is None:
+        if groups:
+            raise ConfigurationError(f"{group_name} is set without {name}: VPC mode needs both")
+        return (), ()
+    most = sagemaker_rules.bounds("VpcConfig.Subnets")[1]
+    if not isinstance(raw, list) or not raw or (most is not None and len(raw) > most):
+        raise ConfigurationError(
+            f"{name}: expected a JSON list of 1-{most} subnets (SageMaker's VpcConfig.Subnets), got {raw!r}"
+        )
+    subnet_rule = sagemaker_rules.string_rule("VpcConfig.Subnets.member")
+    zone_rule = sagemaker_rules.named_string_rule("AvailabilityZone")
+    subnets: list[VpcSubnet] = []
+    for entry in raw:
+        fields = _object(name, entry, ("subnet_id", "availability_zone"), "subnet")
+        subnet = VpcSubnet(
+            _check(name, "subnet_id", fields["subnet_id"], subnet_rule),
+            _check(name, "availability_zone", fields["availability_zone"], zone_rule),
+        )
+        if any(s.subnet_id == subnet.subnet_id for s in subnets):
+            raise ConfigurationError(f"{name}: subnet {subnet.subnet_id!r} is listed twice")
+        subnets.append(subnet)
+    most = sagemaker_rules.bounds("VpcConfig.SecurityGroupIds")[1]
+    if not groups or (most is not None and len(groups) > most):
+        raise ConfigurationError(
+            f"{group_name}={environ.get(group_name, '')!r}: expected 1-{most} security group IDs, comma-separated "
+            f"(SageMaker's VpcConfig.SecurityGroupIds), with {name}"
+        )
+    group_rule = sagemaker_rules.string_rule("VpcConfig.SecurityGroupIds.member")
+    return tuple(subnets), tuple(_check(group_name, "security group", g, group_rule) for g in groups)
+
+
+def _fsx_lustre(environ: Mapping[str, str], subnets: tuple[VpcSubnet, ...]) -> FsxLustre | None:
+    """``FSX_LUSTRE``: the file system's ID (SageMaker's ``FileSystemId``), mount name (FSx's
+    ``LustreFileSystemMountName``), and its subnet, one of ``subnets`` in the zone given."""
+    name = settings.ENV_FSX_LUSTRE
+    raw = _json(environ, name)
+    if raw is None:
+        return None
+    fields = _object(name, raw, ("file_system_id", "mount_name", "subnet_id", "availability_zone"), "file system")
+    fsx = FsxLustre(
+        _check(name, "file_system_id", fields["file_system_id"], sagemaker_rules.named_string_rule("FileSystemId")),
+        _check(
+            name,
+            "mount_name",
+            fields["mount_name"],
+            sagemaker_rules.named_string_rule("LustreFileSystemMountName", "fsx"),
+        ),
+        fields["subnet_id"],
+        fields["availability_zone"],
+    )
+    if not subnets:
+        raise ConfigurationError(
+            f"{name} is set without {settings.ENV_VPC_SUBNETS}: FSx for Lustre is reached in the VPC only"
+        )
+    home = next((s for s in subnets if s.subnet_id == fsx.subnet_id), None)
+    if home is None:
+        listed = ", ".join(s.subnet_id for s in subnets)
+        raise ConfigurationError(
+            f"{name}: subnet_id {fsx.subnet_id!r}: expected one of {settings.ENV_VPC_SUBNETS} ({listed})"
+        )
+    if home.availability_zone != fsx.availability_zone:
+        raise ConfigurationError(
+            f"{name}: availability_zone {fsx.availability_zone!r}: expected {home.availability_zone!r}, the zone "
+            f"{settings.ENV_VPC_SUBNETS} gives subnet {fsx.subnet_id}"
+        )
+    return fsx
 
 
 def default_allowed_instance_types() -> tuple[str, ...]:

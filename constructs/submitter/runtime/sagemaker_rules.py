@@ -203,6 +203,24 @@ def string_rule(path: str, operation: str = OPERATION) -> StringRule:
     )
 
 
+@functools.lru_cache(maxsize=16)
+def named_string_rule(name: str, service: str = SERVICE) -> StringRule:
+    """The :class:`StringRule` of the string shape named ``name`` in botocore's model of ``service``: for a
+    string no ``CreateTrainingJob`` input holds (``AvailabilityZone``, of ``DescribeTrainingPlan``'s answer)
+    or another service's (``fsx``'s ``LustreFileSystemMountName``).
+
+    Raises:
+        botocore.exceptions.NoShapeFoundError: no such shape. ValueError: the shape is not a string.
+    """
+    found = service_model(service).shape_for(name)
+    if found.type_name != "string":
+        raise ValueError(f"{service}'s {name} is a {found.type_name} in botocore's model, not a string")
+    meta = found.metadata
+    return StringRule(
+        found.name, int(meta.get("min", 0)), meta.get("max"), meta.get("pattern"), tuple(meta.get("enum", ()))
+    )
+
+
 # --- Java patterns in Python ------------------------------------------------------------------
 
 
