@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devtools.local_aws.client import LocalAws
-from devtools.local_aws.shapes import operation_model, validate_shape
+from devtools.local_aws.shapes import operation_model, validate_input, validate_shape
 from devtools.local_aws.stack import ACCOUNT_ID
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S, PENDING_LIMIT_S
 
@@ -347,6 +347,12 @@ CAPACITY_PLANS: list[dict[str, Any]] = [
         "TrainingPlanArn": arn("idle-elsewhere", region="eu-west-1"), "InstanceType": B200, "TotalInstanceCount": 8,
         "StartTime": "now-1d", "EndTime": "now+30d",
     },
+    {   # active in us-east-1b and expires before idle-now (the emulator's other plans are in us-east-1a)
+        "TrainingPlanName": "zone-b", "InstanceType": B200,
+        "ReservedCapacitySummaries": [
+            {"StartTime": "now-1d", "EndTime": "now+5d", "TotalInstanceCount": 4, "AvailabilityZone": "us-east-1b"},
+        ],
+    },
 ]  # fmt: skip
 
 
@@ -375,11 +381,13 @@ def _free_plans(request):
 
 @pytest.fixture
 def submit_with(runtime, capacity_aws, capacity_env, capacity_clients, make_request):
-    """``submit_with(plan_arns, **request_overrides)``: submit with exactly these plans configured."""
+    """``submit_with(plan_arns, *, config=None, **request_overrides)``: submit with exactly these plans configured
+    (``config``: the submitter's configuration, default the emulator's)."""
 
-    config = runtime.config.SubmitterConfig.from_environ(capacity_env)
+    default = runtime.config.SubmitterConfig.from_environ(capacity_env)
 
-    def _submit(plan_arns: list[str], **overrides: Any) -> dict[str, Any]:
+    def _submit(plan_arns: list[str], *, config: Any = None, **overrides: Any) -> dict[str, Any]:
+        config = config or default
         # the stack's parameter, the one the submitter's role may read: this module's emulator is its own
         capacity_aws.client("ssm").put_parameter(
             Name=config.training_plan_arns_parameter, Type="String", Value=json.dumps(plan_arns), Overwrite=True
@@ -576,6 +584,87 @@ def test_an_unknown_region_or_account_is_a_configuration_error_not_a_guess(
     blind = dataclasses.replace(runtime.config.SubmitterConfig.from_environ(capacity_env), account_id="")
     with pytest.raises(runtime.errors.ConfigurationError, match="cannot tell its own training plans"):
         runtime.service.submit(make_request(), clients=capacity_clients, config=blind)
+
+
+# --- VPC mode: a plan's block is in one availability zone ------------------------------------------------
+
+FILE_SYSTEM_ID = "fs-0123456789abcdef0"
+
+
+def vpc_mode(runtime, config: Any, *, zones: tuple[str, ...] = ("us-east-1a", "us-east-1b")) -> Any:
+    """``config`` in VPC mode: two subnets in us-east-1a (the file system in the second), one in us-east-1b."""
+    subnet = runtime.config.VpcSubnet
+    subnets = (subnet("subnet-a1", "us-east-1a"), subnet("subnet-a2", "us-east-1a"), subnet("subnet-b1", "us-east-1b"))
+    return dataclasses.replace(
+        config,
+        vpc_subnets=tuple(s for s in subnets if s.availability_zone in zones),
+        vpc_security_group_ids=("sg-0123456789abcdef0",),
+        fsx_lustre=runtime.config.FsxLustre(FILE_SYSTEM_ID, "fsx", "subnet-a2", "us-east-1a"),
+    )
+
+
+@pytest.fixture
+def vpc_config(runtime, capacity_env):
+    return vpc_mode(runtime, runtime.config.SubmitterConfig.from_environ(capacity_env))
+
+
+FSX_INPUTS = {"train": {"file_system_id": FILE_SYSTEM_ID, "directory_path": "/fsx/datasets/train"}}
+
+
+def test_a_job_on_a_plan_runs_in_the_subnets_of_its_blocks_zone(submit_with, vpc_config):
+    response = submit_with([arn("idle-now"), arn("zone-b")], config=vpc_config, dry_run=True)
+    assert response["status"] == "validated", response
+    assert response["capacity"]["training_plan_arn"] == arn("zone-b")  # expires first
+    assert (
+        response["capacity"]["availability_zone"] == "us-east-1b" and " in us-east-1b" in response["capacity"]["reason"]
+    )
+    params = response["create_training_job"]
+    assert params["VpcConfig"] == {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-b1"]}
+    assert validate_input("sagemaker", "CreateTrainingJob", params) == []
+    on_a = submit_with([arn("idle-now")], config=vpc_config, dry_run=True)["create_training_job"]
+    assert on_a["VpcConfig"]["Subnets"] == ["subnet-a1", "subnet-a2"]
+
+
+def test_a_plan_in_another_zone_than_the_file_system_is_skipped_naming_both(submit_with, vpc_config):
+    response = submit_with([arn("idle-now"), arn("zone-b")], config=vpc_config, dry_run=True, inputs=FSX_INPUTS)
+    assert response["status"] == "validated", response
+    assert response["capacity"]["training_plan_arn"] == arn("idle-now")
+    assert response["create_training_job"]["VpcConfig"]["Subnets"] == ["subnet-a2"]
+    why = _skipped(response)[arn("zone-b")]
+    assert "its block is in availability zone us-east-1b; the job can run only in us-east-1a" in why
+    assert f"the zone of FSx for Lustre file system {FILE_SYSTEM_ID}" in why
+
+
+def test_no_plan_in_the_file_systems_zone_is_no_capacity(submit_with, vpc_config):
+    response = submit_with([arn("zone-b")], config=vpc_config, inputs=FSX_INPUTS)
+    assert response["status"] == "rejected" and response["error"]["code"] == "NoCapacity", response
+    assert "zone-b: block " in response["error"]["message"]
+    assert "availability zone us-east-1b; the job can run only in us-east-1a" in response["error"]["message"]
+    # capacity auto moves on to spot, in the file system's subnet
+    spot = submit_with([arn("zone-b")], config=vpc_config, inputs=FSX_INPUTS, capacity="auto", dry_run=True)
+    assert spot["capacity"]["type"] == "spot" and spot["create_training_job"]["VpcConfig"]["Subnets"] == ["subnet-a2"]
+
+
+def test_a_plan_in_a_zone_without_platform_subnets_is_skipped(runtime, submit_with, capacity_env):
+    only_a = vpc_mode(runtime, runtime.config.SubmitterConfig.from_environ(capacity_env), zones=("us-east-1a",))
+    response = submit_with([arn("zone-b")], config=only_a)
+    assert response["error"]["code"] == "NoCapacity", response
+    assert "the job can run only in us-east-1a (the zones of the platform's subnets)" in response["error"]["message"]
+
+
+def test_judge_plan_refuses_a_block_without_a_zone_in_vpc_mode(runtime, request_for, vpc_config):
+    from platform_constructs.submitter.runtime.network import allowed_zones
+
+    request = request_for()
+    zones = allowed_zones(request, vpc_config)
+    unzoned = describe("unzoned", (-1, 48, 4))  # describe() reports no AvailabilityZone
+    assert runtime.capacity.judge_plan(arn("unzoned"), unzoned, request, NOW).eligible  # no VPC mode: any zone
+    verdict = runtime.capacity.judge_plan(arn("unzoned"), unzoned, request, NOW, zones)
+    assert not verdict.eligible and "its block reports no AvailabilityZone" in verdict.reason
+    for summary in unzoned["ReservedCapacitySummaries"]:
+        summary["AvailabilityZone"] = "us-east-1b"
+    verdict = runtime.capacity.judge_plan(arn("unzoned"), unzoned, request, NOW, zones)
+    assert verdict.eligible and verdict.availability_zone == "us-east-1b"
 
 
 # --- the emulator describes plans faithfully ------------------------------------------------------

@@ -209,7 +209,7 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
         "capacity": "auto", "training_plan_arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p",
         "hyperparameters": {"batch_size": 4}, "inputs": {"train": "x/"}, "max_runtime_hours": 2, "max_wait_hours": 3,
         "max_retry_attempts": 1, "tags": {"team": "a"}, "auto_tune": False, "dry_run": True,
-        "accept_memory_risk": True,
+        "accept_memory_risk": True, "network_isolation": True, "inter_container_encryption": False,
         "model_config": json.loads((FIXTURES / "llama3_8b_config.json").read_text()),
     }  # fmt: skip
     # run names its own jobs (job_name and client_token are refused with it): sent on its own below

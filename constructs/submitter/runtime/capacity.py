@@ -25,7 +25,10 @@ SageMaker starts reclaiming its instances. A plan is **eligible** when
 * the block's usable time from the job's start covers ``max_runtime_hours``; for a run's segment, the
   trainer's stop margin (:data:`platform_spec.capacity.STOP_MARGIN_S`) plus the run's
   ``min_segment_minutes`` (:attr:`platform_spec.runs.RunSpec.min_segment_s`) is enough: the trainer
-  checkpoints and stops at the block's end, and the run continues (:mod:`platform_spec.runs`).
+  checkpoints and stops at the block's end, and the run continues (:mod:`platform_spec.runs`);
+* in VPC mode, the block's ``AvailabilityZone`` is one the job may run in (:func:`.network.allowed_zones`:
+  a zone with a platform subnet, or for a job reading the FSx for Lustre file system, that file system's
+  zone); the job then runs in that zone's subnets (:func:`.network.job_subnets`).
 
 The **job's block** is the first usable block (by start) with ``instance_count`` instances:
 ``min(AvailableInstanceCount, TotalInstanceCount)`` for the block active now (``AvailableInstanceCount``
@@ -66,6 +69,7 @@ from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, TRAINING_PLAN
 from .aws import NOT_FOUND_CODES, PLAN_ARNS_MAX_AGE_S, Clients, error_code
 from .config import SubmitterConfig
 from .errors import ConfigurationError, Refusal, invalid
+from .network import JobZones, allowed_zones
 from .request import SubmitRequest
 from .settings import SERVICE_NAME
 from .training_job import utc
@@ -102,6 +106,7 @@ class PlanVerdict:
         usable_end: ``end_time`` less the reclaim time (:data:`platform_spec.capacity.CAPACITY_BLOCK_RECLAIM_S`).
         start_time: when the job would start (UTC): now, or the start of the block it waits for.
         starts_now: the job's block is active now (the job does not wait).
+        availability_zone: the zone of the job's block (its ``AvailabilityZone``), when known.
     """
 
     training_plan_arn: str
@@ -111,6 +116,7 @@ class PlanVerdict:
     usable_end: datetime | None = None
     start_time: datetime | None = None
     starts_now: bool = False
+    availability_zone: str | None = None
 
     @property
     def name(self) -> str:
@@ -135,6 +141,8 @@ class CapacityChoice:
         rule: which rule decided, one of the ``RULE_*`` values (module docstring; empty: not stated).
         start_time: for a plan whose block starts later, when the job would start (UTC; it waits ``Pending``
             until then); ``None``: as soon as it is created. A run's deadline bounds its runtime from then.
+        availability_zone: for a plan, the zone of the job's block: in VPC mode the job gets that zone's
+            subnets (:func:`.network.job_subnets`); ``None``: not bound to a zone.
     """
 
     type: str
@@ -143,11 +151,14 @@ class CapacityChoice:
     skipped: tuple[PlanVerdict, ...] = field(default_factory=tuple)
     rule: str = ""
     start_time: datetime | None = None
+    availability_zone: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
         if self.training_plan_arn:
             out["training_plan_arn"] = self.training_plan_arn
+        if self.availability_zone:
+            out["availability_zone"] = self.availability_zone
         if self.rule:
             out["rule"] = self.rule
         out["reason"] = self.reason
@@ -218,6 +229,7 @@ class _Block:
     end: datetime
     total: int
     arn: str | None
+    zone: str | None
 
     @property
     def usable_end(self) -> datetime:
@@ -236,15 +248,22 @@ def _blocks(description: Mapping[str, Any], instance_type: str) -> tuple[list[_B
         if start is None or end is None:
             notes.append(f"block {summary.get('ReservedCapacityArn', '?')} has no StartTime/EndTime")
             continue
-        blocks.append(
-            _Block(start, end, int(summary.get("TotalInstanceCount") or 0), summary.get("ReservedCapacityArn"))
-        )
+        total, arn = int(summary.get("TotalInstanceCount") or 0), summary.get("ReservedCapacityArn")
+        zone = summary.get("AvailabilityZone")
+        blocks.append(_Block(start, end, total, arn, zone))
     blocks.sort(key=lambda b: (b.start, b.end))
     return blocks, notes
 
 
-def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitRequest, now: datetime) -> PlanVerdict:
-    """Apply the eligibility rules (module docstring) to one described plan."""
+def judge_plan(
+    arn: str,
+    description: Mapping[str, Any] | None,
+    request: SubmitRequest,
+    now: datetime,
+    zones: JobZones | None = None,
+) -> PlanVerdict:
+    """Apply the eligibility rules (module docstring) to one described plan; ``zones``: the availability zones
+    the job may run in (VPC mode, :func:`.network.allowed_zones`), ``None``: any."""
     if description is None:
         return PlanVerdict(arn, False, "not found (DescribeTrainingPlan: ResourceNotFound)")
     refused = _plan_refusal(arn, description, request)
@@ -263,7 +282,7 @@ def judge_plan(arn: str, description: Mapping[str, Any] | None, request: SubmitR
     available_now = int(description.get("AvailableInstanceCount") or 0)
     passed: list[str] = []  # blocks the job cannot start in (too few instances), each with why
     for index, block in enumerate(usable):
-        verdict = _judge_block(arn, block, usable[index + 1 :], passed, available_now, request, now)
+        verdict = _judge_block(arn, block, usable[index + 1 :], passed, available_now, request, now, zones)
         if verdict is not None:
             return verdict
     return PlanVerdict(arn, False, "; ".join(passed), usable[-1].end, usable[-1].usable_end)
@@ -296,9 +315,11 @@ def _judge_block(
     available_now: int,
     request: SubmitRequest,
     now: datetime,
+    zones: JobZones | None = None,
 ) -> PlanVerdict | None:
     """The verdict when the job would start in ``block``; ``None`` (and a note in ``passed``) when the block
-    has too few instances for it, so the job waits for a later one."""
+    has too few instances for it, so the job waits for a later one. A block in a zone not among ``zones`` is
+    the job's all the same (SageMaker starts it there): the plan is refused, naming the zones."""
     starts_now = block.start <= now
     job_start = now if starts_now else block.start
     window = f"block {block.start.isoformat()} to {block.end.isoformat()}"
@@ -322,9 +343,13 @@ def _judge_block(
     # SageMaker starts a waiting job as soon as a block has its instances: this block is the job's
     room = block.usable_end - job_start
     run_segment = request.run is not None and timedelta(seconds=request.run.least_segment_s) <= room
-    times = (block.end, block.usable_end, job_start, starts_now)
+    times = (block.end, block.usable_end, job_start, starts_now, block.zone)
+    if zones is not None and block.zone not in zones.zones:
+        return PlanVerdict(arn, False, f"{before}{window}: {zones.refusal(block.zone)}", *times)
     if room < timedelta(seconds=request.max_runtime_seconds) and not run_segment:
         return PlanVerdict(arn, False, f"{before}{window}: {_too_short(room, later, request)}", *times)
+    if zones is not None:
+        window += f" in {block.zone}"
     if starts_now:
         when = f"active, {instances} {request.instance_type} available now"
     else:
@@ -454,6 +479,7 @@ def _best_plan(request: SubmitRequest, verdicts: list[PlanVerdict]) -> CapacityC
         skipped=skipped,
         rule=rule,
         start_time=None if best.starts_now else best.start_time,
+        availability_zone=best.availability_zone,
     )
 
 
@@ -474,6 +500,7 @@ def _passed_over(verdict: PlanVerdict, best: PlanVerdict) -> PlanVerdict:
         verdict.usable_end,
         verdict.start_time,
         verdict.starts_now,
+        verdict.availability_zone,
     )
 
 
@@ -495,7 +522,8 @@ def _judge_configured_plans(
             expected = "one of the configured plans: " + (", ".join(arns) or "(none configured)")
             raise invalid(FieldError("training_plan_arn", named, expected))
         entries = [named]
-    return [_judge_entry(entry, request, clients=clients, config=config, now=now) for entry in entries]
+    zones = allowed_zones(request, config)
+    return [_judge_entry(entry, request, clients=clients, config=config, now=now, zones=zones) for entry in entries]
 
 
 def _check_named_plan(arn: str, config: SubmitterConfig) -> None:
@@ -512,7 +540,13 @@ def _check_named_plan(arn: str, config: SubmitterConfig) -> None:
 
 
 def _judge_entry(
-    entry: Any, request: SubmitRequest, *, clients: Clients, config: SubmitterConfig, now: datetime
+    entry: Any,
+    request: SubmitRequest,
+    *,
+    clients: Clients,
+    config: SubmitterConfig,
+    now: datetime,
+    zones: JobZones | None,
 ) -> PlanVerdict:
     """The verdict on one entry of the plan list: malformed or another region's or account's entries are
     skipped (and logged) without being described."""
@@ -531,7 +565,7 @@ def _judge_entry(
             extra={"training_plan_arn": entry, "parameter": parameter, "reason": reason},
         )
         return PlanVerdict(entry, False, f"refused without describing it: {reason}")
-    return judge_plan(entry, describe_plan(clients, entry), request, now)
+    return judge_plan(entry, describe_plan(clients, entry), request, now, zones)
 
 
 def _fallback_reason(kind: str, verdicts: list[PlanVerdict], order: Sequence[str]) -> str:

@@ -21,8 +21,14 @@ before, :mod:`.service`):
   cites AWS's guidance for the installed aws-ofi-nccl plugin), their one home.
 * ``RetryStrategy`` (``max_retry_attempts``), ``HyperParameters`` as strings
   (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`; ``model_config`` is merged into them
-  when the request is parsed), ``InputDataConfig`` (``inputs``), and ``Tags``: platform tags, ``tags`` and
-  the submitter's bookkeeping tags (their names' home is :mod:`.training_job`).
+  when the request is parsed), ``InputDataConfig`` (``inputs``: an ``s3://`` channel as an ``S3DataSource``
+  streamed with the job's ``FastFile``; an FSx channel as a read-only ``FileSystemDataSource`` with the
+  channel's ``InputMode`` ``File``, the mode SageMaker mounts a file system in), and ``Tags``: platform tags,
+  ``tags`` and the submitter's bookkeeping tags (their names' home is :mod:`.training_job`).
+* ``VpcConfig`` in VPC mode: the platform's security groups and the subnets :func:`.network.job_subnets`
+  chooses (the FSx file system's, or the training plan block's zone's, else all).
+* ``EnableNetworkIsolation`` (``network_isolation``) and ``EnableInterContainerTrafficEncryption``
+  (``inter_container_encryption``), sent when true.
 
 SageMaker's limits, each read from botocore's model of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`),
 are checked naming the field: the number of tags where they are merged, the job-name rule, the number of
@@ -45,10 +51,18 @@ from . import settings
 from .capacity import CapacityChoice
 from .config import SubmitterConfig
 from .errors import invalid
-from .request import SubmitRequest, derived_job_name, job_name_expected, token_digest
+from .network import job_subnets
+from .request import FsxChannel, SubmitRequest, derived_job_name, job_name_expected, token_digest
 from .training_job import TAG_CAPACITY_TYPE, TAG_CLIENT_TOKEN_SHA256, TAG_REQUEST_SHA256, TAG_SUBMITTER
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+FSX_LUSTRE = "FSxLustre"
+"""``FileSystemDataSource.FileSystemType`` of an FSx channel (botocore's enum: ``EFS``, ``FSxLustre``)."""
+FSX_ACCESS_MODE = "ro"
+"""``FileSystemDataSource.FileSystemAccessMode`` of an FSx channel: read-only (input data; the job writes its
+checkpoints and output to S3)."""
+FSX_INPUT_MODE = "File"
+"""An FSx channel's ``InputMode``: SageMaker mounts the file system's directory at the channel's path."""
 
 
 def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
@@ -125,23 +139,36 @@ def build_create_training_job(
         "Tags": _tags(request, capacity, config, fingerprint or request.fingerprint()),
     }
     if request.inputs:
-        params["InputDataConfig"] = [
-            {
-                "ChannelName": channel,
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": uri,
-                        "S3DataDistributionType": "FullyReplicated",
-                    }
-                },
-            }
-            for channel, uri in sorted(request.inputs.items())
-        ]
+        params["InputDataConfig"] = [_channel(name, source) for name, source in sorted(request.inputs.items())]
+    if config.vpc_mode:
+        params["VpcConfig"] = {
+            "SecurityGroupIds": list(config.vpc_security_group_ids),
+            "Subnets": job_subnets(request, config, capacity.availability_zone),
+        }
+    if request.value("network_isolation"):
+        params["EnableNetworkIsolation"] = True
+    if request.value("inter_container_encryption"):
+        params["EnableInterContainerTrafficEncryption"] = True
     if capacity.type == "spot":
         params["EnableManagedSpotTraining"] = True
     check_limits(params)
     return params
+
+
+def _channel(name: str, source: str | FsxChannel) -> dict[str, Any]:
+    """One ``InputDataConfig`` entry: an ``s3://`` prefix, or a directory of the platform's FSx for Lustre."""
+    if isinstance(source, FsxChannel):
+        data_source: dict[str, Any] = {
+            "FileSystemDataSource": {
+                "FileSystemId": source.file_system_id,
+                "FileSystemAccessMode": FSX_ACCESS_MODE,
+                "FileSystemType": FSX_LUSTRE,
+                "DirectoryPath": source.directory_path,
+            }
+        }
+        return {"ChannelName": name, "DataSource": data_source, "InputMode": FSX_INPUT_MODE}
+    s3 = {"S3DataType": "S3Prefix", "S3Uri": source, "S3DataDistributionType": "FullyReplicated"}
+    return {"ChannelName": name, "DataSource": {"S3DataSource": s3}}
 
 
 def checkpoint_uri(request: SubmitRequest, job_name: str, config: SubmitterConfig) -> str:

@@ -11,11 +11,14 @@ A request is a JSON object (the Lambda event)::
       "training_plan_arn": "arn:aws:sagemaker:...", # optional, one of the configured plans
       "hyperparameters": {"model": "gpt-1b", "precision": "mxfp8", "num_layers": 10,
                           "batch_size": 8, "seq_length": 2048},
-      "inputs": {"train": "s3://<data bucket>/datasets/guide/train/"},
+      "inputs": {"train": "s3://<data bucket>/datasets/guide/train/"},  # or, on the platform's FSx for Lustre:
+                 # {"train": {"file_system_id": "fs-...", "directory_path": "/<mount name>/datasets/guide/train"}}
       "max_runtime_hours": 24,
       "max_wait_hours": 48,                         # spot only
       "max_retry_attempts": 3,
       "tags": {"team": "research"},
+      "network_isolation": false,                   # EnableNetworkIsolation
+      "inter_container_encryption": false,          # EnableInterContainerTrafficEncryption
       "auto_tune": false,
       "dry_run": false
     }
@@ -50,6 +53,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,20 +123,39 @@ def job_name_expected() -> str:
     return JOB_NAME.expected_text()
 
 
+@dataclass(frozen=True)
+class FsxChannel:
+    """An input channel on the platform's FSx for Lustre file system (``FileSystemDataSource``, read-only).
+
+    Attributes:
+        file_system_id: the platform's file system (:attr:`.config.FsxLustre.file_system_id`).
+        directory_path: ``/<mount name>`` or a directory below it, normalised (no ``.``, ``..``, empty
+            segment or trailing ``/``).
+    """
+
+    file_system_id: str
+    directory_path: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The request's form: ``{"file_system_id", "directory_path"}`` (also its canonical form)."""
+        return {"file_system_id": self.file_system_id, "directory_path": self.directory_path}
+
+
 @dataclass(frozen=True, kw_only=True)
 class SubmitRequest:
     """A validated request with defaults applied: an attribute per row of :data:`FIELDS` (the row's help says
     what it is; ``inputs`` are resolved to ``s3://`` URIs, ``hyperparameters`` parsed into the trainer's
     :class:`~platform_spec.hyperparameters.Hyperparameters`), ``extras`` for the rows this class has no
     attribute for (read any field with :meth:`value`), and ``sent``, the ``fingerprint`` rows the caller sent,
-    canonicalised: what :meth:`fingerprint` hashes."""
+    canonicalised: what :meth:`fingerprint` hashes. An ``inputs`` channel is an ``s3://`` URI or an
+    :class:`FsxChannel`."""
 
     hyperparameters: hpmod.Hyperparameters
     instance_type: str
     instance_count: int
     capacity: str
     training_plan_arn: str | None
-    inputs: Mapping[str, str]
+    inputs: Mapping[str, str | FsxChannel]
     max_runtime_hours: float
     max_wait_hours: float | None
     max_retry_attempts: int
@@ -170,6 +193,11 @@ class SubmitRequest:
         if name in _FIELD_ATTRIBUTES:
             return getattr(self, name)
         raise KeyError(f"no request field {name!r} in this request")
+
+    @property
+    def reads_fsx(self) -> bool:
+        """Whether a channel is on the platform's FSx for Lustre file system (the job runs in its subnet)."""
+        return any(isinstance(source, FsxChannel) for source in self.inputs.values())
 
     @property
     def max_runtime_seconds(self) -> int:
@@ -272,42 +300,118 @@ def _hyperparameters_schema() -> dict[str, Any]:
     return {k: v for k, v in hpmod.json_schema().items() if k != "$schema"}
 
 
-def _inputs(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, str], dict[str, str]]:
-    """Channel -> ``s3://`` URI, keys resolved under the data bucket; canonical: sorted."""
+_CHANNEL_EXPECTED = "an s3:// URI, a key prefix under the data bucket, or {file_system_id, directory_path}"
+FSX_CHANNEL_KEYS = ("file_system_id", "directory_path")
+"""The members of an FSx channel (:class:`FsxChannel`)."""
+
+
+def _inputs(
+    raw: Mapping[str, Any], config: SubmitterConfig
+) -> tuple[dict[str, str | FsxChannel], dict[str, str | dict[str, str]]]:
+    """Channel -> ``s3://`` URI (keys resolved under the data bucket) or :class:`FsxChannel`; canonical: sorted,
+    an FSx channel as its object (an ``s3://`` channel's form is unchanged, so fingerprints made before FSx
+    channels existed stay equal)."""
     most = model.bounds("InputDataConfig")[1]
     if most is not None and len(raw) > most:
         raise FieldError(
             "inputs", f"{len(raw)} channels", f"at most {most} channels (SageMaker's InputDataConfig limit)"
         )
     channel_rule = model.string_rule("InputDataConfig.member.ChannelName")
-    uri_rule = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
-    prefixes = config.input_prefixes()
-    resolved: dict[str, str] = {}
-    for channel, uri in raw.items():
+    resolved: dict[str, str | FsxChannel] = {}
+    for channel, source in raw.items():
         if not isinstance(channel, str) or not channel_rule.accepts(channel):
             raise FieldError("inputs", channel, f"channel names of {channel_rule.expected()}")
         where = f"inputs.{channel}"
-        if not isinstance(uri, str) or not uri.strip():
-            raise FieldError(where, uri, "an s3:// URI or a key prefix under the data bucket")
-        if not uri.startswith("s3://"):
-            if "://" in uri:
-                raise FieldError(where, uri, "an s3:// URI or a key prefix under the data bucket")
-            uri = f"s3://{config.data_bucket}/{uri.lstrip('/')}"
-        if (
-            S3_URI_RE.fullmatch(uri) is None
-            or any(ord(c) < 32 or ord(c) == 127 for c in uri)
-            or not uri_rule.accepts(uri)
-        ):
-            raise FieldError(where, uri, f"an s3://bucket/key URI without control characters, {uri_rule.length_text()}")
-        if not any(uri.startswith(p) for p in prefixes):
-            raise FieldError(where, uri, "a URI under " + " or ".join(prefixes))
-        resolved[channel] = uri
-    return resolved, dict(sorted(resolved.items()))
+        if isinstance(source, Mapping):
+            resolved[channel] = _fsx_channel(where, source, config)
+        else:
+            resolved[channel] = _s3_channel(where, source, config)
+    canonical = {k: v.to_dict() if isinstance(v, FsxChannel) else v for k, v in sorted(resolved.items())}
+    return resolved, canonical
+
+
+def _s3_channel(where: str, source: Any, config: SubmitterConfig) -> str:
+    """An ``s3://`` channel's URI, a key prefix resolved under the data bucket."""
+    uri_rule = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
+    if not isinstance(source, str) or not source.strip():
+        raise FieldError(where, source, _CHANNEL_EXPECTED)
+    uri: str = source
+    if not uri.startswith("s3://"):
+        if "://" in uri:
+            raise FieldError(where, uri, _CHANNEL_EXPECTED)
+        uri = f"s3://{config.data_bucket}/{uri.lstrip('/')}"
+    if S3_URI_RE.fullmatch(uri) is None or _has_control(uri) or not uri_rule.accepts(uri):
+        raise FieldError(where, uri, f"an s3://bucket/key URI without control characters, {uri_rule.length_text()}")
+    prefixes = config.input_prefixes()
+    if not any(uri.startswith(p) for p in prefixes):
+        raise FieldError(where, uri, "a URI under " + " or ".join(prefixes))
+    return uri
+
+
+def _fsx_channel(where: str, source: Mapping[str, Any], config: SubmitterConfig) -> FsxChannel:
+    """A channel on the platform's FSx for Lustre file system: its ID, and a directory at or below its mount."""
+    fsx = config.fsx_lustre
+    if fsx is None:
+        raise FieldError(
+            where, dict(source), "an s3:// URI or a key prefix under the data bucket: this deployment has no FSx for "
+            "Lustre file system (the fsxLustre setting)",
+        )  # fmt: skip
+    unknown = [k for k in source if k not in FSX_CHANNEL_KEYS]
+    if unknown:
+        raise FieldError(f"{where}.{unknown[0]}", source[unknown[0]], "no such key: " + " and ".join(FSX_CHANNEL_KEYS))
+    file_system_id = source.get("file_system_id")
+    if file_system_id != fsx.file_system_id:
+        raise FieldError(
+            f"{where}.file_system_id",
+            file_system_id,
+            f"{fsx.file_system_id}, the platform's FSx for Lustre file system",
+        )
+    return FsxChannel(
+        fsx.file_system_id, _directory_path(f"{where}.directory_path", source.get("directory_path"), fsx.root)
+    )
+
+
+def _directory_path(where: str, path: Any, root: str) -> str:
+    """``path`` normalised (one trailing ``/`` dropped), checked to be ``root`` or below it, within SageMaker's
+    ``DirectoryPath`` rule."""
+    rule = model.string_rule("InputDataConfig.member.DataSource.FileSystemDataSource.DirectoryPath")
+    expected = (
+        f"{root} or a directory below it ({root}/<path>: the file system's mount name first, no . or .. or empty "
+        f"segments, no control characters, {rule.length_text()})"
+    )
+    if not isinstance(path, str):
+        raise FieldError(where, path, expected)
+    trimmed = path[:-1] if path.endswith("/") and path != "/" else path
+    if (
+        _has_control(trimmed)
+        or posixpath.normpath(trimmed) != trimmed
+        or trimmed.startswith("//")
+        or any(part in (".", "..") for part in trimmed.split("/"))
+        or (trimmed != root and not trimmed.startswith(root + "/"))
+        or not rule.accepts(trimmed)
+    ):
+        raise FieldError(where, path, expected)
+    return trimmed
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
 
 
 def _inputs_schema() -> dict[str, Any]:
     channel = model.string_rule("InputDataConfig.member.ChannelName")
     uri = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
+    file_system = model.string_rule("InputDataConfig.member.DataSource.FileSystemDataSource.FileSystemId")
+    directory = model.string_rule("InputDataConfig.member.DataSource.FileSystemDataSource.DirectoryPath")
+    fsx_channel = {
+        "type": "object",
+        "required": list(FSX_CHANNEL_KEYS),
+        "additionalProperties": False,
+        "properties": {
+            "file_system_id": {"type": "string", "pattern": whole_string_pattern(file_system.pattern or ".*")},
+            "directory_path": {"type": "string", "pattern": "^/", "maxLength": directory.max_length},
+        },
+    }
     return {
         "maxProperties": model.bounds("InputDataConfig")[1],
         "propertyNames": {
@@ -315,7 +419,7 @@ def _inputs_schema() -> dict[str, Any]:
             "maxLength": channel.max_length,
             "pattern": whole_string_pattern(channel.pattern or ".*"),
         },
-        "additionalProperties": {"type": "string", "maxLength": uri.max_length},
+        "additionalProperties": {"oneOf": [{"type": "string", "maxLength": uri.max_length}, fsx_channel]},
     }
 
 
@@ -434,7 +538,10 @@ def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
     """The trainer reads the ``train`` channel unless it makes synthetic data."""
     if not values["hyperparameters"].synthetic_data and "train" not in values["inputs"]:
         raise FieldError(
-            "inputs.train", None, "an s3:// URI for the train channel (or hyperparameters.synthetic_data true)"
+            "inputs.train",
+            None,
+            "an s3:// URI for the train channel (or an FSx channel {file_system_id, directory_path}, or "
+            "hyperparameters.synthetic_data true)",
         )
 
 
@@ -567,13 +674,18 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field(
         "inputs", "object",
-        help="input channels: channel name -> `s3://` URI, or a key prefix under the data bucket",
+        help="input channels: channel name -> `s3://` URI, or a key prefix under the data bucket, or "
+        '`{"file_system_id": "fs-...", "directory_path": "/<mount name>/<path>"}` on the platform\'s FSx for Lustre '
+        "file system",
         parse=_inputs,
         limits=_inputs_limits,
-        expected="a JSON object: channel name -> s3:// URI",
+        expected="a JSON object: channel name -> s3:// URI or {file_system_id, directory_path}",
         checks=(Check(_train_channel, needs=("hyperparameters",)),),
         notes="URIs under the data bucket or an `allowedInputPrefixes` prefix; `train` is required unless "
-        "`hyperparameters.synthetic_data`",
+        "`hyperparameters.synthetic_data`. An FSx channel (only with `fsxLustre`) names the platform's file system "
+        "and a directory at or below its mount name; it is read-only (`FileSystemDataSource`, `InputMode` `File`: "
+        "SageMaker mounts it at `/opt/ml/input/data/<channel>`), and the job runs in the file system's subnet, so "
+        "on a training plan only a block in that availability zone can run it",
         schema=_inputs_schema,
     ),
     Field(
@@ -605,6 +717,23 @@ FIELDS: tuple[Field, ...] = (
         notes="keys starting with " + " or ".join(f"`{p}`" for p in RESERVED_TAG_PREFIXES) + " are reserved, and so "
         "are the keys of the platform's own tags, in any letter case",
         schema=_tags_schema,
+    ),
+    Field(
+        "network_isolation", "boolean",
+        help="SageMaker's EnableNetworkIsolation: the training container makes no network call but to the job's "
+        "other instances, and gets no AWS credentials",
+        default=False,
+        notes="SageMaker still moves the input channels, checkpoints (`/opt/ml/checkpoints`) and output with the "
+        "execution role, outside the container, and collects its logs and metrics; the trainer makes no network call "
+        "of its own (its processes talk only to each other), so it runs alike",
+    ),
+    Field(
+        "inter_container_encryption", "boolean",
+        help="SageMaker's EnableInterContainerTrafficEncryption: encrypt the traffic between the job's instances",
+        default=False,
+        notes="no effect on one instance; on several it encrypts FSDP's gradient and parameter traffic, and AWS "
+        "states it can increase training time by an amount that depends on that traffic (the planner's estimate "
+        "notes it)",
     ),
     Field(
         "auto_tune", "boolean",
