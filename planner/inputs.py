@@ -31,6 +31,8 @@ class PlanInput(Hyperparameters):
             trainer; see :mod:`planner.memory`.
         price_per_hour: USD per instance-hour, for cost (an input: no price list is shipped); ``None``: no cost.
         tokens: training-token budget for wall time and cost; ``None``: none.
+        inter_container_encryption: the job encrypts the traffic between its instances (SageMaker's
+            ``EnableInterContainerTrafficEncryption``): not modelled in the figures, noted (:func:`planner.plan.notes`).
     """
 
     instance_type: str
@@ -38,13 +40,15 @@ class PlanInput(Hyperparameters):
     blocks_only: bool = False
     price_per_hour: float | None = None
     tokens: float | None = None
+    inter_container_encryption: bool = False
 
     @classmethod
     def from_hyperparameters(
         cls, hp: Hyperparameters, *, instance_type: str, instance_count: int = 1, **kw: Any
     ) -> PlanInput:
         """The plan input for trainer hyperparameters ``hp`` on ``instance_count`` x ``instance_type``; ``kw``
-        sets the other fields (``blocks_only``, ``price_per_hour``, ``tokens``) or overrides a hyperparameter."""
+        sets the other fields (``blocks_only``, ``price_per_hour``, ``tokens``, ``inter_container_encryption``) or
+        overrides a hyperparameter."""
         values: dict[str, Any] = {name: getattr(hp, name) for name in hpmod.SPECS}
         return cls(instance_type=instance_type, instance_count=instance_count, **{**values, **kw})
 
@@ -75,7 +79,8 @@ class PlanInput(Hyperparameters):
 
     @classmethod
     def own_fields(cls) -> tuple[str, ...]:
-        """The fields besides the hyperparameters: the hardware, the budget and ``blocks_only``."""
+        """The fields besides the hyperparameters: the hardware, the budget, ``blocks_only`` and
+        ``inter_container_encryption``."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.name not in hpmod.SPECS)
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,8 +214,9 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
         raise catalogue.UnsupportedHostArchitectureError(instance.instance_type, problem)
     if isinstance(p.instance_count, bool) or not isinstance(p.instance_count, int) or not 1 <= p.instance_count <= 4096:
         raise PlanInputError("instance_count", p.instance_count, "an integer from 1 to 4096")
-    if not isinstance(p.blocks_only, bool):
-        raise PlanInputError("blocks_only", p.blocks_only, "true or false")
+    for name in ("blocks_only", "inter_container_encryption"):
+        if not isinstance(getattr(p, name), bool):
+            raise PlanInputError(name, getattr(p, name), "true or false")
     for name in ("price_per_hour", "tokens"):
         v = getattr(p, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):

@@ -250,7 +250,22 @@ def notes(plan: Plan) -> list[str]:
     )
     if not plan.ran:
         out.append("out of memory: the speed and cost figures are withheld (null); time_breakdown_s is the model's")
+    if plan.input.inter_container_encryption and plan.input.instance_count > 1:
+        out.append(INTER_CONTAINER_ENCRYPTION_NOTE)
     return out
+
+
+INTER_CONTAINER_ENCRYPTION_NOTE = (
+    "inter_container_encryption: SageMaker encrypts the traffic between the job's instances, here the parameter and "
+    "gradient traffic FSDP sends between them (all-gathers and reduce-scatters; with hybrid sharding the replicas' "
+    "gradient all-reduce; see communication); AWS states it can increase "
+    "training time by an amount that depends on the amount of communication between instances, and publishes no "
+    "figure, so the speed and cost figures do not include it (Amazon SageMaker AI Developer Guide, Protect "
+    "Communications Between ML Compute Instances in a Distributed Training Job, "
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/train-encrypt.html)"
+)
+"""The note of a multi-instance plan with ``inter_container_encryption`` (a single instance is unaffected: "Enabling
+inter-container traffic encryption doesn't affect training jobs with a single compute instance", the same page)."""
 
 
 def evaluate(plan_input: PlanInput) -> Plan:

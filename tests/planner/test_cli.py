@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from planner import estimate
+import planner.plan
+from planner import PlanInputError, estimate
 from trainctl.cli import main
 from trainctl.plans import render_plan
 
@@ -231,3 +232,19 @@ def test_each_budget_flag_states_its_own_expectation(capsys, argv, expected):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and expected in err
     assert argv[0] != "--price-per-hour" or "1e12" not in err
+
+
+def test_inter_container_encryption_is_noted_for_a_multi_instance_job_only(capsys, make_input):
+    """AWS: it "doesn't affect training jobs with a single compute instance"; on several its cost depends on the
+    traffic between them, which the planner reports but does not turn into a figure AWS does not publish."""
+    note = planner.plan.INTER_CONTAINER_ENCRYPTION_NOTE
+    two = run_json(capsys, "--instance-count", "2", "--inter-container-encryption")
+    assert note in two["notes"] and two["input"]["inter_container_encryption"] is True
+    assert "reduce-scatters" in note and "train-encrypt.html" in note
+    plain = run_json(capsys, "--instance-count", "2")
+    assert note not in plain["notes"] and plain["input"]["inter_container_encryption"] is False
+    assert note not in run_json(capsys, "--inter-container-encryption")["notes"]  # one instance
+    # the figures are the same: the cost is noted, not modelled
+    assert two["tokens_per_second"] == plain["tokens_per_second"]
+    with pytest.raises(PlanInputError, match="inter_container_encryption"):
+        estimate(make_input(inter_container_encryption="yes"))

@@ -320,3 +320,17 @@ def test_the_zones_a_job_may_use(runtime, vpc_config, plain_config):
         f"Lustre file system {FSX['file_system_id']}, which an input channel reads)"
     )
     assert zones.refusal(None).startswith("its block reports no AvailabilityZone; the job can run only in us-east-1a")
+
+
+def test_the_estimate_notes_what_inter_container_encryption_costs_a_multi_node_job(runtime, plain_config):
+    """The submitter's answer (``estimate``, in a dry run's response too) carries the planner's note."""
+    from planner.plan import INTER_CONTAINER_ENCRYPTION_NOTE
+
+    def notes(**fields: Any) -> list[str]:
+        request = parse(runtime, plain_config, **fields)
+        runtime.request.check_instance(request, plain_config)
+        return runtime.service.preflight(request)[1]["notes"]
+
+    assert INTER_CONTAINER_ENCRYPTION_NOTE in notes(instance_count=2, inter_container_encryption=True)
+    assert INTER_CONTAINER_ENCRYPTION_NOTE not in notes(instance_count=1, inter_container_encryption=True)
+    assert INTER_CONTAINER_ENCRYPTION_NOTE not in notes(instance_count=2)

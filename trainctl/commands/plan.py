@@ -151,6 +151,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     h.add_argument("--instance-count", type=_positive_int, default=1, help="(default: %(default)s)")
     h.add_argument(
+        "--inter-container-encryption",
+        action="store_true",
+        help="the job encrypts traffic between its instances (SageMaker's EnableInterContainerTrafficEncryption; "
+        "noted with several instances, not modelled)",
+    )
+    h.add_argument(
         "--price-per-hour",
         type=_positive_number("a positive number of USD per instance-hour (e.g. 12.5)"),
         default=None,

@@ -118,8 +118,9 @@ def submit(
 
     Returns:
         ``{"status": "submitted", "training_job_name", "training_job_arn",
-        "capacity": {"type", "training_plan_arn"?, "reason", "skipped_plans"?},
-        "estimate": {planner figures}, "replayed": bool, "auto_tune"?: {"changes", "hyperparameters"},
+        "capacity": {"type", "training_plan_arn"?, "availability_zone"? (a plan's, in VPC mode), "rule"?, "reason",
+        "skipped_plans"?},
+        "estimate": {planner figures and notes}, "replayed": bool, "auto_tune"?: {"changes", "hyperparameters"},
         "run"?: {"run_id", "segment", "checkpoint_s3_uri"}}``;
         for ``dry_run`` ``"status": "validated"`` with ``"create_training_job"``
         (the parameters that would be sent) instead of an ARN; or a refusal
@@ -524,7 +525,10 @@ def preflight(request: SubmitRequest) -> tuple[SubmitRequest, dict[str, Any], di
     """
     try:
         plan_input = planner.PlanInput.from_hyperparameters(
-            request.hyperparameters, instance_type=request.instance_type, instance_count=request.instance_count
+            request.hyperparameters,
+            instance_type=request.instance_type,
+            instance_count=request.instance_count,
+            inter_container_encryption=request.value("inter_container_encryption"),
         )
         plan = planner.estimate(plan_input)
     except ValueError as exc:  # planner.errors.PlanInputError names the field
