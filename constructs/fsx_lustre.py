@@ -65,7 +65,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -90,7 +89,6 @@ __all__ = [
     "FsxLustre",
     "FsxLustreOptions",
     "FsxLustreProps",
-    "IJobFileSystem",
 ]
 
 PER_UNIT_STORAGE_THROUGHPUT: Mapping[str, tuple[int, ...]] = {
@@ -230,18 +228,9 @@ class FsxLustreProps:
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
 
 
-@runtime_checkable
-class IJobFileSystem(Protocol):
-    """What the submitter takes of the file system (implemented by :class:`FsxLustre`): its environment value and
-    the ``CreateTrainingJob`` conditions that hold requests to it."""
-
-    def function_environment_value(self) -> dict[str, str]: ...
-
-    def create_training_job_conditions(self) -> dict[str, dict[str, list[str]]]: ...
-
-
 class FsxLustre(Construct):
-    """An FSx for Lustre file system linked to the data bucket (see the module docstring).
+    """An FSx for Lustre file system linked to the data bucket (see the module docstring); the submitter takes it as
+    its :class:`~platform_constructs.submitter.construct.IJobFileSystem`.
 
     Children (stable construct IDs): ``Resource`` (``fsx.LustreFileSystem``), ``SecurityGroup``,
     ``DataRepositoryAssociation``.

@@ -54,7 +54,6 @@ from platform_spec.runs import DECISIONS as RUN_DECISIONS
 from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 from .. import acknowledgements as nag
-from ..fsx_lustre import IJobFileSystem
 from ..job_state_events import job_state_event_pattern
 from ..network import IPlatformNetwork
 from ..trainer_image import ITrainerImage
@@ -172,6 +171,18 @@ class IRunMetrics(Protocol):
     def metric_run_capacity_wait_seconds(self, **props: Any) -> cloudwatch.Metric: ...
 
     def metric_continuation_dead_letters(self, **props: Any) -> cloudwatch.Metric: ...
+
+
+@runtime_checkable
+class IJobFileSystem(Protocol):
+    """The file system requests may read as a channel (implemented by
+    :class:`~platform_constructs.fsx_lustre.FsxLustre`): its identity for the functions' environment
+    (``settings.function_environment``'s ``fsx_lustre``) and the ``CreateTrainingJob`` conditions that hold
+    requests to it (``{"ForAllValues:StringEquals": {condition key: values}}``)."""
+
+    def function_environment_value(self) -> dict[str, str]: ...
+
+    def create_training_job_conditions(self) -> dict[str, dict[str, list[str]]]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
