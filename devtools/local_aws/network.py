@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 import random
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,8 @@ from devtools.local_aws.stack import ACCOUNT_ID, MOTO_MISSING, EmulatorUnavailab
 try:  # moto is the extra `local`
     from moto.ec2.exceptions import InvalidSubnetIdError
     from moto.ec2.models import ec2_backends
+    from moto.ec2.models import subnets as moto_subnets
+    from moto.ec2.models import vpcs as moto_vpcs
     from moto.fsx.models import fsx_backends
     from moto.sagemaker.exceptions import ValidationError
 except ImportError as exc:
@@ -86,12 +89,18 @@ def _zone(value: Any, index: int, region: str) -> str:
     return f"{region}{string.ascii_lowercase[index % 26]}"
 
 
-def _rekey_subnet(backend: Any, subnet: Any, subnet_id: str) -> None:
-    """File moto's ``subnet`` under ``subnet_id`` (an existing VPC's ID that the template names as a literal)."""
-    zone = backend.subnets[subnet.availability_zone]
-    zone.pop(subnet.id)
-    subnet.id = subnet_id
-    zone[subnet_id] = subnet
+@contextmanager
+def _with_id(module: Any, generator: str, given: str) -> Iterator[None]:
+    """Make moto's ``module.generator`` (``random_vpc_id``, ``random_subnet_id``) return ``given`` within the block:
+    an existing VPC's IDs, which the template names as literals. What moto creates beside a VPC or a subnet (the
+    main route table, the default network ACL and security group, their associations) then names it too, as it
+    would not if the object were renamed afterwards."""
+    original = getattr(module, generator)
+    setattr(module, generator, lambda: given)
+    try:
+        yield
+    finally:
+        setattr(module, generator, original)
 
 
 def create_twins(template: Mapping[str, Any], context: Mapping[str, Any], *, region: str) -> Twins:
@@ -145,14 +154,11 @@ def _existing_vpc(ec2: Any, vpc: Mapping[str, Any], twins: Twins) -> None:
         raise ValueError(
             f"vpc.availabilityZones: got {len(zones)} zone(s) for {len(subnet_ids)} subnet(s); expected one per subnet"
         )
-    made = ec2.create_vpc("10.0.0.0/16")
-    ec2.vpcs.pop(made.id)
-    made.id = str(vpc["vpcId"])
-    ec2.vpcs[made.id] = made
-    twins.vpc_id = made.id
+    with _with_id(moto_vpcs, "random_vpc_id", str(vpc["vpcId"])):
+        twins.vpc_id = ec2.create_vpc("10.0.0.0/16").id
     for index, (subnet_id, zone) in enumerate(zip(subnet_ids, zones, strict=True)):
-        subnet = ec2.create_subnet(made.id, f"10.0.{index}.0/24", availability_zone=zone)
-        _rekey_subnet(ec2, subnet, subnet_id)
+        with _with_id(moto_subnets, "random_subnet_id", str(subnet_id)):
+            ec2.create_subnet(twins.vpc_id, f"10.0.{index}.0/24", availability_zone=zone)
         twins.subnets[subnet_id] = zone
 
 

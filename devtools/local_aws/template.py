@@ -4,8 +4,8 @@
 The template is the app's own (:func:`stacks.platform_app.create_app` with ``cdk.json``'s context, for the emulator's
 account and region; no cdk-nag, no asset bundling: neither changes a policy). Synthesis takes about 6.5 s and
 ``make test`` starts a dozen emulators, so :func:`platform_template` keeps it under ``.cache/local-aws/`` keyed by what
-determines it: the sources under ``stacks/``, ``constructs/`` and ``platform_spec/``, ``app.py``, ``cdk.json``, the
-aws-cdk-lib version, the region and the context given on top of ``cdk.json``'s (VPC mode: ``{"vpc": "create",
+determines it: the sources under ``stacks/``, ``constructs/`` and ``platform_spec/``, ``app.py``, ``cdk.json``, this
+module, the aws-cdk-lib version, the region and the context given on top of ``cdk.json``'s (VPC mode: ``{"vpc": "create",
 "fsxLustre": {...}}``). Concurrent starts synthesize once: the first holds a file lock, the others wait for it and
 read its file. One template per key is kept (the default one and each context's), the newest
 :data:`KEPT` of them.
@@ -26,8 +26,9 @@ from platform_spec.files import atomic_write_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "local-aws"
-SOURCES = ("stacks", "constructs", "platform_spec", "app.py", "cdk.json")
-"""What the template is synthesized from, relative to the repository root (with aws-cdk-lib's version)."""
+SOURCES = ("stacks", "constructs", "platform_spec", "app.py", "cdk.json", "devtools/local_aws/template.py")
+"""What the template is synthesized from, and how (this module), relative to the repository root (with aws-cdk-lib's
+version)."""
 KEPT = 4
 """Templates kept in the cache (the default and a few contexts' that tests start emulators with)."""
 
@@ -51,16 +52,27 @@ def synthesize(region: str, context: Mapping[str, Any] | None = None) -> dict[st
     """Synthesize the app for the emulator's account and ``region`` with ``context`` over ``cdk.json``'s; returns
     the stack's template.
 
+    The region's availability zones are moto's (``DescribeAvailabilityZones``), given as the context entry the CDK
+    CLI fills from that call (``availability-zones:account=...:region=...``): without it a created VPC's subnets
+    would name CDK's placeholders (``dummy1a``), which no training plan's block is in.
+
     Raises:
         stacks.config.ConfigError: a context value is invalid.
     """
     import tempfile
 
+    from moto.ec2.models import ec2_backends
+
     from stacks.platform_app import create_app
 
+    zones = [zone.name for zone in ec2_backends[ACCOUNT_ID][region].describe_availability_zones()]
     with tempfile.TemporaryDirectory(prefix="local-aws-synth-") as outdir:
         app, stack = create_app(
-            context={**(context or {}), "aws:cdk:bundling-stacks": []},
+            context={
+                f"availability-zones:account={ACCOUNT_ID}:region={region}": zones,
+                **(context or {}),
+                "aws:cdk:bundling-stacks": [],
+            },
             outdir=outdir,
             nag=False,
             environ={"CDK_DEFAULT_ACCOUNT": ACCOUNT_ID, "CDK_DEFAULT_REGION": region},
