@@ -554,10 +554,12 @@ def _copy_file_system_channel(channel: Mapping[str, Any], root: Path | None, pat
             "does not exist on the file system"
         )
     target = paths.channel_dir(name)
-    shutil.copytree(folder, target, symlinks=False)
-    for copied in target.rglob("*"):
+    staged = target.with_name(f".{name}.mounting")  # the channel appears whole and read-only at once, as a mount
+    shutil.copytree(folder, staged, symlinks=False)
+    for copied in staged.rglob("*"):
         if copied.is_file():
             copied.chmod(0o444)
+    staged.rename(target)
     return {
         "TrainingInputMode": channel.get("InputMode") or "File",
         "S3DistributionType": "FullyReplicated",

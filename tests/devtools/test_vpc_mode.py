@@ -3,11 +3,11 @@ system made in moto, their IDs in the submitter's environment and in the policie
 ``VpcConfig`` and file-system channels checked as SageMaker checks them, the execution role's EC2 permissions
 decided when a job starts, and an FSx channel read from the folder that plays the file system.
 
-The platform's VPC-mode template is another part of issue 25; until it lands, the emulator runs a copy of today's
-template with the design's network added by hand (:func:`vpc_template`): a VPC, two private subnets, the jobs'
-security group, an FSx for Lustre file system in the first subnet, the submitter's ``VPC_SUBNETS`` /
-``VPC_SECURITY_GROUP_IDS`` / ``FSX_LUSTRE`` as the construct writes them (tokens), and its ``CreateTrainingJob``
-grant held to the subnets. One emulator for the module; no job here trains.
+The emulator runs the platform's own template synthesized with ``vpc: "create"`` and ``fsxLustre`` (a VPC of three
+private subnets, the jobs' group, an FSx for Lustre file system in the first subnet, the submitter's
+``VPC_SUBNETS`` / ``VPC_SECURITY_GROUP_IDS`` / ``FSX_LUSTRE`` and its ``CreateTrainingJob`` grant held to them),
+with one role added that may not create network interfaces (:func:`vpc_template`). One emulator for the module;
+no job here trains (``test_vpc_end_to_end`` trains one).
 """
 
 from __future__ import annotations
@@ -31,91 +31,15 @@ from .conftest import wait_until
 
 pytestmark = pytest.mark.xdist_group("devtools-vpc-mode")
 
-SUBMITTER = "platform_constructs.submitter.runtime.handler.lambda_handler"
-SUBNETS = ("NetworkPrivateSubnet1", "NetworkPrivateSubnet2")
-GROUP = "NetworkJobSecurityGroup"
-FILE_SYSTEM = "FsxLustreFileSystem"
+CONTEXT: dict[str, Any] = {"vpc": "create", "fsxLustre": {}}
 NO_NETWORK_ROLE = "JobRoleWithoutNetwork"
 
 
-def _join(*parts: Any) -> dict[str, Any]:
-    return {"Fn::Join": ["", list(parts)]}
-
-
 def vpc_template() -> dict[str, Any]:
-    """Today's template with the design's VPC-mode resources, environment and grant added (module docstring)."""
-    template = copy.deepcopy(platform_template(DEFAULT_REGION))
-    resources = template["Resources"]
-    resources["NetworkVpc"] = {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}}
-    for index, logical in enumerate(SUBNETS):
-        resources[logical] = {
-            "Type": "AWS::EC2::Subnet",
-            "Properties": {
-                "VpcId": {"Ref": "NetworkVpc"},
-                "CidrBlock": f"10.0.{index}.0/24",
-                "AvailabilityZone": {"Fn::Select": [index, {"Fn::GetAZs": ""}]},
-            },
-        }
-    resources[GROUP] = {
-        "Type": "AWS::EC2::SecurityGroup",
-        "Properties": {"GroupDescription": "jobs", "VpcId": {"Ref": "NetworkVpc"}},
-    }
-    resources[FILE_SYSTEM] = {
-        "Type": "AWS::FSx::FileSystem",
-        "Properties": {
-            "FileSystemType": "LUSTRE",
-            "StorageCapacity": 1200,
-            "SubnetIds": [{"Ref": SUBNETS[0]}],
-            "SecurityGroupIds": [{"Ref": GROUP}],
-            "LustreConfiguration": {"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
-        },
-    }
-    resources[NO_NETWORK_ROLE] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}}
-    submitter = next(
-        r
-        for r in resources.values()
-        if r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Handler"] == SUBMITTER
-    )
-    subnets = [
-        _join('{"availability_zone":"', {"Fn::GetAtt": [s, "AvailabilityZone"]}, '","subnet_id":"', {"Ref": s}, '"}')
-        for s in SUBNETS
-    ]
-    variables = submitter["Properties"]["Environment"]["Variables"]
-    variables[settings.ENV_VPC_SUBNETS] = _join("[", subnets[0], ",", subnets[1], "]")
-    variables[settings.ENV_VPC_SECURITY_GROUP_IDS] = {"Ref": GROUP}
-    variables[settings.ENV_FSX_LUSTRE] = _join(
-        '{"availability_zone":"', {"Fn::GetAtt": [SUBNETS[0], "AvailabilityZone"]},
-        '","file_system_id":"', {"Ref": FILE_SYSTEM},
-        '","mount_name":"', {"Fn::GetAtt": [FILE_SYSTEM, "LustreMountName"]},
-        '","subnet_id":"', {"Ref": SUBNETS[0]}, '"}',
-    )  # fmt: skip
-    role = submitter["Properties"]["Role"]["Fn::GetAtt"][0]
-    execution_role = variables[settings.ENV_EXECUTION_ROLE_ARN]["Fn::GetAtt"][0]
-    held = {
-        "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": [{"Ref": s} for s in SUBNETS]},
-        "Null": {"sagemaker:VpcSubnets": "false"},
-    }
-    for resource in resources.values():
-        if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role} in resource["Properties"]["Roles"]:
-            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
-                if statement.get("Sid") == "TrainingJobs":
-                    statement["Action"] = "sagemaker:CreateTrainingJob"
-                    statement["Condition"] = held
-    resources["ExecutionRoleNetworkInterfaces"] = {
-        "Type": "AWS::IAM::Policy",
-        "Properties": {
-            "PolicyName": "network-interfaces",
-            "Roles": [{"Ref": execution_role}],
-            "PolicyDocument": {
-                "Version": "2012-10-17",
-                "Statement": [{"Effect": "Allow", "Action": [
-                    "ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
-                    "ec2:DeleteNetworkInterfacePermission", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"],
-                    "Resource": "*"}],
-            },
-        },
-    }  # fmt: skip
+    """The platform's template synthesized in VPC mode with a file system, and a role that may not create network
+    interfaces (``NO_NETWORK_ROLE``)."""
+    template = copy.deepcopy(platform_template(DEFAULT_REGION, context=CONTEXT))
+    template["Resources"][NO_NETWORK_ROLE] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}}
     return template
 
 
@@ -132,7 +56,7 @@ def fsx_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def aws(tmp_path_factory: pytest.TempPathFactory, fsx_root: Path) -> Iterator[LocalAws]:
     path = tmp_path_factory.mktemp("vpc-template") / "template.json"
     path.write_text(json.dumps(vpc_template()))
-    with LocalAws(template=path, fsx_root=fsx_root, run_jobs=True) as emulator:
+    with LocalAws(template=path, context=CONTEXT, fsx_root=fsx_root, run_jobs=True) as emulator:
         yield emulator
 
 
@@ -182,7 +106,7 @@ def test_the_network_and_file_system_are_in_moto_and_their_ids_in_the_environmen
     assert sorted((s["SubnetId"], s["AvailabilityZone"]) for s in described) == sorted(
         (s["subnet_id"], s["availability_zone"]) for s in subnets
     )
-    assert [s["availability_zone"] for s in subnets] == [f"{DEFAULT_REGION}a", f"{DEFAULT_REGION}b"]
+    assert [s["availability_zone"] for s in subnets] == [f"{DEFAULT_REGION}{zone}" for zone in "abc"]
     (group,) = ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"]
     assert group["VpcId"] == described[0]["VpcId"] == described[1]["VpcId"]
     (system,) = aws.client("fsx").describe_file_systems(FileSystemIds=[fsx["file_system_id"]])["FileSystems"]
