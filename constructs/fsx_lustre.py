@@ -11,7 +11,7 @@ which a request names as a channel ``{"file_system_id": ..., "directory_path": "
   Guide, "Automatically import updates from your S3 bucket"): ``trainctl prepare-data`` uploads to the bucket and
   the next job sees the files. A file's data is loaded from S3 on its first read (lazy load), then served from the
   file system's disks.
-* nothing is exported: jobs mount the file system read-only (:data:`~.submitter.runtime.settings.FSX_ACCESS_MODE`),
+* nothing is exported: jobs mount the file system read-only (:data:`platform_spec.network.FSX_ACCESS_MODE`),
   checkpoints and output go to their own buckets, and the data bucket stays the one source of truth (so the file
   system takes no backups: losing it loses no data, a new one imports the bucket again).
 
@@ -75,8 +75,7 @@ from aws_cdk import aws_s3 as s3
 
 from constructs import Construct
 from platform_spec.errors import FieldError
-
-from .submitter.runtime import settings as submitter_settings
+from platform_spec.network import FSX_ACCESS_MODE, FSX_FILE_SYSTEM_TYPE
 
 __all__ = [
     "DEFAULT_DEPLOYMENT_TYPE",
@@ -335,8 +334,8 @@ class FsxLustre(Construct):
         return {
             "ForAllValues:StringEquals": {
                 "sagemaker:FileSystemId": [self.file_system_id],
-                "sagemaker:FileSystemType": [submitter_settings.FSX_FILE_SYSTEM_TYPE],
-                "sagemaker:FileSystemAccessMode": [submitter_settings.FSX_ACCESS_MODE],
+                "sagemaker:FileSystemType": [FSX_FILE_SYSTEM_TYPE],
+                "sagemaker:FileSystemAccessMode": [FSX_ACCESS_MODE],
             }
         }
 

@@ -31,6 +31,11 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 
 from constructs import Construct
+from platform_spec.network import (
+    TRAINING_NETWORK_DESCRIBE,
+    TRAINING_NETWORK_INTERFACE_CREATE,
+    TRAINING_NETWORK_INTERFACE_MANAGE,
+)
 
 from . import acknowledgements as nag
 
@@ -384,7 +389,7 @@ class PlatformNetwork(Construct):
 
     def grant_training_network_interfaces(self, role: iam.IRole) -> None:
         """Grant ``role`` (a SageMaker execution role) what SageMaker needs to run its jobs in this network
-        (SageMaker Developer Guide, "CreateTrainingJob API: Execution Role Permissions", VPC mode): creating network
+        (:data:`platform_spec.network.VPC_EXECUTION_ROLE_ACTIONS`, with their source): creating network
         interfaces in the job subnets with the jobs' group, their permissions and deletion on the account's network
         interfaces in this region, and the Describe actions (no resource-level permissions)."""
         stack = cdk.Stack.of(self)
@@ -392,31 +397,21 @@ class PlatformNetwork(Construct):
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="TrainingNetworkInterfaces",
-                actions=["ec2:CreateNetworkInterface"],
+                actions=list(TRAINING_NETWORK_INTERFACE_CREATE),
                 resources=[interfaces, *self._subnet_arns(), self._group_arn(self.job_security_group)],
             )
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="TrainingNetworkInterfacePermissions",
-                actions=[
-                    "ec2:CreateNetworkInterfacePermission",
-                    "ec2:DeleteNetworkInterface",
-                    "ec2:DeleteNetworkInterfacePermission",
-                ],
+                actions=list(TRAINING_NETWORK_INTERFACE_MANAGE),
                 resources=[interfaces],
             )
         )
         role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="TrainingDescribeNetwork",
-                actions=[
-                    "ec2:DescribeNetworkInterfaces",
-                    "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions",
-                    "ec2:DescribeSubnets",
-                    "ec2:DescribeSecurityGroups",
-                ],
+                actions=list(TRAINING_NETWORK_DESCRIBE),
                 resources=["*"],
             )
         )

@@ -18,9 +18,9 @@ needs of the job's execution role.
   ``ValidationException``. SageMaker's exact wording for these refusals is not published; the messages say what
   is wrong and with which value.
 * **The execution role in VPC mode** (:func:`network_interface_checks`): SageMaker creates the job's network
-  interfaces as the job's ``RoleArn``, which needs the EC2 actions of :data:`VPC_EXECUTION_ROLE_ACTIONS`; the job
-  runner decides them with the emulator's own authorization and fails the job with ``ClientError: ...`` naming the
-  first one denied.
+  interfaces as the job's ``RoleArn``, which needs the EC2 actions of
+  :data:`platform_spec.network.VPC_EXECUTION_ROLE_ACTIONS`; the job runner decides them with the emulator's own
+  authorization and fails the job with ``ClientError: ...`` naming the first one denied.
 
 Needs moto (imported by the emulator's process only).
 """
@@ -38,6 +38,7 @@ from typing import Any
 from devtools.local_aws.iam_reference import Reference
 from devtools.local_aws.operations import Check
 from devtools.local_aws.stack import ACCOUNT_ID, MOTO_MISSING, EmulatorUnavailable
+from platform_spec.network import FSX_ACCESS_MODE, FSX_FILE_SYSTEM_TYPE, VPC_EXECUTION_ROLE_ACTIONS
 
 try:  # moto is the extra `local`
     from moto.ec2.exceptions import InvalidSubnetIdError
@@ -48,24 +49,6 @@ try:  # moto is the extra `local`
     from moto.sagemaker.exceptions import ValidationError
 except ImportError as exc:
     raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
-
-VPC_EXECUTION_ROLE_ACTIONS = (
-    "ec2:CreateNetworkInterface",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DeleteNetworkInterfacePermission",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeVpcs",
-    "ec2:DescribeDhcpOptions",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeSecurityGroups",
-)
-"""What the execution role of a job with a ``VpcConfig`` needs (SageMaker Developer Guide, "How to use SageMaker AI
-execution roles", CreateTrainingJob API: Execution Role Permissions, "If you specify a private VPC for your training
-job, add the following permissions")."""
-
-FSX_LUSTRE = "FSxLustre"
-"""``FileSystemDataSource.FileSystemType`` of an FSx for Lustre file system (botocore's ``FileSystemType`` enum)."""
 
 
 @dataclass
@@ -268,14 +251,14 @@ def check_file_systems(params: Mapping[str, Any], *, account: str, region: str) 
     for name, source in file_system_channels(params):
         system, path = source["FileSystemId"], source["DirectoryPath"]
         where = f"InputDataConfig channel {name!r}: FileSystemDataSource"
-        if source["FileSystemType"] != FSX_LUSTRE:
+        if source["FileSystemType"] != FSX_FILE_SYSTEM_TYPE:
             raise ValidationError(
-                message=f"{where}.FileSystemType: got {source['FileSystemType']}; expected FSxLustre."
+                message=f"{where}.FileSystemType: got {source['FileSystemType']}; expected {FSX_FILE_SYSTEM_TYPE}."
             )
-        if source["FileSystemAccessMode"] != "ro":
+        if source["FileSystemAccessMode"] != FSX_ACCESS_MODE:
             raise ValidationError(
-                message=f"{where}.FileSystemAccessMode: got {source['FileSystemAccessMode']}; expected ro (a training "
-                "channel is read-only)."
+                message=f"{where}.FileSystemAccessMode: got {source['FileSystemAccessMode']}; expected "
+                f"{FSX_ACCESS_MODE} (a training channel is read-only)."
             )
         mount = mount_name(system, account=account, region=region)
         if mount is None:
@@ -300,9 +283,9 @@ def network_interface_checks(
     vpc_config: Mapping[str, Any], vpc_id: str, reference: Reference, *, region: str
 ) -> list[Check]:
     """What SageMaker does as the job's execution role to put a job in ``vpc_config``'s subnets: each action of
-    :data:`VPC_EXECUTION_ROLE_ACTIONS` on the resource types the Service Authorization Reference lists for it (the
-    job's subnets, security groups, VPC and a new network interface; ``*`` for the ``Describe`` actions), with
-    ``ec2:Vpc`` and ``ec2:Region`` as its condition context."""
+    :data:`platform_spec.network.VPC_EXECUTION_ROLE_ACTIONS` on the resource types the Service Authorization
+    Reference lists for it (the job's subnets, security groups, VPC and a new network interface; ``*`` for the
+    ``Describe`` actions), with ``ec2:Vpc`` and ``ec2:Region`` as its condition context."""
     where = f"arn:aws:ec2:{region}:{ACCOUNT_ID}"
     arns = {
         "subnet": [f"{where}:subnet/{s}" for s in vpc_config.get("Subnets") or []],

@@ -44,6 +44,7 @@ from typing import Any
 
 from platform_spec.errors import FieldError
 from platform_spec.metric_lines import METRIC_DEFINITIONS
+from platform_spec.network import FSX_ACCESS_MODE, FSX_FILE_SYSTEM_TYPE, FSX_INPUT_MODE
 from platform_spec.runs import TAG_RUN_ID, TAG_RUN_SEGMENT, SegmentRuntime, run_checkpoint_prefix
 
 from . import sagemaker_rules as model
@@ -56,13 +57,6 @@ from .request import FsxChannel, SubmitRequest, derived_job_name, job_name_expec
 from .training_job import TAG_CAPACITY_TYPE, TAG_CLIENT_TOKEN_SHA256, TAG_REQUEST_SHA256, TAG_SUBMITTER
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-FSX_LUSTRE = "FSxLustre"
-"""``FileSystemDataSource.FileSystemType`` of an FSx channel (botocore's enum: ``EFS``, ``FSxLustre``)."""
-FSX_ACCESS_MODE = "ro"
-"""``FileSystemDataSource.FileSystemAccessMode`` of an FSx channel: read-only (input data; the job writes its
-checkpoints and output to S3)."""
-FSX_INPUT_MODE = "File"
-"""An FSx channel's ``InputMode``: SageMaker mounts the file system's directory at the channel's path."""
 
 
 def job_name_for(request: SubmitRequest, now: datetime | None = None) -> str:
@@ -162,7 +156,7 @@ def _channel(name: str, source: str | FsxChannel) -> dict[str, Any]:
             "FileSystemDataSource": {
                 "FileSystemId": source.file_system_id,
                 "FileSystemAccessMode": FSX_ACCESS_MODE,
-                "FileSystemType": FSX_LUSTRE,
+                "FileSystemType": FSX_FILE_SYSTEM_TYPE,
                 "DirectoryPath": source.directory_path,
             }
         }

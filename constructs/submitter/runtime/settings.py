@@ -43,11 +43,6 @@ ENV_FSX_LUSTRE = "FSX_LUSTRE"
 """With ``fsxLustre``: a JSON object ``{"file_system_id", "mount_name", "subnet_id", "availability_zone"}``, the
 platform's FSx for Lustre file system, which requests may name as a channel (a job reading it runs in its subnet).
 Absent: no file system, and a request naming one is refused."""
-FSX_FILE_SYSTEM_TYPE = "FSxLustre"
-"""``FileSystemDataSource.FileSystemType`` of a channel on the platform's file system (SageMaker API Reference)."""
-FSX_ACCESS_MODE = "ro"
-"""``FileSystemDataSource.FileSystemAccessMode`` of every such channel: jobs read the file system, never write it
-(it imports the data bucket and exports nothing); the submitter's grant allows this mode only."""
 
 CLIENT_TOKEN_RECORDS_PREFIX = "submitter/client-tokens/"
 """Key prefix, in the output bucket, of the client-token records (runtime/ledger.py): the
