@@ -3,6 +3,7 @@
 * ``aws``: one `trainctl local-aws` emulator, started as the README starts it
   (``--env-file`` in a folder that does not exist yet). Tests using it are in
   xdist group ``trainctl-aws``.
+* ``VPC_FSX_CONTEXT``: the VPC-mode emulators' CDK context.
 * ``wait_until``: polls a condition (the emulator's jobs and events run in other threads and processes).
 """
 
@@ -18,6 +19,9 @@ import pytest
 from devtools.local_aws.client import LocalAws
 
 REPO = Path(__file__).resolve().parents[2]
+VPC_FSX_CONTEXT: dict[str, Any] = {"vpc": "create", "fsxLustre": {}}
+"""The VPC-mode context of ``test_vpc_mode`` and ``test_vpc_end_to_end`` (a created VPC in three zones, a file
+system with every default): one context, so ``make test`` synthesizes its template once (the emulator's cache)."""
 
 
 @pytest.fixture(scope="session")

@@ -26,11 +26,12 @@ from devtools.local_aws.stack import DEFAULT_REGION
 from platform_constructs.submitter.runtime import settings
 from trainctl.submitter_client import submit_local
 
+from .conftest import VPC_FSX_CONTEXT
+
 pytestmark = pytest.mark.xdist_group("devtools-vpc-end-to-end")
 
-FSX_CONTEXT: dict[str, Any] = {"vpc": "create", "fsxLustre": {"dataRepositoryPrefix": "datasets/"}}
 DATASET = "datasets/fsx-e2e/train"
-"""Where the shards lie under the file system's mount (the data bucket's ``datasets/`` prefix, as linked)."""
+"""Where the shards lie under the file system's mount (the data bucket's keys, as the file system links them)."""
 TINY: dict[str, Any] = {
     "model": "gpt-tiny",
     "num_layers": 1,
@@ -65,7 +66,7 @@ def fsx_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def aws(fsx_root: Path) -> Iterator[LocalAws]:
-    with LocalAws(context=FSX_CONTEXT, fsx_root=fsx_root, run_jobs=True) as emulator:
+    with LocalAws(context=VPC_FSX_CONTEXT, fsx_root=fsx_root, run_jobs=True) as emulator:
         yield emulator
 
 

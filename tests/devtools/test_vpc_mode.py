@@ -27,18 +27,17 @@ from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from devtools.local_aws.template import platform_template
 from platform_constructs.submitter.runtime import settings
 
-from .conftest import wait_until
+from .conftest import VPC_FSX_CONTEXT, wait_until
 
 pytestmark = pytest.mark.xdist_group("devtools-vpc-mode")
 
-CONTEXT: dict[str, Any] = {"vpc": "create", "fsxLustre": {}}
 NO_NETWORK_ROLE = "JobRoleWithoutNetwork"
 
 
 def vpc_template() -> dict[str, Any]:
     """The platform's template synthesized in VPC mode with a file system, and a role that may not create network
     interfaces (``NO_NETWORK_ROLE``)."""
-    template = copy.deepcopy(platform_template(DEFAULT_REGION, context=CONTEXT))
+    template = copy.deepcopy(platform_template(DEFAULT_REGION, context=VPC_FSX_CONTEXT))
     template["Resources"][NO_NETWORK_ROLE] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}}
     return template
 
@@ -56,7 +55,7 @@ def fsx_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def aws(tmp_path_factory: pytest.TempPathFactory, fsx_root: Path) -> Iterator[LocalAws]:
     path = tmp_path_factory.mktemp("vpc-template") / "template.json"
     path.write_text(json.dumps(vpc_template()))
-    with LocalAws(template=path, context=CONTEXT, fsx_root=fsx_root, run_jobs=True) as emulator:
+    with LocalAws(template=path, context=VPC_FSX_CONTEXT, fsx_root=fsx_root, run_jobs=True) as emulator:
         yield emulator
 
 
