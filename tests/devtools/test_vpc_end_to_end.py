@@ -6,9 +6,11 @@ synthesized with ``vpc`` and ``fsxLustre``, not a network added by hand as in ``
   ``inputs.train`` on the file system. The job runs in the file system's subnet with the jobs' group, the trainer
   reads the channel (the token count it trained on is the prepared one), completes, and its checkpoints reach S3.
   The same submitter refuses a channel naming another file system, and the template's grant denies the
-  submitter's own credentials a job in a subnet the platform does not own.
+  submitter's own credentials a job in a subnet or security group the platform does not own.
+* A job on the file system and a training plan: the plan in another zone is skipped, the one in the file
+  system's zone taken.
 * An existing VPC named by IDs: the emulator makes moto's twins under those very IDs and a submitted job's
-  ``VpcConfig`` names them (no training: a dry run and a job created while jobs are not run).
+  ``VpcConfig`` names them (an emulator that runs no jobs).
 """
 
 from __future__ import annotations
@@ -64,9 +66,25 @@ def fsx_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _plan(name: str, zone: str, ends: str) -> dict[str, Any]:
+    """An active plan of one ``ml.p5.48xlarge`` whose one block is in availability zone ``zone``."""
+    return {
+        "TrainingPlanName": name,
+        "Status": "Active",
+        "InstanceType": "ml.p5.48xlarge",
+        "TotalInstanceCount": 1,
+        "TargetResources": ["training-job"],
+        "ReservedCapacitySummaries": [{"StartTime": "now-1h", "EndTime": ends, "AvailabilityZone": zone}],
+    }
+
+
+PLANS = [_plan("zone-b", f"{DEFAULT_REGION}b", "now+2d"), _plan("zone-a", f"{DEFAULT_REGION}a", "now+5d")]
+"""Two plans; the one ending first (which the submitter prefers) is in another zone than the file system."""
+
+
 @pytest.fixture(scope="module")
 def aws(fsx_root: Path) -> Iterator[LocalAws]:
-    with LocalAws(context=VPC_FSX_CONTEXT, fsx_root=fsx_root, run_jobs=True) as emulator:
+    with LocalAws(context=VPC_FSX_CONTEXT, plans=PLANS, fsx_root=fsx_root, run_jobs=True) as emulator:
         yield emulator
 
 
@@ -108,11 +126,12 @@ def test_a_job_reads_its_fsx_channel_in_the_file_systems_subnet_and_trains(aws: 
     job = aws.wait_for_job("fsx-e2e", timeout=180)
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
 
-    # VpcConfig: the file system's subnet only, the jobs' group (the stack's JobSecurityGroup)
+    # VpcConfig: the file system's subnet only, the jobs' group (the twin of the stack's JobSecurityGroup)
     (group,) = aws.env[settings.ENV_VPC_SECURITY_GROUP_IDS].split(",")
     assert job["VpcConfig"] == {"Subnets": [fsx["subnet_id"]], "SecurityGroupIds": [group]}
     ec2 = aws.client("ec2")
     (described,) = ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]
+    assert described["Description"].startswith("Training jobs: all traffic among themselves")
     assert described["VpcId"] == ec2.describe_subnets(SubnetIds=[fsx["subnet_id"]])["Subnets"][0]["VpcId"]
     (channel,) = job["InputDataConfig"]
     assert channel["InputMode"] == "File"
@@ -175,6 +194,30 @@ def test_the_grant_denies_the_submitter_a_job_outside_the_platforms_network(aws:
         submitter.stop_training_job(TrainingJobName=name)
     finally:
         aws.set_run_jobs(True)
+
+
+def test_a_file_system_job_on_a_plan_skips_the_plan_in_another_zone(aws: LocalAws) -> None:
+    """Placed on the plan in the file system's zone through the template's grant for jobs on plans (created, not
+    run); the plan that ends first is in another zone and is skipped, naming both zones."""
+    fsx = _fsx(aws)
+    assert fsx["availability_zone"] == f"{DEFAULT_REGION}a"
+    aws.set_run_jobs(False)
+    try:
+        answer = submit_local(_request(aws, "fsx-on-plan", capacity="training-plan"), aws.env)
+        assert answer["status"] == "submitted", answer
+        job = aws.describe_training_job("fsx-on-plan")
+        aws.client("sagemaker").stop_training_job(TrainingJobName="fsx-on-plan")
+    finally:
+        aws.set_run_jobs(True)
+    zone_a, zone_b = (next(a for a in aws.training_plan_arns if a.endswith(f"/{n}")) for n in ("zone-a", "zone-b"))
+    assert job["ResourceConfig"]["TrainingPlanArn"] == zone_a
+    assert job["VpcConfig"]["Subnets"] == [fsx["subnet_id"]]
+    (skipped,) = answer["capacity"]["skipped_plans"]
+    assert skipped["training_plan_arn"] == zone_b
+    assert (
+        f"its block is in availability zone {DEFAULT_REGION}b; the job can run only in {DEFAULT_REGION}a"
+        in (skipped["reason"])
+    )
 
 
 def _create_request(aws: LocalAws, name: str) -> dict[str, Any]:
