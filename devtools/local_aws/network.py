@@ -3,7 +3,8 @@ job's ``VpcConfig`` and ``FileSystemDataSource`` channels checked against them, 
 needs of the job's execution role.
 
 * **Twins** (:func:`create_twins`): each ``AWS::EC2::VPC``, ``AWS::EC2::Subnet`` (in its template availability
-  zone; a zone the template leaves to ``Fn::GetAZs`` is the region's ``a``, ``b``, ... by index),
+  zone; a zone the template leaves to ``Fn::GetAZs`` is the emulator's by index,
+  :func:`devtools.local_aws.template.availability_zones`),
   ``AWS::EC2::SecurityGroup`` and ``AWS::FSx::FileSystem`` (Lustre; its mount name drawn as FSx draws one, 8
   lowercase characters) of the template is created in moto under the emulator's account and region, and its
   ``Ref`` and attributes (``VpcId``, ``AvailabilityZone``, ``GroupId``, ``LustreMountName``, ``DNSName``) resolve
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +40,7 @@ from typing import Any
 from devtools.local_aws.iam_reference import Reference
 from devtools.local_aws.operations import Check
 from devtools.local_aws.stack import ACCOUNT_ID, MOTO_MISSING, EmulatorUnavailable
+from devtools.local_aws.template import availability_zones
 from platform_spec.network import FSX_ACCESS_MODE, FSX_FILE_SYSTEM_TYPE, VPC_EXECUTION_ROLE_ACTIONS
 
 try:  # moto is the extra `local`
@@ -62,14 +65,17 @@ class Twins:
     subnets: dict[str, str] = field(default_factory=dict)
 
 
-def _zone(value: Any, index: int, region: str) -> str:
-    """A subnet's ``AvailabilityZone``: a literal of the region as it is, else the region's ``a``, ``b``, ... by
-    ``index`` (``Fn::Select`` of ``Fn::GetAZs``, or CDK's ``dummy1a`` placeholders of an account-agnostic synth)."""
+def _zone(value: Any, index: int, zones: list[str]) -> str:
+    """A subnet's ``AvailabilityZone``: a literal zone as it is, else the emulator's ``zones`` by the index
+    ``Fn::Select`` takes of ``Fn::GetAZs``, or that CDK's placeholder names (``dummy1a``, ``dummy1b``, ...: a
+    template synthesized elsewhere without the zones looked up), else by the subnet's ``index``."""
     if isinstance(value, Mapping) and "Fn::Select" in value:
         index = int(value["Fn::Select"][0])
-    elif isinstance(value, str) and value.startswith(region):
+    elif isinstance(value, str) and value in zones:
         return value
-    return f"{region}{string.ascii_lowercase[index % 26]}"
+    elif isinstance(value, str) and re.fullmatch(r"dummy1[a-z]", value):  # CDK's placeholders, dummy1a first
+        index = ord(value[-1]) - ord("a")
+    return zones[index % len(zones)]
 
 
 @contextmanager
@@ -108,9 +114,10 @@ def create_twins(template: Mapping[str, Any], context: Mapping[str, Any], *, reg
             twins.refs[logical] = twins.attrs[(logical, "VpcId")] = made.id
             twins.vpc_id = twins.vpc_id or made.id
     subnets = [(k, r) for k, r in resources.items() if r["Type"] == "AWS::EC2::Subnet"]
+    zones = availability_zones(region)
     for index, (logical, resource) in enumerate(subnets):
         props = resource["Properties"]
-        zone = _zone(props.get("AvailabilityZone"), index, region)
+        zone = _zone(props.get("AvailabilityZone"), index, zones)
         vpc_id = _vpc_of(props.get("VpcId"), twins)
         made = ec2.create_subnet(vpc_id, props.get("CidrBlock", f"10.0.{index}.0/24"), availability_zone=zone)
         twins.refs[logical] = twins.attrs[(logical, "SubnetId")] = made.id

@@ -48,12 +48,20 @@ def template_key(region: str, root: Path = REPO_ROOT, context: Mapping[str, Any]
     return digest.hexdigest()[:32]
 
 
+def availability_zones(region: str) -> list[str]:
+    """The emulator's availability zones of ``region``: moto's, as its ``DescribeAvailabilityZones`` answers (not
+    always ``a``, ``b``, ``c``: ap-northeast-1 has ``a``, ``c``, ``d``). Imports moto's EC2 (about 0.7 s)."""
+    from moto.ec2.models import ec2_backends
+
+    return [zone.name for zone in ec2_backends[ACCOUNT_ID][region].describe_availability_zones()]
+
+
 def synthesize(region: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Synthesize the app for the emulator's account and ``region`` with ``context`` over ``cdk.json``'s; returns
     the stack's template.
 
-    The region's availability zones are moto's (``DescribeAvailabilityZones``), given as the context entry the CDK
-    CLI fills from that call (``availability-zones:account=...:region=...``): without it a created VPC's subnets
+    The region's availability zones are moto's (:func:`availability_zones`), given as the context entry the CDK
+    CLI fills from ``DescribeAvailabilityZones`` (``availability-zones:account=...:region=...``): without it a created VPC's subnets
     would name CDK's placeholders (``dummy1a``), which no training plan's block is in.
 
     Raises:
@@ -61,11 +69,9 @@ def synthesize(region: str, context: Mapping[str, Any] | None = None) -> dict[st
     """
     import tempfile
 
-    from moto.ec2.models import ec2_backends
-
     from stacks.platform_app import create_app
 
-    zones = [zone.name for zone in ec2_backends[ACCOUNT_ID][region].describe_availability_zones()]
+    zones = availability_zones(region)
     with tempfile.TemporaryDirectory(prefix="local-aws-synth-") as outdir:
         app, stack = create_app(
             context={

@@ -218,3 +218,24 @@ def test_a_file_system_channel_is_a_read_only_copy_of_the_directory(aws: LocalAw
     assert config["train"]["TrainingInputMode"] == "File"
     assert aws.wait_for_job("fsx-read", timeout=120)["FailureReason"].startswith("AlgorithmError")
     assert (fsx_root / "corpus" / "train" / "shard-000.bin").read_bytes() == b"\x01\x02\x03"
+
+
+def test_a_template_that_leaves_zones_to_fn_getazs_gets_the_regions_zones_by_index() -> None:
+    """A template synthesized without the zones looked up (``Fn::Select`` of ``Fn::GetAZs``, or CDK's ``dummy1b``):
+    its subnets are in the emulator's zones by the index each names, which are not always ``a``, ``b``, ``c`` (moto's
+    ap-northeast-1 has ``a``, ``c``, ``d``, as the region does for most accounts)."""
+    from moto import mock_aws
+
+    from devtools.local_aws.network import create_twins
+
+    select = {"Fn::Select": [1, {"Fn::GetAZs": ""}]}
+    resources: dict[str, Any] = {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}}}
+    for index, zone in enumerate((select, "dummy1a", "ap-northeast-1d", "dummy1b")):
+        resources[f"Subnet{index}"] = {
+            "Type": "AWS::EC2::Subnet",
+            "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": f"10.0.{index}.0/24", "AvailabilityZone": zone},
+        }
+    with mock_aws():
+        twins = create_twins({"Resources": resources}, {}, region="ap-northeast-1")
+    zones = [twins.attrs[(f"Subnet{index}", "AvailabilityZone")] for index in range(4)]
+    assert zones == ["ap-northeast-1c", "ap-northeast-1a", "ap-northeast-1d", "ap-northeast-1c"]
