@@ -27,7 +27,7 @@ from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from devtools.local_aws.template import platform_template
 from platform_constructs.submitter.runtime import settings
 
-from .conftest import VPC_FSX_CONTEXT, wait_until
+from .conftest import VPC_FSX_CONTEXT
 
 pytestmark = pytest.mark.xdist_group("devtools-vpc-mode")
 
@@ -210,13 +210,14 @@ def test_a_file_system_channel_is_a_read_only_copy_of_the_directory(aws: LocalAw
         aws, "fsx-read", InputDataConfig=[_fsx_channel(aws, "corpus/train")], HyperParameters={"model": "no-such"}
     )
     aws.client("sagemaker").create_training_job(**request)
+    # the job's folder stays after it ends: read it then, when the layout is surely complete
+    assert aws.wait_for_job("fsx-read", timeout=120)["FailureReason"].startswith("AlgorithmError")
     channel = aws.job_dir("fsx-read") / "input" / "data" / "train"
-    wait_until(lambda: (channel / "part" / "index.json").exists(), "the FSx channel laid out")
+    assert (channel / "part" / "index.json").exists()
     assert (channel / "shard-000.bin").read_bytes() == b"\x01\x02\x03"
     assert stat.S_IMODE((channel / "shard-000.bin").stat().st_mode) == 0o444
     config = json.loads((aws.job_dir("fsx-read") / "input" / "config" / "inputdataconfig.json").read_text())
     assert config["train"]["TrainingInputMode"] == "File"
-    assert aws.wait_for_job("fsx-read", timeout=120)["FailureReason"].startswith("AlgorithmError")
     assert (fsx_root / "corpus" / "train" / "shard-000.bin").read_bytes() == b"\x01\x02\x03"
 
 
