@@ -91,6 +91,7 @@ import copy
 import importlib
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -535,8 +536,12 @@ def _copy_file_system_channel(channel: Mapping[str, Any], root: Path | None, pat
     ``input/data/<channel>/``, its files read-only (mode 0444) as a read-only mount's are; returns its
     ``inputdataconfig.json`` entry. The copy keeps the trainer from changing the "file system".
 
+    Symbolic links are followed where they stay on the "file system" (inside ``root``), as on a Lustre mount; a link
+    that leaves it, leads nowhere or loops fails the job, so no file of this machine beyond ``root`` reaches a job.
+
     Raises:
-        JobFailure: ``ClientError: ...``: no folder plays the file system, or the directory does not exist there.
+        JobFailure: ``ClientError: ...``: no folder plays the file system, the directory does not exist there, or a
+            link under it leaves the file system (:func:`_link_off_file_system`).
     """
     name = channel["ChannelName"]
     source = channel["DataSource"]["FileSystemDataSource"]
@@ -553,6 +558,9 @@ def _copy_file_system_channel(channel: Mapping[str, Any], root: Path | None, pat
             f"ClientError: Failed to mount the file system {system} for channel {name!r}: the directory {path} "
             "does not exist on the file system"
         )
+    problem = _link_off_file_system(root, relative)
+    if problem:
+        raise JobFailure(f"ClientError: channel {name!r}: {path.partition(relative)[0]}{problem}")
     target = paths.channel_dir(name)
     staged = target.with_name(f".{name}.mounting")  # the channel appears whole and read-only at once, as a mount
     shutil.copytree(folder, staged, symlinks=False)
@@ -565,6 +573,42 @@ def _copy_file_system_channel(channel: Mapping[str, Any], root: Path | None, pat
         "S3DistributionType": "FullyReplicated",
         "RecordWrapperType": channel.get("RecordWrapperType", "None"),
     }
+
+
+def _link_off_file_system(root: Path, relative: str) -> str | None:
+    """Why the directory ``root/relative`` cannot be copied as a channel, or ``None``: the first symbolic link on
+    the way to it or below it that leads out of ``root``, nowhere, or back into a directory it is inside (a loop the
+    copy would follow forever), as ``<path below root> is a symbolic link ...``."""
+    top = root.resolve()
+
+    def leaves(link: Path) -> str | None:
+        target = link.resolve()  # strict=False: a dangling link resolves to where it would lead
+        shown = link.relative_to(root).as_posix()
+        if not target.is_relative_to(top):
+            return f"{shown} is a symbolic link to {os.readlink(link)}, outside the file system"
+        if not target.exists():
+            return f"{shown} is a symbolic link to {os.readlink(link)}, which does not exist"
+        return None
+
+    here = root
+    for part in Path(relative).parts:  # a folder on the way may itself be a link
+        here = here / part
+        if here.is_symlink() and (problem := leaves(here)):
+            return problem
+    pending = [(here, (here.resolve(),))]  # each folder with the real folders it is inside, itself included
+    while pending:
+        folder, inside = pending.pop()
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() and (problem := leaves(entry)):
+                return problem
+            if entry.is_dir():
+                real = entry.resolve()
+                if entry.is_symlink() and any(folder_real.is_relative_to(real) for folder_real in inside):
+                    return (
+                        f"{entry.relative_to(root).as_posix()} is a symbolic link to {os.readlink(entry)}, which loops"
+                    )
+                pending.append((entry, (*inside, real)))
+    return None
 
 
 def _tar_gz(folder: Path) -> bytes:

@@ -221,6 +221,55 @@ def test_a_file_system_channel_is_a_read_only_copy_of_the_directory(aws: LocalAw
     assert (fsx_root / "corpus" / "train" / "shard-000.bin").read_bytes() == b"\x01\x02\x03"
 
 
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [
+        ("fsx-link-out", lambda outside, root: outside / "secret.txt"),  # an absolute link out of the root
+        ("fsx-link-up", lambda outside, root: Path("..") / ".." / ".." / outside.name / "secret.txt"),  # relative
+        ("fsx-link-dir", lambda outside, root: outside),  # a directory out of the root
+        ("fsx-link-dangling", lambda outside, root: root / "corpus" / "absent.bin"),
+        ("fsx-link-loop", lambda outside, root: root / "corpus"),  # copied, it would hold itself forever
+    ],
+)
+def test_a_link_leaving_the_file_system_fails_the_job_and_copies_nothing(
+    aws: LocalAws, fsx_root: Path, tmp_path: Path, name: str, target: Any
+) -> None:
+    """A symbolic link in the channel's directory that leads out of the folder playing the file system (or
+    nowhere) fails the job with ``ClientError`` naming it: the emulator never copies a file of this machine
+    that is not on the "file system" into a job (a real job would see its own container's path there)."""
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not on the file system")
+    directory = fsx_root / "corpus" / name
+    directory.mkdir()
+    (directory / "shard-000.bin").write_bytes(b"\x01")
+    (directory / "leak").symlink_to(target(outside, fsx_root))
+    request = _job(aws, name, InputDataConfig=[_fsx_channel(aws, f"corpus/{name}")], HyperParameters={"model": "x"})
+    aws.client("sagemaker").create_training_job(**request)
+    failed = aws.wait_for_job(name, timeout=60)
+    assert failed["TrainingJobStatus"] == "Failed"
+    assert failed["FailureReason"].startswith("ClientError: channel 'train': ")
+    assert f"/corpus/{name}/leak is a symbolic link" in failed["FailureReason"]
+    data = aws.job_dir(name) / "input" / "data"
+    assert not [p for p in data.rglob("*") if p.is_file() and p.read_bytes() == b"not on the file system"]
+
+
+def test_a_link_within_the_file_system_is_followed(aws: LocalAws, fsx_root: Path) -> None:
+    """A link to another file or directory on the "file system" reads as that file, as on a Lustre mount."""
+    directory = fsx_root / "corpus" / "fsx-link-in"
+    directory.mkdir()
+    (directory / "alias.bin").symlink_to(Path("..") / "train" / "shard-000.bin")
+    (directory / "part").symlink_to(fsx_root / "corpus" / "train" / "part")
+    request = _job(
+        aws, "fsx-link-in", InputDataConfig=[_fsx_channel(aws, "corpus/fsx-link-in")], HyperParameters={"model": "x"}
+    )
+    aws.client("sagemaker").create_training_job(**request)
+    assert aws.wait_for_job("fsx-link-in", timeout=120)["FailureReason"].startswith("AlgorithmError")
+    channel = aws.job_dir("fsx-link-in") / "input" / "data" / "train"
+    assert (channel / "alias.bin").read_bytes() == b"\x01\x02\x03" and not (channel / "alias.bin").is_symlink()
+    assert (channel / "part" / "index.json").read_text() == '{"shards": 1}'
+
+
 def test_a_template_that_leaves_zones_to_fn_getazs_gets_the_regions_zones_by_index() -> None:
     """A template synthesized without the zones looked up (``Fn::Select`` of ``Fn::GetAZs``, or CDK's ``dummy1b``):
     its subnets are in the emulator's zones by the index each names, which are not always ``a``, ``b``, ``c`` (moto's
