@@ -81,7 +81,8 @@ Context keys (default in brackets):
                        [``null``: no VPC]
 ``permissionsBoundaryArn`` ``arn:aws:iam::<account or aws>:policy/<path/name>``, the
                        permissions boundary of every role the app creates (CDK's
-                       helper roles too) [``null``: none]
+                       helper roles too), of the deployment's account and region's
+                       partition [``null``: none]
 ====================== ============================================================
 """
 
@@ -97,6 +98,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
+import botocore.exceptions
+import botocore.session
 from aws_cdk import aws_logs as logs
 
 from constructs import Node
@@ -544,7 +547,7 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         )
 
     vpc = _vpc(get("vpc"), region=region, account=account)
-    boundary = _boundary(get("permissionsBoundaryArn"), account=account)
+    boundary = _boundary(get("permissionsBoundaryArn"), region=region, account=account)
     fsx_lustre = _fsx_lustre(get("fsxLustre"))
     _check_fsx_needs_vpc(fsx_lustre, vpc)
 
@@ -637,7 +640,7 @@ _SUBNET_ID = re.compile(r"subnet-[0-9a-f]{8,17}")
 _ROUTE_TABLE_ID = re.compile(r"rtb-[0-9a-f]{8,17}")
 _ZONE = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+[a-z]")
 _BOUNDARY_ARN = re.compile(
-    r"arn:aws(-[a-z]+)*:iam::(?P<account>[0-9]{12}|aws):policy/(?:[\x21-\x7e]+/)?[A-Za-z0-9_+=,.@-]{1,128}"
+    r"arn:(?P<partition>aws(?:-[a-z]+)*):iam::(?P<account>[0-9]{12}|aws):policy/(?:[\x21-\x7e]+/)?[A-Za-z0-9_+=,.@-]{1,128}"
 )
 CREATE_KEYS = ("create", "cidr", "maxAzs", "internetAccess")
 EXISTING_KEYS = ("vpcId", "subnetIds", "availabilityZones", "routeTableIds", "createEndpoints")
@@ -737,6 +740,10 @@ def _existing_vpc(raw: Mapping[str, Any], *, region: str | None) -> ExistingVpc:
     for index, zone in enumerate(zones):
         if not isinstance(zone, str) or not _ZONE.fullmatch(zone) or (region and zone[:-1] != region):
             raise ConfigError(f"vpc.availabilityZones[{index}]", zone, in_region)
+        if zone[:-1] != zones[0][:-1]:  # synth knows no region: a VPC's zones are still in one
+            raise ConfigError(
+                f"vpc.availabilityZones[{index}]", zone, f"a zone of {zones[0][:-1]} (as availabilityZones[0])"
+            )
     if len(zones) != len(subnets):
         raise ConfigError(
             "vpc.availabilityZones", zones, f"the zone of each of the {len(subnets)} subnetIds, in their order"
@@ -764,14 +771,26 @@ def _existing_vpc(raw: Mapping[str, Any], *, region: str | None) -> ExistingVpc:
     )
 
 
-def _boundary(raw: Any, *, account: str | None) -> str | None:
-    """``permissionsBoundaryArn``: a managed policy of the deployment's account (or AWS's)."""
+def _boundary(raw: Any, *, region: str | None, account: str | None) -> str | None:
+    """``permissionsBoundaryArn``: a managed policy of the deployment's account (or AWS's), in the partition of its
+    region (IAM is per partition: a role cannot name a policy of another); botocore's endpoint data is the
+    partitions' source."""
     if raw is None:
         return None
     expected = "an IAM managed policy ARN, arn:aws:iam::<account or aws>:policy/<path/name>"
     match = _BOUNDARY_ARN.fullmatch(raw) if isinstance(raw, str) else None
     if match is None:
         raise ConfigError("permissionsBoundaryArn", raw, expected)
+    session = botocore.session.get_session()
+    partitions = session.get_available_partitions()
+    if match["partition"] not in partitions:
+        raise ConfigError("permissionsBoundaryArn", raw, f"{expected}, of a partition of {', '.join(partitions)}")
+    try:
+        home = session.get_partition_for_region(region) if region else None
+    except botocore.exceptions.UnknownRegionError:
+        home = None  # a region botocore does not know yet: its partition is unknown here
+    if home is not None and match["partition"] != home:
+        raise ConfigError("permissionsBoundaryArn", raw, f"a policy ARN of partition {home} ({region}'s)")
     if account is not None and match["account"] not in (account, "aws"):
         raise ConfigError(
             "permissionsBoundaryArn", raw, f"a policy of the deployment's account {account} (or an AWS managed one)"

@@ -427,6 +427,14 @@ def test_a_bad_vpc_is_refused_naming_the_key_and_the_expected_form(vpc, key, exp
     assert error.key == key and expected in str(error), str(error)
 
 
+def test_an_existing_vpcs_zones_are_of_one_region_when_synth_knows_none():
+    """Without CDK_DEFAULT_REGION the zones cannot be held to the deployment's region, but a VPC is in one region
+    all the same: zones of two regions are refused, naming the first one of another region than the first."""
+    error = error_for({"vpc": {**EXISTING, "availabilityZones": ["us-west-2a", "eu-west-1b"]}})
+    assert error.key == "vpc.availabilityZones[1]" and "a zone of us-west-2 (as availabilityZones[0])" in str(error)
+    assert config_for({"vpc": EXISTING}).vpc.availability_zones == ("us-west-2a", "us-west-2b")
+
+
 def test_more_than_two_zones_need_the_account_and_region():
     error = error_for({"vpc": {"create": True, "maxAzs": 3}})
     assert error.key == "vpc.maxAzs" and "CDK_DEFAULT_ACCOUNT" in str(error)
@@ -464,8 +472,21 @@ def test_a_permissions_boundary_of_the_account_or_aws_is_accepted(arn):
         ("arn:aws:iam::123456789012:role/Boundary", "policy/<path/name>"),
         ("Boundary", "policy/<path/name>"),
         (["arn:aws:iam::123456789012:policy/Boundary"], "policy/<path/name>"),
+        ("arn:aws:iam::123456789012:policy/Boundary\n", "policy/<path/name>"),
+        ("arn:aws-cn:iam::123456789012:policy/Boundary", "partition aws (us-west-2's)"),  # IAM is per partition
+        ("arn:aws-us-gov:iam::aws:policy/PowerUserAccess", "partition aws (us-west-2's)"),
     ],
 )
 def test_a_bad_permissions_boundary_is_refused(arn, expected):
     error = error_for({"permissionsBoundaryArn": arn}, HERE)
     assert error.key == "permissionsBoundaryArn" and expected in str(error), str(error)
+
+
+def test_a_permissions_boundary_names_a_partition_aws_has():
+    """Without a region the partition is unknown, but it is one of botocore's (``aws``, ``aws-cn``, ...)."""
+    error = error_for({"permissionsBoundaryArn": "arn:aws-moon:iam::123456789012:policy/Boundary"})
+    assert error.key == "permissionsBoundaryArn" and "a partition of aws, aws-cn, aws-us-gov" in str(error)
+    china = "arn:aws-cn:iam::123456789012:policy/Boundary"
+    assert config_for({"permissionsBoundaryArn": china}).permissions_boundary_arn == china
+    beijing = {"CDK_DEFAULT_ACCOUNT": "123456789012", "CDK_DEFAULT_REGION": "cn-north-1"}
+    assert config_for({"permissionsBoundaryArn": china}, beijing).permissions_boundary_arn == china
