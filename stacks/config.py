@@ -698,11 +698,13 @@ def _created_vpc(raw: Mapping[str, Any], *, region: str | None, account: str | N
     if not 1 <= max_azs <= MAX_AZS:
         raise ConfigError("vpc.maxAzs", max_azs, f"an integer from 1 to {MAX_AZS} (availability zones)")
     if max_azs > ENV_AGNOSTIC_AZS and (region is None or account is None):
+        default = f"({DEFAULT_MAX_AZS} is maxAzs' default) " if "maxAzs" not in raw else ""
         raise ConfigError(
             "vpc.maxAzs",
             max_azs,
-            f"at most {ENV_AGNOSTIC_AZS} without CDK_DEFAULT_ACCOUNT and CDK_DEFAULT_REGION (an environment-agnostic "
-            "stack knows only two availability zones), or set both",
+            f"{default}at most {ENV_AGNOSTIC_AZS} without CDK_DEFAULT_ACCOUNT and CDK_DEFAULT_REGION (an "
+            f"environment-agnostic stack knows only two availability zones): set both, or -c vpc='"
+            f'{{"create": true, "maxAzs": {ENV_AGNOSTIC_AZS}}}\'',
         )
     internet = _bool("vpc.internetAccess", raw.get("internetAccess", False))
     # ec2.Vpc splits the block evenly among the zones' private subnets; public ones (/28 each) come first, which

@@ -440,6 +440,14 @@ def test_more_than_two_zones_need_the_account_and_region():
     assert error.key == "vpc.maxAzs" and "CDK_DEFAULT_ACCOUNT" in str(error)
 
 
+def test_create_without_the_account_says_its_zones_are_the_default_and_how_to_ask_for_two():
+    """``cdk synth -c vpc=create`` with no AWS account: the user wrote no maxAzs, so the refusal says the 3 is the
+    default and gives the setting that synthesizes."""
+    error = error_for({"vpc": "create"})
+    assert error.key == "vpc.maxAzs" and "got 3; expected (3 is maxAzs' default) at most 2" in str(error)
+    assert """-c vpc='{"create": true, "maxAzs": 2}'""" in str(error)
+
+
 def test_an_existing_vpc_without_endpoints_needs_no_route_tables():
     from platform_constructs.network import ExistingVpc
 
