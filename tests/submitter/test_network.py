@@ -107,6 +107,11 @@ def _subnets(*entries: Any) -> str:
             "availability_zone 'US-EAST-1A'",
         ),
         ({"VPC_SUBNETS": _subnets(SUBNETS[0], SUBNETS[0])}, "subnet 'subnet-0aaa0000000000001' is listed twice"),
+        (
+            {"VPC_SUBNETS": _subnets({**SUBNETS[0], "availability_zone": "us-west-2a"}), "FSX_LUSTRE": None},
+            "VPC_SUBNETS: availability_zone 'us-west-2a': expected a zone of us-east-1 (AWS_REGION)",
+        ),
+        ({"VPC_SECURITY_GROUP_IDS": f"{GROUP},{GROUP}"}, f"security group {GROUP!r} is listed twice"),
         ({"VPC_SUBNETS": None}, "VPC_SECURITY_GROUP_IDS is set without VPC_SUBNETS"),
         ({"VPC_SECURITY_GROUP_IDS": None}, "VPC_SECURITY_GROUP_IDS='': expected 1-5 security group IDs"),
         ({"VPC_SECURITY_GROUP_IDS": ",".join(f"sg-{i}" for i in range(6))}, "expected 1-5 security group IDs"),

@@ -181,7 +181,8 @@ class SubmitterConfig:
                 "arn:aws:kms:<region>:<account>:key/<key id>"
             )
 
-        subnets, groups = _vpc(environ, csv(settings.ENV_VPC_SECURITY_GROUP_IDS))
+        region = required(settings.ENV_REGION)
+        subnets, groups = _vpc(environ, csv(settings.ENV_VPC_SECURITY_GROUP_IDS), region)
         fsx = _fsx_lustre(environ, subnets)
 
         prefixes = csv(settings.ENV_ALLOWED_INPUT_PREFIXES)
@@ -204,7 +205,7 @@ class SubmitterConfig:
             platform_tags=dict(tags),
             volume_size_gb=volume,
             client_token_records=records,
-            region=required(settings.ENV_REGION),
+            region=region,
             account_id=account_id,
             vpc_subnets=subnets,
             vpc_security_group_ids=groups,
@@ -241,10 +242,12 @@ def _check(name: str, what: str, value: str, rule: sagemaker_rules.StringRule) -
     return value
 
 
-def _vpc(environ: Mapping[str, str], groups: tuple[str, ...]) -> tuple[tuple[VpcSubnet, ...], tuple[str, ...]]:
+def _vpc(
+    environ: Mapping[str, str], groups: tuple[str, ...], region: str
+) -> tuple[tuple[VpcSubnet, ...], tuple[str, ...]]:
     """``VPC_SUBNETS`` and ``VPC_SECURITY_GROUP_IDS``: both or neither, each within ``VpcConfig``'s limits
     (botocore's model: its ``Subnets`` and ``SecurityGroupIds`` counts and ID patterns; the zone as
-    ``DescribeTrainingPlan`` reports one, its ``AvailabilityZone``)."""
+    ``DescribeTrainingPlan`` reports one, its ``AvailabilityZone``, of the function's ``region``), each once."""
     name, group_name = settings.ENV_VPC_SUBNETS, settings.ENV_VPC_SECURITY_GROUP_IDS
     raw = _json(environ, name)
     if raw is None:
@@ -267,6 +270,11 @@ def _vpc(environ: Mapping[str, str], groups: tuple[str, ...]) -> tuple[tuple[Vpc
         )
         if any(s.subnet_id == subnet.subnet_id for s in subnets):
             raise ConfigurationError(f"{name}: subnet {subnet.subnet_id!r} is listed twice")
+        if subnet.availability_zone[:-1] != region and not subnet.availability_zone.startswith(region + "-"):
+            raise ConfigurationError(  # a Local Zone (us-west-2-lax-1a) is its region's too
+                f"{name}: availability_zone {subnet.availability_zone!r}: expected a zone of {region} "
+                f"({settings.ENV_REGION}), e.g. {region}a"
+            )
         subnets.append(subnet)
     most = sagemaker_rules.bounds("VpcConfig.SecurityGroupIds")[1]
     if not groups or (most is not None and len(groups) > most):
@@ -275,6 +283,9 @@ def _vpc(environ: Mapping[str, str], groups: tuple[str, ...]) -> tuple[tuple[Vpc
             f"(SageMaker's VpcConfig.SecurityGroupIds), with {name}"
         )
     group_rule = sagemaker_rules.string_rule("VpcConfig.SecurityGroupIds.member")
+    twice = next((g for index, g in enumerate(groups) if g in groups[:index]), None)
+    if twice is not None:
+        raise ConfigurationError(f"{group_name}: security group {twice!r} is listed twice")
     return tuple(subnets), tuple(_check(group_name, "security group", g, group_rule) for g in groups)
 
 
