@@ -181,12 +181,14 @@ class FsxLustreOptions:
             or not _KEY_PREFIX.fullmatch(prefix)
             or len(prefix.encode("utf-8")) > _MAX_KEY_BYTES
             or prefix.lower().startswith("s3:")
+            or any(segment in ("", ".", "..") for segment in prefix.split("/")[:-1])
         ):
             raise FieldError(
                 "data_repository_prefix",
                 prefix,
                 f"a key prefix of the data bucket ending in '/' (at most {_MAX_KEY_BYTES} bytes, no leading '/', "
-                "wildcards or control characters), e.g. 'datasets/', or '' for the whole bucket",
+                "empty, '.' or '..' segment, wildcards or control characters), e.g. 'datasets/', or '' for the "
+                "whole bucket",
                 detail="the file system links the platform's data bucket, whose name is generated at deploy: give "
                 "the key prefix only"
                 if isinstance(prefix, str) and prefix.lower().startswith("s3:")

@@ -316,6 +316,11 @@ def run_emulator(
         return _fail(f"--job-processes {job_processes}: expected a positive integer")
     if context is not None and not isinstance(context, Mapping):
         return _fail(f"--context: got {type(context).__name__}; expected a JSON object of CDK context keys")
+    if fsx_root is not None and (context or {}).get("fsxLustre") is None:
+        return _fail(
+            f"--fsx-root {os.fspath(fsx_root)}: the platform has no file system to play; expected --context with "
+            """fsxLustre, e.g. '{"vpc": "create", "fsxLustre": {}}'"""
+        )
     if fsx_root is not None and not Path(fsx_root).is_dir():
         return _fail(f"--fsx-root {os.fspath(fsx_root)}: not a folder; expected the folder that plays the file system")
     try:

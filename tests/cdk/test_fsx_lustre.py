@@ -297,6 +297,9 @@ def test_destroy_removes_the_file_system_its_association_and_group():
         ({"data_repository_prefix": "data*/"}, "data_repository_prefix", "wildcards"),
         ({"data_repository_prefix": "s3://shared/data/"}, "data_repository_prefix", "give the key prefix only"),
         ({"data_repository_prefix": "a\nb/"}, "data_repository_prefix", "control characters"),
+        ({"data_repository_prefix": "../x/"}, "data_repository_prefix", "'..' segment"),
+        ({"data_repository_prefix": "./a/"}, "data_repository_prefix", "'..' segment"),
+        ({"data_repository_prefix": "a//b/"}, "data_repository_prefix", "empty, '.' or '..' segment"),
         ({"data_repository_prefix": "a" * 1024 + "/"}, "data_repository_prefix", "at most 1024 bytes"),
     ],
 )

@@ -246,3 +246,14 @@ def test_an_env_file_path_that_cannot_be_looked_at_is_a_problem_not_a_traceback(
         == f"{tmp_path / 'file' / 'env'}: Not a directory; expected a file path"
     )
     assert env_file_problem(tmp_path / ("n" * 300)).endswith(": File name too long; expected a file path")
+
+
+def test_an_fsx_root_without_a_file_system_in_the_context_is_refused_before_listening(tmp_path: Path, capsys) -> None:
+    """--fsx-root plays the platform's FSx file system, which exists only with a --context naming fsxLustre: alone,
+    no job could ever read it, so the command says what is missing instead of starting a platform without one."""
+    assert main(["local-aws", "--port", "0", "--fsx-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainctl local-aws: --fsx-root {tmp_path}: the platform has no file system to play")
+    assert "fsxLustre" in err and "listen" not in err
+    assert main(["local-aws", "--port", "0", "--fsx-root", str(tmp_path), "--context", '{"vpc": "create"}']) == 2
+    assert "no file system to play" in capsys.readouterr().err
