@@ -253,3 +253,109 @@ def test_an_existing_vpc_keeps_its_ids_and_jobs_run_in_its_subnets() -> None:
         again = submit_local(request, aws.env)  # a retry finds the first job, in the same network
         assert again["replayed"] is True and again["training_job_name"] == "existing-vpc"
         assert [j["name"] for j in aws.training_jobs()] == ["existing-vpc"]
+
+
+CONTINUATION_HANDLER = "platform_constructs.submitter.runtime.continuation.lambda_handler"
+
+
+def _plans_with_zone_a_in(zone: str) -> list[dict[str, Any]]:
+    """:data:`PLANS` with plan ``zone-a``'s block moved to ``zone`` (the same names, so the same ARNs: the
+    submitter's cached list of plan ARNs still holds), of 4 instances (the module's other jobs hold some)."""
+    return [PLANS[0], {**_plan("zone-a", zone, "now+5d"), "TotalInstanceCount": 4}]
+
+
+def test_a_runs_segments_on_a_file_system_follow_the_file_systems_zone(aws: LocalAws) -> None:
+    """A run reading the file system: each segment runs in its subnet; a next segment whose plan's block is in
+    another zone is not created (the run waits for capacity, the reason naming both zones) and starts in the
+    file system's subnet once a block in its zone is there; ``continue_run`` of the ended run alike."""
+    from datetime import UTC, datetime
+
+    from platform_constructs.submitter.runtime import actions, continuation
+    from platform_constructs.submitter.runtime.aws import Clients
+    from platform_constructs.submitter.runtime.config import SubmitterConfig
+    from platform_spec import runs as spec
+
+    fsx = _fsx(aws)
+    zone_a, zone_b = f"{DEFAULT_REGION}a", f"{DEFAULT_REGION}b"
+    assert fsx["availability_zone"] == zone_a
+    env = aws.function_env(CONTINUATION_HANDLER)
+    clients, config = Clients.create(environ=env), SubmitterConfig.from_environ(env)
+    events = aws.client("events", access_key=env["AWS_ACCESS_KEY_ID"])
+    submitter_clients = Clients.create(environ=aws.env)
+    submitter_config = SubmitterConfig.from_environ(aws.env)
+    s3 = aws.client("s3")
+    run_id = "fsx-two-zones"
+    seg = {i: spec.segment_job_name(run_id, i) for i in range(1, 4)}
+
+    def checkpoint(step: int) -> None:
+        prefix = f"run-checkpoints/{run_id}/step-{step}/"
+        state = {"step": step, "data": {"step": step}, "run": {"hyperparameters": {}}}
+        s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + "trainer_state.json", Body=json.dumps(state))
+        s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + ".complete", Body=b"{}")
+
+    def end(name: str, status: str = "Completed") -> dict[str, Any]:
+        if aws.describe_training_job(name)["TrainingJobStatus"] != "Stopping":
+            aws.set_job_status(name, "InProgress")
+        aws.set_job_status(name, status)
+        detail = aws.describe_training_job(name)
+        tags = aws.client("sagemaker").list_tags(ResourceArn=detail["TrainingJobArn"])["Tags"]
+        detail["Tags"] = {t["Key"]: t["Value"] for t in tags}
+        return {
+            "version": "0", "id": name, "source": "aws.sagemaker", "region": aws.region,
+            "detail-type": "SageMaker Training Job State Change", "account": "123456789012",
+            "time": detail.get("LastModifiedTime"), "resources": [detail["TrainingJobArn"]], "detail": detail,
+        }  # fmt: skip
+
+    def handle(body: Any) -> dict[str, Any]:
+        return continuation.handle(body, clients=clients, config=config, events=events, now=datetime.now(UTC))
+
+    def subnets(name: str) -> list[str]:
+        return list(aws.describe_training_job(name)["VpcConfig"]["Subnets"])
+
+    aws.set_run_jobs(False)
+    try:
+        arn = aws.set_plans(_plans_with_zone_a_in(zone_a))[1]
+        body = _request(aws, "unused", capacity="training-plan", run={"run_id": run_id, "max_segments": 4})
+        del body["job_name"]
+        body["hyperparameters"] = {**TINY, "max_steps": 100}
+        answer = submit_local(body, aws.env)
+        assert answer["status"] == "submitted", answer
+        assert subnets(seg[1]) == [fsx["subnet_id"]]
+
+        # the plan's next block is in zone b: segment 2 is not created; the run waits, naming both zones
+        aws.set_plans(_plans_with_zone_a_in(zone_b))
+        checkpoint(20)
+        waited = handle(end(seg[1]))
+        assert waited["decision"]["decision"] == spec.WAITING_FOR_CAPACITY, waited
+        reason = waited["decision"]["reason"]
+        assert "NoCapacity" in reason and f"availability zone {zone_b}" in reason and zone_a in reason, reason
+        assert seg[2] not in {j["name"] for j in aws.training_jobs()}
+
+        # a block in the file system's zone: the tick starts segment 2 in its subnet
+        aws.set_plans(_plans_with_zone_a_in(zone_a))
+        ticked = handle({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}})
+        assert seg[2] in {j["name"] for j in aws.training_jobs()}, ticked
+        assert subnets(seg[2]) == [fsx["subnet_id"]]
+        assert aws.describe_training_job(seg[2])["ResourceConfig"]["TrainingPlanArn"] == arn
+
+        # the run is stopped; continue_run places its next segment by the same rule
+        stop = actions.dispatch(
+            {"action": "stop", "run_id": run_id}, clients=submitter_clients, config=submitter_config
+        )
+        assert stop["changed"] is True, stop
+        checkpoint(40)
+        assert handle(end(seg[2], "Stopped"))["decision"]["decision"] == spec.STOPPED
+        aws.set_plans(_plans_with_zone_a_in(zone_b))
+        again = {"action": "continue_run", "run_id": run_id, "client_token": f"{run_id}-continue"}
+        refused = actions.dispatch(again, clients=submitter_clients, config=submitter_config)
+        assert refused["status"] == "rejected" and refused["error"]["code"] == "NoCapacity", refused
+        assert zone_a in json.dumps(refused["error"]), refused
+        assert seg[3] not in {j["name"] for j in aws.training_jobs()}
+        aws.set_plans(_plans_with_zone_a_in(zone_a))
+        continued = actions.dispatch(again, clients=submitter_clients, config=submitter_config)
+        assert continued["status"] == "continued" and continued["training_job_name"] == seg[3], continued
+        assert subnets(seg[3]) == [fsx["subnet_id"]]
+        aws.client("sagemaker").stop_training_job(TrainingJobName=seg[3])
+    finally:
+        aws.set_plans(PLANS)
+        aws.set_run_jobs(True)
