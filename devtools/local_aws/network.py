@@ -8,7 +8,11 @@ needs of the job's execution role.
   ``AWS::EC2::SecurityGroup`` and ``AWS::FSx::FileSystem`` (Lustre; its mount name drawn as FSx draws one, 8
   lowercase characters) of the template is created in moto under the emulator's account and region, and its
   ``Ref`` and attributes (``VpcId``, ``AvailabilityZone``, ``GroupId``, ``LustreMountName``, ``DNSName``) resolve
-  to the twin's IDs (:attr:`Twins.refs`, :attr:`Twins.attrs`, read by :mod:`devtools.local_aws.principals`). An
+  to the twin's IDs (:attr:`Twins.refs`, :attr:`Twins.attrs`, read by :mod:`devtools.local_aws.principals`). The
+  IDs and the mount name are derived from the logical ID, the account and the region (:func:`stable_id`), as the
+  emulator's bucket names and access keys are: moto keeps nothing across a restart, and an emulator started
+  again with the same context makes the same IDs, so a submitter environment sourced before still names its
+  network (with random IDs, the grant held to the new ones refused every job ``AccessDeniedException``). An
   existing VPC named by the ``vpc`` context key (``{"vpcId", "subnetIds", "availabilityZones"}``) is created
   under those very IDs, since the template names them as literals.
 * **A job's network** (:func:`check_vpc_config`), as ``CreateTrainingJob`` refuses it: every subnet and security
@@ -28,10 +32,11 @@ Needs moto (imported by the emulator's process only).
 
 from __future__ import annotations
 
+import hashlib
 import json
-import random
 import re
 import string
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,8 +51,10 @@ from platform_spec.network import FSX_ACCESS_MODE, FSX_FILE_SYSTEM_TYPE, VPC_EXE
 try:  # moto is the extra `local`
     from moto.ec2.exceptions import InvalidSubnetIdError
     from moto.ec2.models import ec2_backends
+    from moto.ec2.models import security_groups as moto_security_groups
     from moto.ec2.models import subnets as moto_subnets
     from moto.ec2.models import vpcs as moto_vpcs
+    from moto.fsx import models as moto_fsx
     from moto.fsx.models import fsx_backends
     from moto.sagemaker.exceptions import ValidationError
 except ImportError as exc:
@@ -78,12 +85,27 @@ def _zone(value: Any, index: int, zones: list[str]) -> str:
     return zones[index % len(zones)]
 
 
+def stable_id(prefix: str, logical: str, region: str, digits: int = 17) -> str:
+    """``prefix`` + ``digits`` hex digits of SHA-256 of the account, ``region`` and the template's ``logical`` ID:
+    the same twin gets the same ID in every emulator started with the same template (``vpc-`` + 17 digits is
+    EC2's form of a VPC, subnet or security group ID)."""
+    return prefix + hashlib.sha256(f"{ACCOUNT_ID}/{region}/{logical}".encode()).hexdigest()[:digits]
+
+
+def _mount_name(logical: str, region: str) -> str:
+    """8 lowercase letters and digits, the form of the mount names FSx draws, derived like :func:`stable_id`."""
+    number = int(stable_id("", f"{logical}/LustreMountName", region, 32), 16)
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(alphabet[(number >> (6 * i)) % len(alphabet)] for i in range(8))
+
+
 @contextmanager
-def _with_id(module: Any, generator: str, given: str) -> Iterator[None]:
-    """Make moto's ``module.generator`` (``random_vpc_id``, ``random_subnet_id``) return ``given`` within the block:
-    an existing VPC's IDs, which the template names as literals. What moto creates beside a VPC or a subnet (the
-    main route table, the default network ACL and security group, their associations) then names it too, as it
-    would not if the object were renamed afterwards."""
+def _with_id(module: Any, generator: str, given: Any) -> Iterator[None]:
+    """Make moto's ``module.generator`` (``random_vpc_id``, ``random_subnet_id``, ``random_security_group_id``;
+    FSx's ``uuid4``) return ``given`` within the block: an existing VPC's IDs, which the template names as
+    literals, or a created twin's :func:`stable_id`. What moto creates beside a VPC or a subnet (the main route
+    table, the default network ACL and security group, their associations) then names it too, as it would not if
+    the object were renamed afterwards."""
     original = getattr(module, generator)
     setattr(module, generator, lambda: given)
     try:
@@ -110,7 +132,8 @@ def create_twins(template: Mapping[str, Any], context: Mapping[str, Any], *, reg
         _existing_vpc(ec2, vpc, twins)
     for logical, resource in resources.items():
         if resource["Type"] == "AWS::EC2::VPC":
-            made = ec2.create_vpc(resource["Properties"].get("CidrBlock", "10.0.0.0/16"))
+            with _with_id(moto_vpcs, "random_vpc_id", stable_id("vpc-", logical, region)):
+                made = ec2.create_vpc(resource["Properties"].get("CidrBlock", "10.0.0.0/16"))
             twins.refs[logical] = twins.attrs[(logical, "VpcId")] = made.id
             twins.vpc_id = twins.vpc_id or made.id
     subnets = [(k, r) for k, r in resources.items() if r["Type"] == "AWS::EC2::Subnet"]
@@ -119,18 +142,20 @@ def create_twins(template: Mapping[str, Any], context: Mapping[str, Any], *, reg
         props = resource["Properties"]
         zone = _zone(props.get("AvailabilityZone"), index, zones)
         vpc_id = _vpc_of(props.get("VpcId"), twins)
-        made = ec2.create_subnet(vpc_id, props.get("CidrBlock", f"10.0.{index}.0/24"), availability_zone=zone)
+        with _with_id(moto_subnets, "random_subnet_id", stable_id("subnet-", logical, region)):
+            made = ec2.create_subnet(vpc_id, props.get("CidrBlock", f"10.0.{index}.0/24"), availability_zone=zone)
         twins.refs[logical] = twins.attrs[(logical, "SubnetId")] = made.id
         twins.attrs[(logical, "AvailabilityZone")] = zone
         twins.subnets[made.id] = zone
     for logical, resource in resources.items():
         if resource["Type"] == "AWS::EC2::SecurityGroup":
             props = resource["Properties"]
-            made = ec2.create_security_group(
-                f"{logical}-{len(twins.refs)}",
-                props.get("GroupDescription", logical),
-                _vpc_of(props.get("VpcId"), twins),
-            )
+            with _with_id(moto_security_groups, "random_security_group_id", stable_id("sg-", logical, region)):
+                made = ec2.create_security_group(
+                    f"{logical}-{len(twins.refs)}",
+                    props.get("GroupDescription", logical),
+                    _vpc_of(props.get("VpcId"), twins),
+                )
             twins.refs[logical] = twins.attrs[(logical, "GroupId")] = made.id
     for logical, resource in resources.items():
         if resource["Type"] == "AWS::FSx::FileSystem":
@@ -169,22 +194,23 @@ def _file_system_twin(logical: str, props: Mapping[str, Any], twins: Twins, regi
     subnet_ids = [_named(s, twins) for s in props.get("SubnetIds", [])]
     groups = [_named(s, twins) for s in props.get("SecurityGroupIds", [])]
     lustre = dict(props.get("LustreConfiguration") or {})
-    lustre["MountName"] = "".join(random.choices(string.ascii_lowercase + string.digits, k=8))
-    made = fsx_backends[ACCOUNT_ID][region].create_file_system(
-        client_request_token=logical,
-        file_system_type="LUSTRE",
-        storage_capacity=int(props.get("StorageCapacity", 1200)),
-        storage_type=props.get("StorageType", "SSD"),
-        subnet_ids=subnet_ids,
-        security_group_ids=groups,
-        tags=None,
-        kms_key_id=None,
-        windows_configuration=None,
-        lustre_configuration=lustre,
-        ontap_configuration=None,
-        open_zfs_configuration=None,
-        file_system_type_version=props.get("FileSystemTypeVersion"),
-    )
+    lustre["MountName"] = _mount_name(logical, region)
+    with _with_id(moto_fsx, "uuid4", uuid.UUID(hex=stable_id("", logical, region, 32))):  # fs- + its first 8 digits
+        made = fsx_backends[ACCOUNT_ID][region].create_file_system(
+            client_request_token=logical,
+            file_system_type="LUSTRE",
+            storage_capacity=int(props.get("StorageCapacity", 1200)),
+            storage_type=props.get("StorageType", "SSD"),
+            subnet_ids=subnet_ids,
+            security_group_ids=groups,
+            tags=None,
+            kms_key_id=None,
+            windows_configuration=None,
+            lustre_configuration=lustre,
+            ontap_configuration=None,
+            open_zfs_configuration=None,
+            file_system_type_version=props.get("FileSystemTypeVersion"),
+        )
     twins.refs[logical] = made.file_system_id
     twins.attrs[(logical, "LustreMountName")] = lustre["MountName"]
     twins.attrs[(logical, "DNSName")] = made.dns_name

@@ -359,3 +359,17 @@ def test_a_runs_segments_on_a_file_system_follow_the_file_systems_zone(aws: Loca
     finally:
         aws.set_plans(PLANS)
         aws.set_run_jobs(True)
+
+
+def test_a_restarted_emulator_keeps_its_network_ids_so_an_env_file_written_before_still_works(aws: LocalAws) -> None:
+    """An emulator started again with the same context (a restart: moto keeps nothing) makes the same VPC, subnets,
+    security groups and file system IDs and mount name, derived from the template's logical IDs as bucket names and
+    access keys are: a submitter environment sourced before the restart creates its job in the platform's network,
+    instead of every job being refused ``AccessDeniedException`` by the grant held to the old IDs."""
+    names = (settings.ENV_VPC_SUBNETS, settings.ENV_VPC_SECURITY_GROUP_IDS, settings.ENV_FSX_LUSTRE)
+    with LocalAws(context=VPC_FSX_CONTEXT) as again:
+        assert {n: again.env[n] for n in names} == {n: aws.env[n] for n in names}
+        written_before = {**aws.env, "AWS_ENDPOINT_URL": again.endpoint}
+        answer = submit_local(_request(aws, "after-restart"), written_before)
+        assert answer["status"] == "submitted", answer
+        assert again.describe_training_job("after-restart")["VpcConfig"]["Subnets"] == [_fsx(aws)["subnet_id"]]
