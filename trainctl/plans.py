@@ -69,8 +69,10 @@ def render_plan(plan: Plan, console: Console) -> None:
 def plan_blocks(plan: Plan) -> list[Panel | Table]:
     """What ``trainctl plan`` shows for ``plan`` (a :class:`planner.Plan`), in order: a panel with the
     configuration, the memory breakdown and verdict, throughput, cost (with a token budget, for a plan that
-    runs) and the recommendations with the figures before and after each (when there are any)."""
+    runs) and the recommendations with the figures before and after each (when there are any); a multi-instance
+    plan with inter-container encryption carries the planner's note on it under the throughput table."""
     from planner.memory import AT_RISK_FRACTION, BREAKDOWN_TERMS, SAFETY_FRACTION
+    from planner.plan import INTER_CONTAINER_ENCRYPTION_NOTE, notes
 
     p, r, mem, t = plan.input, plan.resolved, plan.memory_gb, plan.throughput
     m = r.model
@@ -89,6 +91,7 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
         f"{p.instance_count} x {r.instance.instance_type} = {r.world_size} x {r.gpu.name} ({r.gpu.hbm_gb:g} GB)  |  "
         f"FSDP {p.sharding_strategy} (shard {r.shard_degree}, replicas {r.replicate_degree})"
         f"{'' if p.reshard_after_forward else ', no reshard after forward'}"
+        f"{'  |  inter-container encryption' if p.inter_container_encryption else ''}"
     )
     blocks: list[Panel | Table] = [Panel(config, title="trainctl plan")]
 
@@ -130,6 +133,10 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
             tt.add_row(
                 "gradient reduce-scatters", f"{t.gradient_reductions} per step of {t.micro_batches} micro-batches"
             )
+    if INTER_CONTAINER_ENCRYPTION_NOTE in notes(plan):  # what these figures leave out, as --json notes it
+        tt.caption = (
+            f"{tt.caption}; {INTER_CONTAINER_ENCRYPTION_NOTE}" if tt.caption else INTER_CONTAINER_ENCRYPTION_NOTE
+        )
     blocks.append(tt)
 
     if t.cost is not None and plan.ran:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,20 @@ def test_inter_container_encryption_is_noted_for_a_multi_instance_job_only(capsy
     assert two["tokens_per_second"] == plain["tokens_per_second"]
     with pytest.raises(PlanInputError, match="inter_container_encryption"):
         estimate(make_input(inter_container_encryption="yes"))
+
+
+def test_the_tables_show_inter_container_encryption_and_its_note_for_a_multi_instance_job(capsys):
+    """``trainctl plan --inter-container-encryption`` without ``--json``: the configuration says the traffic is
+    encrypted and the throughput table carries the planner's note (its figures leave the cost out); one instance
+    shows the setting and no note, as AWS states it is unaffected."""
+
+    def shown() -> str:  # what is printed, without the tables' borders and white space (rich folds long words)
+        return "".join(re.sub(r"[\u2500-\u257f]", " ", capsys.readouterr().out).split())
+
+    assert main(["plan", "--instance-count", "2", "--inter-container-encryption"]) == 0
+    two = shown()
+    assert "inter-containerencryption" in two
+    assert "".join(planner.plan.INTER_CONTAINER_ENCRYPTION_NOTE.split()) in two
+    assert main(["plan", "--inter-container-encryption"]) == 0
+    one = shown()
+    assert "inter-containerencryption" in one and "train-encrypt.html" not in one
