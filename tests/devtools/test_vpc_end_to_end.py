@@ -373,3 +373,40 @@ def test_a_restarted_emulator_keeps_its_network_ids_so_an_env_file_written_befor
         answer = submit_local(_request(aws, "after-restart"), written_before)
         assert answer["status"] == "submitted", answer
         assert again.describe_training_job("after-restart")["VpcConfig"]["Subnets"] == [_fsx(aws)["subnet_id"]]
+
+
+def test_one_client_token_with_an_fsx_channel_is_one_job(aws: LocalAws) -> None:
+    """The same request with one ``client_token`` and an FSx channel, four times at once: one job, in the file
+    system's subnet; the token with another directory is a ``Conflict`` naming ``client_token``. A first attempt
+    that SageMaker refused on its ``VpcConfig`` (``ValidationException``) leaves the token free: the retry creates
+    the job."""
+    import concurrent.futures
+
+    fsx = _fsx(aws)
+    aws.set_run_jobs(False)
+    try:
+        body = {**_request(aws, "unused"), "client_token": "fsx-once"}
+        del body["job_name"]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            answers = list(pool.map(lambda _: submit_local(dict(body), aws.env), range(4)))
+        assert {a["status"] for a in answers} == {"submitted"}, answers
+        (name,) = {a["training_job_name"] for a in answers}
+        assert sorted(a["replayed"] for a in answers) == [False, True, True, True]
+        assert aws.describe_training_job(name)["VpcConfig"]["Subnets"] == [fsx["subnet_id"]]
+        other = {**body, "inputs": {"train": {**body["inputs"]["train"], "directory_path": f"/{fsx['mount_name']}/x"}}}
+        conflict = submit_local(other, aws.env)
+        assert conflict["error"]["code"] == "Conflict" and conflict["error"]["field"] == "client_token", conflict
+        aws.client("sagemaker").stop_training_job(TrainingJobName=name)
+
+        retried = {**body, "client_token": "fsx-retried"}
+        says = "The subnet ID 'subnet-0' does not exist"
+        aws.inject_fault("CreateTrainingJob", "ValidationException", message=says)
+        refused = submit_local(retried, aws.env)
+        assert refused["error"]["code"] == "InvalidRequest" and says in refused["error"]["message"], refused
+        again = submit_local(retried, aws.env)
+        assert again["status"] == "submitted" and again["replayed"] is False, again
+        assert aws.describe_training_job(again["training_job_name"])["VpcConfig"]["Subnets"] == [fsx["subnet_id"]]
+        aws.client("sagemaker").stop_training_job(TrainingJobName=again["training_job_name"])
+    finally:
+        aws.clear_faults()
+        aws.set_run_jobs(True)
