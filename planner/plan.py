@@ -256,11 +256,11 @@ def notes(plan: Plan) -> list[str]:
 
 
 INTER_CONTAINER_ENCRYPTION_NOTE = (
-    "inter_container_encryption: SageMaker encrypts the traffic between the job's instances, here the parameter and "
-    "gradient traffic FSDP sends between them (all-gathers and reduce-scatters; with hybrid sharding the replicas' "
-    "gradient all-reduce; see communication); AWS states it can increase "
-    "training time by an amount that depends on the amount of communication between instances, and publishes no "
-    "figure, so the speed and cost figures do not include it (Amazon SageMaker AI Developer Guide, Protect "
+    "inter_container_encryption: SageMaker encrypts the IP traffic between the job's instances (IPsec: the page "
+    "asks for UDP 500 and ESP within the security group); AWS states it can increase training time by an amount "
+    "that depends on the amount of communication between instances, here FSDP's all-gathers and reduce-scatters "
+    "(see communication), and publishes no figure, nor whether it covers NCCL's traffic over EFA, which bypasses "
+    "the kernel's IP stack; the speed and cost figures do not include it (Amazon SageMaker AI Developer Guide, Protect "
     "Communications Between ML Compute Instances in a Distributed Training Job, "
     "https://docs.aws.amazon.com/sagemaker/latest/dg/train-encrypt.html)"
 )

@@ -731,9 +731,9 @@ FIELDS: tuple[Field, ...] = (
         "inter_container_encryption", "boolean",
         help="SageMaker's EnableInterContainerTrafficEncryption: encrypt the traffic between the job's instances",
         default=False,
-        notes="no effect on one instance; on several it encrypts FSDP's gradient and parameter traffic, and AWS "
+        notes="no effect on one instance; on several SageMaker encrypts the IP traffic between them (IPsec), and AWS "
         "states it can increase training time by an amount that depends on that traffic (the planner's estimate "
-        "notes it)",
+        "notes it); AWS does not say whether it covers NCCL's traffic over EFA, which bypasses the IP stack",
     ),
     Field(
         "auto_tune", "boolean",
