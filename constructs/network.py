@@ -116,8 +116,9 @@ class CreatedVpc:
         cidr: its IPv4 block, split evenly into one private subnet per zone (public subnets, /28 each, only with
             ``internet_access``). Default: :data:`DEFAULT_CIDR`.
         max_azs: availability zones with a private subnet. Default: :data:`DEFAULT_MAX_AZS`.
-        internet_access: a public subnet, internet gateway and NAT gateway per zone, and the private subnets route
-            to it. Default: none; AWS is reached through the endpoints only.
+        internet_access: a public subnet, internet gateway and NAT gateway per zone, the private subnets route
+            to it, and the jobs' and functions' groups may send HTTPS (TCP 443) to any IPv4 address (a package index,
+            a model hub). Default: none; AWS is reached through the endpoints only.
     """
 
     cidr: str = DEFAULT_CIDR
@@ -229,6 +230,10 @@ class PlatformNetwork(Construct):
         self.job_security_group.add_egress_rule(prefix_lists["S3"], HTTPS, "HTTPS to S3 (gateway endpoint)")
         for name, peer in prefix_lists.items():
             self.function_security_group.add_egress_rule(peer, HTTPS, f"HTTPS to {name} (gateway endpoint)")
+
+        if isinstance(props.vpc, CreatedVpc) and props.vpc.internet_access:
+            for group in (self.job_security_group, self.function_security_group):
+                group.add_egress_rule(ec2.Peer.any_ipv4(), HTTPS, "HTTPS to the internet through the NAT gateways")
 
         self.interface_endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
         self.gateway_endpoints: dict[str, ec2.GatewayVpcEndpoint] = {}

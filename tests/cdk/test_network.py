@@ -10,7 +10,7 @@ import pytest
 
 from platform_constructs.network import GATEWAY_ENDPOINTS, INTERFACE_ENDPOINTS, efa_instances_per_subnet
 
-from .conftest import BOUNDARY_ARN, EXISTING_VPC
+from .conftest import ACCOUNT, BOUNDARY_ARN, EXISTING_VPC, REGION, _synthesize
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -267,3 +267,21 @@ def test_the_file_system_lives_in_the_first_job_subnet_under_the_platform_key(vp
 
 def test_the_boundary_fixture_is_the_accounts_policy():
     assert BOUNDARY_ARN.startswith("arn:aws:iam::123456789012:policy/")
+
+
+def test_internet_access_adds_nat_routes_and_https_out_for_jobs_and_functions_only(tmp_path) -> None:
+    """``internetAccess``: public subnets with a NAT gateway per zone, and the jobs' and functions' groups may send
+    HTTPS anywhere (routes alone would leave them as closed as before); nothing inbound changes; cdk-nag passes."""
+    synth = _synthesize(
+        tmp_path,
+        {"vpc": {"create": True, "cidr": "10.1.0.0/20", "maxAzs": 2, "internetAccess": True}},
+        environ={"CDK_DEFAULT_ACCOUNT": ACCOUNT, "CDK_DEFAULT_REGION": REGION},
+    )
+    assert len(synth.of_type("AWS::EC2::NatGateway")) == 2 and len(synth.of_type("AWS::EC2::InternetGateway")) == 1
+    network = synth.stack.network
+    for group in (network.job_security_group, network.function_security_group):
+        inline = synth.resources[synth.logical_id(group)]["Properties"]  # CDK writes a CIDR peer's rule inline
+        anywhere = [r for r in inline.get("SecurityGroupEgress", []) if r.get("CidrIp") == "0.0.0.0/0"]
+        assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in anywhere] == [("tcp", 443, 443)]
+        assert "SecurityGroupIngress" not in inline
+        assert all("CidrIp" not in r for r in _rules(synth, "Ingress", group))
