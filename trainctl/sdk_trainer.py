@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 from pydantic import PrivateAttr
 from sagemaker.core import shapes
 from sagemaker.core.resources import TrainingJob
-from sagemaker.core.training.configs import Compute
+from sagemaker.core.training.configs import Compute, Networking
 from sagemaker.core.utils.code_injection.codec import transform
 from sagemaker.train import ModelTrainer
 
@@ -189,6 +189,18 @@ def _fields(params: Mapping[str, Any]) -> dict[str, Any]:
             shapes.CheckpointConfig(**snake["checkpoint_config"]) if snake.get("checkpoint_config") else None
         ),
     }
+    # VPC mode (VpcConfig) and the request's network options: without them the SDK would send a job outside the
+    # platform's network, which the wire check refuses (and the submitter's grant would deny)
+    vpc = snake.get("vpc_config") or {}
+    isolation = snake.get("enable_network_isolation")
+    encryption = snake.get("enable_inter_container_traffic_encryption")
+    if vpc or isolation is not None or encryption is not None:
+        fields["networking"] = Networking(
+            subnets=vpc.get("subnets"),
+            security_group_ids=vpc.get("security_group_ids"),
+            enable_network_isolation=isolation,
+            enable_inter_container_traffic_encryption=encryption,
+        )
     return fields
 
 

@@ -101,6 +101,26 @@ def test_what_the_sdk_sends_is_the_submitters_request_and_passes_botocores_valid
     assert trainer.training_job.training_job_status == "InProgress"
 
 
+def test_the_network_options_and_a_vpc_config_are_sent_by_the_sdk_as_the_submitter_builds_them(
+    aws, platform, tiny
+) -> None:
+    """``network_isolation`` and ``inter_container_encryption`` reach the SDK's job (its ``Networking``), and so does
+    VPC mode's ``VpcConfig``: without them the wire check would refuse the trainer, and in a VPC deployment the SDK
+    would create the job outside the platform's network."""
+    trainer = platform.model_trainer({**tiny, "network_isolation": True, "inter_container_encryption": True})
+    expected = trainer.create_training_job
+    assert expected["EnableNetworkIsolation"] is True and expected["EnableInterContainerTrafficEncryption"] is True
+    trainer.train(wait=False, logs=False)
+    (sent,) = _created(aws, expected["TrainingJobName"])
+    assert sent == expected
+
+    from trainctl.sdk_trainer import PlatformModelTrainer
+
+    vpc = {"Subnets": ["subnet-0a1b2c3d4e5f60001"], "SecurityGroupIds": ["sg-0a1b2c3d4e5f60001"]}
+    in_vpc = PlatformModelTrainer.configured(platform, tiny, {}, {**expected, "VpcConfig": vpc})
+    assert in_vpc._create_training_job_args(boto3=True)["VpcConfig"] == vpc
+
+
 # --- 2. preflight: refusals raise, nothing is created ------------------------------------------------
 
 
