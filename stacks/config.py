@@ -349,6 +349,25 @@ def _list_of(key: str, raw: Any, check: Callable[[str], bool], expected: str) ->
     return tuple(items)
 
 
+def _json_object(key: str, raw: Any, expected: str) -> Any:
+    """``raw`` parsed when it is a JSON object's text (``-c key='{...}'``, nothing after it, not even a newline),
+    else ``raw`` as it is.
+
+    Raises:
+        ConfigError: text that starts as an object but is not one JSON object.
+    """
+    if not (isinstance(raw, str) and raw.strip(" ").startswith("{")):
+        return raw
+    text = raw.strip(" ")
+    try:
+        parsed, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        raise ConfigError(key, raw, expected) from None
+    if end != len(text):
+        raise ConfigError(key, raw, expected)
+    return parsed
+
+
 def _int(key: str, raw: Any) -> int:
     if isinstance(raw, bool):
         raise ConfigError(key, raw, "an integer")
@@ -587,15 +606,7 @@ def _fsx_lustre(raw: Any) -> FsxLustreOptions | None:
     expected = f"null or an object of the keys {', '.join(FSX_LUSTRE_KEYS)}, each optional ({{}}: every default)"
     if raw is None:
         return None
-    if isinstance(raw, str) and raw.strip(" ").startswith("{"):  # -c fsxLustre='{...}', nothing after it
-        text = raw.strip(" ")
-        try:
-            parsed, end = json.JSONDecoder().raw_decode(text)
-        except json.JSONDecodeError:
-            raise ConfigError(key, raw, expected) from None
-        if end != len(text):
-            raise ConfigError(key, raw, expected)
-        raw = parsed
+    raw = _json_object(key, raw, expected)
     if not isinstance(raw, dict):
         raise ConfigError(key, raw, expected)
     for name in raw:
@@ -655,11 +666,7 @@ def _vpc(raw: Any, *, region: str | None, account: str | None) -> CreatedVpc | E
     """``vpc``: ``null``, ``"create"``, a created VPC's options or an existing VPC's IDs (module docstring)."""
     if raw is None:
         return None
-    if isinstance(raw, str) and raw.strip(" ").startswith("{"):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ConfigError("vpc", raw, 'a JSON object, or "create"') from None
+    raw = _json_object("vpc", raw, 'a JSON object, or "create"')
     if raw == "create":
         raw = {"create": True}
     expected = (
