@@ -12,15 +12,51 @@ modules never do; ``pyproject.toml``'s import-linter contracts).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 import torch
 
-__all__ = ["apply_rope", "rope_angles"]
+__all__ = ["apply_rope", "llama3_inverse_frequencies", "rope_angles"]
 
 
-def rope_angles(seq_length: int, head_dim: int, base: float, device: torch.device | str) -> torch.Tensor:
+def llama3_inverse_frequencies(
+    inv_freq: torch.Tensor,
+    *,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_max_positions: int,
+) -> torch.Tensor:
+    """``inv_freq`` ``[head_dim / 2]`` (fp32) with Llama 3.1's ``rope_type: llama3`` frequency scaling
+    (:class:`model_families.llama.RopeScaling` has the rule; the arithmetic of transformers'
+    ``_compute_llama3_parameters``, in fp32, so the angles are the Hugging Face model's bit for bit on CPU)."""
+    low_freq_wavelen = original_max_positions / low_freq_factor
+    high_freq_wavelen = original_max_positions / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_positions / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_angles(
+    seq_length: int,
+    head_dim: int,
+    base: float,
+    device: torch.device | str,
+    *,
+    llama3_scaling: Mapping[str, float] | None = None,
+) -> torch.Tensor:
     """Rotary angles ``[seq_length, head_dim]`` (fp32, radians): ``cat(freqs, freqs)`` with
-    ``freqs[pos, i] = pos * base^(-2i/head_dim)``, the inverse frequencies computed in fp32."""
-    inv_freq = 1.0 / (float(base) ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    ``freqs[pos, i] = pos * inv_freq[i]``, ``inv_freq[i] = base^(-2i/head_dim)`` computed in fp32 as
+    transformers does (integer exponents cast to fp32), then, with ``llama3_scaling`` (the keyword
+    arguments of :func:`llama3_inverse_frequencies`), Llama 3.1's frequency scaling."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float32) / head_dim
+    inv_freq = 1.0 / (float(base) ** exponents)
+    if llama3_scaling is not None:
+        inv_freq = llama3_inverse_frequencies(inv_freq, **llama3_scaling)  # type: ignore[arg-type]
     positions = torch.arange(seq_length, device=device, dtype=torch.float32)
     freqs = torch.outer(positions, inv_freq)
     return torch.cat([freqs, freqs], dim=-1)

@@ -215,6 +215,27 @@ class Hyperparameters:
         None, "the LM head shares the token embedding's weight (llama family)", shape=True
     )
     norm_eps: float | None = _declare(None, "RMSNorm epsilon (llama family)", minimum=0.0, maximum=1.0, shape=True)
+    head_dim: int | None = _declare(
+        None, "head size (llama family; unset: hidden_size / num_heads)", minimum=2, maximum=4096, shape=True
+    )
+    qkv_bias: bool | None = _declare(None, "biases on the Q, K and V projections (llama family: Qwen2)", shape=True)
+    qk_norm: bool | None = _declare(None, "RMSNorm over each query and key head (llama family: Qwen3)", shape=True)
+    rope_scaling_factor: float | None = _declare(
+        None, "llama3 RoPE scaling factor (llama family; unset: no scaling)", minimum=1.0, maximum=1e6, shape=True
+    )
+    rope_low_freq_factor: float | None = _declare(
+        None, "llama3 RoPE scaling low_freq_factor (llama family)", minimum=0.0, maximum=1e6, shape=True
+    )
+    rope_high_freq_factor: float | None = _declare(
+        None, "llama3 RoPE scaling high_freq_factor (llama family)", minimum=0.0, maximum=1e6, shape=True
+    )
+    rope_original_max_positions: int | None = _declare(
+        None,
+        "llama3 RoPE scaling original_max_position_embeddings (llama family)",
+        minimum=1,
+        maximum=1 << 24,
+        shape=True,
+    )
     # numerics
     precision: str = _declare("mxfp8", "training precision", choices=PRECISIONS, planner=True)
     fp8_scaling: str = _declare(FP8_SCALINGS[0], "fp8 scaling recipe (precision=fp8)", choices=FP8_SCALINGS)

@@ -120,12 +120,23 @@ Errors are :class:`platform_spec.errors.FieldError` naming the field.
 
 Hugging Face ``config.json``
 ----------------------------
-:func:`from_hf_config` maps a ``LlamaForCausalLM`` configuration (``model_type``
-``llama``) to a shape and :func:`to_hf_config` writes one (the export's
-``config.json``); see :data:`HF_CONFIG_KEYS` for the keys and what each maps
-to, and :data:`HF_IGNORED_KEYS` for the keys read as information only. Anything
-else (``rope_scaling``, used by Llama 3.1 and later, biases, another
-activation, another head size, an unknown key) is refused with the key named.
+:func:`from_hf_config` maps a configuration of a dense architecture of
+:data:`HF_ARCHITECTURES` (``model_type`` ``llama``: Llama 2 to 3.3;
+``mistral`` without a sliding window; ``qwen2``: Qwen2/2.5, Q/K/V biases;
+``qwen3``: per-head Q/K RMSNorm, its own ``head_dim``), in the transformers 4
+form (``rope_theta``, ``rope_scaling``) or the transformers 5 form
+(``rope_parameters``), to a shape, and :func:`to_hf_config` writes one (the
+export's ``config.json``); see :data:`HF_CONFIG_KEYS` for the keys and what each
+maps to, and :data:`HF_IGNORED_KEYS` for the keys read as information only.
+RoPE is plain or Llama 3.1's ``llama3`` frequency scaling (:class:`RopeScaling`).
+Anything else (sliding-window attention, MoE keys, another RoPE type, biases
+elsewhere, another activation, an unknown key) is refused with the key named.
+
+Options for those architectures (shape fields, all off for Llama 3): ``head_dim``
+(Q is ``q = n * d`` wide, ``h`` unless set otherwise: the per-block count has
+``2hq`` for Q and O), ``qkv_bias`` (``q + 2k`` more parameters per block) and
+``qk_norm`` (``2d``); the planner's terms use ``q`` where the attention width is
+meant.
 """
 
 from __future__ import annotations
@@ -137,7 +148,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from platform_spec import models
+from platform_spec import models, precisions
 from platform_spec.errors import FieldError
 from platform_spec.models import ExportSlice, ModelFamily, ShapeTerms, check_gemm_dimensions, register_family
 
@@ -156,10 +167,20 @@ DROPOUT_MASK_BYTES = 1.0
 KERNELS_PER_BLOCK = 60
 """CUDA kernels (and FSDP hook work) per block per forward + backward (estimate, as the GPT family's)."""
 
-HF_MODEL_TYPE = "llama"
-"""``model_type`` of a Hugging Face Llama ``config.json``."""
-HF_ARCHITECTURE = "LlamaForCausalLM"
-"""The Hugging Face class the export loads into (``architectures`` of its ``config.json``)."""
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1's ``rope_type: llama3`` frequency scaling (``_compute_llama3_parameters`` of transformers'
+    ``modeling_rope_utils.py``; Meta's ``apply_scaling`` in llama-models): with ``w = 2 pi / inv_freq``, a pair
+    whose wavelength is longer than ``original_max_positions / low_freq_factor`` turns ``factor`` times slower,
+    one shorter than ``original_max_positions / high_freq_factor`` is kept, and between them the inverse
+    frequency is interpolated, ``(1 - t) inv_freq / factor + t inv_freq`` with
+    ``t = (original_max_positions / w - low_freq_factor) / (high_freq_factor - low_freq_factor)``."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_positions: int
 
 
 @dataclass(frozen=True)
@@ -178,6 +199,16 @@ class LlamaShape:
         rope_base: RoPE base (``rope_theta``), e.g. 500000.0 for Llama 3.
         tied_embeddings: the LM head shares the token embedding's weight.
         norm_eps: RMSNorm epsilon (blocks and the final norm).
+        head_dim: head size ``d``; ``None``: ``hidden_size / num_heads`` (Qwen3 and Mistral-Nemo set another).
+        qkv_bias: the Q, K and V projections have biases (Qwen2/2.5; the output projection never has one).
+        qk_norm: an RMSNorm over each query and key head (``d`` weights each, eps ``norm_eps``) before RoPE
+            (Qwen3).
+        rope_scaling_factor: the ``llama3`` frequency scaling's ``factor`` (Llama 3.1 8.0, Llama 3.2 32.0);
+            ``None``: no scaling. The four ``rope_*`` scaling fields are all set or all ``None``.
+        rope_low_freq_factor: its ``low_freq_factor`` (1.0 in Llama 3.1 to 3.3).
+        rope_high_freq_factor: its ``high_freq_factor`` (4.0), greater than ``rope_low_freq_factor``.
+        rope_original_max_positions: its ``original_max_position_embeddings``, the pretraining context the
+            wavelengths are measured against (8192).
 
     Raises:
         FieldError: a structurally impossible shape (:func:`check_structure`), naming the field.
@@ -193,25 +224,53 @@ class LlamaShape:
     rope_base: float = ROPE_BASE
     tied_embeddings: bool = False
     norm_eps: float = NORM_EPS
+    head_dim: int | None = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    rope_scaling_factor: float | None = None
+    rope_low_freq_factor: float | None = None
+    rope_high_freq_factor: float | None = None
+    rope_original_max_positions: int | None = None
 
     def __post_init__(self) -> None:
         check_structure(self)
 
     @property
-    def head_dim(self) -> int:
-        """Head size ``d = h / n``."""
-        return self.hidden_size // self.num_heads
+    def head_size(self) -> int:
+        """Head size ``d``: ``head_dim`` where set, else ``h / n``."""
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    @property
+    def q_size(self) -> int:
+        """Width of Q and of the attention output: ``n * d`` (``h`` unless ``head_dim`` says otherwise)."""
+        return self.num_heads * self.head_size
 
     @property
     def kv_size(self) -> int:
-        """Width of K and of V: ``k = num_kv_heads * head_dim``."""
-        return self.num_kv_heads * self.head_dim
+        """Width of K and of V: ``k = num_kv_heads * d``."""
+        return self.num_kv_heads * self.head_size
+
+    @property
+    def rope_scaling(self) -> RopeScaling | None:
+        """The ``llama3`` frequency scaling of the rotary embedding, or ``None`` (plain RoPE)."""
+        if self.rope_scaling_factor is None:
+            return None
+        return RopeScaling(
+            factor=float(self.rope_scaling_factor),
+            low_freq_factor=float(self.rope_low_freq_factor),  # type: ignore[arg-type]
+            high_freq_factor=float(self.rope_high_freq_factor),  # type: ignore[arg-type]
+            original_max_positions=int(self.rope_original_max_positions),  # type: ignore[arg-type]
+        )
 
     @property
     def params_per_block(self) -> int:
-        """Parameters in one block: ``2h^2 + 2hk + 3hf + 2h`` (module docstring)."""
-        h, k, f = self.hidden_size, self.kv_size, self.ffn_hidden_size
-        return 2 * h * h + 2 * h * k + 3 * h * f + 2 * h
+        """Parameters in one block: ``2hq + 2hk + 3hf + 2h`` (``q = n * d``), plus the Q/K/V biases
+        ``q + 2k`` (``qkv_bias``) and the per-head query and key RMSNorm weights ``2d`` (``qk_norm``)
+        (module docstring)."""
+        h, q, k, f = self.hidden_size, self.q_size, self.kv_size, self.ffn_hidden_size
+        bias = q + 2 * k if self.qkv_bias else 0
+        norms = 2 * self.head_size if self.qk_norm else 0
+        return 2 * h * q + 2 * h * k + 3 * h * f + 2 * h + bias + norms
 
     @property
     def block_params(self) -> int:
@@ -253,11 +312,15 @@ def check_structure(shape: LlamaShape) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
             raise FieldError(name, value, f"an integer >= {lowest}")
     h, n, g = shape.hidden_size, shape.num_heads, shape.num_kv_heads
-    if h % n:
+    if shape.head_dim is not None:
+        d = shape.head_dim
+        if isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2:
+            raise FieldError("head_dim", d, "an even integer >= 2 (RoPE rotates pairs of dimensions), or unset")
+    elif h % n:
         raise FieldError(
             "num_heads", n, f"a divisor of hidden_size ({h}): the head size hidden_size / num_heads is an integer"
         )
-    if (h // n) % 2:
+    elif (h // n) % 2:
         raise FieldError(
             "num_heads",
             n,
@@ -273,8 +336,42 @@ def check_structure(shape: LlamaShape) -> None:
         raise FieldError("rope_base", shape.rope_base, "a finite number > 1 (the RoPE base, e.g. 500000 for Llama 3)")
     if not _real(shape.norm_eps) or not 0 < shape.norm_eps < 1:
         raise FieldError("norm_eps", shape.norm_eps, "a number > 0 and < 1 (the RMSNorm epsilon, e.g. 1e-05)")
-    if not isinstance(shape.tied_embeddings, bool):
-        raise FieldError("tied_embeddings", shape.tied_embeddings, "true or false")
+    for name in ("tied_embeddings", "qkv_bias", "qk_norm"):
+        if not isinstance(getattr(shape, name), bool):
+            raise FieldError(name, getattr(shape, name), "true or false")
+    if shape.qkv_bias and shape.qk_norm:
+        raise FieldError(
+            "qk_norm",
+            True,
+            "false with qkv_bias: no published architecture has both (Qwen2 the biases, Qwen3 the norms)",
+        )
+    _check_rope_scaling(shape)
+
+
+_ROPE_SCALING_FIELDS = (
+    "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_positions",
+)  # fmt: skip
+
+
+def _check_rope_scaling(shape: LlamaShape) -> None:
+    """The four ``rope_*`` scaling fields: all ``None``, or a ``factor >= 1``, ``0 < low < high`` and a positive
+    integer ``original_max_positions`` (the ranges transformers' ``_validate_llama3_rope_parameters`` warns
+    outside of)."""
+    values = {name: getattr(shape, name) for name in _ROPE_SCALING_FIELDS}
+    if all(value is None for value in values.values()):
+        return
+    for name, value in values.items():
+        if value is None:
+            raise FieldError(name, None, "a value: the llama3 RoPE scaling needs all of " + ", ".join(values))
+    factor, low, high, original = values.values()
+    if not _real(factor) or factor < 1:
+        raise FieldError("rope_scaling_factor", factor, "a finite number >= 1 (llama3 RoPE scaling's factor, e.g. 8.0)")
+    if not _real(low) or low <= 0:
+        raise FieldError("rope_low_freq_factor", low, "a finite number > 0 (llama3 RoPE scaling, e.g. 1.0)")
+    if not _real(high) or high <= low:
+        raise FieldError("rope_high_freq_factor", high, f"a finite number > rope_low_freq_factor ({low}), e.g. 4.0")
+    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+        raise FieldError("rope_original_max_positions", original, "an integer >= 1 (e.g. 8192)")
 
 
 def _real(value: Any) -> bool:
@@ -283,16 +380,28 @@ def _real(value: Any) -> bool:
 
 def validate_shape(shape: LlamaShape, *, precision: str | None = None) -> None:
     """The family's one shape rule: :func:`check_structure`, and with ``precision`` the GEMM multiples of
-    the precision registry on ``hidden_size``, ``ffn_hidden_size`` and ``num_kv_heads * head size``.
+    the precision registry on ``hidden_size``, ``ffn_hidden_size``, ``num_heads * head size`` and
+    ``num_kv_heads * head size``, and for a TransformerEngine precision (fp8, mxfp8, nvfp4) no ``qkv_bias``
+    or ``qk_norm`` (its blocks build neither).
 
     Raises:
         FieldError: naming the field (``precision``: unknown precision).
     """
     check_structure(shape)
+    if precision is not None and precisions.get_precision(precision).uses_te:
+        for option in ("qkv_bias", "qk_norm"):
+            if getattr(shape, option):
+                raise FieldError(
+                    option,
+                    True,
+                    f"false with precision {precision}: its recipes run in the TransformerEngine blocks, which do "
+                    "not build Q/K/V biases or per-head Q/K norms (train this shape in bf16 or fp32)",
+                )
     check_gemm_dimensions(
         {
             "hidden_size": (shape.hidden_size, shape.hidden_size, "hidden_size"),
             "ffn_hidden_size": (shape.ffn_hidden_size, shape.ffn_hidden_size, "ffn_hidden_size"),
+            "num_heads": (shape.num_heads, shape.q_size, "the query width num_heads * head size"),
             "num_kv_heads": (shape.num_kv_heads, shape.kv_size, "the K/V width num_kv_heads * head size"),
         },
         precision,
@@ -356,9 +465,7 @@ def attention_flops_per_token(model: LlamaShape, seq_length: int, *, causal: boo
     Raises:
         ValueError: ``seq_length < 1``.
     """
-    return models.attention_flops_per_token(
-        model.num_layers, model.num_heads * model.head_dim, seq_length, causal=causal
-    )
+    return models.attention_flops_per_token(model.num_layers, model.q_size, seq_length, causal=causal)
 
 
 def flops_per_token(
@@ -378,7 +485,7 @@ def flops_per_token(
     return models.transformer_flops_per_token(
         model,
         seq_length,
-        attention_width=model.num_heads * model.head_dim,
+        attention_width=model.q_size,
         include_embedding=include_embedding,
         causal=causal,
     )
@@ -389,9 +496,10 @@ def flops_per_token(
 
 
 def matmul_weights_per_block(model: LlamaShape) -> int:
-    """``W = 2h^2 + 2hk + 3hf``: the weights one block's GEMMs read (Q, K, V, O, gate, up, down)."""
-    h, k, f = model.hidden_size, model.kv_size, model.ffn_hidden_size
-    return 2 * h * h + 2 * h * k + 3 * h * f
+    """``W = 2hq + 2hk + 3hf`` (``q = n * d``, ``h`` unless ``head_dim`` differs): the weights one block's GEMMs
+    read (Q, K, V, O, gate, up, down)."""
+    h, q, k, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
+    return 2 * h * q + 2 * h * k + 3 * h * f
 
 
 def block_activation_terms(
@@ -415,17 +523,17 @@ def block_activation_terms(
     Returns:
         ``{tensor: bytes per token}``; the sum is the block's saved activations, ``norm1_input`` its input.
     """
-    h, k, f, n = model.hidden_size, model.kv_size, model.ffn_hidden_size, model.num_heads
+    h, k, f, n, w = model.hidden_size, model.kv_size, model.ffn_hidden_size, model.num_heads, model.q_size
     a, q = activation_bytes, quantized_bytes
     gemm_in = q if q is not None else a
     mlp_in = gemm_in if q is None or quantized_copy_bytes is None else quantized_copy_bytes
     return {
         "norm1_input": a * h,
         "qkv_gemm_input": gemm_in * h,
-        "q_k_v": a * (h + 2 * k),
-        "attention_output": a * h,
+        "q_k_v": a * (w + 2 * k),
+        "attention_output": a * w,
         "softmax_lse": 4.0 * n,
-        "proj_gemm_input": (q * h) if q is not None else 0.0,
+        "proj_gemm_input": (q * w) if q is not None else 0.0,
         "dropout_masks": 2 * DROPOUT_MASK_BYTES * h if dropout else 0.0,
         "norm2_input": a * h,
         "fc1_gemm_input": mlp_in * h,
@@ -452,7 +560,7 @@ def block_elementwise_bytes_per_token(
     h, k, f = model.hidden_size, model.kv_size, model.ffn_hidden_size
     a, q = activation_bytes, quantized_bytes
     mask = DROPOUT_MASK_BYTES if dropout else 0.0
-    fwd = 4 * a * h + 2 * (3 * a + mask) * h + 3 * a * f + 2 * a * (h + k)
+    fwd = 4 * a * h + 2 * (3 * a + mask) * h + 3 * a * f + 2 * a * (model.q_size + k)
     bwd = 2 * fwd
     if q is not None:
         fwd += (a + 2 * q) * (3 * h + f)
@@ -462,6 +570,14 @@ def block_elementwise_bytes_per_token(
 
 # ---------------------------------------------------------------------------
 # Parameters: canonical names, initialisation, export
+
+BLOCK_PARAMETER_NAMES: tuple[str, ...] = (
+    "attention_norm.weight", "attention.qkv.weight", "attention.qkv.bias", "attention.q_norm.weight",
+    "attention.k_norm.weight", "attention.proj.weight", "ffn_norm.weight", "feed_forward.fc1.weight",
+    "feed_forward.fc2.weight",
+)  # fmt: skip
+"""The canonical names of a block's parameters (the torch-native block's; ``attention.qkv.bias`` with
+``qkv_bias``, ``attention.q_norm.weight`` and ``attention.k_norm.weight`` with ``qk_norm``)."""
 
 TE_PARAMETER_NAMES: Mapping[str, str] = MappingProxyType(
     {
@@ -479,7 +595,7 @@ TE_PARAMETER_NAMES: Mapping[str, str] = MappingProxyType(
 ``layer_norm_weight`` and, unsplit, ``weight``; ``LayerNormMLP`` ``layer_norm_weight``, ``fc1_weight``,
 ``fc2_weight``; RMSNorm has no ``layer_norm_bias`` and ``bias=False`` registers no biases)."""
 
-_NORMS = ("norm", "attention_norm", "ffn_norm")
+_NORMS = ("norm", "attention_norm", "ffn_norm", "q_norm", "k_norm")
 _RESIDUAL_OUTPUTS = ("proj", "fc2")
 
 
@@ -489,9 +605,12 @@ def residual_init_std(model: LlamaShape) -> float:
 
 
 def init_rule(canonical: str, model: LlamaShape) -> str | float:
-    """How the trainer initialises the parameter called ``canonical``: RMSNorm weights ``"ones"``, the
-    residual output projections (attention ``proj``, ``fc2``) N(0, :func:`residual_init_std`), every other
-    weight (token embedding -- the LM head too when tied --, LM head, QKV, gate/up) N(0, 0.02)."""
+    """How the trainer initialises the parameter called ``canonical``: RMSNorm weights (the per-head query
+    and key norms too) ``"ones"``, biases ``"zeros"``, the residual output projections (attention ``proj``,
+    ``fc2``) N(0, :func:`residual_init_std`), every other weight (token embedding -- the LM head too when
+    tied --, LM head, QKV, gate/up) N(0, 0.02)."""
+    if canonical.endswith(".bias"):
+        return "zeros"
     parts = canonical.rsplit(".", 2)
     module = parts[-2] if len(parts) > 1 else ""
     if module in _NORMS:
@@ -504,7 +623,7 @@ def init_rule(canonical: str, model: LlamaShape) -> str | float:
 def export_layout(model: LlamaShape) -> dict[str, tuple[ExportSlice, ...]]:
     """Canonical parameter name -> its Hugging Face ``LlamaForCausalLM`` tensors (module docstring's table);
     the LM head maps to nothing when tied (Hugging Face ties it from ``tie_word_embeddings``)."""
-    h, k, f = model.hidden_size, model.kv_size, model.ffn_hidden_size
+    h, w, k, f = model.hidden_size, model.q_size, model.kv_size, model.ffn_hidden_size
     out: dict[str, tuple[ExportSlice, ...]] = {
         "tok_embeddings.weight": (ExportSlice("model.embed_tokens.weight", 0, model.vocab_size),),
         "norm.weight": (ExportSlice("model.norm.weight", 0, h),),
@@ -513,11 +632,16 @@ def export_layout(model: LlamaShape) -> dict[str, tuple[ExportSlice, ...]]:
     for i in range(model.num_layers):
         ours, theirs = f"layers.{i}.", f"model.layers.{i}."
         out[ours + "attention_norm.weight"] = (ExportSlice(theirs + "input_layernorm.weight", 0, h),)
-        out[ours + "attention.qkv.weight"] = (
-            ExportSlice(theirs + "self_attn.q_proj.weight", 0, h),
-            ExportSlice(theirs + "self_attn.k_proj.weight", h, h + k),
-            ExportSlice(theirs + "self_attn.v_proj.weight", h + k, h + 2 * k),
-        )
+        for kind in ("weight", "bias") if model.qkv_bias else ("weight",):
+            out[ours + "attention.qkv." + kind] = (
+                ExportSlice(theirs + "self_attn.q_proj." + kind, 0, w),
+                ExportSlice(theirs + "self_attn.k_proj." + kind, w, w + k),
+                ExportSlice(theirs + "self_attn.v_proj." + kind, w + k, w + 2 * k),
+            )
+        if model.qk_norm:
+            d = model.head_size
+            out[ours + "attention.q_norm.weight"] = (ExportSlice(theirs + "self_attn.q_norm.weight", 0, d),)
+            out[ours + "attention.k_norm.weight"] = (ExportSlice(theirs + "self_attn.k_norm.weight", 0, d),)
         out[ours + "attention.proj.weight"] = (ExportSlice(theirs + "self_attn.o_proj.weight", 0, h),)
         out[ours + "ffn_norm.weight"] = (ExportSlice(theirs + "post_attention_layernorm.weight", 0, h),)
         out[ours + "feed_forward.fc1.weight"] = (
@@ -539,34 +663,117 @@ HF_CONFIG_KEYS: Mapping[str, str] = MappingProxyType(
         "num_key_value_heads": "num_kv_heads",
         "intermediate_size": "ffn_hidden_size",
         "vocab_size": "vocab_size",
-        "rope_theta": "rope_base",
         "tie_word_embeddings": "tied_embeddings",
         "rms_norm_eps": "norm_eps",
+        "head_dim": "head_dim",
     }
 )
-"""Hugging Face ``LlamaConfig`` key -> shape field. Absent optional keys take ``LlamaConfig``'s defaults
-(:data:`HF_DEFAULTS`), as ``transformers`` would load the file."""
+"""Hugging Face config key -> shape field, for every architecture of :data:`HF_ARCHITECTURES`. Absent
+optional keys take the configuration class's defaults (:attr:`HfArchitecture.defaults`), as ``transformers``
+would load the file. RoPE is read from either form (:data:`HF_ROPE_KEYS`)."""
 
-HF_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {"rope_theta": 10000.0, "tie_word_embeddings": False, "rms_norm_eps": 1e-6}
-)
-"""``transformers.LlamaConfig``'s defaults of the optional keys (``num_key_value_heads`` defaults to
-``num_attention_heads``)."""
+HF_ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
+"""The RoPE keys of the two forms: transformers 4 writes ``rope_theta`` and ``rope_scaling`` (``null`` or
+``{"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+"original_max_position_embeddings"}``), transformers 5 one ``rope_parameters`` object holding ``rope_theta``
+and ``rope_type`` (``"default"`` or ``"llama3"`` with the same four keys)
+(``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`` of ``modeling_rope_utils.py``, transformers 5.18)."""
 
-HF_REQUIRED_VALUES: Mapping[str, Any] = MappingProxyType(
+HF_ROPE_THETA_DEFAULT = 10000.0
+"""``RotaryEmbeddingConfigMixin.default_theta`` (transformers 5.18; every 4.x configuration class's
+``rope_theta`` default): the base of a configuration that names none."""
+
+_LLAMA3_KEYS = {
+    "factor": "rope_scaling_factor",
+    "low_freq_factor": "rope_low_freq_factor",
+    "high_freq_factor": "rope_high_freq_factor",
+    "original_max_position_embeddings": "rope_original_max_positions",
+}
+"""The ``llama3`` RoPE type's keys -> shape fields."""
+
+
+@dataclass(frozen=True)
+class HfArchitecture:
+    """One Hugging Face architecture the family reads and writes.
+
+    Attributes:
+        model_type: its ``model_type``.
+        architecture: its ``architectures`` class.
+        required: ``{key: (the only accepted value, why)}``; absent is that value.
+        defaults: the configuration class's defaults of the optional :data:`HF_CONFIG_KEYS` (transformers 5.18;
+            ``num_key_value_heads`` ``None`` is ``num_attention_heads``, ``head_dim`` ``None`` the quotient).
+        qkv_bias: the Q/K/V projections have biases (the shape's ``qkv_bias``).
+        qk_norm: per-head query/key RMSNorm (the shape's ``qk_norm``).
+        extra_keys: further keys read as information only (window settings that do not apply when off).
+    """
+
+    model_type: str
+    architecture: str
+    required: Mapping[str, tuple[Any, str]]
+    defaults: Mapping[str, Any]
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    extra_keys: frozenset[str] = frozenset()
+
+
+_NO_BIAS = "false: the family's blocks have no biases on the {} (Qwen2's Q/K/V biases: model_type qwen2)"
+_COMMON_REQUIRED: dict[str, tuple[Any, str]] = {
+    "hidden_act": ("silu", "'silu' (SwiGLU)"),
+    "attention_dropout": (0.0, "0.0: the trainer's blocks have no dropout"),
+}
+_QWEN_REQUIRED: dict[str, tuple[Any, str]] = {
+    **_COMMON_REQUIRED,
+    "use_sliding_window": (False, "false: sliding-window attention is not implemented by the trainer's blocks"),
+}
+_QWEN_KEYS = frozenset({"sliding_window", "max_window_layers", "layer_types"})
+
+HF_ARCHITECTURES: Mapping[str, HfArchitecture] = MappingProxyType(
     {
-        "model_type": HF_MODEL_TYPE,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "rope_scaling": None,
-        "attention_dropout": 0.0,
-        "pretraining_tp": 1,
+        "llama": HfArchitecture(
+            "llama",
+            "LlamaForCausalLM",
+            {
+                **_COMMON_REQUIRED,
+                "attention_bias": (False, _NO_BIAS.format("attention projections")),
+                "mlp_bias": (False, _NO_BIAS.format("MLP")),
+                "pretraining_tp": (1, "1"),
+            },
+            {"tie_word_embeddings": False, "rms_norm_eps": 1e-6, "num_key_value_heads": None, "head_dim": None},
+        ),
+        "mistral": HfArchitecture(
+            "mistral",
+            "MistralForCausalLM",
+            {
+                **_COMMON_REQUIRED,
+                "sliding_window": (None, "null: sliding-window attention is not implemented by the trainer's blocks"),
+            },
+            {"tie_word_embeddings": False, "rms_norm_eps": 1e-6, "num_key_value_heads": 8, "head_dim": None},
+        ),
+        "qwen2": HfArchitecture(
+            "qwen2",
+            "Qwen2ForCausalLM",
+            _QWEN_REQUIRED,
+            {"tie_word_embeddings": False, "rms_norm_eps": 1e-6, "num_key_value_heads": 32, "head_dim": None},
+            qkv_bias=True,
+            extra_keys=_QWEN_KEYS,
+        ),
+        "qwen3": HfArchitecture(
+            "qwen3",
+            "Qwen3ForCausalLM",
+            {**_QWEN_REQUIRED, "attention_bias": (False, _NO_BIAS.format("attention projections"))},
+            {"tie_word_embeddings": False, "rms_norm_eps": 1e-6, "num_key_value_heads": 32, "head_dim": 128},
+            qk_norm=True,
+            extra_keys=_QWEN_KEYS,
+        ),
     }
 )
-"""Keys whose only accepted value is this one (absent is that value, but ``model_type`` is required):
-another activation, biases, RoPE scaling (Llama 3.1's ``rope_type: llama3``, not implemented by the
-trainer's blocks) or attention dropout is refused with the key named."""
+"""The dense Llama-family architectures of transformers whose math the family's blocks compute, by
+``model_type``: Llama (2, 3, 3.1, 3.2, 3.3), Mistral without a sliding window (v0.2 and later, Nemo),
+Qwen2/2.5 (Q/K/V biases) and Qwen3 (per-head Q/K RMSNorm). Any other ``model_type`` (MoE, sliding windows,
+other attention) is refused naming it."""
+
+HF_MODEL_TYPES: tuple[str, ...] = tuple(HF_ARCHITECTURES)
+"""The ``model_type`` values :func:`from_hf_config` reads."""
 
 HF_IGNORED_KEYS: frozenset[str] = frozenset(
     {
@@ -581,77 +788,144 @@ export records beside the configuration): read as information only."""
 
 
 def from_hf_config(config: Mapping[str, Any]) -> LlamaShape:
-    """A Hugging Face ``LlamaForCausalLM`` ``config.json`` (as a mapping) as a custom shape named ``"llama"``.
-
-    ``head_dim``, when present, must be ``hidden_size / num_attention_heads``.
+    """A Hugging Face ``config.json`` (as a mapping) of an architecture of :data:`HF_ARCHITECTURES`, in
+    the transformers 4 form (``rope_theta``, ``rope_scaling``) or the transformers 5 form
+    (``rope_parameters``), as a custom shape named ``"llama"``.
 
     Raises:
-        FieldError: naming the key refused (its field is the ``config.json`` key): not a JSON object, a
-            missing or malformed size, a value of :data:`HF_REQUIRED_VALUES` other than the one accepted,
-            an unknown key, or a shape the family's structure refuses (the key that sets the field).
+        FieldError: naming the key refused (its field is the ``config.json`` key, ``rope_parameters.<key>``
+            inside the RoPE object): not a JSON object, an unknown ``model_type``, a missing or malformed
+            size, a value of the architecture's :attr:`HfArchitecture.required` other than the one accepted
+            (sliding windows, biases, dropout, another activation), a RoPE type other than ``default`` and
+            ``llama3``, an unknown key, or a shape the family's structure refuses (the key that sets the field).
     """
-    _check_hf_keys(config)
+    arch = _check_hf_keys(config)
     values: dict[str, Any] = {}
     for key, field_name in HF_CONFIG_KEYS.items():
         if key in config and config[key] is not None:
             values[field_name] = config[key]
-        elif key in HF_DEFAULTS:
-            values[field_name] = HF_DEFAULTS[key]
-        elif key == "num_key_value_heads":
-            values[field_name] = config.get("num_attention_heads")
+        elif key in arch.defaults:
+            values[field_name] = arch.defaults[key]
         else:
-            raise FieldError(key, None, "an integer (required in a Llama config.json)")
-    for key in ("rope_theta", "rms_norm_eps"):
-        field_name = HF_CONFIG_KEYS[key]
-        if isinstance(values[field_name], int) and not isinstance(values[field_name], bool):
-            values[field_name] = float(values[field_name])
+            raise FieldError(key, None, f"an integer (required in a {arch.model_type} config.json)")
+    if values["num_kv_heads"] is None:
+        values["num_kv_heads"] = values["num_heads"]
+    if isinstance(values["norm_eps"], int) and not isinstance(values["norm_eps"], bool):
+        values["norm_eps"] = float(values["norm_eps"])
+    values.update(_rope_fields(config))
+    h, n, d = values["hidden_size"], values["num_heads"], values["head_dim"]
+    if _is_int(h) and _is_int(n) and n > 0 and h % n == 0 and d == h // n:
+        values["head_dim"] = None  # the quotient: the shape derives it
     inverse = {field_name: key for key, field_name in HF_CONFIG_KEYS.items()}
+    if config.get("rope_parameters") is not None:
+        inverse.update({"rope_base": "rope_parameters.rope_theta"})
+        inverse.update({f: f"rope_parameters.{k}" for k, f in _LLAMA3_KEYS.items()})
+    else:
+        inverse.update({"rope_base": "rope_theta", **{f: f"rope_scaling.{k}" for k, f in _LLAMA3_KEYS.items()}})
     try:
-        shape = LlamaShape(FAMILY_NAME, **values)
+        return LlamaShape(FAMILY_NAME, **values, qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm)
     except FieldError as error:
         raise FieldError(inverse.get(error.field, error.field), error.value, error.expected) from None
-    head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim != shape.head_dim:
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rope_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The shape's ``rope_base`` and ``llama3`` scaling fields from either RoPE form (:data:`HF_ROPE_KEYS`).
+
+    Raises:
+        FieldError: both forms at once, a RoPE object that is not one, another ``rope_type``, a key the type
+            does not have, or a ``partial_rotary_factor`` other than 1.
+    """
+    parameters = config.get("rope_parameters")
+    if parameters is not None:
+        for old in ("rope_theta", "rope_scaling"):
+            if config.get(old) is not None:
+                raise FieldError(
+                    old,
+                    config[old],
+                    "absent with rope_parameters: a config.json has the transformers 4 form (rope_theta, "
+                    "rope_scaling) or the transformers 5 form (rope_parameters), not both",
+                )
+        where, rope, theta = "rope_parameters", parameters, None
+    else:
+        where, rope, theta = "rope_scaling", config.get("rope_scaling") or {}, config.get("rope_theta")
+    if not isinstance(rope, Mapping):
+        raise FieldError(where, rope, "a JSON object (RoPE parameters) or null")
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", "llama3"):
         raise FieldError(
-            "head_dim",
-            head_dim,
-            f"absent or hidden_size / num_attention_heads ({shape.head_dim}): the blocks derive it",
+            f"{where}.rope_type",
+            rope_type,
+            "'default' or 'llama3': the trainer's rotary embedding implements no other RoPE type",
         )
-    return shape
+    allowed = {"rope_type", "type", "partial_rotary_factor"} | ({"rope_theta"} if where == "rope_parameters" else set())
+    if rope_type == "llama3":
+        allowed |= set(_LLAMA3_KEYS)
+    for key in rope:
+        if key not in allowed:
+            raise FieldError(
+                f"{where}.{key}", rope[key], f"no such key for rope_type {rope_type!r}: " + ", ".join(sorted(allowed))
+            )
+    partial = rope.get("partial_rotary_factor", 1.0)
+    if partial != 1.0 or isinstance(partial, bool):
+        raise FieldError(f"{where}.partial_rotary_factor", partial, "1.0: the blocks rotate the whole head")
+    if where == "rope_parameters":
+        theta = rope.get("rope_theta")
+    base = HF_ROPE_THETA_DEFAULT if theta is None else theta
+    out: dict[str, Any] = {"rope_base": float(base) if _is_int(base) else base}
+    if rope_type == "llama3":
+        for key, field_name in _LLAMA3_KEYS.items():
+            value = rope.get(key)
+            if value is None and key == "original_max_position_embeddings":
+                value = config.get("max_position_embeddings")  # transformers' standardize_rope_params fallback
+            if value is None:
+                raise FieldError(f"{where}.{key}", None, "a number (required by rope_type 'llama3')")
+            out[field_name] = float(value) if _is_int(value) and key != "original_max_position_embeddings" else value
+    return out
 
 
-def _check_hf_keys(config: Any) -> None:
-    """A :class:`FieldError` naming the key unless ``config`` is a JSON object of known keys with
-    ``model_type``, :data:`HF_REQUIRED_VALUES` and, if it has ``architectures``, ``LlamaForCausalLM`` there."""
+def _check_hf_keys(config: Any) -> HfArchitecture:
+    """The architecture of ``config``, or a :class:`FieldError` naming the key unless ``config`` is a JSON
+    object of known keys with a known ``model_type``, the architecture's required values and, if it has
+    ``architectures``, its class there."""
     if not isinstance(config, Mapping):
         raise FieldError("model_config", type(config).__name__, "a JSON object (a Hugging Face config.json)")
-    known = {*HF_CONFIG_KEYS, *HF_REQUIRED_VALUES, "head_dim", *HF_IGNORED_KEYS}
+    if "model_type" not in config:
+        raise FieldError(
+            "model_type", None, "one of " + ", ".join(HF_MODEL_TYPES) + " (a config.json names its model_type)"
+        )
+    arch = HF_ARCHITECTURES.get(config["model_type"])
+    if arch is None:
+        raise FieldError(
+            "model_type",
+            config["model_type"],
+            "one of " + ", ".join(HF_MODEL_TYPES) + ": the dense architectures the trainer's blocks implement",
+        )
+    known = {*HF_CONFIG_KEYS, *HF_ROPE_KEYS, "model_type", *arch.required, *arch.extra_keys, *HF_IGNORED_KEYS}
     for key in config:
         if not isinstance(key, str) or key not in known:
             raise FieldError(
                 str(key),
                 config[key],
-                "no such key: a Llama config.json the trainer implements has only " + ", ".join(sorted(known)),
+                f"no such key: a {arch.model_type} config.json the trainer implements has only "
+                + ", ".join(sorted(known)),
             )
-    if "model_type" not in config:
-        raise FieldError("model_type", None, f"{HF_MODEL_TYPE!r} (a Llama config.json names its model_type)")
-    for key, accepted in HF_REQUIRED_VALUES.items():
+    for key, (accepted, why) in arch.required.items():
         value = config.get(key, accepted)
         if value != accepted or (type(value) is not type(accepted) and not _same_number(value, accepted)):
-            why = {
-                "rope_scaling": "absent or null: RoPE scaling (Llama 3.1's rope_type 'llama3') is not implemented "
-                "by the trainer's blocks",
-                "hidden_act": "'silu' (SwiGLU)",
-                "attention_bias": "false: the family's blocks have no biases",
-                "mlp_bias": "false: the family's blocks have no biases",
-                "attention_dropout": "0.0: the trainer's blocks have no dropout",
-                "pretraining_tp": "1",
-                "model_type": f"{HF_MODEL_TYPE!r}",
-            }[key]
             raise FieldError(key, value, why)
-    architectures = config.get("architectures", [HF_ARCHITECTURE])
-    if not isinstance(architectures, list) or HF_ARCHITECTURE not in architectures:
-        raise FieldError("architectures", architectures, f"absent or a list naming {HF_ARCHITECTURE}")
+    layer_types = config.get("layer_types")
+    if layer_types is not None and (
+        not isinstance(layer_types, list) or any(t != "full_attention" for t in layer_types)
+    ):
+        raise FieldError("layer_types", layer_types, "null or every layer 'full_attention' (no sliding windows)")
+    architectures = config.get("architectures", [arch.architecture])
+    if not isinstance(architectures, list) or arch.architecture not in architectures:
+        raise FieldError("architectures", architectures, f"absent or a list naming {arch.architecture}")
+    return arch
 
 
 def _same_number(value: Any, accepted: Any) -> bool:
@@ -666,27 +940,50 @@ def _same_number(value: Any, accepted: Any) -> bool:
     )
 
 
+def hf_architecture(model: LlamaShape) -> HfArchitecture:
+    """The architecture that computes ``model``: Qwen3 with per-head Q/K norms, Qwen2 with Q/K/V biases,
+    else Llama (which also computes a Mistral shape without a sliding window)."""
+    if model.qk_norm:
+        return HF_ARCHITECTURES["qwen3"]
+    if model.qkv_bias:
+        return HF_ARCHITECTURES["qwen2"]
+    return HF_ARCHITECTURES["llama"]
+
+
 def to_hf_config(model: LlamaShape) -> dict[str, Any]:
-    """``model`` as a Hugging Face ``LlamaForCausalLM`` ``config.json`` (architecture keys; the export adds
-    the dtype and the training context). :func:`from_hf_config` of it gives back the shape (named ``llama``)."""
+    """``model`` as a Hugging Face ``config.json`` of :func:`hf_architecture` (architecture keys; the export
+    adds the dtype and the training context), RoPE in the transformers 4 form (``rope_theta``,
+    ``rope_scaling``), which transformers 4 and 5 both read (5 converts it to ``rope_parameters`` on load;
+    4 would ignore ``rope_parameters`` and silently use its default base). :func:`from_hf_config` of it gives
+    back the shape (named ``llama``)."""
+    arch = hf_architecture(model)
+    scaling = model.rope_scaling
+    rope_scaling = (
+        None
+        if scaling is None
+        else {
+            "rope_type": "llama3",
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+        }
+    )
     return {
-        "architectures": [HF_ARCHITECTURE],
-        "model_type": HF_MODEL_TYPE,
+        "architectures": [arch.architecture],
+        "model_type": arch.model_type,
         "num_hidden_layers": model.num_layers,
         "hidden_size": model.hidden_size,
         "num_attention_heads": model.num_heads,
         "num_key_value_heads": model.num_kv_heads,
-        "head_dim": model.head_dim,
+        "head_dim": model.head_size,
         "intermediate_size": model.ffn_hidden_size,
         "vocab_size": model.vocab_size,
         "rope_theta": float(model.rope_base),
-        "rope_scaling": None,
+        "rope_scaling": rope_scaling,
         "rms_norm_eps": float(model.norm_eps),
         "tie_word_embeddings": model.tied_embeddings,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "attention_dropout": 0.0,
+        **{key: accepted for key, (accepted, _) in arch.required.items()},
         "initializer_range": INIT_STD,
     }
 
@@ -711,12 +1008,14 @@ FAMILY = register_family(
         ),
         package=__name__,
         blocks=MappingProxyType({"torch": ".torch_block", "te": ".te_block"}),
-        parameter_names=MappingProxyType({"te": TE_PARAMETER_NAMES}),
+        parameter_names=MappingProxyType(
+            {"torch": MappingProxyType({n: n for n in BLOCK_PARAMETER_NAMES}), "te": TE_PARAMETER_NAMES}
+        ),
         init_rule=init_rule,
         export_format=FAMILY_NAME,
         validate_shape=validate_shape,
         from_hf_config=from_hf_config,
-        hf_model_types=(HF_MODEL_TYPE,),
+        hf_model_types=HF_MODEL_TYPES,
         to_hf_config=to_hf_config,
         export_layout=export_layout,
     )
@@ -726,21 +1025,24 @@ imports it)."""
 
 __all__ = [
     "ACTIVATION",
+    "BLOCK_PARAMETER_NAMES",
     "FAMILY",
     "FAMILY_NAME",
-    "HF_ARCHITECTURE",
+    "HF_ARCHITECTURES",
     "HF_CONFIG_KEYS",
-    "HF_DEFAULTS",
     "HF_IGNORED_KEYS",
-    "HF_MODEL_TYPE",
-    "HF_REQUIRED_VALUES",
+    "HF_MODEL_TYPES",
+    "HF_ROPE_KEYS",
+    "HF_ROPE_THETA_DEFAULT",
     "INIT_STD",
     "KERNELS_PER_BLOCK",
     "NORM_EPS",
     "PRESETS",
     "ROPE_BASE",
     "TE_PARAMETER_NAMES",
+    "HfArchitecture",
     "LlamaShape",
+    "RopeScaling",
     "attention_flops_per_token",
     "block_activation_terms",
     "block_backward_transient_bytes_per_token",
@@ -749,6 +1051,7 @@ __all__ = [
     "export_layout",
     "flops_per_token",
     "from_hf_config",
+    "hf_architecture",
     "init_rule",
     "matmul_params",
     "matmul_weights_per_block",

@@ -17,6 +17,7 @@ arguments used, each checked against that tag:
 ``TransformerLayer`` argument    what it sets
 ===============================  ==============================================================
 ``num_gqa_groups``               ``num_kv_heads`` (``None`` or ``num_attention_heads`` is MHA)
+``kv_channels``                  ``head_dim`` (``None``: ``hidden_size / num_heads``)
 ``normalization="RMSNorm"``      both norms RMSNorm: ``layer_norm_weight`` only, no ``layer_norm_bias``
 ``layernorm_epsilon``            ``norm_eps`` (both norms)
 ``activation="swiglu"``          FC1 ``2f`` rows ``[gate; up]``, ``silu`` of the first half times the
@@ -46,7 +47,8 @@ import torch
 from torch import nn
 
 from model_families.llama import INIT_STD, LlamaShape, residual_init_std
-from model_families.rotary import rope_angles
+from model_families.llama.torch_block import rotary_angles
+from platform_spec.errors import FieldError
 
 
 class TEBlock(nn.Module):
@@ -60,6 +62,15 @@ class TEBlock(nn.Module):
         self, shape: LlamaShape, layer_number: int, *, device: str | torch.device, params_dtype: torch.dtype
     ) -> None:
         super().__init__()
+        for option in ("qkv_bias", "qk_norm"):
+            if getattr(shape, option):
+                raise FieldError(
+                    option,
+                    True,
+                    "false with the TransformerEngine blocks (TransformerLayer's bias=True biases every projection, "
+                    "not Q/K/V alone, and these blocks build no per-head Q/K norm): train this shape with the "
+                    "torch-native blocks",
+                )
         import transformer_engine.pytorch as te
 
         std_out = residual_init_std(shape)  # TE's own init; CausalLM.init_weights overwrites it by the family's rule
@@ -68,6 +79,7 @@ class TEBlock(nn.Module):
             shape.ffn_hidden_size,
             shape.num_heads,
             num_gqa_groups=shape.num_kv_heads,
+            kv_channels=shape.head_dim,  # None: hidden_size / num_heads
             layernorm_epsilon=shape.norm_eps,
             hidden_dropout=0.0,
             attention_dropout=0.0,
@@ -98,9 +110,10 @@ def build_block(shape: LlamaShape, layer_number: int, *, device: str | torch.dev
 
 
 def block_input(shape: LlamaShape, seq_length: int, device: torch.device | str) -> torch.Tensor:
-    """What every block receives besides the hidden state: the rotary angles (base ``rope_base``) in TE's
+    """What every block receives besides the hidden state: the rotary angles (base ``rope_base``, ``llama3``
+    scaling where set; :func:`model_families.llama.torch_block.rotary_angles`) in TE's
     ``[seq_length, 1, 1, head_dim]`` layout, fp32 radians."""
-    return rope_angles(seq_length, shape.head_dim, shape.rope_base, device).view(seq_length, 1, 1, -1)
+    return rotary_angles(shape, seq_length, device).view(seq_length, 1, 1, -1)
 
 
 __all__ = ["TEBlock", "block_input", "build_block"]

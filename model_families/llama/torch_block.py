@@ -17,8 +17,12 @@ QKV is one weight laid out ``[q; k; v]`` (``h``, ``k``, ``k`` rows; TE's
 in fp32, as TE's kernels do). Grouped-query attention: query head ``j`` reads
 KV head ``j // (num_heads / num_kv_heads)`` (``scaled_dot_product_attention``'s
 ``enable_gqa``, Hugging Face's ``repeat_kv``). Positions: RoPE with the shape's
-``rope_base`` in the rotate-half layout (Hugging Face's and TE's), which adds no
-parameters. The block's parameter names are the family's canonical names.
+``rope_base`` (and its ``llama3`` frequency scaling, where set) in the rotate-half
+layout (Hugging Face's and TE's), which adds no parameters. Qwen2's Q/K/V biases
+(``qkv_bias``: ``attention.qkv.bias``, ``[q; k; v]``) and Qwen3's per-head query
+and key RMSNorms (``qk_norm``: ``attention.q_norm.weight``, ``attention.k_norm.weight``,
+applied before RoPE) are the shape's options; a ``head_dim`` other than
+``hidden_size / num_heads`` makes Q ``num_heads * head_dim`` wide. The block's parameter names are the family's canonical names.
 
 Rotary angles reach every block in fp32 (:func:`block_input`, computed once per
 sequence length by the trainer's model and passed to each block; the FSDP2
@@ -27,6 +31,8 @@ rounded angle could move by up to 16 radians. :func:`apply_rope` rotates in fp32
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn.functional as F
@@ -49,28 +55,37 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal grouped-query self-attention: fused ``[q; k; v]`` projection (no bias) + SDPA + output projection."""
+    """Causal grouped-query self-attention: fused ``[q; k; v]`` projection (biases with ``qkv_bias``), the
+    per-head query and key RMSNorms with ``qk_norm`` (before RoPE, Qwen3's order), SDPA, output projection
+    (no bias)."""
 
     def __init__(self, shape: LlamaShape) -> None:
         super().__init__()
         self.num_heads = shape.num_heads
         self.num_kv_heads = shape.num_kv_heads
-        self.head_dim = shape.head_dim
-        h, k = shape.hidden_size, shape.kv_size
-        self.sizes = (h, k, k)
-        self.qkv = nn.Linear(h, h + 2 * k, bias=False)
-        self.proj = nn.Linear(h, h, bias=False)
+        self.head_dim = shape.head_size
+        w, k = shape.q_size, shape.kv_size
+        self.sizes = (w, k, k)
+        self.qkv = nn.Linear(shape.hidden_size, w + 2 * k, bias=shape.qkv_bias)
+        if shape.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, shape.norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, shape.norm_eps)
+        self.proj = nn.Linear(w, shape.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        b, s, h = x.shape
+        b, s, _ = x.shape
         q, k, v = self.qkv(x).split(self.sizes, dim=-1)
-        q = q.view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
-        k, v = (t.view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2) for t in (k, v))
+        q = q.view(b, s, self.num_heads, self.head_dim)
+        k = k.view(b, s, self.num_kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         gqa = self.num_kv_heads != self.num_heads
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        return self.proj(out.transpose(1, 2).reshape(b, s, h))
+        return self.proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class FeedForward(nn.Module):
@@ -119,8 +134,21 @@ def build_final_norm(shape: LlamaShape) -> nn.Module:
 def block_input(shape: LlamaShape, seq_length: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """What every block receives besides the hidden state: ``(cos, sin)`` of the rotary angles,
     ``[seq_length, head_dim]`` each, fp32."""
-    angles = rope_angles(seq_length, shape.head_dim, shape.rope_base, device)
+    angles = rotary_angles(shape, seq_length, device)
     return angles.cos(), angles.sin()
+
+
+def rotary_angles(shape: LlamaShape, seq_length: int, device: torch.device | str) -> torch.Tensor:
+    """The shape's rotary angles ``[seq_length, head size]`` (fp32): base ``rope_base``, with its ``llama3``
+    frequency scaling where set (both backends' :func:`block_input`)."""
+    scaling = shape.rope_scaling
+    return rope_angles(
+        seq_length,
+        shape.head_size,
+        shape.rope_base,
+        device,
+        llama3_scaling=None if scaling is None else dataclasses.asdict(scaling),
+    )
 
 
 __all__ = [
@@ -131,4 +159,5 @@ __all__ = [
     "block_input",
     "build_block",
     "build_final_norm",
+    "rotary_angles",
 ]

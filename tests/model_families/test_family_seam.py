@@ -175,9 +175,11 @@ def test_a_resume_compares_every_field_of_the_family_shape() -> None:
     same = compare_runs({"step": 4, "run": record(toy)}, record({**toy, "name": "toy-renamed"}))
     assert not same.model_refused and "model preset toy-tiny -> toy-renamed (same shape)" in same.notes
     problems = trainer_state_problems({"step": 4, "run": record({**toy, "ffn_hidden_size": "128"})}, 4)
-    assert any("expected integers, finite numbers or booleans for every field but 'name'" in p for p in problems)
-    # a Llama shape's RoPE base, RMSNorm epsilon and tie are a number, a number and a boolean: a valid record
-    llama = {**toy, "num_heads": 4, "num_kv_heads": 2, "rope_base": 500000.0, "norm_eps": 1e-5, "tied_embeddings": True}
+    assert any("expected integers, finite numbers, booleans or nulls for every field but 'name'" in p for p in problems)
+    # a Llama shape's RoPE base, RMSNorm epsilon and tie are a number, a number and a boolean, its head_dim and
+    # RoPE scaling unset are nulls: a valid record
+    llama = {**toy, "num_heads": 4, "num_kv_heads": 2, "rope_base": 500000.0, "norm_eps": 1e-5, "tied_embeddings": True,
+             "head_dim": None, "rope_scaling_factor": None}  # fmt: skip
     assert trainer_state_problems({"step": 4, "run": record(llama)}, 4) == []
-    for bad in ({"rope_base": float("nan")}, {"norm_eps": None}, {"tied_embeddings": "true"}):
+    for bad in ({"rope_base": float("nan")}, {"norm_eps": "1e-5"}, {"tied_embeddings": "true"}, {"head_dim": [64]}):
         assert trainer_state_problems({"step": 4, "run": record({**llama, **bad})}, 4), bad

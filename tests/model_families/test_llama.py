@@ -52,7 +52,7 @@ def test_the_llama3_presets_are_metas_shapes_and_count_its_parameters() -> None:
         80, 8192, 64, 8, 28672,
     )  # fmt: skip
     for shape in (L8, L70):
-        assert (shape.rope_base, shape.norm_eps, shape.tied_embeddings, shape.head_dim) == (500000.0, 1e-5, False, 128)
+        assert (shape.rope_base, shape.norm_eps, shape.tied_embeddings, shape.head_size) == (500000.0, 1e-5, False, 128)
     assert L8.num_params == 8_030_261_248 and round(L8.num_params / 1e9, 2) == 8.03
     assert L70.num_params == 70_553_706_496 and round(L70.num_params / 1e9, 1) == 70.6
     # per block: q and o h*h, k and v h*(8*128), gate/up/down h*f, two RMSNorm weights
@@ -236,15 +236,16 @@ def test_absent_optional_keys_take_transformers_defaults() -> None:
 @pytest.mark.parametrize(
     ("change", "key", "words"),
     [
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling", "RoPE scaling"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling.rope_type", "'default' or 'llama3'"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling.low_freq_factor", "required"),
         ({"hidden_act": "gelu"}, "hidden_act", "'silu'"),
         ({"attention_bias": True}, "attention_bias", "no biases"),
         ({"mlp_bias": True}, "mlp_bias", "no biases"),
         ({"attention_dropout": 0.1}, "attention_dropout", "no dropout"),
         ({"pretraining_tp": 2}, "pretraining_tp", "1"),
-        ({"model_type": "mistral"}, "model_type", "'llama'"),
+        ({"model_type": "mixtral"}, "model_type", "llama, mistral, qwen2, qwen3"),
         ({"architectures": ["MistralForCausalLM"]}, "architectures", "LlamaForCausalLM"),
-        ({"head_dim": 64}, "head_dim", "hidden_size / num_attention_heads (128)"),
+        ({"head_dim": 63}, "head_dim", "an even integer"),
         ({"sliding_window": 4096}, "sliding_window", "no such key"),
         ({"num_key_value_heads": 5}, "num_key_value_heads", "a divisor of num_heads"),
         ({"hidden_size": "4096"}, "hidden_size", "an integer"),

@@ -13,6 +13,7 @@ exported tensors by their Hugging Face names.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from model_families.llama import (
+    BLOCK_PARAMETER_NAMES,
     FAMILY,
     PRESETS,
     TE_PARAMETER_NAMES,
@@ -33,6 +35,7 @@ from model_families.llama import (
     te_block,
     torch_block,
 )
+from platform_spec.errors import FieldError
 from platform_spec.models import resolve_shape
 from training.model import build_model, canonical_state_dict, export_tensors, load_pretrained, save_pretrained
 
@@ -67,7 +70,16 @@ def test_parameter_names_and_counts_on_both_backends(monkeypatch: pytest.MonkeyP
     assert native_params["feed_forward.fc1.weight"].shape == (2 * f, h)
     for params in (te_params, native_params):
         assert sum(p.numel() for p in params.values()) == SMALL.params_per_block
-    assert dict(FAMILY.parameter_names) == {"te": TE_PARAMETER_NAMES}
+    assert FAMILY.parameter_names["te"] == TE_PARAMETER_NAMES
+    full = dataclasses.replace(SMALL, qkv_bias=True)
+    qwen3 = dataclasses.replace(SMALL, qk_norm=True, head_dim=32)
+    names = {*dict(torch_block.build_block(full, 1).named_parameters()),
+             *dict(torch_block.build_block(qwen3, 1).named_parameters())}  # fmt: skip
+    assert names == set(BLOCK_PARAMETER_NAMES) == set(FAMILY.parameter_names["torch"])
+    for shape in (full, qwen3):
+        assert sum(p.numel() for p in torch_block.build_block(shape, 1).parameters()) == shape.params_per_block
+        with pytest.raises(FieldError, match="torch-native blocks"):
+            te_block.build_block(shape, 1, device="cpu")
 
 
 @pytest.mark.parametrize("name", ["llama3-8b", "llama3-70b"])
@@ -105,8 +117,8 @@ def test_the_te_block_computes_the_torch_block_with_its_weights(monkeypatch: pyt
 
 def test_rope_uses_the_shapes_base_in_fp32_and_the_rotate_half_layout() -> None:
     cos, sin = torch_block.block_input(SMALL, 8192, "cpu")
-    assert cos.dtype == sin.dtype == torch.float32 and cos.shape == (8192, SMALL.head_dim)
-    d = SMALL.head_dim
+    assert cos.dtype == sin.dtype == torch.float32 and cos.shape == (8192, SMALL.head_size)
+    d = SMALL.head_size
     # pair i (and i + d/2, rotate-half) turns by pos * base^(-2i/d); the slowest pair of base 500000
     angles = torch_block.rope_angles(8192, d, 500000.0, "cpu")
     assert angles[8191, d // 2 - 1].item() == pytest.approx(8191 * 500000.0 ** (-(d - 2) / d), rel=1e-6)

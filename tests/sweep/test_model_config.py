@@ -215,10 +215,10 @@ def test_a_sweep_planned_before_keeps_sending_its_model_config(tmp_path) -> None
         # what the trainer does not implement is refused with the key named
         (
             "aws",
-            {**LLAMA_BASE, "model_config": {**LLAMA3_8B, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}},
+            {**LLAMA_BASE, "model_config": {**LLAMA3_8B, "rope_scaling": {"rope_type": "yarn", "factor": 8.0}}},
             ["batch_size=1"],
             None,
-            "base request: model_config.rope_scaling: got {'rope_type': 'llama3', 'factor': 8.0}; expected absent",
+            "base request: model_config.rope_scaling.rope_type: got 'yarn'; expected 'default' or 'llama3'",
         ),
         (
             "aws",
@@ -235,7 +235,8 @@ def test_a_sweep_planned_before_keeps_sending_its_model_config(tmp_path) -> None
             None,
             "grid key 'model': base request's model_config sets the model (model=llama); vary its shape "
             "hyperparameters (num_layers, hidden_size, num_heads, num_kv_heads, ffn_hidden_size, vocab_size, "
-            "rope_base, tied_embeddings, norm_eps) instead, or remove model_config",
+            "rope_base, tied_embeddings, norm_eps, head_dim, qkv_bias, qk_norm, rope_scaling_factor, "
+            "rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions) instead, or remove model_config",
         ),
         (
             "local",

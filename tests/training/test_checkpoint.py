@@ -666,7 +666,7 @@ _RUN = {
         ({"run": {**_RUN, "world_size": 0}}, "field 'run.world_size': got 0, expected an integer >= 1"),
         (
             {"run": {**_RUN, "model": {"num_layers": "2"}}},
-            "field 'run.model': got {'num_layers': '2'}, expected integers, finite numbers or booleans for",
+            "field 'run.model': got {'num_layers': '2'}, expected integers, finite numbers, booleans or nulls for",
         ),
         # a bad position used to be replaced silently by step x samples_per_step
         (

@@ -128,8 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-config",
         default=None,
         metavar="FILE",
-        help="the model's shape from a Hugging Face config.json of a Llama-style model (model_type llama) instead "
-        "of --model; unsupported content (rope_scaling, biases) is refused with the key named",
+        help="the model's shape from a Hugging Face config.json (model_type llama, mistral, qwen2 or qwen3; "
+        "transformers 4 or 5 form) instead of --model; unsupported content (sliding windows, another RoPE type) "
+        "is refused with the key named",
     )
     t = parser.add_argument_group("training")
     for name in PLANNED_HYPERPARAMETERS:

@@ -75,10 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the model's shape from a Hugging Face config.json of a Llama-style model (model_type llama): the "
-        "family's custom shape, with its layers, sizes, heads, KV heads, vocabulary, RoPE base, RMSNorm epsilon "
-        "and tied embeddings; content the trainer does not implement (rope_scaling, biases) is refused with the "
-        "key named, and so is a shape flag given too",
+        help="the model's shape from a Hugging Face config.json (model_type llama, mistral, qwen2 or qwen3; "
+        "transformers 4 or 5 form): the family's custom shape; content the trainer does not implement (sliding "
+        "windows, another RoPE type) is refused with the key named, and so is a shape flag given too",
     )
     parser.add_argument(
         "--json-quoted",

@@ -134,9 +134,10 @@ def _is_number(value: Any) -> bool:
 
 
 def _is_shape_value(value: Any) -> bool:
-    """A model shape field's value: an integer (sizes), a finite number (a RoPE base, a norm epsilon) or a
-    boolean (tied embeddings)."""
-    return isinstance(value, bool) or _is_number(value)
+    """A model shape field's value: an integer (sizes), a finite number (a RoPE base, a norm epsilon), a
+    boolean (tied embeddings) or null (an optional field unset: the Llama family's ``head_dim`` and RoPE
+    scaling)."""
+    return value is None or isinstance(value, bool) or _is_number(value)
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -249,7 +250,7 @@ _RECORD_FIELDS: tuple[Check, ...] = (
     (
         "model",
         lambda v: not isinstance(v, dict) or _model_is_shape(v),
-        "integers, finite numbers or booleans for every field but 'name' (the model family's shape)",
+        "integers, finite numbers, booleans or nulls for every field but 'name' (the model family's shape)",
     ),
     (
         "hyperparameters",

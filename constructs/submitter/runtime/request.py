@@ -662,14 +662,16 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field(
         "model_config", "object",
-        help="the model's shape as a Hugging Face `config.json` of a Llama-style model (`model_type` `llama`)",
+        help="the model's shape as a Hugging Face `config.json` of a Llama-family model (`model_type` `llama`, "
+        "`mistral`, `qwen2` or `qwen3`; transformers 4 or 5 form)",
         parse=_model_config,
         expected="a JSON object: a Hugging Face config.json",
         checks=(Check(_model_config_shape, needs=("hyperparameters",)),),
         notes="mapped to the model family's shape: `hyperparameters.model` becomes the family's custom shape and "
         "its shape hyperparameters come from the file (`hyperparameters` may not set them too); checked by the "
         "family's shape rule with `hyperparameters.precision`; content the trainer does not implement "
-        "(`rope_scaling`, biases, another activation, an unknown key) is refused with the key named",
+        "(sliding windows, a RoPE type other than `default` and `llama3`, biases elsewhere, another activation, "
+        "an unknown key) is refused with the key named",
         schema=_model_config_schema,
     ),
     Field(
