@@ -266,3 +266,30 @@ def test_the_tables_show_inter_container_encryption_and_its_note_for_a_multi_ins
     assert main(["plan", "--inter-container-encryption"]) == 0
     one = shown()
     assert "inter-containerencryption" in one and "train-encrypt.html" not in one
+
+
+HF_CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+
+
+@pytest.mark.parametrize("form", ["transformers-4", "transformers-5"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in HF_CONFIGS.glob("*.json")))
+def test_plan_takes_each_published_config_in_both_forms_with_transformers_parameter_count(capsys, tmp_path, name, form):
+    """Each family's published config.json as published (transformers 4 form) and as transformers 5 writes it;
+    the count is the model transformers builds (tests/model_families/test_hf_architectures.py holds the two
+    equal for every fixture)."""
+    import copy
+
+    import torch
+    import transformers
+
+    config = json.loads((HF_CONFIGS / f"{name}.json").read_text(encoding="utf-8"))
+    hf_config = transformers.AutoConfig.for_model(**copy.deepcopy(config))
+    if form == "transformers-5":
+        hf_config.save_pretrained(tmp_path)
+        path = tmp_path / "config.json"
+    else:
+        path = HF_CONFIGS / f"{name}.json"
+    with torch.device("meta"):
+        expected = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(hf_config).parameters())
+    d = run_json(capsys, "--model-config", str(path), *TRAINING)
+    assert d["input"]["model"] == "llama" and d["model"]["num_params"] == expected
