@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     lr = 1e-3
 
     from training.corpus import python_docs_corpus
-    from training.data import prepare_data
+    from training.prepare import prepare_data
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

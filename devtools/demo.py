@@ -413,8 +413,8 @@ def step_run() -> None:
     from trainctl.submitter_client import submit_local
     from trainctl.tables import print_blocks
     from training.corpus import python_docs_corpus
-    from training.data import prepare_data
     from training.local import read_metrics
+    from training.prepare import prepare_data
 
     out = DEMO_DIR / "run"
     shutil.rmtree(out, ignore_errors=True)

@@ -212,7 +212,7 @@ def _train(
             plan_train_link(paths, prepared, data_exists=False)  # refuse before writing anything
             if not any(prepared.glob("shard-*.bin")):
                 from training.corpus import python_docs_corpus
-                from training.data import prepare_data
+                from training.prepare import prepare_data
 
                 corpus = python_docs_corpus(base / "prepared" / "python-docs.txt")
                 prepare_data(prepared, [corpus])

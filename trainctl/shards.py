@@ -1,5 +1,5 @@
-"""What ``trainctl prepare-data`` does: text or JSONL files (and, on request, CPython's documentation) ->
-token shards for the trainer's train channel (:func:`training.data.prepare_data`)."""
+"""What ``trainctl prepare-data`` does: text, JSONL, Parquet or Arrow inputs (and, on request, CPython's
+documentation) -> token shards for the trainer's train channel (:func:`training.prepare.prepare_data`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ def prepare_shards(
     files: Sequence[str | os.PathLike[str]],
     *,
     tokenizer: str | os.PathLike[str] | None = None,
-    eod_token: str | None = None,
+    separator: str | None = None,
+    no_separator: bool = False,
+    text_field: str = "text",
     shard_tokens: int | None = None,
+    validation_fraction: float | None = None,
+    seed: int = 0,
     python_docs: bool = False,
 ) -> int:
     """Tokenize ``files`` (plus CPython's documentation topics with ``python_docs``) into shards in ``output``
@@ -27,6 +31,7 @@ def prepare_shards(
 
     Args:
         tokenizer: a local ``tokenizer.json`` (default: byte-level, bytes 0-255 + end-of-document 256).
+        separator, no_separator, text_field, validation_fraction, seed: :func:`training.prepare.prepare_data`.
         shard_tokens: tokens per shard (default :data:`training.data.DEFAULT_SHARD_TOKENS`).
 
     Returns:
@@ -35,7 +40,8 @@ def prepare_shards(
         folder path (one line naming the argument, before anything is read or written).
     """
     from training.corpus import python_docs_corpus
-    from training.data import DEFAULT_SHARD_TOKENS, DataError, prepare_data
+    from training.data import DEFAULT_SHARD_TOKENS, DataError
+    from training.prepare import prepare_data
 
     problem = folder_problem(output)
     if problem is not None:
@@ -58,8 +64,12 @@ def prepare_shards(
                 Path(output),
                 inputs,
                 Path(tokenizer) if tokenizer is not None else None,
-                eod_token=eod_token,
+                separator=separator,
+                no_separator=no_separator,
                 shard_tokens=DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens,
+                text_field=text_field,
+                validation_fraction=validation_fraction,
+                seed=seed,
             )
         except DataError as exc:
             print(f"trainctl prepare-data: {exc}", file=sys.stderr)
@@ -68,10 +78,18 @@ def prepare_shards(
             print(f"trainctl prepare-data: {os_error_text(exc)}", file=sys.stderr)
             return 1
     print(
-        f"wrote {len(result.shards)} shard(s) to {result.output_dir}: {result.num_tokens:,} tokens from "
+        f"wrote {len(result.shards)} shard(s) to {result.train.directory}: {result.num_tokens:,} tokens from "
         f"{result.num_documents} documents, vocab_size {result.vocab_size} ({result.tokenizer}), "
         f"largest token id {result.max_token_id}"
     )
+    if result.validation is not None:
+        held = result.validation
+        print(
+            f"held out {held.num_documents} documents ({held.num_tokens:,} tokens) in {len(held.shards)} "
+            f"shard(s) in {held.directory} (--validation-fraction {validation_fraction}, --seed {seed})"
+        )
+    if result.skipped_documents:
+        print(f"skipped {result.skipped_documents} documents with no text (empty or null)")
     return 0
 
 

@@ -71,9 +71,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +94,10 @@ SCAN_CHUNK_TOKENS = 1 << 24
 """Tokens per numpy reduction when a shard without ``max_token_id`` is scanned."""
 FINGERPRINT_TOKENS = 64
 """Leading tokens of each shard that go into the dataset fingerprint."""
+MANIFEST = "manifest.json"
+"""A prepared split's manifest (:mod:`training.prepare`), beside its shards."""
+SPLITS = ("train", "validation")
+"""The split folders ``trainctl prepare-data --validation-fraction`` writes."""
 
 
 class DataError(ValueError):
@@ -204,24 +206,40 @@ def token_dtype(vocab_size: int) -> str:
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as token ids 0-255, end-of-document 256."""
+    """UTF-8 bytes as token ids 0-255, end-of-document 256 (None with ``no_separator``: documents concatenated)."""
 
     name = BYTE_LEVEL
     vocab_size = BYTE_LEVEL_VOCAB_SIZE
-    eod_token_id = BYTE_LEVEL_EOD
     sha256: str | None = None
+
+    def __init__(self, *, no_separator: bool = False) -> None:
+        self.eod_token_id: int | None = None if no_separator else BYTE_LEVEL_EOD
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint32)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [self.encode(text) for text in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
 class HFTokenizer:
-    """A ``tokenizer.json`` loaded with the ``tokenizers`` library (local file, no download)."""
+    """A ``tokenizer.json`` loaded with the ``tokenizers`` library (local file, no download).
 
-    def __init__(self, path: str | os.PathLike[str], eod_token: str | None = None) -> None:
+    The document separator appended after each document: ``separator``; else the first of
+    :data:`EOD_CANDIDATES` the tokenizer has; none with ``no_separator``.
+
+    Raises:
+        DataError: the file is missing; ``separator`` is not a token of it; it has none of
+            :data:`EOD_CANDIDATES` and neither ``separator`` nor ``no_separator`` is given (the message lists
+            its special tokens and both options: documents would otherwise run together unmarked).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], separator: str | None = None, *, no_separator: bool = False
+    ) -> None:
         from tokenizers import Tokenizer
 
         self.path = Path(path)
@@ -231,215 +249,54 @@ class HFTokenizer:
         self.name = self.path.name
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        candidates = (eod_token,) if eod_token else EOD_CANDIDATES
         self.eod_token_id: int | None = None
-        for token in candidates:
+        if no_separator:
+            return
+        for token in (separator,) if separator else EOD_CANDIDATES:
             tid = self._tok.token_to_id(token)
             if tid is not None:
                 self.eod_token_id = tid
-                break
-        if eod_token and self.eod_token_id is None:
-            raise DataError(f"tokenizer {self.path} has no token {eod_token!r} (eod_token)")
+                return
+        if separator:
+            raise DataError(f"tokenizer {self.path} has no token {separator!r} (--separator)")
+        special = [t.content for _, t in sorted(self._tok.get_added_tokens_decoder().items()) if t.special]
+        shown = ", ".join(special[:12]) + (f", ... ({len(special)} in all)" if len(special) > 12 else "")
+        raise DataError(
+            f"tokenizer {self.path} has no document separator (none of {', '.join(EOD_CANDIDATES)}); its special "
+            f"tokens: {shown or 'none'}. Name the token to append after each document with --separator TOKEN, or "
+            "give --no-separator to concatenate documents with nothing between them"
+        )
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """The ids of each text, in order; ``tokenizers`` encodes the batch on every core (Rust threads)."""
+        encodings = self._tok.encode_batch_fast(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, dtype=np.uint32) for e in encodings]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids))
 
 
-def load_tokenizer(tokenizer_json: str | os.PathLike[str] | None, eod_token: str | None = None):
-    """A :class:`HFTokenizer` for ``tokenizer_json``, or the byte-level fallback when None."""
-    return ByteTokenizer() if tokenizer_json is None else HFTokenizer(tokenizer_json, eod_token)
-
-
-# ---------------------------------------------------------------------------
-# Preparation
-
-
-def iter_documents(path: Path) -> Iterator[str]:
-    """Documents of a text or JSONL file.
-
-    ``.jsonl``/``.json`` lines: the ``text`` field of each object. Other files:
-    the whole file is one document.
+def load_tokenizer(
+    tokenizer_json: str | os.PathLike[str] | None, separator: str | None = None, *, no_separator: bool = False
+) -> ByteTokenizer | HFTokenizer:
+    """A :class:`HFTokenizer` for ``tokenizer_json``, or the byte-level fallback when None.
 
     Raises:
-        DataError: a JSONL line that is not an object with a string ``text``, or JSONL that is not UTF-8 (JSON
-            text is UTF-8: RFC 8259 section 8.1).
+        DataError: see :class:`HFTokenizer`; ``separator`` without ``tokenizer_json`` (the byte-level separator
+            is id 256) or with ``no_separator``.
     """
-    if path.suffix.lower() in (".jsonl", ".ndjson") or (path.suffix.lower() == ".json" and _looks_like_jsonl(path)):
-        with open(path, encoding="utf-8") as fh:
-            for lineno, line in _numbered_lines(path, fh):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):  # RecursionError: nesting deeper than Python's stack
-                    raise DataError(f"{path}:{lineno}: not valid JSON") from None
-                text = obj.get("text") if isinstance(obj, dict) else None
-                if not isinstance(text, str):
-                    raise DataError(f"{path}:{lineno}: expected an object with a string 'text' field")
-                yield text
-    else:
-        yield path.read_text(encoding="utf-8", errors="replace")
-
-
-def _numbered_lines(path: Path, fh: Iterator[str]) -> Iterator[tuple[int, str]]:
-    """``enumerate(fh, 1)``, text that is not UTF-8 refused as a :class:`DataError` naming the file."""
-    lineno = 0
-    while True:
-        try:
-            line = next(fh)
-        except StopIteration:
-            return
-        except UnicodeDecodeError as exc:
-            # the decoder reads ahead in blocks, so no line number: the byte says what was found
-            raise DataError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); JSONL is UTF-8") from None
-        lineno += 1
-        yield lineno, line
-
-
-def _looks_like_jsonl(path: Path) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline().strip()
-    return first.startswith("{") and first.endswith("}")
-
-
-class _ShardWriter:
-    def __init__(self, out: Path, tokenizer, shard_tokens: int) -> None:
-        self.out = out
-        self.tok = tokenizer
-        self.shard_tokens = shard_tokens
-        self.dtype = token_dtype(tokenizer.vocab_size)
-        self.buffer: list[np.ndarray] = []
-        self.buffered = 0
-        self.sources: list[str] = []
-        self.index = 0
-        self.written: list[Path] = []
-        self.max_token_id = 0
-
-    def add(self, ids: np.ndarray, source: str) -> None:
-        if source not in self.sources:
-            self.sources.append(source)
-        while ids.size:
-            room = self.shard_tokens - self.buffered
-            take, ids = ids[:room], ids[room:]
-            self.buffer.append(take)
-            self.buffered += take.size
-            if self.buffered >= self.shard_tokens:
-                self.flush()
-                if ids.size:
-                    self.sources.append(source)
-
-    def flush(self) -> None:
-        if not self.buffered:
-            return
-        tokens = np.concatenate(self.buffer).astype(self.dtype)
-        stem = self.out / f"shard-{self.index:05d}"
-        tmp = stem.with_suffix(".bin.tmp")
-        tokens.astype(np.dtype(self.dtype).newbyteorder("<"), copy=False).tofile(tmp)
-        os.replace(tmp, stem.with_suffix(".bin"))
-        header = ShardHeader(
-            dtype=self.dtype,
-            num_tokens=int(tokens.size),
-            vocab_size=int(self.tok.vocab_size),
-            eod_token_id=self.tok.eod_token_id,
-            tokenizer=self.tok.name,
-            tokenizer_sha256=self.tok.sha256,
-            sources=tuple(self.sources),
-            max_token_id=int(tokens.max()),
-        )
-        self.max_token_id = max(self.max_token_id, int(header.max_token_id or 0))
-        stem.with_suffix(".json").write_text(json.dumps(header.to_json(), indent=2) + "\n", encoding="utf-8")
-        self.written.append(stem.with_suffix(".bin"))
-        self.index += 1
-        self.buffer, self.buffered, self.sources = [], 0, []
-
-
-@dataclass(frozen=True)
-class PreparedDataset:
-    """What :func:`prepare_data` wrote."""
-
-    output_dir: Path
-    shards: tuple[Path, ...]
-    num_tokens: int
-    num_documents: int
-    vocab_size: int
-    tokenizer: str
-    max_token_id: int = 0
-
-
-def prepare_data(
-    output_dir: str | os.PathLike[str],
-    files: Sequence[str | os.PathLike[str]],
-    tokenizer_json: str | os.PathLike[str] | None = None,
-    *,
-    eod_token: str | None = None,
-    shard_tokens: int = DEFAULT_SHARD_TOKENS,
-) -> PreparedDataset:
-    """Tokenize text or JSONL ``files`` into token shards in ``output_dir``.
-
-    The shards are written to a staging folder beside ``output_dir`` (not
-    inside: datasets are found recursively) and moved into place only when
-    every input has been read, so an error leaves the shards already there as
-    they were.
-
-    Args:
-        output_dir: created if needed; existing ``shard-*`` files are replaced
-            once the new shards are complete.
-        files: ``.txt``/``.md``/any text (one document per file) or ``.jsonl``
-            (one document per line, the ``text`` field).
-        tokenizer_json: a local ``tokenizer.json`` (``tokenizers`` library);
-            None: byte-level (bytes 0-255 + end-of-document 256).
-        eod_token: the end-of-document token of ``tokenizer_json``; default: the
-            first of ``<|endoftext|>``, ``</s>``, ``<eos>``, ... it has (none: no separator).
-        shard_tokens: tokens per shard.
-
-    Raises:
-        DataError: no input files, a missing file, malformed JSONL, or no tokens at all.
-    """
-    if not files:
-        raise DataError("prepare_data needs at least one input file")
-    if shard_tokens < 2:
-        raise DataError(f"shard_tokens must be >= 2, got {shard_tokens}")
-    for file in files:
-        if not Path(file).is_file():
-            what = "is a folder" if Path(file).is_dir() else "does not exist"
-            raise DataError(f"input file {file} {what} (expected a text or JSONL file)")
-    out = Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise DataError(f"output {out} is a file (expected a folder for the shards)")
-    tok = load_tokenizer(tokenizer_json, eod_token)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.prepare-data-", dir=out.resolve().parent))
-    try:
-        writer = _ShardWriter(staging, tok, shard_tokens)
-        documents = 0
-        total = 0
-        for file in files:
-            path = Path(file)
-            for doc in iter_documents(path):
-                ids = tok.encode(doc)
-                if tok.eod_token_id is not None:
-                    ids = np.append(ids, np.uint32(tok.eod_token_id))
-                if not ids.size:
-                    continue
-                writer.add(ids, path.name)
-                documents += 1
-                total += int(ids.size)
-        writer.flush()
-        if not total:
-            raise DataError("the input files hold no text")
-        new = {f.name for f in staging.iterdir()}
-        for old in list(out.glob("shard-*.bin")) + list(out.glob("shard-*.json")):
-            if old.name not in new:
-                old.unlink()
-        for name in sorted(new):  # each .bin before its .json: a header never points at a missing .bin
-            os.replace(staging / name, out / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    shards = tuple(out / p.name for p in writer.written)
-    return PreparedDataset(out, shards, total, documents, int(tok.vocab_size), tok.name, writer.max_token_id)
+    if separator is not None and no_separator:
+        raise DataError("--separator and --no-separator exclude each other: give one")
+    if tokenizer_json is None:
+        if separator is not None:
+            raise DataError(
+                f"--separator {separator!r} needs --tokenizer (the byte-level tokenizer separates with id 256)"
+            )
+        return ByteTokenizer(no_separator=no_separator)
+    return HFTokenizer(tokenizer_json, separator, no_separator=no_separator)
 
 
 # ---------------------------------------------------------------------------
@@ -471,6 +328,23 @@ def _check_token_ids(bin_path: Path, header: ShardHeader, tokens: np.ndarray, *,
     return largest
 
 
+def _refuse_held_out_split(directory: Path) -> None:
+    """A folder holding a prepared validation split below it is not one dataset: training on it would train on
+    the held-out documents."""
+    for manifest in sorted(directory.rglob(MANIFEST)):
+        if manifest.parent == directory:
+            continue
+        try:
+            split = json.loads(manifest.read_text(encoding="utf-8")).get("split")
+        except (ValueError, OSError, AttributeError):
+            continue  # not ours
+        if split == "validation":
+            raise DataError(
+                f"{directory} holds the held-out validation split {manifest.parent}; give its train split "
+                f"({manifest.parent.parent / 'train'}) as the training data, the validation split as validation data"
+            )
+
+
 class TokenDataset:
     """Memory-mapped shards of a dataset directory (see the module docstring).
 
@@ -494,6 +368,7 @@ class TokenDataset:
 
     def __init__(self, directory: str | os.PathLike[str], *, scan: bool = True) -> None:
         self.directory = Path(directory)
+        _refuse_held_out_split(self.directory)
         headers = sorted(p for p in self.directory.rglob("*.json") if p.with_suffix(".bin").is_file())
         self.headers: list[ShardHeader] = []
         self.tokens: list[np.memmap] = []
@@ -801,18 +676,17 @@ __all__ = [
     "BYTE_LEVEL",
     "BYTE_LEVEL_EOD",
     "BYTE_LEVEL_VOCAB_SIZE",
+    "MANIFEST",
+    "SPLITS",
     "ByteTokenizer",
     "DataError",
     "DistributedSampler",
     "HFTokenizer",
-    "PreparedDataset",
     "ShardHeader",
     "SyntheticSampler",
     "TokenDataset",
-    "iter_documents",
     "largest_token_id",
     "load_tokenizer",
-    "prepare_data",
     "resolve_vocab_size",
     "token_dtype",
 ]

@@ -595,7 +595,7 @@ def interrupted_run(
     precision from ``output/data/metrics.jsonl``, both runs together.
     """
     from training.corpus import python_docs_corpus
-    from training.data import prepare_data
+    from training.prepare import prepare_data
 
     root = Path(workdir)
     data = root / "data"

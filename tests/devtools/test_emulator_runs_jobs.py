@@ -109,7 +109,7 @@ def _log_lines(aws: LocalAws, name: str) -> list[str]:
 
 
 def test_a_job_runs_end_to_end_from_its_request(aws: LocalAws, tmp_path: Path) -> None:
-    from training.data import prepare_data
+    from training.prepare import prepare_data
 
     # a real train channel in the emulated S3: byte-level shards of a small text
     text = tmp_path / "corpus.txt"

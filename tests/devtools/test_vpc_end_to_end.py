@@ -57,7 +57,7 @@ EXISTING_VPC: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def fsx_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder that plays the file system: byte-level token shards under ``DATASET``."""
-    from training.data import prepare_data
+    from training.prepare import prepare_data
 
     text = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     text.write_text("Jobs in the platform's VPC read their tokens from FSx for Lustre. " * 300, encoding="utf-8")

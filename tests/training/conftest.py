@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from training.corpus import python_docs_corpus
-from training.data import prepare_data
 from training.local import LocalRun, run_local
+from training.prepare import prepare_data
 
 # gpt-tiny (2 of its 4 blocks, to keep the suite fast) on byte-level CPython docs:
 # 20 optimizer steps of 2 processes x 8 sequences x 64 tokens.

@@ -20,9 +20,9 @@ from training.data import (
     SyntheticSampler,
     TokenDataset,
     largest_token_id,
-    prepare_data,
     resolve_vocab_size,
 )
+from training.prepare import prepare_data
 
 
 def test_byte_level_shards_round_trip(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_tokenizer_json_from_the_tokenizers_library(tmp_path: Path) -> None:
     assert (result.vocab_size, ds.vocab_size, ds.eod_token_id, ds.tokenizer) == (4, 4, 1, "tokenizer.json")
     assert np.asarray(ds.tokens[0]).tolist() == [2, 3, 2, 0, 1]
     with pytest.raises(DataError, match="no token '<eos>'"):
-        prepare_data(tmp_path / "out2", [text], tmp_path / "tokenizer.json", eod_token="<eos>")
+        prepare_data(tmp_path / "out2", [text], tmp_path / "tokenizer.json", separator="<eos>")
 
 
 def test_bad_inputs_and_shards_give_clear_errors(tmp_path: Path) -> None:
@@ -71,14 +71,15 @@ def test_bad_inputs_and_shards_give_clear_errors(tmp_path: Path) -> None:
         prepare_data(tmp_path / "o", [tmp_path / "missing.txt"])
     # Regression: a folder was "does not exist"; JSONL that is not UTF-8 or nests past Python's stack, and a file
     # where the output folder goes, were tracebacks (UnicodeDecodeError, RecursionError, FileExistsError)
-    with pytest.raises(DataError, match=r"input file .* is a folder \(expected a text or JSONL file\)"):
-        prepare_data(tmp_path / "o", [tmp_path])
+    with pytest.raises(DataError, match=r"input folder .* holds no files \(expected text, JSONL, Parquet or Arrow"):
+        (tmp_path / "empty").mkdir()
+        prepare_data(tmp_path / "o", [tmp_path / "empty"])
     latin1 = tmp_path / "latin1.jsonl"
     latin1.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
-    with pytest.raises(DataError, match=r"latin1.jsonl: not UTF-8 text \(byte 0xe9\); JSONL is UTF-8"):
+    with pytest.raises(DataError, match=r"latin1.jsonl: not UTF-8 text \(byte 0xe9 at offset 28\)"):
         prepare_data(tmp_path / "o", [latin1])
     deep = tmp_path / "deep.jsonl"
-    deep.write_text("[" * 100_000 + "\n", encoding="utf-8")
+    deep.write_text('{"text": ' + "[" * 100_000 + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"deep.jsonl:1: not valid JSON"):
         prepare_data(tmp_path / "o", [deep])
     ok = tmp_path / "ok.txt"
@@ -88,7 +89,9 @@ def test_bad_inputs_and_shards_give_clear_errors(tmp_path: Path) -> None:
         prepare_data(tmp_path / "a-file", [ok])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": "no text field"}\n', encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad.jsonl:1: expected an object with a string 'text' field"):
+    with pytest.raises(
+        DataError, match=r"bad.jsonl:1: expected an object with a string 'text' field \(its fields: txt\)"
+    ):
         prepare_data(tmp_path / "o", [bad])
     with pytest.raises(DataError, match="no token shards"):
         TokenDataset(tmp_path)
@@ -474,7 +477,7 @@ def test_a_failed_prepare_data_leaves_the_existing_shards_as_they_were(tmp_path:
     assert [p.name for p in tmp_path.iterdir() if "prepare-data" in p.name] == []  # no staging folder left
     result = prepare_data(data, [good], shard_tokens=5000)  # a good run replaces them: one shard now
     assert [p.name for p in result.shards] == ["shard-00000.bin"] and result.max_token_id == 256
-    assert sorted(p.name for p in data.iterdir()) == ["shard-00000.bin", "shard-00000.json"]
+    assert sorted(p.name for p in data.iterdir()) == ["manifest.json", "shard-00000.bin", "shard-00000.json"]
 
 
 def test_prepare_data_command_reports_the_largest_id_and_keeps_shards_on_error(tmp_path: Path, capsys) -> None:

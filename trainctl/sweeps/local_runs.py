@@ -44,7 +44,7 @@ entry point's own deadline always acts first."""
 def python_docs_shards(sweeps_dir: str | os.PathLike[str]) -> Path:
     """CPython's documentation topics as byte-level token shards, prepared once under ``<sweeps_dir>/_data``."""
     from training.corpus import python_docs_corpus
-    from training.data import prepare_data
+    from training.prepare import prepare_data
 
     root = Path(sweeps_dir) / "_data"
     shards = root / "python-docs"

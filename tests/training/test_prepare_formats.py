@@ -1,0 +1,229 @@
+"""``trainctl prepare-data`` on the formats people keep data in, each file written by its own library (gzip,
+zstandard, pyarrow, datasets), the refusals (nothing written), the separator choice and the validation split."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from training.data import BYTE_LEVEL_EOD, DataError, TokenDataset
+from training.prepare import prepare_data, validation_mask
+
+DOCS = [f"document {i}: {'héllo wörld ' * (i % 5)}end" for i in range(40)]
+
+
+def _documents(directory: Path) -> list[str]:
+    """The byte-level documents of a dataset, in shard order."""
+    tokens = np.concatenate([np.asarray(t) for t in TokenDataset(directory).tokens]).tolist()
+    docs, current = [], bytearray()
+    for t in tokens:
+        if t == BYTE_LEVEL_EOD:
+            docs.append(current.decode("utf-8"))
+            current = bytearray()
+        else:
+            current.append(t)
+    assert not current  # every document ends with the separator
+    return docs
+
+
+def _jsonl(docs: list[str], field: str = "text") -> bytes:
+    return "".join(json.dumps({field: d, "id": i}) + "\n" for i, d in enumerate(docs)).encode("utf-8")
+
+
+def _nothing_written(tmp_path: Path, out: Path) -> None:
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if "prepare-data" in p.name] == []  # no staging folder left
+
+
+def test_jsonl_plain_gzip_and_zstandard_give_the_same_documents(tmp_path: Path) -> None:
+    import zstandard
+
+    (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS[:10]))
+    with gzip.open(tmp_path / "b.jsonl.gz", "wb") as fh:
+        fh.write(_jsonl(DOCS[10:25]))
+    zstd = zstandard.ZstdCompressor(level=3)  # two frames, as `zstd -T0` or an appended file has
+    (tmp_path / "c.jsonl.zst").write_bytes(zstd.compress(_jsonl(DOCS[25:30])) + zstd.compress(_jsonl(DOCS[30:])))
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    inputs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz", tmp_path / "empty.jsonl", tmp_path / "c.jsonl.zst"]
+    result = prepare_data(tmp_path / "out", inputs, shard_tokens=500)
+    assert _documents(tmp_path / "out") == DOCS
+    assert result.num_documents == len(DOCS) and len(result.shards) > 1
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["split"] is None and manifest["sources"] == ["a.jsonl", "b.jsonl.gz", "c.jsonl.zst"]
+    with pytest.raises(DataError, match=r"output .*out is inside the input folder"):
+        prepare_data(tmp_path / "out", [tmp_path])  # its own shards would be read back as input
+    assert [s["file"] for s in manifest["shards"]] == [p.name for p in result.shards]
+    assert sum(s["num_tokens"] for s in manifest["shards"]) == manifest["num_tokens"] == result.num_tokens
+
+
+def test_fineweb_parquet_tree_with_a_named_column_streams_row_groups(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # FineWeb's layout: data/<dump>/<NNN>_<NNNNN>.parquet with text, id, dump, url, ... columns
+    tree = tmp_path / "fineweb" / "data"
+    for n, dump in enumerate(["CC-MAIN-2024-10", "CC-MAIN-2024-18"]):
+        (tree / dump).mkdir(parents=True)
+        part = DOCS[n * 20 : (n + 1) * 20]
+        table = pa.table({"content": [*part, None], "url": [f"https://example.org/{i}" for i in range(21)]})
+        pq.write_table(table, tree / dump / "000_00000.parquet", row_group_size=3)
+    (tmp_path / "fineweb" / ".gitattributes").write_text("*.parquet filter=lfs\n")  # hidden: skipped
+    result = prepare_data(tmp_path / "out", [tmp_path / "fineweb"], text_field="content")
+    assert _documents(tmp_path / "out") == DOCS
+    assert result.skipped_documents == 2  # the two null rows
+    with pytest.raises(DataError, match=r"000_00000.parquet: no column 'text' \(its columns: content, url\); name"):
+        prepare_data(tmp_path / "out2", [tmp_path / "fineweb"])
+    _nothing_written(tmp_path, tmp_path / "out2")
+
+
+def test_datasets_arrow_files_and_save_to_disk_folders(tmp_path: Path) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    dataset = datasets.Dataset.from_dict({"text": DOCS, "n": list(range(len(DOCS)))})
+    dataset.save_to_disk(str(tmp_path / "saved"), max_shard_size="2KB")  # several data-*.arrow files
+    assert len(list((tmp_path / "saved").glob("data-*.arrow"))) > 1
+    prepare_data(tmp_path / "out", [tmp_path / "saved"])
+    assert _documents(tmp_path / "out") == DOCS
+    arrow = sorted((tmp_path / "saved").glob("data-*.arrow"))[0]  # one Arrow IPC stream file on its own
+    prepare_data(tmp_path / "one", [arrow])
+    assert _documents(tmp_path / "one") == DOCS[: len(_documents(tmp_path / "one"))]
+    datasets.DatasetDict({"train": dataset, "test": dataset}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(DataError, match=r"a datasets DatasetDict \(splits: test, train\); expected one split's"):
+        prepare_data(tmp_path / "out2", [tmp_path / "dict"])
+    with pytest.raises(DataError, match=r"no column 'body' \(its columns: text, n\)"):
+        prepare_data(tmp_path / "out2", [tmp_path / "saved"], text_field="body")
+    _nothing_written(tmp_path, tmp_path / "out2")
+
+
+def test_plain_text_files_are_one_document_each(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text(DOCS[0], encoding="utf-8")
+    with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as fh:
+        fh.write(DOCS[1])
+    prepare_data(tmp_path / "out", [tmp_path / "a.md", tmp_path / "b.txt.gz"])
+    assert _documents(tmp_path / "out") == DOCS[:2]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"image.png: binary data \(a NUL byte at offset 8\)"),
+        ("latin1.txt", "café crème".encode("latin-1"), r"latin1.txt: not UTF-8 text \(byte 0xe9 at offset 3\)"),
+        ("c.jsonl.bz2", bz2.compress(b'{"text": "x"}\n'), r"c.jsonl.bz2: bzip2, a compression .* does not read"),
+        ("c.jsonl.xz", lzma.compress(b'{"text": "x"}\n'), r"c.jsonl.xz: xz, a compression .* does not read"),
+        ("c.jsonl.gz", b'{"text": "x"}\n', r"c.jsonl.gz: named .gz but not gzip-compressed"),
+        ("array.json", b'[{"text": "a"}, {"text": "b"}]', r"array.json: a JSON array; expected JSONL"),
+        ("no-field.jsonl", b'{"body": "a", "id": 1}\n', r"no-field.jsonl:1: .*'text' field \(its fields: body, id\)"),
+    ],
+)
+def test_refusals_name_the_file_and_write_nothing(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(_jsonl(DOCS))
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError, match=expected):
+        prepare_data(tmp_path / "new" / "out", [good, tmp_path / name])
+    _nothing_written(tmp_path, tmp_path / "new")  # not even the parent folder it would have made
+
+
+def test_a_folder_of_mixed_formats_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.table({"text": DOCS}), tmp_path / "data" / "part.parquet")
+    (tmp_path / "data" / "README.md").write_text("# a dataset card\n")
+    with pytest.raises(DataError, match=r"data mixes formats: text \(.*README.md\), parquet \(.*part.parquet\)"):
+        prepare_data(tmp_path / "out", [tmp_path / "data"])
+    _nothing_written(tmp_path, tmp_path / "out")
+    prepare_data(tmp_path / "out", [tmp_path / "data" / "part.parquet", tmp_path / "data" / "README.md"])  # meant
+    assert _documents(tmp_path / "out") == [*DOCS, "# a dataset card\n"]
+
+
+def _tokenizer(path: Path, specials: list[str]) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2} | {s: 3 + i for i, s in enumerate(specials)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(specials)
+    tok.save(str(path))
+    return path
+
+
+def test_a_tokenizer_without_a_document_separator_is_a_choice_not_a_silent_merge(tmp_path: Path) -> None:
+    # Llama 3 Instruct's end tokens: <|eot_id|> (end of turn), none of the end-of-document candidates
+    tokenizer = _tokenizer(tmp_path / "tokenizer.json", ["<|begin_of_text|>", "<|eot_id|>"])
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(_jsonl(["hello world", "world hello"]))
+    with pytest.raises(DataError, match=r"no document separator .* its special tokens: <\|begin_of_text\|>, <\|eot"):
+        prepare_data(tmp_path / "out", [data], tokenizer)
+    _nothing_written(tmp_path, tmp_path / "out")
+    prepare_data(tmp_path / "out", [data], tokenizer, separator="<|eot_id|>")
+    assert np.asarray(TokenDataset(tmp_path / "out").tokens[0]).tolist() == [1, 2, 4, 2, 1, 4]
+    prepare_data(tmp_path / "out", [data], tokenizer, no_separator=True)
+    dataset = TokenDataset(tmp_path / "out")
+    assert np.asarray(dataset.tokens[0]).tolist() == [1, 2, 2, 1] and dataset.eod_token_id is None
+    with pytest.raises(DataError, match="exclude each other"):
+        prepare_data(tmp_path / "out", [data], tokenizer, separator="<|eot_id|>", no_separator=True)
+    with pytest.raises(DataError, match=r"--separator '</s>' needs --tokenizer"):
+        prepare_data(tmp_path / "out", [data], separator="</s>")
+
+
+def test_validation_split_is_by_document_seeded_and_kept_out_of_training(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = [f"doc {i} " + "x" * (i % 7) for i in range(400)]
+    pq.write_table(pa.table({"text": docs}), tmp_path / "d.parquet", row_group_size=50)
+    result = prepare_data(tmp_path / "out", [tmp_path / "d.parquet"], validation_fraction=0.1, seed=7)
+    held = _documents(tmp_path / "out" / "validation")
+    train = _documents(tmp_path / "out" / "train")
+    mask = validation_mask(0, len(docs), 0.1, 7)
+    assert held == [d for d, m in zip(docs, mask, strict=True) if m]  # whole documents, in order
+    assert train == [d for d, m in zip(docs, mask, strict=True) if not m]
+    assert 20 <= len(held) <= 60 and result.validation is not None and result.validation.num_documents == len(held)
+    assert result.train.directory == tmp_path / "out" / "train" and result.num_documents == len(train)
+    manifest = json.loads((tmp_path / "out" / "validation" / "manifest.json").read_text())
+    assert manifest["split"] == "validation" and manifest["validation"] == {"fraction": 0.1, "seed": 7}
+    assert manifest["num_documents"] == len(held)
+    with pytest.raises(DataError, match=r"holds the held-out validation split .*validation; give its train split"):
+        TokenDataset(tmp_path / "out")
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    prepare_data(tmp_path / "out", [tmp_path / "d.parquet"], validation_fraction=0.1, seed=7)  # the same again
+    assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
+    prepare_data(tmp_path / "out", [tmp_path / "d.parquet"], validation_fraction=0.1, seed=8)
+    assert _documents(tmp_path / "out" / "validation") != held  # another seed, another split
+    prepare_data(tmp_path / "out", [tmp_path / "d.parquet"])  # no split now: the old split's shards are gone
+    assert _documents(tmp_path / "out") == docs
+    assert not list((tmp_path / "out" / "train").glob("shard-*")) and not list(
+        (tmp_path / "out").glob("*/manifest.json")
+    )
+    with pytest.raises(DataError, match=r"--validation-fraction 0.0001 leaves the validation split empty"):
+        prepare_data(tmp_path / "o2", [tmp_path / "d.parquet"], validation_fraction=0.0001)
+    with pytest.raises(DataError, match=r"--validation-fraction: got 1.0, expected a number in \(0, 1\)"):
+        prepare_data(tmp_path / "o2", [tmp_path / "d.parquet"], validation_fraction=1.0)
+    _nothing_written(tmp_path, tmp_path / "o2")
+
+
+def test_the_command_reads_parquet_with_a_text_field_and_holds_out_validation(tmp_path: Path, capsys) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trainctl.cli import main
+
+    pq.write_table(pa.table({"body": DOCS}), tmp_path / "d.parquet")
+    argv = ["prepare-data", "--output", str(tmp_path / "out"), "--text-field", "body", str(tmp_path / "d.parquet")]
+    assert main([*argv, "--validation-fraction", "0.25"]) == 0
+    out = capsys.readouterr().out
+    assert f"to {tmp_path / 'out' / 'train'}:" in out and "--validation-fraction 0.25, --seed 0" in out
+    assert main(["prepare-data", "--output", str(tmp_path / "o2"), str(tmp_path / "d.parquet")]) == 1
+    assert "no column 'text' (its columns: body)" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):  # argparse: one or the other
+        main([*argv, "--separator", "x", "--no-separator"])
+    assert "--no-separator: not allowed with argument --separator" in capsys.readouterr().err
