@@ -23,6 +23,7 @@ def prepare_shards(
     text_field: str = "text",
     shard_tokens: int | None = None,
     validation_fraction: float | None = None,
+    validation_documents: int | None = None,
     seed: int = 0,
     python_docs: bool = False,
 ) -> int:
@@ -31,7 +32,7 @@ def prepare_shards(
 
     Args:
         tokenizer: a local ``tokenizer.json`` (default: byte-level, bytes 0-255 + end-of-document 256).
-        separator, no_separator, text_field, validation_fraction, seed: :func:`training.prepare.prepare_data`.
+        separator, no_separator, text_field, validation_fraction, validation_documents, seed: :func:`training.prepare.prepare_data`.
         shard_tokens: tokens per shard (default :data:`training.data.DEFAULT_SHARD_TOKENS`).
 
     Returns:
@@ -69,6 +70,7 @@ def prepare_shards(
                 shard_tokens=DEFAULT_SHARD_TOKENS if shard_tokens is None else shard_tokens,
                 text_field=text_field,
                 validation_fraction=validation_fraction,
+                validation_documents=validation_documents,
                 seed=seed,
             )
         except DataError as exc:
@@ -86,7 +88,7 @@ def prepare_shards(
         held = result.validation
         print(
             f"held out {held.num_documents} documents ({held.num_tokens:,} tokens) in {len(held.shards)} "
-            f"shard(s) in {held.directory} (--validation-fraction {validation_fraction}, --seed {seed})"
+            f"shard(s) in {held.directory} (seed {seed})"
         )
     if result.skipped_documents:
         print(f"skipped {result.skipped_documents} documents with no text (empty or null)")

@@ -12,8 +12,10 @@ The train channel is ``out`` (or ``out/train``); a validation channel is ``out/v
 held-out documents never reach training.
 
 Split: document number ``i`` (0-based, counted over all inputs in order, empty ones included) is held out when
-``splitmix64(seed * 2**32 + i) / 2**64 < F``: by document, seeded, the same for any batching or machine; each
-document's tokens go whole to one split.
+``splitmix64(seed * 2**32 + i) / 2**64 < F`` (``--validation-fraction F``), or when ``i`` is among the ``N``
+numbers that ``numpy.random.default_rng(seed).choice(total, N, replace=False)`` draws (``--validation-documents
+N``; the documents are counted first: Parquet from its footer, Arrow from its batches, JSONL by a pass over the
+lines). By document, seeded, the same for any batching or machine; each document's tokens go whole to one split.
 
 Manifest (``manifest.json``, version 1)::
 
@@ -22,7 +24,7 @@ Manifest (``manifest.json``, version 1)::
      "num_tokens": int, "num_documents": int, "dtype": "uint16" | "uint32", "vocab_size": int,
      "eod_token_id": int | null, "tokenizer": str, "tokenizer_sha256": str | null,
      "text_field": "text", "sources": ["a.parquet", ...],
-     "validation": {"fraction": F, "seed": S} | null}
+     "validation": {"fraction": F, "seed": S} | {"documents": N, "seed": S} | null}
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from training.data import (
     load_tokenizer,
     token_dtype,
 )
-from training.documents import DEFAULT_TEXT_FIELD, Source, iter_documents, resolve_inputs
+from training.documents import DEFAULT_TEXT_FIELD, Source, count_documents, iter_documents, resolve_inputs
 
 MANIFEST_FORMAT = "token-dataset"
 MANIFEST_VERSION = 1
@@ -178,6 +180,42 @@ def validation_mask(first: int, count: int, fraction: float, seed: int) -> np.nd
     return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
 
 
+@dataclass(frozen=True)
+class _Split:
+    """The held-out rule: a fraction, or a drawn set of document numbers (module docstring)."""
+
+    flag: str  # how the user asked, for messages: "--validation-fraction 0.01"
+    rule: dict[str, Any]
+    fraction: float | None = None
+    chosen: np.ndarray | None = None  # sorted document numbers
+
+    def mask(self, first: int, count: int) -> np.ndarray:
+        if self.fraction is not None:
+            return validation_mask(first, count, self.fraction, int(self.rule["seed"]))
+        assert self.chosen is not None
+        return np.isin(np.arange(first, first + count), self.chosen)
+
+
+def _split(
+    sources: Sequence[Source], text_field: str, fraction: float | None, documents: int | None, seed: int
+) -> _Split | None:
+    if fraction is not None and documents is not None:
+        raise DataError("--validation-fraction and --validation-documents exclude each other: give one")
+    if fraction is not None:
+        if not 0 < fraction < 1:
+            raise DataError(f"--validation-fraction: got {fraction}, expected a number in (0, 1)")
+        return _Split(f"--validation-fraction {fraction}", {"fraction": fraction, "seed": seed}, fraction=fraction)
+    if documents is None:
+        return None
+    if documents < 1:
+        raise DataError(f"--validation-documents: got {documents}, expected an integer >= 1")
+    total = sum(count_documents(source, text_field) for source in sources)
+    if documents >= total:
+        raise DataError(f"--validation-documents: got {documents}, expected fewer than the inputs' {total} documents")
+    chosen = np.sort(np.random.default_rng(seed).choice(total, documents, replace=False))
+    return _Split(f"--validation-documents {documents}", {"documents": documents, "seed": seed}, chosen=chosen)
+
+
 def _batches(sources: Sequence[Source], text_field: str) -> Iterator[tuple[str, list[str]]]:
     for source in sources:
         documents = iter_documents(source, text_field)
@@ -195,6 +233,7 @@ def prepare_data(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     text_field: str = DEFAULT_TEXT_FIELD,
     validation_fraction: float | None = None,
+    validation_documents: int | None = None,
     seed: int = 0,
 ) -> PreparedDataset:
     """Tokenize ``files`` (files and folders of the formats of :mod:`training.documents`) into token shards and
@@ -212,6 +251,7 @@ def prepare_data(
         shard_tokens: tokens per shard (>= 2).
         text_field: the JSONL field, Parquet or Arrow column holding the text.
         validation_fraction: the share of documents held out in ``validation/``, in (0, 1); None: no split.
+        validation_documents: or the number of documents held out (>= 1, fewer than the inputs hold).
         seed: the split's seed (an integer in [0, 2**32)).
 
     Raises:
@@ -220,21 +260,20 @@ def prepare_data(
     """
     if shard_tokens < 2:
         raise DataError(f"shard_tokens must be >= 2, got {shard_tokens}")
-    if validation_fraction is not None and not 0 < validation_fraction < 1:
-        raise DataError(f"--validation-fraction: got {validation_fraction}, expected a number in (0, 1)")
     if not 0 <= seed < 1 << 32:
         raise DataError(f"--seed: got {seed}, expected an integer in [0, 2**32)")
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise DataError(f"output {out} is a file (expected a folder for the shards)")
     sources = resolve_inputs(files, text_field, out)
+    split = _split(sources, text_field, validation_fraction, validation_documents, seed)
     tok = load_tokenizer(tokenizer_json, separator, no_separator=no_separator)
     parent = out.resolve().parent
     created = [p for p in (parent, *parent.parents) if not p.exists()]
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.prepare-data-", dir=parent))
     try:
-        result = _write(staging, out, sources, tok, shard_tokens, text_field, validation_fraction, seed)
+        result = _write(staging, out, sources, tok, shard_tokens, text_field, split)
         _replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -253,15 +292,13 @@ def _write(
     tok: ByteTokenizer | HFTokenizer,
     shard_tokens: int,
     text_field: str,
-    fraction: float | None,
-    seed: int,
+    split: _Split | None,
 ) -> PreparedDataset:
-    split = fraction is not None
     train = _ShardWriter(staging / "train" if split else staging, tok, shard_tokens)
     held = _ShardWriter(staging / "validation", tok, shard_tokens)
     index = skipped = 0
     for name, texts in _batches(sources, text_field):
-        mask = validation_mask(index, len(texts), fraction, seed) if fraction is not None else None
+        mask = split.mask(index, len(texts)) if split else None
         index += len(texts)
         for n, ids in enumerate(tok.encode_batch(texts)):
             if not ids.size:
@@ -274,15 +311,14 @@ def _write(
     held.flush()
     if not train.tokens + held.tokens:
         raise DataError("the input files hold no text")
-    rule = {"fraction": fraction, "seed": seed} if split else None
     if split:
         for writer, what in ((train, "train"), (held, "validation")):
             if not writer.documents:
                 raise DataError(
-                    f"--validation-fraction {fraction} leaves the {what} split empty ({index} documents, seed "
-                    f"{seed}); {'lower' if what == 'train' else 'raise'} it or add data"
+                    f"{split.flag} leaves the {what} split empty ({index} documents, seed {split.rule['seed']}); "
+                    f"{'lower' if what == 'train' else 'raise'} it or add data"
                 )
-            _write_manifest(writer.out, writer.manifest(what, text_field, rule))
+            _write_manifest(writer.out, writer.manifest(what, text_field, split.rule))
     else:
         _write_manifest(staging, train.manifest(None, text_field, None))
 

@@ -211,6 +211,31 @@ def test_validation_split_is_by_document_seeded_and_kept_out_of_training(tmp_pat
     _nothing_written(tmp_path, tmp_path / "o2")
 
 
+def test_a_validation_count_holds_out_exactly_that_many_documents(tmp_path: Path) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()
+    docs = [f"doc {i}" for i in range(300)]
+    with gzip.open(tmp_path / "a.jsonl.gz", "wb") as fh:  # counted by a pass over its lines
+        fh.write(_jsonl(docs[:100]) + b"\n\n")
+    datasets.Dataset.from_dict({"text": docs[100:]}).save_to_disk(str(tmp_path / "saved"))  # from its batches
+    inputs = [tmp_path / "a.jsonl.gz", tmp_path / "saved"]
+    result = prepare_data(tmp_path / "out", inputs, validation_documents=37, seed=3)
+    held = _documents(tmp_path / "out" / "validation")
+    train = _documents(tmp_path / "out" / "train")
+    chosen = set(np.random.default_rng(3).choice(300, 37, replace=False).tolist())
+    assert held == [d for i, d in enumerate(docs) if i in chosen] and len(held) == 37
+    assert train == [d for i, d in enumerate(docs) if i not in chosen]
+    assert result.validation is not None and result.validation.num_documents == 37
+    manifest = json.loads((tmp_path / "out" / "train" / "manifest.json").read_text())
+    assert manifest["validation"] == {"documents": 37, "seed": 3} and manifest["num_documents"] == 263
+    with pytest.raises(DataError, match=r"--validation-documents: got 300, expected fewer than the inputs' 300 doc"):
+        prepare_data(tmp_path / "o2", inputs, validation_documents=300)
+    with pytest.raises(DataError, match="exclude each other"):
+        prepare_data(tmp_path / "o2", inputs, validation_documents=3, validation_fraction=0.1)
+    _nothing_written(tmp_path, tmp_path / "o2")
+
+
 def test_the_command_reads_parquet_with_a_text_field_and_holds_out_validation(tmp_path: Path, capsys) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -221,7 +246,7 @@ def test_the_command_reads_parquet_with_a_text_field_and_holds_out_validation(tm
     argv = ["prepare-data", "--output", str(tmp_path / "out"), "--text-field", "body", str(tmp_path / "d.parquet")]
     assert main([*argv, "--validation-fraction", "0.25"]) == 0
     out = capsys.readouterr().out
-    assert f"to {tmp_path / 'out' / 'train'}:" in out and "--validation-fraction 0.25, --seed 0" in out
+    assert f"to {tmp_path / 'out' / 'train'}:" in out and "(seed 0)" in out
     assert main(["prepare-data", "--output", str(tmp_path / "o2"), str(tmp_path / "d.parquet")]) == 1
     assert "no column 'text' (its columns: body)" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="2"):  # argparse: one or the other

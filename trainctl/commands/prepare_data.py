@@ -50,11 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="append nothing: documents run together (for a tokenizer that has no separator token)",
     )
     parser.add_argument("--shard-tokens", type=int, default=None, help="tokens per shard (default 64 Mi)")
-    parser.add_argument(
+    held_out = parser.add_mutually_exclusive_group()
+    held_out.add_argument(
         "--validation-fraction",
         type=float,
         default=None,
         help="hold out this share of the documents, in (0, 1), as OUTPUT/validation (the rest: OUTPUT/train)",
+    )
+    held_out.add_argument(
+        "--validation-documents",
+        type=int,
+        default=None,
+        help="or hold out this many documents, drawn at random (seeded) after counting them",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the validation split (default 0)")
     parser.add_argument(
@@ -76,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         shard_tokens=args.shard_tokens,
         validation_fraction=args.validation_fraction,
+        validation_documents=args.validation_documents,
         seed=args.seed,
         python_docs=args.python_docs,
     )
