@@ -29,6 +29,8 @@ Manifest (``manifest.json``, version 1)::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -241,7 +243,9 @@ def prepare_data(
 
     The shards are written to a staging folder beside ``output_dir`` (not inside: datasets are found
     recursively) and moved into place only when every input has been read: on any error nothing is written
-    and the shards already there stay as they were.
+    and the shards already there stay as they were. Preparations of one output at once each tokenize on
+    their own and replace the output one after the other (an exclusive lock on its parent folder): it holds
+    the last one's shards, complete.
 
     Args:
         files: inputs; each is checked (format, column) before any is tokenized.
@@ -274,7 +278,8 @@ def prepare_data(
     staging = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.prepare-data-", dir=parent))
     try:
         result = _write(staging, out, sources, tok, shard_tokens, text_field, split)
-        _replace(staging, out)
+        with _locked(parent):  # two preparations of one output: the last complete one wins, never a mix
+            _replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         for folder in created:  # innermost first: the folders this call made for the staging area
@@ -337,6 +342,17 @@ def _write(
         validation,
         skipped,
     )
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` (the output's parent) while the block runs."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:

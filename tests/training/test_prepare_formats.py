@@ -4,9 +4,12 @@ zstandard, pyarrow, datasets), the refusals (nothing written), the separator cho
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import json
 import lzma
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -252,3 +255,47 @@ def test_the_command_reads_parquet_with_a_text_field_and_holds_out_validation(tm
     with pytest.raises(SystemExit, match="2"):  # argparse: one or the other
         main([*argv, "--separator", "x", "--no-separator"])
     assert "--no-separator: not allowed with argument --separator" in capsys.readouterr().err
+
+
+def test_two_preparations_of_one_output_at_once_leave_one_complete_dataset(tmp_path: Path, monkeypatch) -> None:
+    import threading
+    import time
+
+    import training.prepare
+
+    real_replace = os.replace
+
+    def slow_replace(src: object, dst: object) -> None:  # widen the window in which the two could interleave
+        time.sleep(0.005)
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    real_lock = training.prepare._locked
+    both_staged = threading.Barrier(2, timeout=60)
+
+    @contextlib.contextmanager
+    def lock_together(folder: Path) -> Iterator[None]:  # both runs reach the replacement at once
+        both_staged.wait()
+        with real_lock(folder):
+            yield
+
+    monkeypatch.setattr(training.prepare.os, "replace", slow_replace)
+    monkeypatch.setattr(training.prepare, "_locked", lock_together)
+    (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
+    (tmp_path / "b.jsonl").write_bytes(_jsonl([d.upper() for d in DOCS[:30]]))
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        try:
+            prepare_data(tmp_path / "out", [tmp_path / name], shard_tokens=100)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("a.jsonl", "b.jsonl")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert _documents(tmp_path / "out") in (DOCS, [d.upper() for d in DOCS[:30]])
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sorted(s["file"] for s in manifest["shards"]) == sorted(p.name for p in (tmp_path / "out").glob("*.bin"))
