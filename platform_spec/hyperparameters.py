@@ -34,6 +34,10 @@ QUANTIZED_PRECISIONS: tuple[str, ...] = precisions.names_where(lambda p: p.quant
 MODEL_PRESETS: tuple[str, ...] = models.preset_names()
 MODEL_FAMILIES: tuple[str, ...] = models.family_names()
 
+VALIDATION_CHANNEL = "validation"
+"""The input channel the trainer evaluates the validation loss on (``eval_interval``), at
+``/opt/ml/input/data/validation``: token shards like ``train``'s, of the same tokenizer."""
+
 QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
     "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "
     "quantized weights sharded by FSDP2 (FusedAdam support for FSDP2-sharded quantized weights and optimizer "
@@ -284,6 +288,22 @@ class Hyperparameters:
     synthetic_data: bool = _declare(False, "random tokens instead of the train channel (benchmarks)")
     allow_data_change: bool = _declare(  # training.checkpoint.compare.compare_runs
         False, "resume a checkpoint although its training data, seq_length or seed differ (else refused)"
+    )
+    # evaluation (the validation channel; training.evaluation)
+    eval_interval: int = _declare(
+        0,
+        "optimizer steps between validation-loss evaluations on the validation channel, and after the last step "
+        "(0: off)",
+        minimum=0,
+        maximum=10**9,
+        planner=True,
+    )
+    eval_batches: int = _declare(
+        16,
+        "micro-batches each rank evaluates per evaluation (the same batch_size x seq_length sequences each time)",
+        minimum=1,
+        maximum=1 << 20,
+        planner=True,
     )
     # checkpoints and logging
     checkpoint_interval: int = _declare(500, "steps between checkpoints", minimum=1, maximum=10**9)
@@ -590,6 +610,7 @@ __all__ = [
     "QUANTIZED_PRECISIONS",
     "SHAPE_HYPERPARAMETERS",
     "SPECS",
+    "VALIDATION_CHANNEL",
     "HyperparameterError",
     "Hyperparameters",
     "Setting",

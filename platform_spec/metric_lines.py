@@ -21,6 +21,13 @@ A line looks like (one line, fields separated by single spaces)::
       tokens_per_sec_per_gpu=6404.3 tflops_per_gpu=412.31 mfu=18.32
       peak_mem_allocated_gb=22.810 peak_mem_reserved_gb=24.102
 
+and, after each evaluation of the validation channel (``eval_interval``), a line of its own::
+
+    [metrics] step=120 validation_loss=3.3017
+
+A reader that keeps one record per step merges a step's two lines
+(``trainctl.reports.collection.metrics_by_step``).
+
 Pure Python, standard library only: the trainer, the submitter's Lambda and
 ``trainctl`` import it.
 """
@@ -54,6 +61,11 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("mfu", "train:mfu", "percent of the device's dense peak for the precision"),
     ("peak_mem_allocated_gb", "train:peak_memory_allocated_gb", "GB (1e9 bytes), max allocated"),
     ("peak_mem_reserved_gb", "train:peak_memory_reserved_gb", "GB (1e9 bytes), max reserved by the allocator"),
+    (
+        "validation_loss",
+        "validation:loss",
+        "nats/token (cross-entropy over every token of the evaluation's validation batches, all ranks)",
+    ),
 )
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
@@ -85,7 +97,7 @@ def format_line(values: Mapping[str, float | int]) -> str:
             parts.append(f"step={int(v)}")
         elif name == "lr":
             parts.append(f"lr={v:.3e}")
-        elif name in ("loss", "grad_norm"):
+        elif name in ("loss", "grad_norm", "validation_loss"):
             parts.append(f"{name}={v:.4f}")
         elif name.startswith("peak_mem"):
             parts.append(f"{name}={v:.3f}")

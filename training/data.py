@@ -657,6 +657,23 @@ class SyntheticSampler(_RankBatches):
         return rng.integers(0, self.vocab_size, size=(self.batch_size, self.seq_length + 1), dtype=np.int64)
 
 
+def check_same_tokenizer(train: TokenDataset, other: TokenDataset, channel: str) -> None:
+    """``other`` (the ``channel``'s shards, e.g. ``validation``) was tokenized like ``train``: the same tokenizer
+    (name and ``tokenizer.json`` hash), vocabulary and end-of-document token, so its loss is comparable.
+
+    Raises:
+        DataError: naming the channel's first shard, the field, both values and ``train``'s first shard.
+    """
+    mine, theirs = train.headers[0], other.headers[0]
+    for name in ("tokenizer", "tokenizer_sha256", "vocab_size", "eod_token_id"):
+        if getattr(theirs, name) != getattr(mine, name):
+            raise DataError(
+                f"{other.paths[0]}: the {channel} channel's {name} {getattr(theirs, name)!r} differs from "
+                f"{getattr(mine, name)!r} of the train channel ({train.paths[0]}); prepare both with the same "
+                "tokenizer (trainctl prepare-data)"
+            )
+
+
 def resolve_vocab_size(hp: Any, preset_vocab: int, data_vocab: int | None) -> int:
     """The model's vocabulary: ``vocab_size`` if set, else the preset's, grown to the data's (rounded up to 128).
 
@@ -685,6 +702,7 @@ __all__ = [
     "ShardHeader",
     "SyntheticSampler",
     "TokenDataset",
+    "check_same_tokenizer",
     "largest_token_id",
     "load_tokenizer",
     "resolve_vocab_size",

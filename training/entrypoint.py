@@ -15,7 +15,8 @@ This module:
    published guide's ``PRECISION``/``NUM_LAYERS``/``BATCH_SIZE``/``SEQ_LENGTH``/
    ``MODEL`` variables (:func:`training.environment.raw_hyperparameters`);
 3. validates everything *before launching anything*: hyperparameter values,
-   the ``train`` channel and its token shards (unless ``synthetic_data``), that
+   the ``train`` channel and its token shards (unless ``synthetic_data``), the
+   ``validation`` channel's (with ``eval_interval``: the same tokenizer), that
    the precision can run on this host's device type, that the capacity block
    (if any) leaves time for a step and its checkpoint, that a GPU instance type
    (``current_instance_type``) shows its GPUs, and that the declared
@@ -66,7 +67,13 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from platform_spec.hyperparameters import CPU_PRECISIONS, HyperparameterError, Hyperparameters, model_shape
+from platform_spec.hyperparameters import (
+    CPU_PRECISIONS,
+    VALIDATION_CHANNEL,
+    HyperparameterError,
+    Hyperparameters,
+    model_shape,
+)
 from training.environment import (
     GUIDE_VARIABLES,
     ConfigError,
@@ -74,6 +81,7 @@ from training.environment import (
     check_capacity_block,
     check_gpus_visible,
     check_train_channel,
+    check_validation_channel,
     load_hyperparameters,
     read_input_data_config,
     read_resource_config,
@@ -146,10 +154,14 @@ def validate(
     hp = load_hyperparameters(paths, environ, guide_variables=guide_variables)
     check_gpus_visible(read_resource_config(paths), gpus)  # a GPU instance never trains on the CPU
     channels = read_input_data_config(paths)
-    mode = channels.get("train", {}).get("TrainingInputMode", "File")
-    if mode not in ("File", "FastFile"):
-        raise ConfigError(f"channel 'train' uses TrainingInputMode={mode}; this trainer reads File or FastFile mode")
+    for channel in ("train", VALIDATION_CHANNEL):
+        mode = channels.get(channel, {}).get("TrainingInputMode", "File")
+        if mode not in ("File", "FastFile"):
+            raise ConfigError(
+                f"channel {channel!r} uses TrainingInputMode={mode}; this trainer reads File or FastFile mode"
+            )
     check_train_channel(paths, hp)
+    check_validation_channel(paths, hp)
     if gpus == 0 and hp.precision not in CPU_PRECISIONS:
         raise HyperparameterError(
             "precision",
@@ -157,10 +169,12 @@ def validate(
             f"one of {', '.join(CPU_PRECISIONS)} on a host without GPUs ({hp.precision} needs an NVIDIA GPU)",
         )
     if not hp.synthetic_data:
-        from training.data import TokenDataset, resolve_vocab_size
+        from training.data import TokenDataset, check_same_tokenizer, resolve_vocab_size
 
         dataset = TokenDataset(paths.train_dir)
         resolve_vocab_size(hp, model_shape(hp).vocab_size, dataset.vocab_size)
+        if hp.eval_interval:  # scanned once here, like train's; the workers check every batch
+            check_same_tokenizer(dataset, TokenDataset(paths.validation_dir), VALIDATION_CHANNEL)
     check_capacity_block(environ)
     return hp
 

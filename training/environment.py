@@ -55,6 +55,7 @@ from platform_spec.capacity import (
 from platform_spec.catalogue import INSTANCES
 from platform_spec.hyperparameters import (
     GUIDE_DEFAULT_REQUEST,
+    VALIDATION_CHANNEL,
     HyperparameterError,
     Hyperparameters,
     coerce,
@@ -129,6 +130,10 @@ class SageMakerPaths:
     @property
     def train_dir(self) -> Path:
         return self.channel_dir(TRAIN_CHANNEL)
+
+    @property
+    def validation_dir(self) -> Path:
+        return self.channel_dir(VALIDATION_CHANNEL)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -426,6 +431,24 @@ def check_train_channel(paths: SageMakerPaths, hp: Hyperparameters) -> None:
         )
 
 
+def check_validation_channel(paths: SageMakerPaths, hp: Hyperparameters) -> None:
+    """With ``eval_interval`` set, the ``validation`` channel must hold data unless ``synthetic_data`` is set
+    (synthetic validation tokens then).
+
+    Raises:
+        ConfigError: names the channel, the directory looked at and the hyperparameter.
+    """
+    if hp.eval_interval == 0 or hp.synthetic_data:
+        return
+    folder = paths.validation_dir
+    if not folder.is_dir() or not any(folder.rglob("*")):
+        raise ConfigError(
+            f"missing data channel {VALIDATION_CHANNEL!r}: {folder} is empty or absent, and eval_interval="
+            f"{hp.eval_interval} evaluates on it; attach a {VALIDATION_CHANNEL!r} channel with token shards of the "
+            "train channel's tokenizer (trainctl prepare-data) or set eval_interval=0"
+        )
+
+
 def one_line(message: str, limit: int = FAILURE_REASON_LIMIT) -> str:
     """Collapse whitespace to single spaces and cut to ``limit`` characters."""
     text = re.sub(r"\s+", " ", message).strip()
@@ -518,6 +541,7 @@ __all__ = [
     "check_capacity_block",
     "check_gpus_visible",
     "check_train_channel",
+    "check_validation_channel",
     "expected_gpus",
     "gpus_missing_reason",
     "host_interfaces",

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform_spec.files import atomic_write_bytes
-from platform_spec.hyperparameters import format_value
+from platform_spec.hyperparameters import VALIDATION_CHANNEL, format_value
 from platform_spec.metric_lines import parse_line
 from training.entrypoint import DELIVERED_AS, STOP_SIGNALS
-from training.environment import SageMakerPaths, host_interfaces
+from training.environment import TRAIN_CHANNEL, SageMakerPaths, host_interfaces
 from training.supervision import TrainerStatus, clear_status, read_status
 
 if TYPE_CHECKING:
@@ -174,7 +174,8 @@ def prepare_base_dir(
         input_data_config: ``inputdataconfig.json`` as given (channel name ->
             ``TrainingInputMode``, ``S3DistributionType``, ``RecordWrapperType``), for a
             caller that laid out the channels itself (the emulator's job runner); None
-            derives it: a ``train`` channel when ``input/data/train`` exists.
+            derives it: a ``train`` channel when ``input/data/train`` exists, and a ``validation`` channel
+            when ``input/data/validation`` does.
 
     Returns:
         The paths of the layout. Existing checkpoints are kept (a rerun resumes).
@@ -201,12 +202,14 @@ def prepare_base_dir(
         link_train_channel(paths, *plan)
     if input_data_config is not None:
         channels = {name: dict(config) for name, config in input_data_config.items()}
-    elif paths.train_dir.exists():
-        channels["train"] = {
-            "TrainingInputMode": "File",
-            "S3DistributionType": "FullyReplicated",
-            "RecordWrapperType": "None",
-        }
+    else:  # a channel for each folder laid out under input/data (train, and validation when the caller made it)
+        for name in (TRAIN_CHANNEL, VALIDATION_CHANNEL):
+            if paths.channel_dir(name).exists():
+                channels[name] = {
+                    "TrainingInputMode": "File",
+                    "S3DistributionType": "FullyReplicated",
+                    "RecordWrapperType": "None",
+                }
     paths.input_data_config_file.write_text(json.dumps(channels, indent=2) + "\n", encoding="utf-8")
     for folder in (paths.checkpoint_dir, paths.model_dir, paths.output_data_dir):
         folder.mkdir(parents=True, exist_ok=True)

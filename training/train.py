@@ -13,6 +13,12 @@ AdamW (fp32 master state: FSDP2 keeps fp32 sharded parameters under a
 bf16 compute policy), linear warmup then cosine decay to
 ``min_learning_rate`` (:func:`learning_rate`).
 
+Validation: with ``eval_interval`` N > 0, after every N-th step and after the last, the
+loss on the ``validation`` channel (:mod:`training.evaluation`: ``eval_batches``
+micro-batches per rank, token-weighted over all ranks, eval mode, no
+gradients) as a ``[metrics] step=.. validation_loss=..`` line; a step that
+stops the run is not evaluated.
+
 Stopping:
 * SIGTERM / SIGINT (SageMaker stop or spot interruption; the entry point
   relays its signal): finish the step, save a checkpoint, export the
@@ -90,6 +96,7 @@ from training.environment import (
     read_resource_config,
     write_failure,
 )
+from training.evaluation import Evaluator
 from training.metrics import DeviceInfo, MetricsLogger
 from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
@@ -309,7 +316,7 @@ def init_distributed() -> tuple[int, int, int, int, torch.device]:
 class Trainer:
     """Builds everything from the hyperparameters and runs the loop (see the module docstring)."""
 
-    PHASES = ("setup", "resume", "step", "save", "export")
+    PHASES = ("setup", "resume", "step", "evaluate", "save", "export")
 
     def __init__(self, hp: Hyperparameters, paths: SageMakerPaths, environ: dict[str, str] | None = None) -> None:
         self.hp = hp
@@ -334,6 +341,8 @@ class Trainer:
         """Where a failure happened, in words: ``at step 7``, ``while saving step-6``, ``after step 9 (...)``."""
         if self.phase == "step":
             return f"at step {self.step + 1}"
+        if self.phase == "evaluate":
+            return f"while evaluating the validation loss after step {self.step}"
         if self.phase == "save":
             return f"while saving step-{self.step}"
         if self.phase == "export":
@@ -427,6 +436,15 @@ class Trainer:
                 seed=hp.seed,
             )
         self.config = shape.with_overrides(vocab_size=vocab)
+        self.evaluator = Evaluator.for_run(
+            hp,
+            validation_dir=self.paths.validation_dir,
+            train=self.dataset,
+            vocab_size=vocab,
+            rank=self.rank,
+            world_size=self.world_size,
+            device=device,
+        )
 
         # Model: built for one device on the meta device, parallelised in one place, then allocated and
         # initialised shard by shard (the same initial weights whatever the number of ranks).
@@ -614,6 +632,23 @@ class Trainer:
         self.scheduler.step()
         return mean_loss, grad_norm, lr
 
+    def evaluate(self) -> None:
+        """Print the validation loss of the model after this step (:mod:`training.evaluation`) as a metric line;
+        its time is left out of the throughput interval."""
+        assert self.evaluator is not None
+        self.phase = "evaluate"
+        t0 = time.monotonic()
+        loss = self.evaluator.evaluate(
+            self.model,
+            lambda: self.plan.autocast(self.recipe, device_type=self.device.type, amax_reduction_group=self.amax_group),
+        )
+        seconds = time.monotonic() - t0
+        self.metrics.exclude(seconds)
+        self.metrics.log({"step": self.step, "validation_loss": loss})
+        self.log(
+            f"validation loss {loss:.4f} after step {self.step} ({self.evaluator.batches} batches, {seconds:.1f} s)"
+        )
+
     def save(self, reason: str) -> None:
         self.phase = "save"
         t0 = time.monotonic()
@@ -686,6 +721,8 @@ class Trainer:
                 self.write_status("stopped", reason)
                 self.log(f"stopped after step {self.step}: {reason}; resume continues from this checkpoint")
                 return 0
+            if self.evaluator is not None and (self.step % hp.eval_interval == 0 or self.step == hp.max_steps):
+                self.evaluate()
             if self.step % hp.checkpoint_interval == 0 and self.step < hp.max_steps:
                 self.save("interval")
                 last_saved = self.step

@@ -259,6 +259,17 @@ def test_fields_are_checked_in_the_tables_order_and_a_check_runs_once_its_fields
     assert runtime.request.parse_request({"hyperparameters": {"synthetic_data": True}}, local_config).inputs == {}
 
 
+def test_eval_interval_needs_a_validation_channel_of_the_data(runtime, local_config):
+    evaluating = {**BASE, "hyperparameters": {"eval_interval": 100}}
+    refusal = _refusal(runtime, local_config, evaluating)
+    assert refusal.field == "inputs.validation" and "eval_interval=100 evaluates on it" in refusal.message
+    given = {**evaluating, "inputs": {"train": "x/", "validation": "y/"}}
+    assert set(runtime.request.parse_request(given, local_config).inputs) == {"train", "validation"}
+    synthetic = {"hyperparameters": {"eval_interval": 100, "synthetic_data": True}}  # synthetic validation tokens
+    assert runtime.request.parse_request(synthetic, local_config).inputs == {}
+    assert runtime.request.parse_request(BASE, local_config).hyperparameters.eval_interval == 0  # off by default
+
+
 def test_the_schema_and_the_parser_agree_on_fields_accepted_only_with_a_capacity(runtime, local_config):
     validator = jsonschema.Draft202012Validator(runtime.request_schema.request_json_schema())
     plan = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p"

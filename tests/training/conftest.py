@@ -56,6 +56,15 @@ def pydocs_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def validation_shards(pydocs_shards: Path) -> Path:
+    """A validation set in the train channel's format and tokenizer: the corpus's last 40 topics as shards."""
+    root = pydocs_shards.parent
+    topics = (root / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[-40:]
+    (root / "validation.jsonl").write_text("\n".join(topics) + "\n", encoding="utf-8")
+    return prepare_data(root / "validation", [root / "validation.jsonl"]).output_dir
+
+
+@pytest.fixture(scope="session")
 def reference_run(tmp_path_factory: pytest.TempPathFactory, pydocs_shards: Path) -> tuple[Path, LocalRun]:
     """One uninterrupted 20-step run through the entry point (2 CPU processes)."""
     base = tmp_path_factory.mktemp("reference")

@@ -369,8 +369,14 @@ def test_metric_values_use_the_planner_flops_and_peak(tmp_path: Path) -> None:
     assert stream.getvalue().strip() == line
     record = json.loads((tmp_path / "m.jsonl").read_text())
     assert record["loss"] == 2.5 and record["step"] == 1
-    for definition in METRIC_DEFINITIONS:  # every SageMaker regex captures its value from the printed line
-        assert re.search(definition["Regex"], line), definition
+    validation = logger.log({"step": 1, "validation_loss": 2.75})
+    assert validation == "[metrics] step=1 validation_loss=2.7500"
+    for definition in METRIC_DEFINITIONS:  # every SageMaker regex captures its value from the line that has it
+        training = definition["Name"] != "validation:loss"
+        assert bool(re.search(definition["Regex"], line)) is training, definition
+        # the validation line feeds validation:loss and the step, never train:loss (a "\b" before "loss=")
+        captured = re.search(definition["Regex"], validation)
+        assert bool(captured) is (definition["Name"] in ("validation:loss", "train:step")), definition
 
 
 def test_cpu_device_info_and_memory() -> None:

@@ -53,8 +53,8 @@ def test_metric_definitions_read_the_printed_lines(reference_run) -> None:
     assert len(lines) == 20
     for line in lines:
         values = parse_line(line)
-        assert set(values) == {field for field, _, _ in FIELDS}
-        for field, metric, _ in FIELDS:
+        assert set(values) == {field for field, _, _ in FIELDS} - {"validation_loss"}  # eval_interval 0: off
+        for field, metric, _ in (f for f in FIELDS if f[0] != "validation_loss"):
             regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == metric)
             match = re.search(regex, line)
             assert match, (metric, line)
@@ -153,3 +153,50 @@ def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(
     assert (tmp_path / "node0" / "checkpoints" / "step-2" / ".complete").is_file()
     assert (tmp_path / "node1" / "checkpoints" / "step-2" / ".complete").is_file()
     assert list((tmp_path / "node1" / "checkpoints" / "step-2").glob("__1_*.distcp"))
+
+
+def _validation_losses(lines: list[str]) -> dict[int, float]:
+    """``{step: validation loss}`` as SageMaker reads the lines: METRIC_DEFINITIONS' ``validation:loss`` regex."""
+    regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == "validation:loss")
+    steps = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == "train:step")
+    out = {}
+    for line in lines:
+        if match := re.search(regex, line):
+            out[int(re.search(steps, line).group(1))] = float(match.group(1))
+    return out
+
+
+def test_validation_loss_two_processes_equal_one_process_and_leave_training_alone(
+    reference_run, pydocs_shards: Path, validation_shards: Path, tmp_path: Path
+) -> None:
+    """eval_interval=2, eval_batches=3 on a validation channel: 2 processes x 8 sequences and 1 x 16 evaluate
+    the same 48 sequences after steps 2 and 3 (the last); the training losses are the reference run's (which
+    has evaluation off, the default, and prints no validation line)."""
+    ref_base, ref = reference_run
+    reference = _by_step(read_metrics(ref_base))
+    assert _validation_losses(ref.lines) == {} and "validation" not in ref.output
+    hp = {**REFERENCE_HP, "max_steps": 3, "eval_interval": 2, "eval_batches": 3}
+    bases = {"2 processes": tmp_path / "two", "1 process": tmp_path / "one"}
+    for base in bases.values():
+        (base / "input" / "data").mkdir(parents=True)
+        (base / "input" / "data" / "validation").symlink_to(validation_shards)
+    procs = [
+        start_local(bases["2 processes"], hp, data_dir=pydocs_shards, nproc=2),
+        start_local(bases["1 process"], {**hp, "batch_size": 16}, data_dir=pydocs_shards, nproc=1),
+    ]
+    runs = dict(zip(bases, (follow(p, timeout=600) for p in procs), strict=True))
+    for name, run in runs.items():
+        assert run.returncode == 0, (name, run.output[-3000:])
+    printed = {name: _validation_losses(run.lines) for name, run in runs.items()}
+    assert sorted(printed["2 processes"]) == sorted(printed["1 process"]) == [2, 3]
+    exact = {name: _by_step(read_metrics(base)) for name, base in bases.items()}
+    two, one = exact["2 processes"], exact["1 process"]
+    for step in (2, 3):
+        # the same weights up to the order of fp32 sums, the same 48 sequences, token-weighted over the ranks
+        assert two[step]["validation_loss"] == pytest.approx(one[step]["validation_loss"], abs=2e-4), step
+        assert printed["2 processes"][step] == round(two[step]["validation_loss"], 4)
+    assert two[3]["validation_loss"] < two[2]["validation_loss"]  # one more step of training on related text
+    assert 2.5 < two[3]["validation_loss"] < 6.3  # below ln(512) = 6.24 of the initial weights, plus rounding
+    # evaluation changes no training value: eval mode, no gradients, no random numbers, the model back in train mode
+    losses = {int(r["step"]): r["loss"] for r in read_metrics(bases["2 processes"]) if "loss" in r}
+    assert losses == {step: reference[step]["loss"] for step in (1, 2, 3)}

@@ -33,13 +33,14 @@ METRIC_TO_FIELD: dict[str, str] = {metric: name for name, metric, _ in FIELDS}
 
 
 def metrics_by_step(lines: Sequence[str]) -> list[dict[str, float]]:
-    """The ``[metrics]`` lines of ``lines`` as dicts, one per step (the last line of a step wins:
-    a resumed run repeats the steps after its checkpoint), in step order."""
+    """The ``[metrics]`` lines of ``lines`` as dicts, one per step, in step order: a step's training line and
+    its validation line (``validation_loss``) merged; of a field written twice for a step the last value wins
+    (a resumed run repeats the steps after its checkpoint)."""
     by_step: dict[int, dict[str, float]] = {}
     for line in lines:
         values = parse_line(line)
         if values and "step" in values and math.isfinite(values["step"]):
-            by_step[int(values["step"])] = values
+            by_step.setdefault(int(values["step"]), {}).update(values)
     return [by_step[s] for s in sorted(by_step)]
 
 

@@ -545,6 +545,19 @@ def _train_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
         )
 
 
+def _validation_channel(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """With ``eval_interval`` set, the trainer evaluates on the ``validation`` channel (synthetic data: synthetic
+    validation tokens)."""
+    hp = values["hyperparameters"]
+    if hp.eval_interval and not hp.synthetic_data and hpmod.VALIDATION_CHANNEL not in values["inputs"]:
+        raise FieldError(
+            f"inputs.{hpmod.VALIDATION_CHANNEL}",
+            None,
+            f"an s3:// URI (or an FSx channel) of token shards made with the train channel's tokenizer: "
+            f"hyperparameters.eval_interval={hp.eval_interval} evaluates on it (or eval_interval 0)",
+        )
+
+
 def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> None:
     """SageMaker's ``MaxWaitTimeInSeconds`` counts the run too: at least ``MaxRuntimeInSeconds``."""
     wait, runtime = values["max_wait_hours"], values["max_runtime_hours"]
@@ -682,9 +695,13 @@ FIELDS: tuple[Field, ...] = (
         parse=_inputs,
         limits=_inputs_limits,
         expected="a JSON object: channel name -> s3:// URI or {file_system_id, directory_path}",
-        checks=(Check(_train_channel, needs=("hyperparameters",)),),
+        checks=(
+            Check(_train_channel, needs=("hyperparameters",)),
+            Check(_validation_channel, needs=("hyperparameters",)),
+        ),
         notes="URIs under the data bucket or an `allowedInputPrefixes` prefix; `train` is required unless "
-        "`hyperparameters.synthetic_data`. An FSx channel (only with `fsxLustre`) names the platform's file system "
+        "`hyperparameters.synthetic_data`, and `validation` (shards of the same tokenizer) with "
+        "`hyperparameters.eval_interval`. An FSx channel (only with `fsxLustre`) names the platform's file system "
         "and a directory at or below its mount name; it is read-only (`FileSystemDataSource`, `InputMode` `File`: "
         "SageMaker mounts it at `/opt/ml/input/data/<channel>`), and the job runs in the file system's subnet, so "
         "on a training plan only a block in that availability zone can run it",
