@@ -225,7 +225,13 @@ def training_progress_rows(period: cdk.Duration) -> list[Row]:
             "The trainer's `[metrics]` log lines as SageMaker publishes them (MetricDefinitions), one line per job.",
         ),
         [
-            graph("Loss", ["loss"], avg, _trainer_unit("loss")),
+            graph(
+                "Loss",
+                ["loss", "validation_loss"],
+                avg,
+                _trainer_unit("loss"),
+                labels=("train", "validation"),
+            ),
             graph("Throughput (tokens/s per job)", ["tokens_per_sec"], avg, "tokens/s"),
             graph("MFU (%)", ["mfu"], avg, "% of dense peak"),
         ],

@@ -170,11 +170,18 @@ def test_training_progress_searches_the_metric_definitions_per_job(default_synth
     assert searched <= defined  # never a name SageMaker does not publish
     assert {
         "train:loss",
+        "validation:loss",
         "train:tokens_per_sec",
         "train:mfu",
         "train:peak_memory_allocated_gb",
         "train:peak_memory_reserved_gb",
     } <= searched
+    loss = widget_titled(body, "Loss")["properties"]["metrics"]  # both curves of a job in one graph
+    assert ["validation:loss" in m[-1]["expression"] for m in loss] == [False, True]
+    assert [m[-1]["label"] for m in loss] == [
+        "${PROP('Dim.TrainingJobName')} train",
+        "${PROP('Dim.TrainingJobName')} validation",
+    ]
     memory = widget_titled(body, "Peak GPU memory (GB)")
     assert [m[-1]["label"] for m in memory["properties"]["metrics"]] == [
         "${PROP('Dim.TrainingJobName')} allocated",

@@ -43,7 +43,9 @@ def _job(submit, make_request) -> str:
     return response["training_job_name"]
 
 
-def test_a_job_completes_with_final_metrics_from_its_own_metric_definitions(aws, submit, make_request):
+def test_a_job_completes_with_final_metrics_from_its_own_metric_definitions(
+    aws, runtime, clients, config, submit, make_request
+):
     name = _job(submit, make_request)
     sm = aws.client("sagemaker")
     assert sm.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
@@ -52,6 +54,7 @@ def test_a_job_completes_with_final_metrics_from_its_own_metric_definitions(aws,
         format_line({"step": 10, "loss": 4.5, "tokens_per_sec": 50000.0, "mfu": 30.0}),
         "some other log line",
         format_line({"step": 20, "loss": 3.25, "tokens_per_sec": 51234.5, "mfu": 31.5}),
+        format_line({"step": 20, "validation_loss": 3.5}),  # eval_interval's line: its own, after the step's
     ]
     aws.set_job_status(name, "Completed", log_lines=lines, final_metrics={"custom:score": 0.5})
     job = sm.describe_training_job(TrainingJobName=name)
@@ -62,7 +65,17 @@ def test_a_job_completes_with_final_metrics_from_its_own_metric_definitions(aws,
         "train:loss": 3.25,
         "train:tokens_per_sec": 51234.5,
         "train:mfu": 31.5,
+        "validation:loss": 3.5,
         "custom:score": 0.5,
+    }
+    # the submitter's describe answers with the metric-line fields of the final metrics, validation loss too
+    described = runtime.actions.dispatch({"action": "describe", "job_name": name}, clients=clients, config=config)
+    assert described["job"]["metrics"] == {
+        "step": 20,
+        "loss": 3.25,
+        "tokens_per_sec": 51234.5,
+        "mfu": 31.5,
+        "validation_loss": 3.5,
     }
     assert [t["Status"] for t in job["SecondaryStatusTransitions"]] == ["Starting", "Training", "Completed"]
     assert job["TrainingEndTime"] >= job["TrainingStartTime"]
@@ -78,7 +91,13 @@ def test_a_job_completes_with_final_metrics_from_its_own_metric_definitions(aws,
     metrics = aws.client("cloudwatch").list_metrics(
         Namespace="/aws/sagemaker/TrainingJobs", Dimensions=[{"Name": "TrainingJobName", "Value": name}]
     )["Metrics"]
-    assert {m["MetricName"] for m in metrics} == {"train:step", "train:loss", "train:tokens_per_sec", "train:mfu"}
+    assert {m["MetricName"] for m in metrics} == {
+        "train:step",
+        "train:loss",
+        "train:tokens_per_sec",
+        "train:mfu",
+        "validation:loss",
+    }
     with pytest.raises(RuntimeError, match="terminal"):
         aws.set_job_status(name, "Failed")
 
