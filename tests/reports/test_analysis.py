@@ -8,9 +8,10 @@ import pytest
 
 from platform_spec.metric_lines import format_line
 from trainctl.reports.analysis import divergences, smooth, smoothing_window, summarise
+from trainctl.reports.charts import plot_loss_curves
 from trainctl.reports.collection import metrics_by_step
 from trainctl.reports.results import ConfigResult
-from trainctl.sweeps.state import SweepConfig
+from trainctl.sweeps.state import Sweep, SweepConfig
 
 
 def _config(index: int, precision: str, batch: str = "4") -> SweepConfig:
@@ -88,3 +89,38 @@ def test_final_values_only_are_compared_as_final_values() -> None:
     assert d.basis == "final values" and d.max_abs == pytest.approx(0.3) and d.final_rel_pct == pytest.approx(10.0)
     assert a.final_step == 40  # a completed job without a step metric ran max_steps
     assert "final values only" in d.sentence()
+
+
+def _evaluated(index: int, precision: str, offset: float) -> ConfigResult:
+    """40 logged steps, a validation line after every 10th (the trainer's separate line of the same step)."""
+    result = ConfigResult(config=_config(index, precision), status="Completed")
+    lines = []
+    for s in range(1, 41):
+        lines.append(format_line({"step": s, "loss": 5.0 - s / 20, "tokens_per_sec": 1000.0}))
+        if s % 10 == 0:
+            lines.append(format_line({"step": s, "validation_loss": 5.2 - s / 25 + offset}))
+    summarise(result, metrics_by_step(lines), {})
+    return result
+
+
+def test_validation_curves_are_read_compared_across_formats_and_drawn(tmp_path) -> None:
+    base, quantized = _evaluated(0, "bf16", 0.0), _evaluated(1, "mxfp8", 0.05)
+    # a step's two lines merge: its training values stay, the validation loss joins them
+    assert base.curve[9] == (10, 4.5) and len(base.curve) == 40
+    assert base.validation_curve == [(10, 4.8), (20, 4.4), (30, 4.0), (40, 3.6)]
+    assert base.final_validation_loss == pytest.approx(3.6) and base.final_loss == pytest.approx(3.0)
+    divs = {d.loss: d for d in divergences([base, quantized])}
+    assert set(divs) == {"training", "validation"}
+    validation = divs["validation"]
+    assert (validation.steps, validation.basis, validation.mean_abs) == (4, "curves", pytest.approx(0.05))
+    assert "smoothed validation loss differs by mean 0.0500" in validation.sentence()
+    assert divs["training"].max_abs == 0.0 and "smoothed loss differs" in divs["training"].sentence()
+    assert quantized.to_json()["validation_curve"][-1] == [40, pytest.approx(3.65)]
+    # final values only: validation:loss of FinalMetricDataList
+    job = ConfigResult(config=_config(2, "fp8"), status="Completed")
+    summarise(job, [], {"loss": 3.0, "validation_loss": 3.7})
+    assert job.final_validation_loss == 3.7 and job.validation_curve == []
+
+    sweep = Sweep(name="v", mode="local", grid={"precision": ["bf16", "mxfp8"]}, base={}, target={}, directory=tmp_path)
+    path = plot_loss_curves(sweep, [base, quantized, job], list(divs.values()), tmp_path / "loss.png")
+    assert path.read_bytes().startswith(b"\x89PNG")

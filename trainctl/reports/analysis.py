@@ -19,7 +19,9 @@ format of their group: the highest precision present (fp32, else bf16, else
 fp16, ...: the precision registry's order). Both loss curves are smoothed with a moving average of
 ``window`` steps (centred, clipped at the ends; a tenth of the common steps, at least 1, at most 25) and
 compared over their common steps: mean and max absolute difference (nats per
-token), and the final smoothed loss's relative difference.
+token), and the final smoothed loss's relative difference. The validation loss (``eval_interval``: the
+``validation_loss`` lines, ``validation:loss`` in final values) is compared the same way, where the
+configurations evaluated one: the held-out loss tells a converging format from one that fits worse.
 """
 
 from __future__ import annotations
@@ -63,8 +65,10 @@ def summarise(result: ConfigResult, steps: Sequence[Mapping[str, float]], final:
         result.mfu = median_finite([m.get("mfu", math.nan) for m in steady])
         memory = [m["peak_mem_allocated_gb"] for m in steps if math.isfinite(m.get("peak_mem_allocated_gb", math.nan))]
         result.peak_memory_gb = max(memory) if memory else math.nan
-        result.curve = [(int(m["step"]), float(m["loss"])) for m in steps if "loss" in m and math.isfinite(m["loss"])]
+        result.curve = _curve(steps, "loss")
+        result.validation_curve = _curve(steps, "validation_loss")
         result.final_loss = steps[-1].get("loss", math.nan)
+        result.final_validation_loss = result.validation_curve[-1][1] if result.validation_curve else math.nan
         result.final_step = last
         return
     if final:
@@ -73,11 +77,17 @@ def summarise(result: ConfigResult, steps: Sequence[Mapping[str, float]], final:
         result.mfu = final.get("mfu", math.nan)
         result.peak_memory_gb = final.get("peak_mem_allocated_gb", math.nan)
         result.final_loss = final.get("loss", math.nan)
+        result.final_validation_loss = final.get("validation_loss", math.nan)
         step = final.get("step")
         if isinstance(step, (int, float)) and math.isfinite(step):
             result.final_step = int(step)
         elif result.status == COMPLETED:  # a completed job ran max_steps
             result.final_step = _max_steps(result.config)
+
+
+def _curve(steps: Sequence[Mapping[str, float]], field: str) -> list[tuple[int, float]]:
+    """``[(step, value)]`` of the steps whose metric lines have a finite ``field``."""
+    return [(int(m["step"]), float(m[field])) for m in steps if field in m and math.isfinite(m[field])]
 
 
 def _max_steps(config: SweepConfig) -> int | None:
@@ -101,6 +111,7 @@ class Divergence:
         final, baseline_final: final (smoothed) losses.
         final_rel_pct: ``100 * (final - baseline_final) / baseline_final``.
         basis: ``"curves"`` or ``"final values"``.
+        loss: ``"training"`` or ``"validation"`` (the held-out loss of ``eval_interval``).
     """
 
     group: str
@@ -116,17 +127,19 @@ class Divergence:
     baseline_final: float
     final_rel_pct: float
     basis: str
+    loss: str = "training"
 
     def sentence(self) -> str:
         where = "" if self.group == "all" else f" ({self.group})"
+        kind = "" if self.loss == "training" else f"{self.loss} "
         if self.basis == "curves":
             return (
-                f"{self.precision} vs {self.baseline}{where}: smoothed loss differs by mean {self.mean_abs:.4f}, "
+                f"{self.precision} vs {self.baseline}{where}: smoothed {kind}loss differs by mean {self.mean_abs:.4f}, "
                 f"max {self.max_abs:.4f} nats/token over {self.steps} common steps (moving average of {self.window}); "
                 f"final smoothed loss {self.final:.4f} vs {self.baseline_final:.4f} ({self.final_rel_pct:+.2f} %)"
             )
         return (
-            f"{self.precision} vs {self.baseline}{where}: final loss {self.final:.4f} vs {self.baseline_final:.4f} "
+            f"{self.precision} vs {self.baseline}{where}: final {kind}loss {self.final:.4f} vs {self.baseline_final:.4f} "
             f"(|difference| {self.max_abs:.4f} nats/token, {self.final_rel_pct:+.2f} %; final values only, no per-step curves)"
         )
 
@@ -164,30 +177,41 @@ def group_label(key: Sequence[tuple[str, str]]) -> str:
     return " ".join(slug_part(k, v) for k, v in key) or "all"
 
 
+LOSSES: dict[str, tuple[str, str]] = {
+    "training": ("curve", "final_loss"),
+    "validation": ("validation_curve", "final_validation_loss"),
+}
+"""The losses compared across formats: name -> the :class:`ConfigResult` attributes of its curve and final value."""
+
+
 def divergences(results: Sequence[ConfigResult]) -> list[Divergence]:
-    """Each format against the baseline format of its group (see the module docstring)."""
-    groups: dict[tuple[tuple[str, str], ...], list[ConfigResult]] = {}
-    for r in results:
-        if r.curve or math.isfinite(r.final_loss):
-            groups.setdefault(group_key(r.config), []).append(r)
+    """Each format against the baseline format of its group (see the module docstring), for the training loss,
+    then for the validation loss of the groups whose configurations evaluated one."""
     out: list[Divergence] = []
-    for key, members in groups.items():
-        precisions = {r.config.precision for r in members}
-        if len(precisions) < 2:
-            continue
-        base_precision = next((p for p in PRECISION_ORDER if p in precisions), sorted(precisions)[0])
-        baseline = next(r for r in members if r.config.precision == base_precision)
-        for r in members:
-            if r is baseline:
+    for loss, (curve, final) in LOSSES.items():
+        groups: dict[tuple[tuple[str, str], ...], list[ConfigResult]] = {}
+        for r in results:
+            if getattr(r, curve) or math.isfinite(getattr(r, final)):
+                groups.setdefault(group_key(r.config), []).append(r)
+        for key, members in groups.items():
+            precisions = {r.config.precision for r in members}
+            if len(precisions) < 2:
                 continue
-            out.append(_compare(group_label(key), baseline, r))
+            base_precision = next((p for p in PRECISION_ORDER if p in precisions), sorted(precisions)[0])
+            baseline = next(r for r in members if r.config.precision == base_precision)
+            for r in members:
+                if r is baseline:
+                    continue
+                out.append(_compare(group_label(key), baseline, r, loss))
     return out
 
 
-def _compare(group: str, base: ConfigResult, other: ConfigResult) -> Divergence:
-    common = sorted(set(dict(base.curve)) & set(dict(other.curve)))
+def _compare(group: str, base: ConfigResult, other: ConfigResult, loss: str = "training") -> Divergence:
+    curve, final = LOSSES[loss]
+    base_curve, other_curve = getattr(base, curve), getattr(other, curve)
+    common = sorted(set(dict(base_curve)) & set(dict(other_curve)))
     if len(common) >= 2:
-        b, o = dict(base.curve), dict(other.curve)
+        b, o = dict(base_curve), dict(other_curve)
         window = smoothing_window(len(common))
         sb, so = smooth([b[s] for s in common], window), smooth([o[s] for s in common], window)
         diffs = [abs(x - y) for x, y in zip(so, sb, strict=True)]
@@ -205,8 +229,9 @@ def _compare(group: str, base: ConfigResult, other: ConfigResult) -> Divergence:
             baseline_final=sb[-1],
             final_rel_pct=100.0 * (so[-1] - sb[-1]) / sb[-1] if sb[-1] else math.nan,
             basis="curves",
+            loss=loss,
         )
-    fb, fo = base.final_loss, other.final_loss
+    fb, fo = getattr(base, final), getattr(other, final)
     diff = abs(fo - fb) if math.isfinite(fb) and math.isfinite(fo) else math.nan
     return Divergence(
         group=group,
@@ -222,10 +247,12 @@ def _compare(group: str, base: ConfigResult, other: ConfigResult) -> Divergence:
         baseline_final=fb,
         final_rel_pct=100.0 * (fo - fb) / fb if math.isfinite(diff) and fb else math.nan,
         basis="final values",
+        loss=loss,
     )
 
 
 __all__ = [
+    "LOSSES",
     "MAX_SMOOTHING_WINDOW",
     "PRECISION_ORDER",
     "Divergence",

@@ -179,7 +179,8 @@ def _throughput_legend(results: Sequence[ConfigResult], has_pred: bool) -> list[
 
 def plot_loss_curves(sweep: Sweep, results: Sequence[ConfigResult], divs: Sequence[Divergence], path: Path) -> Path:
     """Loss against step, one panel per combination of the non-precision grid values, one line per
-    precision (thin: raw, bold: smoothed), with the divergences from the baseline on each panel."""
+    precision (thin: raw, bold: smoothed; circles: the validation loss where the runs evaluated one), with the
+    divergences from the baseline on each panel."""
     groups: dict[tuple[tuple[str, str], ...], list[ConfigResult]] = {}
     for r in results:
         groups.setdefault(group_key(r.config), []).append(r)
@@ -215,9 +216,9 @@ def _loss_panel(ax: Any, members: Sequence[ConfigResult], notes: Sequence[Diverg
     """One group's panel: its loss curves (or final losses), the divergences ``notes`` and what is not plotted."""
     drawn = _loss_lines(ax, members)
     text = "\n".join(
-        f"{d.precision} vs {d.baseline}: mean |Δ| {d.mean_abs:.3f}, max {d.max_abs:.3f}"
+        f"{d.precision} vs {d.baseline}{_kind(d)}: mean |Δ| {d.mean_abs:.3f}, max {d.max_abs:.3f}"
         if d.basis == "curves"
-        else f"{d.precision} vs {d.baseline}: final |Δ| {d.max_abs:.3f} (final values only)"
+        else f"{d.precision} vs {d.baseline}{_kind(d)}: final |Δ| {d.max_abs:.3f} (final values only)"
         for d in notes
     )
     absent = [r for r in members if not r.curve and not math.isfinite(r.final_loss)]
@@ -232,7 +233,8 @@ def _loss_panel(ax: Any, members: Sequence[ConfigResult], notes: Sequence[Diverg
     else:
         ax.legend(fontsize=8, loc="upper right")
         ax.set_xlabel("step")
-        ax.set_ylabel("training loss (nats/token)")
+        validation = any(r.validation_curve or math.isfinite(r.final_validation_loss) for r in members)
+        ax.set_ylabel("loss (nats/token)" + ("; circles: validation" if validation else ", training"))
         ax.grid(alpha=0.3)
     if text:
         ax.text(
@@ -247,8 +249,32 @@ def _loss_panel(ax: Any, members: Sequence[ConfigResult], notes: Sequence[Diverg
     ax.set_title("all configurations" if label == "all" else label, fontsize=10)
 
 
+def _kind(divergence: Divergence) -> str:
+    """`` (validation)`` for a validation-loss divergence, else nothing."""
+    return "" if divergence.loss == "training" else f" ({divergence.loss})"
+
+
+def _validation_points(ax: Any, r: ConfigResult, color: str) -> bool:
+    """``r``'s validation losses as circles joined by a thin line (or its final one); whether any was drawn."""
+    points = r.validation_curve or (
+        [(r.final_step or 0, r.final_validation_loss)] if math.isfinite(r.final_validation_loss) else []
+    )
+    if points:
+        ax.plot(
+            [s for s, _ in points],
+            [v for _, v in points],
+            color=color,
+            marker="o",
+            markersize=4,
+            linewidth=0.9,
+            label=f"{r.config.precision} validation ({r.config.id})",
+        )
+    return bool(points)
+
+
 def _loss_lines(ax: Any, members: Sequence[ConfigResult]) -> bool:
-    """Each precision's loss curve (raw and smoothed) or final loss; whether anything was drawn."""
+    """Each precision's loss curve (raw and smoothed) or final loss, and its validation losses; whether anything
+    was drawn."""
     drawn = False
     styles = iter(["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))])
     for r in sorted(members, key=lambda r: _precision_rank(r.config.precision)):
@@ -279,6 +305,7 @@ def _loss_lines(ax: Any, members: Sequence[ConfigResult]) -> bool:
                 label=f"{r.config.precision} final ({r.config.id})",
             )
             drawn = True
+        drawn = _validation_points(ax, r, color) or drawn
     return drawn
 
 

@@ -78,7 +78,7 @@ def markdown_table(sweep: Sweep, results: Sequence[ConfigResult]) -> str:
                     format_tokens_per_second(r.tokens_per_sec),
                     _mfu_cell(r, sweep),
                     _fmt(r.peak_memory_gb, ".3f" if r.peak_memory_gb < 10 else ".1f"),
-                    _fmt(r.final_loss, ".4f"),
+                    _loss_cell(r),
                     pred_tps,
                     pred_mem,
                     _notes_cell(r),
@@ -87,6 +87,14 @@ def markdown_table(sweep: Sweep, results: Sequence[ConfigResult]) -> str:
             + " |"
         )
     return "\n".join(rows)
+
+
+def _loss_cell(r: ConfigResult) -> str:
+    """The final training loss, and the final validation loss where the configuration evaluated one."""
+    cell = _fmt(r.final_loss, ".4f")
+    if math.isfinite(r.final_validation_loss):
+        cell += f" (validation {r.final_validation_loss:.4f})"
+    return cell
 
 
 def _describe_base(sweep: Sweep) -> str:

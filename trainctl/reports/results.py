@@ -20,12 +20,15 @@ class ConfigResult:
         reason: why it was skipped / refused / failed (``FailureReason`` for jobs).
         source: where the numbers come from (e.g. ``"train.log (60 metric lines)"``).
         curve: ``[(step, loss)]`` from metric lines (empty with final values only).
+        validation_curve: ``[(step, validation loss)]`` from the validation lines (``eval_interval``; empty
+            without evaluation or with final values only).
         final_step: the last step logged or reported.
         tokens_per_sec: whole job, steady state (see the module docstring); NaN if unknown.
         tokens_per_sec_per_gpu: per GPU (per CPU process on CPU).
         mfu: percent; NaN on CPU or unknown GPUs.
         peak_memory_gb: peak allocated per GPU (CPU: peak RSS per process), GB (1e9 bytes).
         final_loss: cross-entropy of the last logged step, nats/token.
+        final_validation_loss: the last validation loss, nats/token; NaN without evaluation.
         device: e.g. ``"CPU (x86_64), 2 processes"`` or ``"1x ml.p6-b200.48xlarge (8x B200)"``.
         predicted: the planner's figures (:func:`trainctl.sweeps.pruning.prediction_of`) as the report shows
             them (:func:`reported_prediction`: no speed figures for a configuration that did not run), or None.
@@ -37,12 +40,14 @@ class ConfigResult:
     reason: str | None = None
     source: str = "none"
     curve: list[tuple[int, float]] = field(default_factory=list)
+    validation_curve: list[tuple[int, float]] = field(default_factory=list)
     final_step: int | None = None
     tokens_per_sec: float = math.nan
     tokens_per_sec_per_gpu: float = math.nan
     mfu: float = math.nan
     peak_memory_gb: float = math.nan
     final_loss: float = math.nan
+    final_validation_loss: float = math.nan
     device: str | None = None
     predicted: dict[str, Any] | None = None
     comparable: bool = False
@@ -82,6 +87,7 @@ class ConfigResult:
             "mfu": json_number(self.mfu),
             "peak_memory_gb": json_number(self.peak_memory_gb),
             "final_loss": json_number(self.final_loss),
+            "final_validation_loss": json_number(self.final_validation_loss),
             "predicted": self.predicted,
             "prediction_comparable": self.comparable,
             "tokens_per_sec_measured_over_predicted": json_number(self.tokens_ratio),
@@ -89,6 +95,7 @@ class ConfigResult:
             "job_name": self.config.job_name,
             "run_dir": self.config.run_dir,
             "curve": [[s, v] for s, v in self.curve],
+            "validation_curve": [[s, v] for s, v in self.validation_curve],
         }
 
 
