@@ -145,7 +145,9 @@ class Plan:
         ``tokens_per_second_per_gpu``, ``tflops_per_gpu``, ``mfu`` (percent),
         ``cost`` -- each ``null`` for an ``out-of-memory`` plan, which would not run, with the reason in
         ``not_run`` (``null`` otherwise) --, ``peak_tflops``, ``flops_per_token``, ``bound``,
-        ``recompute_overhead_pct``, ``time_breakdown_s`` (per micro-batch
+        ``recompute_overhead_pct``, ``evaluation`` (``seconds`` of one validation-loss evaluation and
+        ``overhead_pct``, its share of the ``eval_interval`` steps' time; 0 with evaluation off, ``null`` for an
+        ``out-of-memory`` plan), ``time_breakdown_s`` (per micro-batch
         compute terms, exposed communication, optimizer, fixed, gradient reduce-scatters per step),
         ``communication`` (GB per GPU per micro-batch that reduce-scatters, link, bandwidth), ``cost``
         (``null`` without a token budget: ``tokens``, ``wall_time_hours``, ``instance_hours``,
@@ -202,6 +204,10 @@ class Plan:
             "flops_per_token": t.flops_per_token,
             "bound": t.bound,
             "recompute_overhead_pct": round(t.recompute_overhead_pct, 2),
+            "evaluation": {
+                "seconds": self._speed(t.eval_time_s, 6),
+                "overhead_pct": self._speed(t.eval_overhead_pct, 2),
+            },
             "time_breakdown_s": {
                 "gemm": t.compute.gemm,
                 "attention": t.compute.attention,

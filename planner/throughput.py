@@ -33,6 +33,11 @@ skeleton every family shares.
   ``selective:N``, :mod:`platform_spec.training_modes`). The guide's 10-30% is
   wall-clock, where communication and fixed costs dilute it;
   :attr:`ThroughputEstimate.recompute_overhead_pct` reports ours.
+* The validation loss (``eval_interval``, ``eval_batches``): one evaluation is ``eval_batches`` forward
+  passes of a micro-batch, a third of its compute without recompute plus its exposed forward all-gathers
+  (:func:`evaluation_time`); spread over ``eval_interval`` steps it is
+  :attr:`ThroughputEstimate.eval_overhead_pct` of the wall time, which the cost of a token budget includes
+  and tokens/s leaves out.
 * Small micro-batches under-use the GPU: the step cannot run faster than the
   CPU can launch its kernels, the family's ``kernels_per_block`` per block at
   ``LAUNCH_S`` each (``t_compute = max(t_gpu, launch floor)``).
@@ -327,6 +332,11 @@ class ThroughputEstimate:
         mfu: model FLOPs utilisation, percent (0-100).
         bound: ``"compute"``, ``"communication"`` or ``"launch"`` (what limits the micro-batch).
         recompute_overhead_pct: step time added by activation checkpointing, percent.
+        eval_time_s: one evaluation of the validation loss (``eval_batches`` forward passes of a micro-batch:
+            :func:`evaluation_time`), seconds; 0 with ``eval_interval`` 0.
+        eval_overhead_pct: ``eval_time_s`` spread over the ``eval_interval`` steps between evaluations, percent of
+            their training time. tokens/s, TFLOP/s and MFU leave it out (as the trainer's metric lines do); the
+            wall time and cost of ``tokens`` include it.
         cost: wall time and cost of ``tokens`` (``None`` without a token budget).
         micro_batches: micro-batches per step (``gradient_accumulation_steps``).
         gradient_reductions: reduce-scatters of the gradients per step (``micro_batches`` for
@@ -349,6 +359,8 @@ class ThroughputEstimate:
     bound: str
     recompute_overhead_pct: float
     cost: Cost | None
+    eval_time_s: float = 0.0
+    eval_overhead_pct: float = 0.0
 
     micro_batches: int = 1
     gradient_reductions: int = 1
@@ -376,6 +388,22 @@ def _exposed(r: ResolvedInput, c: ComputeTime, k: CommTime, *, reduce: bool = Tr
     fwd_exposed = max(0.0, ag_fwd - first - fwd_compute)
     bwd_exposed = max(0.0, ag_bwd + reduce_s - last - bwd_compute)
     return first + last + fwd_exposed + bwd_exposed
+
+
+def evaluation_time(r: ResolvedInput, c: ComputeTime, k: CommTime) -> float:
+    """Seconds of one evaluation of the validation loss (``training.evaluation``): ``eval_batches`` forward
+    passes of one micro-batch per GPU, without gradients: a third of the micro-batch's compute without recompute
+    (the module's forward share; the eval forward recomputes nothing), and the forward all-gathers not hidden
+    behind it (the first block's at least), as in :func:`_exposed`; no backward, reduce-scatter or optimizer step.
+    0 with ``eval_interval`` 0."""
+    p = r.input
+    if not p.eval_interval:
+        return 0.0
+    units = r.model.num_layers + (0 if p.blocks_only else 1)
+    forward = max(0.0, c.total - c.recompute) / 3.0
+    gather = k.allgather_s / (2 if p.reshard_after_forward else 1)
+    first = gather / units
+    return p.eval_batches * (forward + first + max(0.0, gather - first - forward))
 
 
 def estimate_throughput(
@@ -413,9 +441,11 @@ def estimate_throughput(
         plain = dataclasses.replace(r, input=p.replace(activation_checkpointing="off"))
         plain_step = estimate_throughput(plain, efficiency=efficiency, first_iteration_s=first_iteration_s).step_time_s
         recompute_pct = 100.0 * (step / plain_step - 1.0)
+    eval_s = evaluation_time(r, c, k)
+    eval_pct = 100.0 * eval_s / (p.eval_interval * step) if p.eval_interval else 0.0
     cost = None
     if p.tokens is not None:
-        hours = p.tokens / (tps_gpu * r.world_size) / 3600.0
+        hours = p.tokens / (tps_gpu * r.world_size) / 3600.0 * (1.0 + eval_pct / 100.0)
         inst_hours = hours * p.instance_count
         cost = Cost(
             tokens=float(p.tokens),
@@ -440,6 +470,8 @@ def estimate_throughput(
         bound=bound,
         recompute_overhead_pct=recompute_pct,
         cost=cost,
+        eval_time_s=eval_s,
+        eval_overhead_pct=eval_pct,
         micro_batches=gas,
         gradient_reductions=reductions,
     )
@@ -511,4 +543,5 @@ __all__ = [
     "comm_time",
     "compute_time",
     "estimate_throughput",
+    "evaluation_time",
 ]

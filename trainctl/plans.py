@@ -66,6 +66,28 @@ def render_plan(plan: Plan, console: Console) -> None:
         console.print(block.rich())
 
 
+def _overheads(plan: Plan) -> list[tuple[str, str]]:
+    """The throughput table's rows of what a step or the run spends besides the micro-batches' work, where
+    there is any: activation checkpointing's recompute, the validation loss's evaluations, gradient accumulation's
+    reduce-scatters."""
+    p, t = plan.input, plan.throughput
+    rows = []
+    if t.compute.recompute:
+        rows.append(("checkpointing recompute", f"+{t.recompute_overhead_pct:.0f}% step time"))
+    if p.eval_interval:
+        rows.append(
+            (
+                "validation loss",
+                f"{t.eval_time_s:.3f} s every {p.eval_interval} steps (+{t.eval_overhead_pct:.1f}% wall time)",
+            )
+        )
+    if t.micro_batches > 1:
+        rows.append(
+            ("gradient reduce-scatters", f"{t.gradient_reductions} per step of {t.micro_batches} micro-batches")
+        )
+    return rows
+
+
 def plan_blocks(plan: Plan) -> list[Panel | Table]:
     """What ``trainctl plan`` shows for ``plan`` (a :class:`planner.Plan`), in order: a panel with the
     configuration, the memory breakdown and verdict, throughput, cost (with a token budget, for a plan that
@@ -127,12 +149,8 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
         tt.add_row("MFU", f"{t.mfu:.1f}% of {t.peak_tflops:g} TFLOP/s ({p.precision} dense)")
         tt.add_row("bound by", t.bound)
         tt.add_row("exposed communication", f"{t.comm_fraction * 100:.1f}% of the step ({t.comm.link})")
-        if t.compute.recompute:
-            tt.add_row("checkpointing recompute", f"+{t.recompute_overhead_pct:.0f}% step time")
-        if t.micro_batches > 1:
-            tt.add_row(
-                "gradient reduce-scatters", f"{t.gradient_reductions} per step of {t.micro_batches} micro-batches"
-            )
+        for figure, value in _overheads(plan):
+            tt.add_row(figure, value)
     if INTER_CONTAINER_ENCRYPTION_NOTE in notes(plan):  # what these figures leave out, as --json notes it
         tt.caption = (
             f"{tt.caption}; {INTER_CONTAINER_ENCRYPTION_NOTE}" if tt.caption else INTER_CONTAINER_ENCRYPTION_NOTE
