@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,28 @@ def test_the_entry_point_needs_the_validation_channel_when_evaluating(tmp_path: 
     check_validation_channel(paths, dataclasses.replace(HP, synthetic_data=True))  # synthetic validation tokens
     with pytest.raises(ConfigError, match=r"missing data channel 'validation'.*eval_interval=5"):
         check_validation_channel(paths, HP)
+
+
+def test_the_entry_point_refuses_a_missing_or_foreign_validation_channel_before_any_worker(
+    shards: Path, tmp_path: Path
+) -> None:
+    """Nothing launched, the reason in the failure file: no channel, then shards of another end-of-document token."""
+    from training import entrypoint
+    from training.local import prepare_base_dir, read_failure
+
+    base = tmp_path / "ml"
+    hp = {"model": "gpt-tiny", "precision": "fp32", "seq_length": 16, "eval_interval": 10}
+    env = {"SAGEMAKER_BASE_DIR": str(base), "PATH": os.environ.get("PATH", ""), "CUDA_VISIBLE_DEVICES": ""}
+    prepare_base_dir(base, hp, data_dir=shards)
+    assert entrypoint.main(["train"], env) == 1
+    assert "missing data channel 'validation'" in (read_failure(base) or "")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "shard-00000.bin").write_bytes((shards / "shard-00000.bin").read_bytes())
+    header = json.loads((shards / "shard-00000.json").read_text())
+    (foreign / "shard-00000.json").write_text(json.dumps({**header, "tokenizer": "other.json"}))
+    (base / "input" / "data" / "validation").symlink_to(foreign)
+    (base / "output" / "failure").unlink()
+    assert entrypoint.main(["train"], env) == 1
+    assert "the validation channel's tokenizer 'other.json' differs from 'byte-level'" in (read_failure(base) or "")
+    assert not list((base / "checkpoints").iterdir())  # nothing was launched
