@@ -13,10 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from platform_spec.hyperparameters import Hyperparameters, model_shape
-from training.data import DataError, TokenDataset, prepare_data
+from training.data import DataError, TokenDataset
 from training.environment import ConfigError, SageMakerPaths, check_validation_channel
 from training.evaluation import SYNTHETIC_SEED_OFFSET, Evaluator
 from training.model import build_model
+from training.prepare import prepare_data
 
 HP = Hyperparameters(
     model="gpt-tiny", num_layers=1, precision="fp32", batch_size=2, seq_length=16, eval_interval=5, eval_batches=3
