@@ -12,11 +12,14 @@ Formats (the content decides, the name only where the content cannot: JSONL and 
     plain text        any other UTF-8 file (plain, .gz or .zst): the whole file is one document
 
 Refused, naming the file and what was expected, before anything is written: a binary file (NUL bytes or not
-UTF-8), a compression other than gzip and Zstandard (bzip2, xz, zip, lz4, ...), a JSON array file, a JSONL line
-that is not an object with a string ``text_field``, a Parquet or Arrow file without that column (the columns it
-has are listed), a ``save_to_disk`` folder of a ``DatasetDict`` (name the split's folder), and a folder whose
-files are of more than one format. A folder is read recursively in sorted path order, hidden files and folders
+UTF-8), a gzip or Zstandard stream cut short (an interrupted download) or damaged, a compression other than
+gzip and Zstandard (bzip2, xz, zip, lz4, ...), a JSON array file, a JSONL line that is not an object with a
+string ``text_field``, a Parquet or Arrow file without that column (the columns it has are listed), a
+``save_to_disk`` folder of a ``DatasetDict`` (name the split's folder), and a folder whose files are of more
+than one format. A folder is read recursively in sorted path order, hidden files and folders
 (``.cache``, ``.gitattributes``) skipped.
+
+Text is UTF-8; a byte order mark opening a file is dropped; JSONL lines may end in LF or CRLF.
 
 Memory: one record batch (Parquet, Arrow) or one line (JSONL) at a time; a plain-text file is one document and
 is read whole.
@@ -24,7 +27,6 @@ is read whole.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -55,6 +57,8 @@ ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
 """An Arrow IPC stream starts with a continuation marker (Arrow columnar format, "Encapsulated message format")."""
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 SNIFF_BYTES = 8192
+TEXT_ENCODING = "utf-8-sig"
+"""UTF-8; a byte order mark opening a file (Windows tools write one) is dropped, not read as text."""
 BATCH_ROWS = 1024
 """Rows per Parquet/Arrow record batch read (a FineWeb row is ~3 KB of text: ~3 MB per batch)."""
 
@@ -199,10 +203,10 @@ def _first_text(path: Path, compression: str | None) -> str:
             "(plain, .gz or .zst), Parquet or Arrow"
         )
     try:
-        return head.decode("utf-8")
+        return head.decode(TEXT_ENCODING)
     except UnicodeDecodeError as exc:
         if len(head) == SNIFF_BYTES and exc.start >= len(head) - 3:  # a character cut by the window
-            return head[: exc.start].decode("utf-8")
+            return head[: exc.start].decode(TEXT_ENCODING)
         raise DataError(
             f"{path}: not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); expected UTF-8 text or "
             "JSONL (plain, .gz or .zst), Parquet or Arrow"
@@ -210,17 +214,74 @@ def _first_text(path: Path, compression: str | None) -> str:
 
 
 def _open_binary(path: Path, compression: str | None) -> IO[bytes]:
-    if compression == "gzip":
-        return gzip.open(path, "rb")
-    if compression == "zstd":
+    """``path``'s bytes, decompressed; a compressed stream cut short or damaged raises :class:`DataError`."""
+    if compression is None:
+        return open(path, "rb")
+    return io.BufferedReader(_Decompressed(path, compression), buffer_size=READ_BYTES)
+
+
+READ_BYTES = 1 << 16
+"""Compressed bytes read at a time."""
+
+
+class _Decompressed(io.RawIOBase):
+    """A gzip or Zstandard file's bytes, decompressed (every frame or member in turn, as ``zstd -T0`` and appends
+    write several). The end of the file must end a frame: a stream cut short (an interrupted download) raises
+    :class:`DataError` naming the file, where the libraries' readers would raise ``EOFError`` (gzip) or end
+    quietly (zstandard's ``stream_reader``), leaving the whole lines before the cut to pass for a smaller file."""
+
+    def __init__(self, path: Path, compression: str) -> None:
+        import zlib
+
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(
-            open(path, "rb"),
-            closefd=True,
-            read_across_frames=True,  # `zstd -T0` and appends write several frames
+        self.path, self.compression = path, compression
+        self.file = open(path, "rb")  # noqa: SIM115 (closed by close(), as the reader is)
+        self.new: Any = (
+            (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS))  # 16 +: a gzip member (zlib manual, inflateInit2)
+            if compression == "gzip"
+            else zstandard.ZstdDecompressor().decompressobj
         )
-    return open(path, "rb")
+        self.errors: tuple[type[Exception], ...] = (zlib.error, zstandard.ZstdError)
+        self.frame: Any = None  # the frame being decompressed; None between frames
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            data = self.file.read(READ_BYTES)
+            if not data:
+                if self.frame is not None:
+                    raise DataError(
+                        f"{self.path}: the {self.compression} stream is cut short (it ends inside a frame, "
+                        "before its end marker): an incomplete file, e.g. an interrupted download; fetch it again"
+                    )
+                return 0
+            self._decompress(data)
+        n = min(len(buffer), len(self.pending))
+        buffer[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+    def _decompress(self, data: bytes) -> None:
+        out = []
+        try:
+            while data:
+                if self.frame is None:
+                    self.frame = self.new()
+                out.append(self.frame.decompress(data))
+                data = b""
+                if self.frame.eof:
+                    data, self.frame = self.frame.unused_data, None
+        except self.errors as exc:
+            raise DataError(f"{self.path}: damaged {self.compression} data ({exc}); fetch the file again") from None
+        self.pending = b"".join(out)
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
 
 
 def _parquet_schema_names(path: Path) -> list[str]:
@@ -299,7 +360,7 @@ def iter_documents(source: Source, text_field: str = DEFAULT_TEXT_FIELD) -> Iter
         with _open_binary(source.path, source.compression) as fh:
             data = fh.read()
         try:
-            yield data.decode("utf-8")
+            yield data.decode(TEXT_ENCODING)
         except UnicodeDecodeError as exc:
             raise DataError(
                 f"{source.path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
@@ -335,7 +396,7 @@ def _column_strings(path: Path, column: Any, text_field: str) -> Iterator[str]:
 
 def _jsonl_documents(source: Source, text_field: str) -> Iterator[str]:
     path = source.path
-    with io.TextIOWrapper(_open_binary(path, source.compression), encoding="utf-8") as fh:
+    with io.TextIOWrapper(_open_binary(path, source.compression), encoding=TEXT_ENCODING) as fh:
         lineno = 0
         while True:
             try:

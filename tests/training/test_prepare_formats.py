@@ -299,3 +299,32 @@ def test_two_preparations_of_one_output_at_once_leave_one_complete_dataset(tmp_p
     assert _documents(tmp_path / "out") in (DOCS, [d.upper() for d in DOCS[:30]])
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert sorted(s["file"] for s in manifest["shards"]) == sorted(p.name for p in (tmp_path / "out").glob("*.bin"))
+
+
+def _cut(data: bytes, keep: float) -> bytes:
+    return data[: int(len(data) * keep)]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+@pytest.mark.parametrize("keep", [0.05, 0.5, 0.97])  # cut inside the sniffed head, mid-stream, before the trailer
+def test_a_compressed_file_cut_short_is_refused_as_incomplete(tmp_path: Path, suffix: str, keep: float) -> None:
+    """An interrupted download: the stream ends before its end marker (gzip's trailer, Zstandard's last block);
+    read whole lines up to the cut, it would otherwise pass for a smaller corpus."""
+    import zstandard
+
+    many = [f"{d} {i}" * 20 for i, d in enumerate(DOCS * 20)]
+    data = gzip.compress(_jsonl(many)) if suffix == ".gz" else zstandard.ZstdCompressor().compress(_jsonl(many))
+    (tmp_path / f"c.jsonl{suffix}").write_bytes(_cut(data, keep))
+    (tmp_path / f"d.txt{suffix}").write_bytes(_cut(data, keep))  # read as one plain-text document
+    for name, split in ((f"c.jsonl{suffix}", {"validation_documents": 1}), (f"d.txt{suffix}", {})):
+        with pytest.raises(DataError, match=rf"{name}: .*cut short.*download"):  # the JSONL's count reads it too
+            prepare_data(tmp_path / "new" / "out", [tmp_path / name], **split)
+        _nothing_written(tmp_path, tmp_path / "new")
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_and_crlf_lines(tmp_path: Path) -> None:
+    """Windows tools (PowerShell's Out-File, Notepad) write a UTF-8 BOM and CRLF line ends; both are read, and
+    the BOM is not part of the first document."""
+    (tmp_path / "win.jsonl").write_bytes(b"\xef\xbb\xbf" + _jsonl(DOCS[:5]).replace(b"\n", b"\r\n"))
+    prepare_data(tmp_path / "out", [tmp_path / "win.jsonl"])
+    assert _documents(tmp_path / "out") == DOCS[:5]
