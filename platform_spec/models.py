@@ -225,6 +225,10 @@ class ModelFamily:
             (``{"torch": ".torch_block", "te": ".te_block"}``), imported by :meth:`block_module` only.
             ``"torch"`` (torch-native, CPU and GPU) is required for training; ``"te"`` (TransformerEngine
             blocks) is used on GPUs where TransformerEngine imports.
+        te_unbuilt: ``(shape) -> shape field | None``: the first shape field the family's ``"te"`` blocks do
+            not build, ``None`` when they build the shape. The trainer trains such a shape on the ``"torch"``
+            blocks (:meth:`backend_for`), and the family's :attr:`validate_shape` refuses a TransformerEngine
+            precision for it naming that field. ``None``: the ``"te"`` blocks (if any) build every shape.
         parameter_names: ``{backend: {name inside a block: canonical name}}`` for backends whose block
             parameters are named otherwise than the torch-native block's (the canonical names: a model
             export's names, and what initialisation is keyed on).
@@ -261,6 +265,7 @@ class ModelFamily:
     terms: ShapeTerms | None = None
     package: str = ""
     blocks: Mapping[str, str] = field(default_factory=dict)
+    te_unbuilt: Callable[[Any], str | None] | None = None
     parameter_names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     init_rule: Callable[[str, Any], str | float] | None = None
     export_format: str = ""
@@ -284,6 +289,14 @@ class ModelFamily:
     def format_name(self) -> str:
         """The ``format`` of this family's model exports (:attr:`export_format`, else :attr:`name`)."""
         return self.export_format or self.name
+
+    def backend_for(self, shape: Any, *, te_available: bool) -> str:
+        """The blocks the trainer builds for ``shape``: ``"te"`` where ``te_available`` (a CUDA device on
+        which TransformerEngine imports), the family has ``"te"`` blocks and they build the shape
+        (:attr:`te_unbuilt`); ``"torch"`` otherwise. The trainer's one choice of backend."""
+        if not te_available or "te" not in self.blocks:
+            return "torch"
+        return "te" if self.te_unbuilt is None or self.te_unbuilt(shape) is None else "torch"
 
     def block_module(self, backend: str) -> ModuleType:
         """The module of the family's ``backend`` blocks, imported now (torch, maybe TransformerEngine).

@@ -15,12 +15,14 @@ found from the shape's type) supplies the blocks of each backend, what every
 block receives besides the hidden state (e.g. rotary angles), the names,
 initialisation and export facts of its parameters:
 
-* ``backend="te"`` (CUDA with TransformerEngine installed): the family's
-  TransformerEngine blocks (``model_families/<family>/te_block.py``), so
-  fp8 / mxfp8 / nvfp4 recipes apply.
-* ``backend="torch"`` (CPU, or CUDA without TransformerEngine): the family's
-  torch-native blocks (``torch_block.py``). TransformerEngine is never imported
-  then.
+* ``backend="te"`` (CUDA with TransformerEngine installed, a shape those blocks
+  build): the family's TransformerEngine blocks
+  (``model_families/<family>/te_block.py``), so fp8 / mxfp8 / nvfp4 recipes apply.
+* ``backend="torch"`` (CPU, CUDA without TransformerEngine, or a shape the TE
+  blocks do not build, e.g. Qwen2's Q/K/V biases): the family's torch-native
+  blocks (``torch_block.py``). TransformerEngine is never imported then.
+
+The trainer picks one with :meth:`platform_spec.models.ModelFamily.backend_for`.
 
 Both backends of a family have the same parameters (count, shapes, math); the
 embedding, final norm and head are torch modules on both, so the head runs in

@@ -390,10 +390,10 @@ class Trainer:
         self.stopper = StopController(capacity_block_deadline(self.environ), self.control_group, self.world_size)
         self.stopper.install()
 
-        # TransformerEngine blocks where TE imports on a GPU and the model's family has them
+        # TransformerEngine blocks where TE imports on a GPU and the model's family has blocks that build the shape
         shape = model_shape(hp)  # the preset or custom shape, checked by its family's rule (parse did too)
         family = family_of_shape(shape)
-        self.backend = "te" if cuda and "te" in family.blocks and transformer_engine_available() else "torch"
+        self.backend = family.backend_for(shape, te_available=cuda and transformer_engine_available())
         # The precision's converter (the registry's format) and its GPU check, before anything is built or any
         # step runs; then its recipe, amax reduction and process-wide switches (TF32 for fp32).
         self.plan = prec.plan(hp.precision)

@@ -378,25 +378,42 @@ def _real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+TE_UNBUILT_FIELDS: tuple[str, ...] = ("qkv_bias", "qk_norm")
+"""The shape fields the TransformerEngine blocks (:mod:`model_families.llama.te_block`) do not build, read
+against TransformerEngine 2.10 (the trainer image's; ``transformer_engine/pytorch`` at tag ``v2.10``):
+``TransformerLayer``'s one ``bias`` flag biases every projection (QKV, output, FC1, FC2), never Q/K/V alone;
+its ``qk_norm_type="RMSNorm"`` with ``qk_norm_before_rope=True`` is Qwen3's per-head norm, but the blocks do
+not use it yet (not yet checked on a GPU). Such shapes train on the torch-native blocks, in bf16 or fp32."""
+
+TE_UNBUILT_REASON = "the TransformerEngine blocks build no Q/K/V-only biases and no per-head Q/K norms"
+"""Why a :data:`TE_UNBUILT_FIELDS` shape cannot use them, for error messages."""
+
+
+def te_unbuilt(shape: LlamaShape) -> str | None:
+    """The first of :data:`TE_UNBUILT_FIELDS` set on ``shape`` (Qwen2's Q/K/V biases, Qwen3's per-head Q/K
+    RMSNorms); ``None`` when the TransformerEngine blocks build the shape. The family's
+    :attr:`~platform_spec.models.ModelFamily.te_unbuilt`: the trainer then builds the torch-native blocks."""
+    return next((name for name in TE_UNBUILT_FIELDS if getattr(shape, name)), None)
+
+
 def validate_shape(shape: LlamaShape, *, precision: str | None = None) -> None:
     """The family's one shape rule: :func:`check_structure`, and with ``precision`` the GEMM multiples of
     the precision registry on ``hidden_size``, ``ffn_hidden_size``, ``num_heads * head size`` and
-    ``num_kv_heads * head size``, and for a TransformerEngine precision (fp8, mxfp8, nvfp4) no ``qkv_bias``
-    or ``qk_norm`` (its blocks build neither).
+    ``num_kv_heads * head size``, and for a TransformerEngine precision (fp8, mxfp8, nvfp4) a shape the
+    TransformerEngine blocks build (:func:`te_unbuilt`: no ``qkv_bias``, no ``qk_norm``).
 
     Raises:
         FieldError: naming the field (``precision``: unknown precision).
     """
     check_structure(shape)
-    if precision is not None and precisions.get_precision(precision).uses_te:
-        for option in ("qkv_bias", "qk_norm"):
-            if getattr(shape, option):
-                raise FieldError(
-                    option,
-                    True,
-                    f"false with precision {precision}: its recipes run in the TransformerEngine blocks, which do "
-                    "not build Q/K/V biases or per-head Q/K norms (train this shape in bf16 or fp32)",
-                )
+    unbuilt = te_unbuilt(shape)
+    if unbuilt is not None and precision is not None and precisions.get_precision(precision).uses_te:
+        raise FieldError(
+            unbuilt,
+            True,
+            f"false with precision {precision}: its recipes run in the TransformerEngine blocks, and "
+            f"{TE_UNBUILT_REASON} (train this shape in bf16 or fp32, on the torch-native blocks)",
+        )
     check_gemm_dimensions(
         {
             "hidden_size": (shape.hidden_size, shape.hidden_size, "hidden_size"),
@@ -1008,6 +1025,7 @@ FAMILY = register_family(
         ),
         package=__name__,
         blocks=MappingProxyType({"torch": ".torch_block", "te": ".te_block"}),
+        te_unbuilt=te_unbuilt,
         parameter_names=MappingProxyType(
             {"torch": MappingProxyType({n: n for n in BLOCK_PARAMETER_NAMES}), "te": TE_PARAMETER_NAMES}
         ),
@@ -1040,6 +1058,8 @@ __all__ = [
     "PRESETS",
     "ROPE_BASE",
     "TE_PARAMETER_NAMES",
+    "TE_UNBUILT_FIELDS",
+    "TE_UNBUILT_REASON",
     "HfArchitecture",
     "LlamaShape",
     "RopeScaling",
@@ -1057,6 +1077,7 @@ __all__ = [
     "matmul_weights_per_block",
     "preset_table",
     "residual_init_std",
+    "te_unbuilt",
     "to_hf_config",
     "validate_shape",
 ]

@@ -8,6 +8,9 @@ attention, RMSNorm+SwiGLU MLP, so the fp8 / mxfp8 / nvfp4 recipes apply)
 configured to match :class:`model_families.llama.torch_block.TransformerBlock`:
 the same parameters (count, shapes, math), named as
 :data:`model_families.llama.TE_PARAMETER_NAMES` maps to the canonical names.
+It builds no shape with ``qkv_bias`` or ``qk_norm`` (:data:`model_families.llama.TE_UNBUILT_FIELDS`,
+why there): the trainer trains those on the torch-native blocks
+(:meth:`platform_spec.models.ModelFamily.backend_for`).
 
 TransformerEngine 2.10 (the trainer image's version; ``git show
 v2.10:transformer_engine/pytorch/transformer.py`` in NVIDIA/TransformerEngine)
@@ -46,7 +49,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from model_families.llama import INIT_STD, LlamaShape, residual_init_std
+from model_families.llama import INIT_STD, TE_UNBUILT_REASON, LlamaShape, residual_init_std, te_unbuilt
 from model_families.llama.torch_block import rotary_angles
 from platform_spec.errors import FieldError
 
@@ -56,21 +59,23 @@ class TEBlock(nn.Module):
 
     ``params_dtype`` is fp32 in training: FSDP2 keeps fp32 master shards and
     all-gathers bf16 copies (MixedPrecisionPolicy), so TE sees bf16 weights and inputs.
+
+    Raises:
+        FieldError: naming ``qkv_bias`` or ``qk_norm`` when ``shape`` sets it
+            (:func:`model_families.llama.te_unbuilt`), before TransformerEngine is imported.
     """
 
     def __init__(
         self, shape: LlamaShape, layer_number: int, *, device: str | torch.device, params_dtype: torch.dtype
     ) -> None:
         super().__init__()
-        for option in ("qkv_bias", "qk_norm"):
-            if getattr(shape, option):
-                raise FieldError(
-                    option,
-                    True,
-                    "false with the TransformerEngine blocks (TransformerLayer's bias=True biases every projection, "
-                    "not Q/K/V alone, and these blocks build no per-head Q/K norm): train this shape with the "
-                    "torch-native blocks",
-                )
+        unbuilt = te_unbuilt(shape)
+        if unbuilt is not None:  # the trainer never asks (ModelFamily.backend_for); a direct build_model may
+            raise FieldError(
+                unbuilt,
+                True,
+                f"false with the TransformerEngine blocks ({TE_UNBUILT_REASON}): use the torch-native blocks",
+            )
         import transformer_engine.pytorch as te
 
         std_out = residual_init_std(shape)  # TE's own init; CausalLM.init_weights overwrites it by the family's rule

@@ -82,6 +82,32 @@ def test_parameter_names_and_counts_on_both_backends(monkeypatch: pytest.MonkeyP
             te_block.build_block(shape, 1, device="cpu")
 
 
+HF_CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [("Llama-3.1-8B", "te"), ("Mistral-7B-v0.3", "te"), ("Qwen2.5-7B", "torch"), ("Qwen3-8B", "torch")],
+)
+def test_the_trainer_builds_a_qwen_shape_on_the_torch_blocks_even_where_te_imports(
+    monkeypatch: pytest.MonkeyPatch, config: str, expected: str
+) -> None:
+    """A bf16 Qwen2/Qwen3 job on a GPU with TransformerEngine once picked the TE blocks, which refuse its
+    Q/K/V biases and Q/K norms, and failed when the model was built. The family's one choice
+    (ModelFamily.backend_for, what Trainer.setup calls) gives blocks that build the shape, whole."""
+    fake_te.install(monkeypatch)
+    shape = from_hf_config(json.loads((HF_CONFIGS / f"{config}.json").read_text(encoding="utf-8")))
+    assert FAMILY.backend_for(shape, te_available=False) == "torch"
+    backend = FAMILY.backend_for(shape, te_available=True)
+    assert backend == expected
+    model = build_model(dataclasses.replace(shape, num_layers=1), backend=backend, device="meta")
+    assert model.num_parameters() == dataclasses.replace(shape, num_layers=1).num_params
+    if backend == "torch":  # the blocks it did not choose are the ones that refuse the shape
+        with pytest.raises(FieldError) as refused:
+            te_block.build_block(shape, 1, device="meta")
+        assert refused.value.field == ("qkv_bias" if shape.qkv_bias else "qk_norm")
+
+
 @pytest.mark.parametrize("name", ["llama3-8b", "llama3-70b"])
 def test_the_full_models_hold_metas_parameter_counts_on_the_meta_device(name: str) -> None:
     shape = PRESETS[name]

@@ -17,9 +17,10 @@ from platform_spec.hyperparameters import model_shape, parse
 
 pytestmark = pytest.mark.xdist_group("submitter")
 
-LLAMA3_8B_CONFIG = json.loads(
-    (Path(__file__).resolve().parents[1] / "fixtures" / "llama3_8b_config.json").read_text(encoding="utf-8")
-)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+LLAMA3_8B_CONFIG = json.loads((FIXTURES / "llama3_8b_config.json").read_text(encoding="utf-8"))
+QWEN25_7B_CONFIG = json.loads((FIXTURES / "hf_configs" / "Qwen2.5-7B.json").read_text(encoding="utf-8"))
+QWEN3_8B_CONFIG = json.loads((FIXTURES / "hf_configs" / "Qwen3-8B.json").read_text(encoding="utf-8"))
 TRAINING = {"precision": "bf16", "batch_size": 1, "seq_length": 2048, "activation_checkpointing": "full"}
 
 
@@ -37,6 +38,18 @@ def test_a_hugging_face_config_becomes_the_jobs_shape(aws, submit, make_request)
     # what the trainer parses from the job is Meta's 8B shape (8.03B parameters)
     assert model_shape(parse(hp)).num_params == 8_030_261_248
     assert response["estimate"]["fits"] is True and response["training_job_name"].startswith("job-")
+
+
+@pytest.mark.parametrize(("hf_config", "option"), [(QWEN25_7B_CONFIG, "qkv_bias"), (QWEN3_8B_CONFIG, "qk_norm")])
+def test_a_bf16_qwen_config_is_accepted_and_the_job_carries_its_option(
+    aws, submit, make_request, hf_config, option
+) -> None:
+    """bf16 Qwen jobs are accepted: the trainer builds them on its torch-native blocks, even where
+    TransformerEngine imports (tests/model_families/test_llama_blocks.py)."""
+    response = submit(make_request(model_config=hf_config, hyperparameters=dict(TRAINING)))
+    assert response["status"] == "submitted", response
+    hp = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])["HyperParameters"]
+    assert hp[option] == "true" and hp["precision"] == "bf16"
 
 
 def test_the_llama3_8b_preset_and_shape_hyperparameters_are_accepted(aws, submit, make_request) -> None:
@@ -83,6 +96,13 @@ def test_the_same_shape_from_two_files_is_one_job(aws, submit, make_request) -> 
          "hyperparameters.model", "model_config sets the model's shape"),
         ({"model_config": {**LLAMA3_8B_CONFIG, "intermediate_size": 14000}, "hyperparameters": {"precision": "mxfp8"}},
          "model_config", "ffn_hidden_size a value making ffn_hidden_size (14000) a multiple of 32"),
+        # the TransformerEngine recipes run in blocks that build no Q/K/V-only bias (Qwen2) or Q/K norm (Qwen3)
+        ({"model_config": QWEN25_7B_CONFIG, "hyperparameters": {**TRAINING, "precision": "fp8"}},
+         "model_config", "qkv_bias"),
+        ({"model_config": QWEN3_8B_CONFIG, "hyperparameters": {**TRAINING, "precision": "nvfp4"}},
+         "model_config", "qk_norm"),
+        ({"hyperparameters": {**TRAINING, "model": "llama3-8b", "qk_norm": True, "precision": "mxfp8"}},
+         "hyperparameters.qk_norm", "false with precision mxfp8"),
     ],
 )  # fmt: skip
 def test_a_shape_the_trainer_refuses_is_refused_before_create_training_job(
