@@ -1,6 +1,7 @@
 """A tiny Qwen3 (per-head Q/K RMSNorm, a head_dim other than hidden_size / num_heads, untied head) trained
 through ``trainctl train --model-config`` from the ``config.json`` transformers 5 writes (``rope_parameters``),
-on CPython's documentation topics, 1 CPU process: the loss falls, and the export is a ``Qwen3ForCausalLM``
+on CPython's documentation topics, torchrun with 2 CPU processes (gloo, FSDP2: the Q/K norm weights sharded
+over both ranks like the rest): the loss falls, and the export is a ``Qwen3ForCausalLM``
 that transformers loads and that gives our model's loss on a training sequence.
 """
 
@@ -36,15 +37,20 @@ FLAGS = ["--precision", "fp32", "--batch-size", "8", "--seq-length", "64", "--wa
          "--checkpoint-interval", "10", "--seed", "1234", "--max-steps", "10"]  # fmt: skip
 
 
-def test_trainctl_trains_a_tiny_qwen3_from_a_transformers_5_config(tmp_path: Path, pydocs_shards: Path) -> None:
+def test_trainctl_trains_a_tiny_qwen3_from_a_transformers_5_config(
+    tmp_path: Path, pydocs_shards: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     transformers.AutoConfig.for_model(**copy.deepcopy(TINY_QWEN3)).save_pretrained(tmp_path / "hf")
     config = tmp_path / "hf" / "config.json"
     assert "rope_parameters" in json.loads(config.read_text())
     base = tmp_path / "run"
-    argv = ["train", "--base-dir", str(base), "--data", str(pydocs_shards), "--nproc", "1"]
+    argv = ["train", "--base-dir", str(base), "--data", str(pydocs_shards), "--nproc", "2"]
     assert main([*argv, "--model-config", str(config), *FLAGS]) == 0
     hp = json.loads((base / "input" / "config" / "hyperparameters.json").read_text())
     assert (hp["qk_norm"], hp["head_dim"], hp["qkv_bias"]) == ("true", "32", "false")
+    captured = capfd.readouterr()
+    run_lines = [line for line in (captured.out + captured.err).splitlines() if "[run] state=finished" in line]
+    assert run_lines and all("step=10 " in line and "world_size=2" in line for line in run_lines), run_lines
     losses = [r["loss"] for r in read_metrics(base)]
     assert len(losses) == 10 and all(np.isfinite(losses))
     assert losses[0] > math.log(512) - 0.5 and statistics.mean(losses[-3:]) < losses[0] - 1.0
