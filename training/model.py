@@ -77,6 +77,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
+from platform_spec.files import atomic_write_bytes
 from platform_spec.models import (
     LOSS_CHUNK_ELEMENTS,
     ModelFamily,
@@ -85,6 +86,7 @@ from platform_spec.models import (
     family_of_shape,
     get_family,
 )
+from training.tokenizer_files import TOKENIZER_FILES, DataTokenizer
 
 BACKENDS: tuple[str, ...] = ("torch", "te")
 """The block implementations the trainer knows: torch-native, TransformerEngine (a family offers one or both)."""
@@ -367,6 +369,8 @@ def build_model(config: ModelShape, *, backend: str = "torch", device: str | tor
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+GENERATION_CONFIG_FILE = "generation_config.json"
+"""A Hugging Face family's export: the ids ``generate`` starts, stops and pads with (:func:`save_pretrained`)."""
 PLATFORM_KEY = "platform"
 """The key of a Hugging Face style ``config.json`` under which the export records what the platform knows
 (format, preset name, parameter count, dtype, weights file, training step ...); that library ignores it."""
@@ -449,23 +453,33 @@ def save_pretrained(
     *,
     dtype: torch.dtype,
     extra: Mapping[str, Any] | None = None,
+    tokenizer: DataTokenizer | None = None,
 ) -> Path:
-    """Write ``model.safetensors`` (``dtype``) and ``config.json``.
+    """Write ``model.safetensors`` (``dtype``), ``config.json``, the tokenizer's files and, for a Hugging Face
+    family, ``generation_config.json``.
 
     The weights are named by the family's export names (:func:`export_tensors`; canonical names unless the
     family has an ``export_layout``). ``config.json`` is:
 
     * for a family with :attr:`~platform_spec.models.ModelFamily.to_hf_config` (Llama): that library's
       configuration (so the directory loads there, e.g. ``LlamaForCausalLM.from_pretrained``) with
-      ``torch_dtype``, ``eos_token_id`` (``extra``'s ``eod_token_id``, the tokenizer's end of document, when
-      known: else that library's default would end generation at another token), and under
-      :data:`PLATFORM_KEY` what the platform records: ``format``, ``model`` (the preset name), ``num_params``,
-      ``dtype``, ``weights`` and ``extra``;
+      ``torch_dtype``, ``bos_token_id``, ``eos_token_id`` and ``pad_token_id`` all ``tokenizer``'s document
+      separator (null without one: else that library's defaults, e.g. Llama's 1 and 2, would name tokens the
+      data never used that way), and under :data:`PLATFORM_KEY` what the platform records: ``format``,
+      ``model`` (the preset name), ``num_params``, ``dtype``, ``weights``, ``tokenizer_files`` (the files
+      written, ``[]`` when the tokenizer is missing, with ``tokenizer_missing`` saying why) and ``extra``;
+      ``generation_config.json`` holds the same three ids;
     * otherwise the platform's own format: ``format`` (``"gpt-decoder"`` for GPT), ``model``, the shape's
       fields, ``num_params``, ``dtype``, the family's
       :attr:`~platform_spec.models.ModelFamily.export_metadata` and ``extra`` (e.g. tokenizer and step).
 
-    The weights are written beside and renamed into place, so a reader never sees half a file.
+    ``tokenizer`` (default: none, as for synthetic tokens) gives ``tokenizer.json`` and
+    ``tokenizer_config.json`` (:class:`training.tokenizer_files.DataTokenizer`): ``AutoTokenizer`` then
+    encodes a document into the ids prepare-data wrote for it. A tokenizer file of an earlier export into
+    ``directory`` that this one does not write is removed, so none of another run is left beside these weights.
+
+    Every file is written beside and renamed into place, so a reader never sees half a file; ``config.json``
+    comes last.
     """
     from safetensors.torch import save_file
 
@@ -480,6 +494,13 @@ def save_pretrained(
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out / WEIGHTS_FILE)
     dtype_name = str(dtype).removeprefix("torch.")
+    tokenizer = tokenizer or DataTokenizer("none", None, None, missing="the export was given no tokenizer")
+    tokenizer_files = tokenizer.files()
+    for name in TOKENIZER_FILES:
+        if name in tokenizer_files:
+            atomic_write_bytes(out / name, tokenizer_files[name])
+        else:
+            (out / name).unlink(missing_ok=True)
     platform = {
         "format": family.format_name,
         "model": config.name,
@@ -488,16 +509,17 @@ def save_pretrained(
         **family.export_metadata,
         "weights": WEIGHTS_FILE,
         **(dict(extra) if extra else {}),
+        "tokenizer_files": sorted(tokenizer_files),
+        **({"tokenizer_missing": tokenizer.missing} if tokenizer.missing else {}),
     }
     if family.to_hf_config is not None:
-        meta = {**family.to_hf_config(config), "torch_dtype": dtype_name, PLATFORM_KEY: platform}
-        if platform.get("eod_token_id") is not None:  # the data's document separator: where generation stops
-            meta["eos_token_id"] = platform["eod_token_id"]
+        separator = tokenizer.eod_token_id  # where a document starts and ends in the data, and generation stops
+        ids = {"bos_token_id": separator, "eos_token_id": separator, "pad_token_id": separator}
+        meta = {**family.to_hf_config(config), **ids, "torch_dtype": dtype_name, PLATFORM_KEY: platform}
+        atomic_write_bytes(out / GENERATION_CONFIG_FILE, (json.dumps(ids, indent=2) + "\n").encode("utf-8"))
     else:
         meta = {"format": platform.pop("format"), "model": platform.pop("model"), **_shape_fields(config), **platform}
-    tmp_config = out / (CONFIG_FILE + ".tmp")
-    tmp_config.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp_config, out / CONFIG_FILE)
+    atomic_write_bytes(out / CONFIG_FILE, (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     return out / WEIGHTS_FILE
 
 

@@ -6,6 +6,11 @@ Layout of the output folder::
     without a validation split          with --validation-fraction F
     out/shard-00000.bin / .json         out/train/shard-00000.bin / .json     out/train/manifest.json
     out/manifest.json                   out/validation/shard-00000.bin / .json out/validation/manifest.json
+    out/tokenizer.json                  out/train/tokenizer.json              out/validation/tokenizer.json
+
+``tokenizer.json`` (:data:`training.tokenizer_files.TOKENIZER_FILE`) is a copy of the ``--tokenizer`` file
+(none for the byte-level tokenizer, which the trainer builds): the trainer's export takes it from its
+channel (:class:`training.tokenizer_files.DataTokenizer`), matched by the shards' ``tokenizer_sha256``.
 
 The train channel is ``out`` (or ``out/train``); a validation channel is ``out/validation``. A
 :class:`training.data.TokenDataset` opened on ``out`` when it holds a validation split is refused, so the
@@ -55,6 +60,7 @@ from training.data import (
     token_dtype,
 )
 from training.documents import DEFAULT_TEXT_FIELD, Source, count_documents, iter_documents, resolve_inputs
+from training.tokenizer_files import TOKENIZER_FILE
 
 MANIFEST_FORMAT = "token-dataset"
 MANIFEST_VERSION = 1
@@ -326,6 +332,9 @@ def _write(
             _write_manifest(writer.out, writer.manifest(what, text_field, split.rule))
     else:
         _write_manifest(staging, train.manifest(None, text_field, None))
+    if isinstance(tok, HFTokenizer):  # the trainer's export needs the tokenizer, offline: it travels with the data
+        for writer in (train, held) if split else (train,):
+            (writer.out / TOKENIZER_FILE).write_bytes(tok.path.read_bytes())
 
     def moved(writer: _ShardWriter) -> tuple[Path, ...]:
         return tuple(out / p.relative_to(staging) for p, _ in writer.written)
@@ -361,11 +370,12 @@ def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 
 
 def _replace(staging: Path, out: Path) -> None:
-    """Move the staged shards into ``out``, removing the shards and manifests of an earlier preparation there
-    (at the top and in ``train/`` and ``validation/``), each ``.bin`` before its ``.json``."""
+    """Move the staged shards into ``out``, removing the shards, manifests and tokenizer copies of an earlier
+    preparation there (at the top and in ``train/`` and ``validation/``), each ``.bin`` before its ``.json``."""
     for folder in (out, *(out / split for split in SPLITS)):
         if folder.is_dir():
-            for old in (*folder.glob("shard-*.bin"), *folder.glob("shard-*.json"), *folder.glob(MANIFEST)):
+            earlier = (*folder.glob("shard-*.bin"), *folder.glob("shard-*.json"), *folder.glob(MANIFEST))
+            for old in (*earlier, *folder.glob(TOKENIZER_FILE)):
                 old.unlink()
     for new in sorted(staging.rglob("*")):  # sorted: shard-N.bin before shard-N.json, a header never dangles
         if new.is_file():

@@ -101,6 +101,7 @@ from training.metrics import DeviceInfo, MetricsLogger
 from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
 from training.supervision import TrainerStatus, guarded_output, write_status
+from training.tokenizer_files import DataTokenizer
 
 # ---------------------------------------------------------------------------
 # Schedule
@@ -668,6 +669,7 @@ class Trainer:
             "tokenizer": None if self.dataset is None else self.dataset.tokenizer,
             "eod_token_id": None if self.dataset is None else self.dataset.eod_token_id,
         }
+        tokenizer = DataTokenizer.of_dataset(self.dataset) if self.rank == 0 else None
         path = export_model(
             self.model,
             self.paths.model_dir,
@@ -675,9 +677,12 @@ class Trainer:
             dtype=self.plan.param_dtype,
             rank=self.rank,
             extra=extra,
+            tokenizer=tokenizer,
         )
         if path is not None:
             self.log(f"final weights {path} ({time.monotonic() - t0:.1f} s)")
+        if tokenizer is not None and tokenizer.missing:
+            self.log(f"the export has no tokenizer files: {tokenizer.missing}")
 
     def run(self) -> int:
         hp = self.hp

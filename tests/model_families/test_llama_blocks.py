@@ -38,6 +38,7 @@ from model_families.llama import (
 from platform_spec.errors import FieldError
 from platform_spec.models import resolve_shape
 from training.model import build_model, canonical_state_dict, export_tensors, load_pretrained, save_pretrained
+from training.tokenizer_files import DataTokenizer, byte_level_tokenizer_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 import fake_transformer_engine as fake_te
@@ -296,7 +297,8 @@ def test_the_export_loads_as_hugging_face_llama_computes_it(tmp_path: Path, tied
     assert config["architectures"] == ["LlamaForCausalLM"] and config["model_type"] == "llama"
     assert config["tie_word_embeddings"] is tied and ("lm_head.weight" in weights) is not tied
     assert config["platform"] == {"format": "llama", "model": "llama", "num_params": shape.num_params,
-                                  "dtype": "float32", "weights": "model.safetensors", "step": 7}  # fmt: skip
+                                  "dtype": "float32", "weights": "model.safetensors", "step": 7,
+                                  "tokenizer_files": [], "tokenizer_missing": "the export was given no tokenizer"}  # fmt: skip
     assert from_hf_config(config) == shape  # the written config.json is a valid --model-config too
     assert len(weights) == 2 * 9 + 2 + (0 if tied else 1)
     tokens = torch.randint(0, shape.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -307,18 +309,23 @@ def test_the_export_loads_as_hugging_face_llama_computes_it(tmp_path: Path, tied
         assert (reloaded.output.weight is reloaded.tok_embeddings.weight) is tied
 
 
-def test_the_export_names_the_datas_end_of_document_as_hugging_faces_eos_token(tmp_path: Path) -> None:
-    """Without it, LlamaConfig's default eos_token_id (2, a byte in the byte-level vocabulary) would end
-    generation; the config.json still reads back as the same shape."""
+def test_the_export_names_the_datas_end_of_document_as_hugging_faces_bos_eos_and_pad(tmp_path: Path) -> None:
+    """Without them, LlamaConfig's defaults (bos 1, eos 2: bytes in the byte-level vocabulary) would start and
+    end generation; config.json and generation_config.json agree, and config.json reads back as the same shape."""
     shape = resolve_shape("llama", {"num_layers": 1, "hidden_size": 64, "num_heads": 4, "num_kv_heads": 2,
                                     "ffn_hidden_size": 96, "vocab_size": 260})  # fmt: skip
     model = build_model(shape)
-    save_pretrained(tmp_path / "a", model.state_dict(), shape, dtype=torch.float32, extra={"eod_token_id": 256})
+    byte_level = DataTokenizer("byte-level", 256, byte_level_tokenizer_json(), byte_level=True)
+    save_pretrained(tmp_path / "a", model.state_dict(), shape, dtype=torch.float32, tokenizer=byte_level)
     config = json.loads((tmp_path / "a" / "config.json").read_text())
-    assert config["eos_token_id"] == 256 == config["platform"]["eod_token_id"]
+    generation = json.loads((tmp_path / "a" / "generation_config.json").read_text())
+    assert generation == {"bos_token_id": 256, "eos_token_id": 256, "pad_token_id": 256}
+    assert {k: config[k] for k in generation} == generation
+    assert config["platform"]["tokenizer_files"] == ["tokenizer.json", "tokenizer_config.json"]
     assert from_hf_config(config) == shape
-    save_pretrained(tmp_path / "b", model.state_dict(), shape, dtype=torch.float32, extra={"eod_token_id": None})
-    assert "eos_token_id" not in json.loads((tmp_path / "b" / "config.json").read_text())  # synthetic data: none
+    save_pretrained(tmp_path / "b", model.state_dict(), shape, dtype=torch.float32)  # synthetic data: none
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (None, None, None)
 
 
 def test_the_llama3_8b_export_has_hugging_faces_names_and_shapes() -> None:

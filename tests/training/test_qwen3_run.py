@@ -2,7 +2,8 @@
 through ``trainctl train --model-config`` from the ``config.json`` transformers 5 writes (``rope_parameters``),
 on CPython's documentation topics, torchrun with 2 CPU processes (gloo, FSDP2: the Q/K norm weights sharded
 over both ranks like the rest): the loss falls, and the export is a ``Qwen3ForCausalLM``
-that transformers loads and that gives our model's loss on a training sequence.
+that transformers loads with its tokenizer (``AutoTokenizer`` gives the shard's tokens of a document) and that
+gives our model's loss on that training sequence (within 1e-4, fp32).
 """
 
 from __future__ import annotations
@@ -57,11 +58,18 @@ def test_trainctl_trains_a_tiny_qwen3_from_a_transformers_5_config(
 
     export = base / "model"
     assert json.loads((export / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
-    ours = load_pretrained(export)
-    theirs = transformers.AutoModelForCausalLM.from_pretrained(export).float().eval()
+    # the export is a model repository: its tokenizer gives the shard's tokens of the first document
+    tokenizer = transformers.AutoTokenizer.from_pretrained(export)
+    first = json.loads((pydocs_shards.parent / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[0])["text"]
+    ids = tokenizer(first).input_ids
     shard = sorted(pydocs_shards.rglob("*.bin"))[0]
     dtype = json.loads(shard.with_suffix(".json").read_text())["dtype"]
-    tokens = torch.from_numpy(np.fromfile(shard, dtype=dtype)[:65].astype(np.int64))
+    assert np.fromfile(shard, dtype=dtype)[: len(ids) + 1].tolist() == [*ids, tokenizer.eos_token_id]
+    assert tokenizer.eos_token_id == 256 and "no tokenizer files" not in captured.out + captured.err
+    ours = load_pretrained(export)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(export).float().eval()
+    assert theirs.generation_config.eos_token_id == theirs.config.eos_token_id == 256
+    tokens = torch.tensor(ids[:65])
     with torch.no_grad():
         loss = ours(tokens[None, :-1], tokens[None, 1:])
         their_loss = theirs(tokens[None], labels=tokens[None]).loss  # transformers shifts the labels itself

@@ -50,6 +50,7 @@ from torch.distributed.checkpoint.state_dict import (
 from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step
 from platform_spec.files import atomic_write_text
 from training.checkpoint import compare, verify
+from training.tokenizer_files import DataTokenizer
 
 
 class CheckpointError(RuntimeError):
@@ -551,8 +552,10 @@ def export_model(
     dtype: torch.dtype,
     rank: int,
     extra: Mapping[str, Any] | None = None,
+    tokenizer: DataTokenizer | None = None,
 ) -> Path | None:
-    """Gather the full model to rank 0 (CPU) and write consolidated safetensors + ``config.json``.
+    """Gather the full model to rank 0 (CPU) and write consolidated safetensors + ``config.json``, the
+    tokenizer's files and ``generation_config.json`` (:func:`training.model.save_pretrained`).
 
     Collective. Returns the weights path on rank 0, None elsewhere.
     """
@@ -567,7 +570,7 @@ def export_model(
             k: (v.dequantize() if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor else v)
             for k, v in state.items()
         }
-        written = save_pretrained(directory, plain, config, dtype=dtype, extra=extra)
+        written = save_pretrained(directory, plain, config, dtype=dtype, extra=extra, tokenizer=tokenizer)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
     return written
