@@ -114,11 +114,13 @@ class DataTokenizer:
         tokenizer is missing."""
         if self.tokenizer_json is None:
             return {}
+        from tokenizers import Tokenizer
+
         spec = json.loads(self.tokenizer_json)
         spec["post_processor"] = _without_special_tokens(spec.get("post_processor"))
-        separator = None
+        separator = None  # an added token or one of the vocabulary (prepare-data takes either)
         if self.eod_token_id is not None:
-            separator = next(t["content"] for t in spec.get("added_tokens", []) if t["id"] == self.eod_token_id)
+            separator = Tokenizer.from_str(self.tokenizer_json).id_to_token(self.eod_token_id)
         config: dict[str, Any] = {
             "tokenizer_class": "PreTrainedTokenizerFast",
             "bos_token": separator,

@@ -152,3 +152,22 @@ def test_prepare_data_carries_its_tokenizer_and_a_byte_level_preparation_over_it
         assert (tmp_path / "out" / split / "tokenizer.json").read_bytes() == llama3_style.read_bytes()
     prepare_data(tmp_path / "out", [corpus])
     assert not list((tmp_path / "out").rglob("tokenizer.json"))
+
+
+@pytest.mark.parametrize("separator", ["<eos>", None])
+def test_a_separator_of_the_vocabulary_or_none(tmp_path: Path, separator: str | None) -> None:
+    """A separator that is a plain vocabulary entry (not an added token) is still the export's eos; data made
+    with --no-separator exports a tokenizer with no bos/eos/pad and null ids."""
+    vocab = {"[UNK]": 0, "<eos>": 1, "hello": 2, "world": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    eod = None if separator is None else vocab[separator]
+    export = _export(tmp_path, DataTokenizer("words.json", eod, tok.to_str()), len(vocab))
+    hf = transformers.AutoTokenizer.from_pretrained(export)
+    assert (hf.eos_token, hf.eos_token_id, hf.bos_token_id, hf("hello world").input_ids) == (
+        separator,
+        eod,
+        eod,
+        [2, 3],
+    )
+    assert json.loads((export / "generation_config.json").read_text())["eos_token_id"] == eod
