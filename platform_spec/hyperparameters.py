@@ -240,6 +240,14 @@ class Hyperparameters:
         maximum=1 << 24,
         shape=True,
     )
+    sliding_window: int | None = _declare(
+        None,
+        "attention window in tokens (llama family: Mistral); at least seq_length, where it never binds "
+        "(unset: full causal attention)",
+        minimum=1,
+        maximum=1 << 24,
+        shape=True,
+    )
     # numerics
     precision: str = _declare("mxfp8", "training precision", choices=PRECISIONS, planner=True)
     fp8_scaling: str = _declare(FP8_SCALINGS[0], "fp8 scaling recipe (precision=fp8)", choices=FP8_SCALINGS)
@@ -482,7 +490,7 @@ def refuse_shape_values(values: Mapping[str, Any], derived: Mapping[str, Any]) -
 
 def model_shape(hp: Hyperparameters) -> models.ModelShape:
     """The model shape ``hp`` describes: the preset (or, for a family name, the custom shape) ``model`` with
-    the shape hyperparameters that are set, checked by its family's one rule for ``precision``
+    the shape hyperparameters that are set, checked by its family's one rule for ``precision`` and ``seq_length``
     (:func:`platform_spec.models.resolve_shape`). ``vocab_size`` unset is the preset's (the trainer may grow it).
 
     Raises:
@@ -495,6 +503,7 @@ def model_shape(hp: Hyperparameters) -> models.ModelShape:
             {name: getattr(hp, name) for name in SHAPE_HYPERPARAMETERS},
             model_family=hp.model_family,
             precision=hp.precision,
+            seq_length=hp.seq_length,
         )
     except FieldError as exc:
         raise HyperparameterError(

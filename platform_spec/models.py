@@ -240,10 +240,11 @@ class ModelFamily:
         renamed_shape_fields: ``{hyperparameter name: shape field}`` for the shape fields whose shape
             hyperparameter (:data:`platform_spec.hyperparameters.SHAPE_HYPERPARAMETERS`) is named otherwise;
             the others take their own names (:attr:`shape_fields`).
-        validate_shape: ``(shape, *, precision=None) -> None``, the family's one shape rule (the trainer's,
-            the planner's and the submitter's): raises :class:`~platform_spec.errors.FieldError` naming the
-            shape field; ``precision`` adds its GEMM multiples (:func:`check_gemm_dimensions`). ``None``:
-            no rule beyond the shape's own construction.
+        validate_shape: ``(shape, *, precision=None, seq_length=None) -> None``, the family's one shape rule
+            (the trainer's, the planner's and the submitter's): raises :class:`~platform_spec.errors.FieldError`
+            naming the shape field; ``precision`` adds its GEMM multiples (:func:`check_gemm_dimensions`),
+            ``seq_length`` (tokens per sequence) what the shape computes exactly only up to some length (the
+            Llama family's ``sliding_window``). ``None``: no rule beyond the shape's own construction.
         from_hf_config: ``(config.json as a mapping) -> shape``: a Hugging Face ``config.json`` of this
             family's architecture as its shape (named ``"<family>"``, a custom shape); raises
             :class:`~platform_spec.errors.FieldError` naming the key it refuses. ``None``: not offered.
@@ -471,6 +472,7 @@ def resolve_shape(
     *,
     model_family: str | None = None,
     precision: str | None = None,
+    seq_length: int | None = None,
 ) -> ModelShape:
     """The model shape of ``model`` with the shape hyperparameters ``overrides``, checked by its family's rule.
 
@@ -486,6 +488,7 @@ def resolve_shape(
         model_family: the family the caller names (the ``model_family`` hyperparameter), or ``None``; it
             must be ``model``'s.
         precision: the training precision, for the GEMM multiples (:func:`check_gemm_dimensions`).
+        seq_length: tokens per sequence, for the family's length rule (:attr:`ModelFamily.validate_shape`).
 
     Returns:
         The shape (a :class:`ModelShape` of the family).
@@ -537,7 +540,7 @@ def resolve_shape(
         else:
             shape = dataclasses.replace(base, **fields) if fields else base
         if family.validate_shape is not None:
-            family.validate_shape(shape, precision=precision)
+            family.validate_shape(shape, precision=precision, seq_length=seq_length)
     except FieldError as error:
         renamed = inverse.get(error.field)
         if renamed is None or renamed == error.field:

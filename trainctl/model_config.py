@@ -5,8 +5,8 @@ The mapping is the model family's (:func:`platform_spec.hyperparameters.merge_mo
 the submitter applies to a request's ``model_config``): ``model`` becomes the family's custom shape and its
 shape hyperparameters come from the file (Llama, Mistral, Qwen2/2.5 and Qwen3 configurations, in the
 transformers 4 or 5 form: :func:`model_families.llama.from_hf_config`); content the trainer does not implement
-(sliding windows, another RoPE type, biases elsewhere, another activation, an unknown key) is refused with the
-key named, and so is a shape flag given as well.
+(a sliding window shorter than the sequence, another RoPE type, biases elsewhere, another activation, an unknown
+key) is refused with the key named, and so is a shape flag given as well.
 """
 
 from __future__ import annotations

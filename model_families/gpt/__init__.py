@@ -221,10 +221,11 @@ def check_structure(model: ModelConfig) -> None:
         )
 
 
-def validate_shape(model: ModelConfig, *, precision: str | None = None) -> None:
+def validate_shape(model: ModelConfig, *, precision: str | None = None, seq_length: int | None = None) -> None:
     """The family's one shape rule: :func:`check_structure`, and with ``precision`` the GEMM multiples of
     the precision registry on ``hidden_size`` and ``ffn_hidden_size``
-    (:func:`platform_spec.models.check_gemm_dimensions`).
+    (:func:`platform_spec.models.check_gemm_dimensions`). Any ``seq_length`` is accepted (full causal
+    attention and RoPE, no learned positions).
 
     Raises:
         FieldError: naming the field.

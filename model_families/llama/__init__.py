@@ -122,15 +122,22 @@ Hugging Face ``config.json``
 ----------------------------
 :func:`from_hf_config` maps a configuration of a dense architecture of
 :data:`HF_ARCHITECTURES` (``model_type`` ``llama``: Llama 2 to 3.3;
-``mistral`` without a sliding window; ``qwen2``: Qwen2/2.5, Q/K/V biases;
+``mistral``, its ``sliding_window`` a shape field that must be at least the run's ``seq_length``;
+``qwen2``: Qwen2/2.5, Q/K/V biases;
 ``qwen3``: per-head Q/K RMSNorm, its own ``head_dim``), in the transformers 4
 form (``rope_theta``, ``rope_scaling``) or the transformers 5 form
 (``rope_parameters``), to a shape, and :func:`to_hf_config` writes one (the
 export's ``config.json``); see :data:`HF_CONFIG_KEYS` for the keys and what each
 maps to, and :data:`HF_IGNORED_KEYS` for the keys read as information only.
 RoPE is plain or Llama 3.1's ``llama3`` frequency scaling (:class:`RopeScaling`).
-Anything else (sliding-window attention, MoE keys, another RoPE type, biases
+Anything else (Qwen's sliding windows, MoE keys, another RoPE type, biases
 elsewhere, another activation, an unknown key) is refused with the key named.
+
+A Mistral ``sliding_window`` ``w`` (transformers' default is 4096) lets each query see itself and the
+``w - 1`` keys before it (transformers' ``sliding_window_overlay`` of ``masking_utils.py`` keeps
+``kv_idx > q_idx - w``). Within a sequence of ``s <= w`` tokens that is every earlier key: full causal
+attention, which the blocks compute, exactly. :func:`validate_shape` with the run's ``seq_length`` refuses
+``s > w``, naming ``sliding_window``, its value and the sequence length.
 
 Options for those architectures (shape fields, all off for Llama 3): ``head_dim``
 (Q is ``q = n * d`` wide, ``h`` unless set otherwise: the per-block count has
@@ -209,6 +216,9 @@ class LlamaShape:
         rope_high_freq_factor: its ``high_freq_factor`` (4.0), greater than ``rope_low_freq_factor``.
         rope_original_max_positions: its ``original_max_position_embeddings``, the pretraining context the
             wavelengths are measured against (8192).
+        sliding_window: Mistral's attention window ``w`` in tokens (each query sees itself and ``w - 1`` keys
+            before it); ``None``: full causal attention. The blocks compute full causal attention, exact for
+            sequences of at most ``w`` tokens: :func:`validate_shape` refuses a longer ``seq_length``.
 
     Raises:
         FieldError: a structurally impossible shape (:func:`check_structure`), naming the field.
@@ -231,6 +241,7 @@ class LlamaShape:
     rope_low_freq_factor: float | None = None
     rope_high_freq_factor: float | None = None
     rope_original_max_positions: int | None = None
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         check_structure(self)
@@ -346,6 +357,9 @@ def check_structure(shape: LlamaShape) -> None:
             "false with qkv_bias: no published architecture has both (Qwen2 the biases, Qwen3 the norms)",
         )
     _check_rope_scaling(shape)
+    window = shape.sliding_window
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise FieldError("sliding_window", window, "an integer >= 1 (tokens a query attends to), or unset")
 
 
 _ROPE_SCALING_FIELDS = (
@@ -396,16 +410,28 @@ def te_unbuilt(shape: LlamaShape) -> str | None:
     return next((name for name in TE_UNBUILT_FIELDS if getattr(shape, name)), None)
 
 
-def validate_shape(shape: LlamaShape, *, precision: str | None = None) -> None:
+def validate_shape(shape: LlamaShape, *, precision: str | None = None, seq_length: int | None = None) -> None:
     """The family's one shape rule: :func:`check_structure`, and with ``precision`` the GEMM multiples of
     the precision registry on ``hidden_size``, ``ffn_hidden_size``, ``num_heads * head size`` and
     ``num_kv_heads * head size``, and for a TransformerEngine precision (fp8, mxfp8, nvfp4) a shape the
-    TransformerEngine blocks build (:func:`te_unbuilt`: no ``qkv_bias``, no ``qk_norm``).
+    TransformerEngine blocks build (:func:`te_unbuilt`: no ``qkv_bias``, no ``qk_norm``); with ``seq_length``
+    (tokens per sequence) a ``sliding_window`` of at least that many tokens (the window never binds; module
+    docstring).
 
     Raises:
-        FieldError: naming the field (``precision``: unknown precision).
+        FieldError: naming the field (``precision``: unknown precision; ``sliding_window``: shorter than
+            ``seq_length``, both named).
     """
     check_structure(shape)
+    window = shape.sliding_window
+    if window is not None and seq_length is not None and seq_length > window:
+        raise FieldError(
+            "sliding_window",
+            window,
+            f"at least seq_length ({seq_length}): the blocks compute full causal attention, which is a "
+            f"{window}-token sliding window only for sequences of at most {window} tokens (shorten seq_length "
+            f"to {window} or less)",
+        )
     unbuilt = te_unbuilt(shape)
     if unbuilt is not None and precision is not None and precisions.get_precision(precision).uses_te:
         raise FieldError(
@@ -722,6 +748,8 @@ class HfArchitecture:
         qkv_bias: the Q/K/V projections have biases (the shape's ``qkv_bias``).
         qk_norm: per-head query/key RMSNorm (the shape's ``qk_norm``).
         extra_keys: further keys read as information only (window settings that do not apply when off).
+        sliding_window: the configuration's ``sliding_window`` is the shape's (Mistral; absent is
+            ``defaults["sliding_window"]``).
     """
 
     model_type: str
@@ -731,6 +759,7 @@ class HfArchitecture:
     qkv_bias: bool = False
     qk_norm: bool = False
     extra_keys: frozenset[str] = frozenset()
+    sliding_window: bool = False
 
 
 _NO_BIAS = "false: the family's blocks have no biases on the {} (Qwen2's Q/K/V biases: model_type qwen2)"
@@ -760,11 +789,15 @@ HF_ARCHITECTURES: Mapping[str, HfArchitecture] = MappingProxyType(
         "mistral": HfArchitecture(
             "mistral",
             "MistralForCausalLM",
+            _COMMON_REQUIRED,
             {
-                **_COMMON_REQUIRED,
-                "sliding_window": (None, "null: sliding-window attention is not implemented by the trainer's blocks"),
+                "tie_word_embeddings": False,
+                "rms_norm_eps": 1e-6,
+                "num_key_value_heads": 8,
+                "head_dim": None,
+                "sliding_window": 4096,
             },
-            {"tie_word_embeddings": False, "rms_norm_eps": 1e-6, "num_key_value_heads": 8, "head_dim": None},
+            sliding_window=True,
         ),
         "qwen2": HfArchitecture(
             "qwen2",
@@ -785,7 +818,8 @@ HF_ARCHITECTURES: Mapping[str, HfArchitecture] = MappingProxyType(
     }
 )
 """The dense Llama-family architectures of transformers whose math the family's blocks compute, by
-``model_type``: Llama (2, 3, 3.1, 3.2, 3.3), Mistral without a sliding window (v0.2 and later, Nemo),
+``model_type``: Llama (2, 3, 3.1, 3.2, 3.3), Mistral (v0.2 and later, Nemo: no window; v0.1 and
+transformers' default: a window of at least the sequence length),
 Qwen2/2.5 (Q/K/V biases) and Qwen3 (per-head Q/K RMSNorm). Any other ``model_type`` (MoE, sliding windows,
 other attention) is refused naming it."""
 
@@ -827,6 +861,8 @@ def from_hf_config(config: Mapping[str, Any]) -> LlamaShape:
             raise FieldError(key, None, f"an integer (required in a {arch.model_type} config.json)")
     if values["num_kv_heads"] is None:
         values["num_kv_heads"] = values["num_heads"]
+    if arch.sliding_window:
+        values["sliding_window"] = config.get("sliding_window", arch.defaults["sliding_window"])
     if isinstance(values["norm_eps"], int) and not isinstance(values["norm_eps"], bool):
         values["norm_eps"] = float(values["norm_eps"])
     values.update(_rope_fields(config))
@@ -922,6 +958,8 @@ def _check_hf_keys(config: Any) -> HfArchitecture:
             "one of " + ", ".join(HF_MODEL_TYPES) + ": the dense architectures the trainer's blocks implement",
         )
     known = {*HF_CONFIG_KEYS, *HF_ROPE_KEYS, "model_type", *arch.required, *arch.extra_keys, *HF_IGNORED_KEYS}
+    if arch.sliding_window:
+        known.add("sliding_window")
     for key in config:
         if not isinstance(key, str) or key not in known:
             raise FieldError(
@@ -959,7 +997,9 @@ def _same_number(value: Any, accepted: Any) -> bool:
 
 def hf_architecture(model: LlamaShape) -> HfArchitecture:
     """The architecture that computes ``model``: Qwen3 with per-head Q/K norms, Qwen2 with Q/K/V biases,
-    else Llama (which also computes a Mistral shape without a sliding window)."""
+    Mistral with a sliding window, else Llama (which also computes a Mistral shape without one)."""
+    if model.sliding_window is not None:
+        return HF_ARCHITECTURES["mistral"]
     if model.qk_norm:
         return HF_ARCHITECTURES["qwen3"]
     if model.qkv_bias:
@@ -1001,6 +1041,7 @@ def to_hf_config(model: LlamaShape) -> dict[str, Any]:
         "rms_norm_eps": float(model.norm_eps),
         "tie_word_embeddings": model.tied_embeddings,
         **{key: accepted for key, (accepted, _) in arch.required.items()},
+        **({"sliding_window": model.sliding_window} if arch.sliding_window else {}),
         "initializer_range": INIT_STD,
     }
 

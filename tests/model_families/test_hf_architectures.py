@@ -87,6 +87,8 @@ def test_absent_keys_take_the_configuration_classs_defaults(model_type: str) -> 
     assert shape.head_size == (getattr(hf, "head_dim", None) or 2048 // 32)
     assert shape.norm_eps == hf.rms_norm_eps and shape.tied_embeddings == hf.tie_word_embeddings
     assert shape.rope_base == hf.rope_parameters["rope_theta"] and shape.rope_scaling is None
+    # Mistral's window is the shape's (4096 absent: MistralConfig's default); Qwen's is off unless used
+    assert shape.sliding_window == (hf.sliding_window if model_type == "mistral" else None)
 
 
 def test_llama3_rope_frequencies_and_angles_are_transformers() -> None:
@@ -121,6 +123,9 @@ TINY: dict[str, dict[str, Any]] = {
                                                 "original_max_position_embeddings": 32}},
     "mistral": {**published("Mistral-7B-v0.3"), "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256},
+    "mistral-window": {**published("Mistral-7B-v0.3"), "num_hidden_layers": 2, "hidden_size": 64,
+                       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256,
+                       "sliding_window": 48},  # the tested sequence's length: the window never binds
     "qwen2-tied": {**published("Qwen2.5-0.5B"), "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256, "max_window_layers": 2},
     "qwen3-untied": {**published("Qwen3-8B"), "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
@@ -172,7 +177,7 @@ def test_our_model_computes_transformers_logits_with_its_weights_both_ways(
 @pytest.mark.parametrize(
     ("name", "change", "key", "words"),
     [
-        ("Mistral-7B-v0.3", {"sliding_window": 4096}, "sliding_window", "sliding-window attention"),
+        ("Mistral-7B-v0.3", {"sliding_window": 0}, "sliding_window", "an integer >= 1"),
         ("Qwen2.5-7B", {"use_sliding_window": True}, "use_sliding_window", "sliding-window attention"),
         ("Qwen3-8B", {"layer_types": ["full_attention"] * 35 + ["sliding_attention"]}, "layer_types",
          "full_attention"),
@@ -214,3 +219,32 @@ def test_a_qwen_shape_is_refused_for_a_transformer_engine_precision_naming_its_o
             parse(values)
         assert refused.value.field == option and "precision mxfp8" in str(refused.value)
         assert parse({**values, "precision": "bf16"}).model == "llama"
+
+
+def test_a_mistral_window_is_accepted_up_to_its_length_and_refused_beyond_naming_it(tmp_path: Path) -> None:
+    """transformers' default ``MistralConfig()`` saves ``sliding_window: 4096``. Up to ``w`` tokens its model
+    computes full causal attention, our blocks' (the logits test above, at ``w`` = 48 tokens); at ``w + 1`` its
+    window binds and its logits leave ours, so there the run is refused, naming the key, its value and
+    ``seq_length``, wherever the sequence length is known (the hyperparameters' rule: plan, train, request)."""
+    from platform_spec.hyperparameters import HyperparameterError, merge_model_config, parse
+
+    default = transformers.MistralConfig()
+    default.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    assert saved["sliding_window"] == 4096 and from_hf_config(saved).sliding_window == 4096
+    values = merge_model_config({"precision": "bf16"}, saved)
+    assert parse({**values, "seq_length": 4096}).sliding_window == 4096
+    with pytest.raises(HyperparameterError) as refused:
+        parse({**values, "seq_length": 4097})
+    assert refused.value.field == "sliding_window" and refused.value.value == 4096
+    assert "at least seq_length (4097)" in str(refused.value)
+
+    config = TINY["mistral-window"]
+    hf_model = _random_hf_model(config)
+    ours = build_model(from_hf_config(config))
+    ours.load_state_dict(import_tensors(hf_model.state_dict(), from_hf_config(config)), strict=True)
+    tokens = torch.randint(0, 256, (1, 49), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected, mine = hf_model(tokens).logits, ours(tokens)
+    torch.testing.assert_close(mine[:, :48], expected[:, :48], rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(mine[:, 48], expected[:, 48], rtol=1e-4, atol=1e-4)  # token 49 loses key 0

@@ -21,6 +21,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LLAMA3_8B_CONFIG = json.loads((FIXTURES / "llama3_8b_config.json").read_text(encoding="utf-8"))
 QWEN25_7B_CONFIG = json.loads((FIXTURES / "hf_configs" / "Qwen2.5-7B.json").read_text(encoding="utf-8"))
 QWEN3_8B_CONFIG = json.loads((FIXTURES / "hf_configs" / "Qwen3-8B.json").read_text(encoding="utf-8"))
+MISTRAL_7B_CONFIG = json.loads((FIXTURES / "hf_configs" / "Mistral-7B-v0.3.json").read_text(encoding="utf-8"))
 TRAINING = {"precision": "bf16", "batch_size": 1, "seq_length": 2048, "activation_checkpointing": "full"}
 
 
@@ -40,16 +41,24 @@ def test_a_hugging_face_config_becomes_the_jobs_shape(aws, submit, make_request)
     assert response["estimate"]["fits"] is True and response["training_job_name"].startswith("job-")
 
 
-@pytest.mark.parametrize(("hf_config", "option"), [(QWEN25_7B_CONFIG, "qkv_bias"), (QWEN3_8B_CONFIG, "qk_norm")])
-def test_a_bf16_qwen_config_is_accepted_and_the_job_carries_its_option(
-    aws, submit, make_request, hf_config, option
+@pytest.mark.parametrize(
+    ("hf_config", "option", "value"),
+    [
+        (QWEN25_7B_CONFIG, "qkv_bias", "true"),
+        (QWEN3_8B_CONFIG, "qk_norm", "true"),
+        ({**MISTRAL_7B_CONFIG, "sliding_window": 4096}, "sliding_window", "4096"),  # MistralConfig's default
+    ],
+)
+def test_a_bf16_config_with_an_option_is_accepted_and_the_job_carries_it(
+    aws, submit, make_request, hf_config, option, value
 ) -> None:
     """bf16 Qwen jobs are accepted: the trainer builds them on its torch-native blocks, even where
-    TransformerEngine imports (tests/model_families/test_llama_blocks.py)."""
+    TransformerEngine imports (tests/model_families/test_llama_blocks.py); a Mistral window of at least
+    seq_length never binds."""
     response = submit(make_request(model_config=hf_config, hyperparameters=dict(TRAINING)))
     assert response["status"] == "submitted", response
     hp = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])["HyperParameters"]
-    assert hp[option] == "true" and hp["precision"] == "bf16"
+    assert hp[option] == value and hp["precision"] == "bf16"
 
 
 def test_the_llama3_8b_preset_and_shape_hyperparameters_are_accepted(aws, submit, make_request) -> None:
@@ -103,6 +112,9 @@ def test_the_same_shape_from_two_files_is_one_job(aws, submit, make_request) -> 
          "model_config", "qk_norm"),
         ({"hyperparameters": {**TRAINING, "model": "llama3-8b", "qk_norm": True, "precision": "mxfp8"}},
          "hyperparameters.qk_norm", "false with precision mxfp8"),
+        # a Mistral window shorter than the sequence binds: the blocks compute full causal attention only
+        ({"model_config": {**MISTRAL_7B_CONFIG, "sliding_window": 1024}, "hyperparameters": TRAINING},
+         "model_config", "seq_length 2048: sliding_window at least seq_length (2048)"),
     ],
 )  # fmt: skip
 def test_a_shape_the_trainer_refuses_is_refused_before_create_training_job(

@@ -236,7 +236,8 @@ def test_a_sweep_planned_before_keeps_sending_its_model_config(tmp_path) -> None
             "grid key 'model': base request's model_config sets the model (model=llama); vary its shape "
             "hyperparameters (num_layers, hidden_size, num_heads, num_kv_heads, ffn_hidden_size, vocab_size, "
             "rope_base, tied_embeddings, norm_eps, head_dim, qkv_bias, qk_norm, rope_scaling_factor, "
-            "rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions) instead, or remove model_config",
+            "rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions, sliding_window) instead, or "
+            "remove model_config",
         ),
         (
             "local",

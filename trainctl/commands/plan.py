@@ -129,7 +129,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="the model's shape from a Hugging Face config.json (model_type llama, mistral, qwen2 or qwen3; "
-        "transformers 4 or 5 form) instead of --model; unsupported content (sliding windows, another RoPE type) "
+        "transformers 4 or 5 form) instead of --model; unsupported content (a sliding window shorter than "
+        "--seq-length, another RoPE type) "
         "is refused with the key named",
     )
     t = parser.add_argument_group("training")

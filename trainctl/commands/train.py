@@ -76,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="the model's shape from a Hugging Face config.json (model_type llama, mistral, qwen2 or qwen3; "
-        "transformers 4 or 5 form): the family's custom shape; content the trainer does not implement (sliding "
-        "windows, another RoPE type) is refused with the key named, and so is a shape flag given too",
+        "transformers 4 or 5 form): the family's custom shape; content the trainer does not implement (a sliding "
+        "window shorter than --seq-length, another RoPE type) is refused with the key named, and so is a shape flag given too",
     )
     parser.add_argument(
         "--json-quoted",

@@ -567,7 +567,8 @@ def _wait_covers_runtime(values: Mapping[str, Any], config: SubmitterConfig) -> 
 
 def _model_config_shape(values: Mapping[str, Any], config: SubmitterConfig) -> Mapping[str, Any] | None:
     """A ``model_config`` gives the hyperparameters its shape (the file is the shape's one source, so
-    ``hyperparameters`` may not set one too), checked with the request's precision by the family's rule."""
+    ``hyperparameters`` may not set one too), checked with the request's precision and sequence length by the
+    family's rule."""
     derived = values["model_config"]
     if not derived:
         return None
@@ -582,7 +583,8 @@ def _model_config_shape(values: Mapping[str, Any], config: SubmitterConfig) -> M
         raise FieldError(
             "model_config",
             f"{exc.field} {exc.value!r}",
-            f"a shape the trainer runs with hyperparameters.precision {hp.precision}: {exc.field} {exc.expected}",
+            f"a shape the trainer runs with hyperparameters.precision {hp.precision} and seq_length "
+            f"{hp.seq_length}: {exc.field} {exc.expected}",
         ) from None
 
 
@@ -682,8 +684,8 @@ FIELDS: tuple[Field, ...] = (
         checks=(Check(_model_config_shape, needs=("hyperparameters",)),),
         notes="mapped to the model family's shape: `hyperparameters.model` becomes the family's custom shape and "
         "its shape hyperparameters come from the file (`hyperparameters` may not set them too); checked by the "
-        "family's shape rule with `hyperparameters.precision`; content the trainer does not implement "
-        "(sliding windows, a RoPE type other than `default` and `llama3`, biases elsewhere, another activation, "
+        "family's shape rule with `hyperparameters.precision` and `seq_length`; content the trainer does not "
+        "implement (a sliding window shorter than `seq_length`, a RoPE type other than `default` and `llama3`, biases elsewhere, another activation, "
         "an unknown key) is refused with the key named",
         schema=_model_config_schema,
     ),
