@@ -167,7 +167,7 @@ def test_a_resume_compares_every_field_of_the_family_shape() -> None:
     across = compare_runs(state, record(toy))
     assert across.model_refused and across.refusals == [  # toy is not registered in this process: no family known
         "model: gpt-tiny in the checkpoint, toy-tiny in this run",
-        "model num_attention_heads: 2 in the checkpoint, None in this run",
+        "model num_attention_heads: 2 in the checkpoint, absent in this run",
     ]
     experts = {**toy, "num_experts": 4}
     wider = compare_runs({"step": 4, "run": record(experts)}, record({**experts, "num_experts": 8}))

@@ -325,6 +325,67 @@ def test_a_checkpoint_without_a_run_record_resumes_with_a_warning(tmp_path: Path
         _manager(tmp_path).load_latest(model3, opt3, run=record3)
 
 
+# ``trainer_state.json["run"]["model"]`` of llama-tiny with 1 layer as the previous release wrote it (commit
+# ad66d5e: LlamaShape's fields then, before head_dim, qkv_bias, qk_norm, the RoPE scaling and sliding_window)
+LLAMA_RECORD_AD66D5E = {
+    "name": "llama-tiny", "num_layers": 1, "hidden_size": 256, "num_heads": 4, "num_kv_heads": 2,
+    "ffn_hidden_size": 704, "vocab_size": 512, "rope_base": 10000.0, "tied_embeddings": True, "norm_eps": 1e-05,
+}  # fmt: skip
+
+
+def _llama_record(model: dict) -> dict:
+    return run_record(
+        model_config=model,
+        backend="torch",
+        world_size=1,
+        samples_per_step=2,
+        hyperparameters={"model": "llama-tiny", "num_layers": "1"},
+        data={"synthetic": True},
+    )
+
+
+def test_a_checkpoint_written_before_the_new_shape_fields_resumes_when_the_run_keeps_their_defaults(
+    tmp_path: Path,
+) -> None:
+    """A field the older code did not have is the default it computed with: the same run resumes (its weights
+    restored); a run setting such a field otherwise is refused naming the field and both values, loading
+    nothing."""
+    shape = get_preset("llama-tiny").with_overrides(num_layers=1)
+    assert {k: v for k, v in asdict(shape).items() if k in LLAMA_RECORD_AD66D5E} == LLAMA_RECORD_AD66D5E
+    torch.manual_seed(0)
+    model = build_model(shape)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    old_run = {**_llama_record(asdict(shape)), "model": dict(LLAMA_RECORD_AD66D5E)}
+    _manager(tmp_path).save(3, model, opt, {"data": {"step": 3, "samples_consumed": 6}, "run": old_run})
+    saved = _weights(model)
+    torch.manual_seed(1)
+    fresh = build_model(shape)
+    log: list[str] = []
+    resumed = _manager(tmp_path, log=log).load_latest(
+        fresh, torch.optim.AdamW(fresh.parameters()), run=_llama_record(asdict(shape))
+    )
+    assert resumed is not None and resumed.step == 3 and log == []
+    for got, want in zip(fresh.parameters(), saved, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+    for field, value, implied in (("qk_norm", True, False), ("head_dim", 128, None), ("sliding_window", 64, None)):
+        run = _llama_record({**asdict(shape), field: value})
+        refused = compare_runs({"step": 3, "run": old_run}, run)
+        assert refused.model_refused and refused.refusals == [
+            f"model {field}: {implied} (absent: the default of the code that wrote it) in the checkpoint, "
+            f"{value} in this run"
+        ]
+    with pytest.raises(ResumeRefused, match=r"model qkv_bias: False \(absent: .*\) in the checkpoint, True in"):
+        _manager(tmp_path).load_latest(
+            fresh, torch.optim.AdamW(fresh.parameters()), run=_llama_record({**asdict(shape), "qkv_bias": True})
+        )
+    # a field the record has and the run lacks is no default to imply: refused as absent in this run
+    lacking = {k: v for k, v in asdict(shape).items() if k != "norm_eps"}
+    assert compare_runs({"step": 3, "run": old_run}, _llama_record(lacking)).refusals == [
+        "model norm_eps: 1e-05 in the checkpoint, absent in this run"
+    ]
+
+
 def _record(
     world_size: int = 2,
     batch_size: int = 8,

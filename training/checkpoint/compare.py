@@ -25,12 +25,17 @@ intervals, sharding...)
 
 Checkpoints written before the record existed resume with a warning
 (:func:`saved_run`); DCP's tensor metadata still guards the model shape
-(:func:`model_mismatch`).
+(:func:`model_mismatch`). A shape field added to a family after a checkpoint
+was written (the Llama family's ``head_dim``, ``qkv_bias``, ``qk_norm``, RoPE
+scaling and ``sliding_window``) is absent from its record: the older code
+computed the field's default (:func:`recorded_shape_value`), so a run with that
+value resumes and any other is refused, both values named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +72,32 @@ def model_shape_fields(*models: Mapping[str, Any]) -> tuple[str, ...]:
     dataclass as a dict, :class:`platform_spec.models.ModelShape`): every field but ``name``, in order,
     over all of ``models`` (a field one record lacks differs)."""
     return tuple(dict.fromkeys(k for model in models for k in model if k != "name"))
+
+
+_ABSENT = object()
+
+
+def recorded_shape_value(saved_model: Mapping[str, Any], name: str, family: str | None) -> Any:
+    """Shape field ``name`` of a checkpoint's run record ``model``; where the record lacks it (written before
+    the family had the field), the default of ``family``'s shape dataclass: the value the older code computed
+    with, since a field is added with the default that keeps the shapes before it. A field without a default,
+    or of an unknown family, absent: a sentinel equal to no value."""
+    if name in saved_model:
+        return saved_model[name]
+    if family is None:
+        return _ABSENT
+    fields = {f.name: f for f in dataclasses.fields(models.get_family(family).shape_type)}
+    default = fields[name].default if name in fields else dataclasses.MISSING
+    return _ABSENT if default is dataclasses.MISSING else default
+
+
+def _shown(saved_model: Mapping[str, Any], name: str, value: Any) -> str:
+    """A checkpoint's value of a shape field, saying where it was implied rather than recorded."""
+    if name in saved_model:
+        return str(value)
+    if value is _ABSENT:
+        return "absent"
+    return f"{value} (absent: the default of the code that wrote it)"
 
 
 def processes(count: Any) -> str:
@@ -199,12 +230,17 @@ def _compare_shape(saved_model: Mapping[str, Any], model: Mapping[str, Any], out
         )
         out.model_refused = True
         return
-    changed = [name for name in model_shape_fields(model, saved_model) if saved_model.get(name) != model.get(name)]
+    family = old_family or new_family
+    saved_values = {name: recorded_shape_value(saved_model, name, family) for name in model_shape_fields(model)}
+    saved_values.update({name: saved_model[name] for name in model_shape_fields(saved_model)})
+    changed = [name for name, value in saved_values.items() if name not in model or value != model[name]]
     renamed = saved_model.get("name") != model.get("name")
     if changed and renamed:
         out.refusals.append(f"model: {saved_model.get('name')} in the checkpoint, {model.get('name')} in this run")
     out.refusals.extend(
-        f"model {name}: {saved_model.get(name)} in the checkpoint, {model.get(name)} in this run" for name in changed
+        f"model {name}: {_shown(saved_model, name, saved_values[name])} in the checkpoint, "
+        f"{model.get(name, 'absent')} in this run"
+        for name in changed
     )
     out.model_refused = out.model_refused or bool(changed)
     if renamed and not changed:
