@@ -62,6 +62,7 @@ from planner.plan import Evaluator, Plan, Recommendation, evaluate
 from platform_spec.catalogue import supports_precision
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL, QUANTIZED_PRECISIONS
+from platform_spec.models import format_count
 from platform_spec.precisions import get_precision
 from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
 from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
@@ -317,7 +318,7 @@ def _large(plan: Plan) -> bool:
 
 
 def _size(plan: Plan) -> str:
-    return f"{_params(plan) / 1e9:.1f}B parameters"
+    return f"{format_count(_params(plan))} parameters"
 
 
 def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
@@ -101,6 +102,7 @@ __all__ = [
     "family_names",
     "family_of",
     "family_of_shape",
+    "format_count",
     "get_family",
     "get_preset",
     "matmul_params",
@@ -621,6 +623,24 @@ def transformer_flops_per_token(
     return 6.0 * matmul_params(shape, include_embedding=include_embedding) + attention_flops_per_token(
         shape.num_layers, attention_width, seq_length, causal=causal
     )
+
+
+_COUNT_SUFFIXES = (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3))
+
+
+def format_count(value: float) -> str:
+    """A count (parameters, tokens, tokens/s) as model cards write it: three significant digits and ``K``
+    (thousand), ``M`` (million), ``B`` (billion) or ``T`` (trillion): ``8_030_261_248`` -> ``8.03B``,
+    ``1_200_000`` -> ``1.2M``, ``350_000`` -> ``350K``, ``999_999`` -> ``1M``, ``45.25`` -> ``45.2``,
+    ``0`` -> ``0``; ``nan`` and ``inf`` as Python writes them. The one format of counts in every table."""
+    if not math.isfinite(value):
+        return str(value)
+    rounded = float(f"{value:.3g}")  # rounding first: 999,999 is 1M, not 1e+03K
+    for suffix, scale in _COUNT_SUFFIXES:
+        if abs(rounded) >= scale:
+            scaled = rounded / scale
+            return f"{scaled:,.0f}{suffix}" if abs(scaled) >= 1000 else f"{scaled:.3g}{suffix}"
+    return f"{rounded:.3g}"
 
 
 def model_tflops_per_second(tokens_per_second: float, flops_per_token: float) -> float:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
 from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, SHAPE_HYPERPARAMETERS
+from platform_spec.models import format_count
 from trainctl.tables import Column, Panel, Table, print_blocks
 
 if TYPE_CHECKING:
@@ -36,10 +37,6 @@ def guide_default_input(instance_type: str = DEFAULT_INSTANCE_TYPE) -> PlanInput
 
 def _num(v: float, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
-
-
-def _tps(v: float) -> str:
-    return f"{v / 1000:,.1f}K" if v >= 1000 else f"{v:,.0f}"
 
 
 NOT_RUN = "—"
@@ -106,7 +103,7 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
     )
     recomputing = "" if p.activation_checkpointing == "off" else f" ({r.checkpointed_blocks} of {m.num_layers} blocks)"
     config = (
-        f"[bold]{m.name}[/bold] ({m.num_layers} layers, hidden {m.hidden_size}, {params / 1e9:.2f}B parameters"
+        f"[bold]{m.name}[/bold] ({m.num_layers} layers, hidden {m.hidden_size}, {format_count(params)} parameters"
         f"{', blocks only' if p.blocks_only else ''})  |  {p.precision}"
         f"{' + quantized weights' if p.quantized_model_init else ''}  |  seq {p.seq_length} x batch {p.batch_size}"
         f"{accumulation}  |  checkpointing {p.activation_checkpointing}{recomputing}\n"
@@ -159,7 +156,7 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
 
     if t.cost is not None and plan.ran:
         ct = Table("Cost", [Column("figure"), Column("value", justify="right")])
-        ct.add_row("tokens", f"{t.cost.tokens:.3g}")
+        ct.add_row("tokens", format_count(t.cost.tokens))
         ct.add_row("wall time", f"{t.cost.wall_time_hours:,.1f} h ({t.cost.wall_time_hours / 24:,.1f} days)")
         ct.add_row("instance-hours", _num(t.cost.instance_hours, 1))
         if t.cost.cost is not None:
@@ -179,7 +176,8 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
                     return text if q.ran else NOT_RUN
 
                 ba = (
-                    f"tokens/s {speed(plan, _tps(plan.tokens_per_second))} -> {speed(a, _tps(a.tokens_per_second))}\n"
+                    f"tokens/s {speed(plan, format_count(plan.tokens_per_second))} -> "
+                    f"{speed(a, format_count(a.tokens_per_second))}\n"
                     f"MFU {speed(plan, f'{plan.mfu:.1f}%')} -> {speed(a, f'{a.mfu:.1f}%')}\n"
                     f"memory {plan.memory_gb.total:.1f} -> {a.memory_gb.total:.1f} GB\n"
                     f"{_verdict(plan.status, plain=True)} -> {_verdict(a.status, plain=True)}"

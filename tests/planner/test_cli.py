@@ -12,6 +12,7 @@ from rich.console import Console
 
 import planner.plan
 from planner import PlanInputError, estimate
+from platform_spec.models import format_count
 from trainctl.cli import main
 from trainctl.plans import render_plan
 
@@ -146,6 +147,33 @@ def test_table_output_runs(capsys):
     assert main(["plan", "--model", "gpt-14b", "--precision", "fp8", "--seq-length", "8192", "--batch-size", "4"]) == 0
     out = capsys.readouterr().out
     assert "OUT OF MEMORY" in out and "Make it fit" in out
+
+
+def test_the_table_shows_a_tiny_models_parameters_as_a_real_number(capsys):
+    """llama-tiny's 3,082,496 parameters once showed as "0.00B"."""
+    assert main(["plan", "--model", "llama-tiny", "--precision", "bf16", "--instance-type", "ml.p5.48xlarge"]) == 0
+    assert "(4 layers, hidden 256, 3.08M parameters)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (8_030_261_248, "8.03B"),  # Llama 3 8B (model card: 8.03B)
+        (70_553_706_496, "70.6B"),
+        (3_412_224, "3.41M"),
+        (1_200_000, "1.2M"),
+        (350_000, "350K"),
+        (999_999, "1M"),  # rounded before the suffix is chosen, not "1e+03K"
+        (15e12, "15T"),
+        (2e15, "2,000T"),
+        (45.25, "45.2"),
+        (0, "0"),
+        (-2500, "-2.5K"),
+        (float("nan"), "nan"),
+    ],
+)
+def test_counts_are_written_with_three_significant_digits_and_a_suffix(value, text):
+    assert format_count(value) == text
 
 
 # --- model shapes: presets, shape flags and a Hugging Face config.json plan the same model ----------------
