@@ -17,7 +17,10 @@ gzip and Zstandard (bzip2, xz, zip, lz4, ...), a JSON array file, a JSONL line t
 string ``text_field``, a Parquet or Arrow file without that column (the columns it has are listed), a
 ``save_to_disk`` folder of a ``DatasetDict`` (name the split's folder), and a folder whose files are of more
 than one format. A folder is read recursively in sorted path order, hidden files and folders
-(``.cache``, ``.gitattributes``) skipped.
+(``.cache``, ``.gitattributes``) skipped, links followed (a Hugging Face cache snapshot is a tree of links
+to its blobs); refused, naming the path: a link to nothing, a link to a folder it is inside (a loop), one
+file reached twice (by two links, or given twice: its documents would count twice) and anything but a file
+or folder (a pipe, a socket, a device).
 
 Text is UTF-8; a byte order mark opening a file is dropped; JSONL lines may end in LF or CRLF.
 
@@ -100,8 +103,57 @@ def resolve_inputs(
         elif path.is_file():
             sources.append(_file_source(path, text_field))
         else:
-            raise DataError(f"input {path} does not exist (expected a file or folder of text, JSONL, Parquet or Arrow)")
+            _refuse_entry(path)
+    reached: dict[Path, Path] = {}
+    for source in sources:
+        first = reached.setdefault(source.path.resolve(), source.path)
+        if first != source.path:
+            raise DataError(
+                f"input {source.path} and {first} are one file ({source.path.resolve()}): its documents would be "
+                "read twice; expected each file once (remove the duplicate input or link)"
+            )
     return sources
+
+
+def _refuse_entry(path: Path) -> None:
+    """Refuse an input path that is neither a file nor a folder, saying what it is."""
+    if path.is_symlink():
+        raise DataError(
+            f"input {path} is a link to {os.readlink(path)}, which does not exist; expected a file or folder"
+        )
+    if path.exists():
+        raise DataError(f"input {path} is neither a regular file nor a folder (a pipe, socket or device)")
+    raise DataError(f"input {path} does not exist (expected a file or folder of text, JSONL, Parquet or Arrow)")
+
+
+def _files_under(folder: Path) -> list[Path]:
+    """The files under ``folder``, recursively in sorted path order, hidden names skipped, links followed.
+
+    Raises:
+        DataError: a link to a folder that holds it (a loop), a link to nothing, anything but a file or
+            folder (each named).
+    """
+    files: list[Path] = []
+
+    def visit(directory: Path, ancestors: frozenset[Path]) -> None:
+        real = directory.resolve()
+        if real in ancestors:
+            raise DataError(
+                f"input {directory} is a link to {real}, a folder it is inside of (a loop); expected links to "
+                "files or to folders outside it"
+            )
+        for entry in sorted(directory.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                visit(entry, ancestors | {real})
+            elif entry.is_file():
+                files.append(entry)
+            else:
+                _refuse_entry(entry)
+
+    visit(folder, frozenset())
+    return files
 
 
 def _folder_sources(folder: Path, text_field: str) -> list[Source]:
@@ -113,11 +165,7 @@ def _folder_sources(folder: Path, text_field: str) -> list[Source]:
         )
     if (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file():
         return _save_to_disk_sources(folder, text_field)
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    files = _files_under(folder)
     if not files:
         raise DataError(f"input folder {folder} holds no files (expected text, JSONL, Parquet or Arrow files)")
     sources = [_file_source(p, text_field) for p in files]

@@ -328,3 +328,41 @@ def test_a_jsonl_file_with_a_byte_order_mark_and_crlf_lines(tmp_path: Path) -> N
     (tmp_path / "win.jsonl").write_bytes(b"\xef\xbb\xbf" + _jsonl(DOCS[:5]).replace(b"\n", b"\r\n"))
     prepare_data(tmp_path / "out", [tmp_path / "win.jsonl"])
     assert _documents(tmp_path / "out") == DOCS[:5]
+
+
+def test_links_in_an_input_folder_are_followed_and_loops_dangling_links_and_twice_read_files_refused(
+    tmp_path: Path,
+) -> None:
+    """A linked folder (a Hugging Face cache snapshot, a data volume linked in) was skipped without a word and
+    its documents left out; now it is read in its sorted place. What cannot be read once and whole is refused
+    naming the path, and nothing is written."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "b.jsonl").write_bytes(_jsonl(DOCS[10:20]))
+    (tmp_path / "blob").write_bytes(_jsonl(DOCS[20:]))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_bytes(_jsonl(DOCS[:10]))
+    (data / "b-linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (data / "c.jsonl").symlink_to(tmp_path / "blob")
+    prepare_data(tmp_path / "out", [data])
+    assert _documents(tmp_path / "out") == DOCS
+
+    cases = {
+        "loop": (
+            lambda: (data / "b-linked" / "up").symlink_to(data),
+            r"data/b-linked/up is a link to .*data, a folder",
+        ),
+        "dangling": (lambda: (data / "d.jsonl").symlink_to(tmp_path / "gone"), r"data/d.jsonl is a link to .*gone, "),
+        "twice": (lambda: (data / "e.jsonl").symlink_to(tmp_path / "blob"), r"data/e.jsonl and .*data/c.jsonl are one"),
+        "fifo": (lambda: os.mkfifo(data / "f.jsonl"), r"data/f.jsonl is neither a regular file nor a folder"),
+    }
+    for name, (make, expected) in cases.items():
+        make()
+        with pytest.raises(DataError, match=expected):
+            prepare_data(tmp_path / "new" / name, [data])
+        _nothing_written(tmp_path, tmp_path / "new")
+        for entry in [*data.iterdir(), *(tmp_path / "elsewhere").iterdir()]:
+            if entry.name in ("up", "d.jsonl", "e.jsonl", "f.jsonl"):
+                entry.unlink()
+    with pytest.raises(DataError, match=r"input .*blob and .*data/c.jsonl are one file"):
+        prepare_data(tmp_path / "new" / "given-twice", [data, tmp_path / "blob"])
