@@ -370,18 +370,36 @@ def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 
 
 def _replace(staging: Path, out: Path) -> None:
-    """Move the staged shards into ``out``, removing the shards, manifests and tokenizer copies of an earlier
-    preparation there (at the top and in ``train/`` and ``validation/``), each ``.bin`` before its ``.json``."""
-    for folder in (out, *(out / split for split in SPLITS)):
-        if folder.is_dir():
-            earlier = (*folder.glob("shard-*.bin"), *folder.glob("shard-*.json"), *folder.glob(MANIFEST))
-            for old in (*earlier, *folder.glob(TOKENIZER_FILE)):
-                old.unlink()
-    for new in sorted(staging.rglob("*")):  # sorted: shard-N.bin before shard-N.json, a header never dangles
-        if new.is_file():
-            target = out / new.relative_to(staging)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(new, target)
+    """Move the staged shards into ``out``, replacing the shards, manifests and tokenizer copies of an earlier preparation there
+    (at the top and in ``train/`` and ``validation/``): shards in name order (each ``.bin`` before its
+    ``.json``, a header never dangles), the manifests last. The earlier files are set aside first and put back
+    if the moves stop (an error, Ctrl-C, a SIGTERM's ``SystemExit``), so ``out`` holds one dataset whole, the
+    earlier or the new, never some shards of each."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.replaced-", dir=out.resolve().parent))
+    set_aside: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for folder in (out, *(out / split for split in SPLITS)):
+            if folder.is_dir():
+                earlier = (*folder.glob("shard-*.bin"), *folder.glob("shard-*.json"), *folder.glob(MANIFEST))
+                for old in (*earlier, *folder.glob(TOKENIZER_FILE)):
+                    kept = aside / str(len(set_aside))
+                    os.replace(old, kept)
+                    set_aside.append((old, kept))
+        for new in sorted(sorted(staging.rglob("*")), key=lambda path: path.name == MANIFEST):
+            if new.is_file():
+                target = out / new.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(new, target)
+                placed.append(target)
+    except BaseException:
+        for target in placed:
+            target.unlink(missing_ok=True)
+        for old, kept in set_aside:
+            os.replace(kept, old)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 __all__ = ["PreparedDataset", "PreparedSplit", "prepare_data", "validation_mask"]

@@ -366,3 +366,39 @@ def test_links_in_an_input_folder_are_followed_and_loops_dangling_links_and_twic
                 entry.unlink()
     with pytest.raises(DataError, match=r"input .*blob and .*data/c.jsonl are one file"):
         prepare_data(tmp_path / "new" / "given-twice", [data, tmp_path / "blob"])
+
+
+def test_a_preparation_stopped_while_it_replaces_the_output_leaves_the_earlier_dataset_whole(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Ctrl-C (or a SIGTERM's SystemExit) among the moves once left the earlier shards deleted and some new ones
+    in place: a smaller dataset the trainer would read without a word, its manifest (moved first) listing
+    shards that were not there."""
+    import training.prepare
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
+    prepare_data(tmp_path / "out", [tmp_path / "a.jsonl"], shard_tokens=100)
+    (tmp_path / "b.jsonl").write_bytes(_jsonl([d.upper() for d in DOCS]))
+    before = snapshot()
+    real_replace, staged_moves = os.replace, []
+
+    def interrupted(src: object, dst: object) -> None:
+        if ".prepare-data-" in str(src):
+            staged_moves.append(src)
+            if len(staged_moves) == 3:
+                raise KeyboardInterrupt
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(training.prepare.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(tmp_path / "out", [tmp_path / "b.jsonl"], shard_tokens=100)
+    assert snapshot() == before and _documents(tmp_path / "out") == DOCS
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging or set-aside folder
+    monkeypatch.setattr(training.prepare.os, "replace", real_replace)
+    prepare_data(tmp_path / "out", [tmp_path / "b.jsonl"], shard_tokens=100)
+    assert _documents(tmp_path / "out") == [d.upper() for d in DOCS]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sorted(s["file"] for s in manifest["shards"]) == sorted(p.name for p in (tmp_path / "out").glob("*.bin"))
