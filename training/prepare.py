@@ -269,7 +269,7 @@ def prepare_data(
             while read, no text at all, or a split that leaves either side without documents.
     """
     if shard_tokens < 2:
-        raise DataError(f"shard_tokens must be >= 2, got {shard_tokens}")
+        raise DataError(f"--shard-tokens: got {shard_tokens}, expected an integer >= 2 (tokens per shard)")
     if not 0 <= seed < 1 << 32:
         raise DataError(f"--seed: got {seed}, expected an integer in [0, 2**32)")
     out = Path(output_dir)

@@ -402,3 +402,12 @@ def test_a_preparation_stopped_while_it_replaces_the_output_leaves_the_earlier_d
     assert _documents(tmp_path / "out") == [d.upper() for d in DOCS]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert sorted(s["file"] for s in manifest["shards"]) == sorted(p.name for p in (tmp_path / "out").glob("*.bin"))
+
+
+def test_a_bad_argument_is_refused_naming_its_flag_and_the_expected_value(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
+    with pytest.raises(DataError, match=r"^--shard-tokens: got 1, expected an integer >= 2"):
+        prepare_data(tmp_path / "out", [tmp_path / "a.jsonl"], shard_tokens=1)
+    with pytest.raises(DataError, match=r"^--seed: got -1, expected an integer in \[0, 2\*\*32\)"):
+        prepare_data(tmp_path / "out", [tmp_path / "a.jsonl"], seed=-1)
+    _nothing_written(tmp_path, tmp_path / "out")
