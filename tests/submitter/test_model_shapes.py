@@ -80,6 +80,26 @@ def test_the_same_shape_from_two_files_is_one_job(aws, submit, make_request) -> 
     assert other["status"] == "rejected" and other["error"]["code"] == "Conflict", other
 
 
+def test_a_model_config_request_keeps_the_fingerprint_the_deployed_release_gave_it(runtime, local_config) -> None:
+    """Fingerprint version 2 as commit ad66d5e (the release before the Llama family's head_dim, biases, Q/K
+    norm, RoPE scaling and sliding window) computed it for this request, so a retry straddling the upgrade is
+    the job it created; a shape the new fields change is another job."""
+    request = {"client_token": "t", "instance_type": "ml.p6-b200.48xlarge", "instance_count": 1,
+               "capacity": "on-demand", "hyperparameters": dict(TRAINING), "model_config": LLAMA3_8B_CONFIG,
+               "inputs": {"train": "datasets/guide/train/"}, "max_runtime_hours": 24}  # fmt: skip
+    sent = runtime.request.parse_request(request, local_config)
+    assert sent.fingerprint() == "559c1a063d7fe16591afdda984a21a06e8b32b73330512b4503ea640f19c006a"
+    llama = {k: v for k, v in LLAMA3_8B_CONFIG.items() if k not in ("attention_bias", "mlp_bias", "pretraining_tp")}
+    qwen2 = {**llama, "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}  # Q/K/V biases
+    for config in (
+        qwen2,
+        {**LLAMA3_8B_CONFIG, "head_dim": 64},
+        {**llama, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 8192},
+    ):
+        other = runtime.request.parse_request({**request, "model_config": config}, local_config)
+        assert other.fingerprint() != sent.fingerprint(), config
+
+
 @pytest.mark.parametrize(
     ("overrides", "field", "expected"),
     [

@@ -226,14 +226,32 @@ _FIELD_ATTRIBUTES: frozenset[str] = frozenset(f.name for f in dataclasses.fields
 # --- the structured fields --------------------------------------------------------------------------
 
 
+_FINGERPRINTED_SHAPE_FIELDS_V2 = frozenset(
+    {"model", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+     "rope_base", "tied_embeddings", "norm_eps"}
+)  # fmt: skip
+"""The shape hyperparameters of a ``model_config`` that fingerprint version 2 hashed when it was first deployed
+(the Llama family's fields then). A field added to the family since is hashed only when it differs from its
+default (the shape the older release computed), so a request that release accepted keeps its fingerprint
+across the upgrade: a retry straddling a deploy answers with the job it created, not "a different request"."""
+
+
 def _model_config(raw: Mapping[str, Any], config: SubmitterConfig) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """A Hugging Face ``config.json`` as the hyperparameters of its shape (``model`` and the shape
     hyperparameters, :func:`platform_spec.hyperparameters.merge_model_config`); canonical: those, formatted
-    (two files of one shape are one job)."""
+    (two files of one shape are one job), a field added since :data:`_FINGERPRINTED_SHAPE_FIELDS_V2` only when
+    it is not its default."""
     if raw is ABSENT_OBJECT:
         return None, {}
     derived = hpmod.merge_model_config({}, raw)  # {} too: a config.json names its model_type
-    return derived, {name: hpmod.format_value(value) for name, value in sorted(derived.items())}
+    family = models.get_family(derived["model"])
+    defaults = {f.name: f.default for f in dataclasses.fields(family.shape_type)}
+    canonical = {
+        name: hpmod.format_value(value)
+        for name, value in sorted(derived.items())
+        if name in _FINGERPRINTED_SHAPE_FIELDS_V2 or value != defaults[family.shape_fields[name]]
+    }
+    return derived, canonical
 
 
 def _model_config_schema() -> dict[str, Any]:
