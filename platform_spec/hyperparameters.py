@@ -38,6 +38,12 @@ VALIDATION_CHANNEL = "validation"
 """The input channel the trainer evaluates the validation loss on (``eval_interval``), at
 ``/opt/ml/input/data/validation``: token shards like ``train``'s, of the same tokenizer."""
 
+INIT_CHANNEL = "init_from"
+"""The input channel holding the Hugging Face model folder a run starts from, at ``/opt/ml/input/data/init_from``:
+``config.json`` and ``model.safetensors``, or ``model-0000k-of-0000n.safetensors`` with
+``model.safetensors.index.json`` (what ``save_pretrained`` writes). The request's ``inputs.init_from`` (an S3
+prefix) and ``trainctl train --init-from DIR``; the model's shape is the folder's ``config.json``."""
+
 QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
     "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "
     "quantized weights sharded by FSDP2 (FusedAdam support for FSDP2-sharded quantized weights and optimizer "
@@ -611,6 +617,7 @@ __all__ = [
     "CPU_PRECISIONS",
     "FP8_SCALINGS",
     "GUIDE_DEFAULT_REQUEST",
+    "INIT_CHANNEL",
     "MODEL_FAMILIES",
     "MODEL_PRESETS",
     "PLANNED_HYPERPARAMETERS",

@@ -69,6 +69,7 @@ from pathlib import Path
 
 from platform_spec.hyperparameters import (
     CPU_PRECISIONS,
+    INIT_CHANNEL,
     VALIDATION_CHANNEL,
     HyperparameterError,
     Hyperparameters,
@@ -80,6 +81,7 @@ from training.environment import (
     SageMakerPaths,
     check_capacity_block,
     check_gpus_visible,
+    check_init_channel,
     check_train_channel,
     check_validation_channel,
     load_hyperparameters,
@@ -154,7 +156,7 @@ def validate(
     hp = load_hyperparameters(paths, environ, guide_variables=guide_variables)
     check_gpus_visible(read_resource_config(paths), gpus)  # a GPU instance never trains on the CPU
     channels = read_input_data_config(paths)
-    for channel in ("train", VALIDATION_CHANNEL):
+    for channel in ("train", VALIDATION_CHANNEL, INIT_CHANNEL):
         mode = channels.get(channel, {}).get("TrainingInputMode", "File")
         if mode not in ("File", "FastFile"):
             raise ConfigError(
@@ -162,6 +164,7 @@ def validate(
             )
     check_train_channel(paths, hp)
     check_validation_channel(paths, hp)
+    check_init_channel(paths, hp)
     if gpus == 0 and hp.precision not in CPU_PRECISIONS:
         raise HyperparameterError(
             "precision",

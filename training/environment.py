@@ -53,16 +53,20 @@ from platform_spec.capacity import (
     STOP_MARGIN_S,
 )
 from platform_spec.catalogue import INSTANCES
+from platform_spec.errors import FieldError
 from platform_spec.hyperparameters import (
     GUIDE_DEFAULT_REQUEST,
+    INIT_CHANNEL,
     VALIDATION_CHANNEL,
     HyperparameterError,
     Hyperparameters,
     coerce,
     from_environment,
+    model_shape,
     normalise_name,
     parse,
 )
+from platform_spec.models import shape_from_hf_config, shape_hyperparameters
 
 DEFAULT_BASE_DIR = "/opt/ml"
 TRAIN_CHANNEL = "train"
@@ -447,6 +451,44 @@ def check_validation_channel(paths: SageMakerPaths, hp: Hyperparameters) -> None
             f"{hp.eval_interval} evaluates on it; attach a {VALIDATION_CHANNEL!r} channel with token shards of the "
             "train channel's tokenizer (trainctl prepare-data) or set eval_interval=0"
         )
+
+
+def init_config(paths: SageMakerPaths) -> Path | None:
+    """The ``config.json`` of the Hugging Face model folder the run starts from (the ``init_from`` channel),
+    or None when the channel is absent or empty."""
+    folder = paths.channel_dir(INIT_CHANNEL)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    return folder / "config.json"
+
+
+def check_init_channel(paths: SageMakerPaths, hp: Hyperparameters) -> None:
+    """The ``init_from`` channel's ``config.json``, when the channel is there, describes the run's model: each
+    shape hyperparameter it gives (:func:`platform_spec.models.shape_hyperparameters`) equals the run's
+    (:func:`platform_spec.hyperparameters.model_shape`). Its tensors are checked by the workers before any
+    weight is read (:func:`training.hf_weights.check_folder`).
+
+    Raises:
+        ConfigError: no readable ``config.json``, a key the family refuses, or a shape that differs (names the
+            file, the hyperparameter and both values).
+    """
+    config = init_config(paths)
+    if config is None:
+        return
+    try:
+        given = shape_hyperparameters(shape_from_hf_config(json.loads(config.read_text(encoding="utf-8"))))
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, FieldError):
+            raise ConfigError(f"channel {INIT_CHANNEL!r}: {config}: {exc}") from None
+        raise ConfigError(f"channel {INIT_CHANNEL!r}: {config}: expected a Hugging Face config.json ({exc})") from None
+    run = shape_hyperparameters(model_shape(hp))
+    for key, value in given.items():
+        if run.get(key) != value:
+            raise ConfigError(
+                f"channel {INIT_CHANNEL!r}: {config} gives {key}={value!r}, the run's model has {key}="
+                f"{run.get(key)!r}; the weights fit only their own config: take the shape from that file "
+                "(trainctl train --init-from sets it; a request's model_config must agree with it)"
+            )
 
 
 def one_line(message: str, limit: int = FAILURE_REASON_LIMIT) -> str:

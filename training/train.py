@@ -78,7 +78,7 @@ import torch
 import torch.distributed as dist
 
 from platform_spec.checkpoint_layout import TRAINER_STATE
-from platform_spec.hyperparameters import SPECS, HyperparameterError, Hyperparameters, model_shape, parse
+from platform_spec.hyperparameters import INIT_CHANNEL, SPECS, HyperparameterError, Hyperparameters, model_shape, parse
 from platform_spec.metric_lines import format_run_record
 from platform_spec.models import family_of_shape
 from platform_spec.training_modes import reduces_gradients
@@ -93,10 +93,12 @@ from training.environment import (
     SageMakerPaths,
     capacity_block_deadline,
     capacity_block_ended_reason,
+    init_config,
     read_resource_config,
     write_failure,
 )
 from training.evaluation import Evaluator
+from training.hf_weights import load_into
 from training.metrics import DeviceInfo, MetricsLogger
 from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
@@ -334,8 +336,11 @@ class Trainer:
         self.saved_step: int | None = None
         self.state = "starting"
 
-    def log(self, message: str) -> None:
-        if self.rank == 0:
+    def log(self, message: str, *, every_rank: bool = False) -> None:
+        """Print ``message`` on rank 0 (``every_rank``: on each rank, prefixed with it)."""
+        if every_rank:
+            print(f"[trainer rank {self.rank}] {message}", flush=True)
+        elif self.rank == 0:
             print(f"[trainer] {message}", flush=True)
 
     def where(self) -> str:
@@ -581,13 +586,34 @@ class Trainer:
         removed = self.checkpoints.remove_incomplete()
         if removed:
             self.log(f"removed incomplete checkpoints of steps {removed}")
+        init = init_config(self.paths)
         if resumed is None:
             self.log("no complete checkpoint: starting from step 0")
+            if init is not None:
+                self.load_init_weights(init.parent)
             return
         self.step = self.resumed_from = resumed.step
         self.skipped = dict(resumed.skipped)
         self.log(f"resumed from {resumed.path} (step {self.step}; rng restored: {resumed.restored_rng})")
+        if init is not None:
+            self.log(f"the checkpoint wins over the {INIT_CHANNEL} weights ({init.parent}): they are not loaded")
         self.log(f"data continues at sample {self.sampler.samples_consumed(self.step):,} of the run")
+
+    def load_init_weights(self, folder: Path) -> None:
+        """Fill the (sharded) model from the Hugging Face folder of the ``init_from`` channel, each rank its own
+        rows (:func:`training.hf_weights.load_into`); logs what this rank read.
+
+        Raises:
+            training.hf_weights.HfWeightsError: a folder that does not fit the model (before any weight is written).
+        """
+        t0 = time.monotonic()
+        stats = load_into(self.model, folder, self.config)
+        self.log(
+            f"initial weights from {folder}: rank {self.rank} read {stats.rows:,} rows, {stats.bytes_read:,} of "
+            f"{stats.bytes_total:,} bytes, peak extra memory {stats.peak_extra_bytes:,} bytes, in "
+            f"{time.monotonic() - t0:.1f} s",
+            every_rank=True,
+        )
 
     # -- loop ----------------------------------------------------------------------
     def _batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
