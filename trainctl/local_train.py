@@ -116,6 +116,37 @@ def model_config_flags(path: str | os.PathLike[str], flags: Mapping[str, str]) -
     return {name: value if isinstance(value, str) else format_value(value) for name, value in merged.items()}
 
 
+def shape_flags(
+    flags: Mapping[str, str],
+    model_config: str | os.PathLike[str] | None,
+    init_from: str | os.PathLike[str] | None,
+) -> dict[str, str]:
+    """``flags`` with the model's shape from ``--init-from DIR``'s ``config.json``, else ``--model-config``'s
+    (:func:`model_config_flags`); unchanged without either.
+
+    Raises:
+        trainctl.model_config.ModelConfigError: see :func:`model_config_flags`; or a ``--model-config`` given
+            beside ``--init-from`` whose shape differs (the first such hyperparameter named, both values).
+    """
+    if init_from is None:
+        return dict(flags) if model_config is None else model_config_flags(model_config, flags)
+    config = Path(init_from) / "config.json"
+    if not config.is_file():
+        raise ModelConfigError(
+            f"--init-from {init_from}: no {config}; expected a Hugging Face model folder (config.json and "
+            "model.safetensors, or model-*.safetensors with model.safetensors.index.json)"
+        )
+    from_weights = model_config_flags(config, flags)
+    given = from_weights if model_config is None else model_config_flags(model_config, flags)
+    for key, value in from_weights.items():
+        if given.get(key) != value:
+            raise ModelConfigError(
+                f"--model-config {model_config}: {key} is {given.get(key)}, the --init-from {init_from} weights' "
+                f"config.json has {value}; leave --model-config out (the weights' config.json gives the shape)"
+            )
+    return from_weights
+
+
 def train(
     base_dir: str | os.PathLike[str] | None,
     flags: Mapping[str, str],
@@ -126,6 +157,7 @@ def train(
     stop_at_step: int | None = None,
     json_quoted: bool = False,
     model_config: str | os.PathLike[str] | None = None,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run the trainer locally on ``base_dir`` (else ``SAGEMAKER_BASE_DIR``) with the hyperparameters ``flags``
     over the previous run's, and say how it ended.
@@ -138,6 +170,8 @@ def train(
         stop_at_step: send SIGTERM once this step is logged (a SageMaker stop).
         json_quoted: write ``hyperparameters.json`` JSON-quoted, as older SageMaker SDKs do.
         model_config: a Hugging Face ``config.json`` giving the model's shape (:func:`model_config_flags`).
+        init_from: a Hugging Face model folder the run starts from (the ``init_from`` channel): its
+            ``config.json`` gives the model's shape; a ``model_config`` given too must give the same.
 
     Returns:
         The exit status: the run's (0 finished or stopped by ``stop_at_step``; 1 failed), 2 bad arguments,
@@ -156,6 +190,7 @@ def train(
             stop_at_step=stop_at_step,
             json_quoted=json_quoted,
             model_config=model_config,
+            init_from=init_from,
         )
 
 
@@ -169,12 +204,13 @@ def _train(
     stop_at_step: int | None,
     json_quoted: bool,
     model_config: str | os.PathLike[str] | None = None,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> int:
     from training.environment import SageMakerPaths
     from training.local import (
         LayoutError,
         LayoutSnapshot,
-        plan_train_link,
+        plan_link,
         prepare_base_dir,
         read_failure,
         run_local,
@@ -198,8 +234,7 @@ def _train(
         return 2
     paths = SageMakerPaths(base)
     try:
-        if model_config is not None:  # before anything is written
-            flags = model_config_flags(model_config, flags)
+        flags = shape_flags(flags, model_config, init_from)  # before anything is written
         hyperparameters = collect_hyperparameters(base, flags)
         check_hyperparameters(base, hyperparameters, flags)  # before anything is written, too
     except (PreviousRunError, ModelConfigError, HyperparameterError) as exc:
@@ -209,7 +244,7 @@ def _train(
     try:
         if python_docs:
             prepared = base / "prepared" / "python-docs"
-            plan_train_link(paths, prepared, data_exists=False)  # refuse before writing anything
+            plan_link(paths, "train", prepared, data_exists=False)  # refuse before writing anything
             if not any(prepared.glob("shard-*.bin")):
                 from training.corpus import python_docs_corpus
                 from training.prepare import prepare_data
@@ -221,7 +256,7 @@ def _train(
             print("trainctl train: no data: give --data DIR, --python-docs or --synthetic-data true", file=sys.stderr)
             return 2
         before = LayoutSnapshot.take(paths)
-        prepare_base_dir(base, hyperparameters, data_dir=data_dir, json_quoted=json_quoted)
+        prepare_base_dir(base, hyperparameters, data_dir=data_dir, json_quoted=json_quoted, init_from=init_from)
     except LayoutError as exc:
         print(f"trainctl train: {exc}", file=sys.stderr)
         return 2
@@ -307,5 +342,6 @@ __all__ = [
     "end_summary",
     "model_config_flags",
     "refusal_advice",
+    "shape_flags",
     "train",
 ]

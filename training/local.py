@@ -3,12 +3,13 @@
 Used by ``trainctl train``, the tests, the benchmarks and the demo: it writes
 the same files SageMaker writes (``hyperparameters.json`` with string values,
 ``resourceconfig.json``, ``inputdataconfig.json``), links the data into
-``input/data/train`` and runs ``python -m training.entrypoint train`` with
+``input/data/train`` (and ``input/data/validation`` for a prepared validation split, ``input/data/init_from`` for
+the Hugging Face model folder a run starts from) and runs ``python -m training.entrypoint train`` with
 ``SAGEMAKER_BASE_DIR`` pointing there, so a laptop run exercises the exact
 code path of a SageMaker job.
 
-The data is never removed or replaced: ``input/data/train`` is used as it is
-when it already is (or leads to) the data folder, a link this module made
+The data is never removed or replaced: a channel's folder is used as it is
+when it already is (or leads to) its source folder, a link this module made
 earlier (recorded in ``<base>/.local-run.json``) is replaced atomically, and
 anything else in the way (a real folder, a file, a link someone else made)
 is refused with :class:`LayoutError` before any file is written.
@@ -33,8 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform_spec.files import atomic_write_bytes
-from platform_spec.hyperparameters import VALIDATION_CHANNEL, format_value
+from platform_spec.hyperparameters import INIT_CHANNEL, VALIDATION_CHANNEL, format_value
 from platform_spec.metric_lines import parse_line
+from training.data import SPLITS
 from training.entrypoint import DELIVERED_AS, STOP_SIGNALS
 from training.environment import TRAIN_CHANNEL, SageMakerPaths, host_interfaces
 from training.supervision import TrainerStatus, clear_status, read_status
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_RUN_RECORD = ".local-run.json"
-"""``<base>/.local-run.json``: what this module made in a base directory (``{"train_link": target}``)."""
+"""``<base>/.local-run.json``: what this module made in a base directory (``{"<channel>_link": target}``)."""
 
 
 class LayoutError(ValueError):
@@ -65,21 +67,45 @@ def _record(paths: SageMakerPaths) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def plan_train_link(
-    paths: SageMakerPaths, data_dir: str | os.PathLike[str], *, data_exists: bool = True
-) -> tuple[str, Path]:
-    """How to expose ``data_dir`` as ``<base>/input/data/train``, without removing anything.
+LOCAL_CHANNELS: tuple[str, ...] = (TRAIN_CHANNEL, VALIDATION_CHANNEL, INIT_CHANNEL)
+"""The channels a local run links to folders of the user's: token shards (train, validation) and the Hugging
+Face model folder the run starts from."""
+
+
+def channel_sources(
+    data_dir: str | os.PathLike[str] | None = None, init_from: str | os.PathLike[str] | None = None
+) -> dict[str, Path | None]:
+    """Which folder each channel links to: a ``trainctl prepare-data`` output with a validation split
+    (``DIR/train`` and ``DIR/validation``) gives both channels, other data the ``train`` channel (and no
+    ``validation`` channel: None unlinks one this module made); ``init_from`` the ``init_from`` channel.
+    A channel left out is left as it is."""
+    out: dict[str, Path | None] = {}
+    if data_dir is not None:
+        data = Path(data_dir)
+        split = all((data / name).is_dir() for name in SPLITS)
+        out[TRAIN_CHANNEL] = data / TRAIN_CHANNEL if split else data
+        out[VALIDATION_CHANNEL] = data / VALIDATION_CHANNEL if split else None
+    if init_from is not None:
+        out[INIT_CHANNEL] = Path(init_from)
+    return out
+
+
+def plan_link(
+    paths: SageMakerPaths, channel: str, data_dir: str | os.PathLike[str] | None, *, data_exists: bool = True
+) -> tuple[str, Path | None]:
+    """How to expose ``data_dir`` as ``<base>/input/data/<channel>``, without removing anything.
 
     Args:
+        data_dir: the folder; None: no such channel (a link this module made is removed, anything else kept).
         data_exists: False checks the layout for a data folder that is still to
             be written (``trainctl train --python-docs``), so a refusal comes before
             anything is written.
 
     Returns:
         ``(action, source)``: ``"keep"`` (the channel already is, or leads to, the
-        data folder: both paths resolved), ``"link"`` (nothing there yet) or
-        ``"relink"`` (a link this module made earlier, to another folder), and the
-        resolved data folder.
+        data folder: both paths resolved; or is absent and should be), ``"link"`` (nothing there yet),
+        ``"relink"`` (a link this module made earlier, to another folder) or ``"unlink"`` (a link this module
+        made, where no channel should be), and the resolved data folder.
 
     Raises:
         LayoutError: ``data_dir`` is not a directory, contains the channel itself, or
@@ -87,65 +113,88 @@ def plan_train_link(
             module did not make); the message names it and what to do (``--data``
             only where that would work: a folder).
     """
+    target_dir = paths.channel_dir(channel)
+    recorded = _record(paths).get(f"{channel}_link")
+    if data_dir is None:
+        if target_dir.is_symlink() and recorded == os.readlink(target_dir):
+            return "unlink", None
+        return "keep", None
     source = Path(data_dir).resolve()
+    what = "model folder" if channel == INIT_CHANNEL else "data directory"
     if data_exists and not source.is_dir():
-        raise LayoutError(
-            f"data directory {data_dir}: {source} is not a directory (expected token shards from trainctl prepare-data)"
+        expected = (
+            "a Hugging Face model folder (config.json, model*.safetensors)"
+            if channel == INIT_CHANNEL
+            else "token shards from trainctl prepare-data"
         )
-    train = paths.train_dir
-    if source == paths.base_dir or source in train.parents:
+        raise LayoutError(f"{what} {data_dir}: {source} is not a directory (expected {expected})")
+    if source == paths.base_dir or source in target_dir.parents:
         raise LayoutError(
-            f"data directory {source} contains the base directory's train channel {train}; give the shard folder itself"
+            f"{what} {source} contains the base directory's {channel} channel {target_dir}; give the folder itself"
         )
-    if train.is_symlink():
-        if train.resolve() == source:
+    flag = "--init-from" if channel == INIT_CHANNEL else "--data"
+    if target_dir.is_symlink():
+        if target_dir.resolve() == source:
             return "keep", source
-        target = os.readlink(train)
-        if _record(paths).get("train_link") == target:
+        target = os.readlink(target_dir)
+        if recorded == target:
             return "relink", source
-        usable = train.resolve()
+        usable = target_dir.resolve()
         instead = (
-            f", or train on {usable} with --data {usable}"
+            f", or use {usable} with {flag} {usable}"
             if usable.is_dir()
             else f" (it leads to {usable}, which is not a folder)"
         )
         raise LayoutError(
-            f"{train} is a link to {target} that trainctl did not make; it is left as it is. "
+            f"{target_dir} is a link to {target} that trainctl did not make; it is left as it is. "
             f"Remove the link yourself (what it points to is not touched){instead}"
         )
-    if train.exists():
-        if train.resolve() == source:
+    if target_dir.exists():
+        if target_dir.resolve() == source:
             return "keep", source
-        if train.is_dir():
+        if target_dir.is_dir():
             raise LayoutError(
-                f"{train} is a folder of its own, not the data directory {source}; it is left as it is. "
-                f"Move it away, or train on it with --data {train}"
+                f"{target_dir} is a folder of its own, not the {what} {source}; it is left as it is. "
+                f"Move it away, or use it with {flag} {target_dir}"
             )
         raise LayoutError(
-            f"{train} is a file, where the train channel's folder goes; it is left as it is. "
-            f"Move it away (for example `mv {shlex.quote(str(train))} {shlex.quote(str(train) + '.moved')}`), "
+            f"{target_dir} is a file, where the {channel} channel's folder goes; it is left as it is. "
+            f"Move it away (for example `mv {shlex.quote(str(target_dir))} {shlex.quote(str(target_dir) + '.moved')}`), "
             "then run the same command again"
         )
     return "link", source
 
 
-def link_train_channel(paths: SageMakerPaths, action: str, source: Path) -> None:
-    """Carry out :func:`plan_train_link`'s plan: an atomic link swap (``rename(2)`` onto a link
-    replaces the link only; onto a folder it fails), recorded in ``<base>/.local-run.json``."""
+def _swap_link(link: Path, target: str) -> None:
+    """Point ``link`` at ``target`` atomically (``rename(2)`` onto a link replaces the link only; onto a folder it
+    fails)."""
+    staging = link.with_name(f".{link.name}.{os.getpid()}.{threading.get_ident()}.link")
+    staging.symlink_to(target, target_is_directory=True)
+    try:
+        os.replace(staging, link)
+    except OSError:
+        staging.unlink()
+        raise
+
+
+def link_channel(paths: SageMakerPaths, channel: str, action: str, source: Path | None) -> None:
+    """Carry out :func:`plan_link`'s plan for ``channel``: an atomic link swap (or the removal of this module's
+    own link), recorded in ``<base>/.local-run.json`` (``"<channel>_link"``)."""
     if action == "keep":
         return
-    train = paths.train_dir
-    train.parent.mkdir(parents=True, exist_ok=True)
-    staging = train.with_name(f".{train.name}.{os.getpid()}.{threading.get_ident()}.link")
-    staging.symlink_to(source, target_is_directory=True)
-    try:
-        os.replace(staging, train)
-    except OSError as exc:
-        staging.unlink()
-        raise LayoutError(
-            f"{train}: could not link the data directory {source} ({exc.strerror}); nothing was removed"
-        ) from None
-    record = {**_record(paths), "train_link": str(source)}
+    link = paths.channel_dir(channel)
+    record = _record(paths)
+    if action == "unlink":
+        link.unlink()
+        record.pop(f"{channel}_link", None)
+    else:
+        assert source is not None
+        link.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _swap_link(link, str(source))
+        except OSError as exc:
+            raise LayoutError(f"{link}: could not link {source} ({exc.strerror}); nothing was removed") from None
+        record[f"{channel}_link"] = str(source)
     (paths.base_dir / LOCAL_RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
@@ -159,33 +208,38 @@ def prepare_base_dir(
     network_interface_name: str | None = None,
     json_quoted: bool = False,
     input_data_config: Mapping[str, Mapping[str, Any]] | None = None,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> SageMakerPaths:
     """Lay out ``base_dir`` like ``/opt/ml``.
 
     Args:
         hyperparameters: written as strings (SageMaker's format); ``json_quoted``
             writes them JSON-quoted as older SageMaker SDKs do (``"\\"bf16\\""``).
-        data_dir: token shards to expose as the ``train`` channel (a link; see
-            :func:`plan_train_link`); None leaves the channel as it is (absent
+        data_dir: token shards to expose as the ``train`` channel, or a ``trainctl prepare-data`` output with a
+            validation split to expose as the ``train`` and ``validation`` channels (links; see
+            :func:`channel_sources`, :func:`plan_link`); None leaves the channels as they are (absent
             for synthetic data).
+        init_from: a Hugging Face model folder to expose as the ``init_from`` channel (the run's starting
+            weights); None leaves the channel as it is.
         hosts, current_host, network_interface_name: ``resourceconfig.json``;
             the interface defaults to the loopback (:func:`loopback_interface`),
             which carries every local "host".
         input_data_config: ``inputdataconfig.json`` as given (channel name ->
             ``TrainingInputMode``, ``S3DistributionType``, ``RecordWrapperType``), for a
             caller that laid out the channels itself (the emulator's job runner); None
-            derives it: a ``train`` channel when ``input/data/train`` exists, and a ``validation`` channel
-            when ``input/data/validation`` does.
+            derives it: a channel for each of :data:`LOCAL_CHANNELS` whose folder exists under ``input/data``.
 
     Returns:
         The paths of the layout. Existing checkpoints are kept (a rerun resumes).
 
     Raises:
-        LayoutError: the ``train`` channel cannot be linked without removing
+        LayoutError: a channel cannot be linked without removing
             something; raised before any file is written.
     """
     paths = SageMakerPaths(Path(base_dir))
-    plan = plan_train_link(paths, data_dir) if data_dir is not None else None
+    plans = {
+        channel: plan_link(paths, channel, source) for channel, source in channel_sources(data_dir, init_from).items()
+    }
     paths.config_dir.mkdir(parents=True, exist_ok=True)
     values = {k: format_value(v) for k, v in hyperparameters.items()}
     if json_quoted:
@@ -198,12 +252,12 @@ def prepare_base_dir(
     }
     paths.resource_config_file.write_text(json.dumps(resource, indent=2) + "\n", encoding="utf-8")
     channels: dict[str, Any] = {}
-    if plan is not None:
-        link_train_channel(paths, *plan)
+    for channel, plan in plans.items():
+        link_channel(paths, channel, *plan)
     if input_data_config is not None:
         channels = {name: dict(config) for name, config in input_data_config.items()}
-    else:  # a channel for each folder laid out under input/data (train, and validation when the caller made it)
-        for name in (TRAIN_CHANNEL, VALIDATION_CHANNEL):
+    else:  # a channel for each folder laid out under input/data
+        for name in LOCAL_CHANNELS:
             if paths.channel_dir(name).exists():
                 channels[name] = {
                     "TrainingInputMode": "File",
@@ -226,13 +280,13 @@ class LayoutSnapshot:
 
     Attributes:
         files: the config files and ``.local-run.json``: their bytes, None when absent.
-        train_link: the train channel link's target, None when the channel was not a
+        links: each of :data:`LOCAL_CHANNELS` -> its link's target, None when the channel was not a
             link (absent: removed again if a link was made; a real folder is never touched).
     """
 
     paths: SageMakerPaths
     files: dict[Path, bytes | None]
-    train_link: str | None
+    links: dict[str, str | None]
 
     @classmethod
     def take(cls, paths: SageMakerPaths) -> LayoutSnapshot:
@@ -247,12 +301,14 @@ class LayoutSnapshot:
                 files[path] = path.read_bytes() if path.is_file() else None
             except OSError:
                 files[path] = None
-        train = paths.train_dir
-        return cls(paths, files, os.readlink(train) if train.is_symlink() else None)
+        return cls(paths, files, cls._links_now(paths))
 
-    def _link_now(self) -> str | None:
-        train = self.paths.train_dir
-        return os.readlink(train) if train.is_symlink() else None
+    @staticmethod
+    def _links_now(paths: SageMakerPaths) -> dict[str, str | None]:
+        return {
+            channel: os.readlink(link) if (link := paths.channel_dir(channel)).is_symlink() else None
+            for channel in LOCAL_CHANNELS
+        }
 
     def changed(self) -> list[str]:
         """What differs from the snapshot now (names relative to the base directory)."""
@@ -264,8 +320,10 @@ class LayoutSnapshot:
                 now = None
             if now != before:
                 out.append(str(path.relative_to(self.paths.base_dir)))
-        if self._link_now() != self.train_link:
-            out.append(str(self.paths.train_dir.relative_to(self.paths.base_dir)) + " (link)")
+        now_links = self._links_now(self.paths)
+        for channel, before_link in self.links.items():
+            if now_links[channel] != before_link:
+                out.append(str(self.paths.channel_dir(channel).relative_to(self.paths.base_dir)) + " (link)")
         return out
 
     def restore(self) -> list[str]:
@@ -277,16 +335,16 @@ class LayoutSnapshot:
                     path.unlink()
                 continue
             atomic_write_bytes(path, before)
-        train = self.paths.train_dir
-        now = self._link_now()
-        if now != self.train_link:
-            if self.train_link is None:
+        now_links = self._links_now(self.paths)
+        for channel, before_link in self.links.items():
+            link, now = self.paths.channel_dir(channel), now_links[channel]
+            if now == before_link:
+                continue
+            if before_link is None:
                 if now is not None:  # a link made by this run where there was none
-                    train.unlink()
-            else:
-                staging = train.with_name(f".{train.name}.{os.getpid()}.{threading.get_ident()}.link")
-                staging.symlink_to(self.train_link, target_is_directory=True)
-                os.replace(staging, train)  # onto a link: replaces the link only
+                    link.unlink()
+            elif not link.exists() or link.is_symlink():  # onto a link (or nothing): replaces the link only
+                _swap_link(link, before_link)
         return changed
 
 
@@ -614,19 +672,21 @@ def interrupted_run(
 
 __all__ = [
     "DEMO_HYPERPARAMETERS",
+    "LOCAL_CHANNELS",
     "LOCAL_RUN_RECORD",
     "InterruptedRun",
     "LayoutError",
     "LayoutSnapshot",
     "LocalRun",
+    "channel_sources",
     "entrypoint_command",
     "follow",
     "interrupted_run",
     "kill_tree",
-    "link_train_channel",
+    "link_channel",
     "local_environment",
     "loopback_interface",
-    "plan_train_link",
+    "plan_link",
     "prepare_base_dir",
     "read_failure",
     "read_metrics",

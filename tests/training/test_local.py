@@ -219,6 +219,62 @@ def test_a_refused_runs_settings_are_put_back(tmp_path: Path) -> None:
     assert not (tmp_path / "fresh" / LOCAL_RUN_RECORD).exists()
 
 
+def _split(folder: Path) -> Path:
+    """A prepare-data output with a validation split: folder/train and folder/validation."""
+    _shards(folder / "train", "train tokens")
+    _shards(folder / "validation", "held out")
+    return folder
+
+
+def test_each_channel_links_to_its_own_source(tmp_path: Path) -> None:
+    """A prepared split gives the train and validation channels their own folders (not DIR itself as train),
+    the Hugging Face folder its init_from channel; inputdataconfig.json names the three."""
+    base, data, hf = tmp_path / "ml", _split(tmp_path / "data"), _shards(tmp_path / "hf", "{}")
+    paths = prepare_base_dir(base, HP, data_dir=data, init_from=hf)
+    assert os.readlink(paths.train_dir) == str(data / "train")
+    assert os.readlink(paths.validation_dir) == str(data / "validation")
+    assert os.readlink(paths.channel_dir("init_from")) == str(hf)
+    assert sorted(json.loads(paths.input_data_config_file.read_text())) == ["init_from", "train", "validation"]
+    assert json.loads((base / LOCAL_RUN_RECORD).read_text()) == {
+        "train_link": str(data / "train"),
+        "validation_link": str(data / "validation"),
+        "init_from_link": str(hf),
+    }
+    # data without a split next time: the validation link this module made goes, init_from stays as it was
+    plain = _shards(tmp_path / "plain")
+    prepare_base_dir(base, HP, data_dir=plain)
+    assert os.readlink(paths.train_dir) == str(plain) and not paths.validation_dir.exists()
+    assert os.readlink(paths.channel_dir("init_from")) == str(hf)
+    assert sorted(json.loads(paths.input_data_config_file.read_text())) == ["init_from", "train"]
+    assert _tree(data) == {"train/shard-00000.bin": "train tokens", "validation/shard-00000.bin": "held out"}
+
+
+def test_a_validation_folder_of_the_users_is_neither_replaced_nor_removed(tmp_path: Path) -> None:
+    base = tmp_path / "ml"
+    own = _shards(base / "input" / "data" / "validation", "mine")
+    with pytest.raises(LayoutError, match="is a folder of its own"):
+        prepare_base_dir(base, HP, data_dir=_split(tmp_path / "data"))
+    assert not (base / "input" / "config").exists()  # refused before anything was written
+    prepare_base_dir(base, HP, data_dir=_shards(tmp_path / "plain"))  # no split: the user's folder stays
+    assert _tree(own) == {"shard-00000.bin": "mine"} and not own.is_symlink()
+    with pytest.raises(LayoutError, match=r"model folder .* is not a directory"):
+        prepare_base_dir(base, HP, init_from=tmp_path / "missing")
+
+
+def test_a_refused_runs_channel_links_are_put_back(tmp_path: Path) -> None:
+    base = tmp_path / "ml"
+    first, hf = _split(tmp_path / "first"), _shards(tmp_path / "hf", "{}")
+    paths = prepare_base_dir(base, HP, data_dir=first)
+    snapshot = LayoutSnapshot.take(paths)
+    prepare_base_dir(base, HP, data_dir=_shards(tmp_path / "second"), init_from=hf)
+    changed = snapshot.changed()
+    assert {"input/data/train (link)", "input/data/validation (link)", "input/data/init_from (link)"} <= set(changed)
+    assert snapshot.restore() == changed and snapshot.changed() == []
+    assert os.readlink(paths.train_dir) == str(first / "train")
+    assert os.readlink(paths.validation_dir) == str(first / "validation")
+    assert not paths.channel_dir("init_from").exists() and _tree(hf) == {"shard-00000.bin": "{}"}
+
+
 # --------------------------------------------------------------------------- supervision
 
 # A stand-in run: says "up", catches SIGINT/SIGTERM like the workers (finish, "save", exit 0),

@@ -30,6 +30,7 @@ Examples::
         --batch-size 8 --seq-length 128 --max-steps 200
     trainctl train --base-dir runs/tiny --python-docs --model gpt-tiny --max-steps 50 --stop-at-step 20
     trainctl train --base-dir runs/mine --python-docs --model-config my-llama/config.json --precision fp32
+    trainctl train --base-dir runs/ft --data data/fineweb --init-from Llama-3.2-1B --precision bf16
 
 This module parses the arguments; :mod:`trainctl.local_train` runs and reports.
 """
@@ -80,6 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "window shorter than --seq-length, another RoPE type) is refused with the key named, and so is a shape flag given too",
     )
     parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="start from the weights of a Hugging Face model folder (config.json and model.safetensors, or "
+        "sharded model-*.safetensors with model.safetensors.index.json), linked as the init_from channel; its "
+        "config.json gives the model's shape. A resume starts from the run's checkpoint instead",
+    )
+    parser.add_argument(
         "--json-quoted",
         action="store_true",
         help="write hyperparameters.json JSON-quoted, as older SageMaker SDKs do",
@@ -114,4 +124,5 @@ def run(args: argparse.Namespace) -> int:
         stop_at_step=args.stop_at_step,
         json_quoted=args.json_quoted,
         model_config=args.model_config,
+        init_from=args.init_from,
     )
