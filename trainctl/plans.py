@@ -193,6 +193,7 @@ def plan_and_print(
     as_json: bool = False,
     flags: Mapping[str, str] | None = None,
     model_config: str | os.PathLike[str] | None = None,
+    init_from: str | os.PathLike[str] | None = None,
 ) -> int:
     """Estimate the configuration ``fields`` (:class:`planner.PlanInput`'s keyword arguments) and print the plan:
     tables (:func:`plan_blocks`), or :meth:`planner.Plan.to_dict` as JSON with ``as_json``.
@@ -201,6 +202,9 @@ def plan_and_print(
         flags: input field -> the command-line flag that sets it, to name the flag in an error.
         model_config: a Hugging Face ``config.json`` giving the model's shape
             (:func:`trainctl.model_config.model_config_values`; ``fields`` may not set one too).
+        init_from: a Hugging Face model folder the run starts from: its ``config.json`` is the shape (a
+            ``model_config`` given too is refused) and the plan adds what loading its weights costs
+            (:func:`init_weights_load`).
 
     Returns:
         0; 2 when a field is refused (one line on stderr naming the flag, the value and what was expected;
@@ -208,6 +212,14 @@ def plan_and_print(
     """
     from planner import PlanInput, estimate
 
+    if init_from is not None:
+        if model_config is not None:
+            print(
+                "trainctl plan: error: argument --model-config: give it or --init-from (whose config.json is the shape), not both",
+                file=sys.stderr,
+            )
+            return 2
+        model_config = os.path.join(init_from, "config.json")
     if model_config is not None:
         from trainctl.model_config import ModelConfigError, model_config_values
 
@@ -228,13 +240,67 @@ def plan_and_print(
             file=sys.stderr,
         )
         return 2
+    load = None
+    if init_from is not None:
+        from training.hf_weights import HfWeightsError
+
+        try:
+            load = init_weights_load(init_from, plan)
+        except HfWeightsError as exc:
+            print(f"trainctl plan: error: argument --init-from: {exc}", file=sys.stderr)
+            return 2
     if as_json:
         import json  # here: the tables do not need it
 
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(json.dumps({**plan.to_dict(), **({"init_weights": load} if load else {})}, indent=2))
         return 0
-    print_blocks(plan_blocks(plan))
+    blocks = plan_blocks(plan)
+    if load is not None:
+        lt = Table(f"Loading the initial weights ({init_from})", [Column("what"), Column("size", justify="right")])
+        lt.add_row("read by each GPU (the rows of its shards, at most)", _size(load["bytes_per_gpu"]))
+        lt.add_row("read by each instance", _size(load["bytes_per_instance"]))
+        lt.add_row("the folder's weights", _size(load["bytes_total"]))
+        lt.add_row("peak extra memory per GPU while loading", _size(load["peak_extra_bytes"]))
+        lt.add_row("time", "not estimated (" + load["time"] + ")")
+        blocks.insert(1, lt)
+    print_blocks(blocks)
     return 0
 
 
-__all__ = ["guide_default_input", "plan_and_print", "plan_blocks", "render_plan"]
+LOAD_TIME_NOTE = "no published read bandwidth of a SageMaker FastFile channel, the submitter's mode, to cite"
+"""Why the plan gives the load's bytes and no time."""
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.3f} GB" if n >= 1e8 else f"{n / 1e6:.3f} MB"
+
+
+def init_weights_load(folder: str | os.PathLike[str], plan: Any) -> dict[str, Any]:
+    """What loading the folder's weights costs in ``plan``'s layout (:func:`training.hf_weights.read_plan`, from
+    the safetensors headers): ``bytes_total`` (the weights the model needs), ``bytes_per_gpu`` (the most any
+    rank reads: its rows of every tensor), ``bytes_per_instance`` (what one instance's ranks read together:
+    the folder's bytes divided among the instances sharing a shard group), ``peak_extra_bytes`` (the largest
+    transient per GPU: one parameter's local rows as stored plus as fp32; freed before the first step, so not
+    part of the training peak), ``time`` (why no time is given).
+
+    Raises:
+        training.hf_weights.HfWeightsError: the folder does not fit its config (names the file and tensor).
+    """
+    from training.hf_weights import read_plan
+
+    r = plan.resolved
+    ranks = read_plan(folder, r.shard_degree)
+    per_instance = min(r.shard_degree, r.instance.gpus_per_instance)
+    instance_reads = [
+        sum(s.bytes_read for s in ranks[i : i + per_instance]) for i in range(0, r.shard_degree, per_instance)
+    ]
+    return {
+        "bytes_total": ranks[0].bytes_total,
+        "bytes_per_gpu": max(s.bytes_read for s in ranks),
+        "bytes_per_instance": max(instance_reads),
+        "peak_extra_bytes": max(s.peak_extra_bytes for s in ranks),
+        "time": LOAD_TIME_NOTE,
+    }
+
+
+__all__ = ["guide_default_input", "init_weights_load", "plan_and_print", "plan_blocks", "render_plan"]

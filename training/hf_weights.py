@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from platform_spec.models import ExportSlice, ModelFamily, ModelShape, family_of_shape, shape_from_hf_config
-from training.model import CONFIG_FILE, WEIGHTS_FILE, canonical_name
+from training.model import CONFIG_FILE, WEIGHTS_FILE, CausalLM, canonical_name
 
 INDEX_FILE = "model.safetensors.index.json"
 """The index ``save_pretrained`` writes beside sharded weights (``{"weight_map": {tensor: file}}``)."""
@@ -281,6 +281,48 @@ def load_into(model: nn.Module, directory: str | os.PathLike[str], config: Model
     return stats
 
 
+def shard_rows(rows: int, shards: int, index: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of shard ``index`` of ``shards`` of a ``rows``-row tensor as FSDP2's ``Shard(0)``
+    cuts it (``torch.chunk``: ``ceil(rows / shards)`` each, the last ones shorter or empty)."""
+    size = -(-rows // shards)
+    return min(index * size, rows), min((index + 1) * size, rows)
+
+
+def read_plan(directory: str | os.PathLike[str], shard_degree: int) -> list[LoadStats]:
+    """What each of ``shard_degree`` ranks of an FSDP2 shard group reads when :func:`load_into` fills the model
+    of the folder's ``config.json`` (built on the meta device: no memory), from the headers only: the same
+    figures :func:`load_into` reports. A rank's replicas (HSDP) read the same.
+
+    Raises:
+        HfWeightsError: see :func:`check_folder`.
+    """
+    config = read_shape(directory)
+    model = CausalLM(config, device="meta")
+    family = family_of_shape(config)
+    stored = check_folder(directory, model, config)
+    expected = expected_tensors(model, config, family)
+    total = sum(stored[name].nbytes for name in expected)
+    params = dict(_canonical_parameters(model, family))
+    out = [LoadStats(bytes_total=total) for _ in range(shard_degree)]
+    for rank, stats in enumerate(out):
+        local: dict[str, int] = {}
+        for name, target in expected.items():
+            start, stop = shard_rows(params[target.name].shape[0], shard_degree, rank)
+            rows = max(0, min(stop, target.stop) - max(start, target.start))
+            row_bytes = stored[name].nbytes // max(1, stored[name].shape[0])
+            stats.rows += rows
+            stats.bytes_read += rows * row_bytes
+            local[target.name] = local.get(target.name, 0) + rows * row_bytes
+            local[target.name + "/fp32"] = (
+                local.get(target.name + "/fp32", 0)
+                + rows * row_bytes * (params[target.name].element_size()) // FLOAT_DTYPES[stored[name].dtype]
+            )
+        stats.peak_extra_bytes = max(
+            (local[n] + local[n + "/fp32"] for n in local if not n.endswith("/fp32")), default=0
+        )
+    return out
+
+
 __all__ = [
     "FLOAT_DTYPES",
     "INDEX_FILE",
@@ -292,6 +334,8 @@ __all__ = [
     "has_weights",
     "load_into",
     "local_rows",
+    "read_plan",
     "read_shape",
+    "shard_rows",
     "stored_tensors",
 ]

@@ -13,6 +13,7 @@ import transformers
 from safetensors.torch import load_file
 
 from trainctl.cli import main
+from training.hf_weights import read_plan
 from training.local import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainer-hf-init")]
@@ -47,6 +48,7 @@ def test_init_from_reads_each_ranks_rows_and_a_resume_keeps_the_trained_weights(
     assert all(t == total for _, t in read.values())
     # FSDP2 shards every tensor by rows: each rank reads its half of each (an odd row count: one row apart)
     assert read[0][0] + read[1][0] == total and abs(read[0][0] - read[1][0]) < total // 10
+    assert [s.bytes_read for s in read_plan(hf, 2)] == [read[0][0], read[1][0]]  # the plan's figures are these
     first = [r["loss"] for r in read_metrics(base)]
     assert len(first) == 2
     trained = load_file(str(base / "model" / "model.safetensors"))

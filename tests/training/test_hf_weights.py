@@ -154,3 +154,24 @@ def test_a_run_whose_shape_differs_from_the_weights_config_is_refused_naming_the
 
 def test_a_plain_tensor_is_all_rows_of_this_rank() -> None:
     assert local_rows(torch.zeros(5, 3)) == (0, 5)
+
+
+def test_the_plan_shows_the_bytes_each_gpu_and_instance_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainctl.cli import main
+
+    _save(tmp_path, "llama-untied", sharded=True, dtype=torch.bfloat16)
+    total = sum(t.numel() * 2 for f in tmp_path.glob("*.safetensors") for t in load_file(str(f)).values())
+    argv = ["plan", "--init-from", str(tmp_path), "--precision", "bf16", "--instance-type", "ml.p5.48xlarge"]
+    assert main([*argv, "--instance-count", "2", "--json"]) == 0
+    load = json.loads(capsys.readouterr().out)["init_weights"]
+    assert load["bytes_total"] == total
+    # 16 GPUs shard every tensor by rows: each reads about a 16th, each instance about half
+    assert total / 16 <= load["bytes_per_gpu"] < total / 16 * 1.2
+    assert total / 2 <= load["bytes_per_instance"] < total / 2 * 1.1
+    assert load["peak_extra_bytes"] < load["bytes_per_gpu"] * 3
+    assert main([*argv, "--instance-count", "2", "--sharding-strategy", "hybrid", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["init_weights"]["bytes_per_instance"] == total  # a replica each
+    assert main([*argv, "--model-config", str(tmp_path / "config.json")]) == 2
+    assert "give it or --init-from" in capsys.readouterr().err

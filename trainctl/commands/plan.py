@@ -133,6 +133,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seq-length, another RoPE type) "
         "is refused with the key named",
     )
+    g.add_argument(
+        "--init-from",
+        default=None,
+        metavar="DIR",
+        help="a Hugging Face model folder the run starts from (trainctl train --init-from): its config.json is "
+        "the shape, and the plan shows what loading its weights costs each GPU (bytes read, peak extra memory)",
+    )
     t = parser.add_argument_group("training")
     for name in PLANNED_HYPERPARAMETERS:
         if name != "model":
@@ -183,7 +190,7 @@ def plan_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields = {name: value for name in PLANNED_HYPERPARAMETERS if (value := getattr(args, name)) is not None}
     if "model" not in fields and "model_family" in fields:
         fields["model"] = fields["model_family"]
-    if "model" not in fields and args.model_config is None:
+    if "model" not in fields and args.model_config is None and args.init_from is None:
         fields["model"] = GUIDE_DEFAULT_REQUEST["model"]
         fields.setdefault("num_layers", int(GUIDE_DEFAULT_REQUEST["num_layers"]))
     return {**fields, **{name: getattr(args, name) for name in PlanInput.own_fields()}}
@@ -200,4 +207,6 @@ def flags() -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from trainctl.plans import plan_and_print
 
-    return plan_and_print(plan_fields(args), as_json=args.json, flags=flags(), model_config=args.model_config)
+    return plan_and_print(
+        plan_fields(args), as_json=args.json, flags=flags(), model_config=args.model_config, init_from=args.init_from
+    )
