@@ -298,3 +298,26 @@ def test_every_error_code_is_known(runtime):
         "status": "rejected",
         "error": {"code": "Conflict", "message": "m", "field": "job_name"},
     }
+
+
+def test_hugging_face_weights_are_the_init_from_channel_with_their_config_as_the_shape(runtime, local_config):
+    """The request's inputs.init_from (platform_spec's INIT_CHANNEL) is a channel like the others: under the
+    allowed prefixes, in InputDataConfig; the shape comes from the same config.json as model_config."""
+    from platform_spec.hyperparameters import INIT_CHANNEL
+
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "rope_theta": 500000.0,
+              "tie_word_embeddings": True}  # fmt: skip
+    params = _params(
+        runtime,
+        local_config,
+        inputs={"train": "x/", INIT_CHANNEL: "models/tiny-llama/"},
+        model_config=config,
+        hyperparameters={"precision": "bf16"},
+    )
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in params["InputDataConfig"]}
+    assert channels[INIT_CHANNEL] == "s3://data/models/tiny-llama/"
+    assert (params["HyperParameters"]["model"], params["HyperParameters"]["hidden_size"]) == ("llama", "64")
+    with pytest.raises(runtime.errors.Refusal) as refused:
+        _params(runtime, local_config, inputs={"train": "x/", INIT_CHANNEL: "s3://elsewhere/llama/"})
+    assert refused.value.field == f"inputs.{INIT_CHANNEL}"
