@@ -15,7 +15,12 @@ Granted, and nothing else (no ``AmazonSageMakerFullAccess``):
   has no resource-level permissions and needs ``*``);
 * create and write log streams in ``/aws/sagemaker/TrainingJobs`` only;
 * ``cloudwatch:PutMetricData`` restricted by the ``cloudwatch:namespace``
-  condition to SageMaker's training-job namespace.
+  condition to SageMaker's training-job namespace;
+* experiment tracking (:mod:`platform_spec.tracking`): read, overwrite and delete
+  current objects below the output bucket's ``tensorboard/`` prefix (SageMaker's
+  upload of ``TensorBoardOutputConfig.LocalPath``), and the MLflow calls the
+  trainer makes (``MLFLOW_LOGGING_ACTIONS``) on the SageMaker managed MLflow
+  tracking servers of the stack's account and region.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from aws_cdk import aws_s3 as s3
 
 from constructs import Construct
 from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
+from platform_spec.tracking import MLFLOW_LOGGING_ACTIONS, TENSORBOARD_OUTPUT_PREFIX
 
 from . import acknowledgements as nag
 from .buckets import grant_read_write_current_objects
@@ -120,7 +126,18 @@ class TrainingExecutionRole(Construct):
             location.bucket.grant_read(self.role, f"{location.prefix}*" if location.prefix else "*")
         grant_read_write_current_objects(props.checkpoint_bucket, self.role)
         grant_read_write_current_objects(props.output_bucket, self.role, props.output_prefix)
+        grant_read_write_current_objects(props.output_bucket, self.role, TENSORBOARD_OUTPUT_PREFIX)
         props.repository.grant_pull(self.role)
+        self._tracking_servers_arn = stack.format_arn(
+            service="sagemaker", resource="mlflow-tracking-server", resource_name="*"
+        )
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="MlflowTracking",
+                actions=list(MLFLOW_LOGGING_ACTIONS),
+                resources=[self._tracking_servers_arn],
+            )
+        )
 
         self._log_group_arn = log_group_arn = stack.format_arn(
             service="logs",
@@ -174,6 +191,20 @@ class TrainingExecutionRole(Construct):
             "Training jobs write their artifacts below the output prefix (OutputDataConfig.S3OutputPath), one "
             "folder per job named at submit time; the rest of the output bucket is out of reach.",
             finding=nag.resource(self, props.output_bucket.arn_for_objects(f"{props.output_prefix}*")),
+        )
+        nag.acknowledge(
+            self.role,
+            nag.IAM5,
+            "Jobs with a tensorboard request field upload their event files below the output bucket's tensorboard/ "
+            "prefix, one folder per job or experiment named at submit time.",
+            finding=nag.resource(self, props.output_bucket.arn_for_objects(f"{TENSORBOARD_OUTPUT_PREFIX}*")),
+        )
+        nag.acknowledge(
+            self.role,
+            nag.IAM5,
+            "A request's mlflow field names the tracking server at submit time; the submitter accepts only this "
+            "account's and region's, and the role may only log runs to them (no model registry, no deletes).",
+            finding=nag.resource(self, self._tracking_servers_arn),
         )
         for location in props.extra_inputs:
             nag.acknowledge(

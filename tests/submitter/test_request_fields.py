@@ -211,6 +211,8 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
         "max_retry_attempts": 1, "tags": {"team": "a"}, "auto_tune": False, "dry_run": True,
         "accept_memory_risk": True, "network_isolation": True, "inter_container_encryption": False,
         "model_config": json.loads((FIXTURES / "llama3_8b_config.json").read_text()),
+        "mlflow": {"resource_arn": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/t"},
+        "tensorboard": {},
     }  # fmt: skip
     # run names its own jobs (job_name and client_token are refused with it): sent on its own below
     assert set(everything) | {"run"} == set(names(request_module.FIELDS))

@@ -17,8 +17,11 @@ before, :mod:`.service`):
   what its budget leaves (:func:`platform_spec.runs.segment_runtime`); ``MaxWaitTimeInSeconds``
   (``max_wait_hours``) only with spot, together with ``EnableManagedSpotTraining``, for a run with a
   ``deadline`` held within it (the wait counts the run too).
-* no ``Environment``: the NCCL/EFA settings live in the trainer image (``training/Dockerfile``, which
-  cites AWS's guidance for the installed aws-ofi-nccl plugin), their one home.
+* ``Environment`` only for MLflow (``mlflow``: the client's tracking URI, experiment and run name,
+  :func:`.tracking.create_training_job_params`, beside ``MlflowConfig``); the NCCL/EFA settings live in the
+  trainer image (``training/Dockerfile``, which cites AWS's guidance for the installed aws-ofi-nccl plugin).
+* ``TensorBoardOutputConfig`` (``tensorboard``): ``s3://<output bucket>/tensorboard/<job name>/`` unless the
+  request names a folder there, synced from ``/opt/ml/output/tensorboard`` unless it names another.
 * ``RetryStrategy`` (``max_retry_attempts``), ``HyperParameters`` as strings
   (:meth:`platform_spec.hyperparameters.Hyperparameters.to_strings`; ``model_config`` is merged into them
   when the request is parsed), ``InputDataConfig`` (``inputs``: an ``s3://`` channel as an ``S3DataSource``
@@ -54,6 +57,7 @@ from .config import SubmitterConfig
 from .errors import invalid
 from .network import job_subnets
 from .request import FsxChannel, SubmitRequest, derived_job_name, job_name_expected, token_digest
+from .tracking import create_training_job_params
 from .training_job import TAG_CAPACITY_TYPE, TAG_CLIENT_TOKEN_SHA256, TAG_REQUEST_SHA256, TAG_SUBMITTER
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -139,6 +143,7 @@ def build_create_training_job(
             "SecurityGroupIds": list(config.vpc_security_group_ids),
             "Subnets": job_subnets(request, config, capacity.availability_zone),
         }
+    params.update(create_training_job_params(request.value("mlflow"), request.value("tensorboard"), job_name, config))
     if request.value("network_isolation"):
         params["EnableNetworkIsolation"] = True
     if request.value("inter_container_encryption"):

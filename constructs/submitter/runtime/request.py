@@ -71,6 +71,7 @@ from . import sagemaker_rules as model
 from .config import SubmitterConfig, default_allowed_instance_types
 from .errors import invalid
 from .fields import ABSENT_OBJECT, JOB_NAME, Check, Field, OnlyWith, check_table, parse, whole_string_pattern
+from .tracking import mlflow_schema, parse_mlflow, parse_tensorboard, tensorboard_schema
 
 MAX_RUNTIME_HOURS = 28 * 24.0
 """``StoppingCondition.MaxRuntimeInSeconds`` ceiling, in hours (672): "The maximum value is 28 days"
@@ -756,6 +757,30 @@ FIELDS: tuple[Field, ...] = (
         notes="keys starting with " + " or ".join(f"`{p}`" for p in RESERVED_TAG_PREFIXES) + " are reserved, and so "
         "are the keys of the platform's own tags, in any letter case",
         schema=_tags_schema,
+    ),
+    Field(
+        "mlflow", "object",
+        help="log the trainer's metrics to a SageMaker managed MLflow tracking server (CreateTrainingJob's "
+        "MlflowConfig): `resource_arn`, `experiment_name`?, `run_name`?",
+        parse=parse_mlflow,
+        expected="a JSON object: {resource_arn, experiment_name?, run_name?}",
+        notes="`resource_arn`: a tracking server (`mlflow-tracking-server/<name>`) of the deployment's partition, "
+        "region and account (the execution role may log to those only); `run_name` defaults to the job name, `experiment_name` to "
+        "MLflow's default experiment; limits are botocore's MlflowConfig. Rank 0 logs each metric line; a tracking "
+        "server that fails is reported once in the job's log and training goes on",
+        schema=mlflow_schema,
+    ),
+    Field(
+        "tensorboard", "object",
+        help="write the trainer's metrics as TensorBoard event files that SageMaker uploads while the job runs "
+        "(CreateTrainingJob's TensorBoardOutputConfig): `s3_output_path`?, `local_path`?; `{}` for the defaults",
+        parse=parse_tensorboard,
+        expected="a JSON object: {s3_output_path?, local_path?}",
+        notes="`s3_output_path`: a folder below `s3://<output bucket>/tensorboard/` (default "
+        "`s3://<output bucket>/tensorboard/<job name>/`, so `tensorboard --logdir s3://<output bucket>/tensorboard/` "
+        "compares jobs); `local_path`: below `/opt/ml/output/`, not in `/opt/ml/output/data` (default "
+        "`/opt/ml/output/tensorboard`)",
+        schema=tensorboard_schema,
     ),
     Field(
         "network_isolation", "boolean",
