@@ -27,7 +27,8 @@ Values:
   reserved pool there.
 
 Rank 0 also appends each line's values, unrounded, as one JSON object to
-``<base>/output/data/metrics.jsonl``.
+``<base>/output/data/metrics.jsonl``, and hands them to the job's tracking targets
+(TensorBoard, MLflow: :class:`training.tracking.MetricSinks`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import torch
 
 from platform_spec import catalogue
 from platform_spec.metric_lines import format_line
+from training.tracking import MetricSinks
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class MetricsLogger:
         flops_per_token: training FLOPs per token (the model family's ``flops_per_token``).
         device: this rank's device (for peak memory) and ``info`` its peak.
         metrics_file: JSON-lines file for unrounded values (rank 0), or None.
+        sinks: the job's tracking targets (rank 0), or None.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class MetricsLogger:
         rank: int,
         metrics_file: Path | None = None,
         stream: TextIO | None = None,
+        sinks: MetricSinks | None = None,
     ) -> None:
         self.tokens_per_step = tokens_per_step
         self.world_size = world_size
@@ -109,6 +113,7 @@ class MetricsLogger:
         self.rank = rank
         self.metrics_file = metrics_file
         self.stream = stream or sys.stdout
+        self.sinks = sinks
         self._t0 = time.perf_counter()
         self._steps = 0
         self._excluded = 0.0
@@ -161,6 +166,8 @@ class MetricsLogger:
                     record.update(extra)
                 with open(self.metrics_file, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(record) + "\n")
+            if self.sinks is not None:
+                self.sinks.log(values)
         return line
 
 

@@ -104,6 +104,7 @@ from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
 from training.supervision import TrainerStatus, guarded_output, write_status
 from training.tokenizer_files import DataTokenizer
+from training.tracking import MetricSinks
 
 # ---------------------------------------------------------------------------
 # Schedule
@@ -497,6 +498,7 @@ class Trainer:
             info=DeviceInfo.detect(device, hp.precision),
             rank=self.rank,
             metrics_file=self.paths.metrics_file,
+            sinks=MetricSinks(self.paths, rank=self.rank),
         )
         self.log(
             f"model={self.config.name} ({self.model.family_name}: "
@@ -847,6 +849,9 @@ def _main(argv: Sequence[str] | None) -> int:
         # Free the model, optimizer and FSDP state now: they hold collective work objects whose
         # destruction during interpreter shutdown (after the process group is gone) can abort the
         # process ("terminate called without an active exception") after a successful run.
+        metrics = getattr(trainer, "metrics", None)  # absent when setup failed first
+        if metrics is not None and metrics.sinks is not None:
+            metrics.sinks.close()  # ends the MLflow run, flushes the TensorBoard file
         trainer = None
         gc.collect()
         if dist.is_available() and dist.is_initialized():
