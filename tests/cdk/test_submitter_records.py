@@ -14,6 +14,7 @@ import pytest
 from platform_constructs.submitter.construct import RECORD_WRITE_ACTIONS
 from platform_constructs.submitter.runtime import settings
 from platform_spec.errors import FieldError
+from platform_spec.tracking import MLFLOW_LOGGING_ACTIONS, TENSORBOARD_OUTPUT_PREFIX
 from stacks.config import ConfigError, load_config
 
 pytestmark = pytest.mark.xdist_group("cdk")
@@ -274,10 +275,40 @@ def test_training_jobs_write_the_output_bucket_below_their_output_prefix_only(de
     role = default_synth.logical_id(default_synth.stack.execution_role.role)
     statements = [s for who, s in _allow_statements(default_synth) if who == json.dumps([{"Ref": role}])]
     writes = [s for s in statements if "s3:PutObject" in _as_list(s["Action"])]
-    assert [r for s in writes for r in _as_list(s["Resource"]) if output in json.dumps(r)] == [
-        {"Fn::Join": ["", [{"Fn::GetAtt": [output, "Arn"]}, f"/{settings.TRAINING_JOB_OUTPUT_PREFIX}*"]]}
+    written = [r for s in writes for r in _as_list(s["Resource"]) if output in json.dumps(r)]
+    assert sorted(written, key=json.dumps) == [
+        {"Fn::Join": ["", [{"Fn::GetAtt": [output, "Arn"]}, f"/{prefix}*"]]}
+        for prefix in sorted((settings.TRAINING_JOB_OUTPUT_PREFIX, TENSORBOARD_OUTPUT_PREFIX))
     ]
-    assert not settings.CLIENT_TOKEN_RECORDS_PREFIX.startswith(settings.TRAINING_JOB_OUTPUT_PREFIX)
+    for prefix in (settings.TRAINING_JOB_OUTPUT_PREFIX, TENSORBOARD_OUTPUT_PREFIX):
+        assert not settings.CLIENT_TOKEN_RECORDS_PREFIX.startswith(prefix)
+
+
+def test_training_jobs_log_to_this_accounts_and_regions_mlflow_tracking_servers_only(default_synth):
+    role = default_synth.logical_id(default_synth.stack.execution_role.role)
+    statements = [s for who, s in _allow_statements(default_synth) if who == json.dumps([{"Ref": role}])]
+    mlflow = [s for s in statements if any(a.startswith("sagemaker-mlflow:") for a in _as_list(s["Action"]))]
+    assert mlflow == [
+        {
+            "Sid": "MlflowTracking",
+            "Effect": "Allow",
+            "Action": sorted(MLFLOW_LOGGING_ACTIONS),
+            "Resource": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":sagemaker:",
+                        {"Ref": "AWS::Region"},
+                        ":",
+                        {"Ref": "AWS::AccountId"},
+                        ":mlflow-tracking-server/*",
+                    ],
+                ]
+            },
+        }
+    ]
 
 
 @pytest.mark.parametrize(
