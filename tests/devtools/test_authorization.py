@@ -20,9 +20,10 @@ import botocore.exceptions
 import pytest
 
 from devtools.local_aws.client import LocalAws
-from devtools.local_aws.stack import DEFAULT_REGION
+from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from devtools.local_aws.template import platform_template
 from platform_constructs.submitter.runtime import continuation, settings
+from platform_spec.tracking import MLFLOW_LOGGING_ACTIONS, TENSORBOARD_OUTPUT_PREFIX
 from trainctl.submitter_client import SubmitError, submit_local
 
 pytestmark = pytest.mark.xdist_group("devtools-aws")
@@ -287,3 +288,50 @@ def test_no_request_reaches_moto_unsigned_unidentified_or_on_another_bucket(aws:
     s3.head_object(Bucket=output, Key="submitter/client-tokens/virtual.json")  # written where it was authorized
     assert "Contents" not in s3.list_objects_v2(Bucket=data, Prefix=output)
     assert "Contents" not in s3.list_objects_v2(Bucket=output, Prefix="submitter/client-tokens/raw.json")
+
+
+def test_the_execution_role_logs_to_its_own_accounts_tracking_servers_and_writes_tensorboard_output_only(
+    aws: LocalAws,
+) -> None:
+    """The experiment-tracking grants (``MlflowTracking``, the output bucket's ``tensorboard/`` prefix) as AWS decides
+    them: each MLflow call the trainer makes is allowed on a tracking server of the deployment's account and region,
+    and on no other account's, region's or resource type's; the role writes TensorBoard files below ``tensorboard/``
+    (SageMaker's upload of ``TensorBoardOutputConfig``) and, in the output bucket, nowhere else it could not before."""
+    iam = aws.client("iam")
+    role = aws.env["EXECUTION_ROLE_ARN"]
+    own = f"arn:aws:sagemaker:{DEFAULT_REGION}:{ACCOUNT_ID}:mlflow-tracking-server/team"
+    foreign = [
+        own.replace(ACCOUNT_ID, "210987654321"),
+        own.replace(DEFAULT_REGION, "eu-west-1"),
+        own.replace("mlflow-tracking-server/", "mlflow-app/"),
+    ]
+    results = iam.simulate_principal_policy(
+        PolicySourceArn=role, ActionNames=list(MLFLOW_LOGGING_ACTIONS), ResourceArns=[own, *foreign]
+    )["EvaluationResults"]
+    decided = {(r["EvalActionName"], r["EvalResourceName"]): r for r in results}
+    for action in MLFLOW_LOGGING_ACTIONS:
+        allowed = decided[(action, own)]
+        assert allowed["EvalDecision"] == "allowed", action
+        assert [m["SourcePolicyId"].rpartition("#")[2] for m in allowed["MatchedStatements"]] == ["MlflowTracking"]
+        assert [decided[(action, arn)]["EvalDecision"] for arn in foreign] == ["implicitDeny"] * 3, action
+    (registry,) = iam.simulate_principal_policy(
+        PolicySourceArn=role, ActionNames=["sagemaker-mlflow:DeleteRegisteredModel"], ResourceArns=[own]
+    )["EvaluationResults"]
+    assert registry["EvalDecision"] == "implicitDeny"  # logging runs only: no model registry, no deletes
+
+    execution = next(p for p in aws.principals().values() if p["arn"] == role)
+    s3 = aws.client("s3", access_key=execution["access_key"])
+    output = aws.env["OUTPUT_BUCKET"]
+    key = f"{TENSORBOARD_OUTPUT_PREFIX}job-1/events.out.tfevents.1.algo-1.1.0"
+    s3.put_object(Bucket=output, Key=key, Body=b"event")
+    assert s3.get_object(Bucket=output, Key=key)["Body"].read() == b"event"
+    s3.put_object(Bucket=output, Key=f"{settings.TRAINING_JOB_OUTPUT_PREFIX}job-1/output/model.tar.gz", Body=b"m")
+    for elsewhere in (
+        "tensorboard",
+        "tensorboard-x/events",
+        "other/events",
+        settings.CLIENT_TOKEN_RECORDS_PREFIX + "x",
+    ):
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            s3.put_object(Bucket=output, Key=elsewhere, Body=b"event")
+        assert refused.value.response["Error"]["Code"] == "AccessDenied", elsewhere
