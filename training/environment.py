@@ -67,6 +67,7 @@ from platform_spec.hyperparameters import (
     parse,
 )
 from platform_spec.models import shape_from_hf_config, shape_hyperparameters
+from platform_spec.tracking import TENSORBOARD_CONFIG_FILE
 
 DEFAULT_BASE_DIR = "/opt/ml"
 TRAIN_CHANNEL = "train"
@@ -127,6 +128,11 @@ class SageMakerPaths:
     @property
     def input_data_config_file(self) -> Path:
         return self.config_dir / "inputdataconfig.json"
+
+    @property
+    def tensorboard_config_file(self) -> Path:
+        """Where SageMaker names a job's ``TensorBoardOutputConfig.LocalPath`` (:mod:`platform_spec.tracking`)."""
+        return self.config_dir / TENSORBOARD_CONFIG_FILE
 
     def channel_dir(self, channel: str) -> Path:
         return self.base_dir / "input" / "data" / channel

@@ -33,7 +33,6 @@ from platform_spec.tracking import (
     MLFLOW_EXPERIMENT_ENV,
     MLFLOW_RUN_NAME_ENV,
     MLFLOW_TRACKING_URI_ENV,
-    TENSORBOARD_CONFIG_FILE,
 )
 
 from .environment import DEFAULT_BASE_DIR, SageMakerPaths
@@ -59,7 +58,7 @@ def tensorboard_dir(paths: SageMakerPaths) -> Path | None:
     Raises:
         ValueError: the config file is not a JSON object with a string ``LocalPath`` (names the file).
     """
-    config = paths.config_dir / TENSORBOARD_CONFIG_FILE
+    config = paths.tensorboard_config_file
     if not config.is_file():
         return None
     try:

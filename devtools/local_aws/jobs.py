@@ -27,7 +27,7 @@ train``, started by :func:`training.local.start_local`), the code path of a Sage
   :data:`platform_spec.capacity.CAPACITY_BLOCK_ENV` (the current block's ``EndTime`` in epoch
   milliseconds) for a job on a training plan, and ``TRAINER_NPROC_PER_NODE`` (the runner's
   ``processes``, default 1: this describes the machine, so it overrides the job's).
-* **Checkpoints** (:class:`CheckpointSync`), as SageMaker documents it ("Enable checkpointing",
+* **Checkpoints** (:class:`FolderSync`), as SageMaker documents it ("Enable checkpointing",
   "Resume training from a checkpoint",
   https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints.html): everything under
   ``CheckpointConfig.S3Uri`` is downloaded to ``LocalPath`` (default ``/opt/ml/checkpoints``,
@@ -36,6 +36,12 @@ train``, started by :func:`training.local.start_local`), the code path of a Sage
   checkpoint's ``.complete`` marker, written last, follows its shards), and once more after it
   exits. Not emulated: deletions (a file the trainer removes stays in S3; the emulator never
   deletes from S3) and S3 directory buckets.
+* **TensorBoard** (``TensorBoardOutputConfig``, "Configure TensorBoard output for a training job":
+  SageMaker uploads ``LocalPath``, default ``/opt/ml/output/tensorboard``, to ``S3OutputPath`` while the
+  job runs): the configuration is written to :attr:`training.environment.SageMakerPaths.tensorboard_config_file`,
+  where the trainer reads ``LocalPath`` (:func:`training.tracking.tensorboard_dir`), and ``LocalPath``
+  (under ``/opt/ml``) is uploaded to ``S3OutputPath`` as the checkpoints are, as the job's execution role;
+  nothing is downloaded first.
 * **Statuses**: ``InProgress`` (``Pending`` while the plan's block has not started, then
   ``Starting`` -> ``Downloading`` (``TrainingStartTime``) -> ``Training`` -> ``Uploading``) ->
   ``Completed`` (exit 0), ``Failed`` (``FailureReason`` ``AlgorithmError: <output/failure>``) or,
@@ -92,6 +98,7 @@ import importlib
 import io
 import json
 import os
+import posixpath
 import shutil
 import signal
 import subprocess
@@ -119,6 +126,7 @@ from platform_spec.runs import (
     TERMINAL_JOB_STATUSES,
     failure_reason,
 )
+from platform_spec.tracking import DEFAULT_TENSORBOARD_LOCAL_PATH
 from training.environment import SageMakerPaths
 from training.local import kill_tree, prepare_base_dir, start_local
 
@@ -435,8 +443,9 @@ def download_prefix(s3: Any, uri: str, local: Path) -> int:
     return count
 
 
-class CheckpointSync:
-    """Uploads a local checkpoint folder's new and changed files to an S3 prefix (never deletes).
+class FolderSync:
+    """Uploads a local folder's new and changed files (checkpoints, TensorBoard event files) to an S3 prefix (never
+    deletes).
 
     A file is uploaded when its ``(size, mtime_ns)`` differs from its last upload; files go
     oldest change first, so a marker written after a checkpoint's shards follows them (and, at an
@@ -609,6 +618,20 @@ def _link_off_file_system(root: Path, relative: str) -> str | None:
                     )
                 pending.append((entry, (*inside, real)))
     return None
+
+
+def _under_opt_ml(base: Path, local_path: str, field: str) -> Path:
+    """The job's folder for a ``LocalPath`` under ``/opt/ml`` (created).
+
+    Raises:
+        JobFailure: ``ClientError: ...`` naming ``field``: a path outside ``/opt/ml``.
+    """
+    trimmed = local_path.rstrip("/")
+    if (trimmed != OPT_ML and not trimmed.startswith(OPT_ML + "/")) or posixpath.normpath(trimmed) != trimmed:
+        raise JobFailure(f"ClientError: {field} {local_path!r}: the emulator maps only normalised paths in /opt/ml/")
+    local = base / trimmed[len(OPT_ML) + 1 :]
+    local.mkdir(parents=True, exist_ok=True)
+    return local
 
 
 def _tar_gz(folder: Path) -> bytes:
@@ -787,20 +810,20 @@ class JobRunner:
         self._check_network_role(job)
         if not self._move(job, "InProgress", "Downloading", "Downloading input data"):
             return
-        sync = self.lay_out(job, execution, self._as_job(job)("s3"))
+        syncs = self.lay_out(job, execution, self._as_job(job)("s3"))
         if execution.stop_reason is not None:
-            self._end(job, execution, sync=sync)
+            self._end(job, execution, syncs=syncs)
             return
         if not self._move(job, "InProgress", "Training", "Training image download completed. Training in progress."):
             return
         proc = self._start(job, execution, block)
         if proc is None:
-            self._end(job, execution, sync=sync)
+            self._end(job, execution, syncs=syncs)
             return
-        returncode = self._supervise(job, execution, proc, sync, block)
+        returncode = self._supervise(job, execution, proc, syncs, block)
         if job.status in TERMINAL_JOB_STATUSES:  # ended by hand: nothing to report
             return
-        self._end(job, execution, sync=sync, returncode=returncode)
+        self._end(job, execution, syncs=syncs, returncode=returncode)
 
     def _check_network_role(self, job: JobRecord) -> None:
         """SageMaker puts a VPC job's network interfaces in its subnets as the job's execution role: each EC2
@@ -880,10 +903,11 @@ class JobRunner:
         job: JobRecord,
         execution: Execution,
         proc: subprocess.Popen[str],
-        sync: CheckpointSync | None,
+        syncs: Sequence[FolderSync],
         block: Mapping[str, Any] | None,
     ) -> int:
-        """Read the entry point's output and publish it, sync its checkpoints and enforce its deadlines until
+        """Read the entry point's output and publish it, sync its checkpoints and TensorBoard files and enforce its
+        deadlines until
         it exits (killed at once when the job is ended by hand); returns its exit status."""
         reader = threading.Thread(target=self._read, args=(execution, proc), daemon=True)
         reader.start()
@@ -901,8 +925,9 @@ class JobRunner:
             if time.monotonic() - last_flush >= LOG_FLUSH_INTERVAL_S:
                 self._flush(job, execution)
                 last_flush = time.monotonic()
-            if sync is not None and time.monotonic() - last_sync >= self.sync_interval_s:
-                sync.upload_changes()
+            if syncs and time.monotonic() - last_sync >= self.sync_interval_s:
+                for sync in syncs:
+                    sync.upload_changes()
                 last_sync = time.monotonic()
         returncode = proc.wait()
         reader.join(timeout=30)
@@ -934,11 +959,13 @@ class JobRunner:
             self._note(execution, f"[local-aws] still running {self.stop_grace_s:g} s after SIGTERM: SIGKILL")
             kill_tree(proc.pid)
 
-    def lay_out(self, job: JobRecord, execution: Execution, s3: Any) -> CheckpointSync | None:
-        """Write the job's ``/opt/ml`` and download its channels and checkpoints (see the module docstring).
+    def lay_out(self, job: JobRecord, execution: Execution, s3: Any) -> list[FolderSync]:
+        """Write the job's ``/opt/ml`` and download its channels and checkpoints (see the module docstring); returns
+        the folders to upload while the job runs (its checkpoints, its TensorBoard output).
 
         Raises:
-            JobFailure: ``ClientError: ...`` for a channel or checkpoint location the emulator cannot serve.
+            JobFailure: ``ClientError: ...`` for a channel, checkpoint or TensorBoard location the emulator cannot
+                serve.
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -955,25 +982,28 @@ class JobRunner:
             )
             for channel in job.params.get("InputDataConfig") or []
         }
-        prepare_base_dir(base, job.params.get("HyperParameters") or {}, input_data_config=channels)
+        paths = prepare_base_dir(base, job.params.get("HyperParameters") or {}, input_data_config=channels)
+        syncs = []
+        tensorboard = job.params.get("TensorBoardOutputConfig")
+        if tensorboard:
+            config = {"LocalPath": DEFAULT_TENSORBOARD_LOCAL_PATH, **tensorboard}
+            paths.tensorboard_config_file.write_text(json.dumps(config) + "\n", encoding="utf-8")
+            local = _under_opt_ml(base, config["LocalPath"], "TensorBoardOutputConfig.LocalPath")
+            syncs.append(FolderSync(s3, config["S3OutputPath"], local))
         checkpoint = job.params.get("CheckpointConfig") or {}
         if not checkpoint.get("S3Uri"):
-            return None
-        local_path = (checkpoint.get("LocalPath") or f"{OPT_ML}/checkpoints").rstrip("/")
-        if local_path != OPT_ML and not local_path.startswith(OPT_ML + "/"):
-            raise JobFailure(
-                f"ClientError: CheckpointConfig.LocalPath {local_path!r}: the emulator maps only /opt/ml/..."
-            )
-        local = base / local_path[len(OPT_ML) + 1 :]
-        local.mkdir(parents=True, exist_ok=True)
-        sync = CheckpointSync(s3, checkpoint["S3Uri"], local)
+            return syncs
+        local = _under_opt_ml(
+            base, checkpoint.get("LocalPath") or f"{OPT_ML}/checkpoints", "CheckpointConfig.LocalPath"
+        )
+        sync = FolderSync(s3, checkpoint["S3Uri"], local)
         try:
             count = sync.download()
         except (ClientError, BotoCoreError, ValueError) as exc:
             raise JobFailure(f"ClientError: checkpoint download from {checkpoint['S3Uri']} failed: {exc}") from None
         sync.mark_present()
         self._note(execution, f"[local-aws] {count} checkpoint file(s) downloaded from {checkpoint['S3Uri']}")
-        return sync
+        return [*syncs, sync]
 
     def _note(self, execution: Execution, line: str) -> None:
         with execution.lock:
@@ -1014,7 +1044,7 @@ class JobRunner:
         job: JobRecord,
         execution: Execution,
         *,
-        sync: CheckpointSync | None = None,
+        syncs: Sequence[FolderSync] = (),
         returncode: int | None = None,
         failure: str | None = None,
     ) -> None:
@@ -1024,7 +1054,7 @@ class JobRunner:
             self._move(job, "InProgress", "Uploading", "Uploading generated training model")
         upload_error = None
         try:
-            if sync is not None:
+            for sync in syncs:
                 sync.upload_changes()
             if returncode is not None:
                 self._upload_artifacts(job, execution.base)

@@ -2,7 +2,7 @@
 
 A tiny model (gpt-tiny, one block, one CPU process) runs through the trainer's container entry
 point from a ``CreateTrainingJob`` request, end to end: statuses, ``FinalMetricDataList``,
-CloudWatch datapoints, logs, checkpoints in S3, events delivered (with retries, and again on
+CloudWatch datapoints, logs, checkpoints and TensorBoard event files in S3, events delivered (with retries, and again on
 demand) to in-process targets; ``StopTrainingJob`` -> SIGTERM -> ``Stopped`` with a checkpoint
 that a second job resumes; a job on a plan whose block ends soon stops itself before the reclaim
 point and is ``Completed`` below ``max_steps``. One emulator for the module; every job ~10-30 s.
@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from devtools.local_aws.client import LocalAws
 from platform_constructs.submitter.runtime.settings import TRAINING_JOB_OUTPUT_PREFIX
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.tracking import DEFAULT_TENSORBOARD_LOCAL_PATH, TENSORBOARD_OUTPUT_PREFIX
 from training.environment import STOP_MARGIN_S, SageMakerPaths
 from training.supervision import read_status
 
@@ -131,7 +133,9 @@ def test_a_job_runs_end_to_end_from_its_request(aws: LocalAws, tmp_path: Path) -
             }
         },
     }
-    _create(aws, name, hp, InputDataConfig=[channel])
+    # TensorBoard output where the submitter puts it by default (no LocalPath: SageMaker's default)
+    tensorboard_uri = f"s3://{aws.resources['output_bucket']}/{TENSORBOARD_OUTPUT_PREFIX}{name}/"
+    _create(aws, name, hp, InputDataConfig=[channel], TensorBoardOutputConfig={"S3OutputPath": tensorboard_uri})
     job = aws.wait_for_job(name, timeout=180)
 
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
@@ -150,6 +154,9 @@ def test_a_job_runs_end_to_end_from_its_request(aws: LocalAws, tmp_path: Path) -
     resource = json.loads(paths.resource_config_file.read_text())
     assert resource["hosts"] == ["algo-1"] and "current_instance_type" not in resource
     assert sorted(p.name for p in paths.train_dir.iterdir()) == sorted(p.name for p in Path(shards).iterdir())
+    assert json.loads(paths.tensorboard_config_file.read_text()) == {
+        "LocalPath": DEFAULT_TENSORBOARD_LOCAL_PATH, "S3OutputPath": tensorboard_uri,
+    }  # fmt: skip
 
     # logs, metrics and the final metric: the last loss line the trainer printed
     lines = _log_lines(aws, name)
@@ -175,6 +182,21 @@ def test_a_job_runs_end_to_end_from_its_request(aws: LocalAws, tmp_path: Path) -
     assert _keys(aws, aws.resources["output_bucket"], f"{TRAINING_JOB_OUTPUT_PREFIX}{name}/") == [
         "output/model.tar.gz", "output/output.tar.gz",
     ]  # fmt: skip
+
+    # the trainer's TensorBoard event file, uploaded as the execution role to S3OutputPath, holds every step's
+    # unrounded loss (metrics.jsonl) as TensorBoard itself reads it
+    assert "[tracking] tensorboard: on" in lines
+    (event_file,) = _keys(aws, aws.resources["output_bucket"], f"{TENSORBOARD_OUTPUT_PREFIX}{name}/")
+    assert event_file.startswith("events.out.tfevents.")
+    local_events = tmp_path / event_file
+    s3.download_file(
+        aws.resources["output_bucket"], f"{TENSORBOARD_OUTPUT_PREFIX}{name}/{event_file}", str(local_events)
+    )
+    accumulator = EventAccumulator(str(local_events)).Reload()
+    recorded = [json.loads(line) for line in paths.metrics_file.read_text().splitlines()]
+    assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == [
+        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in recorded if "loss" in r
+    ]
 
     # one event per status change, to both targets; the flaky one succeeded on its second attempt
     events = aws.wait_for_deliveries()
@@ -307,6 +329,20 @@ def test_stops_and_refusals_that_need_no_training_step(aws: LocalAws) -> None:
     assert refused["TrainingJobStatus"] == "Failed"
     assert refused["FailureReason"].startswith("ClientError: Data download failed: channel 'train'")
 
+    # a TensorBoard LocalPath that leaves /opt/ml fails before the trainer starts, naming the field
+    escaping = _name("tbpath")
+    tensorboard = {
+        "S3OutputPath": f"s3://{aws.resources['output_bucket']}/tensorboard/x/",
+        "LocalPath": "/opt/ml/../tmp",
+    }
+    _create(aws, escaping, TINY, TensorBoardOutputConfig=tensorboard)
+    refused = aws.wait_for_job(escaping)
+    assert (refused["TrainingJobStatus"], refused["FailureReason"]) == (
+        "Failed",
+        "ClientError: TensorBoardOutputConfig.LocalPath '/opt/ml/../tmp': the emulator maps only normalised paths "
+        "in /opt/ml/",
+    )
+
     # with execution off, a job stays as created (the existing tests' default) and no folder is made
     aws.set_run_jobs(False)
     try:
@@ -326,7 +362,7 @@ def test_a_checkpoints_marker_is_uploaded_after_its_files_even_at_the_same_mtime
     """A coarse file clock gives a checkpoint's shards, state and ``.complete`` one ``mtime_ns``; sorted by
     name, ``.complete`` came first, so S3 held a "complete" folder without its files while the sync ran (or
     for good, had it stopped there). No training run: a recording S3 client."""
-    from devtools.local_aws.jobs import CheckpointSync
+    from devtools.local_aws.jobs import FolderSync
 
     folder = tmp_path / "step-4"
     folder.mkdir()
@@ -342,5 +378,5 @@ def test_a_checkpoints_marker_is_uploaded_after_its_files_even_at_the_same_mtime
             self.keys.append(Key)
 
     s3 = RecordingS3()
-    CheckpointSync(s3, "s3://ckpt/run-checkpoints/r/", tmp_path).upload_changes()
+    FolderSync(s3, "s3://ckpt/run-checkpoints/r/", tmp_path).upload_changes()
     assert s3.keys[-1] == "run-checkpoints/r/step-4/.complete" and len(s3.keys) == 3

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from platform_spec.tracking import TENSORBOARD_CONFIG_FILE
 from training.environment import SageMakerPaths
 from training.tracking import MetricSinks, tensorboard_dir
 
@@ -27,7 +26,7 @@ def _paths(tmp_path: Path, local_path: str | None) -> SageMakerPaths:
     paths = SageMakerPaths(tmp_path / "opt_ml")
     if local_path is not None:
         paths.config_dir.mkdir(parents=True)
-        (paths.config_dir / TENSORBOARD_CONFIG_FILE).write_text(json.dumps({"LocalPath": local_path}))
+        paths.tensorboard_config_file.write_text(json.dumps({"LocalPath": local_path}))
     return paths
 
 
