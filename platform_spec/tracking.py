@@ -9,10 +9,11 @@ Two optional targets of a request, each a ``CreateTrainingJob`` structure the su
   to ``/opt/ml/output/tensorboard`` (SageMaker API Reference, ``TensorBoardOutputConfig``). The platform's
   ``S3OutputPath`` lies under :data:`TENSORBOARD_OUTPUT_PREFIX` of the output bucket, one folder per job, so
   ``tensorboard --logdir s3://<output bucket>/tensorboard/`` compares every job's curves.
-* **MLflow** (``MlflowConfig``, SageMaker managed MLflow): the submitter sets the MLflow client's own
-  variables (:data:`MLFLOW_ENV`) in the job's ``Environment``; rank 0 of the trainer logs every metric line
-  to that tracking server with the ``mlflow`` client (an ARN tracking URI needs the ``sagemaker-mlflow``
-  plugin in the image).
+* **MLflow** (``MlflowConfig``, SageMaker managed MLflow): the SageMaker API Reference (``MlflowConfig``,
+  ``CreateTrainingJob``) does not say which variables, if any, SageMaker sets in the container for it, so the
+  submitter sets the MLflow client's own variables (:data:`MLFLOW_ENV`) in the job's ``Environment`` itself;
+  rank 0 of the trainer logs every metric line to that tracking server with the ``mlflow`` client (an ARN
+  tracking URI needs the ``sagemaker-mlflow`` plugin in the image).
 
 Pure: standard library only.
 """

@@ -3,6 +3,9 @@ request against botocore's model) carries them, and foreign or malformed values 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.xdist_group("submitter")
@@ -67,3 +70,18 @@ def test_foreign_or_malformed_values_are_refused_naming_the_field_and_nothing_is
     assert response["status"] == "rejected" and response["error"]["code"] == "InvalidRequest", response
     assert response["error"]["field"] == named, response
     assert len(aws.training_jobs()) == before
+
+
+def test_the_readmes_tracking_example_is_submitted_with_both(submit, config, aws) -> None:
+    """The request the README shows under "Experiment tracking" (its ARN is the emulator's account and region)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    example = json.loads(readme.split("### Experiment tracking")[1].split("```json\n")[1].split("```")[0])
+    assert example["mlflow"]["resource_arn"] == _server(config)
+    response = submit({**example, "client_token": "readme-tracking"})
+    assert response["status"] == "submitted", response
+    job = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
+    assert job["MlflowConfig"] == {"MlflowResourceArn": _server(config), "MlflowExperimentName": "gpt-1b-formats"}
+    assert (
+        job["TensorBoardOutputConfig"]["S3OutputPath"]
+        == f"s3://{config.output_bucket}/tensorboard/{example['job_name']}/"
+    )
