@@ -13,7 +13,10 @@ Granted, and nothing else (no ``AmazonSageMakerFullAccess``):
   use comes with the bucket grants;
 * pull images from the trainer repository only (``ecr:GetAuthorizationToken``
   has no resource-level permissions and needs ``*``);
-* create and write log streams in ``/aws/sagemaker/TrainingJobs`` only;
+* write new objects (``s3:PutObject``, ``s3:AbortMultipartUpload``, the key's ``kms:GenerateDataKey``) in the
+  data bucket below :data:`platform_spec.processing.PREPARED_PREFIX` only: the datasets of
+  ``trainctl prepare-data --remote`` processing jobs (no delete: a dataset is never overwritten);
+* create and write log streams in ``/aws/sagemaker/TrainingJobs`` and ``/aws/sagemaker/ProcessingJobs`` only;
 * ``cloudwatch:PutMetricData`` restricted by the ``cloudwatch:namespace``
   condition to SageMaker's training-job namespace;
 * experiment tracking (:mod:`platform_spec.tracking`): read, overwrite and delete
@@ -35,6 +38,8 @@ from aws_cdk import aws_s3 as s3
 
 from constructs import Construct
 from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
+from platform_spec.processing import LOG_GROUP as PROCESSING_LOG_GROUP
+from platform_spec.processing import PREPARED_PREFIX
 from platform_spec.tracking import MLFLOW_LOGGING_ACTIONS, TENSORBOARD_OUTPUT_PREFIX
 
 from . import acknowledgements as nag
@@ -98,7 +103,7 @@ class TrainingExecutionRole(Construct):
 
     Trust: ``sagemaker.amazonaws.com`` with ``aws:SourceAccount`` equal to the
     stack's account and ``aws:SourceArn`` matching the account's training
-    jobs (confused-deputy protection).
+    and processing jobs (confused-deputy protection).
     """
 
     def __init__(self, scope: Construct, id: str, props: TrainingExecutionRoleProps) -> None:
@@ -106,11 +111,14 @@ class TrainingExecutionRole(Construct):
         _validate(props)
         stack = cdk.Stack.of(self)
 
-        training_jobs_arn = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
+        job_arns = [
+            stack.format_arn(service="sagemaker", resource=kind, resource_name="*")
+            for kind in ("training-job", "processing-job")
+        ]
         principal = iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
             {
                 "StringEquals": {"aws:SourceAccount": stack.account},
-                "ArnLike": {"aws:SourceArn": training_jobs_arn},
+                "ArnLike": {"aws:SourceArn": job_arns},
             }
         )
         self.role = iam.Role(
@@ -139,12 +147,22 @@ class TrainingExecutionRole(Construct):
             )
         )
 
-        self._log_group_arn = log_group_arn = stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=SAGEMAKER_LOG_GROUP,
-            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        self.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="PreparedDatasets",
+                actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                resources=[props.data_bucket.arn_for_objects(f"{PREPARED_PREFIX}*")],
+            )
         )
+        if props.data_bucket.encryption_key is not None:
+            props.data_bucket.encryption_key.grant(self.role, "kms:GenerateDataKey")
+
+        self._log_group_arns = log_group_arns = [
+            stack.format_arn(
+                service="logs", resource="log-group", resource_name=group, arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME
+            )
+            for group in (SAGEMAKER_LOG_GROUP, PROCESSING_LOG_GROUP)
+        ]
         self.role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="TrainingJobLogs",
@@ -154,7 +172,7 @@ class TrainingExecutionRole(Construct):
                     "logs:DescribeLogStreams",
                     "logs:PutLogEvents",
                 ],
-                resources=[log_group_arn, f"{log_group_arn}:log-stream:*"],
+                resources=[arn for group in log_group_arns for arn in (group, f"{group}:log-stream:*")],
             )
         )
         self.role.add_to_principal_policy(
@@ -220,12 +238,20 @@ class TrainingExecutionRole(Construct):
             "cloudwatch:PutMetricData has none either and is restricted by the cloudwatch:namespace condition.",
             finding="Resource::*",
         )
+        for group_arn in self._log_group_arns:
+            nag.acknowledge(
+                self.role,
+                nag.IAM5,
+                "SageMaker names a log stream per job and host (<job>/algo-<n>-<id>), so streams of the "
+                "training and processing jobs' log groups are granted by wildcard; each group is named exactly.",
+                finding=nag.resource(self, f"{group_arn}:log-stream:*"),
+            )
         nag.acknowledge(
             self.role,
             nag.IAM5,
-            "SageMaker names a log stream per job and host (<job>/algo-<n>-<id>), so streams of the "
-            f"{SAGEMAKER_LOG_GROUP} log group are granted by wildcard; the group itself is named exactly.",
-            finding=nag.resource(self, f"{self._log_group_arn}:log-stream:*"),
+            f"Processing jobs (trainctl prepare-data --remote) write new objects below {PREPARED_PREFIX} of the "
+            "data bucket, one folder per dataset named at launch; nothing else of the bucket is writable.",
+            finding=nag.resource(self, props.data_bucket.arn_for_objects(f"{PREPARED_PREFIX}*")),
         )
 
     @property

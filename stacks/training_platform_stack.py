@@ -204,6 +204,10 @@ class TrainingPlatformStack(cdk.Stack):
         }
         if self.network is not None:
             outputs["VpcId"] = (self.network.vpc.vpc_id, "VPC of the platform's jobs and functions")
+            outputs["JobSubnetIds"] = (
+                cdk.Fn.join(",", [subnet.subnet_id for subnet in self.network.job_subnets]),
+                "Private subnets of the jobs, comma-separated (a processing job's NetworkConfig)",
+            )
             outputs["JobSecurityGroupId"] = (
                 self.network.job_security_group.security_group_id,
                 "Security group of every training job (all traffic among its members: EFA)",

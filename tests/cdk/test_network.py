@@ -285,3 +285,16 @@ def test_internet_access_adds_nat_routes_and_https_out_for_jobs_and_functions_on
         assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in anywhere] == [("tcp", 443, 443)]
         assert "SecurityGroupIngress" not in inline
         assert all("CidrIp" not in r for r in _rules(synth, "Ingress", group))
+
+
+def test_the_outputs_name_the_job_subnets_and_group_for_processing_jobs(vpc_imported_synth):
+    """``trainctl prepare-data --remote`` reads the jobs' network from the outputs: the submitter's subnets."""
+    from trainctl.remote_prepare import ProcessingTargets
+
+    synth = vpc_imported_synth
+    outputs = synth.template_json["Outputs"]
+    assert outputs["JobSubnetIds"]["Value"] == ",".join(EXISTING_VPC["subnetIds"])
+    assert outputs["JobSecurityGroupId"]["Value"] == _group_id(synth, synth.stack.network.job_security_group)
+    deployed = {"TrainerImageUri": "i", "ExecutionRoleArn": "r", "DataBucketName": "b", "JobSecurityGroupId": "sg-1"}
+    targets = ProcessingTargets.from_stack_outputs({**deployed, "JobSubnetIds": outputs["JobSubnetIds"]["Value"]})
+    assert (targets.subnets, targets.security_groups) == (tuple(EXISTING_VPC["subnetIds"]), ("sg-1",))

@@ -20,6 +20,7 @@ from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY
 from platform_constructs.submitter.runtime import settings
 from platform_constructs.trainer_image import copy_settings_digest
 from platform_spec.capacity import CAPACITY_TYPES
+from platform_spec.processing import PREPARED_PREFIX
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -396,7 +397,9 @@ def test_execution_role_trusts_sagemaker_training_jobs_of_this_account_only(defa
     (statement,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
     assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    assert "training-job/*" in json.dumps(statement["Condition"]["ArnLike"]["aws:SourceArn"])
+    sources = statement["Condition"]["ArnLike"]["aws:SourceArn"]
+    assert len(sources) == 2  # the account's training jobs and processing jobs (prepare-data --remote), nothing else
+    assert "training-job/*" in json.dumps(sources[0]) and "processing-job/*" in json.dumps(sources[1])
     assert "ManagedPolicyArns" not in role
 
 
@@ -405,13 +408,20 @@ def test_no_role_has_sagemaker_full_access(default_synth, variant_synth):
         assert "AmazonSageMakerFullAccess" not in json.dumps(synth.template_json)
 
 
-def test_execution_role_reads_data_and_writes_only_checkpoints_and_output(default_synth):
+def test_execution_role_reads_data_and_writes_only_checkpoints_output_and_prepared_datasets(default_synth):
     ids = bucket_ids(default_synth)
     found = statements(default_synth, "ExecutionRole")
     writers = [s for s in found if "s3:PutObject" in as_list(s["Action"])]
     written = {json.dumps(r) for s in writers for r in as_list(s["Resource"])}
     assert any(ids["checkpoints"] in r for r in written) and any(ids["output"] in r for r in written)
-    assert not any(ids["data"] in r or ids["access_logs"] in r for r in written)
+    assert not any(ids["access_logs"] in r for r in written)
+    # the data bucket: new objects below prepared/ only (processing jobs' datasets), never a delete
+    data_writers = [s for s in writers if ids["data"] in json.dumps(s["Resource"])]
+    assert [s.get("Sid") for s in data_writers] == ["PreparedDatasets"]
+    assert sorted(as_list(data_writers[0]["Action"])) == ["s3:AbortMultipartUpload", "s3:PutObject"]
+    assert f'"/{PREPARED_PREFIX}*"' in json.dumps(data_writers[0]["Resource"])
+    deleters = [s for s in found if any(a.startswith("s3:Delete") for a in as_list(s["Action"]))]
+    assert not any(ids["data"] in json.dumps(s["Resource"]) for s in deleters)
     readers = [s for s in found if "s3:GetObject*" in as_list(s["Action"])]
     assert any(getatt_arn(ids["data"]) in as_list(s["Resource"]) for s in readers)
     assert not any(ids["access_logs"] in json.dumps(s) for s in found)
@@ -433,8 +443,9 @@ def test_execution_role_pulls_from_the_trainer_repository_only(default_synth):
 
 def test_execution_role_logs_and_metrics_are_scoped(default_synth):
     found = {s.get("Sid"): s for s in statements(default_synth, "ExecutionRole")}
-    logs = found["TrainingJobLogs"]
-    assert all("/aws/sagemaker/TrainingJobs" in json.dumps(r) for r in logs["Resource"])
+    logs = json.dumps(found["TrainingJobLogs"]["Resource"])
+    assert logs.count("/aws/sagemaker/TrainingJobs") == logs.count("/aws/sagemaker/ProcessingJobs") == 2
+    assert len(found["TrainingJobLogs"]["Resource"]) == 4  # each group and its streams, nothing else
     metrics = found["TrainingJobMetrics"]
     assert metrics["Action"] == "cloudwatch:PutMetricData"
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": ["/aws/sagemaker/TrainingJobs"]}}

@@ -167,6 +167,8 @@ NOT_EXERCISED = {
     "(tests/submitter's continuation tests); this run never waits",
     frozenset({"cloudwatch:PutMetricData"}): "the job-outcomes function's metrics: the emulator does not run that "
     "function (it needs its DynamoDB idempotency table)",
+    frozenset({"s3:AbortMultipartUpload", "s3:PutObject"}): "processing jobs write prepared datasets below "
+    "prepared/ of the data bucket: test_prepare_remote runs one, which writes as the execution role",
     frozenset({"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}): "the "
     "job-outcomes function's idempotency records (as above)",
 }
