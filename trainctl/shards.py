@@ -26,6 +26,11 @@ def prepare_shards(
     validation_documents: int | None = None,
     seed: int = 0,
     python_docs: bool = False,
+    remote: bool = False,
+    instance_count: int = 1,
+    instance_type: str | None = None,
+    no_wait: bool = False,
+    stack: str = "TrainingPlatform",
 ) -> int:
     """Tokenize ``files`` (plus CPython's documentation topics with ``python_docs``) into shards in ``output``
     and print what was written.
@@ -34,12 +39,34 @@ def prepare_shards(
         tokenizer: a local ``tokenizer.json`` (default: byte-level, bytes 0-255 + end-of-document 256).
         separator, no_separator, text_field, validation_fraction, validation_documents, seed: :func:`training.prepare.prepare_data`.
         shard_tokens: tokens per shard (default :data:`training.data.DEFAULT_SHARD_TOKENS`).
+        remote, instance_count, instance_type, no_wait, stack: prepare the one input, an S3 prefix, in a SageMaker
+            Processing job instead (:func:`trainctl.remote_prepare.prepare_remote_command`).
 
     Returns:
         The exit status: 0; 1 the data cannot be tokenized or written (one line on stderr; the shards already
         in ``output`` stay as they were); 2 no input given, ``shard_tokens`` below 2 or ``output`` not a
         folder path (one line naming the argument, before anything is read or written).
     """
+    if remote:
+        from trainctl.remote_prepare import prepare_remote_command
+
+        local_only = {"--python-docs": python_docs, "--validation-documents": validation_documents is not None}
+        return prepare_remote_command(
+            str(output),
+            [str(f) for f in files],
+            local_only=[flag for flag, given in local_only.items() if given],
+            tokenizer=Path(tokenizer) if tokenizer is not None else None,
+            separator=separator,
+            no_separator=no_separator,
+            text_field=text_field,
+            shard_tokens=shard_tokens,
+            validation_fraction=validation_fraction,
+            seed=seed,
+            instance_count=instance_count,
+            instance_type=instance_type,
+            no_wait=no_wait,
+            stack=stack,
+        )
     from training.corpus import python_docs_corpus
     from training.data import DEFAULT_SHARD_TOKENS, DataError
     from training.prepare import prepare_data

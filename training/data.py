@@ -329,10 +329,11 @@ def _check_token_ids(bin_path: Path, header: ShardHeader, tokens: np.ndarray, *,
 
 
 def _refuse_held_out_split(directory: Path) -> None:
-    """A folder holding a prepared validation split below it is not one dataset: training on it would train on
-    the held-out documents."""
+    """A folder holding a prepared validation split below it (a ``validation/`` folder whose manifests say
+    ``split: validation``) is not one dataset: training on it would train on the held-out documents. The
+    validation channel itself (a remote preparation's holds one part folder per instance) is one."""
     for manifest in sorted(directory.rglob(MANIFEST)):
-        if manifest.parent == directory:
+        if "validation" not in manifest.parent.relative_to(directory).parts:
             continue
         try:
             split = json.loads(manifest.read_text(encoding="utf-8")).get("split")

@@ -14,7 +14,14 @@ Examples::
     trainctl prepare-data --output data/fineweb --tokenizer tokenizer.json --validation-fraction 0.001 \\
         fineweb/sample/10BT
 
-This module parses the arguments; :mod:`trainctl.shards` tokenizes.
+    trainctl prepare-data --remote --output s3://DATA_BUCKET/prepared/fineweb --tokenizer tokenizer.json \\
+        --instance-count 8 s3://DATA_BUCKET/raw/fineweb/
+
+With ``--remote`` the one input is an S3 prefix of the data bucket, prepared by a SageMaker Processing job
+(:mod:`trainctl.remote_prepare`) on the platform's trainer image: the deployed stack's (``--stack``), or the
+emulator's when ``AWS_ENDPOINT_URL`` is set (``source .demo/aws.env``).
+
+This module parses the arguments; :mod:`trainctl.shards` and :mod:`trainctl.remote_prepare` do the work.
 """
 
 from __future__ import annotations
@@ -29,11 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files",
         nargs="*",
-        type=Path,
-        help="files or folders: JSONL (plain, .gz, .zst), Parquet (FineWeb's folder tree too), datasets Arrow "
+        help="files or folders (with --remote: one s3:// prefix of the data bucket): JSONL (plain, .gz, .zst), Parquet (FineWeb's folder tree too), datasets Arrow "
         "files or save_to_disk folders, plain text (one document per file)",
     )
-    parser.add_argument("--output", required=True, type=Path, help="output directory for shard-*.bin/.json")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="output directory for shard-*.bin/.json (with --remote: s3://DATA_BUCKET/prepared/NAME/, empty)",
+    )
     parser.add_argument("--tokenizer", type=Path, default=None, help="local tokenizer.json (default: byte-level)")
     parser.add_argument(
         "--text-field", default="text", help="the JSONL field or Parquet/Arrow column of the text (default: text)"
@@ -70,6 +80,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="add CPython's documentation topics (pydoc_data, ~0.45 MB of text on every machine) as one input",
     )
 
+    remote = parser.add_argument_group("remote preparation (a SageMaker Processing job)")
+    remote.add_argument("--remote", action="store_true", help="prepare an S3 prefix in a SageMaker Processing job")
+    remote.add_argument("--instance-count", type=int, default=1, help="instances (each gets whole files; default 1)")
+    remote.add_argument("--instance-type", default=None, help="a CPU instance type (default ml.m5.xlarge)")
+    remote.add_argument("--no-wait", action="store_true", help="print the job's name and return")
+    remote.add_argument("--stack", default="TrainingPlatform", help="the platform's stack (default TrainingPlatform)")
+
 
 def run(args: argparse.Namespace) -> int:
     from trainctl.shards import prepare_shards
@@ -86,4 +103,9 @@ def run(args: argparse.Namespace) -> int:
         validation_documents=args.validation_documents,
         seed=args.seed,
         python_docs=args.python_docs,
+        remote=args.remote,
+        instance_count=args.instance_count,
+        instance_type=args.instance_type,
+        no_wait=args.no_wait,
+        stack=args.stack,
     )
