@@ -122,7 +122,7 @@ def serve(
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server, select_address_family
 
-        from devtools.local_aws import sagemaker, search
+        from devtools.local_aws import processing, sagemaker, search
         from devtools.local_aws.app import EmulatorApp
         from devtools.local_aws.authorize import Authorizer
         from devtools.local_aws.jobs import JOB_PROCESSES, EventBus, JobRunner, load_target
@@ -132,6 +132,7 @@ def serve(
         raise EmulatorUnavailable(f"{MOTO_MISSING} ({exc})") from None
 
     sagemaker.install()
+    processing.install()
     search.install()
     if quiet:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -192,6 +193,7 @@ def serve(
             authorizer=app.authorizer,
             fsx_root=None if fsx_root is None else Path(fsx_root),
         )
+        processing.RUNNER = processing.ProcessingRunner(app.client, state)
         if env_file:
             write_env_file(env_file, env)
         _announce(app.endpoint, region, env, resources, arns, state, env_file)

@@ -1,0 +1,96 @@
+"""``trainctl prepare-data --remote`` against the emulator: a processing job on 2 instances (ShardedByS3Key) makes
+the dataset the local ``prepare-data`` makes of the same files (the same documents' tokens; the order of the
+documents is by part, then as read), the trainer opens it, and bad input is refused before any job."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from devtools.local_aws.client import LocalAws
+from devtools.local_aws.stack import DUMMY_CREDENTIALS
+from trainctl.cli import main
+from training.data import TokenDataset
+from training.prepare import prepare_data
+
+pytestmark = pytest.mark.xdist_group("devtools-aws")
+
+FILES = {
+    "a.jsonl": [f"alpha document {i} " * (i + 1) for i in range(5)],
+    "b.jsonl": ["beta one", "beta two, longer than the first"],
+    "sub/c.jsonl": [f"gamma {i}" for i in range(3)],
+}
+
+
+@pytest.fixture
+def admin_env(aws: LocalAws, monkeypatch: pytest.MonkeyPatch) -> LocalAws:
+    """The emulator's environment with the account administrator's credentials (a person runs trainctl)."""
+    for key, value in {**aws.env, **DUMMY_CREDENTIALS}.items():
+        monkeypatch.setenv(key, value)
+    return aws
+
+
+def _documents(tokens: np.ndarray, eod: int) -> list[tuple[int, ...]]:
+    cuts = np.flatnonzero(tokens == eod)
+    return sorted(tuple(int(t) for t in doc) for doc in np.split(tokens, cuts + 1) if doc.size)
+
+
+def _download(s3: Any, bucket: str, prefix: str, local: Path) -> None:
+    for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
+        target = local / item["Key"][len(prefix) :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, item["Key"], str(target))
+
+
+def test_remote_preparation_equals_local(
+    admin_env: LocalAws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    aws = admin_env
+    s3 = aws.client("s3")
+    bucket = aws.env["DATA_BUCKET"]
+    run = uuid.uuid4().hex[:8]
+    raw = tmp_path / "raw"
+    for name, texts in FILES.items():
+        path = raw / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        s3.upload_file(str(path), bucket, f"raw/{run}/{name}")
+    output = f"prepared/{run}/"
+    argv = ["prepare-data", "--remote", "--output", f"s3://{bucket}/{output}", f"s3://{bucket}/raw/{run}/"]
+
+    assert main([*argv, "--instance-count", "4"]) == 2  # 3 files: refused before any job
+    assert "--instance-count" in capsys.readouterr().err
+    assert main(["prepare-data", "--remote", "--output", f"s3://{bucket}/elsewhere/", f"s3://{bucket}/raw/{run}/"]) == 2
+    assert "prepared/NAME/" in capsys.readouterr().err
+    assert not aws.calls("CreateProcessingJob")
+
+    assert main([*argv, "--instance-count", "2", "--shard-tokens", "16"]) == 0
+    assert f"dataset s3://{bucket}/{output}" in capsys.readouterr().out
+
+    remote = tmp_path / "remote"
+    _download(s3, bucket, output, remote)
+    manifest = json.loads((remote / "manifest.json").read_text())
+    assert manifest["parts"] == ["part-algo-1", "part-algo-2"]
+    assert all((remote / shard["file"]).is_file() for shard in manifest["shards"])
+    local = prepare_data(tmp_path / "local", [raw], shard_tokens=16)
+    dataset = TokenDataset(remote)  # the trainer's reader accepts the dataset as one channel
+    assert manifest["num_tokens"] == dataset.num_tokens == local.num_tokens
+    assert manifest["num_documents"] == local.num_documents == sum(len(t) for t in FILES.values())
+    eod = dataset.eod_token_id
+    assert eod is not None
+    remote_tokens = np.concatenate([np.asarray(t) for t in dataset.tokens])
+    local_tokens = np.concatenate([np.asarray(t) for t in TokenDataset(local.output_dir).tokens])
+    assert _documents(remote_tokens, eod) == _documents(local_tokens, eod)
+
+    assert len(aws.calls("CreateProcessingJob")) == 1
+    writes = [g for g in aws.grants() if g["action"] == "s3:PutObject" and f"/{output}part-algo-" in g["resource"]]
+    # the job wrote as its execution role, allowed by the statement that grants the prepared/ prefix
+    assert writes and all(g["principal"].startswith("ExecutionRole") for g in writes)
+    assert all("PreparedDatasets" in json.dumps(g["statements"]) for g in writes)
+    assert main(argv) == 2  # the same request again: the dataset is there, nothing is overwritten
+    assert "an empty prefix" in capsys.readouterr().err
