@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,10 +96,6 @@ class RemotePreparation:
     shard_tokens: int | None = None
     validation_fraction: float | None = None
     seed: int = 0
-
-    @property
-    def splits(self) -> tuple[str, ...] | tuple[None]:
-        return SPLITS if self.validation_fraction is not None else (None,)
 
     def arguments(self) -> list[str]:
         """``ContainerArguments`` of :mod:`training.processing`."""
@@ -253,12 +250,15 @@ def processing_job_request(
 def wait(
     sagemaker: Any, name: str, *, poll_s: float = 10.0, sleep: Callable[[float], None] = time.sleep
 ) -> dict[str, Any]:
-    """``DescribeProcessingJob`` until the job is Completed, Failed or Stopped; returns the last answer."""
+    """``DescribeProcessingJob`` until the job is Completed, Failed or Stopped; returns the last answer. The
+    pause between two calls doubles from 0.5 s up to ``poll_s``."""
+    pause = 0.5
     while True:
         job: dict[str, Any] = sagemaker.describe_processing_job(ProcessingJobName=name)
         if job["ProcessingJobStatus"] in TERMINAL:
             return job
-        sleep(poll_s)
+        sleep(min(pause, poll_s))
+        pause *= 2
 
 
 def merge_manifests(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
@@ -283,16 +283,17 @@ def merge_manifests(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str,
     return merged
 
 
-def finish(s3: Any, prep: RemotePreparation, bucket: str, output: str) -> dict[str, str]:
-    """Write each split's manifest over every host's part (module docstring); returns split -> manifest URI.
+def finish(s3: Any, bucket: str, output: str, instance_count: int, splits: Sequence[str | None]) -> dict[str, str]:
+    """Write each split's manifest over every host's part (module docstring), unless it is there already (a
+    second finish of one job changes nothing); returns split folder -> manifest URI.
 
     Raises:
-        LookupError: a host's part manifest is missing (the dataset stays without a manifest: incomplete).
-        botocore.exceptions.ClientError: ``PreconditionFailed``: a manifest is there already (written once)."""
-    hosts = [f"algo-{i}" for i in range(1, prep.instance_count + 1)]
-    written: dict[str, str] = {}
+        LookupError: a host's part manifest is missing (the dataset stays without a manifest: incomplete)."""
+    import botocore.exceptions
+
+    hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
     manifests: dict[str, dict[str, Any]] = {}
-    for split in prep.splits:
+    for split in splits:
         folder = f"{output}{split}/" if split else output
         parts = []
         for host in hosts:
@@ -303,12 +304,46 @@ def finish(s3: Any, prep: RemotePreparation, bucket: str, output: str) -> dict[s
                 raise LookupError(f"s3://{bucket}/{key} is missing: {host}'s part is not complete") from None
             parts.append((part_name(host), json.loads(body)))
         manifests[folder] = merge_manifests(parts)
+    written: dict[str, str] = {}
     for folder, manifest in manifests.items():
         key = f"{folder}{MANIFEST}"
         body = (json.dumps(manifest, indent=2) + "\n").encode()
-        s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/json")
+        try:
+            s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/json")
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "PreconditionFailed":
+                raise
         written[folder] = f"s3://{bucket}/{key}"
     return written
+
+
+def complete(session: Any, name: str, *, output: str | None = None, poll_s: float = 10.0) -> int:
+    """Wait for processing job ``name`` and write its dataset's manifests, from the job's own description
+    (its output, instance count and ``--validation-fraction``); prints where the dataset is. Returns 0, or 1
+    when the job failed or a part is missing (the dataset stays without a manifest).
+
+    Raises:
+        FieldError: ``output`` is given and is not the job's output."""
+    sagemaker = session.client("sagemaker")
+    job = wait(sagemaker, name, poll_s=poll_s)
+    uri = job["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"]
+    bucket, prefix = split_uri("--output", uri)
+    if output is not None and split_uri("--output", output) != (bucket, prefix):
+        raise FieldError("--output", output, f"the output of processing job {name}, {uri}")
+    if job["ProcessingJobStatus"] != "Completed":
+        reason = job.get("FailureReason", "no reason given")
+        print(f"processing job {name} {job['ProcessingJobStatus']}: {reason}; {uri} has no manifest (incomplete)")
+        return 1
+    count = int(job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
+    split = "--validation-fraction" in job["AppSpecification"].get("ContainerArguments", [])
+    try:
+        written = finish(session.client("s3"), bucket, prefix, count, SPLITS if split else (None,))
+    except LookupError as exc:
+        print(f"processing job {name} completed but {exc}")
+        return 1
+    for folder, manifest in written.items():
+        print(f"dataset s3://{bucket}/{folder} ({manifest})")
+    return 0
 
 
 def prepare_remote(
@@ -320,8 +355,9 @@ def prepare_remote(
     no_wait: bool = False,
     poll_s: float = 10.0,
 ) -> int:
-    """Check, launch, (unless ``no_wait``) wait and write the manifests; prints the dataset's location or the job
-    name. Returns the exit status: 0 done (or launched), 1 the job failed or its parts are incomplete.
+    """Check, launch and (unless ``no_wait``) :func:`complete` the job; prints the dataset's location, or with
+    ``no_wait`` the job's name and the command that completes it. Returns :func:`complete`'s status (0 launched
+    with ``no_wait``).
 
     Raises:
         FieldError: refused input (before any job or upload)."""
@@ -332,28 +368,13 @@ def prepare_remote(
     check_objects(s3, prep, targets, source, output)
     tokenizer_uri = upload_tokenizer(s3, targets.data_bucket, tokenizer) if tokenizer is not None else None
     name = job_name()
-    sagemaker = session.client("sagemaker")
-    sagemaker.create_processing_job(**processing_job_request(name, prep, targets, tokenizer_uri))
+    session.client("sagemaker").create_processing_job(**processing_job_request(name, prep, targets, tokenizer_uri))
     if no_wait:
         print(name)
+        print(f"its manifest: trainctl prepare-data --remote --attach {name} --output {prep.output}", file=sys.stderr)
         return 0
     print(f"processing job {name}: {prep.instance_count} x {prep.instance_type}, waiting", flush=True)
-    job = wait(sagemaker, name, poll_s=poll_s)
-    if job["ProcessingJobStatus"] != "Completed":
-        print(
-            f"processing job {name} {job['ProcessingJobStatus']}: {job.get('FailureReason', 'no reason given')}; "
-            f"{prep.output} has no manifest (incomplete)"
-        )
-        return 1
-    try:
-        written = finish(s3, prep, targets.data_bucket, output)
-    except LookupError as exc:
-        print(f"processing job {name} completed but {exc}")
-        return 1
-    for folder, uri in written.items():
-        channel = f"s3://{targets.data_bucket}/{folder}"
-        print(f"dataset {channel} ({uri})")
-    return 0
+    return complete(session, name, poll_s=poll_s)
 
 
 def prepare_remote_command(
@@ -365,26 +386,29 @@ def prepare_remote_command(
     instance_count: int = 1,
     instance_type: str | None = None,
     no_wait: bool = False,
+    attach: str | None = None,
     stack: str = "TrainingPlatform",
     **options: Any,
 ) -> int:
     """``trainctl prepare-data --remote``: the platform's targets (the emulator's settings when
-    ``AWS_ENDPOINT_URL`` is set, else ``stack``'s outputs), then :func:`prepare_remote`. ``options``:
+    ``AWS_ENDPOINT_URL`` is set, else ``stack``'s outputs), then :func:`prepare_remote`; with ``attach``, a job
+    launched before (``--no-wait``): :func:`complete`. ``options``:
     :class:`RemotePreparation`'s preparation fields. Returns the exit status (2: refused input, one line on
     stderr, before any job)."""
     import os
-    import sys
 
     import boto3
 
     from platform_constructs.submitter.runtime.errors import ConfigurationError
 
     try:
+        session = boto3.session.Session(region_name=os.environ.get("AWS_REGION") or None)
+        if attach is not None:
+            return complete(session, attach, output=output)
         if local_only:
             raise FieldError(local_only[0], "with --remote", "a local preparation only (it reads every input first)")
         if len(files) != 1:
             raise FieldError("input", list(files), "one s3:// prefix of the data bucket")
-        session = boto3.session.Session(region_name=os.environ.get("AWS_REGION") or None)
         if os.environ.get("AWS_ENDPOINT_URL"):
             targets = ProcessingTargets.from_environ(os.environ)
         else:
@@ -409,6 +433,7 @@ __all__ = [
     "RemotePreparation",
     "check",
     "check_objects",
+    "complete",
     "finish",
     "job_name",
     "merge_manifests",

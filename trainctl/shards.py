@@ -30,6 +30,7 @@ def prepare_shards(
     instance_count: int = 1,
     instance_type: str | None = None,
     no_wait: bool = False,
+    attach: str | None = None,
     stack: str = "TrainingPlatform",
 ) -> int:
     """Tokenize ``files`` (plus CPython's documentation topics with ``python_docs``) into shards in ``output``
@@ -39,7 +40,7 @@ def prepare_shards(
         tokenizer: a local ``tokenizer.json`` (default: byte-level, bytes 0-255 + end-of-document 256).
         separator, no_separator, text_field, validation_fraction, validation_documents, seed: :func:`training.prepare.prepare_data`.
         shard_tokens: tokens per shard (default :data:`training.data.DEFAULT_SHARD_TOKENS`).
-        remote, instance_count, instance_type, no_wait, stack: prepare the one input, an S3 prefix, in a SageMaker
+        remote, instance_count, instance_type, no_wait, attach, stack: prepare the one input, an S3 prefix, in a SageMaker
             Processing job instead (:func:`trainctl.remote_prepare.prepare_remote_command`).
 
     Returns:
@@ -65,6 +66,7 @@ def prepare_shards(
             instance_count=instance_count,
             instance_type=instance_type,
             no_wait=no_wait,
+            attach=attach,
             stack=stack,
         )
     from training.corpus import python_docs_corpus

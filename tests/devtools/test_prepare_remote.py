@@ -69,8 +69,15 @@ def test_remote_preparation_equals_local(
     assert "prepared/NAME/" in capsys.readouterr().err
     assert not aws.calls("CreateProcessingJob")
 
-    assert main([*argv, "--instance-count", "2", "--shard-tokens", "16"]) == 0
+    assert main([*argv, "--instance-count", "2", "--shard-tokens", "16", "--no-wait"]) == 0
+    name = capsys.readouterr().out.strip()
+    assert main(["prepare-data", "--remote", "--attach", name, "--output", f"s3://{bucket}/prepared/other/"]) == 2
+    attach = ["prepare-data", "--remote", "--attach", name, "--output", f"s3://{bucket}/{output}"]
+    assert main(attach) == 0  # waits for the job, then writes the manifest
     assert f"dataset s3://{bucket}/{output}" in capsys.readouterr().out
+    first = s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["ETag"]
+    assert main(attach) == 0  # again: the manifest is written once
+    assert s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["ETag"] == first
 
     remote = tmp_path / "remote"
     _download(s3, bucket, output, remote)
@@ -87,10 +94,23 @@ def test_remote_preparation_equals_local(
     local_tokens = np.concatenate([np.asarray(t) for t in TokenDataset(local.output_dir).tokens])
     assert _documents(remote_tokens, eod) == _documents(local_tokens, eod)
 
-    assert len(aws.calls("CreateProcessingJob")) == 1
+    assert [c["params"]["ProcessingJobName"] for c in aws.calls("CreateProcessingJob")] == [name]
     writes = [g for g in aws.grants() if g["action"] == "s3:PutObject" and f"/{output}part-algo-" in g["resource"]]
     # the job wrote as its execution role, allowed by the statement that grants the prepared/ prefix
     assert writes and all(g["principal"].startswith("ExecutionRole") for g in writes)
     assert all("PreparedDatasets" in json.dumps(g["statements"]) for g in writes)
     assert main(argv) == 2  # the same request again: the dataset is there, nothing is overwritten
     assert "an empty prefix" in capsys.readouterr().err
+
+    # a file the preparation refuses: the job fails naming it, and nothing reaches the output prefix
+    s3.put_object(Bucket=bucket, Key=f"raw/{run}-bad/x.jsonl", Body=b'{"text": "fine"}\n[1, 2]\n')
+    bad = [
+        "prepare-data",
+        "--remote",
+        "--output",
+        f"s3://{bucket}/prepared/{run}-bad/",
+        f"s3://{bucket}/raw/{run}-bad/",
+    ]
+    assert main(bad) == 1
+    assert "Failed: AlgorithmError: algo-1: " in capsys.readouterr().out
+    assert not s3.list_objects_v2(Bucket=bucket, Prefix=f"prepared/{run}-bad/").get("Contents")

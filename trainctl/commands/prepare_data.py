@@ -85,6 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remote.add_argument("--instance-count", type=int, default=1, help="instances (each gets whole files; default 1)")
     remote.add_argument("--instance-type", default=None, help="a CPU instance type (default ml.m5.xlarge)")
     remote.add_argument("--no-wait", action="store_true", help="print the job's name and return")
+    remote.add_argument(
+        "--attach", metavar="JOB", default=None, help="wait for a job launched with --no-wait and write its manifest"
+    )
     remote.add_argument("--stack", default="TrainingPlatform", help="the platform's stack (default TrainingPlatform)")
 
 
@@ -107,5 +110,6 @@ def run(args: argparse.Namespace) -> int:
         instance_count=args.instance_count,
         instance_type=args.instance_type,
         no_wait=args.no_wait,
+        attach=args.attach,
         stack=args.stack,
     )
