@@ -45,25 +45,28 @@ VOLUME_SIZE_GB = 30
 
 @dataclass(frozen=True)
 class ProcessingTargets:
-    """What the job runs on: the trainer image, the execution role, the data bucket and (VPC mode) the jobs'
-    subnets and security groups."""
+    """What the job runs on: the trainer image, the execution role, the data bucket, the platform's KMS key (the
+    dataset's encryption, as training jobs' output) and (VPC mode) the jobs' subnets and security groups."""
 
     image_uri: str
     role_arn: str
     data_bucket: str
+    kms_key_arn: str
     subnets: tuple[str, ...] = ()
     security_groups: tuple[str, ...] = ()
 
     @classmethod
     def from_stack_outputs(cls, outputs: Mapping[str, str]) -> ProcessingTargets:
-        """From the deployed stack's outputs (``TrainerImageUri``, ``ExecutionRoleArn``, ``DataBucketName``, in VPC
+        """From the deployed stack's outputs (``TrainerImageUri``, ``ExecutionRoleArn``, ``DataBucketName``,
+        ``BucketKeyArn``, in VPC
         mode ``JobSubnetIds`` (comma-separated) and ``JobSecurityGroupId``). Raises LookupError: one missing."""
-        missing = [k for k in ("TrainerImageUri", "ExecutionRoleArn", "DataBucketName") if not outputs.get(k)]
+        needed = ("TrainerImageUri", "ExecutionRoleArn", "DataBucketName", "BucketKeyArn")
+        missing = [k for k in needed if not outputs.get(k)]
         if missing:
             raise LookupError(f"the stack has no {', '.join(missing)} output; expected the training platform's stack")
         subnets = tuple(s for s in outputs.get("JobSubnetIds", "").split(",") if s)
         groups = (outputs["JobSecurityGroupId"],) if subnets and outputs.get("JobSecurityGroupId") else ()
-        return cls(outputs["TrainerImageUri"], outputs["ExecutionRoleArn"], outputs["DataBucketName"], subnets, groups)
+        return cls(*(outputs[k] for k in needed), subnets, groups)
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> ProcessingTargets:
@@ -76,6 +79,7 @@ class ProcessingTargets:
             config.trainer_image_uri,
             config.execution_role_arn,
             config.data_bucket,
+            config.output_kms_key_arn,
             tuple(s.subnet_id for s in config.vpc_subnets),
             tuple(config.vpc_security_group_ids),
         )
@@ -223,7 +227,8 @@ def processing_job_request(
                     "OutputName": "dataset",
                     "S3Output": {"S3Uri": prep.output, "LocalPath": OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
                 }
-            ]
+            ],
+            "KmsKeyId": targets.kms_key_arn,
         },
         "ProcessingResources": {
             "ClusterConfig": {

@@ -295,6 +295,7 @@ def test_the_outputs_name_the_job_subnets_and_group_for_processing_jobs(vpc_impo
     outputs = synth.template_json["Outputs"]
     assert outputs["JobSubnetIds"]["Value"] == ",".join(EXISTING_VPC["subnetIds"])
     assert outputs["JobSecurityGroupId"]["Value"] == _group_id(synth, synth.stack.network.job_security_group)
-    deployed = {"TrainerImageUri": "i", "ExecutionRoleArn": "r", "DataBucketName": "b", "JobSecurityGroupId": "sg-1"}
+    deployed = {"TrainerImageUri": "i", "ExecutionRoleArn": "r", "DataBucketName": "b", "BucketKeyArn": "k"}
+    deployed["JobSecurityGroupId"] = "sg-1"
     targets = ProcessingTargets.from_stack_outputs({**deployed, "JobSubnetIds": outputs["JobSubnetIds"]["Value"]})
     assert (targets.subnets, targets.security_groups) == (tuple(EXISTING_VPC["subnetIds"]), ("sg-1",))

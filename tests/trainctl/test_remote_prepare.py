@@ -28,6 +28,7 @@ TARGETS = ProcessingTargets(
     "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:abc",
     "arn:aws:iam::123456789012:role/exec",
     "data",
+    "arn:aws:kms:us-east-1:123456789012:key/k",
     ("subnet-1", "subnet-2"),
     ("sg-1",),
 )
@@ -46,7 +47,8 @@ def test_the_request_is_valid_for_botocore_and_shards_by_key_over_n_instances() 
     assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 3
     assert request["NetworkConfig"]["VpcConfig"] == {"Subnets": ["subnet-1", "subnet-2"], "SecurityGroupIds": ["sg-1"]}
     assert request["AppSpecification"]["ContainerArguments"][-2:] == ["--validation-fraction", "0.1"]
-    no_vpc = ProcessingTargets(TARGETS.image_uri, TARGETS.role_arn, "data")
+    assert request["ProcessingOutputConfig"]["KmsKeyId"] == TARGETS.kms_key_arn
+    no_vpc = ProcessingTargets(TARGETS.image_uri, TARGETS.role_arn, "data", TARGETS.kms_key_arn)
     assert "NetworkConfig" not in processing_job_request("n", prep, no_vpc)
 
 
