@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from platform_spec.processing import ENTRY_POINT
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "training" / "Dockerfile"
@@ -111,11 +114,29 @@ def test_efa_variables_follow_aws_guidance_for_the_installed_plugin() -> None:
     assert not [key for key in env if key.startswith("RDMAV_")]
 
 
+def _build_time_imports() -> list[str]:
+    """The modules the build's ``python -c "import ..."`` check imports."""
+    runs = [rest for word, rest in _instructions() if word == "RUN" and 'python -c "import ' in rest]
+    assert len(runs) == 1, runs
+    return [m.strip() for m in runs[0].split('python -c "import ', 1)[1].split('"', 1)[0].split(",")]
+
+
+def test_the_build_imports_every_entry_point() -> None:
+    """A module that does not import fails the image build, not a job: the training entry point (the
+    ENTRYPOINT's module) and the processing jobs' (``platform_spec.processing.ENTRY_POINT``)."""
+    entry = json.loads(next(rest for word, rest in _instructions() if word == "ENTRYPOINT"))
+    assert ENTRY_POINT[:2] == ("python", "-m")
+    modules = _build_time_imports()
+    assert {entry[entry.index("-m") + 1], ENTRY_POINT[2], "training.train"} <= set(modules)
+    assert all(importlib.util.find_spec(m) is not None for m in modules), modules
+
+
 def test_the_image_copies_exactly_the_packages_the_trainer_imports() -> None:
-    """The trainer's own packages (what ``training.entrypoint`` and ``training.train`` import, transitively)
-    are the Dockerfile's COPY'd folders: nothing missing (the job would fail to import) and nothing more
-    (the planner, which the trainer never imports, stays out of the image)."""
-    code = "import sys, training.entrypoint, training.train\nprint(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    """The trainer's own packages (what the build-time check imports, transitively: the training and
+    processing entry points) are the Dockerfile's COPY'd folders: nothing missing (the job would fail to
+    import) and nothing more (the planner, which the trainer never imports, stays out of the image)."""
+    imports = ", ".join(_build_time_imports())
+    code = f"import sys, {imports}\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     ours = {name for name in result.stdout.split() if (REPO / name / "__init__.py").is_file()}
