@@ -21,10 +21,28 @@ own, named after its host, so N instances never write one key)::
 Each part's ``manifest.json`` is :mod:`training.prepare`'s. The dataset's manifest (``manifest.json`` at the
 top of the train and validation channels) lists every part's shards by relative path; ``trainctl`` writes
 it once, when the job has completed and every host's part manifest is there, with a conditional put that
-refuses to replace one: a dataset without it is incomplete.
+refuses to replace one: a dataset without it is incomplete (the trainer refuses it, :mod:`training.data`).
+A preparation with a ``tokenizer.json`` has one copy of it per split, beside the split's manifest (where the
+export looks for it, :mod:`training.tokenizer_files`): the parts hold none, ``trainctl`` writes it from the
+job's ``tokenizer`` input just before the manifest.
 """
 
 from __future__ import annotations
+
+MANIFEST = "manifest.json"
+"""A prepared split's manifest (:mod:`training.prepare`'s, a part's, and the one over a remote preparation's
+parts), beside its shards."""
+TOKENIZER_FILE = "tokenizer.json"
+"""The tokenizer's file: a ``--tokenizer`` input, and its copy beside each prepared split's manifest."""
+SPLITS = ("train", "validation")
+"""The split folders ``prepare-data --validation-fraction`` writes."""
+
+INPUT_DATA = "data"
+"""``ProcessingInputs`` ``InputName`` of the files to prepare (ShardedByS3Key)."""
+INPUT_TOKENIZER = "tokenizer"
+"""``InputName`` of the folder holding the one :data:`TOKENIZER_FILE` (FullyReplicated), when one is given."""
+OUTPUT_DATASET = "dataset"
+"""``ProcessingOutputConfig`` ``OutputName`` of the dataset."""
 
 PREPARED_PREFIX = "prepared/"
 """Key prefix of the data bucket that processing jobs write datasets under (and nothing else)."""
@@ -75,20 +93,31 @@ INSTANCE_TYPES = (
 uses none). Each is in botocore's ``ProcessingInstanceType`` enum (tests check it)."""
 
 
+PART_PREFIX = "part-"
+"""A part folder's name is this and its host's (:func:`part_name`)."""
+
+
 def part_name(host: str) -> str:
     """The folder of ``host``'s part (``algo-1`` -> ``part-algo-1``)."""
-    return f"part-{host}"
+    return f"{PART_PREFIX}{host}"
 
 
 __all__ = [
     "CONFIG_DIR",
     "DEFAULT_INSTANCE_TYPE",
     "ENTRY_POINT",
+    "INPUT_DATA",
     "INPUT_DIR",
+    "INPUT_TOKENIZER",
     "INSTANCE_TYPES",
     "LOG_GROUP",
+    "MANIFEST",
+    "OUTPUT_DATASET",
     "OUTPUT_DIR",
+    "PART_PREFIX",
     "PREPARED_PREFIX",
+    "SPLITS",
     "TOKENIZER_DIR",
+    "TOKENIZER_FILE",
     "part_name",
 ]

@@ -4,8 +4,9 @@ S3 prefix of the data bucket, on N CPU instances of the trainer image (layout an
 
 ``ShardedByS3Key`` gives each instance a subset of the prefix's files (whole files); each writes its own part
 folder. When the job has completed, :func:`finish` writes the dataset's manifest (one per split) over every
-part, with a conditional put (``If-None-Match: *``): it is written once, and only when each host's part is
-there. A dataset prefix without it is incomplete (a job that failed or is still running).
+part, and before it the split's one ``tokenizer.json`` (the job's ``tokenizer`` input, where the export looks
+for it), each with a conditional put (``If-None-Match: *``): written once, and only when each host's part is
+there. A dataset prefix without it is incomplete (a job that failed, was stopped or is still running).
 
 Before any job: the input prefix must lie in the data bucket and hold files, at least as many as instances; the
 output prefix must lie below ``s3://DATA_BUCKET/prepared/`` (the only place the execution role may write), be
@@ -28,17 +29,28 @@ from platform_spec.errors import FieldError
 from platform_spec.processing import (
     DEFAULT_INSTANCE_TYPE,
     ENTRY_POINT,
+    INPUT_DATA,
     INPUT_DIR,
+    INPUT_TOKENIZER,
     INSTANCE_TYPES,
+    MANIFEST,
+    OUTPUT_DATASET,
     OUTPUT_DIR,
     PREPARED_PREFIX,
+    SPLITS,
     TOKENIZER_DIR,
+    TOKENIZER_FILE,
     part_name,
 )
 
 TERMINAL = ("Completed", "Failed", "Stopped")
-MANIFEST = "manifest.json"  # training.data.MANIFEST (trainctl imports no numpy here)
-SPLITS = ("train", "validation")  # training.data.SPLITS
+CONFLICT_RETRIES = 3
+"""Conditional puts retried on S3's 409 ``ConditionalRequestConflict`` (another write of the key in flight), as
+the S3 User Guide's "Conditional writes" asks; a 412 ``PreconditionFailed`` means the key is there."""
+ONE_DATASET = (
+    "dtype", "vocab_size", "eod_token_id", "tokenizer", "tokenizer_sha256", "split", "validation", "processing_job"
+)  # fmt: skip
+"""Manifest fields every part of one dataset shares (``processing_job``: the job's name)."""
 VOLUME_SIZE_GB = 30
 """``ClusterConfig.VolumeSizeInGB``: the ML storage volume (inputs staged, shards written before upload)."""
 
@@ -169,16 +181,21 @@ def check_objects(s3: Any, prep: RemotePreparation, targets: ProcessingTargets, 
             prep.instance_count,
             f"at most the input's {len(files)} file(s) (ShardedByS3Key gives each instance whole files)",
         )
-    there = _keys(s3, targets.data_bucket, output, limit=1)
+    there = _keys(s3, targets.data_bucket, output, limit=1)  # a finished dataset's first key is its manifest
     if there:
-        raise FieldError("--output", prep.output, f"an empty prefix (it holds s3://{targets.data_bucket}/{there[0]})")
+        manifests = {f"{output}{MANIFEST}", *(f"{output}{split}/{MANIFEST}" for split in SPLITS)}
+        what = "the dataset of an earlier preparation, " if there[0] in manifests else ""
+        raise FieldError(
+            "--output", prep.output, f"an empty prefix (it holds {what}s3://{targets.data_bucket}/{there[0]})"
+        )
 
 
 def upload_tokenizer(s3: Any, bucket: str, tokenizer: Path) -> str:
-    """Put ``tokenizer`` at ``prepared/.tokenizers/<sha256>/tokenizer.json`` (content-addressed: the same file
+    """Put ``tokenizer`` at ``prepared/.tokenizers/<sha256>/tokenizer.json`` (the job's ``tokenizer`` input,
+    and the source of the dataset's copy, :func:`finish`; content-addressed: the same file
     twice is one object); returns its prefix URI."""
     data = tokenizer.read_bytes()
-    key = f"{PREPARED_PREFIX}.tokenizers/{hashlib.sha256(data).hexdigest()}/tokenizer.json"
+    key = f"{PREPARED_PREFIX}.tokenizers/{hashlib.sha256(data).hexdigest()}/{TOKENIZER_FILE}"
     s3.put_object(Bucket=bucket, Key=key, Body=data)
     return f"s3://{bucket}/{key.rsplit('/', 1)[0]}/"
 
@@ -195,7 +212,7 @@ def processing_job_request(
     """The ``CreateProcessingJob`` parameters (botocore's sagemaker model)."""
     inputs: list[dict[str, Any]] = [
         {
-            "InputName": "data",
+            "InputName": INPUT_DATA,
             "S3Input": {
                 "S3Uri": prep.source,
                 "LocalPath": INPUT_DIR,
@@ -208,7 +225,7 @@ def processing_job_request(
     if tokenizer_uri:
         inputs.append(
             {
-                "InputName": "tokenizer",
+                "InputName": INPUT_TOKENIZER,
                 "S3Input": {
                     "S3Uri": tokenizer_uri,
                     "LocalPath": TOKENIZER_DIR,
@@ -224,7 +241,7 @@ def processing_job_request(
         "ProcessingOutputConfig": {
             "Outputs": [
                 {
-                    "OutputName": "dataset",
+                    "OutputName": OUTPUT_DATASET,
                     "S3Output": {"S3Uri": prep.output, "LocalPath": OUTPUT_DIR, "S3UploadMode": "EndOfJob"},
                 }
             ],
@@ -271,10 +288,10 @@ def merge_manifests(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str,
     path relative to the split's folder; counts are summed.
 
     Raises:
-        ValueError: parts of another tokenizer, dtype or vocabulary (not one dataset)."""
+        ValueError: parts of another tokenizer, dtype, vocabulary or processing job (not one dataset)."""
     first = parts[0][1]
     for folder, manifest in parts:
-        for key in ("dtype", "vocab_size", "eod_token_id", "tokenizer", "tokenizer_sha256", "split", "validation"):
+        for key in ONE_DATASET:
             if manifest.get(key) != first.get(key):
                 raise ValueError(
                     f"{folder}: {key} {manifest.get(key)!r} differs from {first.get(key)!r} of {parts[0][0]}"
@@ -288,14 +305,48 @@ def merge_manifests(parts: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str,
     return merged
 
 
-def finish(s3: Any, bucket: str, output: str, instance_count: int, splits: Sequence[str | None]) -> dict[str, str]:
-    """Write each split's manifest over every host's part (module docstring), unless it is there already (a
-    second finish of one job changes nothing); returns split folder -> manifest URI.
+def _put_once(s3: Any, bucket: str, key: str, body: bytes, content_type: str) -> bool:
+    """Put ``body`` at ``key`` unless an object is there (``If-None-Match: *``); True when this call wrote it.
+    An object that is there must hold ``body`` (the same job finished twice, or two ``--attach`` at once).
 
     Raises:
-        LookupError: a host's part manifest is missing (the dataset stays without a manifest: incomplete)."""
+        LookupError: the object there holds something else (naming it)."""
     import botocore.exceptions
 
+    for attempt in range(CONFLICT_RETRIES + 1):
+        try:
+            s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*", ContentType=content_type)
+            return True
+        except botocore.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code == "PreconditionFailed":
+                break
+            if code != "ConditionalRequestConflict" or attempt == CONFLICT_RETRIES:
+                raise
+            time.sleep(1.0)
+    there = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    if there != body:
+        raise LookupError(f"s3://{bucket}/{key} is there and is not this job's (nothing replaced)")
+    return False
+
+
+def finish(
+    s3: Any,
+    bucket: str,
+    output: str,
+    instance_count: int,
+    splits: Sequence[str | None],
+    tokenizer: bytes | None = None,
+) -> dict[str, bool]:
+    """Write each split's manifest over every host's part (module docstring), and before it the split's one
+    ``tokenizer.json`` (``tokenizer``: the job's ``tokenizer`` input; the parts hold none), each unless it is
+    there already with the same content (a second finish of one job, or two at once, changes nothing).
+    Returns split folder (key prefix) -> whether this call wrote its manifest (False: it was complete).
+
+    Raises:
+        LookupError: a host's part manifest is missing, ``tokenizer`` is not the one the parts' shards were
+            made with (by SHA-256), or a manifest or tokenizer of something else is there; the dataset stays
+            without a manifest (incomplete)."""
     hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
     manifests: dict[str, dict[str, Any]] = {}
     for split in splits:
@@ -309,23 +360,42 @@ def finish(s3: Any, bucket: str, output: str, instance_count: int, splits: Seque
                 raise LookupError(f"s3://{bucket}/{key} is missing: {host}'s part is not complete") from None
             parts.append((part_name(host), json.loads(body)))
         manifests[folder] = merge_manifests(parts)
-    written: dict[str, str] = {}
+    written: dict[str, bool] = {}
     for folder, manifest in manifests.items():
-        key = f"{folder}{MANIFEST}"
+        sha = manifest.get("tokenizer_sha256")
+        if sha is not None:
+            if tokenizer is None or hashlib.sha256(tokenizer).hexdigest() != sha:
+                raise LookupError(
+                    f"the job's tokenizer input is {'missing' if tokenizer is None else 'another tokenizer'}; "
+                    f"the shards of s3://{bucket}/{folder} were made with the tokenizer of sha256 {sha}"
+                )
+            _put_once(s3, bucket, f"{folder}{TOKENIZER_FILE}", tokenizer, "application/json")
         body = (json.dumps(manifest, indent=2) + "\n").encode()
-        try:
-            s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/json")
-        except botocore.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "PreconditionFailed":
-                raise
-        written[folder] = f"s3://{bucket}/{key}"
+        written[folder] = _put_once(s3, bucket, f"{folder}{MANIFEST}", body, "application/json")
     return written
 
 
+def job_tokenizer(s3: Any, job: Mapping[str, Any]) -> bytes | None:
+    """The ``tokenizer.json`` of a DescribeProcessingJob answer's ``tokenizer`` input (None: the job has none,
+    the byte-level tokenizer).
+
+    Raises:
+        LookupError: the input's object is gone."""
+    for item in job.get("ProcessingInputs") or []:
+        if item.get("InputName") == INPUT_TOKENIZER:
+            bucket, prefix = split_uri("tokenizer", item["S3Input"]["S3Uri"])
+            try:
+                return bytes(s3.get_object(Bucket=bucket, Key=f"{prefix}{TOKENIZER_FILE}")["Body"].read())
+            except s3.exceptions.NoSuchKey:
+                raise LookupError(f"the job's tokenizer s3://{bucket}/{prefix}{TOKENIZER_FILE} is gone") from None
+    return None
+
+
 def complete(session: Any, name: str, *, output: str | None = None, poll_s: float = 10.0) -> int:
-    """Wait for processing job ``name`` and write its dataset's manifests, from the job's own description
-    (its output, instance count and ``--validation-fraction``); prints where the dataset is. Returns 0, or 1
-    when the job failed or a part is missing (the dataset stays without a manifest).
+    """Wait for processing job ``name`` and write its dataset's manifests and tokenizer copies, from the job's
+    own description (its output, instance count, ``tokenizer`` input and ``--validation-fraction``); prints
+    where the dataset is, and whether it was complete already. Returns 0, or 1 when the job did not complete
+    (Failed, or Stopped) or a part is missing (the dataset stays without a manifest).
 
     Raises:
         FieldError: ``output`` is given and is not the job's output."""
@@ -335,19 +405,27 @@ def complete(session: Any, name: str, *, output: str | None = None, poll_s: floa
     bucket, prefix = split_uri("--output", uri)
     if output is not None and split_uri("--output", output) != (bucket, prefix):
         raise FieldError("--output", output, f"the output of processing job {name}, {uri}")
-    if job["ProcessingJobStatus"] != "Completed":
-        reason = job.get("FailureReason", "no reason given")
-        print(f"processing job {name} {job['ProcessingJobStatus']}: {reason}; {uri} has no manifest (incomplete)")
+    status = job["ProcessingJobStatus"]
+    if status != "Completed":
+        reason = job.get("FailureReason") or (
+            "StopProcessingJob, or past its StoppingCondition.MaxRuntimeInSeconds" if status == "Stopped" else "?"
+        )
+        print(
+            f"processing job {name} {status}: {reason}; {uri} has no manifest (incomplete); prepare the data "
+            "again into a new --output"
+        )
         return 1
     count = int(job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
     split = "--validation-fraction" in job["AppSpecification"].get("ContainerArguments", [])
+    s3 = session.client("s3")
     try:
-        written = finish(session.client("s3"), bucket, prefix, count, SPLITS if split else (None,))
-    except LookupError as exc:
+        written = finish(s3, bucket, prefix, count, SPLITS if split else (None,), job_tokenizer(s3, job))
+    except (LookupError, ValueError) as exc:  # ValueError: parts that are not one dataset
         print(f"processing job {name} completed but {exc}")
         return 1
-    for folder, manifest in written.items():
-        print(f"dataset s3://{bucket}/{folder} ({manifest})")
+    for folder, now in written.items():
+        state = "" if now else ": complete already (its manifest was written before)"
+        print(f"dataset s3://{bucket}/{folder} ({MANIFEST}){state}")
     return 0
 
 
@@ -379,7 +457,11 @@ def prepare_remote(
         print(f"its manifest: trainctl prepare-data --remote --attach {name} --output {prep.output}", file=sys.stderr)
         return 0
     print(f"processing job {name}: {prep.instance_count} x {prep.instance_type}, waiting", flush=True)
-    return complete(session, name, poll_s=poll_s)
+    try:
+        return complete(session, name, poll_s=poll_s)
+    except KeyboardInterrupt:  # the job goes on without us: say how to finish it
+        print(f"\nthe job goes on; its manifest: trainctl prepare-data --remote --attach {name}", file=sys.stderr)
+        raise
 
 
 def prepare_remote_command(
@@ -441,6 +523,7 @@ __all__ = [
     "complete",
     "finish",
     "job_name",
+    "job_tokenizer",
     "merge_manifests",
     "prepare_remote",
     "prepare_remote_command",

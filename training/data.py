@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 from platform_spec.hyperparameters import HyperparameterError
+from platform_spec.processing import MANIFEST, SPLITS
 
 FORMAT = "token-shard"
 VERSION = 1
@@ -94,10 +95,6 @@ SCAN_CHUNK_TOKENS = 1 << 24
 """Tokens per numpy reduction when a shard without ``max_token_id`` is scanned."""
 FINGERPRINT_TOKENS = 64
 """Leading tokens of each shard that go into the dataset fingerprint."""
-MANIFEST = "manifest.json"
-"""A prepared split's manifest (:mod:`training.prepare`), beside its shards."""
-SPLITS = ("train", "validation")
-"""The split folders ``trainctl prepare-data --validation-fraction`` writes."""
 
 
 class DataError(ValueError):

@@ -32,13 +32,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from platform_spec.processing import CONFIG_DIR, part_name
-from training.data import SPLITS, DataError
+from platform_spec.processing import (
+    CONFIG_DIR,
+    INPUT_DATA,
+    INPUT_TOKENIZER,
+    MANIFEST,
+    OUTPUT_DATASET,
+    SPLITS,
+    TOKENIZER_FILE,
+    part_name,
+)
+from training.data import DataError
 from training.prepare import PreparedDataset, prepare_data
-
-INPUT_DATA = "data"
-INPUT_TOKENIZER = "tokenizer"
-OUTPUT_DATASET = "dataset"
 
 
 def _local(path: str) -> Path:
@@ -78,13 +83,20 @@ def job_paths(job: dict[str, Any]) -> tuple[Path, Path | None, Path]:
     return _local(inputs[INPUT_DATA]), _local(tokenizer) if tokenizer else None, _local(outputs[OUTPUT_DATASET])
 
 
-def _place(work: Path, out: Path, host: str, prepared: PreparedDataset) -> None:
-    """Move a finished preparation in ``work`` below ``host``'s part folder(s) of ``out``."""
+def _place(work: Path, out: Path, host: str, job: str, prepared: PreparedDataset) -> None:
+    """Move a finished preparation in ``work`` below ``host``'s part folder(s) of ``out``. Each part's manifest
+    gains ``processing_job`` (the job's name: the trainer's refusal of a dataset whose parts have no manifest
+    over them names the job to finish). The copy of the tokenizer prepare_data put beside each split's shards
+    stays out: the dataset has one per split, which trainctl writes from the job's ``tokenizer`` input beside
+    the dataset's manifest (:mod:`platform_spec.processing`)."""
     moves = [(work / split, out / split / part_name(host)) for split in SPLITS] if prepared.validation else []
     moves = moves or [(work, out / part_name(host))]
     for source, target in moves:
         if target.exists():
             raise DataError(f"{target} exists: another preparation wrote this host's part")
+        (source / TOKENIZER_FILE).unlink(missing_ok=True)
+        manifest = json.loads((source / MANIFEST).read_text(encoding="utf-8"))
+        (source / MANIFEST).write_text(json.dumps({**manifest, "processing_job": job}, indent=2) + "\n")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(source), target)
 
@@ -103,8 +115,12 @@ def run(argv: Sequence[str] | None = None) -> PreparedDataset:
     host = _read_json(config / "resourceconfig.json").get("current_host")
     if not isinstance(host, str) or not host:
         raise DataError(f"{config / 'resourceconfig.json'}: no current_host")
-    data, tokenizer_dir, out = job_paths(_read_json(config / "processingjobconfig.json"))
-    tokenizer = tokenizer_dir / "tokenizer.json" if tokenizer_dir else None
+    job = _read_json(config / "processingjobconfig.json")
+    name = job.get("ProcessingJobName")
+    if not isinstance(name, str) or not name:
+        raise DataError(f"{config / 'processingjobconfig.json'}: no ProcessingJobName")
+    data, tokenizer_dir, out = job_paths(job)
+    tokenizer = tokenizer_dir / TOKENIZER_FILE if tokenizer_dir else None
     if not data.is_dir() or not any(p.is_file() for p in data.rglob("*")):
         raise DataError(f"{host}: no input files in {data} (the job has more instances than files)")
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +138,7 @@ def run(argv: Sequence[str] | None = None) -> PreparedDataset:
             seed=args.seed,
             **options,
         )
-        _place(work, out, host, prepared)
+        _place(work, out, host, name, prepared)
     print(
         f"[prepare] {host}: {prepared.num_documents} documents, {prepared.num_tokens} tokens "
         f"in {len(prepared.shards)} shards"

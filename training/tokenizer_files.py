@@ -35,10 +35,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from platform_spec.processing import TOKENIZER_FILE
 from training.data import BYTE_LEVEL, BYTE_LEVEL_EOD, EOD_CANDIDATES, TokenDataset
 
-TOKENIZER_FILE = "tokenizer.json"
-"""The tokenizer's file beside the shards (a copy of the one prepare-data used) and in the export."""
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_FILES = (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE)
 """The files the export writes for the tokenizer (and removes when it has none, so none is left stale)."""

@@ -1,6 +1,7 @@
 """``trainctl prepare-data --remote`` against the emulator: a processing job on 2 instances (ShardedByS3Key) makes
-the dataset the local ``prepare-data`` makes of the same files (the same documents' tokens; the order of the
-documents is by part, then as read), the trainer opens it, and bad input is refused before any job."""
+the dataset the local ``prepare-data`` makes of the same files with the same tokenizer (the same documents'
+tokens; the order of the documents is by part, then as read), the trainer opens it, the export finds its one
+``tokenizer.json``, and bad input is refused before any job."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from devtools.local_aws.stack import DUMMY_CREDENTIALS
 from trainctl.cli import main
 from training.data import TokenDataset
 from training.prepare import prepare_data
+from training.tokenizer_files import DataTokenizer
 
 pytestmark = pytest.mark.xdist_group("devtools-aws")
 
@@ -33,6 +35,21 @@ def admin_env(aws: LocalAws, monkeypatch: pytest.MonkeyPatch) -> LocalAws:
     for key, value in {**aws.env, **DUMMY_CREDENTIALS}.items():
         monkeypatch.setenv(key, value)
     return aws
+
+
+def _tokenizer(path: Path) -> Path:
+    """A small BPE trained on the test's documents, ``<|endoftext|>`` its separator (a real ``tokenizer.json``)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    texts = [text for texts in FILES.values() for text in texts]
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    )
+    tok.save(str(path))
+    return path
 
 
 def _documents(tokens: np.ndarray, eod: int) -> list[tuple[int, ...]]:
@@ -62,6 +79,7 @@ def test_remote_preparation_equals_local(
         s3.upload_file(str(path), bucket, f"raw/{run}/{name}")
     output = f"prepared/{run}/"
     argv = ["prepare-data", "--remote", "--output", f"s3://{bucket}/{output}", f"s3://{bucket}/raw/{run}/"]
+    tokenizer = _tokenizer(tmp_path / "bpe.json")
 
     assert main([*argv, "--instance-count", "4"]) == 2  # 3 files: refused before any job
     assert "--instance-count" in capsys.readouterr().err
@@ -69,23 +87,29 @@ def test_remote_preparation_equals_local(
     assert "prepared/NAME/" in capsys.readouterr().err
     assert not aws.calls("CreateProcessingJob")
 
-    assert main([*argv, "--instance-count", "2", "--shard-tokens", "16", "--no-wait"]) == 0
+    assert (
+        main([*argv, "--instance-count", "2", "--shard-tokens", "16", "--tokenizer", str(tokenizer), "--no-wait"]) == 0
+    )
     name = capsys.readouterr().out.strip()
     assert main(["prepare-data", "--remote", "--attach", name, "--output", f"s3://{bucket}/prepared/other/"]) == 2
     attach = ["prepare-data", "--remote", "--attach", name, "--output", f"s3://{bucket}/{output}"]
     assert main(attach) == 0  # waits for the job, then writes the manifest
     assert f"dataset s3://{bucket}/{output}" in capsys.readouterr().out
     first = s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["ETag"]
-    assert main(attach) == 0  # again: the manifest is written once
+    assert main(attach) == 0  # again: the manifest is written once, the dataset reported complete
     assert s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["ETag"] == first
+    assert "complete already" in capsys.readouterr().out
 
     remote = tmp_path / "remote"
     _download(s3, bucket, output, remote)
     manifest = json.loads((remote / "manifest.json").read_text())
     assert manifest["parts"] == ["part-algo-1", "part-algo-2"]
     assert all((remote / shard["file"]).is_file() for shard in manifest["shards"])
-    local = prepare_data(tmp_path / "local", [raw], shard_tokens=16)
+    local = prepare_data(tmp_path / "local", [raw], tokenizer, shard_tokens=16)
     dataset = TokenDataset(remote)  # the trainer's reader accepts the dataset as one channel
+    # one tokenizer.json, beside the manifest, and the export's lookup (the shards' tokenizer_sha256) finds it
+    assert sorted(p.relative_to(remote).as_posix() for p in remote.rglob("tokenizer.json")) == ["tokenizer.json"]
+    assert DataTokenizer.of_dataset(dataset).tokenizer_json == tokenizer.read_text(encoding="utf-8")
     assert manifest["num_tokens"] == dataset.num_tokens == local.num_tokens
     assert manifest["num_documents"] == local.num_documents == sum(len(t) for t in FILES.values())
     eod = dataset.eod_token_id

@@ -5,6 +5,7 @@ instance's layout."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,17 @@ from trainctl.remote_prepare import (
     ProcessingTargets,
     RemotePreparation,
     check,
+    check_objects,
+    complete,
+    finish,
     merge_manifests,
     processing_job_request,
+    wait,
 )
 from training import processing
 from training.data import TokenDataset
+from training.prepare import prepare_data
+from training.tokenizer_files import DataTokenizer, byte_level_tokenizer_json
 
 TARGETS = ProcessingTargets(
     "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:abc",
@@ -121,6 +128,8 @@ def test_the_entry_point_writes_its_part_or_nothing(tmp_path: Path, monkeypatch:
         "validation/part-algo-2/manifest.json",
     ]
     assert TokenDataset(out / "train").num_tokens + TokenDataset(out / "validation").num_tokens == 8  # 3+1, 3+1
+    part = json.loads((out / "train" / "part-algo-2" / "manifest.json").read_text())
+    assert part["processing_job"] == "j" and part["split"] == "train"
     with pytest.raises(processing.DataError, match="held-out validation split"):
         TokenDataset(out)  # the whole output is not a training channel: it holds the held-out part
     assert sorted(p.name for p in out.parent.iterdir()) == ["input", "output"]  # the work folder is gone
@@ -132,3 +141,107 @@ def test_the_entry_point_writes_its_part_or_nothing(tmp_path: Path, monkeypatch:
     _instance(broken, "algo-1", {"a.jsonl": '{"text": "one"}\n[1, 2]\n'})
     assert processing.main([]) == 2
     assert not any((broken / "processing" / "output").iterdir())
+
+
+def _parts(root: Path, hosts: tuple[str, ...], tokenizer: Path | None = None) -> None:
+    """What a finished job on ``hosts`` leaves below ``root`` (no validation split): each host's part as the
+    entry point writes it, stamped with the job's name (``processing._place``)."""
+    for n, host in enumerate(hosts):
+        corpus = root.parent / f"{host}.jsonl"
+        corpus.write_text(f'{{"text": "document of {host}"}}\n{{"text": "another {n}"}}\n', encoding="utf-8")
+        part = root / f"part-{host}"
+        prepare_data(part, [corpus], tokenizer)
+        (part / "tokenizer.json").unlink(missing_ok=True)
+        manifest = json.loads((part / "manifest.json").read_text())
+        (part / "manifest.json").write_text(json.dumps({**manifest, "processing_job": "prepare-data-1"}))
+
+
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    """moto's in-process S3 (the conditional put: a 412 PreconditionFailed when the key is there)."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+        client.create_bucket(Bucket="data")
+        yield client
+
+
+def _upload(s3: Any, local: Path, prefix: str) -> None:
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        s3.upload_file(str(path), "data", prefix + path.relative_to(local).as_posix())
+
+
+def test_finish_writes_one_tokenizer_then_the_manifest_once(s3: Any, tmp_path: Path) -> None:
+    tokenizer = tmp_path / "tok.json"
+    tokenizer.write_text(byte_level_tokenizer_json(), encoding="utf-8")  # a tokenizer.json of a real tokenizer
+    _parts(tmp_path / "out", ("algo-1", "algo-2"), tokenizer)
+    _upload(s3, tmp_path / "out", "prepared/x/")
+    data = tokenizer.read_bytes()
+
+    with pytest.raises(LookupError, match="another tokenizer"):
+        finish(s3, "data", "prepared/x/", 2, (None,), b"{}")
+    with pytest.raises(LookupError, match="algo-3's part is not complete"):
+        finish(s3, "data", "prepared/x/", 3, (None,), data)
+    assert not s3.list_objects_v2(Bucket="data", Prefix="prepared/x/manifest").get("KeyCount")
+    assert not s3.list_objects_v2(Bucket="data", Prefix="prepared/x/tokenizer").get("KeyCount")
+
+    assert finish(s3, "data", "prepared/x/", 2, (None,), data) == {"prepared/x/": True}
+    # a second --attach, at once or later: the same objects are there, it reports the dataset complete
+    assert finish(s3, "data", "prepared/x/", 2, (None,), data) == {"prepared/x/": False}
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="data", Prefix="prepared/x/")["Contents"]]
+    assert [k for k in keys if k.endswith("tokenizer.json")] == ["prepared/x/tokenizer.json"]  # one per split
+    assert s3.get_object(Bucket="data", Key="prepared/x/tokenizer.json")["Body"].read() == data
+
+    dataset = tmp_path / "download"
+    for key in keys:
+        (dataset / key[len("prepared/x/") :]).parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file("data", key, str(dataset / key[len("prepared/x/") :]))
+    found = DataTokenizer.of_dataset(TokenDataset(dataset))  # the export's lookup (by the shards' sha256)
+    assert found.tokenizer_json == tokenizer.read_text(encoding="utf-8")
+
+    s3.put_object(Bucket="data", Key="prepared/y/manifest.json", Body=b"{}")  # someone else's, not replaced
+    _upload(s3, tmp_path / "out", "prepared/y/")
+    with pytest.raises(LookupError, match=r"prepared/y/manifest.json is there and is not this job's"):
+        finish(s3, "data", "prepared/y/", 2, (None,), data)
+    assert s3.get_object(Bucket="data", Key="prepared/y/manifest.json")["Body"].read() == b"{}"
+
+
+def test_an_output_holding_an_earlier_dataset_is_refused_naming_it(s3: Any) -> None:
+    prep = RemotePreparation("s3://data/raw/", "s3://data/prepared/x/")
+    s3.put_object(Bucket="data", Key="raw/a.jsonl", Body=b'{"text": "a"}\n')
+    s3.put_object(Bucket="data", Key="prepared/x/part-algo-1/manifest.json", Body=b"{}")
+    with pytest.raises(FieldError, match=r"an empty prefix \(it holds s3://data/prepared/x/part-algo-1/manifest"):
+        check_objects(s3, prep, TARGETS, "raw/", "prepared/x/")
+    s3.put_object(Bucket="data", Key="prepared/x/manifest.json", Body=b"{}")
+    with pytest.raises(FieldError, match=r"the dataset of an earlier preparation, s3://data/prepared/x/manifest"):
+        check_objects(s3, prep, TARGETS, "raw/", "prepared/x/")
+
+
+class _Stand:
+    """Stands in for SageMaker (StopProcessingJob is not emulated): DescribeProcessingJob answers ``statuses``
+    in turn; the S3 client must not be used."""
+
+    def __init__(self, statuses: list[str]) -> None:
+        self.statuses = statuses
+        job = processing_job_request("j", RemotePreparation("s3://data/raw/", "s3://data/prepared/x/"), TARGETS)
+        self.job = json.loads(json.dumps(job))
+
+    def client(self, service: str) -> Any:
+        assert service == "sagemaker", f"{service} used for a job that did not complete"
+        return self
+
+    def describe_processing_job(self, ProcessingJobName: str) -> dict[str, Any]:
+        return {**self.job, "ProcessingJobStatus": self.statuses.pop(0)}
+
+
+def test_a_stopping_job_is_waited_for_and_a_stopped_one_gets_no_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    pauses: list[float] = []
+    stand = _Stand(["InProgress", "Stopping", "Stopping", "Stopped"])
+    assert wait(stand, "j", poll_s=1.0, sleep=pauses.append)["ProcessingJobStatus"] == "Stopped"
+    assert pauses == [0.5, 1.0, 1.0]  # Stopping is not an end: polled through, doubling up to poll_s
+    assert complete(_Stand(["Stopped"]), "j") == 1
+    out = capsys.readouterr().out
+    assert "processing job j Stopped: StopProcessingJob, or past its StoppingCondition.MaxRuntimeInSeconds" in out
+    assert "has no manifest (incomplete); prepare the data again" in out
