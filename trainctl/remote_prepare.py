@@ -6,7 +6,8 @@ S3 prefix of the data bucket, on N CPU instances of the trainer image (layout an
 folder. When the job has completed, :func:`finish` writes the dataset's manifest (one per split) over every
 part, and before it the split's one ``tokenizer.json`` (the job's ``tokenizer`` input, where the export looks
 for it), each with a conditional put (``If-None-Match: *``): written once, and only when each host's part is
-there. A dataset prefix without it is incomplete (a job that failed, was stopped or is still running).
+there. A dataset prefix without it is incomplete (a job that failed, was stopped or is still running): the
+trainer refuses it (:mod:`training.data`).
 
 Before any job: the input prefix must lie in the data bucket and hold files, at least as many as instances; the
 output prefix must lie below ``s3://DATA_BUCKET/prepared/`` (the only place the execution role may write), be
@@ -411,8 +412,8 @@ def complete(session: Any, name: str, *, output: str | None = None, poll_s: floa
             "StopProcessingJob, or past its StoppingCondition.MaxRuntimeInSeconds" if status == "Stopped" else "?"
         )
         print(
-            f"processing job {name} {status}: {reason}; {uri} has no manifest (incomplete); prepare the data "
-            "again into a new --output"
+            f"processing job {name} {status}: {reason}; {uri} has no manifest (incomplete: the trainer refuses "
+            "it); prepare the data again into a new --output"
         )
         return 1
     count = int(job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])

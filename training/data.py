@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from platform_spec.hyperparameters import HyperparameterError
-from platform_spec.processing import MANIFEST, SPLITS
+from platform_spec.processing import MANIFEST, PART_PREFIX, SPLITS
 
 FORMAT = "token-shard"
 VERSION = 1
@@ -343,6 +343,60 @@ def _refuse_held_out_split(directory: Path) -> None:
             )
 
 
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """A manifest's JSON object, None when it is not one (not ours)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _refuse_incomplete_parts(directory: Path) -> None:
+    """A remote preparation's parts (``part-<host>`` folders whose manifest names its ``processing_job``,
+    :mod:`platform_spec.processing`) are a dataset only under the manifest ``trainctl`` writes over them once
+    every part is there: without it the job failed or was not finished, and the parts present are some of
+    the documents. The manifest's ``parts`` and ``shards`` must be the folder's: a part or shard missing (a
+    copy cut short) or a part it does not list (parts of another run mixed in) is refused too."""
+    jobs: dict[Path, dict[str, str]] = {}  # dataset folder -> part folder name -> its processing job
+    for manifest in sorted(directory.rglob(f"{PART_PREFIX}*/{MANIFEST}")):
+        part = _read_manifest(manifest)
+        if part is not None and isinstance(part.get("processing_job"), str) and manifest.parent != directory:
+            jobs.setdefault(manifest.parent.parent, {})[manifest.parent.name] = part["processing_job"]
+    for folder, parts in jobs.items():
+        job = sorted(set(parts.values()))
+        if not (folder / MANIFEST).exists():
+            raise DataError(
+                f"{folder} holds the parts {', '.join(sorted(parts))} of processing job {', '.join(job)} but no "
+                f"{MANIFEST} over them: the job failed or was not finished, and they may hold only some of the "
+                f"documents. Finish it with `trainctl prepare-data --remote --attach {job[0]}` (it writes the "
+                "manifest when every part is there), or prepare the data again"
+            )
+        merged = _read_manifest(folder / MANIFEST) or {}
+        listed = merged.get("parts")
+        if not (isinstance(listed, list) and all(isinstance(name, str) for name in listed)):
+            raise DataError(
+                f"{folder / MANIFEST}: not the manifest over the parts in {folder} (expected a JSON object whose "
+                "'parts' lists the part folders, as `trainctl prepare-data --remote` writes it)"
+            )
+        missing = [name for name in listed if name not in parts]
+        extra = sorted(set(parts) - set(listed))
+        shards = merged.get("shards") if isinstance(merged.get("shards"), list) else []
+        lost = [
+            str(s.get("file")) for s in shards if isinstance(s, dict) and not (folder / str(s.get("file"))).is_file()
+        ]
+        if missing or extra or lost:
+            found = ", ".join(
+                f"{what} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
+                for what, names in (("missing part", missing), ("missing shard", lost), ("extra part", extra))
+                if names
+            )
+            raise DataError(
+                f"{folder / MANIFEST} does not cover the parts in {folder} ({found}): a copy cut short or parts of "
+                "another preparation mixed in; copy the prepared dataset's prefix again, whole and alone"
+            )
+
+
 class TokenDataset:
     """Memory-mapped shards of a dataset directory (see the module docstring).
 
@@ -361,12 +415,15 @@ class TokenDataset:
             header file and the field); a ``.bin`` whose size is not the header's; a
             token id >= ``vocab_size`` (names the shard, the largest id and the
             vocabulary size); shards that disagree on dtype, vocab_size,
-            eod_token_id or tokenizer.
+            eod_token_id or tokenizer; a remote preparation's parts without the
+            manifest over them, or with one that does not list exactly the parts
+            and shards present (names the folder and the job to finish).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, scan: bool = True) -> None:
         self.directory = Path(directory)
         _refuse_held_out_split(self.directory)
+        _refuse_incomplete_parts(self.directory)
         headers = sorted(p for p in self.directory.rglob("*.json") if p.with_suffix(".bin").is_file())
         self.headers: list[ShardHeader] = []
         self.tokens: list[np.memmap] = []

@@ -110,6 +110,10 @@ def test_remote_preparation_equals_local(
     # one tokenizer.json, beside the manifest, and the export's lookup (the shards' tokenizer_sha256) finds it
     assert sorted(p.relative_to(remote).as_posix() for p in remote.rglob("tokenizer.json")) == ["tokenizer.json"]
     assert DataTokenizer.of_dataset(dataset).tokenizer_json == tokenizer.read_text(encoding="utf-8")
+    (remote / "manifest.json").rename(tmp_path / "manifest.json")
+    with pytest.raises(ValueError, match=f"--attach {name}"):  # parts without the manifest: no training data
+        TokenDataset(remote)
+    (tmp_path / "manifest.json").rename(remote / "manifest.json")
     assert manifest["num_tokens"] == dataset.num_tokens == local.num_tokens
     assert manifest["num_documents"] == local.num_documents == sum(len(t) for t in FILES.values())
     eod = dataset.eod_token_id

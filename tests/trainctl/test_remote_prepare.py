@@ -5,6 +5,7 @@ instance's layout."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from trainctl.remote_prepare import (
     wait,
 )
 from training import processing
-from training.data import TokenDataset
+from training.data import DataError, TokenDataset
 from training.prepare import prepare_data
 from training.tokenizer_files import DataTokenizer, byte_level_tokenizer_json
 
@@ -127,7 +128,11 @@ def test_the_entry_point_writes_its_part_or_nothing(tmp_path: Path, monkeypatch:
         "train/part-algo-2/manifest.json",
         "validation/part-algo-2/manifest.json",
     ]
-    assert TokenDataset(out / "train").num_tokens + TokenDataset(out / "validation").num_tokens == 8  # 3+1, 3+1
+    for split in ("train", "validation"):  # a part is no dataset until trainctl writes the manifest over the parts
+        with pytest.raises(processing.DataError, match=r"no manifest.json over them.*--attach j\b"):
+            TokenDataset(out / split)
+    parts = [TokenDataset(out / split / "part-algo-2") for split in ("train", "validation")]
+    assert sum(part.num_tokens for part in parts) == 8  # 3+1, 3+1
     part = json.loads((out / "train" / "part-algo-2" / "manifest.json").read_text())
     assert part["processing_job"] == "j" and part["split"] == "train"
     with pytest.raises(processing.DataError, match="held-out validation split"):
@@ -154,6 +159,38 @@ def _parts(root: Path, hosts: tuple[str, ...], tokenizer: Path | None = None) ->
         (part / "tokenizer.json").unlink(missing_ok=True)
         manifest = json.loads((part / "manifest.json").read_text())
         (part / "manifest.json").write_text(json.dumps({**manifest, "processing_job": "prepare-data-1"}))
+
+
+def test_the_trainer_refuses_parts_without_their_manifest_or_with_another(tmp_path: Path) -> None:
+    root = tmp_path / "dataset"
+    _parts(root, ("algo-1", "algo-2"))
+    with pytest.raises(DataError, match=r"dataset holds the parts part-algo-1, part-algo-2 of processing job "):
+        TokenDataset(root)  # a job that failed or was not finished: parts, no manifest over them
+    with pytest.raises(DataError, match=r"--attach prepare-data-1\b"):
+        TokenDataset(root)
+    parts = [
+        (f"part-{h}", json.loads((root / f"part-{h}" / "manifest.json").read_text())) for h in ("algo-1", "algo-2")
+    ]
+    (root / "manifest.json").write_text('{"parts": [["part-algo-1"]]}')  # malformed
+    with pytest.raises(DataError, match=r"dataset/manifest.json: not the manifest over the parts"):
+        TokenDataset(root)
+    (root / "manifest.json").write_text(json.dumps(merge_manifests(parts)))
+    assert TokenDataset(root).num_tokens == sum(m["num_tokens"] for _, m in parts)
+
+    shutil.copytree(root / "part-algo-2", root / "part-algo-3")  # a part of another run copied in
+    with pytest.raises(DataError, match=r"does not cover the parts .*\(extra part part-algo-3\)"):
+        TokenDataset(root)
+    shutil.rmtree(root / "part-algo-3")
+    (root / "part-algo-2" / "manifest.json").unlink()  # a copy cut short
+    with pytest.raises(DataError, match=r"missing part part-algo-2"):
+        TokenDataset(root)
+    shutil.rmtree(root / "part-algo-2")
+    with pytest.raises(DataError, match=r"missing part part-algo-2, missing shard part-algo-2/shard-00000.bin"):
+        TokenDataset(root)
+    # a local preparation (no processing job) in folders of that name is a dataset of its own, as before
+    local = tmp_path / "local"
+    prepare_data(local / "part-a", [tmp_path / "algo-1.jsonl"])
+    assert TokenDataset(local).num_tokens == TokenDataset(local / "part-a").num_tokens
 
 
 @pytest.fixture
@@ -244,4 +281,4 @@ def test_a_stopping_job_is_waited_for_and_a_stopped_one_gets_no_manifest(capsys:
     assert complete(_Stand(["Stopped"]), "j") == 1
     out = capsys.readouterr().out
     assert "processing job j Stopped: StopProcessingJob, or past its StoppingCondition.MaxRuntimeInSeconds" in out
-    assert "has no manifest (incomplete); prepare the data again" in out
+    assert "has no manifest (incomplete: the trainer refuses it)" in out
