@@ -91,6 +91,11 @@ _RELATIVE_TIME = re.compile(r"^now\s*(?:([+-])\s*(\d+(?:\.\d+)?)\s*([smhdw]))?$"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def _milliseconds(moment: datetime) -> datetime:
+    """``moment`` to the millisecond, the precision of SageMaker's timestamps on the wire."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
 class InternalFailure(ServiceException):
     """The emulator produced a response its service model forbids (a bug in the emulator)."""
 
@@ -562,11 +567,14 @@ class SageMakerExtension:
                 "EnableManagedSpotTraining": bool(job.params.get("EnableManagedSpotTraining", False)),
             }
         )
+        # the times in milliseconds, as the wire carries them, and the seconds between those: a caller
+        # computing them from what it received gets the same figure (microseconds could cross a second)
         if job.started:
-            out["TrainingStartTime"] = job.started
+            out["TrainingStartTime"] = _milliseconds(job.started)
         if job.ended:
-            out["TrainingEndTime"] = job.ended
-            seconds = max(1, int((job.ended - (job.started or job.created)).total_seconds()))
+            out["TrainingEndTime"] = _milliseconds(job.ended)
+            elapsed = _milliseconds(job.ended) - _milliseconds(job.started or job.created)
+            seconds = max(1, int(elapsed.total_seconds()))
             out["TrainingTimeInSeconds"] = seconds
             out["BillableTimeInSeconds"] = seconds
         if job.failure_reason:

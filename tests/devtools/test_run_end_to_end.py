@@ -26,6 +26,7 @@ from platform_constructs.observability.runtime.plan_metrics import publish_plan_
 from platform_constructs.submitter.runtime.actions import READ_ACTIONS
 from platform_spec.metric_lines import parse_line
 from platform_spec.runs import segment_job_name
+from platform_spec.tracking import MLFLOW_LOGGING_ACTIONS
 from trainctl.runs import show_runs
 from trainctl.submitter_client import submit_local
 
@@ -169,6 +170,8 @@ NOT_EXERCISED = {
     "function (it needs its DynamoDB idempotency table)",
     frozenset({"s3:AbortMultipartUpload", "s3:PutObject"}): "processing jobs write prepared datasets below "
     "prepared/ of the data bucket: test_prepare_remote runs one, which writes as the execution role",
+    frozenset(MLFLOW_LOGGING_ACTIONS): "the trainer's MLflow logging to a SageMaker managed tracking server, which "
+    "the emulator does not run; test_authorization's tracking test authorizes each action as the execution role",
     frozenset({"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}): "the "
     "job-outcomes function's idempotency records (as above)",
 }

@@ -16,7 +16,11 @@ import pytest
 from platform_constructs.submitter.bundling import SUBMITTER
 
 REPO = Path(__file__).resolve().parents[2]
-SDK_DISTRIBUTIONS = re.compile(r"^\s*(sagemaker|sagemaker[-_][a-z-]+)\s*[=<>~!\[]", re.IGNORECASE | re.MULTILINE)
+SDK_DISTRIBUTIONS = re.compile(
+    r"^\s*(sagemaker|sagemaker[-_](?!mlflow\b)[a-z-]+)\s*[=<>~!\[]", re.IGNORECASE | re.MULTILINE
+)
+"""The SDK's distributions (sagemaker, sagemaker-core, ...); not sagemaker-mlflow, MLflow's plugin that resolves a
+tracking server's ARN (it requires boto3 and mlflow-skinny only: its 0.5.0 wheel's metadata), which the image has."""
 SDK_IMPORT = re.compile(r"^\s*(import|from)\s+sagemaker\b", re.MULTILINE)
 
 
