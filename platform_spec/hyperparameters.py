@@ -43,6 +43,12 @@ INIT_CHANNEL = "init_from"
 ``config.json`` and ``model.safetensors``, or ``model-0000k-of-0000n.safetensors`` with
 ``model.safetensors.index.json`` (what ``save_pretrained`` writes). The request's ``inputs.init_from`` (an S3
 prefix) and ``trainctl train --init-from DIR``; the model's shape is the folder's ``config.json``."""
+HF_CONFIG_FILE = "config.json"
+"""A Hugging Face model folder's configuration: its shape (:func:`merge_model_config`); also the export's."""
+HF_WEIGHTS_FILE = "model.safetensors"
+"""The weights of a Hugging Face model folder saved as one file (``save_pretrained``); also the export's."""
+HF_INDEX_FILE = "model.safetensors.index.json"
+"""The index ``save_pretrained`` writes beside sharded weights (``{"weight_map": {tensor: file}}``)."""
 
 QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
     "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "

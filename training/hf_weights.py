@@ -34,11 +34,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from platform_spec.hyperparameters import HF_INDEX_FILE
 from platform_spec.models import ExportSlice, ModelFamily, ModelShape, family_of_shape, shape_from_hf_config
 from training.model import CONFIG_FILE, WEIGHTS_FILE, CausalLM, canonical_name
 
-INDEX_FILE = "model.safetensors.index.json"
-"""The index ``save_pretrained`` writes beside sharded weights (``{"weight_map": {tensor: file}}``)."""
+INDEX_FILE = HF_INDEX_FILE
 
 FLOAT_DTYPES: Mapping[str, int] = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 """safetensors dtype names the trainer starts from -> bytes per element. FP8 (``F8_E4M3``, ...) is refused:

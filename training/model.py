@@ -78,6 +78,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from platform_spec.files import atomic_write_bytes
+from platform_spec.hyperparameters import HF_CONFIG_FILE, HF_WEIGHTS_FILE
 from platform_spec.models import (
     LOSS_CHUNK_ELEMENTS,
     ModelFamily,
@@ -367,8 +368,8 @@ def build_model(config: ModelShape, *, backend: str = "torch", device: str | tor
 # ---------------------------------------------------------------------------
 # Export / import of final weights (consolidated safetensors)
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = HF_CONFIG_FILE
+WEIGHTS_FILE = HF_WEIGHTS_FILE
 GENERATION_CONFIG_FILE = "generation_config.json"
 """A Hugging Face family's export: the ids ``generate`` starts, stops and pads with (:func:`save_pretrained`)."""
 PLATFORM_KEY = "platform"
