@@ -50,6 +50,7 @@ from platform_spec.capacity import (
 )
 from platform_spec.catalogue import INSTANCE_TYPES
 from platform_spec.errors import FieldError
+from platform_spec.hyperparameters import HF_CONFIG_FILE, HF_INDEX_FILE, HF_WEIGHTS_FILE
 from platform_spec.runs import DECISIONS as RUN_DECISIONS
 from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
@@ -683,6 +684,23 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
             RUN_CHECKPOINT_PREFIX,
             why="Checkpoints are folders per job or per run named at submit time; they are read (never written) "
             "under the job and run checkpoint prefixes only, to find the newest complete step.",
+        ),
+        "model-folders": _Resource(
+            tuple(
+                arn
+                for name in (HF_CONFIG_FILE, HF_INDEX_FILE, HF_WEIGHTS_FILE)
+                for arn in (
+                    props.data_bucket.arn_for_objects(f"*{name}"),
+                    *(
+                        f"arn:{stack.partition}:s3:::{uri[len('s3://') :]}*{name}"
+                        for uri in props.allowed_input_prefixes
+                    ),
+                )
+            ),
+            "A request's init_from names any folder of the data bucket or the allowed input prefixes; the submitter "
+            "reads its config.json and heads its weights' index or file there, so GetObject is granted on those "
+            "three file names only.",
+            bucket=props.data_bucket,
         ),
         "run-events": _Resource(
             (stack.format_arn(service="events", resource="event-bus", resource_name="default"),),

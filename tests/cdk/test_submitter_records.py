@@ -53,7 +53,14 @@ def test_the_submitter_reads_and_writes_records_under_their_prefix_only(default_
     by_sid = {s.get("Sid"): s for s in s3}
     # beside the records: the run store and the checkpoints (tests/cdk/test_runs_infrastructure.py)
     assert set(by_sid) == {"ClientTokenRecords", "ListClientTokenRecords", "RunRecords", "RunRecordsRead",
-                           "ListRunRecords", "CheckpointsRead", "ListCheckpoints"}, s3  # fmt: skip
+                           "ListRunRecords", "CheckpointsRead", "ListCheckpoints", "ModelFoldersRead"}, s3  # fmt: skip
+    # a request's init_from folder: its config.json and weights' index or file, nothing else of the data
+    data = default_synth.logical_id(stack.buckets.data)
+    assert _actions(by_sid["ModelFoldersRead"]) == ["s3:GetObject"]
+    assert sorted(by_sid["ModelFoldersRead"]["Resource"], key=json.dumps) == [
+        {"Fn::Join": ["", [{"Fn::GetAtt": [data, "Arn"]}, f"/*{name}"]]}
+        for name in ("config.json", "model.safetensors", "model.safetensors.index.json")
+    ]
     objects = by_sid["ClientTokenRecords"]
     assert sorted(_actions(objects)) == ["s3:GetObject", "s3:PutObject"]  # no delete: a record is never removed
     assert objects["Resource"] == {

@@ -97,7 +97,8 @@ class Grant:
     ``resource`` is symbolic; the construct maps it to ARNs (``construct._resources``): ``training-job``,
     ``training-plan``, ``plan-capacity`` (training plans and their reserved capacity), ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
     ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records``,
-    ``run-markers`` (the waiting and active markers) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
+    ``run-markers`` (the waiting and active markers), ``model-folders`` (the files of a Hugging Face model folder the
+    submitter reads, below the data bucket and the allowed input prefixes) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
     prefix; the bucket's key follows reads and writes).
     """
 
@@ -124,6 +125,9 @@ LIST_RUNS = Grant("ListRunRecords", "run-records", ("s3:ListBucket",))
 WRITE_RUNS = Grant("RunRecords", "run-records", ("s3:PutObject",))
 READ_CHECKPOINTS = Grant("CheckpointsRead", "checkpoints-prefix", ("s3:GetObject",))
 LIST_CHECKPOINTS = Grant("ListCheckpoints", "checkpoints-prefix", ("s3:ListBucket",))
+READ_MODEL_FOLDERS = Grant("ModelFoldersRead", "model-folders", ("s3:GetObject",))
+"""A request's ``inputs.init_from`` (:mod:`.init_from`): its ``config.json`` read, its weights' index or file
+headed (``HeadObject`` needs ``s3:GetObject``), under the data bucket and the allowed input prefixes."""
 
 CONTINUATION_GRANTS = (
     # a waiting marker goes when its segment starts, an active marker when its run has ended
@@ -328,7 +332,7 @@ def stop(request: Mapping[str, Any], *, clients: Clients, config: SubmitterConfi
 _RUN_READS = (READ_RUNS, LIST_RUNS)
 _SUBMITS = (
     DESCRIBE_JOBS, DESCRIBE_PLANS, CREATE_JOBS, CREATE_JOBS_ON_PLANS, PASS_ROLE, READ_PLAN_ARNS, TOKEN_RECORDS,
-    LIST_TOKEN_RECORDS,
+    LIST_TOKEN_RECORDS, READ_MODEL_FOLDERS,
 )  # fmt: skip
 
 ACTIONS: Mapping[str, Action] = {

@@ -344,12 +344,12 @@ def _inputs(
         if isinstance(source, Mapping):
             resolved[channel] = _fsx_channel(where, source, config)
         else:
-            resolved[channel] = _s3_channel(where, source, config)
+            resolved[channel] = s3_channel(where, source, config)
     canonical = {k: v.to_dict() if isinstance(v, FsxChannel) else v for k, v in sorted(resolved.items())}
     return resolved, canonical
 
 
-def _s3_channel(where: str, source: Any, config: SubmitterConfig) -> str:
+def s3_channel(where: str, source: Any, config: SubmitterConfig) -> str:
     """An ``s3://`` channel's URI, a key prefix resolved under the data bucket."""
     uri_rule = model.string_rule("InputDataConfig.member.DataSource.S3DataSource.S3Uri")
     if not isinstance(source, str) or not source.strip():
@@ -722,7 +722,8 @@ FIELDS: tuple[Field, ...] = (
         ),
         notes="URIs under the data bucket or an `allowedInputPrefixes` prefix; `train` is required unless "
         "`hyperparameters.synthetic_data`, and `validation` (shards of the same tokenizer) with "
-        "`hyperparameters.eval_interval`. An FSx channel (only with `fsxLustre`) names the platform's file system "
+        "`hyperparameters.eval_interval`. `init_from`: a Hugging Face model folder to start from, whose `config.json` "
+        "the submitter reads as the request's `model_config` (the same shape, or none, may be sent too). An FSx channel (only with `fsxLustre`) names the platform's file system "
         "and a directory at or below its mount name; it is read-only (`FileSystemDataSource`, `InputMode` `File`: "
         "SageMaker mounts it at `/opt/ml/input/data/<channel>`), and the job runs in the file system's subnet, so "
         "on a training plan only a block in that availability zone can run it",
@@ -854,9 +855,18 @@ def parse_request(event: Any, config: SubmitterConfig) -> SubmitRequest:
         Refusal: code ``InvalidRequest``, naming the first bad field (:func:`.errors.invalid`).
     """
     try:
-        values, sent = parse(event, FIELDS, config)
+        return parse_request_fields(event, config)
     except FieldError as error:
         raise invalid(error) from None
+
+
+def parse_request_fields(event: Any, config: SubmitterConfig) -> SubmitRequest:
+    """:func:`parse_request`, raising the first bad field's ``FieldError`` (for a caller that names it otherwise).
+
+    Raises:
+        platform_spec.errors.FieldError: the first bad field.
+    """
+    values, sent = parse(event, FIELDS, config)
     attributes = {k: v for k, v in values.items() if k in _FIELD_ATTRIBUTES}
     extras = {k: v for k, v in values.items() if k not in _FIELD_ATTRIBUTES}
     return SubmitRequest(**attributes, extras=MappingProxyType(extras), sent=sent)

@@ -3,7 +3,8 @@
 :func:`submit` is what the Lambda handler, ``trainctl submit --local``, the run continuation and the
 tests call. Steps, each able to refuse (nothing is created before the last):
 
-1. **Validate** the event (:func:`.request.parse_request`, :func:`.request.check_instance`).
+1. **Validate** the event (:func:`.request.parse_request`, :func:`.request.check_instance`); a request starting
+   from Hugging Face weights takes its shape from the folder's ``config.json`` (:mod:`.init_from`).
 2. **Preflight** with the planner: a configuration predicted not to fit in GPU
    memory -- ``out-of-memory``, or ``at-risk`` (its requirement within the
    model's stated error of usable memory) -- is refused with
@@ -67,9 +68,10 @@ from .aws import Clients, Deadline, error_code, error_message
 from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded, Refusal, invalid
+from .init_from import parse_with_folder
 from .job import build_create_training_job, job_name_for
 from .ledger import Ledger, Record, RunLedger, RunRecord, TokenLedger, TokenRecord
-from .request import SubmitRequest, check_instance, parse_request, token_digest
+from .request import SubmitRequest, check_instance, token_digest
 from .sagemaker_rules import bounds
 from .settings import SERVICE_NAME
 from .training_job import (
@@ -217,7 +219,7 @@ def _submit(
     budget: runspec.RunSpec | None,
     instance_hours_used: float,
 ) -> dict[str, Any]:
-    request = parse_request(event, config)
+    request, event = parse_with_folder(event, clients, config)
     run = request.run
     if run is None:
         if index != 1:
