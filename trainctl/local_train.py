@@ -158,6 +158,7 @@ def train(
     json_quoted: bool = False,
     model_config: str | os.PathLike[str] | None = None,
     init_from: str | os.PathLike[str] | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run the trainer locally on ``base_dir`` (else ``SAGEMAKER_BASE_DIR``) with the hyperparameters ``flags``
     over the previous run's, and say how it ended.
@@ -172,6 +173,8 @@ def train(
         model_config: a Hugging Face ``config.json`` giving the model's shape (:func:`model_config_flags`).
         init_from: a Hugging Face model folder the run starts from (the ``init_from`` channel): its
             ``config.json`` gives the model's shape; a ``model_config`` given too must give the same.
+        tensorboard: a folder the run writes TensorBoard event files to (``tensorboard --logdir`` it), through
+            the layout's ``tensorboardoutputconfig.json`` as on SageMaker; a rerun without it keeps the previous one.
 
     Returns:
         The exit status: the run's (0 finished or stopped by ``stop_at_step``; 1 failed), 2 bad arguments,
@@ -191,6 +194,7 @@ def train(
             json_quoted=json_quoted,
             model_config=model_config,
             init_from=init_from,
+            tensorboard=tensorboard,
         )
 
 
@@ -205,6 +209,7 @@ def _train(
     json_quoted: bool,
     model_config: str | os.PathLike[str] | None = None,
     init_from: str | os.PathLike[str] | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> int:
     from training.environment import SageMakerPaths
     from training.local import (
@@ -256,7 +261,10 @@ def _train(
             print("trainctl train: no data: give --data DIR, --python-docs or --synthetic-data true", file=sys.stderr)
             return 2
         before = LayoutSnapshot.take(paths)
-        prepare_base_dir(base, hyperparameters, data_dir=data_dir, json_quoted=json_quoted, init_from=init_from)
+        prepare_base_dir(
+            base, hyperparameters, data_dir=data_dir, json_quoted=json_quoted, init_from=init_from,
+            tensorboard=tensorboard,
+        )  # fmt: skip
     except LayoutError as exc:
         print(f"trainctl train: {exc}", file=sys.stderr)
         return 2

@@ -209,6 +209,7 @@ def prepare_base_dir(
     json_quoted: bool = False,
     input_data_config: Mapping[str, Mapping[str, Any]] | None = None,
     init_from: str | os.PathLike[str] | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> SageMakerPaths:
     """Lay out ``base_dir`` like ``/opt/ml``.
 
@@ -221,6 +222,10 @@ def prepare_base_dir(
             for synthetic data).
         init_from: a Hugging Face model folder to expose as the ``init_from`` channel (the run's starting
             weights); None leaves the channel as it is.
+        tensorboard: a folder for the run's TensorBoard event files (``tensorboard --logdir`` it), written as
+            ``LocalPath`` (absolute) to ``input/config/tensorboardoutputconfig.json``, the file SageMaker writes
+            for a job's ``TensorBoardOutputConfig`` and the trainer reads (:func:`training.tracking.tensorboard_dir`);
+            None leaves that file as it is (a rerun keeps the previous run's settings).
         hosts, current_host, network_interface_name: ``resourceconfig.json``;
             the interface defaults to the loopback (:func:`loopback_interface`),
             which carries every local "host".
@@ -240,6 +245,9 @@ def prepare_base_dir(
     plans = {
         channel: plan_link(paths, channel, source) for channel, source in channel_sources(data_dir, init_from).items()
     }
+    events = Path(tensorboard).resolve() if tensorboard is not None else None
+    if events is not None and events.exists() and not events.is_dir():
+        raise LayoutError(f"{events}: not a folder; expected a folder for TensorBoard event files (made if absent)")
     paths.config_dir.mkdir(parents=True, exist_ok=True)
     values = {k: format_value(v) for k, v in hyperparameters.items()}
     if json_quoted:
@@ -265,6 +273,8 @@ def prepare_base_dir(
                     "RecordWrapperType": "None",
                 }
     paths.input_data_config_file.write_text(json.dumps(channels, indent=2) + "\n", encoding="utf-8")
+    if events is not None:
+        paths.tensorboard_config_file.write_text(json.dumps({"LocalPath": str(events)}) + "\n", encoding="utf-8")
     for folder in (paths.checkpoint_dir, paths.model_dir, paths.output_data_dir):
         folder.mkdir(parents=True, exist_ok=True)
     return paths
@@ -295,6 +305,7 @@ class LayoutSnapshot:
             paths.hyperparameters_file,
             paths.resource_config_file,
             paths.input_data_config_file,
+            paths.tensorboard_config_file,
             paths.base_dir / LOCAL_RUN_RECORD,
         ):
             try:

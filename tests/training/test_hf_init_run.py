@@ -1,6 +1,7 @@
 """``trainctl train --init-from`` end to end, torchrun with 2 CPU processes (gloo, FSDP2): each rank reads only
 the rows of its own shards of a sharded transformers ``save_pretrained`` folder, and a resume starts from the
-run's checkpoint, never from the HF weights again (the logits against transformers: test_hf_weights.py)."""
+run's checkpoint, never from the HF weights again (the logits against transformers: test_hf_weights.py); with
+``--tensorboard DIR`` each step's loss is in DIR's event file."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from trainctl.cli import main
 from training.hf_weights import read_plan
@@ -37,7 +39,9 @@ def test_init_from_reads_each_ranks_rows_and_a_resume_keeps_the_trained_weights(
     stored = {k: v for f in sorted(hf.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
     total = sum(t.numel() * t.element_size() for t in stored.values())
     base = tmp_path / "run"
-    argv = ["train", "--base-dir", str(base), "--data", str(pydocs_shards), "--init-from", str(hf), *FLAGS]
+    events = tmp_path / "tb"  # trainctl train --tensorboard: what tensorboard --logdir shows
+    argv = ["train", "--base-dir", str(base), "--data", str(pydocs_shards), "--init-from", str(hf), *FLAGS,
+            "--tensorboard", str(events)]  # fmt: skip
 
     assert main(argv) == 0
     out = capfd.readouterr().out
@@ -51,6 +55,12 @@ def test_init_from_reads_each_ranks_rows_and_a_resume_keeps_the_trained_weights(
     assert [s.bytes_read for s in read_plan(hf, 2)] == [read[0][0], read[1][0]]  # the plan's figures are these
     first = [r["loss"] for r in read_metrics(base)]
     assert len(first) == 2
+    (event_file,) = events.glob("events.out.tfevents.*")
+    logged = EventAccumulator(str(event_file)).Reload().Scalars("loss")
+    assert [(e.step, e.value) for e in logged] == [
+        (1, pytest.approx(first[0], rel=1e-6)),
+        (2, pytest.approx(first[1], rel=1e-6)),
+    ]
     trained = load_file(str(base / "model" / "model.safetensors"))
     assert not torch.equal(trained["lm_head.weight"], stored["lm_head.weight"])
 

@@ -219,6 +219,32 @@ def test_a_refused_runs_settings_are_put_back(tmp_path: Path) -> None:
     assert not (tmp_path / "fresh" / LOCAL_RUN_RECORD).exists()
 
 
+def test_a_tensorboard_folder_is_the_runs_local_path_and_a_refused_run_puts_the_previous_one_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``trainctl train --tensorboard DIR``: SageMaker's tensorboardoutputconfig.json names DIR (absolute), the
+    trainer's tensorboard_dir reads it back; a file in the way is refused before anything is written; no DIR keeps
+    the previous one; a refused run's is put back."""
+    from training.tracking import tensorboard_dir
+
+    base, data = tmp_path / "ml", _shards(tmp_path / "data", "tokens")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(LayoutError, match="a-file: not a folder; expected a folder for TensorBoard event files"):
+        prepare_base_dir(base, HP, data_dir=data, tensorboard=tmp_path / "a-file")
+    assert not base.exists()
+    monkeypatch.chdir(tmp_path)  # a relative DIR is the caller's, made absolute for the workers
+    paths = prepare_base_dir(base, HP, data_dir=data, tensorboard="tb")
+    assert json.loads(paths.tensorboard_config_file.read_text()) == {"LocalPath": str(tmp_path / "tb")}
+    assert tensorboard_dir(paths) == tmp_path / "tb"
+    prepare_base_dir(base, HP, data_dir=data)  # a rerun without it keeps it
+    assert tensorboard_dir(paths) == tmp_path / "tb"
+    snapshot = LayoutSnapshot.take(paths)
+    prepare_base_dir(base, HP, data_dir=data, tensorboard=tmp_path / "other")
+    assert snapshot.changed() == ["input/config/tensorboardoutputconfig.json"]
+    snapshot.restore()
+    assert tensorboard_dir(paths) == tmp_path / "tb"
+
+
 def _split(folder: Path) -> Path:
     """A prepare-data output with a validation split: folder/train and folder/validation."""
     _shards(folder / "train", "train tokens")

@@ -31,6 +31,7 @@ Examples::
     trainctl train --base-dir runs/tiny --python-docs --model gpt-tiny --max-steps 50 --stop-at-step 20
     trainctl train --base-dir runs/mine --python-docs --model-config my-llama/config.json --precision fp32
     trainctl train --base-dir runs/ft --data data/fineweb --init-from Llama-3.2-1B --precision bf16
+    trainctl train --base-dir runs/tiny --python-docs --model gpt-tiny --tensorboard runs/tb  # tensorboard --logdir runs/tb
 
 This module parses the arguments; :mod:`trainctl.local_train` runs and reports.
 """
@@ -90,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config.json gives the model's shape. A resume starts from the run's checkpoint instead",
     )
     parser.add_argument(
+        "--tensorboard",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the run's metrics as TensorBoard event files to DIR (view with tensorboard --logdir DIR), as a "
+        "SageMaker job with TensorBoardOutputConfig does; a rerun without it keeps the previous run's DIR",
+    )
+    parser.add_argument(
         "--json-quoted",
         action="store_true",
         help="write hyperparameters.json JSON-quoted, as older SageMaker SDKs do",
@@ -125,4 +134,5 @@ def run(args: argparse.Namespace) -> int:
         json_quoted=args.json_quoted,
         model_config=args.model_config,
         init_from=args.init_from,
+        tensorboard=args.tensorboard,
     )
