@@ -229,7 +229,8 @@ class HFTokenizer:
     :data:`EOD_CANDIDATES` the tokenizer has; none with ``no_separator``.
 
     Raises:
-        DataError: the file is missing; ``separator`` is not a token of it; it has none of
+        DataError: the file is missing or not a tokenizer the ``tokenizers`` library reads (not JSON, or JSON
+            of another shape); ``separator`` is not a token of it; it has none of
             :data:`EOD_CANDIDATES` and neither ``separator`` nor ``no_separator`` is given (the message lists
             its special tokens and both options: documents would otherwise run together unmarked).
     """
@@ -242,7 +243,13 @@ class HFTokenizer:
         self.path = Path(path)
         if not self.path.is_file():
             raise DataError(f"tokenizer file {self.path} does not exist")
-        self._tok = Tokenizer.from_file(str(self.path))
+        try:
+            self._tok = Tokenizer.from_file(str(self.path))
+        except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+            raise DataError(
+                f"tokenizer file {self.path}: expected a Hugging Face tokenizer.json (what "
+                f"PreTrainedTokenizerFast.save_pretrained writes); the tokenizers library refused it: {exc}"
+            ) from None
         self.name = self.path.name
         self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)

@@ -64,6 +64,13 @@ def test_tokenizer_json_from_the_tokenizers_library(tmp_path: Path) -> None:
     assert np.asarray(ds.tokens[0]).tolist() == [2, 3, 2, 0, 1]
     with pytest.raises(DataError, match="no token '<eos>'"):
         prepare_data(tmp_path / "out2", [text], tmp_path / "tokenizer.json", separator="<eos>")
+    # Regression: a tokenizer.json that is not JSON, or JSON of another shape, raised the tokenizers library's
+    # bare Exception (a traceback from trainctl prepare-data) instead of naming the file
+    for name, body in (("html.json", "<html>rate limited</html>"), ("config.json", '{"model_type": "llama"}')):
+        (tmp_path / name).write_text(body, encoding="utf-8")
+        with pytest.raises(DataError, match=rf"tokenizer file .*{name}: expected a Hugging Face tokenizer.json"):
+            prepare_data(tmp_path / "out3", [text], tmp_path / name)
+        assert not (tmp_path / "out3").exists()
 
 
 def test_bad_inputs_and_shards_give_clear_errors(tmp_path: Path) -> None:
