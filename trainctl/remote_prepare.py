@@ -444,10 +444,18 @@ def prepare_remote(
     with ``no_wait``).
 
     Raises:
-        FieldError: refused input (before any job or upload)."""
+        FieldError: refused input (before any job or upload), a ``tokenizer`` or separator included
+            (:func:`training.data.load_tokenizer`'s refusals, which the job would meet)."""
+    from training.data import DataError, load_tokenizer
+
     source, output = check(prep, targets)
     if tokenizer is not None and not tokenizer.is_file():
         raise FieldError("--tokenizer", str(tokenizer), "a local tokenizer.json file")
+    try:  # the job's own rules, here: a tokenizer it cannot read or a separator it lacks fails no job
+        load_tokenizer(tokenizer, prep.separator, no_separator=prep.no_separator)
+    except DataError as exc:
+        field, value = ("--tokenizer", str(tokenizer)) if tokenizer is not None else ("--separator", prep.separator)
+        raise FieldError(field, value, "a tokenizer and separator the preparation can use", detail=str(exc)) from None
     s3 = session.client("s3")
     check_objects(s3, prep, targets, source, output)
     tokenizer_uri = upload_tokenizer(s3, targets.data_bucket, tokenizer) if tokenizer is not None else None

@@ -24,6 +24,7 @@ from trainctl.remote_prepare import (
     complete,
     finish,
     merge_manifests,
+    prepare_remote,
     processing_job_request,
     wait,
 )
@@ -282,3 +283,24 @@ def test_a_stopping_job_is_waited_for_and_a_stopped_one_gets_no_manifest(capsys:
     out = capsys.readouterr().out
     assert "processing job j Stopped: StopProcessingJob, or past its StoppingCondition.MaxRuntimeInSeconds" in out
     assert "has no manifest (incomplete: the trainer refuses it)" in out
+
+
+class _Untouched:
+    def client(self, name: str) -> Any:
+        raise AssertionError(f"refused input reached AWS ({name})")
+
+
+def test_a_tokenizer_the_job_would_refuse_is_refused_before_any_upload_or_job(tmp_path: Path) -> None:
+    # Regression: only "is a file" was checked here; a tokenizer.json that is not JSON, or a --separator it
+    # lacks, was uploaded and launched a job that failed on every instance
+    prep = RemotePreparation("s3://data/raw/", "s3://data/prepared/x/")
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text("<html>rate limited</html>", encoding="utf-8")
+    with pytest.raises(FieldError, match=r"--tokenizer: got '.*tokenizer.json'; .*expected a Hugging Face tokenizer"):
+        prepare_remote(prep, TARGETS, _Untouched(), tokenizer=broken)
+    broken.write_text(byte_level_tokenizer_json(), encoding="utf-8")
+    prep = RemotePreparation("s3://data/raw/", "s3://data/prepared/x/", separator="<eos>")
+    with pytest.raises(FieldError, match=r"--tokenizer: .*has no token '<eos>' \(--separator\)"):
+        prepare_remote(prep, TARGETS, _Untouched(), tokenizer=broken)
+    with pytest.raises(FieldError, match=r"--separator: got '<eos>'; .*needs --tokenizer"):
+        prepare_remote(prep, TARGETS, _Untouched())
