@@ -101,6 +101,22 @@ class DataError(ValueError):
     """A dataset is missing, malformed or inconsistent (names the file)."""
 
 
+REPLACING_MARKER = ".prepare-data-replacing"
+"""Present in a dataset folder while ``prepare-data`` replaces its files (:func:`training.prepare.prepare_data`):
+one left behind means the preparation was killed part way (SIGKILL, a lost machine) and the folder holds some
+shards of each dataset, which :class:`TokenDataset` refuses."""
+
+
+def _refuse_half_replaced(directory: Path) -> None:
+    for marker in sorted(directory.rglob(REPLACING_MARKER)):
+        raise DataError(
+            f"{marker.parent} is half replaced: a `trainctl prepare-data` into it was stopped while it moved the "
+            f"new shards in ({marker.name} is left), so it holds some shards of each preparation. Prepare the "
+            "data again into it (the earlier dataset's files were set aside in "
+            f"{marker.read_text(encoding='utf-8').strip() or 'a .replaced- folder beside it'})"
+        )
+
+
 @dataclass(frozen=True)
 class ShardHeader:
     """One shard's JSON header (see the module docstring)."""
@@ -424,11 +440,13 @@ class TokenDataset:
             vocabulary size); shards that disagree on dtype, vocab_size,
             eod_token_id or tokenizer; a remote preparation's parts without the
             manifest over them, or with one that does not list exactly the parts
-            and shards present (names the folder and the job to finish).
+            and shards present (names the folder and the job to finish); a folder
+            a killed ``prepare-data`` left half replaced (:data:`REPLACING_MARKER`).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, scan: bool = True) -> None:
         self.directory = Path(directory)
+        _refuse_half_replaced(self.directory)
         _refuse_held_out_split(self.directory)
         _refuse_incomplete_parts(self.directory)
         headers = sorted(p for p in self.directory.rglob("*.json") if p.with_suffix(".bin").is_file())
@@ -756,6 +774,7 @@ __all__ = [
     "BYTE_LEVEL_EOD",
     "BYTE_LEVEL_VOCAB_SIZE",
     "MANIFEST",
+    "REPLACING_MARKER",
     "SPLITS",
     "ByteTokenizer",
     "DataError",

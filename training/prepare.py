@@ -51,6 +51,7 @@ import numpy as np
 from training.data import (
     DEFAULT_SHARD_TOKENS,
     MANIFEST,
+    REPLACING_MARKER,
     SPLITS,
     ByteTokenizer,
     DataError,
@@ -374,11 +375,18 @@ def _replace(staging: Path, out: Path) -> None:
     (at the top and in ``train/`` and ``validation/``): shards in name order (each ``.bin`` before its
     ``.json``, a header never dangles), the manifests last. The earlier files are set aside first and put back
     if the moves stop (an error, Ctrl-C, a SIGTERM's ``SystemExit``), so ``out`` holds one dataset whole, the
-    earlier or the new, never some shards of each."""
+    earlier or the new, never some shards of each. A kill that leaves no time to put them back (SIGKILL) leaves
+    :data:`~training.data.REPLACING_MARKER` in each folder, written before the first move and removed after
+    the last, which the trainer refuses."""
     aside = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.replaced-", dir=out.resolve().parent))
     set_aside: list[tuple[Path, Path]] = []
     placed: list[Path] = []
+    folders = [out, *(out / split for split in SPLITS if (out / split).is_dir() or (staging / split).is_dir())]
+    markers = [folder / REPLACING_MARKER for folder in folders]
     try:
+        for marker in markers:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(f"{aside}\n", encoding="utf-8")
         for folder in (out, *(out / split for split in SPLITS)):
             if folder.is_dir():
                 earlier = (*folder.glob("shard-*.bin"), *folder.glob("shard-*.json"), *folder.glob(MANIFEST))
@@ -400,6 +408,8 @@ def _replace(staging: Path, out: Path) -> None:
         raise
     finally:
         shutil.rmtree(aside, ignore_errors=True)
+        for marker in markers:  # the earlier or the new dataset is whole again
+            marker.unlink(missing_ok=True)
 
 
 __all__ = ["PreparedDataset", "PreparedSplit", "prepare_data", "validation_mask"]

@@ -404,6 +404,43 @@ def test_a_preparation_stopped_while_it_replaces_the_output_leaves_the_earlier_d
     assert sorted(s["file"] for s in manifest["shards"]) == sorted(p.name for p in (tmp_path / "out").glob("*.bin"))
 
 
+@pytest.mark.parametrize("split", [{}, {"validation_documents": 1}])
+def test_a_preparation_killed_while_it_replaces_the_output_leaves_a_folder_the_trainer_refuses(
+    tmp_path: Path, monkeypatch, split: dict[str, int]
+) -> None:
+    """SIGKILL among the moves (no except or finally runs) left some shards of each preparation and no manifest,
+    which the trainer read without a word as a smaller dataset. The folder as the kill leaves it is copied at
+    the third move of a new shard; the trainer refuses it, naming it, and a new preparation repairs it."""
+    import shutil
+
+    import training.prepare
+
+    out, killed = tmp_path / "out", tmp_path / "killed"
+    (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
+    (tmp_path / "b.jsonl").write_bytes(_jsonl([d.upper() for d in DOCS]))
+    prepare_data(out, [tmp_path / "a.jsonl"], shard_tokens=100, **split)
+    real_replace, staged_moves = os.replace, []
+
+    def killed_here(src: object, dst: object) -> None:
+        if ".prepare-data-" in str(src):
+            staged_moves.append(src)
+            if len(staged_moves) == 3:
+                shutil.copytree(out, killed)  # what SIGKILL would leave
+                raise KeyboardInterrupt
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(training.prepare.os, "replace", killed_here)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data(out, [tmp_path / "b.jsonl"], shard_tokens=100, **split)
+    monkeypatch.setattr(training.prepare.os, "replace", real_replace)
+    channel = killed / "train" if split else killed
+    with pytest.raises(DataError, match=rf"{channel} is half replaced: a `trainctl prepare-data` into it was"):
+        TokenDataset(channel)
+    prepare_data(killed, [tmp_path / "b.jsonl"], shard_tokens=100, **split)
+    assert len(_documents(channel)) == len(DOCS) - (1 if split else 0)
+    assert not list(killed.rglob(".prepare-data-*")) and not list(out.rglob(".prepare-data-*"))
+
+
 def test_a_bad_argument_is_refused_naming_its_flag_and_the_expected_value(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
     with pytest.raises(DataError, match=r"^--shard-tokens: got 1, expected an integer >= 2"):
