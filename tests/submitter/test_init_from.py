@@ -112,6 +112,8 @@ def test_refusals_name_the_field_and_create_nothing(aws, submit, make_request, f
          "inputs.init_from", "a config.json that is a JSON object (Expecting value"),
         (_request(make_request, folder("list", {**weights, HF_CONFIG_FILE: b"[1]"})),
          "inputs.init_from", "a config.json that is a JSON object, not list"),
+        (_request(make_request, folder("deep", {**weights, HF_CONFIG_FILE: b"[" * 100_000 + b"]" * 100_000})),
+         "inputs.init_from", "a config.json that is a JSON object (nested too deeply to read)"),
         (_request(make_request, folder("yarn", {**weights, HF_CONFIG_FILE: json.dumps(
             {**hf_config, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}}).encode()})),
          "inputs.init_from", "a config.json of a model the trainer runs: rope_parameters.rope_type"),

@@ -114,6 +114,10 @@ def _read_config(s3: S3Client, uri: str) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FieldError(WHERE, uri, _expected_folder(f"a config.json that is a JSON object ({exc})")) from None
+    except RecursionError:  # arrays nested past Python's stack: a crash of the invocation, not a refusal
+        raise FieldError(
+            WHERE, uri, _expected_folder("a config.json that is a JSON object (nested too deeply to read)")
+        ) from None
 
 
 def _shape_of(hf_config: Any, uri: str) -> dict[str, Any]:
