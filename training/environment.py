@@ -483,6 +483,10 @@ def check_init_channel(paths: SageMakerPaths, hp: Hyperparameters) -> None:
         return
     try:
         given = shape_hyperparameters(shape_from_hf_config(json.loads(config.read_text(encoding="utf-8"))))
+    except RecursionError:
+        raise ConfigError(
+            f"channel {INIT_CHANNEL!r}: {config}: expected a Hugging Face config.json (nested too deeply to read)"
+        ) from None
     except (OSError, ValueError) as exc:
         if isinstance(exc, FieldError):
             raise ConfigError(f"channel {INIT_CHANNEL!r}: {config}: {exc}") from None

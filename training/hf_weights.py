@@ -97,6 +97,8 @@ def read_shape(directory: str | os.PathLike[str]) -> ModelShape:
     path = Path(directory) / CONFIG_FILE
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise HfWeightsError(f"{path}: expected a Hugging Face config.json (nested too deeply to read)") from None
     except (OSError, ValueError) as exc:
         raise HfWeightsError(f"{path}: expected a Hugging Face config.json ({exc})") from None
     return shape_from_hf_config(config)

@@ -150,6 +150,13 @@ def test_a_run_whose_shape_differs_from_the_weights_config_is_refused_naming_the
         check_init_channel(paths, parse({**shape, "hidden_size": 64, "num_heads": 8, "num_kv_heads": 4}))
     with pytest.raises(ConfigError, match="gives qkv_bias=True, the run's model has qkv_bias=False"):
         check_init_channel(paths, parse({**shape, "qkv_bias": False}))
+    # Regression: a config.json nested past Python's stack (an FSx channel is checked by the trainer only)
+    # raised RecursionError, a traceback instead of the failure reason naming the file
+    (paths.channel_dir("init_from") / "config.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"config.json: expected a Hugging Face config.json \(nested too deeply"):
+        check_init_channel(paths, parse(shape))
+    with pytest.raises(HfWeightsError, match=r"config.json: expected a Hugging Face config.json \(nested too deeply"):
+        read_shape(paths.channel_dir("init_from"))
 
 
 def test_a_plain_tensor_is_all_rows_of_this_rank() -> None:
