@@ -490,10 +490,12 @@ def prepare_remote_command(
     ``AWS_ENDPOINT_URL`` is set, else ``stack``'s outputs), then :func:`prepare_remote`; with ``attach``, a job
     launched before (``--no-wait``): :func:`complete`. ``options``:
     :class:`RemotePreparation`'s preparation fields. Returns the exit status (2: refused input, one line on
-    stderr, before any job)."""
+    stderr, before any job; 1: AWS refused or failed a call, one line naming the call, its error code and
+    message)."""
     import os
 
     import boto3
+    import botocore.exceptions
 
     from platform_constructs.submitter.runtime.errors import ConfigurationError
 
@@ -522,6 +524,17 @@ def prepare_remote_command(
     except (FieldError, LookupError, ConfigurationError) as exc:
         print(f"trainctl prepare-data --remote: {exc}", file=sys.stderr)
         return 2
+    except botocore.exceptions.ClientError as exc:  # AccessDenied, a job name that is not one, ...
+        error = exc.response.get("Error", {})
+        print(
+            f"trainctl prepare-data --remote: {exc.operation_name} answered {error.get('Code', 'Unknown')}: "
+            f"{error.get('Message', '')}",
+            file=sys.stderr,
+        )
+        return 1
+    except botocore.exceptions.BotoCoreError as exc:  # no credentials or region, AWS unreachable
+        print(f"trainctl prepare-data --remote: {exc}", file=sys.stderr)
+        return 1
 
 
 __all__ = [

@@ -304,3 +304,22 @@ def test_a_tokenizer_the_job_would_refuse_is_refused_before_any_upload_or_job(tm
         prepare_remote(prep, TARGETS, _Untouched(), tokenizer=broken)
     with pytest.raises(FieldError, match=r"--separator: got '<eos>'; .*needs --tokenizer"):
         prepare_remote(prep, TARGETS, _Untouched())
+
+
+def test_an_aws_error_is_one_line_naming_the_call(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: --attach with a job name that is not one (and any AccessDenied) ended in a botocore
+    traceback; moto's SageMaker answers as SageMaker does."""
+    from moto import mock_aws
+
+    from trainctl.remote_prepare import prepare_remote_command
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        assert prepare_remote_command("s3://data/prepared/x/", [], attach="prepare-data-nosuch") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("trainctl prepare-data --remote: DescribeProcessingJob answered ValidationException: ")
+    assert "prepare-data-nosuch" in err and "Traceback" not in err
