@@ -250,7 +250,8 @@ def prepare_data(
 
     The shards are written to a staging folder beside ``output_dir`` (not inside: datasets are found
     recursively) and moved into place only when every input has been read: on any error nothing is written
-    and the shards already there stay as they were. Preparations of one output at once each tokenize on
+    and the shards already there stay as they were. The staging folder of an earlier preparation of the same
+    output that was killed is removed. Preparations of one output at once each tokenize on
     their own and replace the output one after the other (an exclusive lock on its parent folder): it holds
     the last one's shards, complete.
 
@@ -283,7 +284,10 @@ def prepare_data(
     created = [p for p in (parent, *parent.parents) if not p.exists()]
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.resolve().name}.prepare-data-", dir=parent))
+    owner = os.open(staging, os.O_RDONLY)
+    fcntl.flock(owner, fcntl.LOCK_EX)  # held while this process lives: its staging folder is not stale
     try:
+        _remove_stale_staging(parent, out.resolve().name)
         result = _write(staging, out, sources, tok, shard_tokens, text_field, split)
         with _locked(parent):  # two preparations of one output: the last complete one wins, never a mix
             _replace(staging, out)
@@ -293,8 +297,29 @@ def prepare_data(
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
+    finally:
+        os.close(owner)
     shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _remove_stale_staging(parent: Path, name: str) -> None:
+    """Remove the staging folders of earlier preparations of ``name`` that were killed (SIGKILL, a lost
+    machine: no ``finally`` ran), which hold up to a whole dataset each. A live preparation holds an exclusive
+    ``flock`` on its own staging folder, so a folder whose lock is free has no owner; a live one's is left."""
+    for folder in parent.glob(f".{name}.prepare-data-*"):
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError:
+            continue  # gone meanwhile, or not a folder we can open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its preparation is running
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _write(

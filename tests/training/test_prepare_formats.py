@@ -441,6 +441,28 @@ def test_a_preparation_killed_while_it_replaces_the_output_leaves_a_folder_the_t
     assert not list(killed.rglob(".prepare-data-*")) and not list(out.rglob(".prepare-data-*"))
 
 
+def test_a_killed_preparations_staging_folder_is_removed_by_the_next_and_a_live_ones_kept(tmp_path: Path) -> None:
+    """Regression: a preparation killed while it tokenized (SIGKILL) left its staging folder, up to a whole
+    dataset, beside the output for good. A live preparation holds a lock on its own, which is left alone."""
+    import fcntl
+
+    (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
+    dead, live, other = (
+        tmp_path / f".{n}" for n in ("out.prepare-data-dead", "out.prepare-data-live", "x.prepare-data-1")
+    )
+    for folder in (dead, live, other):
+        folder.mkdir()
+        (folder / "shard-00000.bin").write_bytes(b"\0" * 64)
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        prepare_data(tmp_path / "out", [tmp_path / "a.jsonl"])
+    finally:
+        os.close(fd)
+    assert not dead.exists() and live.is_dir() and other.is_dir()  # another output's staging is not ours
+    assert _documents(tmp_path / "out") == DOCS
+
+
 def test_a_bad_argument_is_refused_naming_its_flag_and_the_expected_value(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_bytes(_jsonl(DOCS))
     with pytest.raises(DataError, match=r"^--shard-tokens: got 1, expected an integer >= 2"):
