@@ -380,7 +380,8 @@ def _refuse_incomplete_parts(directory: Path) -> None:
     :mod:`platform_spec.processing`) are a dataset only under the manifest ``trainctl`` writes over them once
     every part is there: without it the job failed or was not finished, and the parts present are some of
     the documents. The manifest's ``parts`` and ``shards`` must be the folder's: a part or shard missing (a
-    copy cut short) or a part it does not list (parts of another run mixed in) is refused too."""
+    copy cut short) or a part or shard it does not list (parts of another run mixed in, or two jobs run into
+    one output at once) is refused too."""
     jobs: dict[Path, dict[str, str]] = {}  # dataset folder -> part folder name -> its processing job
     for manifest in sorted(directory.rglob(f"{PART_PREFIX}*/{MANIFEST}")):
         part = _read_manifest(manifest)
@@ -405,13 +406,24 @@ def _refuse_incomplete_parts(directory: Path) -> None:
         missing = [name for name in listed if name not in parts]
         extra = sorted(set(parts) - set(listed))
         shards = merged.get("shards") if isinstance(merged.get("shards"), list) else []
-        lost = [
-            str(s.get("file")) for s in shards if isinstance(s, dict) and not (folder / str(s.get("file"))).is_file()
-        ]
-        if missing or extra or lost:
+        files = {str(s.get("file")) for s in shards if isinstance(s, dict)}
+        lost = sorted(file for file in files if not (folder / file).is_file())
+        stray = sorted(  # another run's shards beside this one's (two jobs into one output)
+            path.relative_to(folder).as_posix()
+            for name in parts
+            if name in listed
+            for path in (folder / name).glob("*.bin")
+            if path.relative_to(folder).as_posix() not in files
+        )
+        if missing or extra or lost or stray:
             found = ", ".join(
                 f"{what} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
-                for what, names in (("missing part", missing), ("missing shard", lost), ("extra part", extra))
+                for what, names in (
+                    ("missing part", missing),
+                    ("missing shard", lost),
+                    ("extra part", extra),
+                    ("extra shard", stray),
+                )
                 if names
             )
             raise DataError(

@@ -182,6 +182,14 @@ def test_the_trainer_refuses_parts_without_their_manifest_or_with_another(tmp_pa
     with pytest.raises(DataError, match=r"does not cover the parts .*\(extra part part-algo-3\)"):
         TokenDataset(root)
     shutil.rmtree(root / "part-algo-3")
+    # two jobs into one output at once (both saw it empty): the second's part-algo-1 overwrote the first's
+    # shards it also had and left the rest, which the manifest over the parts does not list
+    for suffix in (".bin", ".json"):
+        shutil.copy(root / "part-algo-1" / f"shard-00000{suffix}", root / "part-algo-1" / f"shard-00001{suffix}")
+    with pytest.raises(DataError, match=r"does not cover the parts .*\(extra shard part-algo-1/shard-00001.bin\)"):
+        TokenDataset(root)
+    for suffix in (".bin", ".json"):
+        (root / "part-algo-1" / f"shard-00001{suffix}").unlink()
     (root / "part-algo-2" / "manifest.json").unlink()  # a copy cut short
     with pytest.raises(DataError, match=r"missing part part-algo-2"):
         TokenDataset(root)
