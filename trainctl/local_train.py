@@ -103,7 +103,9 @@ def check_hyperparameters(base: Path, hyperparameters: Mapping[str, str], flags:
         raise
 
 
-def model_config_flags(path: str | os.PathLike[str], flags: Mapping[str, str]) -> dict[str, str]:
+def model_config_flags(
+    path: str | os.PathLike[str], flags: Mapping[str, str], *, flag: str = "--model-config"
+) -> dict[str, str]:
     """``flags`` (hyperparameters given on the command line) with the shape of the Hugging Face ``config.json``
     at ``path`` (:func:`trainctl.model_config.model_config_values`), as the strings ``hyperparameters.json``
     holds.
@@ -112,7 +114,7 @@ def model_config_flags(path: str | os.PathLike[str], flags: Mapping[str, str]) -
         trainctl.model_config.ModelConfigError: the file is unreadable, a key of it is refused (named), or a
             flag sets the shape too.
     """
-    merged = model_config_values(path, flags)
+    merged = model_config_values(path, flags, flag=flag)
     return {name: value if isinstance(value, str) else format_value(value) for name, value in merged.items()}
 
 
@@ -136,7 +138,7 @@ def shape_flags(
             f"--init-from {init_from}: no {config}; expected a Hugging Face model folder (config.json and "
             "model.safetensors, or model-*.safetensors with model.safetensors.index.json)"
         )
-    from_weights = model_config_flags(config, flags)
+    from_weights = model_config_flags(config, flags, flag="--init-from")
     given = from_weights if model_config is None else model_config_flags(model_config, flags)
     for key, value in from_weights.items():
         if given.get(key) != value:

@@ -22,12 +22,13 @@ from platform_spec.hyperparameters import merge_model_config
 
 
 class ModelConfigError(ValueError):
-    """A ``--model-config`` file cannot be read, or describes a shape the trainer refuses; the message names
-    the file and the key (or the flag that sets the shape too)."""
+    """A ``--model-config`` file (or ``--init-from``'s ``config.json``) cannot be read, or describes a shape the
+    trainer refuses; the message names the flag, the file and the key (or the flag that sets the shape too)."""
 
 
-def read_model_config(path: str | os.PathLike[str]) -> Any:
-    """The JSON value of the file at ``path``.
+def read_model_config(path: str | os.PathLike[str], *, flag: str = "--model-config") -> Any:
+    """The JSON value of the file at ``path`` (given by ``flag``: ``--model-config FILE``, or the
+    ``config.json`` of ``--init-from DIR``).
 
     Raises:
         ModelConfigError: unreadable or not JSON (names the file and why).
@@ -36,10 +37,12 @@ def read_model_config(path: str | os.PathLike[str]) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         detail = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise ModelConfigError(f"--model-config {path}: cannot read a JSON config.json ({detail})") from None
+        raise ModelConfigError(f"{flag} {path}: cannot read a JSON config.json ({detail})") from None
 
 
-def model_config_values(path: str | os.PathLike[str], values: Mapping[str, Any]) -> dict[str, Any]:
+def model_config_values(
+    path: str | os.PathLike[str], values: Mapping[str, Any], *, flag: str = "--model-config"
+) -> dict[str, Any]:
     """``values`` (hyperparameters given as flags, ``None`` for unset) with the shape of the ``config.json``
     at ``path``: ``model`` and the family's shape hyperparameters (typed values).
 
@@ -47,13 +50,13 @@ def model_config_values(path: str | os.PathLike[str], values: Mapping[str, Any])
         ModelConfigError: the file is unreadable, a key of it is refused (named as ``model_config.<key>``),
             or a flag sets the shape too (named as ``--<flag>``).
     """
-    config = read_model_config(path)
+    config = read_model_config(path, flag=flag)
     given = {name: value for name, value in values.items() if value is not None}
     try:
         merged = merge_model_config(given, config)
     except FieldError as exc:
         where = exc.field if exc.field.startswith("model_config") else "--" + exc.field.replace("_", "-")
-        raise ModelConfigError(f"--model-config {path}: {where}: {exc.reason}") from None
+        raise ModelConfigError(f"{flag} {path}: {where}: {exc.reason}") from None
     return {**dict(values), **merged}
 
 

@@ -220,11 +220,12 @@ def plan_and_print(
             )
             return 2
         model_config = os.path.join(init_from, "config.json")
+    source = "--init-from" if init_from is not None else "--model-config"  # the flag that gave the config.json
     if model_config is not None:
         from trainctl.model_config import ModelConfigError, model_config_values
 
         try:
-            fields = model_config_values(model_config, fields)
+            fields = model_config_values(model_config, fields, flag=source)
         except ModelConfigError as exc:
             print(f"trainctl plan: error: argument {exc}", file=sys.stderr)
             return 2
@@ -233,7 +234,7 @@ def plan_and_print(
     except FieldError as exc:  # PlanInputError and the catalogue's refusals
         flag = (flags or {}).get(exc.field, exc.field)
         if model_config is not None and exc.field in SHAPE_HYPERPARAMETERS:  # the file set it, not a flag
-            flag = f"--model-config {model_config}: its shape's {exc.field}"
+            flag = f"{source} {model_config}: its shape's {exc.field}"
         detail = f" ({exc.detail})" if exc.detail else ""
         print(
             f"trainctl plan: error: argument {flag}: got {exc.value!r}, expected {exc.expected}{detail}",

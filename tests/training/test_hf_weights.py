@@ -182,3 +182,20 @@ def test_the_plan_shows_the_bytes_each_gpu_and_instance_reads(
     assert json.loads(capsys.readouterr().out)["init_weights"]["bytes_per_instance"] == total  # a replica each
     assert main([*argv, "--model-config", str(tmp_path / "config.json")]) == 2
     assert "give it or --init-from" in capsys.readouterr().err
+
+
+def test_a_refused_init_from_config_is_named_by_the_flag_that_gave_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--init-from DIR``'s config.json is refused as ``--init-from``'s (it once said ``--model-config``, a flag
+    the user never gave), by plan and by train, before anything is written."""
+    from trainctl.cli import main
+
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
+    assert main(["plan", "--init-from", str(folder), "--instance-type", "ml.p5.48xlarge"]) == 2
+    assert f"argument --init-from {folder / 'config.json'}: model_config.num_hidden_layers" in capsys.readouterr().err
+    assert main(["train", "--base-dir", str(tmp_path / "run"), "--init-from", str(folder), "--max-steps", "1"]) != 0
+    assert f"--init-from {folder / 'config.json'}: model_config.num_hidden_layers" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
