@@ -21,7 +21,15 @@ import torch
 from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, parse_line
 from training.checkpoint.verify import complete_steps
 from training.data import DistributedSampler, TokenDataset
-from training.local import follow, prepare_base_dir, read_failure, read_metrics, run_local, start_local
+from training.local import (
+    LocalRun,
+    follow,
+    prepare_base_dir,
+    read_failure,
+    read_metrics,
+    run_local,
+    start_local,
+)
 from training.model import load_pretrained
 
 from .conftest import REFERENCE_HP
@@ -113,46 +121,67 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(
-    reference_run, pydocs_shards: Path, tmp_path: Path
-) -> None:
-    """Same global batch of 16 sequences, split 2 x 8 (FSDP), 1 x 16 (one process), 2 nodes x 8 (HSDP)."""
-    ref_base, _ = reference_run
-    reference = _by_step(read_metrics(ref_base))
-    two_steps = {**REFERENCE_HP, "max_steps": 2}
-
-    single = start_local(tmp_path / "single", {**two_steps, "batch_size": 16}, data_dir=pydocs_shards, nproc=1)
+@pytest.fixture(scope="module")
+def short_runs(
+    tmp_path_factory: pytest.TempPathFactory, pydocs_shards: Path, validation_shards: Path
+) -> dict[str, tuple[Path, LocalRun]]:
+    """Short runs of the reference run's schedule, ``{name: (base dir, run)}``: the same global
+    batch of 16 sequences split 2 processes x 8 ("2 processes", FSDP), 1 x 16 ("1 process") and 2 nodes x 8
+    ("2-node HSDP", node0 and node1). The first two run 3 steps with eval_interval=2, eval_batches=3 on a
+    validation channel; the HSDP nodes run 2 steps without one. warmup_steps=2 keeps the first two steps'
+    learning rates independent of max_steps, so steps 1 and 2 compare with the 20-step reference run."""
+    root = tmp_path_factory.mktemp("short-runs")
+    evaluated = {**REFERENCE_HP, "max_steps": 3, "eval_interval": 2, "eval_batches": 3}
+    bases = {name: root / name.replace(" ", "-") for name in ("2 processes", "1 process", "node0", "node1")}
+    for name in ("2 processes", "1 process"):
+        (bases[name] / "input" / "data").mkdir(parents=True)
+        (bases[name] / "input" / "data" / "validation").symlink_to(validation_shards)
+    # In two waves of 3 workers each: all 5 at once on 2 cores cost more CPU seconds than the run they save.
+    procs = {
+        "2 processes": start_local(bases["2 processes"], evaluated, data_dir=pydocs_shards, nproc=2),
+        "1 process": start_local(bases["1 process"], {**evaluated, "batch_size": 16}, data_dir=pydocs_shards, nproc=1),
+    }
+    runs = {name: follow(proc, timeout=600) for name, proc in procs.items()}
     # Two "nodes" on this host: resourceconfig.json lists both, each entry point runs torchrun with
     # --nnodes=2 --node-rank=i --master-addr=<first host>; HSDP mesh (replicate=2, shard=1).
     hosts = ["127.0.0.1", "localhost"]
     port = str(_free_port())
-    nodes = []
+    nodes = {}
     for i, host in enumerate(hosts):
         prepare_base_dir(
-            tmp_path / f"node{i}",
-            {**two_steps, "sharding_strategy": "hybrid"},
+            bases[f"node{i}"],
+            {**REFERENCE_HP, "max_steps": 2, "sharding_strategy": "hybrid"},
             data_dir=pydocs_shards,
             hosts=hosts,
             current_host=host,
         )
-        nodes.append(start_local(tmp_path / f"node{i}", None, nproc=1, env={"MASTER_PORT": port}))
-    runs = [follow(p, timeout=600) for p in (single, *nodes)]
-    for run in runs:
-        assert run.returncode == 0, run.output[-3000:]
-    assert "--nnodes=2" in runs[1].output and "--node-rank=1" in runs[2].output
+        nodes[f"node{i}"] = start_local(bases[f"node{i}"], None, nproc=1, env={"MASTER_PORT": port})
+    runs |= {name: follow(proc, timeout=600) for name, proc in nodes.items()}
+    for name, run in runs.items():
+        assert run.returncode == 0, (name, run.output[-3000:])
+    return {name: (bases[name], run) for name, run in runs.items()}
 
-    for name, base in (("1 process", tmp_path / "single"), ("2-node HSDP", tmp_path / "node0")):
-        got = _by_step(read_metrics(base))
-        assert sorted(got) == [1, 2], name
+
+def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(reference_run, short_runs) -> None:
+    """Same global batch of 16 sequences, split 2 x 8 (FSDP, the reference run), 1 x 16 (one process, which also
+    evaluates: evaluation leaves training alone, test_validation_loss_...), 2 nodes x 8 (HSDP)."""
+    ref_base, _ = reference_run
+    reference = _by_step(read_metrics(ref_base))
+    assert "--nnodes=2" in short_runs["node0"][1].output and "--node-rank=1" in short_runs["node1"][1].output
+
+    for name, steps in (("1 process", [1, 2, 3]), ("node0", [1, 2])):
+        got = _by_step([r for r in read_metrics(short_runs[name][0]) if "loss" in r])  # training, not validation
+        assert sorted(got) == steps, name
         # Step 1: same weights, same 16 sequences; only the order of fp32 sums differs.
         assert got[1]["loss"] == pytest.approx(reference[1]["loss"], abs=1e-5), name
         assert got[1]["grad_norm"] == pytest.approx(reference[1]["grad_norm"], rel=1e-5), name
         # Step 2 follows one AdamW step on reduce-scattered (FSDP) / all-reduced (HSDP) gradients.
         assert got[2]["loss"] == pytest.approx(reference[2]["loss"], abs=1e-4), name
     # the HSDP run's checkpoint is split across the two nodes' directories, each marked complete
-    assert (tmp_path / "node0" / "checkpoints" / "step-2" / ".complete").is_file()
-    assert (tmp_path / "node1" / "checkpoints" / "step-2" / ".complete").is_file()
-    assert list((tmp_path / "node1" / "checkpoints" / "step-2").glob("__1_*.distcp"))
+    node0, node1 = short_runs["node0"][0], short_runs["node1"][0]
+    assert (node0 / "checkpoints" / "step-2" / ".complete").is_file()
+    assert (node1 / "checkpoints" / "step-2" / ".complete").is_file()
+    assert list((node1 / "checkpoints" / "step-2").glob("__1_*.distcp"))
 
 
 def _validation_losses(lines: list[str]) -> dict[int, float]:
@@ -166,28 +195,15 @@ def _validation_losses(lines: list[str]) -> dict[int, float]:
     return out
 
 
-def test_validation_loss_two_processes_equal_one_process_and_leave_training_alone(
-    reference_run, pydocs_shards: Path, validation_shards: Path, tmp_path: Path
-) -> None:
+def test_validation_loss_two_processes_equal_one_process_and_leave_training_alone(reference_run, short_runs) -> None:
     """eval_interval=2, eval_batches=3 on a validation channel: 2 processes x 8 sequences and 1 x 16 evaluate
     the same 48 sequences after steps 2 and 3 (the last); the training losses are the reference run's (which
     has evaluation off, the default, and prints no validation line)."""
     ref_base, ref = reference_run
     reference = _by_step(read_metrics(ref_base))
     assert _validation_losses(ref.lines) == {} and "validation" not in ref.output
-    hp = {**REFERENCE_HP, "max_steps": 3, "eval_interval": 2, "eval_batches": 3}
-    bases = {"2 processes": tmp_path / "two", "1 process": tmp_path / "one"}
-    for base in bases.values():
-        (base / "input" / "data").mkdir(parents=True)
-        (base / "input" / "data" / "validation").symlink_to(validation_shards)
-    procs = [
-        start_local(bases["2 processes"], hp, data_dir=pydocs_shards, nproc=2),
-        start_local(bases["1 process"], {**hp, "batch_size": 16}, data_dir=pydocs_shards, nproc=1),
-    ]
-    runs = dict(zip(bases, (follow(p, timeout=600) for p in procs), strict=True))
-    for name, run in runs.items():
-        assert run.returncode == 0, (name, run.output[-3000:])
-    printed = {name: _validation_losses(run.lines) for name, run in runs.items()}
+    bases = {name: short_runs[name][0] for name in ("2 processes", "1 process")}
+    printed = {name: _validation_losses(short_runs[name][1].lines) for name in bases}
     assert sorted(printed["2 processes"]) == sorted(printed["1 process"]) == [2, 3]
     exact = {name: _by_step(read_metrics(base)) for name, base in bases.items()}
     two, one = exact["2 processes"], exact["1 process"]
