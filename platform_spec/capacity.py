@@ -27,6 +27,7 @@ __all__ = [
     "CAPACITY_TYPES",
     "DEFAULT_CAPACITY_FALLBACK",
     "PENDING_LIMIT_S",
+    "SIGTERM_GRACE_S",
     "STOP_MARGIN_S",
     "TRAINING_PLAN_ARNS_PARAMETER_ENV",
     "USABLE_PLAN_STATUSES",
@@ -115,6 +116,14 @@ STOP_MARGIN_S = 300.0
 trainer adds twice its last step and checkpoint times): a job that starts with less than this left
 cannot train a step and save it. The submitter places a run's segment on a block that ends before
 the segment's ``max_runtime_hours`` only when the block leaves more than this (``runtime/capacity.py``)."""
+
+SIGTERM_GRACE_S = 120.0
+"""Seconds between the SIGTERM SageMaker sends to stop a training job and the end of the job: "To stop a job,
+SageMaker sends the algorithm the SIGTERM signal, which delays job termination for 120 seconds. Algorithms can use
+this 120-second window to save the model artifacts" (SageMaker API Reference, StoppingCondition,
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_StoppingCondition.html). A stop (``StopTrainingJob``,
+a spot interruption, ``MaxRuntimeInSeconds``) leaves the trainer this long to finish its step and save; the
+planner checks the synchronous save at a stop against it (``planner.checkpoint``)."""
 
 CAPACITY_BLOCK_ENDED_REASON = "the training plan's capacity block leaves no time to train"
 """How the trainer's failure reason begins when it starts with less than its stop margin left in its

@@ -53,6 +53,28 @@ KLOCKWOOD_B300 = (
 )
 AWS_P5 = "AWS 'Amazon EC2 P5 instances' page (instance specs table), unverified in this session"
 AWS_P6 = "AWS 'Amazon EC2 P6 instances' page (instance specs table), unverified in this session"
+AWS_P5_MEMORY = (
+    "AWS 'Amazon EC2 P5 instances' page (instance specs table: instance memory), unverified in this session; the same "
+    "2048 GiB for p5e/p5en in torchx's named_resources_aws.py (meta-pytorch/torchx PRs 995, 1098) and dstack's AWS "
+    "offers (dstackai/dstack PR 4110: p5en.48xlarge mem=2048GB)"
+)
+AWS_P6_MEMORY = (
+    "AWS 'Amazon EC2 P6 instances' page (instance specs table: instance memory), unverified in this session; "
+    "p6-b200.48xlarge 2,048 GiB also in Red Hat OpenShift's ROSA compute-types list (openshift/openshift-docs)"
+)
+GB200_MEMORY = (
+    "AWS 'Amazon EC2 P6 instances' page (p6e-gb200.36xlarge: 960 GiB, two NVIDIA Grace CPUs of 480 GB LPDDR5X each, "
+    "NVIDIA GB200 NVL72 specification), unverified in this session"
+)
+PCIE_GEN5_LINK = (
+    "PCIe Gen5 x16 between each GPU and the host: 128 GB/s bidirectional (NVIDIA H100/H200 SXM datasheets, "
+    "'PCIe Gen5: 128GB/s'), 64 GB/s each way; P5/P6 hosts are Intel Xeon with PCIe Gen5 root ports, so a Blackwell "
+    "GPU's Gen6-capable link also runs at Gen5 (unverified in this session)"
+)
+GB200_C2C_LINK = (
+    "NVLink-C2C between each Grace CPU and its GPUs: 900 GB/s bidirectional (NVIDIA GB200 NVL72 specification), "
+    "450 GB/s each way (unverified in this session)"
+)
 SAGEMAKER_ULTRASERVER = (
     "SageMaker API Reference, UltraServer ('An UltraServer consists of multiple instances within a shared NVLink "
     "interconnect domain'; its InstanceType: ml.p6e-gb200.36xlarge)"
@@ -144,6 +166,10 @@ class InstanceSpec:
         efa_bandwidth_gb_s: aggregate EFA network bandwidth of the instance, GB/s.
         local_nvme_tb: local NVMe instance store, TB raw (``None`` where not known).
         sources: where each figure comes from.
+        host_memory_gib: the host's memory (system RAM), GiB as AWS prints it; ``None`` for an UltraServer (see
+            :attr:`host`). Staging an asynchronous checkpoint copies the host's share of it here (``planner.checkpoint``).
+        host_link_gb_s: GPU-to-host bandwidth per GPU, each way, GB/s (PCIe or NVLink-C2C): the device-to-host copy
+            of a checkpoint's staging.
         cpu_architecture: the host CPUs' architecture, as OCI platforms name it
             (``"amd64"``: x86-64; ``"arm64"``: e.g. NVIDIA Grace on GB200).
         host_instance_type: for an UltraServer, the instance type of the hosts it is made of (its
@@ -160,12 +186,20 @@ class InstanceSpec:
     efa_bandwidth_gb_s: float
     local_nvme_tb: float | None
     sources: dict[str, str]
+    host_memory_gib: float | None = None
+    host_link_gb_s: float | None = None
     cpu_architecture: str = "amd64"
     host_instance_type: str | None = None
 
     @property
     def gpu_spec(self) -> GPUSpec:
         return GPUS[self.gpu]
+
+    @property
+    def host(self) -> InstanceSpec:
+        """The spec of one host (one machine, one SageMaker training-job instance): an UltraServer's
+        :attr:`host_instance_type`, an instance type itself."""
+        return self if self.host_instance_type is None else INSTANCES[self.host_instance_type]
 
     @property
     def gpus_per_host(self) -> int:
@@ -290,7 +324,16 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_version=2,
         efa_bandwidth_gb_s=12.5,
         local_nvme_tb=3.84,
-        sources={"gpus": DIGEST, "gpu_memory_gb": DIGEST, "efa": DIGEST, "local_nvme_tb": AWS_P5},
+        host_memory_gib=256.0,
+        host_link_gb_s=64.0,
+        sources={
+            "host_memory_gib": AWS_P5_MEMORY,
+            "host_link_gb_s": PCIE_GEN5_LINK,
+            "gpus": DIGEST,
+            "gpu_memory_gb": DIGEST,
+            "efa": DIGEST,
+            "local_nvme_tb": AWS_P5,
+        },
     ),
     "ml.p5.48xlarge": InstanceSpec(
         instance_type="ml.p5.48xlarge",
@@ -302,7 +345,11 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_version=2,
         efa_bandwidth_gb_s=400.0,
         local_nvme_tb=30.72,
+        host_memory_gib=2048.0,
+        host_link_gb_s=64.0,
         sources={
+            "host_memory_gib": AWS_P5_MEMORY,
+            "host_link_gb_s": PCIE_GEN5_LINK,
             "gpus": DIGEST,
             "gpu_memory_gb": DIGEST,
             "efa_version": DIGEST,
@@ -321,7 +368,11 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_version=2,
         efa_bandwidth_gb_s=400.0,
         local_nvme_tb=30.72,
+        host_memory_gib=2048.0,
+        host_link_gb_s=64.0,
         sources={
+            "host_memory_gib": AWS_P5_MEMORY,
+            "host_link_gb_s": PCIE_GEN5_LINK,
             "gpus": DIGEST,
             "gpu_memory_gb": DIGEST_LEAD,
             "efa_version": DIGEST,
@@ -340,7 +391,11 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_version=3,
         efa_bandwidth_gb_s=400.0,
         local_nvme_tb=30.72,
+        host_memory_gib=2048.0,
+        host_link_gb_s=64.0,
         sources={
+            "host_memory_gib": AWS_P5_MEMORY,
+            "host_link_gb_s": PCIE_GEN5_LINK,
             "gpus": DIGEST,
             "gpu_memory_gb": DIGEST_LEAD,
             "efa_version": DIGEST,
@@ -359,7 +414,11 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_version=4,
         efa_bandwidth_gb_s=400.0,
         local_nvme_tb=30.72,
+        host_memory_gib=2048.0,
+        host_link_gb_s=64.0,
         sources={
+            "host_memory_gib": AWS_P6_MEMORY,
+            "host_link_gb_s": PCIE_GEN5_LINK,
             "gpus": DIGEST,
             "gpu_memory_gb": DIGEST,
             "efa_version": DIGEST,
@@ -378,7 +437,11 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_version=4,
         efa_bandwidth_gb_s=800.0,
         local_nvme_tb=30.72,
+        host_memory_gib=4096.0,
+        host_link_gb_s=64.0,
         sources={
+            "host_memory_gib": AWS_P6_MEMORY,
+            "host_link_gb_s": PCIE_GEN5_LINK,
             "gpus": DIGEST,
             "gpu_memory_gb": DIGEST,
             "efa_version": DIGEST,
@@ -398,7 +461,11 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_bandwidth_gb_s=200.0,
         local_nvme_tb=None,
         cpu_architecture="arm64",
+        host_memory_gib=960.0,
+        host_link_gb_s=450.0,
         sources={
+            "host_memory_gib": GB200_MEMORY,
+            "host_link_gb_s": GB200_C2C_LINK,
             "gpus": DIGEST,
             "gpu_memory_gb": DIGEST,
             "efa_version": DIGEST,
@@ -421,7 +488,9 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_bandwidth_gb_s=1800.0,
         local_nvme_tb=None,
         cpu_architecture="arm64",
+        host_link_gb_s=450.0,
         sources={
+            "host_link_gb_s": GB200_C2C_LINK,
             "gpus": DIGEST + " (36 GPUs, one NVLink domain)",
             "host_instance_type": SAGEMAKER_ULTRASERVER,
             "gpu_memory_gb": DIGEST,
@@ -444,7 +513,9 @@ INSTANCES: dict[str, InstanceSpec] = {
         efa_bandwidth_gb_s=3600.0,
         local_nvme_tb=None,
         cpu_architecture="arm64",
+        host_link_gb_s=450.0,
         sources={
+            "host_link_gb_s": GB200_C2C_LINK,
             "gpus": DIGEST + " (72 GPUs, one NVLink domain)",
             "host_instance_type": SAGEMAKER_ULTRASERVER,
             "gpu_memory_gb": DIGEST,

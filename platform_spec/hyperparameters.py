@@ -326,7 +326,7 @@ class Hyperparameters:
         planner=True,
     )
     # checkpoints and logging
-    checkpoint_interval: int = _declare(500, "steps between checkpoints", minimum=1, maximum=10**9)
+    checkpoint_interval: int = _declare(500, "steps between checkpoints", minimum=1, maximum=10**9, planner=True)
     keep_checkpoints: int = _declare(3, "complete checkpoints kept", minimum=1, maximum=1000)
     log_interval: int = _declare(10, "steps between metric lines", minimum=1, maximum=10**9)
 
