@@ -17,6 +17,13 @@ from platform_spec.hyperparameters import HyperparameterError, Hyperparameters
 from platform_spec.training_modes import ActivationCheckpointing
 from platform_spec.training_modes import activation_checkpointing as parse_activation_checkpointing
 
+CHECKPOINT_SAVES: tuple[str, ...] = ("async", "sync")
+"""How interval checkpoints are saved, a plan input (:attr:`PlanInput.checkpoint_save`): ``async`` (DCP's
+``async_save``: the training waits for the device-to-host staging only) or ``sync`` (it waits for the write too). The
+save at a stop is synchronous either way (:mod:`planner.checkpoint`)."""
+DEFAULT_CHECKPOINT_SAVE = "async"
+"""The trainer's way for interval checkpoints: asynchronous."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class PlanInput(Hyperparameters):
@@ -33,6 +40,9 @@ class PlanInput(Hyperparameters):
         tokens: training-token budget for wall time and cost; ``None``: none.
         inter_container_encryption: the job encrypts the traffic between its instances (SageMaker's
             ``EnableInterContainerTrafficEncryption``): not modelled in the figures, noted (:func:`planner.plan.notes`).
+        checkpoint_save: how interval checkpoints are saved, one of :data:`CHECKPOINT_SAVES` (default
+            :data:`DEFAULT_CHECKPOINT_SAVE`): what the step time, the staging memory and the save at a stop count
+            (:mod:`planner.checkpoint`).
     """
 
     instance_type: str
@@ -41,13 +51,15 @@ class PlanInput(Hyperparameters):
     price_per_hour: float | None = None
     tokens: float | None = None
     inter_container_encryption: bool = False
+    checkpoint_save: str = DEFAULT_CHECKPOINT_SAVE
 
     @classmethod
     def from_hyperparameters(
         cls, hp: Hyperparameters, *, instance_type: str, instance_count: int = 1, **kw: Any
     ) -> PlanInput:
         """The plan input for trainer hyperparameters ``hp`` on ``instance_count`` x ``instance_type``; ``kw``
-        sets the other fields (``blocks_only``, ``price_per_hour``, ``tokens``, ``inter_container_encryption``) or
+        sets the other fields (``blocks_only``, ``price_per_hour``, ``tokens``, ``inter_container_encryption``,
+        ``checkpoint_save``) or
         overrides a hyperparameter."""
         values: dict[str, Any] = {name: getattr(hp, name) for name in hpmod.SPECS}
         return cls(instance_type=instance_type, instance_count=instance_count, **{**values, **kw})
@@ -79,8 +91,8 @@ class PlanInput(Hyperparameters):
 
     @classmethod
     def own_fields(cls) -> tuple[str, ...]:
-        """The fields besides the hyperparameters: the hardware, the budget, ``blocks_only`` and
-        ``inter_container_encryption``."""
+        """The fields besides the hyperparameters: the hardware, the budget, ``blocks_only``,
+        ``inter_container_encryption`` and ``checkpoint_save``."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.name not in hpmod.SPECS)
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,6 +229,8 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
     for name in ("blocks_only", "inter_container_encryption"):
         if not isinstance(getattr(p, name), bool):
             raise PlanInputError(name, getattr(p, name), "true or false")
+    if p.checkpoint_save not in CHECKPOINT_SAVES:
+        raise PlanInputError("checkpoint_save", p.checkpoint_save, "one of " + ", ".join(CHECKPOINT_SAVES))
     for name in ("price_per_hour", "tokens"):
         v = getattr(p, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
@@ -245,4 +259,12 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
     )
 
 
-__all__ = ["PlanInput", "PlanInputError", "ResolveMemo", "ResolvedInput", "resolve"]
+__all__ = [
+    "CHECKPOINT_SAVES",
+    "DEFAULT_CHECKPOINT_SAVE",
+    "PlanInput",
+    "PlanInputError",
+    "ResolveMemo",
+    "ResolvedInput",
+    "resolve",
+]

@@ -395,15 +395,13 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
     k = r.checkpointed_blocks  # blocks that recompute in backward (0 off, L full, floor(L/N) selective:N)
 
     # --- persistent, sharded -------------------------------------------------
-    store = a if blocks_only else 4.0  # bytes per stored parameter
     qb = q if q is not None else 0.0  # bytes per stored quantized weight (quantized_model_init)
-    params = (qb * L * W + store * (N - L * W)) / D if qmi else store * N / D
+    state_params, state_optim = state_bytes(r)
+    params, optim = state_params / D, state_optim / D
     if blocks_only:
-        optim = 2 * a * N / D
         grad_bytes = a * N / D
         step_temp = a * N / D
     else:
-        optim = 8.0 * N / D + (4.0 * L * W / D if qmi else 0.0)
         grad_bytes = 4.0 * N / D
         step_temp = 0.0  # fused AdamW (TE FusedAdam with quantized weights): no parameter-sized temporaries
 
@@ -497,6 +495,30 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
     )
 
 
+def state_bytes(r: ResolvedInput) -> tuple[float, float]:
+    """``(parameters, optimizer_state)``: bytes of the persistent training state of one replica of the modelled
+    network, before sharding (the ``parameters`` and ``optimizer_state`` terms times the shard degree ``D``).
+
+    Full trainer: fp32 parameters ``4N`` (with ``quantized_model_init`` the block matmul weights at ``q`` bytes:
+    ``q*L*W + 4*(N - L*W)``) and AdamW's two fp32 moments ``8N`` (plus the ``4*L*W`` fp32 master weights of stored
+    quantized weights). Blocks-only: the example's parameters and Adam moments in the compute dtype, ``a*N`` and
+    ``2*a*N``. What a trainer checkpoint holds besides RNG and trainer state (:mod:`planner.checkpoint`)."""
+    p, m = r.input, r.model
+    L = m.num_layers
+    N = m.block_params if p.blocks_only else m.num_params
+    a = activation_bytes(p.precision)
+    q = quantized_bytes(p.precision)
+    terms = r.family.terms
+    assert terms is not None  # resolve() refuses a family without terms
+    W = terms.matmul_weights_per_block(m)
+    store = a if p.blocks_only else 4.0  # bytes per stored parameter
+    qmi = p.quantized_model_init and q is not None
+    params = q * L * W + store * (N - L * W) if qmi and q is not None else store * N
+    if p.blocks_only:
+        return params, 2 * a * N
+    return params, 8.0 * N + (4.0 * L * W if qmi else 0.0)
+
+
 def accumulated_gradient_bytes(r: ResolvedInput) -> float:
     """Bytes per GPU of gradients live through a later micro-batch's forward and backward (module docstring,
     ``gradients``): 0 with one micro-batch; with more, the sharded gradients (``every_micro_batch``: full
@@ -527,5 +549,6 @@ __all__ = [
     "estimate_memory",
     "memory_status",
     "quantized_bytes",
+    "state_bytes",
     "weight_copy_bytes",
 ]

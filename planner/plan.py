@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.checkpoint import D2H_EFFICIENCY, DOWNLOAD_TIME_NOTE, NVME_WRITE_GB_S
 from planner.errors import PlanInputError
 from planner.inputs import PlanInput, ResolvedInput, ResolveMemo, resolve
 from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY, MemoryBreakdown, estimate_memory
@@ -26,7 +27,8 @@ class Recommendation:
         after: the plan with ``changes`` applied (its own ``recommendations``
             empty); ``None`` for advice without changes.
         kind: ``"fit"``, ``"throughput"``, ``"checkpointing"``,
-            ``"communication"``, ``"precision"``, ``"memory"`` or ``"advice"``.
+            ``"communication"``, ``"precision"``, ``"memory"``, ``"checkpoint"`` (interval and stop saves:
+            :mod:`planner.checkpoint`) or ``"advice"``.
     """
 
     title: str
@@ -145,7 +147,10 @@ class Plan:
         ``tokens_per_second_per_gpu``, ``tflops_per_gpu``, ``mfu`` (percent),
         ``cost`` -- each ``null`` for an ``out-of-memory`` plan, which would not run, with the reason in
         ``not_run`` (``null`` otherwise) --, ``peak_tflops``, ``flops_per_token``, ``bound``,
-        ``recompute_overhead_pct``, ``evaluation`` (``seconds`` of one validation-loss evaluation and
+        ``recompute_overhead_pct``, ``checkpoint`` (:meth:`planner.checkpoint.CheckpointEstimate.to_dict`: size,
+        per-GPU shard, written and downloaded per host, staging memory and time, write time, blocking time and its
+        share per step, the save at a stop against SageMaker's 120 s; ``null`` for a blocks-only plan),
+        ``evaluation`` (``seconds`` of one validation-loss evaluation and
         ``overhead_pct``, its share of the ``eval_interval`` steps' time; 0 with evaluation off, ``null`` for an
         ``out-of-memory`` plan), ``time_breakdown_s`` (per micro-batch
         compute terms, exposed communication, optimizer, fixed, gradient reduce-scatters per step),
@@ -204,6 +209,7 @@ class Plan:
             "flops_per_token": t.flops_per_token,
             "bound": t.bound,
             "recompute_overhead_pct": round(t.recompute_overhead_pct, 2),
+            "checkpoint": None if t.checkpoint is None else t.checkpoint.to_dict(),
             "evaluation": {
                 "seconds": self._speed(t.eval_time_s, 6),
                 "overhead_pct": self._speed(t.eval_overhead_pct, 2),
@@ -217,6 +223,7 @@ class Plan:
                 "exposed_communication": t.exposed_comm_s,
                 "optimizer": t.optimizer_s,
                 "fixed": t.fixed_s,
+                "checkpoint": 0.0 if t.checkpoint is None else t.checkpoint.per_step_s,
                 "micro_batches": t.micro_batches,
                 "gradient_reductions": t.gradient_reductions,
             },
@@ -258,7 +265,19 @@ def notes(plan: Plan) -> list[str]:
         out.append("out of memory: the speed and cost figures are withheld (null); time_breakdown_s is the model's")
     if plan.input.inter_container_encryption and plan.input.instance_count > 1:
         out.append(INTER_CONTAINER_ENCRYPTION_NOTE)
+    if plan.throughput.checkpoint is not None:
+        out.append(CHECKPOINT_NOTE)
     return out
+
+
+CHECKPOINT_NOTE = (
+    "checkpoint: size = fp32 parameters and AdamW moments (12 bytes per parameter) plus RNG and trainer-state files; "
+    "each host downloads the whole synced prefix at a restart, assumed to hold one checkpoint (the newest complete "
+    f"one), in bytes only ({DOWNLOAD_TIME_NOTE}); write time at {NVME_WRITE_GB_S:g} GB/s per host (one local NVMe "
+    "device's published write rate, a conservative figure); staging at the GPU-to-host link "
+    f"x {D2H_EFFICIENCY:g} (estimate); the interval saves' blocking time is in the step time"
+)
+"""The note of every plan of the full trainer: the checkpoint figures' assumptions (:mod:`planner.checkpoint`)."""
 
 
 INTER_CONTAINER_ENCRYPTION_NOTE = (
@@ -362,4 +381,4 @@ class Evaluator:
         return plan.fits if plan is not None else self._resolved_memory(plan_input)[1].fits
 
 
-__all__ = ["Evaluator", "Plan", "Recommendation", "evaluate", "evaluate_on_gpus", "notes"]
+__all__ = ["CHECKPOINT_NOTE", "Evaluator", "Plan", "Recommendation", "evaluate", "evaluate_on_gpus", "notes"]

@@ -30,6 +30,10 @@ Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
    a validated recipe (Megatron Core); validate loss curves across formats.
    Low precision is a throughput optimization, not a memory saving, unless
    weights are stored quantized.
+6. **Checkpoints** (:mod:`planner.checkpoint`; not the guide's). Save interval
+   checkpoints synchronously when an asynchronous save's staging does not fit
+   the host's memory; warn when the synchronous save at a stop (SIGTERM) would
+   outlast SageMaker's 120 s.
 
 Nothing the trainer refuses is recommended: storing weights quantized
 (``quantized_model_init``) is suggested only while
@@ -198,6 +202,7 @@ def describe_changes(before: PlanInput, after: PlanInput) -> list[str]:
         "sharding_strategy": "shard parameters and optimizer state over every GPU",
         "instance_count": "more GPUs to shard over",
         "precision": "number format",
+        "checkpoint_save": "how interval checkpoints are saved",
     }
     out = []
     for name in before.__dataclass_fields__:
@@ -326,7 +331,7 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
     fit, the change that makes it fit (rule 1); otherwise each rule's change where it pays, then the precision
     advice."""
     if not plan.fits:
-        return _fit_recs(plan, evaluate)
+        return _fit_recs(plan, evaluate) + _checkpoint_recs(plan, evaluate)
     inp = plan.input
     batched = best_batch(inp, evaluate, start=inp.batch_size, keep_tokens=inp.gradient_accumulation_steps > 1)
     recs = [
@@ -338,7 +343,7 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
         _low_precision_rec(plan, evaluate),
         _precision_advice(plan),
     ]
-    return [rec for rec in recs if rec is not None]
+    return [rec for rec in recs if rec is not None] + _checkpoint_recs(plan, evaluate)
 
 
 def _fit_recs(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
@@ -612,6 +617,49 @@ def _low_precision_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
     else:
         return None
     return _rec(f"Consider precision {low}", reason, inp, p, "precision")
+
+
+def _checkpoint_recs(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
+    """Rule 6 (:mod:`planner.checkpoint`): save interval checkpoints synchronously when an asynchronous save's
+    staging does not fit the host's memory; warn when the save at a stop would outlast SageMaker's grace period
+    after SIGTERM (the job ends first and the run resumes from the checkpoint before)."""
+    from planner.checkpoint import HOST_STAGING_FRACTION
+
+    ck, inp = plan.throughput.checkpoint, plan.input
+    if ck is None:
+        return []
+    recs = []
+    gb = 1e9
+    if not ck.staging_fits and ck.host_memory_bytes is not None:
+        after = _try(evaluate, inp.replace(checkpoint_save="sync"))
+        recs.append(
+            _rec(
+                "Save interval checkpoints synchronously (checkpoint_save=sync)",
+                f"an asynchronous save stages each host's {ck.staging_per_host_bytes / gb:,.0f} GB of model and "
+                f"optimizer state in host memory, more than {HOST_STAGING_FRACTION:.0%} of its "
+                f"{ck.host_memory_bytes / gb:,.0f} GB; a synchronous save stages nothing and blocks "
+                f"{ck.sync_save_s:,.1f} s every {ck.interval} steps instead of {ck.blocking_s:,.1f} s",
+                inp,
+                after,
+                "checkpoint",
+            )
+        )
+    if not ck.stop_fits:
+        recs.append(
+            _rec(
+                f"The save at a stop would outlast SageMaker's {ck.stop_limit_s:.0f} s",
+                "after SIGTERM the trainer finishes its step, "
+                + ("waits for the asynchronous write in flight, " if ck.save == "async" else "")
+                + f"then saves {ck.written_per_host_bytes / gb:,.0f} GB per host: {ck.stop_s:,.0f} s in all; "
+                f"SageMaker ends the job {ck.stop_limit_s:.0f} s after SIGTERM, so the run would resume from the "
+                "checkpoint before. More instances spread the checkpoint (each host writes size / hosts); "
+                "a capacity block's end is planned with the trainer's own margin and is not affected",
+                inp,
+                None,
+                "checkpoint",
+            )
+        )
+    return recs
 
 
 def _precision_advice(plan: Plan) -> Recommendation | None:

@@ -89,6 +89,10 @@ compute it hides behind are exposed.
 The optimizer step is memory-bound (Adam reads and writes parameters and two
 moments, reads gradients) at HBM bandwidth.
 
+Checkpoints: what an interval save blocks the training for (the device-to-host staging of an asynchronous save; the
+staging and the write of a synchronous one), spread over ``checkpoint_interval`` steps, is part of the step time
+(:mod:`planner.checkpoint`).
+
 Outputs: step time, tokens/s per GPU and per job, model TFLOP/s per GPU and MFU
 in percent of the precision's dense peak (:func:`platform_spec.catalogue.dense_peak_tflops`,
 the same definition the trainer's ``mfu`` metric uses), and -- given a price
@@ -100,6 +104,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from planner.checkpoint import CheckpointEstimate, estimate_checkpoint
 from planner.inputs import ResolvedInput
 from planner.memory import activation_bytes, loss_chunk_tokens, quantized_bytes, weight_copy_bytes
 from platform_spec.catalogue import dense_peak_tflops
@@ -323,7 +328,7 @@ class ThroughputEstimate:
         exposed_comm_s: communication not hidden behind compute, per micro-batch.
         optimizer_s: optimizer step, seconds.
         fixed_s: per-step fixed cost (the TE example's first-iteration share, or host overhead).
-        step_time_s: one optimizer step, seconds.
+        step_time_s: one optimizer step, seconds, with the interval checkpoints' share (``checkpoint.per_step_s``).
         tokens_per_step: tokens per optimizer step, whole job.
         tokens_per_second: whole job.
         tokens_per_second_per_gpu: per GPU.
@@ -338,6 +343,9 @@ class ThroughputEstimate:
             their training time. tokens/s, TFLOP/s and MFU leave it out (as the trainer's metric lines do); the
             wall time and cost of ``tokens`` include it.
         cost: wall time and cost of ``tokens`` (``None`` without a token budget).
+        checkpoint: the checkpoints' size, times and memory (:mod:`planner.checkpoint`); its ``per_step_s``, the
+            interval saves' blocking time over ``checkpoint_interval`` steps, is part of ``step_time_s`` (so of
+            tokens/s, MFU and cost); ``None`` for a blocks-only plan (the example saves none).
         micro_batches: micro-batches per step (``gradient_accumulation_steps``).
         gradient_reductions: reduce-scatters of the gradients per step (``micro_batches`` for
             ``every_micro_batch``, 1 for ``last_micro_batch``).
@@ -361,6 +369,7 @@ class ThroughputEstimate:
     cost: Cost | None
     eval_time_s: float = 0.0
     eval_overhead_pct: float = 0.0
+    checkpoint: CheckpointEstimate | None = None
 
     micro_batches: int = 1
     gradient_reductions: int = 1
@@ -425,6 +434,10 @@ def estimate_throughput(
     fixed = first_iteration_s / TIMED_ITERATIONS if p.blocks_only else STEP_OVERHEAD_S
     micro = c.total + exposed
     step = gas * micro + optimizer_s + fixed
+    # the interval checkpoints' blocking time, spread over the steps between them (planner.checkpoint)
+    checkpoint = estimate_checkpoint(r, step)
+    if checkpoint is not None:
+        step += checkpoint.per_step_s
     tokens_per_gpu_step = gas * r.tokens_per_microbatch
     tps_gpu = tokens_per_gpu_step / step
     fpt = r.family.flops_per_token(m, p.seq_length, include_embedding=not p.blocks_only)  # custom shapes too
@@ -472,6 +485,7 @@ def estimate_throughput(
         cost=cost,
         eval_time_s=eval_s,
         eval_overhead_pct=eval_pct,
+        checkpoint=checkpoint,
         micro_batches=gas,
         gradient_reductions=reductions,
     )

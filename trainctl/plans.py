@@ -87,8 +87,8 @@ def _overheads(plan: Plan) -> list[tuple[str, str]]:
 
 def plan_blocks(plan: Plan) -> list[Panel | Table]:
     """What ``trainctl plan`` shows for ``plan`` (a :class:`planner.Plan`), in order: a panel with the
-    configuration, the memory breakdown and verdict, throughput, cost (with a token budget, for a plan that
-    runs) and the recommendations with the figures before and after each (when there are any); a multi-instance
+    configuration, the memory breakdown and verdict, throughput, the checkpoints (:func:`checkpoint_table`; not
+    for a blocks-only plan), cost (with a token budget, for a plan that runs) and the recommendations with the figures before and after each (when there are any); a multi-instance
     plan with inter-container encryption carries the planner's note on it under the throughput table."""
     from planner.memory import AT_RISK_FRACTION, BREAKDOWN_TERMS, SAFETY_FRACTION
     from planner.plan import INTER_CONTAINER_ENCRYPTION_NOTE, notes
@@ -154,6 +154,9 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
         )
     blocks.append(tt)
 
+    if t.checkpoint is not None:
+        blocks.append(checkpoint_table(plan))
+
     if t.cost is not None and plan.ran:
         ct = Table("Cost", [Column("figure"), Column("value", justify="right")])
         ct.add_row("tokens", format_count(t.cost.tokens))
@@ -185,6 +188,43 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
             rt.add_row(str(i), rec.title, rec.reason, ba)
         blocks.append(rt)
     return blocks
+
+
+def checkpoint_table(plan: Plan) -> Table:
+    """The plan's checkpoint figures (:mod:`planner.checkpoint`): size, restart download per instance (bytes only:
+    :data:`planner.checkpoint.DOWNLOAD_TIME_NOTE`), write time of a synchronous save, blocking time of the interval
+    saves and their share of the step, the host memory an asynchronous save stages into, and the save at a stop
+    against SageMaker's grace period after SIGTERM; a flagged figure is marked in red."""
+    from planner.checkpoint import DOWNLOAD_TIME_NOTE, HOST_STAGING_FRACTION, NVME_WRITE_GB_S
+
+    ck = plan.throughput.checkpoint
+    assert ck is not None  # the caller checks
+    gb = 1e9
+    table = Table("Checkpoints", [Column("figure"), Column("value", justify="right")])
+    table.add_row("size (one checkpoint)", f"{ck.size_bytes / gb:,.1f} GB ({ck.per_gpu_bytes / gb:,.2f} GB per GPU)")
+    table.add_row("written per instance", f"{ck.written_per_host_bytes / gb:,.1f} GB")
+    table.add_row("restart download per instance", f"{ck.download_per_host_bytes / gb:,.1f} GB (time: not estimated)")
+    table.add_row(
+        "synchronous save (write)",
+        f"{ck.sync_save_s:,.1f} s ({ck.write_s:,.1f} s at {NVME_WRITE_GB_S:g} GB/s local NVMe)",
+    )
+    table.add_row("staging (device to host)", f"{ck.staging_s:,.2f} s")
+    table.add_row(
+        f"interval saves ({ck.save}, every {ck.interval} steps)",
+        f"{ck.blocking_s:,.2f} s blocked (+{ck.per_step_s * 1e3:,.2f} ms per step)",
+    )
+    if ck.save == "async":
+        memory = "unknown" if ck.host_memory_bytes is None else f"{ck.host_memory_bytes / gb:,.0f} GB"
+        staging = f"{ck.staging_per_host_bytes / gb:,.1f} GB of {memory}"
+        if not ck.staging_fits:
+            staging = f"[red]{staging} (over {HOST_STAGING_FRACTION:.0%})[/red]"
+        table.add_row("staging host memory per instance", staging)
+    stop = f"{ck.stop_s:,.0f} s of {ck.stop_limit_s:.0f} s"
+    table.add_row("save at a stop (SIGTERM)", stop if ck.stop_fits else f"[red]{stop}: too long[/red]")
+    table.caption = (
+        "the restart download assumes one checkpoint under the synced prefix; no time: " + DOWNLOAD_TIME_NOTE
+    )
+    return table
 
 
 def plan_and_print(
@@ -304,4 +344,11 @@ def init_weights_load(folder: str | os.PathLike[str], plan: Any) -> dict[str, An
     }
 
 
-__all__ = ["guide_default_input", "init_weights_load", "plan_and_print", "plan_blocks", "render_plan"]
+__all__ = [
+    "checkpoint_table",
+    "guide_default_input",
+    "init_weights_load",
+    "plan_and_print",
+    "plan_blocks",
+    "render_plan",
+]

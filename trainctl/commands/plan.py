@@ -112,6 +112,7 @@ def _add_hyperparameter(group: argparse._ArgumentGroup, name: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from planner.inputs import CHECKPOINT_SAVES, DEFAULT_CHECKPOINT_SAVE
     from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
     from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, PLANNED_HYPERPARAMETERS, SPECS
 
@@ -164,6 +165,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the job encrypts traffic between its instances (SageMaker's EnableInterContainerTrafficEncryption; "
         "noted with several instances, not modelled)",
+    )
+    h.add_argument(
+        "--checkpoint-save",
+        choices=CHECKPOINT_SAVES,
+        default=DEFAULT_CHECKPOINT_SAVE,
+        help="how interval checkpoints are saved: async (the training waits for the device-to-host staging only) "
+        "or sync (for the write too); the save at a stop is synchronous either way (default: %(default)s)",
     )
     h.add_argument(
         "--price-per-hour",
