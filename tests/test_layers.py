@@ -54,7 +54,15 @@ def test_the_contracts_cover_the_floor_plan() -> None:
     )
     assert CONTRACTS["planner-training"]["type"] == "independence"
     # the planner's modules in one direction: the rules (estimate, auto_tune) on top, the plan never imports them
-    assert CONTRACTS["planner-layers"]["layers"] == ["recommend", "plan", "throughput", "memory", "inputs", "errors"]
+    assert CONTRACTS["planner-layers"]["layers"] == [
+        "recommend",
+        "plan",
+        "throughput",
+        "checkpoint",
+        "memory",
+        "inputs",
+        "errors",
+    ]
     assert {"aws_cdk", "constructs", "jsii", "torch"} <= set(CONTRACTS["lambda-runtimes"]["forbidden_modules"])
     # importing a runtime runs its parent packages: they import nothing (the constructs are construct.py)
     assert {"aws_cdk", "constructs", "jsii", "platform_constructs.submitter.construct"} <= set(
