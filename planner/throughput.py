@@ -73,7 +73,7 @@ micro-batches keep unsharded gradients, :mod:`platform_spec.training_modes`):
 bytes received per GPU ``= bytes * (D - 1) / D`` per reduce-scatter.
 HSDP adds an all-reduce of the sharded fp32 gradients across the ``R``
 replicas with each reduce-scatter: ``2 * 4N/D * (R-1)/R``.
-Bandwidth: within one NVLink domain the unidirectional NVLink bandwidth (half
+Bandwidth (:func:`platform_spec.catalogue.collective_bandwidth`): within one NVLink domain the unidirectional NVLink bandwidth (half
 the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY``; a shard group
 that spans instances moves each GPU's volume at the instance's whole EFA
 bandwidth at ``EFA_EFFICIENCY`` (NCCL runs one ring channel per NIC, the hops
@@ -107,7 +107,7 @@ from dataclasses import dataclass
 from planner.checkpoint import CheckpointEstimate, estimate_checkpoint
 from planner.inputs import ResolvedInput
 from planner.memory import activation_bytes, loss_chunk_tokens, quantized_bytes, weight_copy_bytes
-from platform_spec.catalogue import dense_peak_tflops
+from platform_spec.catalogue import collective_bandwidth, dense_peak_tflops
 from platform_spec.models import mfu_percent, model_tflops_per_second
 from platform_spec.precisions import get_precision
 from platform_spec.training_modes import gradient_reductions_per_step
@@ -120,12 +120,6 @@ TIMED_ITERATIONS = 5
 """``fsdp.py --num-iters`` default: iterations averaged in the example's timing."""
 LAUNCH_S = 5e-6
 """CPU time to launch one kernel through PyTorch and TransformerEngine, seconds (estimate)."""
-NVLINK_EFFICIENCY = 0.75
-"""Achieved fraction of unidirectional NVLink bandwidth for NCCL all-gather/reduce-scatter (estimate)."""
-EFA_EFFICIENCY = 0.7
-"""Achieved fraction of per-GPU EFA bandwidth across instances (estimate)."""
-NVLINK_LATENCY_S = 20e-6
-EFA_LATENCY_S = 60e-6
 HBM_EFFICIENCY = 0.7
 """Achieved fraction of HBM bandwidth for the memory-bound optimizer step (estimate)."""
 STEP_OVERHEAD_S = 0.005
@@ -245,24 +239,11 @@ class CommTime:
 
 
 def _group_bandwidth(r: ResolvedInput, group: int, *, per_instance: int | None = None) -> tuple[float, float, str]:
-    """(bytes/s per GPU, latency s, link name) for a collective over ``group`` GPUs laid out instance by instance,
-    ``per_instance`` of them on each instance (default: every GPU of an instance, as FSDP's shard group).
-
-    Across instances NCCL runs one ring channel per NIC, so the bytes a GPU receives cross the instance's
-    network once per instance, spread over all its NICs: a group holding every GPU of each instance moves its
-    per-GPU volume at the instance's whole EFA bandwidth, while groups of one GPU per instance (HSDP's replica
-    all-reduce: ``gpus_per_instance`` such groups run at once) share it, ``1 / gpus_per_instance`` each."""
-    inst = r.instance
-    if group <= 1:
-        return float("inf"), 0.0, "none"
-    within_domain = group <= max(inst.gpus_per_instance, inst.nvlink_domain_gpus) and (
-        group <= inst.gpus_per_instance or inst.nvlink_domain_gpus >= group
-    )
-    if within_domain and inst.nvlink_bandwidth_gb_s > 0:
-        return inst.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink"
-    sharing = inst.gpus_per_instance // max(1, min(per_instance or inst.gpus_per_instance, inst.gpus_per_instance))
-    per_gpu = inst.efa_bandwidth_gb_s / sharing * 1e9 * EFA_EFFICIENCY
-    return per_gpu, EFA_LATENCY_S, f"EFA v{inst.efa_version}"
+    """(bytes/s per GPU, latency s, link name) of a collective over ``group`` GPUs
+    (:func:`platform_spec.catalogue.collective_bandwidth`, which the trainer's pre-flight measurement is logged
+    beside)."""
+    link = collective_bandwidth(r.instance, group, per_instance=per_instance)
+    return link.bytes_per_s, link.latency_s, link.link
 
 
 def comm_time(r: ResolvedInput) -> CommTime:

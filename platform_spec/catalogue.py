@@ -697,3 +697,58 @@ __all__ = [
     "supported_precisions",
     "supports_precision",
 ]
+
+
+# ---------------------------------------------------------------------------
+# Collective bandwidth: the planner's model of FSDP's links, which the trainer's pre-flight reports its measurement
+# beside (training.preflight)
+
+NVLINK_EFFICIENCY = 0.75
+"""Achieved fraction of unidirectional NVLink bandwidth for NCCL all-gather/reduce-scatter (estimate)."""
+EFA_EFFICIENCY = 0.7
+"""Achieved fraction of per-GPU EFA bandwidth across instances (estimate)."""
+NVLINK_LATENCY_S = 20e-6
+EFA_LATENCY_S = 60e-6
+
+
+@dataclass(frozen=True)
+class CollectiveBandwidth:
+    """The bandwidth a collective's per-GPU volume moves at (``bytes * (n - 1) / n`` for an all-gather or a
+    reduce-scatter over ``n`` GPUs): the quantity nccl-tests reports as bus bandwidth ("Performance reported by
+    NCCL tests", https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md), per GPU.
+
+    Attributes:
+        bytes_per_s: bytes/s per GPU (``inf`` for a group of one: nothing moves).
+        latency_s: seconds each collective pays on top.
+        link: ``"NVLink"``, ``"EFA v<n>"`` or ``"none"``.
+    """
+
+    bytes_per_s: float
+    latency_s: float
+    link: str
+
+
+def collective_bandwidth(instance: InstanceSpec, group: int, *, per_instance: int | None = None) -> CollectiveBandwidth:
+    """The assumed bandwidth of a collective over ``group`` GPUs laid out instance by instance, ``per_instance``
+    of them on each instance (default: every GPU of an instance, as FSDP's shard group).
+
+    Within one NVLink domain: half the catalogue's bidirectional NVLink figure at :data:`NVLINK_EFFICIENCY`.
+    Across instances NCCL runs one ring channel per NIC, so the bytes a GPU receives cross the instance's
+    network once per instance, spread over all its NICs: a group holding every GPU of each instance moves its
+    per-GPU volume at the instance's whole EFA bandwidth (at :data:`EFA_EFFICIENCY`), while groups of one GPU per
+    instance (HSDP's replica all-reduce: ``gpus_per_instance`` such groups run at once) share it,
+    ``1 / gpus_per_instance`` each.
+    """
+    if group <= 1:
+        return CollectiveBandwidth(float("inf"), 0.0, "none")
+    within_domain = group <= max(instance.gpus_per_instance, instance.nvlink_domain_gpus) and (
+        group <= instance.gpus_per_instance or instance.nvlink_domain_gpus >= group
+    )
+    if within_domain and instance.nvlink_bandwidth_gb_s > 0:
+        return CollectiveBandwidth(
+            instance.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink"
+        )
+    shared = min(per_instance or instance.gpus_per_instance, instance.gpus_per_instance)
+    sharing = instance.gpus_per_instance // max(1, shared)
+    per_gpu = instance.efa_bandwidth_gb_s / sharing * 1e9 * EFA_EFFICIENCY
+    return CollectiveBandwidth(per_gpu, EFA_LATENCY_S, f"EFA v{instance.efa_version}")

@@ -328,7 +328,20 @@ class Hyperparameters:
     # checkpoints and logging
     checkpoint_interval: int = _declare(500, "steps between checkpoints", minimum=1, maximum=10**9, planner=True)
     keep_checkpoints: int = _declare(3, "complete checkpoints kept", minimum=1, maximum=1000)
+    async_checkpoint: bool = _declare(
+        True,
+        "write interval checkpoints in the background (DCP async_save; marked complete once written); the save "
+        "at a stop or at the end stays synchronous",
+    )
     log_interval: int = _declare(10, "steps between metric lines", minimum=1, maximum=10**9)
+    # pre-flight (training.preflight)
+    preflight_seconds: float = _declare(
+        5.0,
+        "at most this many seconds measuring all-gather and reduce-scatter bus bandwidth at FSDP's per-block "
+        "sizes before the first step (0: skip)",
+        minimum=0.0,
+        maximum=600.0,
+    )
 
     def to_strings(self) -> dict[str, str]:
         """Render as SageMaker ``HyperParameters`` (every value a string): fields equal to their default too,

@@ -25,6 +25,9 @@ and, after each evaluation of the validation channel (``eval_interval``), a line
 
     [metrics] step=120 validation_loss=3.3017
 
+The first step's line of a multi-process run also carries the pre-flight's bus bandwidths
+(:data:`PREFLIGHT_FIELDS`, :mod:`training.preflight`).
+
 A reader that keeps one record per step merges a step's two lines
 (``trainctl.reports.collection.metrics_by_step``).
 
@@ -66,7 +69,21 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
         "validation:loss",
         "nats/token (cross-entropy over every token of the evaluation's validation batches, all ranks)",
     ),
+    (
+        "all_gather_busbw_gb_s",
+        "preflight:all_gather_busbw_gb_s",
+        "GB/s (1e9 bytes/s): the pre-flight's all-gather bus bandwidth at FSDP's per-block size, the slowest "
+        "rank's (first step's line only; multi-process runs)",
+    ),
+    (
+        "reduce_scatter_busbw_gb_s",
+        "preflight:reduce_scatter_busbw_gb_s",
+        "GB/s (1e9 bytes/s): the pre-flight's reduce-scatter bus bandwidth at FSDP's per-block gradient size, the "
+        "slowest rank's (first step's line only; multi-process runs)",
+    ),
 )
+PREFLIGHT_FIELDS: tuple[str, ...] = ("all_gather_busbw_gb_s", "reduce_scatter_busbw_gb_s")
+"""The fields the trainer's pre-flight measurement adds to the first step's line (:mod:`training.preflight`)."""
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 
@@ -99,6 +116,8 @@ def format_line(values: Mapping[str, float | int]) -> str:
             parts.append(f"lr={v:.3e}")
         elif name in ("loss", "grad_norm", "validation_loss"):
             parts.append(f"{name}={v:.4f}")
+        elif name in PREFLIGHT_FIELDS:
+            parts.append(f"{name}={v:.4g}")  # gloo on CPU measures fractions of a GB/s
         elif name.startswith("peak_mem"):
             parts.append(f"{name}={v:.3f}")
         else:

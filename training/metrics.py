@@ -117,6 +117,12 @@ class MetricsLogger:
         self._t0 = time.perf_counter()
         self._steps = 0
         self._excluded = 0.0
+        self._once: dict[str, float] = {}
+
+    def publish_once(self, values: dict[str, float]) -> None:
+        """Add ``values`` (fields of :data:`platform_spec.metric_lines.FIELDS`) to the next line of
+        :meth:`values` only: measurements made once per run (the pre-flight bandwidth)."""
+        self._once.update(values)
 
     def start(self) -> None:
         """Start (or restart) the throughput interval."""
@@ -151,7 +157,12 @@ class MetricsLogger:
             "mfu": mfu,
             "peak_mem_allocated_gb": allocated,
             "peak_mem_reserved_gb": reserved,
+            **self._pop_once(),
         }
+
+    def _pop_once(self) -> dict[str, float]:
+        once, self._once = self._once, {}
+        return once
 
     def log(self, values: dict[str, float], extra: dict[str, Any] | None = None) -> str:
         """Print the line (rank 0) and append the JSON record; returns the line."""

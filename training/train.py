@@ -84,7 +84,7 @@ from platform_spec.models import family_of_shape
 from platform_spec.training_modes import reduces_gradients
 from training import precision as prec
 from training.checkpoint.compare import run_record
-from training.checkpoint.manager import CheckpointError, CheckpointManager, ResumeRefused, export_model
+from training.checkpoint.manager import CheckpointError, CheckpointManager, ResumeRefused, SaveRecord, export_model
 from training.data import DataError, DistributedSampler, SyntheticSampler, TokenDataset, resolve_vocab_size
 from training.environment import (
     STOP_MARGIN_S,
@@ -102,6 +102,7 @@ from training.hf_weights import load_into
 from training.metrics import DeviceInfo, MetricsLogger
 from training.model import CausalLM, build_model, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
+from training.preflight import PreflightError, check_efa, measure_bandwidth
 from training.supervision import TrainerStatus, guarded_output, write_status
 from training.tokenizer_files import DataTokenizer
 from training.tracking import MetricSinks
@@ -396,6 +397,8 @@ class Trainer:
         self.control_group = dist.new_group(backend="gloo") if cuda else dist.group.WORLD
         self.stopper = StopController(capacity_block_deadline(self.environ), self.control_group, self.world_size)
         self.stopper.install()
+        self.resources = read_resource_config(self.paths)
+        check_efa(self.resources, self.environ, group=self.control_group)  # PreflightError before anything is built
 
         # TransformerEngine blocks where TE imports on a GPU and the model's family has blocks that build the shape
         shape = model_shape(hp)  # the preset or custom shape, checked by its family's rule (parse did too)
@@ -488,7 +491,10 @@ class Trainer:
             world_size=self.world_size,
             process_group=self.control_group,
             log=self.log,
+            asynchronous=hp.async_checkpoint,
+            on_saved=self.saved,
         )
+        self.save_reasons: dict[int, str] = {}
         self.tokens_per_step = hp.batch_size * hp.seq_length * hp.gradient_accumulation_steps * self.world_size
         self.metrics = MetricsLogger(
             tokens_per_step=self.tokens_per_step,
@@ -509,6 +515,11 @@ class Trainer:
         )
         data = "synthetic tokens" if self.dataset is None else str(self.dataset.describe())
         self.log(f"data: {data}; tokens per step {self.tokens_per_step:,}")
+        self.bandwidth = measure_bandwidth(
+            self.model, self.plan, device, seconds=hp.preflight_seconds, resources=self.resources, log=self.log
+        )
+        if self.bandwidth is not None:
+            self.metrics.publish_once(self.bandwidth.metric_values())  # on the first step's [metrics] line
 
     def run_record(self) -> dict[str, Any]:
         """What defines this run (:func:`training.checkpoint.compare.run_record`), saved with every checkpoint."""
@@ -678,15 +689,38 @@ class Trainer:
             f"validation loss {loss:.4f} after step {self.step} ({self.evaluator.batches} batches, {seconds:.1f} s)"
         )
 
-    def save(self, reason: str) -> None:
+    def save(self, reason: str, *, asynchronous: bool = False) -> None:
+        """Checkpoint this step (:class:`training.checkpoint.manager.CheckpointManager`): synchronously (after
+        finishing an asynchronous save still being written), or, with ``asynchronous``, stage it and write it in
+        the background (:meth:`poll_checkpoint` finishes it). Training's wait is left out of the throughput."""
         self.phase = "save"
         t0 = time.monotonic()
-        path = self.checkpoints.save(self.step, self.model, self.optimizer, self.trainer_state())
+        self.save_reasons[self.step] = reason
+        path = self.checkpoints.save(
+            self.step, self.model, self.optimizer, self.trainer_state(), asynchronous=asynchronous
+        )
         seconds = time.monotonic() - t0
         self.metrics.exclude(seconds)
-        self.saved_step = self.step
+        if self.checkpoints.pending_step == self.step:
+            self.log(f"checkpoint {path} ({reason}): staged in {seconds:.1f} s, being written in the background")
+
+    def poll_checkpoint(self) -> None:
+        """Finish the asynchronous save being written once every rank has written it (collective, every step)."""
+        t0 = time.monotonic()
+        self.checkpoints.poll()
+        self.metrics.exclude(time.monotonic() - t0)
+
+    def saved(self, record: SaveRecord) -> None:
+        """A checkpoint was marked complete (the manager's ``on_saved``): the status record, and a log line with
+        the time training waited for it and the time its files took to write."""
+        self.saved_step = record.step
         self.write_status()
-        self.log(f"checkpoint {path} ({reason}, {seconds:.1f} s)")
+        reason = self.save_reasons.pop(record.step, "save")
+        kind = "asynchronous" if record.asynchronous else "synchronous"
+        self.log(
+            f"checkpoint {record.path} ({reason}, {kind}: training blocked {record.blocking_seconds:.1f} s, "
+            f"written in {record.write_seconds:.1f} s)"
+        )
 
     def export(self) -> None:
         self.phase = "export"
@@ -747,6 +781,7 @@ class Trainer:
                 values = self.metrics.values(step=self.step, loss=float(loss_value), lr=lr, grad_norm=float(grad_norm))
                 self.metrics.log(values)
             step_seconds = time.monotonic() - t0
+            self.poll_checkpoint()
             reason = self.stopper.check(step_seconds=step_seconds, save_seconds=self.checkpoints.last_save_seconds)
             if reason is not None:
                 self.save(reason)
@@ -757,7 +792,7 @@ class Trainer:
             if self.evaluator is not None and (self.step % hp.eval_interval == 0 or self.step == hp.max_steps):
                 self.evaluate()
             if self.step % hp.checkpoint_interval == 0 and self.step < hp.max_steps:
-                self.save("interval")
+                self.save("interval", asynchronous=hp.async_checkpoint)
                 last_saved = self.step
         if last_saved != self.step:
             self.save("end of training")
@@ -828,7 +863,7 @@ def _main(argv: Sequence[str] | None) -> int:
             raise
         rank = trainer.rank if trainer else int(os.environ.get("RANK", "0"))
         where = trainer.where() if trainer else "during setup (before the first step)"
-        if isinstance(exc, (HyperparameterError, DataError, ConfigError, CheckpointError)):
+        if isinstance(exc, (HyperparameterError, DataError, ConfigError, CheckpointError, PreflightError)):
             reason = str(exc)
         elif trainer is not None and is_oom(exc):
             reason = oom_reason(trainer.hp, trainer.device, rank, trainer.step + 1, where)

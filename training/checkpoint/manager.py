@@ -7,7 +7,13 @@ in the layout of :mod:`platform_spec.checkpoint_layout`.
 
 Write protocol: every rank writes its files into ``step-N/``, a barrier
 waits for all ranks (DCP's ``.metadata`` is written by rank 0 after the
-others finished), then each node's local rank 0 writes ``.complete``. A
+others finished), then each node's local rank 0 writes ``.complete``. An
+asynchronous save (:meth:`CheckpointManager.save` with ``asynchronous=True``:
+DCP's ``async_save``) returns once this rank's state is staged (copied to host
+memory) and writes the shards in a background thread; the marker is written
+only once every rank's write has finished, a collective decision taken by
+:meth:`CheckpointManager.poll` at a step boundary or by
+:meth:`CheckpointManager.wait` (the next save waits for it first). A
 folder without ``.complete`` (a run killed while saving) is never loaded and
 is deleted once a run has resumed. A marker rather than a rename because on
 SageMaker each node has its own ``/opt/ml/checkpoints`` that is synced to the
@@ -23,6 +29,7 @@ group, so all ranks skip, refuse or resume together.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -30,6 +37,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +99,51 @@ class Resumed:
         return self.step * spb if isinstance(spb, int) else None
 
 
+@dataclass(frozen=True)
+class SaveRecord:
+    """A checkpoint written and marked complete.
+
+    Attributes:
+        step: the step saved.
+        path: its ``step-N`` folder.
+        asynchronous: written in the background (DCP ``async_save``) rather than while training waited.
+        blocking_seconds: seconds training waited: the whole save when synchronous; staging the state to host
+            memory (and waiting for an earlier save, if one was still being written) when asynchronous.
+        write_seconds: seconds from the start of the save until every rank's files were written (the time a
+            synchronous save of the same state takes, which the stop margin reserves).
+    """
+
+    step: int
+    path: Path
+    asynchronous: bool
+    blocking_seconds: float
+    write_seconds: float
+
+
+@dataclass
+class _PendingSave:
+    """An asynchronous save whose shards are being written (its future), not yet marked complete."""
+
+    step: int
+    path: Path
+    started: float
+    blocking_seconds: float
+    future: Future[float] = field(default_factory=Future)
+    """Done when this rank's write ended: its ``time.monotonic()`` then, or DCP's exception."""
+
+    def follow(self, upload: Future[Any]) -> None:
+        """Resolve :attr:`future` when DCP's ``upload`` future is done."""
+
+        def done(upload: Future[Any]) -> None:
+            error = upload.exception()
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(time.monotonic())
+
+        upload.add_done_callback(done)
+
+
 class CheckpointManager:
     """Save, prune and resume ``step-N`` DCP checkpoints (see the module docstring).
 
@@ -103,6 +156,19 @@ class CheckpointManager:
             NCCL); None: the default group.
         log: where the resume decisions go (called on every rank; the trainer
             prints on rank 0). Default: print on global rank 0.
+        asynchronous: allow asynchronous saves (``save(..., asynchronous=True)``). With a process group, a
+            gloo group of its own is created for them (collective: every rank constructs the manager): DCP's
+            background thread runs its collectives (planning, the metadata gather) on it while the training
+            thread keeps using the others; collectives of two threads on one group could interleave differently
+            on different ranks. ``async_save`` needs a group with a CPU backend ("A CPU backend must be enabled
+            for async save", ``torch/distributed/checkpoint/state_dict_saver.py``, torch 2.13); torchtitan
+            gives its asynchronous checkpoints a gloo group of their own the same way.
+        on_saved: called on every rank with each save's :class:`SaveRecord` once it is marked complete (the
+            trainer's status record and log line).
+
+    Attributes:
+        last_save_seconds: the write time of the newest finished save (:attr:`SaveRecord.write_seconds`; 0.0
+            before one): the stop margin's estimate of a synchronous save.
     """
 
     def __init__(
@@ -115,6 +181,8 @@ class CheckpointManager:
         world_size: int,
         process_group: Any = None,
         log: Callable[[str], None] | None = None,
+        asynchronous: bool = False,
+        on_saved: Callable[[SaveRecord], None] | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
@@ -128,6 +196,10 @@ class CheckpointManager:
         self.unloadable: dict[int, str] = {}
         """``{step: why}``: complete checkpoints that failed verification or loading at resume."""
         self._log = log if log is not None else self._print
+        self.asynchronous = asynchronous
+        self._on_saved = on_saved
+        self._pending: _PendingSave | None = None
+        self._async_group = dist.new_group(backend="gloo") if asynchronous and self._distributed() else None
         if self.local_rank == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
         self._barrier()
@@ -261,12 +333,19 @@ class CheckpointManager:
                 raise CheckpointError(f"cannot save {path}: the earlier folder of that step {why}")
 
     # -- save ------------------------------------------------------------------
+    @property
+    def pending_step(self) -> int | None:
+        """The step of the asynchronous save being written (not yet marked complete), else None."""
+        return None if self._pending is None else self._pending.step
+
     def save(
         self,
         step: int,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
         trainer_state: Mapping[str, Any],
+        *,
+        asynchronous: bool = False,
     ) -> Path:
         """Write ``step-N`` (collective: every rank calls it), mark it complete, prune.
 
@@ -274,34 +353,119 @@ class CheckpointManager:
         scheduler and loss-scaler state, run record). An existing ``step-N``
         folder (an unfinished save, or one that failed at resume) is replaced;
         a link or file named ``step-N`` is moved aside (see the module docstring).
+
+        An asynchronous save (``asynchronous=True``; the manager must allow them) is finished (marked complete
+        and pruned) later by :meth:`poll` or :meth:`wait`; ``trainer_state.json`` and the RNG files are written
+        before it returns (they are the state of step N). Either kind first waits for an asynchronous save still
+        being written (:meth:`wait`); a save of the step that one wrote is that one. Staging copies this rank's
+        model and optimizer state to host memory: as much host memory again as those shards, held until the
+        write ends.
+
+        Returns:
+            The ``step-N`` folder (complete when synchronous; being written when asynchronous).
+
+        Raises:
+            ValueError: ``asynchronous`` on a manager made without ``asynchronous=True``.
+            CheckpointError: an earlier asynchronous save failed (:meth:`wait`), or the folder of the step
+                cannot be replaced.
         """
+        if asynchronous and not self.asynchronous:
+            raise ValueError("asynchronous save on a CheckpointManager made with asynchronous=False")
         start = time.monotonic()
+        earlier = self.wait()
+        if earlier is not None and earlier.step == step:
+            return earlier.path
         path = self.directory / f"{STEP_PREFIX}{step}"  # the one checkpoint name (checkpoint_step)
         if self.local_rank == 0:
             self._clear_the_way(path)
             path.mkdir(parents=True)
         self._barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(path), process_group=self.group)
+        state = {"model": model_sd, "optimizer": optim_sd}
+        future = None
+        if asynchronous:
+            group = self._async_group if self._async_group is not None else self.group
+            future = dcp.async_save(state, checkpoint_id=str(path), process_group=group)
+        else:
+            dcp.save(state, checkpoint_id=str(path), process_group=self.group)
         (path / "rng").mkdir(exist_ok=True)
         torch.save(_rng_state(), path / verify.rng_file(self.rank))
         if self.local_rank == 0:
             atomic_write_text(path / TRAINER_STATE, json.dumps({**trainer_state, "step": step}, indent=2, default=str))
+        if future is not None:
+            assert isinstance(future, Future)  # DefaultStager without async staging: a plain upload future
+            self._pending = _PendingSave(step, path, start, time.monotonic() - start)
+            self._pending.follow(future)
+            return path
         self._barrier()
-        self.last_save_seconds = time.monotonic() - start
+        seconds = time.monotonic() - start
+        self._complete(SaveRecord(step, path, False, seconds, seconds))
+        return path
+
+    def poll(self) -> SaveRecord | None:
+        """Finish the asynchronous save being written if every rank's write has ended (collective: every rank
+        calls it, at the same step; no collective when none is pending).
+
+        Returns:
+            The finished save (marked complete, older ones pruned), or None: none pending, or some rank still
+            writing.
+
+        Raises:
+            CheckpointError: the write failed on some rank (names the step, the ranks and the error); the folder
+                is left without its marker, so no resume ever loads it.
+        """
+        if self._pending is None:
+            return None
+        if not all(self._gather(self._pending.future.done())):
+            return None
+        return self._finish(self._pending, waited=0.0)
+
+    def wait(self) -> SaveRecord | None:
+        """Wait for the asynchronous save being written and finish it (collective); None when none is pending.
+
+        Raises:
+            CheckpointError: as :meth:`poll`.
+        """
+        if self._pending is None:
+            return None
+        start = time.monotonic()
+        with contextlib.suppress(Exception):  # its error is reported by _finish, agreed by every rank
+            self._pending.future.result()
+        return self._finish(self._pending, waited=time.monotonic() - start)
+
+    def _finish(self, pending: _PendingSave, *, waited: float) -> SaveRecord:
+        """Agree that every rank wrote ``pending`` (or raise the failure), then mark it complete and prune."""
+        self._pending = None
+        error = pending.future.exception()
+        problem = self._agree(None if error is None else _save_error(error))
+        if problem is not None:
+            raise CheckpointError(
+                f"the asynchronous save of {pending.path.name} (step {pending.step}) failed: {problem}; "
+                f"{pending.path} has no {COMPLETE_MARKER} marker, so no resume loads it"
+            )
+        finished = max(self._gather(pending.future.result() - pending.started))  # the slowest rank's write
+        record = SaveRecord(pending.step, pending.path, True, pending.blocking_seconds + waited, finished)
+        self._complete(record)
+        return record
+
+    def _complete(self, record: SaveRecord) -> None:
+        """Mark ``record``'s folder complete on each node (every rank has written it), then prune (collective)."""
+        self.last_save_seconds = record.write_seconds
         if self.local_rank == 0:
             marker = {
-                "step": step,
+                "step": record.step,
                 "world_size": self.world_size,
                 "saved_at": time.time(),
-                "seconds": self.last_save_seconds,
+                "seconds": record.write_seconds,
+                "asynchronous": record.asynchronous,
             }
-            atomic_write_text(path / COMPLETE_MARKER, json.dumps(marker) + "\n")
-        self.unloadable.pop(step, None)
+            atomic_write_text(record.path / COMPLETE_MARKER, json.dumps(marker) + "\n")
+        self.unloadable.pop(record.step, None)
         self._barrier()
-        self.prune(step)
+        self.prune(record.step)
         self._barrier()
-        return path
+        if self._on_saved is not None:
+            self._on_saved(record)
 
     # -- load ------------------------------------------------------------------
     def latest_step(self) -> int | None:
@@ -486,6 +650,15 @@ def _load_error(exc: BaseException) -> str:
             f"{rank} ({verify.first_line(pair[0])})" for rank, pair in sorted(failures.items())
         )
     return "loading failed: " + verify.first_line(exc)
+
+
+def _save_error(exc: BaseException) -> str:
+    """One line for a failed asynchronous write; DCP's CheckpointException carries every failing rank's exception."""
+    if isinstance(exc, CheckpointException):
+        return "DCP save failed on rank(s) " + ", ".join(
+            f"{rank} ({verify.first_line(pair[0])})" for rank, pair in sorted(exc.failures.items())
+        )
+    return f"{type(exc).__name__}: {verify.first_line(exc)}"
 
 
 def _rng_state() -> dict[str, Any]:
