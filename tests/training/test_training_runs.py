@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, parse_line
+from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, PREFLIGHT_FIELDS, parse_line
 from training.checkpoint.verify import complete_steps
 from training.data import DistributedSampler, TokenDataset
 from training.local import (
@@ -55,14 +55,18 @@ def test_loss_falls_clearly_on_real_text(reference_run) -> None:
 
 
 def test_metric_definitions_read_the_printed_lines(reference_run) -> None:
-    """The SageMaker MetricDefinitions regexes capture every value of every printed line (one source)."""
+    """The SageMaker MetricDefinitions regexes capture every value of every printed line (one source); the
+    first carries the pre-flight's bus bandwidths, measured over the 2 gloo processes."""
     _, run = reference_run
     lines = [line for line in run.lines if line.startswith("[metrics]")]
     assert len(lines) == 20
-    for line in lines:
+    training = {field for field, _, _ in FIELDS} - {"validation_loss", *PREFLIGHT_FIELDS}  # eval_interval 0: off
+    for n, line in enumerate(lines):
         values = parse_line(line)
-        assert set(values) == {field for field, _, _ in FIELDS} - {"validation_loss"}  # eval_interval 0: off
-        for field, metric, _ in (f for f in FIELDS if f[0] != "validation_loss"):
+        assert set(values) == (training | set(PREFLIGHT_FIELDS) if n == 0 else training)
+        if n == 0:
+            assert all(values[field] > 0 for field in PREFLIGHT_FIELDS), line
+        for field, metric, _ in (f for f in FIELDS if f[0] in values):
             regex = next(d["Regex"] for d in METRIC_DEFINITIONS if d["Name"] == metric)
             match = re.search(regex, line)
             assert match, (metric, line)
@@ -71,9 +75,13 @@ def test_metric_definitions_read_the_printed_lines(reference_run) -> None:
 
 
 def test_keep_last_k_checkpoints_and_loadable_final_weights(reference_run, pydocs_shards: Path) -> None:
-    base, _ = reference_run
-    # saved at 5, 10, 15 and 20 (end of training); keep_checkpoints=2
+    base, run = reference_run
+    # saved at 5, 10, 15 (asynchronously) and 20 (end of training, synchronously); keep_checkpoints=2
     assert complete_steps(base / "checkpoints") == [15, 20]
+    for step in (5, 10, 15):
+        assert f"step-{step} (interval, asynchronous: training blocked " in run.output
+    assert "step-20 (end of training, synchronous: training blocked " in run.output
+    assert "pre-flight: bus bandwidth over 2 processes: all-gather " in run.output
     assert read_failure(base) is None
     model = load_pretrained(base / "model")  # single-device torch-native model, strict load
     assert model.num_parameters() == model.config.num_params
@@ -97,6 +105,7 @@ def test_sigterm_then_restart_matches_the_uninterrupted_run(reference_run, pydoc
     stopped = max(r["step"] for r in read_metrics(base))
     assert 8 <= stopped < 20
     assert stopped in complete_steps(base / "checkpoints")  # the SIGTERM checkpoint (not an interval one)
+    assert f"step-{stopped} (SIGTERM/SIGINT received, synchronous: training blocked " in first.output
     assert f"stopped after step {stopped}" in first.output
 
     second = run_local(base, REFERENCE_HP, data_dir=pydocs_shards, nproc=2, timeout=600)

@@ -429,7 +429,7 @@ class CheckpointManager:
         if self._pending is None:
             return None
         start = time.monotonic()
-        with contextlib.suppress(Exception):  # its error is reported by _finish, agreed by every rank
+        with contextlib.suppress(Exception, CheckpointException):  # reported by _finish, agreed by every rank
             self._pending.future.result()
         return self._finish(self._pending, waited=time.monotonic() - start)
 
