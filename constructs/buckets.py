@@ -36,12 +36,14 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 
 from constructs import Construct
+from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 __all__ = [
     "CURRENT_OBJECT_BUCKET_ACTIONS",
     "CURRENT_OBJECT_KEY_ACTIONS",
     "CURRENT_OBJECT_OBJECT_ACTIONS",
     "HISTORY_ERASING_ACTIONS",
+    "PRUNED_CHECKPOINTS_RULE",
     "WRITE_KEY_STATEMENTS",
     "TrainingBuckets",
     "TrainingBucketsProps",
@@ -68,6 +70,15 @@ CURRENT_OBJECT_KEY_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
 """KMS actions on the bucket key: ``GenerateDataKey`` to write SSE-KMS objects, ``Decrypt``
 to read them and to complete multipart uploads (Amazon S3 User Guide, "Using server-side
 encryption with AWS KMS keys (SSE-KMS)", permissions)."""
+
+PRUNED_CHECKPOINTS_RULE = "ExpirePrunedRunCheckpoints"
+"""The checkpoint bucket's lifecycle rule on the run checkpoint prefix (:data:`platform_spec.runs.RUN_CHECKPOINT_PREFIX`):
+noncurrent versions expire ``noncurrent_version_expiration`` (default 30 days) after they became noncurrent,
+however few. Before a run's next segment the run continuation deletes every checkpoint but the newest
+(``constructs/submitter/runtime/checkpoint_prune.py``); each deleted object is then one noncurrent version,
+which ``ExpireNoncurrentVersions`` would keep for good (``NewerNoncurrentVersions``: "If there are this many more
+recent noncurrent versions, Amazon S3 will take the associated action", AWS::S3::Bucket
+NoncurrentVersionExpiration). Until the rule acts, a pruned checkpoint can be restored from its versions."""
 
 HISTORY_ERASING_ACTIONS = ("s3:DeleteObjectVersion", "s3:PutBucketVersioning", "s3:PutLifecycleConfiguration")
 """Actions that can erase a versioned bucket's history; no role the platform creates is granted
@@ -130,7 +141,9 @@ class TrainingBucketsProps:
             object versions are removed from the versioned buckets
             (checkpoints, output). Default: 30 days.
         noncurrent_versions_to_retain: newest noncurrent versions always kept
-            regardless of age. Default: 3.
+            regardless of age. Default: 3. Not under the run checkpoint prefix
+            (:data:`PRUNED_CHECKPOINTS_RULE`): a checkpoint pruned before a run's
+            next segment is removed ``noncurrent_version_expiration`` after.
         access_log_expiration: age after which server access log objects are
             deleted. Default: access logs are kept.
     """
@@ -219,8 +232,20 @@ class TrainingBuckets(Construct):
                 expired_object_delete_marker=True,
             ),
         ]
+        # A pruned checkpoint's objects have one noncurrent version each, which ExpireNoncurrentVersions keeps
+        # for good (it acts only on versions with noncurrent_versions_to_retain newer ones): this rule expires
+        # them after the same days; of two overlapping expirations S3 honours the shorter ("How Amazon S3
+        # handles conflicts in lifecycle configurations")
+        checkpoint_rules = [
+            *versioned_rules,
+            s3.LifecycleRule(
+                id=PRUNED_CHECKPOINTS_RULE,
+                prefix=RUN_CHECKPOINT_PREFIX,
+                noncurrent_version_expiration=props.noncurrent_version_expiration,
+            ),
+        ]
 
-        def kms_bucket(child_id: str, *, versioned: bool) -> s3.Bucket:
+        def kms_bucket(child_id: str, *, versioned: bool, rules: list[s3.LifecycleRule] | None = None) -> s3.Bucket:
             bucket = s3.Bucket(
                 self,
                 child_id,
@@ -228,7 +253,7 @@ class TrainingBuckets(Construct):
                 encryption_key=key,
                 bucket_key_enabled=True,
                 versioned=versioned,
-                lifecycle_rules=versioned_rules if versioned else [abort_rule],
+                lifecycle_rules=rules or (versioned_rules if versioned else [abort_rule]),
                 server_access_logs_bucket=self.access_logs,
                 server_access_logs_prefix=f"{child_id.lower()}/",
                 **common,
@@ -237,7 +262,7 @@ class TrainingBuckets(Construct):
             return bucket
 
         self.data = kms_bucket("Data", versioned=False)
-        self.checkpoints = kms_bucket("Checkpoints", versioned=True)
+        self.checkpoints = kms_bucket("Checkpoints", versioned=True, rules=checkpoint_rules)
         self.output = kms_bucket("Output", versioned=True)
 
 

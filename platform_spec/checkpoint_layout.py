@@ -6,7 +6,7 @@ directory (``/opt/ml/checkpoints``, which SageMaker syncs with the job's ``Check
     step-120/
         .metadata, __0_0.distcp, ...   DCP: model + optimizer
         trainer_state.json              step, data position, LR scheduler, loss scaler, run record
-        rng/rank-00000.pt               per-rank RNG states
+        rng/rank-00000.pt               per-rank RNG states (:func:`rng_file`)
         .complete                       written last: the checkpoint is whole
 
 The submitter's run continuation and the job API read the same facts from S3 object keys
@@ -26,20 +26,26 @@ from dataclasses import dataclass
 
 __all__ = [
     "COMPLETE_MARKER",
+    "DCP_METADATA",
     "STEP_NAME_RE",
     "STEP_PREFIX",
     "TRAINER_STATE",
     "StepState",
     "checkpoint_step",
     "complete_steps_of_keys",
+    "missing_files",
     "newest_complete_step",
     "read_trainer_state",
+    "rng_file",
 ]
 
 COMPLETE_MARKER = ".complete"
 """Written last into a checkpoint folder, after every rank's files: the checkpoint is whole."""
 TRAINER_STATE = "trainer_state.json"
 """The trainer's JSON record in each checkpoint folder (step, data position, scheduler, run record)."""
+DCP_METADATA = ".metadata"
+"""DCP's index of the checkpoint's shards, written by rank 0 after every rank's (torch.distributed.checkpoint's
+``FileSystemWriter``): without it DCP loads nothing."""
 STEP_PREFIX = "step-"
 """Prefix of every checkpoint folder name."""
 STEP_NAME_RE = re.compile(r"step-(0|[1-9][0-9]*)", re.ASCII)
@@ -54,6 +60,25 @@ def checkpoint_step(name: str) -> int | None:
     """
     match = STEP_NAME_RE.fullmatch(name)
     return int(match.group(1)) if match else None
+
+
+def rng_file(rank: int) -> str:
+    """The RNG state file of global rank ``rank``, relative to the checkpoint folder (``rng/rank-00003.pt``)."""
+    return f"rng/rank-{rank:05d}.pt"
+
+
+def missing_files(names: Iterable[str], world_size: int | None) -> list[str]:
+    """Files every whole checkpoint holds that are not among ``names`` (paths relative to its folder).
+
+    What S3 keys can show without reading the shards: :data:`COMPLETE_MARKER`, :data:`TRAINER_STATE`,
+    :data:`DCP_METADATA` and, when ``world_size`` (the run record's processes) is known, one :func:`rng_file`
+    per rank, which each rank writes after its DCP shards: a node whose uploads never reached S3 leaves its
+    ranks' files missing. Sizes and shard contents are the trainer's check (``training/checkpoint/verify.py``).
+    """
+    present = set(names)
+    wanted = [COMPLETE_MARKER, TRAINER_STATE, DCP_METADATA]
+    wanted += [rng_file(rank) for rank in range(world_size or 0)]
+    return [name for name in wanted if name not in present]
 
 
 def complete_steps_of_keys(keys: Iterable[str]) -> list[int]:
@@ -92,11 +117,13 @@ class StepState:
         samples_consumed: samples the run had read before this step (``data.samples_consumed``), or
             ``None`` when not recorded.
         seq_length: tokens per sample (the run record's ``seq_length`` hyperparameter), or ``None``.
+        world_size: processes of the job that saved it (the run record's ``world_size``), or ``None``.
     """
 
     step: int
     samples_consumed: int | None = None
     seq_length: int | None = None
+    world_size: int | None = None
 
     @property
     def tokens(self) -> int | None:
@@ -139,4 +166,5 @@ def read_trainer_state(raw: bytes, step: int) -> StepState | str:
     hyperparameters = record.get("hyperparameters") if isinstance(record, dict) else state.get("hyperparameters")
     text = hyperparameters.get("seq_length") if isinstance(hyperparameters, dict) else None
     seq_length = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else _int(text)
-    return StepState(step, samples, seq_length)
+    world_size = _int(record.get("world_size")) if isinstance(record, dict) else None
+    return StepState(step, samples, seq_length, world_size or None)

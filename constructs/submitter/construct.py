@@ -685,6 +685,13 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
             why="Checkpoints are folders per job or per run named at submit time; they are read (never written) "
             "under the job and run checkpoint prefixes only, to find the newest complete step.",
         ),
+        "run-checkpoints": prefixes(
+            props.checkpoint_bucket,
+            RUN_CHECKPOINT_PREFIX,
+            why="Run checkpoints are folders per run (run-checkpoints/<run id>/step-<n>/) named at submit time; "
+            "before a run's next segment every object there but its newest complete checkpoint is deleted (a "
+            "noncurrent version stays: no DeleteObjectVersion), under the run checkpoint prefix only.",
+        ),
         "model-folders": _Resource(
             tuple(
                 arn

@@ -14,6 +14,7 @@ from platform_constructs.buckets import (
     CURRENT_OBJECT_KEY_ACTIONS,
     CURRENT_OBJECT_OBJECT_ACTIONS,
     HISTORY_ERASING_ACTIONS,
+    PRUNED_CHECKPOINTS_RULE,
     WRITE_KEY_STATEMENTS,
 )
 from platform_constructs.submitter.construct import DEFAULT_RESERVED_CONCURRENCY, HANDLER
@@ -21,6 +22,7 @@ from platform_constructs.submitter.runtime import settings
 from platform_constructs.trainer_image import copy_settings_digest
 from platform_spec.capacity import CAPACITY_TYPES
 from platform_spec.processing import PREPARED_PREFIX
+from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -249,13 +251,18 @@ def test_lifecycle_aborts_multipart_uploads_and_expires_noncurrent_versions(defa
         } in rules, name
         expiring = [r for r in rules if "NoncurrentVersionExpiration" in r]
         if name in ("checkpoints", "output"):
+            # a pruned run checkpoint (one noncurrent version per object) expires too: the rule on the run
+            # checkpoint prefix keeps no newer noncurrent versions (runtime/checkpoint_prune.py)
+            pruned = [{"Id": PRUNED_CHECKPOINTS_RULE, "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
+                       "Prefix": RUN_CHECKPOINT_PREFIX, "Status": "Enabled"}] if name == "checkpoints" else []  # fmt: skip
             assert expiring == [
                 {
                     "ExpiredObjectDeleteMarker": True,
                     "Id": "ExpireNoncurrentVersions",
                     "NoncurrentVersionExpiration": {"NewerNoncurrentVersions": 3, "NoncurrentDays": 30},
                     "Status": "Enabled",
-                }
+                },
+                *pruned,
             ], name
         else:
             assert expiring == [], name

@@ -252,6 +252,10 @@ def test_the_continuation_has_the_submitters_grants_but_search_and_its_own(reque
     assert found["TrainingJobsOnPlans"]["Action"] == "sagemaker:CreateTrainingJob"  # segments on a plan (issue 24)
     assert found["RunRecords"]["Action"] == "s3:PutObject"
     assert objects(synth, stack.buckets.checkpoints, RUN_CHECKPOINT_PREFIX) in found["CheckpointsRead"]["Resource"]
+    # before a run's next segment its older checkpoints are deleted: under the run checkpoint prefix only, never a
+    # version (runtime/checkpoint_prune.py)
+    assert found["RunCheckpointsPrune"]["Action"] == "s3:DeleteObject"
+    assert found["RunCheckpointsPrune"]["Resource"] == objects(synth, stack.buckets.checkpoints, RUN_CHECKPOINT_PREFIX)
     # failed invocations go to the dead-letter queue
     queue = synth.logical_id(stack.submitter.dead_letter_queue)
     sends = granted(statements, "sqs:SendMessage")
@@ -265,7 +269,9 @@ def test_the_submitter_may_stop_jobs_and_write_the_run_store_but_not_delete_it(d
     puts = granted(statements, "s3:PutObject")
     runs = objects(synth, stack.buckets.output, settings.RUN_STORE_PREFIX)
     assert runs in [r for s in puts for r in as_list(s["Resource"])]
-    assert granted(statements, "s3:DeleteObject") == []
+    # continue_run prunes a run's older checkpoints (runtime/checkpoint_prune.py); it deletes nothing else
+    deletes = granted(statements, "s3:DeleteObject")
+    assert [s["Resource"] for s in deletes] == [objects(synth, stack.buckets.checkpoints, RUN_CHECKPOINT_PREFIX)]
     assert granted(statements, "events:PutEvents") == []
 
 

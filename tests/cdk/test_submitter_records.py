@@ -53,7 +53,8 @@ def test_the_submitter_reads_and_writes_records_under_their_prefix_only(default_
     by_sid = {s.get("Sid"): s for s in s3}
     # beside the records: the run store and the checkpoints (tests/cdk/test_runs_infrastructure.py)
     assert set(by_sid) == {"ClientTokenRecords", "ListClientTokenRecords", "RunRecords", "RunRecordsRead",
-                           "ListRunRecords", "CheckpointsRead", "ListCheckpoints", "ModelFoldersRead"}, s3  # fmt: skip
+                           "ListRunRecords", "CheckpointsRead", "ListCheckpoints", "ModelFoldersRead",
+                           "RunCheckpointsRead", "ListRunCheckpoints", "RunCheckpointsPrune"}, s3  # fmt: skip
     # a request's init_from folder: its config.json and weights' index or file, nothing else of the data
     data = default_synth.logical_id(stack.buckets.data)
     assert _actions(by_sid["ModelFoldersRead"]) == ["s3:GetObject"]

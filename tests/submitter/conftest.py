@@ -251,6 +251,7 @@ def run_kit(aws, continuation_clients, continuation_env, config, make_request):
             }
         raw = state if isinstance(state, bytes) else _json.dumps(state).encode()
         s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + "trainer_state.json", Body=raw)
+        s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + ".metadata", Body=b"dcp")  # DCP's index
         if complete:
             s3.put_object(Bucket=config.checkpoint_bucket, Key=prefix + ".complete", Body=b"{}")
 

@@ -26,7 +26,7 @@ from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 pytestmark = pytest.mark.xdist_group("submitter")
 
-IAM_NAMES = {"s3:ListObjectsV2": "s3:ListBucket"}
+IAM_NAMES = {"s3:ListObjectsV2": "s3:ListBucket", "s3:DeleteObjects": "s3:DeleteObject"}
 """API operations whose IAM action is named otherwise (Service Authorization Reference, Amazon S3)."""
 ALSO_AUTHORIZED = {"sagemaker:CreateTrainingJob": ("sagemaker:AddTags", "iam:PassRole")}
 """What AWS authorizes beside the operation: a CreateTrainingJob with ``Tags`` needs ``sagemaker:AddTags``, and
@@ -48,8 +48,9 @@ def recording(*clients: Any) -> set[Call]:
 
     def record(params: dict[str, Any], model: Any, **_: Any) -> None:
         name = f"{model.service_model.signing_name}:{model.name}"
-        key = params.get("Key", params.get("Prefix"))
-        calls.add(Call(IAM_NAMES.get(name, name), params.get("Bucket"), key))
+        deleted = [o.get("Key") for o in (params.get("Delete") or {}).get("Objects") or []]  # s3:DeleteObject each
+        for key in deleted or [params.get("Key", params.get("Prefix"))]:
+            calls.add(Call(IAM_NAMES.get(name, name), params.get("Bucket"), key))
         calls.update(Call(also) for also in ALSO_AUTHORIZED.get(name, ()))
 
     for client in clients:
@@ -64,6 +65,7 @@ def s3_scopes(config: Any) -> dict[str, tuple[str, tuple[str, ...]]]:
         "run-records": (config.output_bucket, (settings.RUN_STORE_PREFIX,)),
         "run-markers": (config.output_bucket, (settings.RUN_WAITING_PREFIX, settings.RUN_ACTIVE_PREFIX)),
         "checkpoints-prefix": (config.checkpoint_bucket, (settings.JOB_CHECKPOINT_PREFIX, RUN_CHECKPOINT_PREFIX)),
+        "run-checkpoints": (config.checkpoint_bucket, (RUN_CHECKPOINT_PREFIX,)),
     }
 
 
@@ -120,6 +122,12 @@ def _submit(kit: SimpleNamespace) -> None:
 
 def _describe(kit: SimpleNamespace) -> None:
     """A run's running segment on a plan with a complete checkpoint (its block, its checkpoint), and the run."""
+    plain = kit.submit(kit.make_request(capacity="on-demand"))["training_job_name"]
+    uri = kit.aws.describe_training_job(plain)["CheckpointConfig"]["S3Uri"]
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    for name, body in (("trainer_state.json", b'{"step": 3}'), (".complete", b"{}")):
+        kit.aws.client("s3").put_object(Bucket=bucket, Key=f"{prefix}step-3/{name}", Body=body)
+    assert kit.act({"action": "describe", "job_name": plain})["job"]["checkpoint"]["newest_complete_step"] == 3
     run_id = kit.running_run()
     job = kit.act({"action": "describe", "job_name": spec.segment_job_name(run_id, 1)})["job"]
     assert job["checkpoint"]["newest_complete_step"] == 10 and job["capacity"]["block"]["running"] is True, job
@@ -144,11 +152,13 @@ def _list_runs(kit: SimpleNamespace) -> None:
 
 
 def _continue_run(kit: SimpleNamespace) -> None:
-    """A run ended budget-segments, continued (a stop landing while its segment is created stops it), then replayed."""
+    """A run ended budget-segments, continued (its older checkpoint pruned; a stop landing while its segment is
+    created stops it), then replayed."""
     run_id = kit.ended_run()
     body = {"action": "continue_run", "run_id": run_id, "client_token": f"t-{uuid.uuid4()}", "max_segments": 2}
     kit.stop_marker(run_id, 2)  # as a stop of the run arriving between the continuation's record and its job
-    assert kit.act(body)["stopped_on_start"] is True
+    answer = kit.act(body)
+    assert answer["stopped_on_start"] is True and answer["checkpoint_prune"]["deleted_objects"] == 3, answer
     assert kit.act(body)["replayed"] is True
 
 
@@ -177,12 +187,14 @@ def kit(aws, env, config, submit, make_request, run_kit, runtime):
         run_id = _run_id()
         assert submit(run_kit.request(run_id))["status"] == "submitted"
         aws.set_job_status(spec.segment_job_name(run_id, 1), "InProgress")
+        run_kit.checkpoint(run_id, 5)  # older: pruned before the run's next segment
         run_kit.checkpoint(run_id, 10)
         return run_id
 
     def ended_run() -> str:
         run_id = _run_id()
         assert submit(run_kit.request(run_id, max_segments=1))["status"] == "submitted"
+        run_kit.checkpoint(run_id, 5)
         run_kit.checkpoint(run_id, 10)
         aws.set_job_status(spec.segment_job_name(run_id, 1), "InProgress")
         aws.set_job_status(spec.segment_job_name(run_id, 1), "Completed")
@@ -203,7 +215,7 @@ def kit(aws, env, config, submit, make_request, run_kit, runtime):
 
     return SimpleNamespace(
         act=act, calls=calls, clients=clients, running_run=running_run, submit=submit, make_request=make_request,
-        run_kit=run_kit, ended_run=ended_run, stop_marker=stop_marker,
+        run_kit=run_kit, ended_run=ended_run, stop_marker=stop_marker, aws=aws,
     )  # fmt: skip
 
 
@@ -237,6 +249,7 @@ def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actio
     aws.inject_fault("CreateTrainingJob", "ResourceLimitExceeded", message="limit 'ml.p6-b200.48xlarge' is 0")
     waiting = continuation.handle(event, clients=clients, config=config, events=events)
     assert waiting["decision"]["decision"] == spec.WAITING_FOR_CAPACITY, waiting
+    assert waiting["decision"]["checkpoint_prune"]["kept_step"] == 10, waiting  # step-5 deleted before segment 2
     aws.clear_faults()
     outcome, _ = continuation.retry_waiting(run_id, clients=clients, config=config, now=datetime.now(UTC))
     assert outcome is not None and outcome.decision == spec.CONTINUE, outcome

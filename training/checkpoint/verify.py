@@ -35,7 +35,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata
 
-from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step
+from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step, rng_file
 from training.checkpoint.compare import model_shape_fields, processes, saved_run
 
 MOVED_ASIDE = ".moved-aside-"
@@ -100,11 +100,6 @@ def complete_dirs(directory: Path) -> dict[int, Path]:
 def complete_steps(directory: Path) -> list[int]:
     """Steps of the complete checkpoints, ascending."""
     return list(complete_dirs(directory))
-
-
-def rng_file(rank: int) -> str:
-    """The RNG state file of global rank ``rank``, relative to the checkpoint folder."""
-    return f"rng/rank-{rank:05d}.pt"
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:

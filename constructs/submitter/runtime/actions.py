@@ -97,7 +97,7 @@ class Grant:
     ``resource`` is symbolic; the construct maps it to ARNs (``construct._resources``): ``training-job``,
     ``training-plan``, ``plan-capacity`` (training plans and their reserved capacity), ``*`` (no resource-level permissions), ``execution-role``, ``plan-parameter``,
     ``run-events`` (the default bus), or an S3 prefix, ``client-token-records``, ``run-records``,
-    ``run-markers`` (the waiting and active markers), ``model-folders`` (the files of a Hugging Face model folder the
+    ``run-markers`` (the waiting and active markers), ``run-checkpoints`` (the run checkpoint prefix), ``model-folders`` (the files of a Hugging Face model folder the
     submitter reads, below the data bucket and the allowed input prefixes) or ``checkpoints-prefix`` (``s3:ListBucket`` on its bucket for the
     prefix; the bucket's key follows reads and writes).
     """
@@ -125,6 +125,12 @@ LIST_RUNS = Grant("ListRunRecords", "run-records", ("s3:ListBucket",))
 WRITE_RUNS = Grant("RunRecords", "run-records", ("s3:PutObject",))
 READ_CHECKPOINTS = Grant("CheckpointsRead", "checkpoints-prefix", ("s3:GetObject",))
 LIST_CHECKPOINTS = Grant("ListCheckpoints", "checkpoints-prefix", ("s3:ListBucket",))
+READ_RUN_CHECKPOINTS = Grant("RunCheckpointsRead", "run-checkpoints", ("s3:GetObject",))
+LIST_RUN_CHECKPOINTS = Grant("ListRunCheckpoints", "run-checkpoints", ("s3:ListBucket",))
+PRUNE_RUN_CHECKPOINTS = Grant("RunCheckpointsPrune", "run-checkpoints", ("s3:DeleteObject",))
+"""Before a run's next segment, every object under the run's checkpoint prefix but its newest complete checkpoint
+is deleted (:mod:`.checkpoint_prune`; ``DeleteObjects`` is authorized as ``s3:DeleteObject`` per key). On the
+versioned bucket that keeps each as a noncurrent version; ``s3:DeleteObjectVersion`` is never granted."""
 READ_MODEL_FOLDERS = Grant("ModelFoldersRead", "model-folders", ("s3:GetObject",))
 """A request's ``inputs.init_from`` (:mod:`.init_from`): its ``config.json`` read, its weights' index or file
 headed (``HeadObject`` needs ``s3:GetObject``), under the data bucket and the allowed input prefixes."""
@@ -133,9 +139,12 @@ CONTINUATION_GRANTS = (
     # a waiting marker goes when its segment starts, an active marker when its run has ended
     Grant("RunMarkers", "run-markers", ("s3:DeleteObject",)),
     Grant("RunDecisionEvents", "run-events", ("events:PutEvents",)),
+    READ_RUN_CHECKPOINTS,
+    LIST_RUN_CHECKPOINTS,
+    PRUNE_RUN_CHECKPOINTS,
 )
 """The run continuation's own, beyond every action's (it submits, stops and reads runs as they do): removing
-its markers from the run store, publishing its decisions. Its metrics are EMF log lines (no
+its markers from the run store, publishing its decisions, pruning a run's checkpoints before its next segment. Its metrics are EMF log lines (no
 ``cloudwatch:PutMetricData``)."""
 
 
@@ -391,7 +400,10 @@ ACTIONS: Mapping[str, Action] = {
             _continue_run,
             fields=None,  # its table is runtime/continue_run.py's, imported with the handler
             reads_only=False,
-            grants=(*_SUBMITS, *_RUN_READS, WRITE_RUNS, STOP_JOBS),
+            grants=(
+                *_SUBMITS, *_RUN_READS, WRITE_RUNS, STOP_JOBS, READ_RUN_CHECKPOINTS, LIST_RUN_CHECKPOINTS,
+                PRUNE_RUN_CHECKPOINTS,
+            ),
         ),
     )
 }  # fmt: skip

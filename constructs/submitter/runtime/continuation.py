@@ -427,6 +427,8 @@ def _start_segment(
         state.record, index, budget=state.budget, instance_hours_used=float(used), clients=clients, config=config,
         now=now,
     )  # fmt: skip
+    if response.get("checkpoint_prune"):  # what the prune before the segment kept and deleted
+        record = {**record, "checkpoint_prune": response["checkpoint_prune"]}
     if response.get("status") == "submitted":
         name = spec.segment_job_name(state.run_id, index)
         if state.waiting is not None:

@@ -261,6 +261,8 @@ def _start(
     if store.read(store.stop_key(state.record, index)) is not None:
         # a stop that landed while the segment was created saw none running (runs.stop_run): stop it here
         answer["stopped_on_start"] = stop_job(clients, answer["training_job_name"])
+    if response.get("checkpoint_prune"):  # what the prune before the segment kept and deleted
+        answer["checkpoint_prune"] = response["checkpoint_prune"]
     return {
         **answer, "training_job_arn": response.get("training_job_arn"), "capacity": response.get("capacity"),
         "replayed": bool(response.get("replayed")),

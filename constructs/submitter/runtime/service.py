@@ -66,6 +66,7 @@ from platform_spec.errors import FieldError
 from ...lambda_runtime.deadline import current_deadline, deadline_scope
 from .aws import Clients, Deadline, error_code, error_message
 from .capacity import RULE_IDEMPOTENT_REPLAY, CapacityChoice, choose_capacity
+from .checkpoint_prune import prune_run_checkpoints
 from .config import SubmitterConfig
 from .errors import DeadlineExceeded, Refusal, invalid
 from .init_from import parse_with_folder
@@ -79,6 +80,7 @@ from .training_job import (
     TAG_CLIENT_TOKEN_SHA256,
     TAG_REQUEST_SHA256,
     TAG_REQUEST_SHA256_STEM,
+    describe_job,
     existing_job,
     stop_job,
 )
@@ -172,11 +174,21 @@ def submit_segment(
 ) -> dict[str, Any]:
     """Submit segment ``index`` of the run whose ``run.json`` the continuation read, from the request it holds
     (:func:`submit`'s path, answers and faults; ``run.json`` is not read again), within ``budget`` (the run's
-    newest: a continued run's) less the ``instance_hours_used`` by its earlier segments."""
-    return submit(
+    newest: a continued run's) less the ``instance_hours_used`` by its earlier segments.
+
+    While the segment's job does not exist yet, the run's checkpoint prefix is pruned to its newest complete
+    checkpoint first (:func:`.checkpoint_prune.prune_run_checkpoints`): the answer's ``checkpoint_prune``
+    (:meth:`.checkpoint_prune.PruneResult.to_dict`) says what was kept and deleted."""
+    pruned = None
+    if describe_job(clients, runspec.segment_job_name(record.run.run_id, index)) is None:
+        pruned = prune_run_checkpoints(clients, config, record.run.run_id)
+    response = submit(
         record.request, clients=clients, config=config, now=now, segment=index, budget=budget,
         instance_hours_used=instance_hours_used,
     )  # fmt: skip
+    if pruned is not None:
+        response["checkpoint_prune"] = pruned.to_dict()
+    return response
 
 
 @dataclasses.dataclass
