@@ -23,12 +23,21 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
+
 __all__ = [
+    "DEFAULT_STALL_MINUTES",
     "HANG_REASON",
+    "MAX_STALL_MINUTES",
+    "MIN_STALL_MINUTES",
     "NON_FINITE_REASON",
     "PREFLIGHT_REASON",
     "STALL_STOP_REASON",
+    "STEP_METRIC",
     "TRAINER_FAILURE_KINDS",
+    "is_stalled",
+    "stall_age_s",
     "trainer_failure_kind",
 ]
 
@@ -61,3 +70,50 @@ def trainer_failure_kind(report: str) -> str | None:
         if report.startswith(phrase):
             return name
     return None
+
+
+# --- the outside watch: a run's request field ``stall_minutes`` ---------------------------------------
+
+STEP_METRIC = "train:step"
+"""The ``MetricDefinitions`` metric whose newest datapoint dates a job's newest step (one a ``[metrics]`` line,
+every ``log_interval`` steps: :data:`platform_spec.metric_lines.FIELDS`); SageMaker publishes it to CloudWatch in
+:data:`platform_spec.metric_lines.SAGEMAKER_METRIC_NAMESPACE` with the dimension
+:data:`platform_spec.metric_lines.TRAINING_JOB_DIMENSION` (as the SageMaker Python SDK's
+``TrainingJobAnalytics`` reads it)."""
+
+DEFAULT_STALL_MINUTES = 30.0
+"""``stall_minutes`` of a run request that sends none. The outside watch is the backstop of the trainer's own
+watchdog (which dumps stacks and exits first on a wedged collective): it catches what stops the whole trainer
+(a frozen node, a process stopped whole, a watchdog that never fires). 30 minutes stays under NCCL's default
+30-minute collective timeout plus the continuation's 5-minute tick, and leaves a healthy job's slow moments
+room: a first step that compiles and loads a large checkpoint, a synchronous checkpoint save of tens of GB,
+and a ``log_interval`` of slow steps."""
+MIN_STALL_MINUTES = 10.0
+"""The least ``stall_minutes`` but 0 (off). The newest step is seen through CloudWatch: SageMaker extracts
+``train:step`` from the job's log and publishes it at a one-minute granularity ("Amazon SageMaker AI metrics in
+Amazon CloudWatch", https://docs.aws.amazon.com/sagemaker/latest/dg/monitoring-cloudwatch.html), after the log
+reaches CloudWatch Logs, so the newest datapoint lags the line by minutes; a step line comes every
+``log_interval`` steps, and the continuation looks only every tick (5 minutes by default). A shorter limit would
+stop healthy jobs on these delays alone."""
+MAX_STALL_MINUTES = 28 * 24 * 60.0
+"""The most ``stall_minutes``: SageMaker's longest ``MaxRuntimeInSeconds`` (28 days), beyond which nothing runs
+to be watched."""
+
+
+def stall_age_s(*, newest_step_at: datetime | None, training_since: datetime | None, now: datetime) -> float | None:
+    """Seconds since a training job's newest step, as the outside watch judges it: from ``newest_step_at`` (the
+    newest ``train:step`` datapoint's time), else, before any step, from ``training_since`` (when the job
+    entered the secondary status ``Training``); ``None`` when neither is known. Never negative (a datapoint
+    stamped a little after ``now`` counts as now). All times aware."""
+    since = newest_step_at if newest_step_at is not None else training_since
+    if since is None:
+        return None
+    return max(0.0, (now - since).total_seconds())
+
+
+def is_stalled(age_s: float | None, stall_minutes: float) -> bool:
+    """Whether a job whose newest step is ``age_s`` seconds old (:func:`stall_age_s`) is stalled under
+    ``stall_minutes`` (0: the watch is off, never stalled)."""
+    if age_s is None or not stall_minutes > 0 or not math.isfinite(stall_minutes):
+        return False
+    return age_s > stall_minutes * 60.0

@@ -51,6 +51,9 @@ SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 """The log group SageMaker writes training-job container logs to (streams ``<job>/algo-<n>-<epoch>``)."""
 SAGEMAKER_METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 """The CloudWatch namespace of training-job metrics (``MetricDefinitions`` and instance metrics)."""
+TRAINING_JOB_DIMENSION = "TrainingJobName"
+"""The dimension of the metrics SageMaker extracts from a job's log with ``MetricDefinitions`` (the instance
+metrics have ``Host`` instead); the SageMaker Python SDK's ``TrainingJobAnalytics`` queries it so."""
 
 # (field in the log line, SageMaker metric name, unit for docs)
 FIELDS: tuple[tuple[str, str, str], ...] = (

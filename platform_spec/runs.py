@@ -19,10 +19,13 @@ Decisions (:data:`DECISIONS`), in the order they are tried:
                             ``SegmentNotEnded`` so that the event is retried, and the scheduled tick decides
                             the segment once it reads ended.)
 ``finished``                newest complete step >= ``max_steps`` and the segment ``Completed`` or ``Stopped``
-``failed``                  the segment ``Failed`` for a reason that is not capacity (a code bug is not retried
-                            forever), or after its last checkpoint reached ``max_steps`` (the final export failed)
+``failed``                  the segment ``Failed`` for a reason that is neither capacity nor the trainer's hang
+                            report (a code bug is not retried forever; the trainer's non-finite and pre-flight
+                            reports say so in the reason), or after its last checkpoint reached ``max_steps``
+                            (the final export failed)
 ``stopped``                 the run was stopped (its stop marker), or the segment was stopped by a caller's
-                            ``StopTrainingJob`` (``Stopped`` with secondary status ``Stopped``)
+                            ``StopTrainingJob`` (``Stopped`` with secondary status ``Stopped``) that was not the
+                            platform's stall stop
 ``no-progress``             the segment's capacity ended but its newest complete step did not advance over the
                             step it started from (a segment that never got instances is exempt: see below), or
                             it is the :data:`MAX_CAPACITY_FAILURES`-th segment in a row that never trained
@@ -32,7 +35,7 @@ Decisions (:data:`DECISIONS`), in the order they are tried:
                             (``TrainingEndTime`` - ``TrainingStartTime``))
 ``continue``                the segment's capacity ended below ``max_steps``: the next segment is submitted,
                             at once after a segment that trained, after a growing wait after one that never
-                            trained (**capacity backoff**, below)
+                            trained (**capacity backoff**, below); likewise a segment that **hung** (below)
 ``waiting-for-capacity``    (the runtime's) ``continue`` whose next segment found no capacity: retried on
                             the continuation's schedule
 ==========================  =================================================================================
@@ -52,6 +55,17 @@ SageMaker's ``CapacityError`` (instances could not be provisioned), each as the 
 :data:`platform_spec.capacity.CAPACITY_BLOCK_ENDED_REASON` (it started with too little of its block
 left). The last three never got to train: they are exempt from ``no-progress`` (the budget still
 bounds them).
+
+**Hangs** (:mod:`platform_spec.health`): a segment that ``Failed`` with the trainer's watchdog report
+(``AlgorithmError: <health.HANG_REASON>: ...``: no step completed within its limit; a wedged collective or a
+stuck rank is the instances', not the code's) and a segment the continuation stopped because its newest step
+was older than the request's ``stall_minutes`` (``Stopped`` by its ``StopTrainingJob``, recorded in the run's
+ledger before the stop; the reason starts with :data:`platform_spec.health.STALL_STOP_REASON`) are judged
+like a capacity end that trained: the next segment, on new instances, resumes from the newest complete
+checkpoint, and a segment that did not advance it ends the run ``no-progress``. The trainer's non-finite
+report (:data:`platform_spec.health.NON_FINITE_REASON`: the same data and state would diverge again) and
+pre-flight report (:data:`platform_spec.health.PREFLIGHT_REASON`: the image or instance is wrong) are
+``failed``, their reason naming which.
 
 **Capacity backoff.** Each decision counts the segments in a row, this one included, that never trained
 (:attr:`Decision.capacity_failures`; a segment that trained resets it to 0). After such a segment the next
@@ -95,6 +109,7 @@ from typing import Any
 
 from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON, STOP_MARGIN_S
 from platform_spec.errors import FieldError
+from platform_spec.health import NON_FINITE_REASON, PREFLIGHT_REASON, STALL_STOP_REASON, trainer_failure_kind
 
 __all__ = [
     "ALGORITHM_ERROR",
@@ -139,6 +154,7 @@ __all__ = [
     "segment_floor_s",
     "segment_job_name",
     "segment_runtime",
+    "trainer_report",
 ]
 
 TAG_RUN_ID = "platform:run-id"
@@ -514,6 +530,13 @@ def never_trained(failure_reason: str) -> bool:
     return report.startswith(CAPACITY_BLOCK_ENDED_REASON)
 
 
+def trainer_report(failure_reason: str) -> str:
+    """The trainer's own report in a ``FailureReason``: the text after SageMaker's ``AlgorithmError:`` head
+    (what the trainer wrote to ``output/failure``), else ``""`` (a failure SageMaker reported itself)."""
+    kind, colon, rest = failure_reason.partition(":")
+    return rest.strip() if colon and kind.strip() == ALGORITHM_ERROR else ""
+
+
 def budget_exhausted(spec: RunSpec, *, segments: int, instance_hours: float, now: datetime) -> Decision | None:
     """The budget decision when another segment may not start, else ``None``.
 
@@ -636,6 +659,7 @@ def decide(
     max_steps: int,
     instance_hours: float,
     now: datetime,
+    stalled: str | None = None,
 ) -> Decision:
     """Judge segment ``outcome`` of a run (module docstring; never raises).
 
@@ -653,6 +677,8 @@ def decide(
         max_steps: the run's ``max_steps``.
         instance_hours: instance-hours used by the run's segments, this one included.
         now: the current time (aware).
+        stalled: the run's record that the platform stopped this segment for a stall (its reason: how old the
+            newest step was), or ``None``; only a ``Stopped`` segment's end reads it.
 
     Returns:
         The decision: ``continue`` never when ``newest_step >= max_steps``, and only for the newest,
@@ -677,26 +703,19 @@ def decide(
         return Decision(FINISHED, f"{step_text} reached max_steps {max_steps}; the segment {outcome.status}")
     if stop_requested:
         return Decision(STOPPED, f"the run was stopped (stop requested); {step_text} of max_steps {max_steps}")
-    capacity = capacity_end(outcome)
+    capacity, head = capacity_end(outcome), ""  # head: what heads the reason of a stall's decision
     if capacity is None:
-        if outcome.status == "Stopped":
-            return Decision(
-                STOPPED,
-                f"segment {outcome.index} was stopped by StopTrainingJob (secondary status "
-                f"{outcome.secondary_status or 'Stopped'}); {step_text} of max_steps {max_steps}",
-            )
-        return Decision(
-            FAILED,
-            f"segment {outcome.index} Failed for a reason that is not capacity "
-            f"({_short(outcome.failure_reason or 'no FailureReason')}); it is not retried",
-        )
+        ended = _not_capacity(outcome, stalled, step_text, max_steps)
+        if isinstance(ended, Decision):
+            return ended
+        capacity, head = ended
     why, trained = capacity
     advanced = newest_step is not None and (start_step is None or newest_step > start_step)
     if trained and not advanced:
         began = "nothing" if start_step is None else f"step {start_step}"
         return Decision(
             NO_PROGRESS,
-            f"segment {outcome.index} ended with {step_text}, no further than it started from ({began}); {why}",
+            f"{head}segment {outcome.index} ended with {step_text}, no further than it started from ({began}); {why}",
         )
     failures = 0 if trained else max(0, capacity_failures_before) + 1
     if failures >= MAX_CAPACITY_FAILURES:
@@ -709,7 +728,7 @@ def decide(
     spent = budget_exhausted(spec, segments=newest_segment, instance_hours=instance_hours, now=now)
     if spent is not None:
         return Decision(
-            spent.decision, f"{spent.reason}; segment {outcome.index} ended with {step_text}; {why}", failures
+            spent.decision, f"{head}{spent.reason}; segment {outcome.index} ended with {step_text}; {why}", failures
         )
     wait = capacity_backoff_s(failures)
     resumes = f"segment {newest_segment + 1} resumes from it"
@@ -726,8 +745,37 @@ def decide(
         resumes += f" no earlier than {format_time(after)} ({wait:g} s: {failures} segment(s) in a row never trained)"
     return Decision(
         CONTINUE,
-        f"segment {outcome.index} ended with {step_text} of max_steps {max_steps} ({why}): {resumes}",
+        f"{head}segment {outcome.index} ended with {step_text} of max_steps {max_steps} ({why}): {resumes}",
         failures,
+    )
+
+
+def _not_capacity(
+    outcome: SegmentOutcome, stalled: str | None, step_text: str, max_steps: int
+) -> Decision | tuple[tuple[str, bool], str]:
+    """The end of a segment that is not a capacity end: a hang (the platform's stall stop, the trainer's watchdog)
+    as ``((why, trained), head of the reason)``, judged on as a capacity end that trained; else the decision
+    (``stopped``, ``failed``)."""
+    report = trainer_report(outcome.failure_reason or "")
+    kind = trainer_failure_kind(report) if outcome.status == "Failed" else None
+    if outcome.status == "Stopped" and stalled is not None and outcome.secondary_status == "Stopped":
+        return ("the platform stopped it with StopTrainingJob", True), f"{STALL_STOP_REASON} ({_short(stalled)}); "
+    if outcome.status == "Stopped":
+        return Decision(
+            STOPPED,
+            f"segment {outcome.index} was stopped by StopTrainingJob (secondary status "
+            f"{outcome.secondary_status or 'Stopped'}); {step_text} of max_steps {max_steps}",
+        )
+    if kind == "hang":
+        return (f"the trainer's watchdog ended it: {_short(report)}", True), ""
+    what = {
+        "non-finite": f"the trainer stopped on non-finite values ({NON_FINITE_REASON})",
+        "preflight": f"the trainer's pre-flight check failed ({PREFLIGHT_REASON})",
+    }.get(kind or "", "a reason that is not capacity")
+    return Decision(
+        FAILED,
+        f"segment {outcome.index} Failed for {what} ({_short(outcome.failure_reason or 'no FailureReason')}); "
+        "it is not retried",
     )
 
 

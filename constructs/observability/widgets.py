@@ -21,7 +21,13 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 
 from platform_spec.capacity import USABLE_PLAN_STATUSES
-from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
+from platform_spec.metric_lines import (
+    FIELDS,
+    METRIC_DEFINITIONS,
+    SAGEMAKER_LOG_GROUP,
+    SAGEMAKER_METRIC_NAMESPACE,
+    TRAINING_JOB_DIMENSION,
+)
 from platform_spec.runs import TERMINAL_JOB_STATUSES
 
 from ..submitter.runtime import settings as submitter_settings
@@ -42,8 +48,6 @@ Row = list[cloudwatch.IWidget]
 
 HOST_DIMENSION = "Host"
 """SageMaker's per-instance dimension: ``<training job name>/algo-<n>`` (n from 1)."""
-TRAINING_JOB_DIMENSION = "TrainingJobName"
-"""Dimension of the metrics SageMaker extracts from the job's log with ``MetricDefinitions``."""
 
 GRAPH_HEIGHT = 6
 

@@ -256,9 +256,9 @@ def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actio
     continuation.publish(outcome, events)
     # segment 2's event is lost: the tick's reconciliation decides it, then removes the ended run's active marker
     aws.set_job_status(spec.segment_job_name(run_id, 2), "Failed", failure_reason="AlgorithmError: boom")
-    ended = continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC))
+    ended, _ = continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC))
     assert ended is not None and ended.decision == spec.FAILED, ended
-    assert continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC)) is None
+    assert continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC)) == (None, None)
     assert any(c.action == "s3:DeleteObject" and settings.RUN_ACTIVE_PREFIX in (c.key or "") for c in calls)
     own, scopes = actions.CONTINUATION_GRANTS, s3_scopes(config)
     assert uncovered(calls, (*actions.grants(actions.CONTINUATION_ACTIONS), *own), scopes) == []

@@ -25,6 +25,7 @@ from .sagemaker_rules import shared_loader
 if TYPE_CHECKING:  # boto3-stubs, for the type checker only: the Lambda package does not carry them
     import boto3
     from aws_lambda_powertools.utilities.parameters import SSMProvider
+    from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_ssm import SSMClient
@@ -66,11 +67,14 @@ class Clients:
         sagemaker: SageMaker client.
         ssm: SSM client.
         s3: S3 client (the ledger, :mod:`.ledger`).
+        cloudwatch: CloudWatch client (the run continuation's stall watch reads the jobs' ``train:step``:
+            :mod:`.stall`).
     """
 
     sagemaker: SageMakerClient
     ssm: SSMClient
     s3: S3Client
+    cloudwatch: CloudWatchClient
     _parameters: SSMProvider | None = field(default=None, repr=False)
 
     @classmethod
@@ -96,6 +100,7 @@ class Clients:
                 sagemaker=session.client("sagemaker", config=config, **kwargs),
                 ssm=session.client("ssm", config=config, **kwargs),
                 s3=session.client("s3", config=config, **kwargs),
+                cloudwatch=session.client("cloudwatch", config=config, **kwargs),
             )
         else:
             import botocore.session
@@ -108,8 +113,9 @@ class Clients:
                 sagemaker=cast("SageMakerClient", core.create_client("sagemaker", config=config, **kwargs)),
                 ssm=cast("SSMClient", core.create_client("ssm", config=config, **kwargs)),
                 s3=cast("S3Client", core.create_client("s3", config=config, **kwargs)),
+                cloudwatch=cast("CloudWatchClient", core.create_client("cloudwatch", config=config, **kwargs)),
             )
-        for client in (clients.sagemaker, clients.ssm, clients.s3):
+        for client in (clients.sagemaker, clients.ssm, clients.s3, clients.cloudwatch):
             install_deadline_hooks(client)
         return clients
 

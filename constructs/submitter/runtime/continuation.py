@@ -72,6 +72,7 @@ from .errors import DeadlineExceeded, SegmentNotEnded
 from .ledger import RunLedger
 from .runs import RunState, instance_hours, newest_checkpoint, parse_iso
 from .service import submit_segment
+from .stall import StepAge, watch_segment
 from .training_job import describe_job, stop_job
 
 logger = Logger(service=settings.CONTINUATION_SERVICE_NAME)
@@ -152,13 +153,15 @@ def handle(
 
 
 def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetime) -> dict[str, Any]:
-    """Retry every run waiting for capacity and reconcile every other active run, in a random order, while at
-    least :data:`TICK_RESERVE_S` of the invocation is left; publish the longest wait still running (0 when
-    none).
+    """Retry every run waiting for capacity and reconcile every other active run (and watch its running segment:
+    :mod:`.stall`), in a random order, while at least :data:`TICK_RESERVE_S` of the invocation is left; publish
+    the longest wait still running (0 when none) and each training run's step age, and the oldest (0 when none).
 
     Returns:
-        ``{"status": "ticked", "decisions": [records], "longest_wait_s": s, "deferred": n}``: ``deferred``
-        runs were left for the next tick (too little time).
+        ``{"status": "ticked", "decisions": [records], "longest_wait_s": s, "deferred": n, "step_ages_s":
+        {run_id: s}, "stalled": [run_id]}``: ``deferred`` runs were left for the next tick (too little time);
+        ``step_ages_s``: each run in training, seconds since its newest step (:mod:`.stall`); ``stalled``: the
+        runs whose segment was stopped for a stall.
 
     Raises:
         The first run's fault, after every other run was worked (one run's fault keeps no other waiting).
@@ -170,6 +173,7 @@ def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetim
     random.shuffle(work)
     decided: list[dict[str, Any]] = []
     longest = 0.0
+    ages: dict[str, StepAge] = {}
     errors: list[BaseException] = []
     deadline, deferred = current_deadline(), 0
     for position, (run_id, is_waiting) in enumerate(work):
@@ -181,7 +185,9 @@ def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetim
             if is_waiting:
                 outcome, waited = retry_waiting(run_id, clients=clients, config=config, now=now)
             else:
-                outcome, waited = reconcile(run_id, clients=clients, config=config, now=now), 0.0
+                (outcome, age), waited = reconcile(run_id, clients=clients, config=config, now=now), 0.0
+                if age is not None:
+                    ages[run_id] = age
         except DeadlineExceeded:
             raise
         except Exception as exc:  # one run's fault does not keep the others waiting; raised after them
@@ -194,13 +200,27 @@ def tick(*, clients: Clients, config: SubmitterConfig, events: Any, now: datetim
         longest = max(longest, waited)
     metrics.add_metric(name=settings.METRIC_RUN_CAPACITY_WAIT_SECONDS, unit=MetricUnit.Seconds, value=longest)
     metrics.flush_metrics()
+    for run_id, age in sorted(ages.items()):
+        metrics.add_dimension(name=settings.DIMENSION_RUN_ID, value=run_id)
+        metrics.add_metric(name=settings.METRIC_RUN_STEP_AGE_SECONDS, unit=MetricUnit.Seconds, value=age.age_s)
+        metrics.flush_metrics()
+    oldest = max((age.age_s for age in ages.values()), default=0.0)
+    metrics.add_metric(name=settings.METRIC_RUN_STEP_AGE_SECONDS, unit=MetricUnit.Seconds, value=oldest)
+    metrics.flush_metrics()
+    stalled = sorted(run_id for run_id, age in ages.items() if age.stopped)
     logger.info(
         "runs waiting for capacity retried, active runs reconciled",
-        extra={"decisions": len(decided), "longest_wait_s": longest, "deferred": deferred},
-    )
+        extra={
+            "decisions": len(decided), "longest_wait_s": longest, "deferred": deferred, "oldest_step_age_s": oldest,
+            "stalled": stalled,
+        },
+    )  # fmt: skip
     if errors:
         raise errors[0]
-    return {"status": "ticked", "decisions": decided, "longest_wait_s": longest, "deferred": deferred}
+    return {
+        "status": "ticked", "decisions": decided, "longest_wait_s": longest, "deferred": deferred,
+        "step_ages_s": {run_id: age.age_s for run_id, age in ages.items()}, "stalled": stalled,
+    }  # fmt: skip
 
 
 def publish(outcome: Outcome, events: Any) -> None:
@@ -296,7 +316,11 @@ def on_segment_end(job_name: str, *, clients: Clients, config: SubmitterConfig, 
             f"training job {job_name!r} (segment {index} of run {run_id!r}) reads {status}: its end is decided "
             "when DescribeTrainingJob reads it ended (this invocation's retry, or the scheduled tick)"
         )
-    record = _decide(state, outcome, description, newest, decided is not None, clients=clients, config=config, now=now)
+    stall = store.read(store.stall_key(state.record, index), state.keys)
+    stalled = str(stall.fields.get("reason") or "stopped for a stall") if stall is not None else None
+    record = _decide(
+        state, outcome, description, newest, decided is not None, stalled, clients=clients, config=config, now=now
+    )
     if record["decision"] == spec.STALE_EVENT:
         return Outcome(record)
     if record["decision"] == spec.CONTINUE:
@@ -326,13 +350,15 @@ def _decide(
     description: dict[str, Any],
     newest_segment: int,
     already_decided: bool,
+    stalled: str | None,
     *,
     clients: Clients,
     config: SubmitterConfig,
     now: datetime,
 ) -> dict[str, Any]:
     """The decision record on segment ``outcome.index``'s end (:func:`platform_spec.runs.decide`), given the
-    run's newest segment and whether this one was decided already."""
+    run's newest segment, whether this one was decided already and the reason of its stall stop, if any
+    (:mod:`.stall`)."""
     index = outcome.index
     checkpoint, skipped = newest_checkpoint(clients, config, state.run_id)
     if skipped:
@@ -354,6 +380,7 @@ def _decide(
         max_steps=state.record.max_steps,
         instance_hours=used,
         now=now,
+        stalled=stalled,
     )
     waits = {"not_before": spec.format_time(now + timedelta(seconds=decision.backoff_s))} if decision.backoff_s else {}
     return _record(
@@ -371,6 +398,7 @@ def _decide(
         instance_hours=round(used, 6),
         skipped_checkpoints=skipped,
         capacity_failures=decision.capacity_failures,
+        **({"stalled": stalled} if stalled is not None else {}),
         **waits,
     )
 
@@ -519,38 +547,46 @@ def retry_waiting(
     return outcome, waited if outcome.decision == spec.WAITING_FOR_CAPACITY else 0.0
 
 
-def reconcile(run_id: str, *, clients: Clients, config: SubmitterConfig, now: datetime) -> Outcome | None:
+def reconcile(
+    run_id: str, *, clients: Clients, config: SubmitterConfig, now: datetime
+) -> tuple[Outcome | None, StepAge | None]:
     """One scheduled look at an active run that is not waiting for capacity: the decision its newest segment's
     event would have made, when that segment has ended without one (the event was lost, or came before the
     job read ended and its retries ran out), through :func:`on_segment_end` itself, so the same ledger records
     make an event that comes later, twice or at the same time a ``stale-event`` (one decision, one next
     segment). A recorded ``continue`` whose next segment was never created is finished the same way.
 
-    The run's active marker is removed once the run has ended (or its ``run.json`` is gone or released).
+    The run's active marker is removed once the run has ended (or its ``run.json`` is gone or released). A
+    segment still running is watched (:func:`.stall.watch_segment`): stopped when its newest step is older
+    than the run's ``stall_minutes``; its end is then decided as any end is, by its event or a later tick.
 
     Returns:
-        The outcome, or ``None`` when there is nothing to decide (a segment runs, the run waits for capacity,
-        segment 1 is not created yet, or the run has ended).
+        ``(outcome, step age)``: the outcome, or ``None`` when there is nothing to decide (a segment runs, the
+        run waits for capacity, segment 1 is not created yet, or the run has ended); the running segment's
+        :class:`.stall.StepAge` when it is training, else ``None``.
     """
     store = RunLedger.of(clients, config)
     state = runs.load_run(store, run_id)
     if state is None or runs.terminal_record(state) is not None:
         store.delete(store.active_key(run_id))
-        return None
+        return None, None
     if state.waiting is not None:
-        return None  # retry_waiting's
+        return None, None  # retry_waiting's
     highest = max(state.decisions, default=0)
     newest = runs.run_segment(clients, run_id, highest + 1) if highest < spec.MAX_SEGMENTS else None
     if newest is not None:
         if newest.get("TrainingJobStatus") not in spec.TERMINAL_JOB_STATUSES:
-            return None
+            if state.stop is not None:
+                return None, None  # stopping on request: not the watch's
+            age = watch_segment(state.record, highest + 1, newest, clients=clients, config=config, now=now)
+            return None, age
         index = highest + 1
     elif highest and state.decisions[highest].get("decision") == spec.CONTINUE:
         index = highest  # its next segment was never created
     else:
-        return None
+        return None, None
     logger.info("reconciling a run's ended segment", extra={"run_id": run_id, "segment": index})
-    return on_segment_end(spec.segment_job_name(run_id, index), clients=clients, config=config, now=now)
+    return on_segment_end(spec.segment_job_name(run_id, index), clients=clients, config=config, now=now), None
 
 
 def _ignored(reason: str) -> dict[str, Any]:

@@ -6,6 +6,8 @@ Its key families (the construct grants the two prefixes; :mod:`.settings` names 
     submitter/runs/<run_id>/run.json                 a run's request and budget (its claim of the run id)
     submitter/runs/<run_id>/decisions/seg-NNN.json   the decision on segment NNN's end
     submitter/runs/<run_id>/stop.json, end.json      the run was stopped; how it ended with no segment running
+    submitter/runs/<run_id>/stalls/seg-NNN.json      the continuation stopped segment NNN: no step for longer
+                                                     than the request's stall_minutes (written before the stop)
     submitter/runs/<run_id>/from-seg-NNN/continued.json   the ended run was continued at segment NNN (its new
                                                      budget, the caller's client token); that continuation's
                                                      own stop.json and end.json sit beside it
@@ -293,6 +295,10 @@ class RunLedger(Ledger):
 
     def decision_key(self, claim: RunRecord, index: int) -> str:
         return f"{self.claim_prefix(claim)}decisions/seg-{index:03d}.json"
+
+    def stall_key(self, claim: RunRecord, index: int) -> str:
+        """The record that the continuation stopped segment ``index`` for a stall (:mod:`.stall`)."""
+        return f"{self.claim_prefix(claim)}stalls/seg-{index:03d}.json"
 
     def episode_prefix(self, claim: RunRecord, first_segment: int = 1) -> str:
         """Where the records of the run's stretch from segment ``first_segment`` go: the claim's prefix for the

@@ -92,7 +92,11 @@ CONTINUATION_SERVICE_NAME = "run-continuation"
 METRIC_RUN_DECISIONS = "RunDecisions"  # count, dimensions: service, Decision (platform_spec.runs.DECISIONS)
 METRIC_RUN_SEGMENTS_STARTED = "RunSegmentsStarted"  # count, dimension: service
 METRIC_RUN_CAPACITY_WAIT_SECONDS = "RunCapacityWaitSeconds"  # seconds, dimension: service; every scheduled tick
+METRIC_RUN_STEP_AGE_SECONDS = "RunStepAgeSeconds"
+"""Seconds since the newest step of a run in training (runtime/stall.py), every scheduled tick: per run (dimensions
+service, :data:`DIMENSION_RUN_ID`) and the oldest of them (dimension service; 0 when no run trains)."""
 DIMENSION_DECISION = "Decision"
+DIMENSION_RUN_ID = "RunId"
 RUN_EVENT_SOURCE = "platform.training-runs"
 """``Source`` of the EventBridge event (default bus) published for every run decision."""
 RUN_EVENT_DETAIL_TYPE = "Training Run Decision"
