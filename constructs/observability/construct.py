@@ -33,6 +33,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 
 from constructs import Construct
+from platform_spec import health
 from platform_spec.capacity import CAPACITY_TYPES, USABLE_PLAN_STATUSES
 from platform_spec.training_plans import parse_training_plan_arn
 
@@ -359,6 +360,24 @@ class PlatformObservability(Construct):
                 "(training plan, spot or on-demand, as its request allows) for its next segment. The dashboard's "
                 "'Run decisions' table names the run; `trainctl runs RUN_ID` shows it. Extend or buy a plan, "
                 "allow other capacity, or stop the run."
+            ),
+        )
+        stall_minutes = health.DEFAULT_STALL_MINUTES
+        self._alarm(
+            "RunStalled",
+            "RunStalledAlarm",
+            metric=runs.metric_run_step_age_seconds(),
+            threshold=stall_minutes * 60,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=2,
+            datapoints_to_alarm=1,
+            treat_missing_data=quiet,
+            alarm_description=(
+                f"A training run's segment has logged no step for longer than {stall_minutes:g} minutes (the default "
+                "stall_minutes): a hung collective, a frozen node, a stalled data read. The continuation stops it at "
+                "the run's own stall_minutes and the run continues on new instances (the 'Run decisions' table says "
+                "so); a run whose stall_minutes is longer, or 0 (not watched), is only reported here. The "
+                "dashboard's 'Time since the newest step' graph names the run; see its job's log."
             ),
         )
         self._alarm(

@@ -41,6 +41,7 @@ __all__ = [
     "InstanceMetric",
     "dimension_label",
     "search_expression",
+    "step_age_widget",
     "trainer_metric",
 ]
 
@@ -427,6 +428,7 @@ def run_rows(runs, wait_alarm_seconds: float | None, period: cdk.Duration) -> li
                 height=GRAPH_HEIGHT,
             ),
         ],
+        [step_age_widget(runs)],
         [
             cloudwatch.LogQueryWidget(
                 title="Run decisions (run, segment, decision, reason, newest step, next segment's job)",
@@ -438,6 +440,37 @@ def run_rows(runs, wait_alarm_seconds: float | None, period: cdk.Duration) -> li
             )
         ],
     ]
+
+
+def step_age_widget(runs) -> cloudwatch.GraphWidget:
+    """Seconds since the newest step of each run in training (``RunStepAgeSeconds`` per ``RunId``, SEARCH), as the
+    continuation's tick measures it, against the ``RunStalled`` alarm's threshold (the default ``stall_minutes``).
+
+    Args:
+        runs: the runs' metrics (:class:`~platform_constructs.submitter.construct.IRunMetrics`).
+    """
+    from platform_spec.health import DEFAULT_STALL_MINUTES
+
+    oldest = runs.metric_run_step_age_seconds(label="oldest")
+    per_run = cloudwatch.SearchExpression(
+        expression=search_expression(
+            submitter_settings.METRICS_NAMESPACE,
+            ["service", submitter_settings.DIMENSION_RUN_ID],
+            submitter_settings.METRIC_RUN_STEP_AGE_SECONDS,
+            "Maximum",
+            oldest.period,
+        ),
+        label=dimension_label(submitter_settings.DIMENSION_RUN_ID),
+        period=oldest.period,
+    )
+    return cloudwatch.GraphWidget(
+        title="Time since the newest step, per run in training (seconds)",
+        left=[per_run, oldest],
+        left_y_axis=cloudwatch.YAxisProps(label="seconds", min=0, show_units=False),
+        left_annotations=[cloudwatch.HorizontalAnnotation(value=DEFAULT_STALL_MINUTES * 60, label="RunStalled alarm")],
+        width=24,
+        height=GRAPH_HEIGHT,
+    )
 
 
 def _combined_pattern() -> str:

@@ -160,8 +160,10 @@ class IRunMetrics(Protocol):
     """The runs' metrics and decision log, as the dashboard and the alarms read them (implemented by
     :class:`JobSubmitter`), in the submitter's namespace as the continuation publishes them: ``RunDecisions`` by
     decision (sum; other values raise ``ValueError``), ``RunSegmentsStarted`` (sum), ``RunCapacityWaitSeconds``
-    (maximum: the longest wait for capacity, 0 when none, every scheduled tick) and the dead-letter queue's
-    depth (maximum); ``continuation_log_group`` holds one structured line per decision."""
+    (maximum: the longest wait for capacity, 0 when none, every scheduled tick), ``RunStepAgeSeconds`` (maximum:
+    the oldest newest step of a run in training, 0 when none, every scheduled tick; per run with the ``RunId``
+    dimension) and the dead-letter queue's depth (maximum); ``continuation_log_group`` holds one structured line
+    per decision."""
 
     continuation_log_group: logs.ILogGroup
 
@@ -170,6 +172,8 @@ class IRunMetrics(Protocol):
     def metric_run_segments_started(self, **props: Any) -> cloudwatch.Metric: ...
 
     def metric_run_capacity_wait_seconds(self, **props: Any) -> cloudwatch.Metric: ...
+
+    def metric_run_step_age_seconds(self, **props: Any) -> cloudwatch.Metric: ...
 
     def metric_continuation_dead_letters(self, **props: Any) -> cloudwatch.Metric: ...
 
@@ -585,6 +589,13 @@ class JobSubmitter(Construct):
         props = {"period": self._continuation_schedule, **props}
         return self._run_metric(settings.METRIC_RUN_CAPACITY_WAIT_SECONDS, None, props, cloudwatch.Stats.MAXIMUM)
 
+    def metric_run_step_age_seconds(self, **props) -> cloudwatch.Metric:
+        """``RunStepAgeSeconds`` (maximum, seconds) without ``RunId``: the oldest newest step of the runs in
+        training (``runtime/stall.py``), 0 when none trains; published on every scheduled tick (one value a
+        period of the schedule). The per-run series carry the ``RunId`` dimension too."""
+        props = {"period": self._continuation_schedule, **props}
+        return self._run_metric(settings.METRIC_RUN_STEP_AGE_SECONDS, None, props, cloudwatch.Stats.MAXIMUM)
+
     def metric_continuation_dead_letters(self, **props) -> cloudwatch.Metric:
         """Events in the continuation's dead-letter queue (``ApproximateNumberOfMessagesVisible``, maximum): state
         changes or ticks the continuation never handled, so a run may be stuck."""
@@ -651,8 +662,9 @@ def _resources(scope: Construct, props: JobSubmitterProps) -> dict[str, _Resourc
         ),
         "*": _Resource(
             ("*",),
-            "sagemaker:Search has no resource-level permissions (AWS requires '*'); the job API's list finds the "
-            "platform's jobs with it, by their submitter tag.",
+            "sagemaker:Search and cloudwatch:GetMetricData have no resource-level permissions (AWS requires '*'); "
+            "the job API's list finds the platform's jobs with Search, by their submitter tag, and the run "
+            "continuation reads its running segments' train:step metric with GetMetricData.",
         ),
         "execution-role": _Resource(
             (props.execution_role.role_arn,),

@@ -309,7 +309,7 @@ def test_alarm_set_thresholds_and_actions(alarm_synth):
         [p + "SubmitterErrors", p + "TrainingJobFailed", p + "ObservabilityFunctionErrors"]
         + [p + f"PlanIdleNearEnd-{name}" for name in PLANS]
         + [p + "PlansHaveNoAvailableInstances", p + "SubmissionsRefusedNoCapacity", p + "ReservedCapacityExhausted"]
-        + [p + "RunWaitingForCapacity", p + "RunContinuationDeadLetters"]
+        + [p + "RunWaitingForCapacity", p + "RunStalled", p + "RunContinuationDeadLetters"]
     )
 
     errors = alarms[p + "SubmitterErrors"]
@@ -512,7 +512,7 @@ def test_every_notifying_alarm_matches_the_publish_condition_and_nothing_else_do
         for name, props in alarms_by_name(template).items()
         if topic in props.get("AlarmActions", []) + props.get("OKActions", [])
     ]
-    assert len(notifying) == 8  # 3 platform alarms, 2 plans, the composite, 2 run alarms
+    assert len(notifying) == 9  # 3 platform alarms, 2 plans, the composite, 3 run alarms
     for name in notifying:
         assert fnmatch.fnmatchcase(f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{name}", ALARM_ARN_PATTERN), name
     for elsewhere in (

@@ -31,6 +31,7 @@ from platform_constructs.submitter.construct import (
 )
 from platform_constructs.submitter.runtime import settings
 from platform_constructs.submitter.runtime.actions import READ_ACTIONS
+from platform_spec import health
 from platform_spec.runs import DECISIONS, RUN_CHECKPOINT_PREFIX
 from stacks.config import ConfigError, load_config
 from trainctl.dashboard.template import dashboard_bodies
@@ -231,7 +232,10 @@ def test_the_continuation_has_the_submitters_grants_but_search_and_its_own(reque
     for statement in without_logs(submitter_statements):
         assert (statement in statements) == (statement.get("Sid") != "SearchTrainingJobs"), statement
     own = by_sid([s for s in statements if s not in submitter_statements])
-    assert set(own) == {"RunMarkers", "RunDecisionEvents"}
+    assert set(own) == {"RunMarkers", "RunDecisionEvents", "StepMetricsRead"}
+    # the stall watch's GetMetricData, which has no resource-level permissions; never PutMetricData
+    assert (own["StepMetricsRead"]["Action"], own["StepMetricsRead"]["Resource"]) == ("cloudwatch:GetMetricData", "*")
+    assert "sagemaker:StopTrainingJob" in as_list(by_sid(statements)["TrainingJobs"]["Action"])  # the stall stop
     assert own["RunMarkers"]["Action"] == "s3:DeleteObject"  # never DeleteObjectVersion: the history stays
     # the waiting and active markers only, never the run's records (tests/submitter/test_grants.py)
     markers = (settings.RUN_WAITING_PREFIX, settings.RUN_ACTIVE_PREFIX)
@@ -411,6 +415,42 @@ def test_the_waiting_alarm_threshold_comes_from_the_configuration(request, fixtu
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (2, 1)
     assert alarm["AlarmActions"] == [topic] and alarm["OKActions"] == [topic]
     assert f"{minutes} minutes" in alarm["AlarmDescription"]
+
+
+def test_a_run_without_a_step_for_the_default_stall_minutes_raises_an_alarm(default_synth):
+    synth = default_synth
+    observed = synth.stack.observability
+    alarm = synth.resources[synth.logical_id(observed.alarms["RunStalled"])]["Properties"]
+    topic = {"Ref": synth.logical_id(observed.alarm_topic.topic)}
+    assert alarm["AlarmName"] == "TrainingPlatform/RunStalled"
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        settings.METRICS_NAMESPACE,
+        settings.METRIC_RUN_STEP_AGE_SECONDS,
+        "Maximum",
+    )
+    # the oldest of the runs (no RunId): one series an alarm can watch
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": settings.CONTINUATION_SERVICE_NAME}]
+    assert alarm["Threshold"] == health.DEFAULT_STALL_MINUTES * 60
+    assert (alarm["ComparisonOperator"], alarm["TreatMissingData"]) == ("GreaterThanThreshold", "notBreaching")
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5 * 60, 2, 1)
+    assert alarm["AlarmActions"] == [topic] and alarm["OKActions"] == [topic]
+    assert f"{health.DEFAULT_STALL_MINUTES:g} minutes" in alarm["AlarmDescription"]
+
+
+def test_the_dashboard_shows_each_runs_time_since_its_newest_step(default_synth):
+    (body,) = dashboard_bodies(default_synth.template_json).values()
+    titled = {w["properties"].get("title"): w for w in body["widgets"] if "properties" in w}
+    graph = titled["Time since the newest step, per run in training (seconds)"]["properties"]
+    per_run, oldest = graph["metrics"]
+    expression = per_run[0]["expression"]
+    assert expression.startswith(f"SEARCH('{{{settings.METRICS_NAMESPACE},service,{settings.DIMENSION_RUN_ID}}} ")
+    assert f'MetricName="{settings.METRIC_RUN_STEP_AGE_SECONDS}"' in expression
+    assert expression.endswith("'Maximum', 300)")  # the schedule's period: one value a tick
+    assert per_run[0]["label"] == "${PROP('Dim.RunId')}"
+    assert oldest[:2] == [settings.METRICS_NAMESPACE, settings.METRIC_RUN_STEP_AGE_SECONDS]
+    assert graph["annotations"]["horizontal"] == [
+        {"value": health.DEFAULT_STALL_MINUTES * 60, "label": "RunStalled alarm", "yAxis": "left"}
+    ]
 
 
 def test_dead_lettered_continuation_events_raise_an_alarm(default_synth):

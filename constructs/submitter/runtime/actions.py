@@ -142,9 +142,13 @@ CONTINUATION_GRANTS = (
     READ_RUN_CHECKPOINTS,
     LIST_RUN_CHECKPOINTS,
     PRUNE_RUN_CHECKPOINTS,
+    # the stall watch reads each running segment's train:step (runtime/stall.py)
+    Grant("StepMetricsRead", "*", ("cloudwatch:GetMetricData",)),
 )
 """The run continuation's own, beyond every action's (it submits, stops and reads runs as they do): removing
-its markers from the run store, publishing its decisions, pruning a run's checkpoints before its next segment. Its metrics are EMF log lines (no
+its markers from the run store, publishing its decisions, pruning a run's checkpoints before its next segment,
+reading its running segments' ``train:step`` metric (``GetMetricData`` has no resource-level permissions:
+Service Authorization Reference, Amazon CloudWatch). Its own metrics are EMF log lines (no
 ``cloudwatch:PutMetricData``)."""
 
 

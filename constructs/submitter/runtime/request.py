@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from platform_spec import catalogue, models, runs
+from platform_spec import catalogue, health, models, runs
 from platform_spec import hyperparameters as hpmod
 from platform_spec.capacity import CAPACITY_TYPES
 from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, InstanceSpec
@@ -616,6 +616,27 @@ def _shape_values(hp: hpmod.Hyperparameters) -> dict[str, Any]:
     return out
 
 
+def _stall_minutes(values: Mapping[str, Any], config: SubmitterConfig) -> None:
+    """``stall_minutes`` only with ``run`` (the run continuation watches runs' segments), and 0 or at least
+    :data:`platform_spec.health.MIN_STALL_MINUTES`.
+
+    Raises:
+        FieldError: naming ``stall_minutes``.
+    """
+    minutes = values.get("stall_minutes")
+    if minutes is None:
+        return
+    if values.get("run") is None:
+        raise FieldError("stall_minutes", minutes, "no stall_minutes without run (the platform watches runs' segments)")
+    if 0 < minutes < health.MIN_STALL_MINUTES:
+        raise FieldError(
+            "stall_minutes",
+            minutes,
+            f"0 (off) or a number of minutes >= {health.MIN_STALL_MINUTES:g} (CloudWatch's delay of the train:step "
+            "metric and the continuation's schedule would stop healthy jobs under it)",
+        )
+
+
 # --- the table ------------------------------------------------------------------------------------------
 
 
@@ -838,6 +859,19 @@ FIELDS: tuple[Field, ...] = (
         "block shorter than `max_runtime_hours` is used when it leaves the trainer's stop margin plus "
         f"`min_segment_minutes` (> 0, default {runs.DEFAULT_MIN_SEGMENT_MINUTES:g}) of training",
         schema=_run_schema,
+    ),
+    Field(
+        "stall_minutes", "number",
+        help="with `run`: a segment whose newest training step is older than this many minutes is stopped (it "
+        "checkpoints on SIGTERM) and the run continues on a new segment; 0: not watched",
+        default_text=f"`{health.DEFAULT_STALL_MINUTES:g}` with `run`",
+        minimum=0, maximum=health.MAX_STALL_MINUTES, unit="minutes",
+        checks=(Check(_stall_minutes, needs=("run",)),),
+        notes=f"0 or at least {health.MIN_STALL_MINUTES:g}; the newest step is the job's newest `train:step` "
+        "datapoint in CloudWatch (a `[metrics]` line every `hyperparameters.log_interval` steps), or, before the "
+        "first, when the job entered `Training`; the run continuation looks on its schedule (5 minutes by default), "
+        "so a stall is acted on within `stall_minutes` plus a tick plus CloudWatch's delay; keep it above "
+        "`log_interval` x the step time and the first step's start-up (`platform_spec/health.py`)",
     ),
 )  # fmt: skip
 """The request's fields, in the order they are checked (the first bad one is refused)."""
