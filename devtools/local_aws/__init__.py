@@ -47,6 +47,9 @@ POST     ``/_local-aws/training-jobs/NAME/status``    ``{"status", "secondary_st
                                                       dimension ``TrainingJobName``) and
                                                       ``FinalMetricDataList``
 POST     ``/_local-aws/training-jobs/complete-active``  mark every running job ``Completed`` (frees plans)
+POST     ``/_local-aws/training-jobs/NAME/freeze``    SIGSTOP an executed job's trainer process tree: the job
+                                                      hangs, ``InProgress``, until a stop (which thaws it after
+                                                      the SIGTERM: :mod:`devtools.local_aws.jobs`)
 POST     ``/_local-aws/objects/remove``               ``{"bucket", "key"}``: delete an S3 object outside the
                                                       authorization, as an operator who lifted a bucket
                                                       policy's Deny would (records no role may delete)

@@ -219,6 +219,13 @@ class EmulatorApp:
                 self.extension.set_job_status(name, status)
         return {"completed": [name for name, _ in holding]}
 
+    def freeze_job(self, request: AdminRequest) -> Any:
+        """SIGSTOP an executed job's trainer process tree (:meth:`.jobs.JobRunner.freeze`): the job hangs."""
+        (name,) = request.names
+        if self.runner is None:
+            raise ValueError("training-jobs/NAME/freeze: the emulator executes no jobs (start it with run_jobs)")
+        return {"name": name, "frozen_pids": self.runner.freeze(name)}
+
     def remove_object(self, request: AdminRequest) -> Any:
         """Delete ``{"bucket", "key"}`` outside AWS's authorization: what an operator does to a record no role may
         delete (the output bucket's policy denies every other principal; in AWS they would first lift its Deny).
@@ -391,6 +398,7 @@ ROUTES: dict[tuple[str, str], Callable[[EmulatorApp, AdminRequest], Any]] = {
     ("GET", "training-jobs"): EmulatorApp.list_training_jobs,
     ("POST", "training-jobs/complete-active"): EmulatorApp.complete_active_jobs,
     ("POST", "training-jobs/*/status"): EmulatorApp.set_job_status,
+    ("POST", "training-jobs/*/freeze"): EmulatorApp.freeze_job,
     ("POST", "objects/remove"): EmulatorApp.remove_object,
     ("GET", "events"): lambda app, r: {
         "events": app.events.snapshot(r.query.get("job", [None])[0]) if app.events else []

@@ -240,6 +240,11 @@ class LocalAws:
         (frees training-plan instances); returns their names."""
         return self.admin("POST", "training-jobs/complete-active", {})["completed"]
 
+    def freeze_job(self, name: str) -> list[int]:
+        """Make the executed job ``name`` hang: SIGSTOP its trainer's process tree (a frozen node; a stop thaws it
+        after its SIGTERM). Returns the pids stopped (``POST /_local-aws/training-jobs/NAME/freeze``)."""
+        return self.admin("POST", f"training-jobs/{quote(name)}/freeze", {})["frozen_pids"]
+
     def inject_fault(
         self,
         operation: str,

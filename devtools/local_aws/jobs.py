@@ -64,6 +64,15 @@ train``, started by :func:`training.local.start_local`), the code path of a Sage
 * **Model**: ``/opt/ml/model`` and ``/opt/ml/output/data`` are uploaded as ``model.tar.gz`` and
   ``output.tar.gz`` under ``S3OutputPath/<job>/output/``.
 
+**Hangs** (:meth:`JobRunner.freeze`, ``POST /_local-aws/training-jobs/NAME/freeze``, :meth:`LocalAws.freeze_job
+<devtools.local_aws.client.LocalAws.freeze_job>`): the running job's entry point and workers are SIGSTOPped, a
+frozen node: no output, no step (so no ``train:step`` datapoint), the job stays ``InProgress`` / ``Training``
+until something stops it. A stop (``StopTrainingJob``, ``MaxRuntimeInSeconds``, the block's reclaim) sends SIGTERM
+and then SIGCONT to every frozen process, so the trainer's SIGTERM checkpoint runs, and SIGKILL follows
+:data:`STOP_GRACE_S` later as for any job. Not emulated: a SageMaker instance that is frozen whole ignores the
+SIGTERM too and is terminated after the grace; a hung NCCL collective (the trainer's watchdog's case) needs more
+than one process group on a CPU.
+
 Not emulated: containers and images (every job runs this checkout's trainer, whatever its
 ``TrainingImage``), more than one node, GPUs, ``RetryStrategy``, spot interruptions and
 ``MaxWaitTimeInSeconds``, the 2-day pending limit, warm pools, network isolation, billing beyond
@@ -661,6 +670,7 @@ class Execution:
     final: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> (value, time)
     thread: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    frozen: list[int] = field(default_factory=list)  # the pids SIGSTOPped by freeze(), until a stop thaws them
 
 
 class JobFailure(Exception):
@@ -743,6 +753,35 @@ class JobRunner:
             return
         self._signal_stop(execution, reason)
 
+    def freeze(self, name: str) -> list[int]:
+        """Make the running job ``name`` hang for real: SIGSTOP its entry point and every process below it (a
+        frozen node: no output, no step, no exit; the job stays ``InProgress``). Returns the pids stopped.
+
+        Raises:
+            KeyError: the emulator does not execute a job of that name.
+            ValueError: its trainer is not running (not started yet, or ended).
+        """
+        from training.entrypoint import child_pids
+
+        with self.lock:
+            execution = self.executions.get(name)
+        if execution is None:
+            raise KeyError(f"training job {name!r} is not executed by the emulator (run-jobs off, or no such job)")
+        with execution.lock:
+            proc = execution.proc
+            if proc is None or proc.poll() is not None or execution.stop_sent is not None:
+                raise ValueError(f"training job {name!r}: its trainer is not running (not started, stopping or ended)")
+            pending, seen = [proc.pid], []
+            while pending:  # parents first, so that none starts a child after the walk saw it
+                current = pending.pop()
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(current, signal.SIGSTOP)
+                    seen.append(current)
+                    pending.extend(child_pids(current))
+            execution.frozen.extend(seen)
+        self._note(execution, f"[local-aws] frozen (SIGSTOP to {len(seen)} process(es)): the job hangs")
+        return seen
+
     def _signal_stop(self, execution: Execution, reason: str) -> None:
         with execution.lock:
             if execution.stop_reason is None:
@@ -751,6 +790,10 @@ class JobRunner:
             if proc is not None and execution.stop_sent is None and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(signal.SIGTERM)
+                for pid in execution.frozen:  # thawed after the SIGTERM: it is the first thing the trainer sees
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+                execution.frozen.clear()
                 execution.stop_sent = time.monotonic()
 
     def shutdown(self) -> None:

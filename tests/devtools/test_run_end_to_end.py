@@ -136,6 +136,8 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert json.loads(capsys.readouterr().out)["training_job_name"] == third
         assert aws.wait_for_job(third, timeout=180)["TrainingJobStatus"] == "Stopped"
 
+        _a_frozen_segment_is_stopped_by_the_tick_and_its_run_continues(aws)
+
         # the reader's actions as the reader function (its role and settings), and the plan-metrics function's calls
         reads = (
             {"action": "describe", "run_id": RUN_ID},
@@ -152,6 +154,85 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         )
         assert not report.problems
         assert_every_statement_allowed_a_call(aws.grants())
+
+
+STALL_RUN_ID = "e2e-stall"
+STALL_MAX_STEPS = 30
+
+
+def _a_frozen_segment_is_stopped_by_the_tick_and_its_run_continues(aws: LocalAws) -> None:
+    """A run's segment 1 hangs for real (its trainer's process tree SIGSTOPped: a frozen node): the scheduled tick,
+    as the continuation's role, reads its newest ``train:step`` from CloudWatch, stops it, and the run's next
+    segment resumes from the SIGTERM checkpoint and finishes. The tick runs at the freeze plus ``stall_minutes``
+    plus a minute on an injected clock (10 real minutes are not waited here); a tick at the real time before the
+    freeze leaves the healthy job alone. Prints the real seconds from the freeze until ``StopTrainingJob``."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from platform_constructs.submitter.construct import CONTINUATION_HANDLER
+    from platform_constructs.submitter.runtime import continuation
+    from platform_constructs.submitter.runtime.aws import Clients
+    from platform_constructs.submitter.runtime.config import SubmitterConfig
+    from platform_spec.health import MIN_STALL_MINUTES, STALL_STOP_REASON
+
+    env = aws.function_env(CONTINUATION_HANDLER)
+    clients, config = Clients.create(environ=env), SubmitterConfig.from_environ(env)
+    events = aws.client("events", access_key=env["AWS_ACCESS_KEY_ID"])
+    tick = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+    first, second = segment_job_name(STALL_RUN_ID, 1), segment_job_name(STALL_RUN_ID, 2)
+    hyperparameters = {**demo.RUN_HYPERPARAMETERS, "max_steps": STALL_MAX_STEPS, "checkpoint_interval": 1000,
+                       "log_interval": 1, "synthetic_data": True}  # fmt: skip
+    request = {
+        "instance_type": "ml.p6-b200.48xlarge", "capacity": "training-plan", "hyperparameters": hyperparameters,
+        "max_runtime_hours": 1, "stall_minutes": MIN_STALL_MINUTES,
+        "run": {"run_id": STALL_RUN_ID, "max_segments": 3, "min_segment_minutes": demo.RUN_MIN_SEGMENT_MINUTES},
+    }  # fmt: skip
+    answer = submit_local(request, aws.env)
+    assert answer["status"] == "submitted" and answer["training_job_name"] == first, answer
+    cloudwatch = aws.client("cloudwatch")
+
+    def step_published() -> bool:  # a train:step datapoint in CloudWatch, as the tick reads it
+        listed = cloudwatch.list_metrics(
+            Namespace="/aws/sagemaker/TrainingJobs", MetricName="train:step",
+            Dimensions=[{"Name": "TrainingJobName", "Value": first}],
+        )  # fmt: skip
+        return bool(listed["Metrics"]) and len(_steps_logged(aws, first)) >= 2
+
+    wait_until(step_published, "segment 1 publishes train:step", timeout=180)
+    healthy = continuation.handle(tick, clients=clients, config=config, events=events, now=datetime.now(UTC))
+    assert healthy["stalled"] == [] and healthy["step_ages_s"][STALL_RUN_ID] < 120, healthy
+    assert aws.describe_training_job(first)["TrainingJobStatus"] == "InProgress"
+
+    assert aws.freeze_job(first)
+    frozen_at, frozen_wall = time.monotonic(), datetime.now(UTC)
+    frozen_steps = _steps_logged(aws, first)
+    later = frozen_wall + timedelta(minutes=MIN_STALL_MINUTES + 1)
+    aws.clear_calls()
+    caught = continuation.handle(tick, clients=clients, config=config, events=events, now=later)
+    stops = [c for c in aws.calls("StopTrainingJob") if c["params"].get("TrainingJobName") == first]
+    print(f"[stall] freeze -> StopTrainingJob: {time.monotonic() - frozen_at:.2f} s real (tick at freeze + "
+          f"{MIN_STALL_MINUTES + 1:g} min on its clock)")  # fmt: skip
+    assert caught["stalled"] == [STALL_RUN_ID] and len(stops) == 1, caught
+    assert caught["step_ages_s"][STALL_RUN_ID] > MIN_STALL_MINUTES * 60
+    assert _steps_logged(aws, first)[: len(frozen_steps)] == frozen_steps
+
+    # thawed after its SIGTERM, it checkpoints and ends Stopped; its event decides continue, not stopped
+    ended = aws.wait_for_job(first, timeout=180)
+    assert (ended["TrainingJobStatus"], ended["SecondaryStatus"]) == ("Stopped", "Stopped")
+    view = wait_until(
+        lambda: (
+            (v := submit_local({"action": "describe", "run_id": STALL_RUN_ID}, aws.env)["run"])["state"] == "finished"
+            and v
+        ),
+        "the run's segment 2 resumes and finishes",
+        timeout=300,
+    )
+    decision = view["segments"][0]["decision"]
+    assert decision["decision"] == "continue" and decision["reason"].startswith(STALL_STOP_REASON), decision
+    assert "over stall_minutes 10" in decision["reason"]
+    assert [s["training_job_name"] for s in view["segments"]] == [first, second]
+    assert _steps_logged(aws, second)[0] == view["segments"][1]["first_step"] > frozen_steps[-1] - 1
+    assert view["newest_complete_step"] == STALL_MAX_STEPS
 
 
 NOT_EXERCISED: dict[frozenset[str] | str, str] = {
