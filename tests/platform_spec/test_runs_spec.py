@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from platform_spec import checkpoint_layout as layout
-from platform_spec import runs
+from platform_spec import health, runs
 from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON, STOP_MARGIN_S
 from platform_spec.errors import FieldError
 
@@ -356,3 +356,64 @@ def test_the_segment_floor_is_the_stop_margin_plus_min_segment_minutes_at_least_
 def test_continuable_decisions_are_terminal_and_exclude_finished_and_failed():
     assert set(runs.CONTINUABLE_DECISIONS) <= set(runs.TERMINAL_DECISIONS)
     assert set(runs.TERMINAL_DECISIONS) - set(runs.CONTINUABLE_DECISIONS) == {runs.FINISHED, runs.FAILED}
+
+
+# -- hangs (issue 27): the trainer's failure reports and the platform's stall stop ----------------------------
+
+STALL = "its newest step (40) was logged at 2026-03-02T11:20:00Z, 40.0 min before 2026-03-02T12:00:00Z, over stall_minutes 30"
+
+
+def _failed_with(report: str) -> runs.SegmentOutcome:
+    return runs.SegmentOutcome(2, "Failed", "Failed", runs.failure_reason(runs.ALGORITHM_ERROR, report))
+
+
+def test_a_segment_stopped_for_a_stall_continues_and_says_how_old_its_step_was():
+    decision = _decide(runs.SegmentOutcome(2, "Stopped", "Stopped"), stalled=STALL, start_step=20)
+    assert decision.decision == runs.CONTINUE and decision.capacity_failures == 0
+    assert decision.reason.startswith(health.STALL_STOP_REASON) and "40.0 min" in decision.reason
+    # the same end without the platform's record is a caller's stop
+    assert _decide(runs.SegmentOutcome(2, "Stopped", "Stopped"), start_step=20).decision == runs.STOPPED
+    # a stop requested for the run wins over the stall; so does max_steps reached
+    assert _decide(runs.SegmentOutcome(2, "Stopped", "Stopped"), stalled=STALL, stop_requested=True).decision == (
+        runs.STOPPED
+    )
+    assert _decide(runs.SegmentOutcome(2, "Stopped", "Stopped"), stalled=STALL, newest_step=100).decision == (
+        runs.FINISHED
+    )
+
+
+def test_a_hang_that_made_no_progress_ends_the_run_no_progress_and_the_budget_still_bounds_it():
+    stalled = _decide(runs.SegmentOutcome(2, "Stopped", "Stopped"), stalled=STALL, start_step=50)
+    assert stalled.decision == runs.NO_PROGRESS and stalled.reason.startswith(health.STALL_STOP_REASON)
+    hang = _failed_with(f"{health.HANG_REASON}: waited 900 s after step 50")
+    assert _decide(hang, start_step=50).decision == runs.NO_PROGRESS
+    assert _decide(hang, start_step=None, newest_step=None).decision == runs.NO_PROGRESS  # nothing saved
+    spent = _decide(hang, start_step=20, spec=runs.RunSpec("r1", max_segments=2))
+    assert spent.decision == runs.BUDGET_SEGMENTS
+
+
+def test_the_trainers_hang_report_continues_its_non_finite_and_preflight_reports_fail_naming_which():
+    hang = _decide(_failed_with(f"{health.HANG_REASON}: waited 900 s after step 40"), start_step=20)
+    assert hang.decision == runs.CONTINUE and "watchdog" in hang.reason and hang.capacity_failures == 0
+    for report, named in (
+        (f"{health.NON_FINITE_REASON}: step 41 loss nan", "non-finite values"),
+        (f"{health.PREFLIGHT_REASON}: NCCL uses Socket, not EFA", "pre-flight check failed"),
+    ):
+        decision = _decide(_failed_with(report), start_step=20)
+        assert decision.decision == runs.FAILED and named in decision.reason and report in decision.reason
+    # the phrase counts only as the trainer's report (after AlgorithmError:), at its head
+    assert _decide(runs.SegmentOutcome(2, "Failed", None, f"InternalServerError: {health.HANG_REASON}")).decision == (
+        runs.FAILED
+    )
+    assert _decide(_failed_with(f"oops: {health.HANG_REASON}"), start_step=20).decision == runs.FAILED
+    assert runs.trainer_report("AlgorithmError:  boom ") == "boom" and runs.trainer_report("CapacityError: x") == ""
+
+
+def test_the_stall_rule_counts_from_the_newest_step_else_from_training():
+    began, step_at = NOW - timedelta(minutes=50), NOW - timedelta(minutes=12)
+    assert health.stall_age_s(newest_step_at=step_at, training_since=began, now=NOW) == 12 * 60
+    assert health.stall_age_s(newest_step_at=None, training_since=began, now=NOW) == 50 * 60
+    assert health.stall_age_s(newest_step_at=None, training_since=None, now=NOW) is None
+    assert health.stall_age_s(newest_step_at=NOW + timedelta(seconds=5), training_since=began, now=NOW) == 0.0
+    assert health.is_stalled(12 * 60 + 1, 12) and not health.is_stalled(12 * 60, 12)
+    assert not health.is_stalled(10**9, 0) and not health.is_stalled(None, 10)  # 0: off
