@@ -342,6 +342,44 @@ class Hyperparameters:
         minimum=0.0,
         maximum=600.0,
     )
+    # failure detection (training.watchdog; platform_spec.health's reports)
+    watchdog_first_step_minutes: float = _declare(
+        30.0,
+        "minutes without progress before the first optimizer step completes (setup, weight load, resume, first "
+        "step), and for an evaluation, checkpoint save or export not yet timed in this job, after which the "
+        "watchdog fails the run as hung (0: no limit)",
+        minimum=0.0,
+        maximum=10080.0,
+    )
+    watchdog_minutes: float = _declare(
+        5.0,
+        "the watchdog's limit after the first step, in minutes without progress (a completed step, evaluation "
+        "or save): at least this, or watchdog_step_time_factor x the slowest recent step (evaluation, save) if "
+        "longer (0: no limit after the first step)",
+        minimum=0.0,
+        maximum=10080.0,
+    )
+    watchdog_step_time_factor: float = _declare(
+        5.0,
+        "the watchdog's limit after the first step as a multiple of the slowest of the last 100 step times "
+        "(of that phase's times for an evaluation or a checkpoint save)",
+        minimum=1.0,
+        maximum=1000.0,
+    )
+    max_nonfinite_steps: int = _declare(
+        5,
+        "consecutive optimizer steps whose loss or gradient norm is not finite (each skipped, no update) after "
+        "which the run stops as diverged",
+        minimum=1,
+        maximum=10**6,
+    )
+    collective_timeout_minutes: float = _declare(
+        10.0,
+        "timeout of the default process group's collectives once the first step has completed (setup keeps 30 "
+        "minutes; 0: keep 30 minutes)",
+        minimum=0.0,
+        maximum=1440.0,
+    )
 
     def to_strings(self) -> dict[str, str]:
         """Render as SageMaker ``HyperParameters`` (every value a string): fields equal to their default too,

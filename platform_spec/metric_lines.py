@@ -19,7 +19,7 @@ A line looks like (one line, fields separated by single spaces)::
 
     [metrics] step=120 loss=3.2141 lr=2.9e-04 grad_norm=0.812 tokens_per_sec=51234.5
       tokens_per_sec_per_gpu=6404.3 tflops_per_gpu=412.31 mfu=18.32
-      peak_mem_allocated_gb=22.810 peak_mem_reserved_gb=24.102
+      peak_mem_allocated_gb=22.810 peak_mem_reserved_gb=24.102 skipped_steps=0
 
 and, after each evaluation of the validation channel (``eval_interval``), a line of its own::
 
@@ -68,6 +68,11 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("peak_mem_allocated_gb", "train:peak_memory_allocated_gb", "GB (1e9 bytes), max allocated"),
     ("peak_mem_reserved_gb", "train:peak_memory_reserved_gb", "GB (1e9 bytes), max reserved by the allocator"),
     (
+        "skipped_steps",
+        "train:skipped_steps",
+        "optimizer steps of this job whose update was skipped (non-finite loss or gradient norm, fp16 overflow)",
+    ),
+    (
         "validation_loss",
         "validation:loss",
         "nats/token (cross-entropy over every token of the evaluation's validation batches, all ranks)",
@@ -113,8 +118,8 @@ def format_line(values: Mapping[str, float | int]) -> str:
         if name not in values:
             continue
         v = values[name]
-        if name == "step":
-            parts.append(f"step={int(v)}")
+        if name in ("step", "skipped_steps"):
+            parts.append(f"{name}={int(v)}")
         elif name == "lr":
             parts.append(f"lr={v:.3e}")
         elif name in ("loss", "grad_norm", "validation_loss"):

@@ -42,7 +42,13 @@ This module:
    record, :mod:`training.supervision`: the step it stopped after and saved)
    and which checkpoint a restart will resume (the newest that verifies,
    :func:`training.checkpoint.verify.restart_point`);
-7. on a worker failure without a reason written, writes a generic one; an
+7. once a worker reports a hang (its watchdog wrote a failure report headed by
+   :data:`platform_spec.health.HANG_REASON`, :mod:`training.watchdog`), gives the other
+   workers :data:`HANG_GRACE_S` to dump their own stacks and exit, then kills those left
+   (SIGKILL, :func:`end_hung_workers`): they wait in a collective that never completes, and
+   torchrun's SIGTERM would wait its 110 s shutdown timeout for them; the job ends Failed
+   with the hang's report within seconds;
+8. on a worker failure without a reason written, writes a generic one; an
    unexpected error of its own during validation is written as
    ``internal error while validating the job: <type>: <message>``.
 
@@ -63,10 +69,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from platform_spec.health import trainer_failure_kind
 from platform_spec.hyperparameters import (
     CPU_PRECISIONS,
     INIT_CHANNEL,
@@ -110,6 +118,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Signals that stop a run: SageMaker's SIGTERM, a terminal's Ctrl-C (SIGINT), a closed terminal (SIGHUP)."""
 DELIVERED_AS = {signal.SIGHUP: signal.SIGTERM}
 """Stop signals the workers do not catch, and the one relayed in their place."""
+HANG_GRACE_S = 10.0
+"""Seconds the entry point leaves the other workers after one reported a hang, before it kills them: their own
+watchdogs fire within seconds of the first (they wait for the same step, under limits derived from the same
+step times) and dump their stacks (:func:`end_hung_workers`)."""
 RELAY_POLL_S = 0.2
 """How often, in seconds, the entry point looks for torchrun's workers and retries a stop signal
 held for workers that are still starting (:meth:`StopRelay.poll`)."""
@@ -344,6 +356,31 @@ class StopRelay:
         self.pending = False
 
 
+def hang_reported(paths: SageMakerPaths) -> bool:
+    """Whether the failure report is a worker's hang report (:data:`platform_spec.health.HANG_REASON`)."""
+    try:
+        report = paths.failure_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return trainer_failure_kind(report) == "hang"
+
+
+def end_hung_workers(proc: subprocess.Popen, paths: SageMakerPaths, since: float | None, now: float) -> float | None:
+    """Called while torchrun runs: once a hang is reported (``since``: when it was first seen, None before), kill
+    torchrun's workers and everything below them (SIGKILL) :data:`HANG_GRACE_S` later; torchrun then sees them
+    gone and exits non-zero. Returns the time the hang was first seen (``now`` when it is seen now)."""
+    if since is None:
+        return now if hang_reported(paths) else None
+    if now - since >= HANG_GRACE_S:
+        pending = list(child_pids(proc.pid))
+        while pending:
+            pid = pending.pop()
+            pending.extend(child_pids(pid))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return since
+
+
 def restart_description(paths: SageMakerPaths) -> str:
     """Which checkpoint a restart resumes, in words: the newest complete one that verifies
     (:func:`training.checkpoint.verify.restart_point`), and the newer ones it will skip."""
@@ -440,12 +477,14 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             start_new_session=True,
         )
         relay.attach(proc)
+        hang_seen: float | None = None
         while True:
             try:
                 rc = proc.wait(timeout=RELAY_POLL_S)
                 break
             except subprocess.TimeoutExpired:
                 relay.poll()
+                hang_seen = end_hung_workers(proc, paths, hang_seen, time.monotonic())
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -137,8 +137,11 @@ class MetricsLogger:
         """Leave ``seconds`` (e.g. a checkpoint save) out of the current interval."""
         self._excluded += seconds
 
-    def values(self, *, step: int, loss: float, lr: float, grad_norm: float) -> dict[str, float]:
-        """The line's values for the interval ending now, and start the next interval."""
+    def values(
+        self, *, step: int, loss: float, lr: float, grad_norm: float, skipped_steps: int = 0
+    ) -> dict[str, float]:
+        """The line's values for the interval ending now, and start the next interval (``skipped_steps``: the
+        job's optimizer steps whose update was skipped so far)."""
         elapsed = max(1e-9, time.perf_counter() - self._t0 - self._excluded)
         tokens_per_sec = self.tokens_per_step * self._steps / elapsed
         per_gpu = tokens_per_sec / self.world_size
@@ -157,6 +160,7 @@ class MetricsLogger:
             "mfu": mfu,
             "peak_mem_allocated_gb": allocated,
             "peak_mem_reserved_gb": reserved,
+            "skipped_steps": skipped_steps,
             **self._pop_once(),
         }
 

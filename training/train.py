@@ -36,6 +36,28 @@ Stopping:
 * The decision is all-reduced (MAX) across ranks every step, so every rank
   stops after the same step even when signals arrive at different times.
 
+Hangs: each rank's watchdog (:mod:`training.watchdog`) fails the run when no step, evaluation or
+checkpoint save completes within its limit (``watchdog_first_step_minutes`` before the first step,
+then ``max(watchdog_minutes, watchdog_step_time_factor x the slowest recent step)``): every waiting
+rank dumps its stacks and flight recorder to ``output/data/watchdog/``, writes the report headed by
+:data:`platform_spec.health.HANG_REASON` and exits 1. Once the first step of the job has completed,
+the default process group's collective timeout drops from setup's 30 minutes to
+``collective_timeout_minutes`` (:func:`set_collective_timeout`).
+
+Non-finite values: the loss (averaged over every rank, so all agree) and the global gradient norm are
+checked every step; a step where either is NaN or inf skips the optimizer update (the gradients are
+dropped; the step's batch is consumed and the LR schedule advances with the step number, as it must:
+a checkpoint's scheduler is at its step). The job's count is the ``skipped_steps`` metric; a skipped
+step always prints its metric line. ``max_nonfinite_steps`` such steps in a row stop the run with a
+report headed by :data:`platform_spec.health.NON_FINITE_REASON` naming the steps and values (exit 1,
+nothing saved: the newest checkpoint holds the last finite state). fp16's loss scaler skips a step
+whose gradients overflow and halves its scale: that search is normal, so such a skip counts toward
+``skipped_steps`` but not toward the consecutive count unless the scale is already at its minimum (or
+the loss itself is not finite); it neither counts nor resets the run of non-finite steps. A save
+refuses parameters that are not finite (:meth:`Trainer.save`), no interval checkpoint is written inside a
+run of non-finite steps (the newest checkpoint is the last state that trained), and a resume skips a
+checkpoint whose state is not finite (:mod:`training.finite`).
+
 On failure: a one-line reason in ``<base>/output/failure`` (first writer
 wins; it says where: ``at step 7``, ``while saving step-6``, ``after step 9
 (exporting the final weights)``, ``during setup``; a CUDA OOM names the
@@ -78,10 +100,12 @@ import torch
 import torch.distributed as dist
 
 from platform_spec.checkpoint_layout import TRAINER_STATE
+from platform_spec.health import NON_FINITE_REASON
 from platform_spec.hyperparameters import INIT_CHANNEL, SPECS, HyperparameterError, Hyperparameters, model_shape, parse
 from platform_spec.metric_lines import format_run_record
 from platform_spec.models import family_of_shape
 from platform_spec.training_modes import reduces_gradients
+from training import finite
 from training import precision as prec
 from training.checkpoint.compare import run_record
 from training.checkpoint.manager import CheckpointError, CheckpointManager, ResumeRefused, SaveRecord, export_model
@@ -106,6 +130,7 @@ from training.preflight import PreflightError, check_efa, measure_bandwidth
 from training.supervision import TrainerStatus, guarded_output, write_status
 from training.tokenizer_files import DataTokenizer
 from training.tracking import MetricSinks
+from training.watchdog import Watchdog, WatchdogLimits, act_on_hang
 
 # ---------------------------------------------------------------------------
 # Schedule
@@ -188,6 +213,11 @@ class StopController:
 
 # ---------------------------------------------------------------------------
 # Failure reasons
+
+
+class TrainingDiverged(RuntimeError):
+    """The run stops on non-finite values; the message (the failure report) starts with
+    :data:`platform_spec.health.NON_FINITE_REASON`."""
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -280,6 +310,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+SETUP_COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
+"""The default process group's collective timeout during setup (rendezvous, weight load, resume, the first
+step): long, because one rank may read or load for minutes while the others wait."""
+
+
+def set_collective_timeout(minutes: float, group: Any = None) -> datetime.timedelta | None:
+    """Set the collective timeout of ``group`` (default: the default group) to ``minutes``; returns it (None when
+    ``minutes`` is 0: the timeout is left as it is).
+
+    torch 2.13 offers ``torch.distributed.distributed_c10d._set_pg_timeout(timeout, group)``, which sets the
+    default timeout of the group's gloo and NCCL backends for the collectives issued after it (what
+    ``torch.distributed.breakpoint`` uses); the call is local to this rank, so every rank makes it. With
+    ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (the image) a collective past it aborts the process.
+    """
+    if minutes <= 0:
+        return None
+    timeout = datetime.timedelta(minutes=minutes)
+    dist.distributed_c10d._set_pg_timeout(timeout, group)
+    return timeout
+
+
 def init_distributed() -> tuple[int, int, int, int, torch.device]:
     """(rank, world_size, local_rank, local_world_size, device); initialises the default group.
 
@@ -306,11 +357,11 @@ def init_distributed() -> tuple[int, int, int, int, torch.device]:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(minutes=30))
+            dist.init_process_group("nccl", device_id=device, timeout=SETUP_COLLECTIVE_TIMEOUT)
     else:
         device = torch.device("cpu")
         if not dist.is_initialized():
-            dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=30))
+            dist.init_process_group("gloo", timeout=SETUP_COLLECTIVE_TIMEOUT)
     return rank, world, local_rank, local_world, device
 
 
@@ -337,6 +388,17 @@ class Trainer:
         self.skipped: dict[int, str] = {}
         self.saved_step: int | None = None
         self.state = "starting"
+        self.watchdog = Watchdog(WatchdogLimits.from_hyperparameters(hp), self._on_hang)
+        self.skipped_steps = 0
+        """Optimizer steps of this job whose update was skipped (the ``skipped_steps`` metric)."""
+        self.non_finite_steps: list[tuple[int, float, float]] = []
+        """``(step, loss, grad_norm)`` of the current run of consecutive non-finite steps."""
+
+    def _on_hang(self, stall: Any) -> None:
+        """The watchdog fired (its thread): dump, report, exit 1 (:func:`training.watchdog.act_on_hang`)."""
+        act_on_hang(
+            stall, paths=self.paths, rank=self.rank, write_status=lambda reason: self.write_status("failed", reason)
+        )
 
     def log(self, message: str, *, every_rank: bool = False) -> None:
         """Print ``message`` on rank 0 (``every_rank``: on each rank, prefixed with it)."""
@@ -646,7 +708,9 @@ class Trainer:
             torch.nn.utils.clip_grads_with_norm_(params, self.hp.max_grad_norm, total, foreach=True)
         return total
 
-    def train_step(self) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def train_step(self) -> tuple[float, float, float, bool, bool]:
+        """One optimizer step (or its skip): ``(loss averaged over every rank, global gradient norm before
+        clipping, learning rate, skipped, counts toward max_nonfinite_steps)`` (see the module docstring)."""
         hp = self.hp
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
@@ -666,22 +730,52 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.scaler is not None:
             self.scaler.unscale_(params)
-        grad_norm = self._grad_norm(params)
-        if self.scaler is None or self.scaler.update(float(grad_norm)):
+        grad_norm = self._grad_norm(params)  # global (DTensor full_tensor): the same on every rank
+        loss = mean_loss.detach().clone()
+        if self.world_size > 1:
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)  # gloo has no AVG; NaN and inf survive the sum
+            loss /= self.world_size
+        loss_value, norm_value = float(loss), float(grad_norm)
+        if self.scaler is not None:
+            at_min_scale = self.scaler.scale <= self.scaler.min_scale
+            update = self.scaler.update(norm_value) and math.isfinite(loss_value)
+            counts = not math.isfinite(loss_value) or (not math.isfinite(norm_value) and at_min_scale)
+        else:
+            update = math.isfinite(loss_value) and math.isfinite(norm_value)
+            counts = not update
+        if update:
             self.optimizer.step()
         self.scheduler.step()
-        return mean_loss, grad_norm, lr
+        return loss_value, norm_value, lr, not update, counts
+
+    def diverged_reason(self) -> str:
+        """The report of :attr:`non_finite_steps` (``max_nonfinite_steps`` in a row)."""
+        steps = self.non_finite_steps
+        shown = ", ".join(f"step {step} loss={loss:.4g} grad_norm={norm:.4g}" for step, loss, norm in steps[-5:])
+        newest = (
+            "none"
+            if self.saved_step is None and self.resumed_from is None
+            else (f"step-{self.saved_step if self.saved_step is not None else self.resumed_from}")
+        )
+        return (
+            f"{NON_FINITE_REASON}: steps {steps[0][0]}-{steps[-1][0]} ({len(steps)} in a row, "
+            f"max_nonfinite_steps={self.hp.max_nonfinite_steps}; their updates were skipped): {shown}; "
+            f"no checkpoint holds a non-finite update (the newest of this run: {newest}); lower learning_rate or "
+            f"raise warmup_steps, or resume from an earlier checkpoint"
+        )
 
     def evaluate(self) -> None:
         """Print the validation loss of the model after this step (:mod:`training.evaluation`) as a metric line;
         its time is left out of the throughput interval."""
         assert self.evaluator is not None
         self.phase = "evaluate"
+        self.watchdog.phase("evaluate", self.step)
         t0 = time.monotonic()
         loss = self.evaluator.evaluate(
             self.model,
             lambda: self.plan.autocast(self.recipe, device_type=self.device.type, amax_reduction_group=self.amax_group),
         )
+        self.watchdog.progress(self.step)
         seconds = time.monotonic() - t0
         self.metrics.exclude(seconds)
         self.metrics.log({"step": self.step, "validation_loss": loss})
@@ -689,16 +783,35 @@ class Trainer:
             f"validation loss {loss:.4f} after step {self.step} ({self.evaluator.batches} batches, {seconds:.1f} s)"
         )
 
+    def refuse_non_finite_state(self) -> None:
+        """Raise :class:`TrainingDiverged` (on every rank) when any rank's parameters are not finite: a checkpoint
+        is never written from a state that has seen a non-finite update."""
+        found = finite.non_finite(dict(self.model.named_parameters()))
+        problem = f"rank {self.rank}: {finite.describe(found)}" if found else None
+        problems = [problem]
+        if self.world_size > 1:
+            problems = [None] * self.world_size
+            dist.all_gather_object(problems, problem, group=self.control_group)
+        bad = [p for p in problems if p]
+        if bad:
+            raise TrainingDiverged(
+                f"{NON_FINITE_REASON}: the parameters after step {self.step} are not finite ({'; '.join(bad)}); "
+                f"checkpoint step-{self.step} was not written"
+            )
+
     def save(self, reason: str, *, asynchronous: bool = False) -> None:
         """Checkpoint this step (:class:`training.checkpoint.manager.CheckpointManager`): synchronously (after
         finishing an asynchronous save still being written), or, with ``asynchronous``, stage it and write it in
         the background (:meth:`poll_checkpoint` finishes it). Training's wait is left out of the throughput."""
         self.phase = "save"
+        self.watchdog.phase("save", self.step)
         t0 = time.monotonic()
         self.save_reasons[self.step] = reason
+        self.refuse_non_finite_state()
         path = self.checkpoints.save(
             self.step, self.model, self.optimizer, self.trainer_state(), asynchronous=asynchronous
         )
+        self.watchdog.progress(self.step)
         seconds = time.monotonic() - t0
         self.metrics.exclude(seconds)
         if self.checkpoints.pending_step == self.step:
@@ -724,6 +837,7 @@ class Trainer:
 
     def export(self) -> None:
         self.phase = "export"
+        self.watchdog.phase("export", self.step)
         t0 = time.monotonic()
         extra = {
             "step": self.step,
@@ -747,10 +861,19 @@ class Trainer:
             self.log(f"the export has no tokenizer files: {tokenizer.missing}")
 
     def run(self) -> int:
+        """Set up, resume and train (see the module docstring) under the watchdog; the exit status (0)."""
+        self.watchdog.start()
+        try:
+            return self._run()
+        finally:
+            self.watchdog.stop()
+
+    def _run(self) -> int:
         hp = self.hp
         self.phase = "setup"
         self.setup()
         self.phase = "resume"
+        self.watchdog.phase("resume")
         self.resume()
         self.write_status("starting")
         reason = self.stopper.check(save_seconds=self.checkpoints.last_save_seconds)
@@ -768,18 +891,30 @@ class Trainer:
         self.metrics.start()
         while self.step < hp.max_steps:
             self.phase = "step"
+            self.watchdog.phase("step", self.step)
             t0 = time.monotonic()
-            loss, grad_norm, lr = self.train_step()
+            loss, grad_norm, lr, skipped, counts = self.train_step()
             self.step += 1
+            self.watchdog.progress(self.step)
             self.metrics.step_done()
-            # every log_interval steps, plus the first step of a run (start of the curve) and the last
-            if self.step % hp.log_interval == 0 or self.step in (first_step + 1, hp.max_steps):
-                loss_value = loss.detach().clone()
-                if self.world_size > 1:
-                    dist.all_reduce(loss_value, op=dist.ReduceOp.SUM)  # gloo has no AVG
-                    loss_value /= self.world_size
-                values = self.metrics.values(step=self.step, loss=float(loss_value), lr=lr, grad_norm=float(grad_norm))
+            self.skipped_steps += skipped
+            if counts:
+                self.non_finite_steps.append((self.step, loss, grad_norm))
+            elif not skipped:
+                self.non_finite_steps.clear()
+            # every log_interval steps, plus the first step of a run (start of the curve), the last and a skipped one
+            if skipped or self.step % hp.log_interval == 0 or self.step in (first_step + 1, hp.max_steps):
+                values = self.metrics.values(
+                    step=self.step, loss=loss, lr=lr, grad_norm=grad_norm, skipped_steps=self.skipped_steps
+                )
                 self.metrics.log(values)
+            if len(self.non_finite_steps) >= hp.max_nonfinite_steps:
+                raise TrainingDiverged(self.diverged_reason())
+            if self.step == first_step + 1 and (timeout := set_collective_timeout(hp.collective_timeout_minutes)):
+                self.log(
+                    f"collective timeout {timeout.total_seconds() / 60:g} min from now on "
+                    f"(setup: {SETUP_COLLECTIVE_TIMEOUT.total_seconds() / 60:g} min)"
+                )
             step_seconds = time.monotonic() - t0
             self.poll_checkpoint()
             reason = self.stopper.check(step_seconds=step_seconds, save_seconds=self.checkpoints.last_save_seconds)
@@ -791,7 +926,8 @@ class Trainer:
                 return 0
             if self.evaluator is not None and (self.step % hp.eval_interval == 0 or self.step == hp.max_steps):
                 self.evaluate()
-            if self.step % hp.checkpoint_interval == 0 and self.step < hp.max_steps:
+            # no interval checkpoint inside a run of non-finite steps: its state is the last finite one's
+            if self.step % hp.checkpoint_interval == 0 and self.step < hp.max_steps and not self.non_finite_steps:
                 self.save("interval", asynchronous=hp.async_checkpoint)
                 last_saved = self.step
         if last_saved != self.step:
@@ -863,7 +999,9 @@ def _main(argv: Sequence[str] | None) -> int:
             raise
         rank = trainer.rank if trainer else int(os.environ.get("RANK", "0"))
         where = trainer.where() if trainer else "during setup (before the first step)"
-        if isinstance(exc, (HyperparameterError, DataError, ConfigError, CheckpointError, PreflightError)):
+        if isinstance(
+            exc, (HyperparameterError, DataError, ConfigError, CheckpointError, PreflightError, TrainingDiverged)
+        ):
             reason = str(exc)
         elif trainer is not None and is_oom(exc):
             reason = oom_reason(trainer.hp, trainer.device, rank, trainer.step + 1, where)

@@ -57,6 +57,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step
 from platform_spec.files import atomic_write_text
+from training import finite
 from training.checkpoint import compare, verify
 from training.tokenizer_files import DataTokenizer
 
@@ -67,6 +68,11 @@ class CheckpointError(RuntimeError):
 
 class ResumeRefused(CheckpointError):
     """The newest loadable checkpoint belongs to another run; names what differs, with both values."""
+
+
+class NonFiniteCheckpoint(ValueError):
+    """A checkpoint whose loaded model or optimizer state holds NaN or inf (:mod:`training.finite`): skipped at
+    resume like one that does not load."""
 
 
 @dataclass
@@ -501,8 +507,9 @@ class CheckpointManager:
         (:mod:`training.checkpoint.compare`) and loads: ``dcp.load`` (TransformerEngine's ``_extra_state``
         sized as saved first, :func:`size_extra_state`, so fp8/mxfp8/nvfp4 runs resume with their scaling
         state), ``set_state_dict``, this rank's RNG state (a rank the saving run did not have starts from the
-        run's seed, logged) and ``restore``. One that does not verify or load is skipped with a log line
-        naming it and why, and the next older one is tried.
+        run's seed, logged) and ``restore``. One that does not verify or load, or whose loaded model or
+        optimizer state is not finite (:mod:`training.finite`: a state after a non-finite update), is skipped
+        with a log line naming it and why, and the next older one is tried.
 
         Args:
             model, optimizer: restored in place (``set_state_dict``; FSDP2-aware, any world size).
@@ -630,6 +637,9 @@ class CheckpointManager:
         absent = size_extra_state(model_sd, metadata)
         state = {"model": {k: v for k, v in model_sd.items() if k not in absent}, "optimizer": optim_sd}
         dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+        found = finite.non_finite(state)
+        if found:  # a state after a non-finite update: resuming it would train on from a divergence
+            raise NonFiniteCheckpoint(f"its model or optimizer state is not finite ({finite.describe(found)})")
         model_sd.update(state["model"])  # DCP replaces non-tensor (bytes) entries in the dict it was given
         set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
         rng = path / verify.rng_file(self.rank)
@@ -644,6 +654,8 @@ class CheckpointManager:
 
 def _load_error(exc: BaseException) -> str:
     """One line for a failed load; DCP's CheckpointException carries every failing rank's exception."""
+    if isinstance(exc, NonFiniteCheckpoint):
+        return str(exc)
     if isinstance(exc, CheckpointException):
         failures = exc.failures
         return "DCP load failed on rank(s) " + ", ".join(
