@@ -1,0 +1,280 @@
+"""Hangs, divergence and the steady-state collective timeout (issue 27), on real 2-process CPU runs.
+
+* the watchdog's limit rule, with an injected clock (no sleeps);
+* a hang: one worker of a 2-process run is stopped (SIGSTOP, a really stuck rank) after a few steps; the other
+  rank's watchdog dumps its stacks, reports HANG_REASON naming the last step, and the job exits 1;
+* a divergence: learning_rate 10 with weight_decay 10 multiplies the weights by -99 a step (AdamW's decoupled
+  decay), so the gradient norm is inf from step 4 on, deterministically on CPU fp32: the steps are skipped,
+  counted in skipped_steps, and the run stops after max_nonfinite_steps with NON_FINITE_REASON and no checkpoint
+  newer than the last step that trained;
+* a checkpoint with NaN parameters is skipped at resume and the older one is used; when none is finite the error
+  names each;
+* torch's group timeout really changes (a gloo collective that times out after the new, short timeout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from platform_spec.health import HANG_REASON, NON_FINITE_REASON
+from platform_spec.hyperparameters import parse
+from platform_spec.metric_lines import parse_line
+from training.checkpoint.manager import CheckpointError, CheckpointManager
+from training.checkpoint.verify import complete_steps
+from training.entrypoint import child_pids
+from training.environment import SageMakerPaths
+from training.local import follow, kill_tree, read_failure, run_local, start_local
+from training.supervision import read_status
+from training.watchdog import ProgressClock, Stall, WatchdogLimits, stacks_file
+
+TINY = {
+    "model": "gpt-tiny",
+    "num_layers": 2,
+    "precision": "fp32",
+    "batch_size": 4,
+    "seq_length": 32,
+    "warmup_steps": 0,
+    "log_interval": 1,
+    "synthetic_data": True,
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_limit_is_fixed_before_the_first_step_then_follows_the_slowest_recent_step() -> None:
+    clock = Clock()
+    watch = ProgressClock(WatchdogLimits(first_s=1800.0, floor_s=300.0, factor=5.0), clock=clock)
+    assert watch.limit() == (1800.0, "watchdog_first_step_minutes=30, before the first step")
+    clock.now += 1700  # setup and resume take long: still within the first limit
+    watch.phase("resume", 40)
+    watch.phase("step", 40)
+    assert watch.overdue() is None
+    clock.now += 101
+    stall = watch.overdue()
+    assert stall is not None and (stall.phase, stall.step, stall.limit_s) == ("step", 40, 1800.0)
+    assert stall.report("output/data/watchdog/") == (
+        f"{HANG_REASON}: no step completed in 1801 s after step 40 (limit 1800 s: watchdog_first_step_minutes=30, "
+        "before the first step); stacks in output/data/watchdog/"
+    )
+    # the first step completes: from now on max(floor, factor x the slowest of the recent steps)
+    assert watch.progress(41) == 101.0
+    limit, rule = watch.limit()
+    assert limit == 505.0 and "watchdog_step_time_factor=5 x the slowest of the last 1 steps (101.0 s)" in rule
+    for _ in range(3):
+        watch.phase("step")
+        clock.now += 20
+        watch.progress(watch.step + 1)
+    assert watch.limit()[0] == 505.0  # the slowest of the window, not the newest
+    for _ in range(100):  # the 101 s step leaves the 100-step window: the floor applies
+        watch.phase("step")
+        clock.now += 20
+        watch.progress(watch.step + 1)
+    assert watch.limit()[0] == 300.0
+    watch.phase("step")
+    clock.now += 300
+    assert watch.overdue() is None
+    clock.now += 12
+    stall = watch.overdue()
+    assert stall.report("x/").startswith(f"{HANG_REASON}: no step completed in 312 s after step 144 (limit 300 s: ")
+    # a save not timed yet in this job gets the first limit, counted from the last progress; then its own times
+    clock.now -= 312
+    watch.phase("save", 144)
+    assert watch.limit() == (1800.0, "watchdog_first_step_minutes=30, the first save of this job")
+    clock.now += 100
+    watch.progress(144)
+    watch.phase("save", 150)
+    assert watch.limit()[0] == 500.0
+    clock.now += 501
+    assert watch.overdue().what() == "the checkpoint save of step-150 did not complete in 501 s"
+
+
+def test_zero_turns_each_limit_off() -> None:
+    clock = Clock()
+    watch = ProgressClock(WatchdogLimits.from_hyperparameters(parse({"watchdog_first_step_minutes": 0})), clock=clock)
+    clock.now += 10**6
+    assert watch.limit() is None and watch.overdue() is None
+    watch.phase("step")
+    watch.progress(1)
+    assert watch.limit()[0] == 300.0  # watchdog_minutes' default, 5 minutes
+    off = ProgressClock(WatchdogLimits.from_hyperparameters(parse({"watchdog_minutes": 0})), clock=clock)
+    off.phase("step")
+    off.progress(1)
+    clock.now += 10**6
+    assert off.overdue() is None
+    with pytest.raises(ValueError, match="phase: got 'train', expected one of step, evaluate, save"):
+        off.phase("train")
+    assert Stall("setup", 0, 5.0, 4.0, "r").what() == "no step completed in 5 s since the start (setting up)"
+
+
+def _worker_of_rank(entrypoint_pid: int, rank: int) -> int | None:
+    """The pid of the training worker of ``rank`` below the entry point (its environment says RANK)."""
+    pending = list(child_pids(entrypoint_pid))
+    while pending:
+        pid = pending.pop()
+        pending.extend(child_pids(pid))
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in environ and b"training.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
+@pytest.mark.slow
+def test_a_stuck_rank_is_caught_by_the_other_ranks_watchdog(tmp_path: Path) -> None:
+    base = tmp_path / "hang"
+    hp = {**TINY, "max_steps": 1000, "checkpoint_interval": 1000, "watchdog_minutes": 0.1}  # limit 6 s
+    proc = start_local(base, hp, nproc=2, env={"OMP_NUM_THREADS": "1"})
+    stopped: dict[str, float | int] = {}
+
+    def echo(line: str) -> None:
+        values = parse_line(line)
+        if values and values.get("step", 0) >= 3 and not stopped:
+            pid = _worker_of_rank(proc.pid, 1)
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)  # rank 1 is stuck: rank 0 waits in its next collective
+            stopped.update(pid=pid, at=time.monotonic(), step=int(values["step"]))
+
+    try:
+        run = follow(proc, echo=echo, timeout=300)
+        ended = time.monotonic()
+    finally:
+        if stopped:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(stopped["pid"]), sig)
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+            proc.wait()
+    print(f"\n[measured] from SIGSTOP of rank 1 to the job's exit: {ended - stopped['at']:.1f} s")
+    assert run.returncode == 1, run.output[-3000:]  # not killed by follow's timeout
+    report = read_failure(base)
+    assert report is not None and report.startswith(f"{HANG_REASON}: no step completed in "), report
+    last = max(int(m["step"]) for m in run.metrics)
+    assert last >= stopped["step"]
+    assert f" after step {last} (limit " in report and "stacks in output/data/watchdog/" in report
+    stacks = stacks_file(SageMakerPaths(base), 0).read_text(encoding="utf-8")
+    assert stacks.startswith(f"rank 0: {HANG_REASON}")
+    assert "training/train.py" in stacks and "in _run" in stacks  # the main thread, stuck in the training loop
+    assert "trainer-watchdog" in stacks or "in _watch" in stacks  # every thread, the watchdog's too
+    assert "no NCCL flight recorder" in stacks and "flight recorder (gloo and other backends)" in stacks
+    assert (base / "output" / "data" / "watchdog" / "rank-00000-flight-recorder.json").stat().st_size > 0
+    status = read_status(SageMakerPaths(base))
+    assert status is not None and status.state == "failed" and status.reason == report
+    assert "[run] state=failed" in run.output
+
+
+@pytest.mark.slow
+def test_a_diverging_run_skips_its_non_finite_steps_then_stops_with_no_poisoned_checkpoint(tmp_path: Path) -> None:
+    base = tmp_path / "diverge"
+    hp = {
+        **TINY,
+        "max_steps": 12,
+        "learning_rate": 10.0,
+        "min_learning_rate": 0.0,
+        "weight_decay": 10.0,
+        "checkpoint_interval": 1,
+        "keep_checkpoints": 20,
+        "max_nonfinite_steps": 3,
+    }
+    run = run_local(base, hp, nproc=2, timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert run.returncode == 1, run.output[-3000:]
+    lines = {int(m["step"]): m for m in run.metrics}
+    assert sorted(lines) == [1, 2, 3, 4, 5, 6]  # stopped at the third non-finite step in a row
+    assert [lines[s]["skipped_steps"] for s in range(1, 7)] == [0, 0, 0, 1, 2, 3]
+    assert all(lines[s]["grad_norm"] == float("inf") for s in (4, 5, 6))
+    report = read_failure(base)
+    assert report is not None and report.startswith(
+        f"{NON_FINITE_REASON}: steps 4-6 (3 in a row, max_nonfinite_steps=3; their updates were skipped): step 4 loss="
+    ), report
+    assert "grad_norm=inf" in report and "the newest of this run: step-3" in report
+    assert read_status(SageMakerPaths(base)).state == "failed"
+    # no checkpoint of a skipped step, none after: the newest is the last step that trained, and it loads finite
+    assert complete_steps(base / "checkpoints") == [1, 2, 3]
+
+
+def _two_checkpoints(directory: Path, poison: tuple[int, ...]) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    manager = CheckpointManager(directory, keep=5, rank=0, local_rank=0, world_size=1)
+    for step in (1, 2):
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        if step in poison:
+            with torch.no_grad():
+                model.weight[0, 1] = float("nan")  # written through the manager, as a diverged run would have
+        manager.save(step, model, optimizer, {"step": step})
+    return model, optimizer
+
+
+@pytest.mark.usefixtures("process_group")
+def test_resume_skips_a_checkpoint_whose_parameters_are_not_finite(tmp_path: Path) -> None:
+    model, optimizer = _two_checkpoints(tmp_path / "one", poison=(2,))
+    manager = CheckpointManager(tmp_path / "one", keep=5, rank=0, local_rank=0, world_size=1)
+    resumed = manager.load_latest(model, optimizer)
+    assert resumed is not None and resumed.step == 1
+    assert resumed.skipped == {2: "its model or optimizer state is not finite (NaN/inf in model.weight (1 value))"}, (
+        resumed.skipped
+    )
+    assert torch.isfinite(model.weight).all()
+
+    model, optimizer = _two_checkpoints(tmp_path / "both", poison=(1, 2))
+    manager = CheckpointManager(tmp_path / "both", keep=5, rank=0, local_rank=0, world_size=1)
+    with pytest.raises(CheckpointError) as caught:
+        manager.load_latest(model, optimizer)
+    message = str(caught.value)
+    assert "step-2: its model or optimizer state is not finite (NaN/inf in model.weight (1 value)" in message
+    assert "step-1: its model or optimizer state is not finite (NaN/inf in model.weight" in message
+
+
+TIMEOUT_WORKER = """
+import datetime, pathlib, sys, time
+import torch, torch.distributed as dist
+from training.train import set_collective_timeout
+rank, folder = int(sys.argv[1]), pathlib.Path(sys.argv[2])
+store = dist.FileStore(str(folder / "store"), 2)
+dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=datetime.timedelta(minutes=30))
+dist.barrier()
+if rank == 0:
+    set_collective_timeout(1 / 60)  # 1 s
+    try:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins it
+        answer = "completed"
+    except RuntimeError as exc:
+        answer = str(exc).splitlines()[0]
+    (folder / "answer").write_text(answer)
+else:
+    while not (folder / "answer").exists():  # never joins rank 0's all-reduce
+        time.sleep(0.1)
+"""
+
+
+def test_the_steady_state_timeout_really_shortens_a_gloo_collective(tmp_path: Path) -> None:
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": repo, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", TIMEOUT_WORKER, str(rank), str(tmp_path)], env=env, cwd=repo)
+        for rank in (0, 1)
+    ]
+    try:
+        codes = [p.wait(timeout=120) for p in procs]  # with the 30-minute setup timeout rank 0 would still wait
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    message = (tmp_path / "answer").read_text()
+    assert "Timed out" in message and "1000ms" in message, (message, codes)
