@@ -605,6 +605,41 @@ def get_trainable_instance(instance_type: str) -> InstanceSpec:
     return instance
 
 
+INFRA_CHECK_SOURCES = (
+    "SageMaker API Reference, InfraCheckConfig ('A SageMaker-provided health check tests the health of instance "
+    "hardware and cluster network connectivity', https://docs.aws.amazon.com/sagemaker/latest/APIReference/"
+    "API_InfraCheckConfig.html); aws/sagemaker-training-toolkit PR 190, 'Initial change for Sagemaker provided health "
+    "check' ('DCGM diagnostic, NCCL test and EFA checker', tested on P4d; its health_check.py runs them on the "
+    "toolkit's SM_EFA_NCCL_INSTANCES, NVIDIA GPU instances with EFA); aws/deep-learning-containers PR 3293 (DCGM, "
+    "nccl-tests and the EFA checker installed 'for Sagemaker provided health check'). AWS publishes no list of "
+    "the instance types it supports"
+)
+"""Where the infrastructure health check's rule (:func:`infra_check_supported`) comes from."""
+
+
+def infra_check_supported(instance_type: str) -> bool:
+    """Whether SageMaker's infrastructure health check (``CreateTrainingJob``'s ``InfraCheckConfig``) applies to
+    ``instance_type``: a catalogue instance with NVIDIA GPUs and EFA (:attr:`InstanceSpec.efa_bandwidth_gb_s` > 0).
+
+    AWS documents the check only as testing "the health of instance hardware and cluster network connectivity" and
+    publishes no list of instance types; the checks it runs are NVIDIA DCGM diagnostics, nccl-tests and the EFA
+    checker (:data:`INFRA_CHECK_SOURCES`), which need NVIDIA GPUs (every GPU of :data:`GPUS` is NVIDIA's) and, for
+    the network, EFA. Every instance type of the catalogue has EFA, so the check applies to each; a type the
+    catalogue does not know is answered ``False`` (it is refused as unknown where it matters)."""
+    spec = INSTANCES.get(instance_type.strip().lower())
+    return spec is not None and spec.efa_bandwidth_gb_s > 0
+
+
+def default_infra_check(instance_type: str, instance_count: int) -> bool:
+    """Whether a job that does not say turns SageMaker's infrastructure health check on: ``instance_count`` >= 2
+    on an instance type it applies to (:func:`infra_check_supported`). Several instances are where a sick node or a
+    broken network path costs the whole job, and where the check's NCCL and EFA tests between instances mean
+    something; on one instance the trainer's own pre-flight (``training.preflight``) and SageMaker's repair of a
+    GPU failure ("Cluster repairs for GPU errors", https://docs.aws.amazon.com/sagemaker/latest/dg/
+    model-checkpoints-cluster-repair.html) are left to do it."""
+    return instance_count >= 2 and infra_check_supported(instance_type)
+
+
 def get_gpu(gpu: str | GPUSpec) -> GPUSpec:
     """``GPUS[gpu]`` (case-insensitive), or ``gpu`` itself when already a spec.
 
@@ -678,6 +713,7 @@ def gpu_for_device_name(device_name: str) -> GPUSpec | None:
 __all__ = [
     "DEFAULT_INSTANCE_TYPE",
     "GPUS",
+    "INFRA_CHECK_SOURCES",
     "INSTANCES",
     "INSTANCE_TYPES",
     "TRAINABLE_INSTANCE_TYPES",
@@ -687,6 +723,7 @@ __all__ = [
     "UnknownInstanceTypeError",
     "UnsupportedHostArchitectureError",
     "UnsupportedPrecisionError",
+    "default_infra_check",
     "dense_peak_tflops",
     "deployable_instance_types",
     "get_gpu",
@@ -694,6 +731,7 @@ __all__ = [
     "get_trainable_instance",
     "gpu_for_device_name",
     "host_architecture_problem",
+    "infra_check_supported",
     "supported_precisions",
     "supports_precision",
 ]

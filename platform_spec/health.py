@@ -18,6 +18,11 @@ The platform also watches from outside (a trainer stopped whole, a node frozen):
 older than its request's ``stall_minutes`` is stopped with ``StopTrainingJob`` (it checkpoints on SIGTERM)
 and the run continues (:data:`STALL_STOP_REASON` in the run's decision).
 
+Before the trainer starts, SageMaker's own infrastructure health check (``InfraCheckConfig``, the request field
+``infra_check``: :func:`platform_spec.catalogue.default_infra_check`) tests the instances; a job that fails it ends
+``Failed`` with :data:`INFRA_CHECK_ERROR` heading its ``FailureReason``, having never trained, and the run continues
+on new instances as after a capacity failure (:data:`platform_spec.runs.CAPACITY_FAILURE_TYPES`).
+
 Pure Python, standard library only.
 """
 
@@ -29,6 +34,7 @@ from datetime import datetime
 __all__ = [
     "DEFAULT_STALL_MINUTES",
     "HANG_REASON",
+    "INFRA_CHECK_ERROR",
     "MAX_STALL_MINUTES",
     "MIN_STALL_MINUTES",
     "NON_FINITE_REASON",
@@ -50,6 +56,17 @@ NON_FINITE_REASON = "the loss or gradient norm was not finite for too many steps
 
 PREFLIGHT_REASON = "the pre-flight check of the network failed"
 """Heads the trainer's report when its start-up check of the network path fails."""
+
+INFRA_CHECK_ERROR = "InfraCheckError"
+"""The error type heading the ``FailureReason`` of a job whose infrastructure health check failed
+(``"InfraCheckError: <message>"``, as :func:`platform_spec.runs.failure_reason` writes SageMaker's). AWS publishes
+neither this error type nor the message: "A SageMaker-provided health check tests the health of instance hardware
+and cluster network connectivity" is all the API Reference says (InfraCheckConfig,
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_InfraCheckConfig.html), and no FailureReason of a
+failed check was found in AWS's documentation or public issues. The name is the platform's choice, in the form of
+SageMaker's ``CapacityError`` and ``InsufficientCapacityError``; the emulator fails a job with it. Should SageMaker
+write another, such a segment is judged ``failed`` (not retried) and its run can be continued by hand
+(``continue_run``): the safe way to be wrong."""
 
 STALL_STOP_REASON = "no training step for longer than the run's stall_minutes"
 """Heads the reason of a run decision on a segment that the platform stopped because its newest step was

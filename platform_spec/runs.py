@@ -35,7 +35,8 @@ Decisions (:data:`DECISIONS`), in the order they are tried:
                             (``TrainingEndTime`` - ``TrainingStartTime``))
 ``continue``                the segment's capacity ended below ``max_steps``: the next segment is submitted,
                             at once after a segment that trained, after a growing wait after one that never
-                            trained (**capacity backoff**, below); likewise a segment that **hung** (below)
+                            trained (**capacity backoff**, below: also a job whose instances failed
+                            SageMaker's infrastructure health check); likewise a segment that **hung** (below)
 ``waiting-for-capacity``    (the runtime's) ``continue`` whose next segment found no capacity: retried on
                             the continuation's schedule
 ==========================  =================================================================================
@@ -50,11 +51,13 @@ SageMaker API Reference, SecondaryStatusTransition and StoppingCondition); ``Fai
 ``InsufficientCapacityError`` ("If a job has been pending for 2 days, it is terminated with an
 InsufficientCapacityError", "Training plans utilization for SageMaker training jobs",
 https://docs.aws.amazon.com/sagemaker/latest/dg/training-plan-utilization-for-training-jobs.html),
-SageMaker's ``CapacityError`` (instances could not be provisioned), each as the error type heading the
+SageMaker's ``CapacityError`` (instances could not be provisioned), or
+:data:`platform_spec.health.INFRA_CHECK_ERROR` (SageMaker's infrastructure health check, ``InfraCheckConfig``, failed
+the instances before the trainer started: a new job gets new instances), each as the error type heading the
 ``FailureReason`` (:data:`CAPACITY_FAILURE_TYPES`, :func:`never_trained`), or the trainer's own
 :data:`platform_spec.capacity.CAPACITY_BLOCK_ENDED_REASON` (it started with too little of its block
-left). The last three never got to train: they are exempt from ``no-progress`` (the budget still
-bounds them).
+left). The ``Failed`` ones never got to train: they are exempt from ``no-progress`` (the budget and
+:data:`MAX_CAPACITY_FAILURES` still bound them).
 
 **Hangs** (:mod:`platform_spec.health`): a segment that ``Failed`` with the trainer's watchdog report
 (``AlgorithmError: <health.HANG_REASON>: ...``: no step completed within its limit; a wedged collective or a
@@ -109,7 +112,13 @@ from typing import Any
 
 from platform_spec.capacity import CAPACITY_BLOCK_ENDED_REASON, STOP_MARGIN_S
 from platform_spec.errors import FieldError
-from platform_spec.health import NON_FINITE_REASON, PREFLIGHT_REASON, STALL_STOP_REASON, trainer_failure_kind
+from platform_spec.health import (
+    INFRA_CHECK_ERROR,
+    NON_FINITE_REASON,
+    PREFLIGHT_REASON,
+    STALL_STOP_REASON,
+    trainer_failure_kind,
+)
 
 __all__ = [
     "ALGORITHM_ERROR",
@@ -245,8 +254,8 @@ INSUFFICIENT_CAPACITY_ERROR = "InsufficientCapacityError"
 """SageMaker's error type of a job on a plan pending 2 days (:data:`platform_spec.capacity.PENDING_LIMIT_S`)."""
 ALGORITHM_ERROR = "AlgorithmError"
 """SageMaker's error type of a failure the container reported (its ``/opt/ml/output/failure``)."""
-CAPACITY_FAILURE_TYPES: tuple[str, ...] = (CAPACITY_ERROR, INSUFFICIENT_CAPACITY_ERROR)
-"""SageMaker's error types that say a job never got instances to train, as the type at the head of its
+CAPACITY_FAILURE_TYPES: tuple[str, ...] = (CAPACITY_ERROR, INSUFFICIENT_CAPACITY_ERROR, INFRA_CHECK_ERROR)
+"""SageMaker's error types that say a job never got (healthy) instances to train, as the type at the head of its
 ``FailureReason`` (:func:`failure_reason`, as ``AlgorithmError: ...`` and ``ClientError: ...`` are).
 Matched at the head only: an ``AlgorithmError`` whose message mentions one is the code's failure."""
 

@@ -57,6 +57,11 @@ GET/PUT  ``/_local-aws/training-plans``               the plans as described now
                                                       (and the SSM parameter)
 GET/PUT  ``/_local-aws/run-jobs``                     ``{"enabled": bool}``: whether jobs created from now on run
                                                       (:mod:`devtools.local_aws.jobs`)
+GET/PUT  ``/_local-aws/infra-check-failures``         ``{"count": N}``: the next N jobs created with
+                                                      ``InfraCheckConfig.EnableInfraCheck`` true fail their
+                                                      infrastructure health check: ``Failed``
+                                                      (``InfraCheckError: ...``) before the trainer starts,
+                                                      no billable time (:mod:`devtools.local_aws.sagemaker`)
 GET      ``/_local-aws/events[?job=NAME]``            the job state-change events emitted, each with its bus
                                                       status and its deliveries to the event targets
 POST     ``/_local-aws/events/ID/redeliver``          ``{"targets"?: [...]}``: deliver event ``ID`` again

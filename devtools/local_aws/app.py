@@ -285,6 +285,12 @@ class EmulatorApp:
         self.runner.enabled = request.payload["enabled"]
         return {"enabled": self.runner.enabled}
 
+    def set_infra_check_failures(self, request: AdminRequest) -> Any:
+        """``{"count": N}``: the next N jobs created with ``EnableInfraCheck`` true fail their infrastructure health
+        check (:meth:`.sagemaker.SageMakerExtension.fail_infra_checks`)."""
+        count = request.payload.get("count") if isinstance(request.payload, dict) else None
+        return {"count": self.extension.fail_infra_checks(count)}  # it refuses a count that is no integer >= 0
+
     def list_training_plans(self, request: AdminRequest) -> Any:
         with self.extension.lock:
             return {"training_plans": [self.extension.describe_plan(n) for n in self.extension.plans]}
@@ -407,6 +413,8 @@ ROUTES: dict[tuple[str, str], Callable[[EmulatorApp, AdminRequest], Any]] = {
     ("GET", "run-jobs"): lambda app, request: {"enabled": bool(app.runner and app.runner.enabled)},
     ("PUT", "run-jobs"): EmulatorApp.set_run_jobs,
     ("GET", "training-plans"): EmulatorApp.list_training_plans,
+    ("GET", "infra-check-failures"): lambda app, request: {"count": app.extension.infra_check_failures},
+    ("PUT", "infra-check-failures"): EmulatorApp.set_infra_check_failures,
     ("GET", "principals"): lambda app, request: {
         "principals": [
             {"name": p.name, "arn": p.arn, "session_arn": p.session_arn, "access_key": p.access_key}

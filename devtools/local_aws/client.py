@@ -245,6 +245,13 @@ class LocalAws:
         after its SIGTERM). Returns the pids stopped (``POST /_local-aws/training-jobs/NAME/freeze``)."""
         return self.admin("POST", f"training-jobs/{quote(name)}/freeze", {})["frozen_pids"]
 
+    def fail_infra_checks(self, count: int = 1) -> int:
+        """Make the infrastructure health check of the next ``count`` jobs created with
+        ``InfraCheckConfig.EnableInfraCheck`` true fail (0: none; replaces what was armed): each ends ``Failed``
+        (:data:`platform_spec.health.INFRA_CHECK_ERROR`) before its trainer starts, without billable time
+        (``PUT /_local-aws/infra-check-failures``). Returns ``count``."""
+        return int(self.admin("PUT", "infra-check-failures", {"count": count})["count"])
+
     def inject_fault(
         self,
         operation: str,

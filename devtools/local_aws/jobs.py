@@ -64,6 +64,13 @@ train``, started by :func:`training.local.start_local`), the code path of a Sage
 * **Model**: ``/opt/ml/model`` and ``/opt/ml/output/data`` are uploaded as ``model.tar.gz`` and
   ``output.tar.gz`` under ``S3OutputPath/<job>/output/``.
 
+**Infrastructure health check** (``InfraCheckConfig``): a job whose check the emulator was told to fail
+(:meth:`devtools.local_aws.sagemaker.SageMakerExtension.fail_infra_checks`) moves to ``Starting`` ("Running the
+infrastructure health check") once its plan's block runs, then ends ``Failed`` with
+:data:`devtools.local_aws.sagemaker.INFRA_CHECK_FAILURE_REASON`: nothing downloaded, no trainer, no
+``TrainingStartTime`` and no billable time. A job whose check passes runs as any other (the check itself, on GPUs
+and EFA, is not emulated).
+
 **Hangs** (:meth:`JobRunner.freeze`, ``POST /_local-aws/training-jobs/NAME/freeze``, :meth:`LocalAws.freeze_job
 <devtools.local_aws.client.LocalAws.freeze_job>`): the running job's entry point and workers are SIGSTOPped, a
 frozen node: no output, no step (so no ``train:step`` datapoint), the job stays ``InProgress`` / ``Training``
@@ -123,7 +130,14 @@ from pathlib import Path
 from typing import Any
 
 from devtools.local_aws.authorize import Authorizer
-from devtools.local_aws.sagemaker import JobRecord, SageMakerExtension, TransitionError, metrics_from_log, publish_logs
+from devtools.local_aws.sagemaker import (
+    INFRA_CHECK_FAILURE_REASON,
+    JobRecord,
+    SageMakerExtension,
+    TransitionError,
+    metrics_from_log,
+    publish_logs,
+)
 from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
 from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
 from platform_spec.checkpoint_layout import COMPLETE_MARKER
@@ -850,6 +864,9 @@ class JobRunner:
         if execution.stop_reason is not None:
             self._end(job, execution)
             return
+        if job.infra_check_fails:
+            self._fail_infra_check(job, execution)
+            return
         self._check_network_role(job)
         if not self._move(job, "InProgress", "Downloading", "Downloading input data"):
             return
@@ -867,6 +884,23 @@ class JobRunner:
         if job.status in TERMINAL_JOB_STATUSES:  # ended by hand: nothing to report
             return
         self._end(job, execution, syncs=syncs, returncode=returncode)
+
+    def _fail_infra_check(self, job: JobRecord, execution: Execution) -> None:
+        """The job's infrastructure health check fails (:meth:`.sagemaker.SageMakerExtension.fail_infra_checks`): it
+        ends ``Failed`` with :data:`.sagemaker.INFRA_CHECK_FAILURE_REASON` before anything is downloaded or started,
+        never having started training (no ``TrainingStartTime``, no billable time)."""
+        if not self._move(job, "InProgress", "Starting", "Running the infrastructure health check (InfraCheckConfig)"):
+            return
+        self._note(execution, "[local-aws] the infrastructure health check fails (LocalAws.fail_infra_checks)")
+        self._flush(job, execution)
+        self._move(
+            job,
+            "Failed",
+            None,
+            INFRA_CHECK_FAILURE_REASON,
+            failure_reason=INFRA_CHECK_FAILURE_REASON,
+            before_start=True,
+        )
 
     def _check_network_role(self, job: JobRecord) -> None:
         """SageMaker puts a VPC job's network interfaces in its subnets as the job's execution role: each EC2

@@ -31,7 +31,14 @@ process only) so that
   emulator's admin endpoint): ``InProgress`` -> ``Completed`` / ``Failed`` /
   ``Stopping`` -> ``Stopped``, with ``FailureReason`` and
   ``FinalMetricDataList``;
-* ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping``.
+* ``StopTrainingJob`` moves an ``InProgress`` job to ``Stopping``;
+* ``InfraCheckConfig`` is kept and described as sent; :meth:`SageMakerExtension.fail_infra_checks` (``PUT
+  /_local-aws/infra-check-failures``, :meth:`LocalAws.fail_infra_checks
+  <devtools.local_aws.client.LocalAws.fail_infra_checks>`) makes the infrastructure health check of the next
+  jobs created with ``EnableInfraCheck`` true fail: each ends ``Failed`` with :data:`INFRA_CHECK_FAILURE_REASON`
+  before its trainer starts (no ``TrainingStartTime``, no billable time), when the job runner reaches it (after a
+  plan's block starts), or at once when the emulator runs no jobs. SageMaker's own reason for such a failure is not
+  published (:data:`platform_spec.health.INFRA_CHECK_ERROR`).
 
 ``Search`` of training jobs is :mod:`devtools.local_aws.search`'s. Job log lines go to CloudWatch Logs and
 their metrics to CloudWatch as SageMaker puts them (:func:`publish_logs`).
@@ -63,6 +70,7 @@ from typing import Any
 from devtools.local_aws.shapes import operation_model, validate_input, validate_output, validate_shape
 from devtools.local_aws.stack import MOTO_MISSING, EmulatorUnavailable
 from platform_spec.capacity import USABLE_PLAN_STATUSES
+from platform_spec.health import INFRA_CHECK_ERROR
 from platform_spec.metric_lines import SAGEMAKER_LOG_GROUP, SAGEMAKER_METRIC_NAMESPACE
 from platform_spec.runs import ALGORITHM_ERROR, TERMINAL_JOB_STATUSES
 from platform_spec.runs import failure_reason as spec_failure_reason
@@ -87,6 +95,13 @@ _SECONDARY = {
     "Stopping": ("Stopping", "Stopping the training job"),
     "Stopped": ("Stopped", "Training job stopped"),
 }
+INFRA_CHECK_FAILURE_REASON = spec_failure_reason(
+    INFRA_CHECK_ERROR,
+    "the infrastructure health check (InfraCheckConfig) found the job's instances unhealthy; nothing was trained "
+    "(emulated: LocalAws.fail_infra_checks)",
+)
+"""``FailureReason`` of a job whose infrastructure health check the emulator fails (the error type is the
+platform's choice: :data:`platform_spec.health.INFRA_CHECK_ERROR`)."""
 _RELATIVE_TIME = re.compile(r"^now\s*(?:([+-])\s*(\d+(?:\.\d+)?)\s*([smhdw]))?$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -278,6 +293,8 @@ class JobRecord:
     modified: datetime | None = None
     failure_reason: str | None = None
     final_metrics: list[dict[str, Any]] = field(default_factory=list)
+    infra_check_fails: bool = False
+    """Its infrastructure health check fails (:meth:`SageMakerExtension.fail_infra_checks`)."""
 
     @property
     def plan_arn(self) -> str | None:
@@ -306,6 +323,31 @@ class SageMakerExtension:
         """The job runner (:class:`devtools.local_aws.jobs.JobRunner`) once the emulator serves; None: jobs never run."""
         self.events: Any = None
         """The event bus (:class:`devtools.local_aws.jobs.EventBus`); None: no state-change events."""
+        self.infra_check_failures = 0
+        """How many of the next jobs created with ``EnableInfraCheck`` true fail their check (:meth:`fail_infra_checks`)."""
+
+    def fail_infra_checks(self, count: int) -> int:
+        """Make the infrastructure health check of the next ``count`` jobs created with
+        ``InfraCheckConfig.EnableInfraCheck`` true fail (0: none; replaces what was armed before): each ends
+        ``Failed`` with :data:`INFRA_CHECK_FAILURE_REASON` before its trainer starts (module docstring). Returns
+        ``count``.
+
+        Raises:
+            ValueError: ``count`` is not an integer >= 0.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"infra-check-failures count: got {count!r}; expected an integer >= 0")
+        with self.lock:
+            self.infra_check_failures = count
+        return count
+
+    def take_infra_check_failure(self, params: Mapping[str, Any]) -> bool:
+        """Whether a job created with ``params`` fails its infrastructure health check (one armed failure used)."""
+        with self.lock:
+            if not (params.get("InfraCheckConfig") or {}).get("EnableInfraCheck") or self.infra_check_failures < 1:
+                return False
+            self.infra_check_failures -= 1
+            return True
 
     # --- plans -----------------------------------------------------------------------------
 
@@ -485,6 +527,7 @@ class SageMakerExtension:
         now: datetime | None = None,
         message: str | None = None,
         record: JobRecord | None = None,
+        before_start: bool = False,
     ) -> JobRecord:
         """Drive a job's lifecycle (the emulator's admin endpoint and job runner call this).
 
@@ -493,8 +536,9 @@ class SageMakerExtension:
         last match of each regex wins, as SageMaker reports final values) and
         merged under ``final_metrics``. ``message`` is the new secondary status's
         ``StatusMessage`` (default: one saying the emulator set it); ``record`` is the
-        job itself (default: found by ``name``). Every change emits a state-change event
-        (:meth:`notify`).
+        job itself (default: found by ``name``); ``before_start``: a terminal status reached before the job
+        started training (no ``TrainingStartTime``, no training or billable time). Every change emits a
+        state-change event (:meth:`notify`).
 
         Raises:
             KeyError: no such job.
@@ -522,7 +566,7 @@ class SageMakerExtension:
                     )
                     message = job.failure_reason
                 if status in TERMINAL_JOB_STATUSES:
-                    job.started = job.started or now
+                    job.started = job.started if before_start else job.started or now
                     job.ended = now
                 job.move(secondary_status or secondary, message, now)
             job.status = status
@@ -573,7 +617,8 @@ class SageMakerExtension:
             out["TrainingStartTime"] = _milliseconds(job.started)
         if job.ended:
             out["TrainingEndTime"] = _milliseconds(job.ended)
-            elapsed = _milliseconds(job.ended) - _milliseconds(job.started or job.created)
+        if job.ended and job.started:
+            elapsed = _milliseconds(job.ended) - _milliseconds(job.started)
             seconds = max(1, int(elapsed.total_seconds()))
             out["TrainingTimeInSeconds"] = seconds
             out["BillableTimeInSeconds"] = seconds
@@ -862,6 +907,7 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
             arn=job.arn,
             params=copy.deepcopy(params),
             created=now,
+            infra_check_fails=EXTENSION.take_infra_check_failure(params),
         )
         pending = plan_arn and EXTENSION.describe_plan(plan_arn, now)["Status"] == "Scheduled"
         if pending:
@@ -872,6 +918,10 @@ def create_training_job(self: SageMakerResponse) -> ActionResult:
         EXTENSION.notify(record)
         if EXTENSION.runner is not None:
             EXTENSION.runner.job_created(record)
+        if record.infra_check_fails and not (EXTENSION.runner is not None and EXTENSION.runner.executes(name)):
+            EXTENSION.set_job_status(
+                name, "Failed", failure_reason=INFRA_CHECK_FAILURE_REASON, record=record, before_start=True
+            )
     return ActionResult({"TrainingJobArn": job.arn})
 
 

@@ -12,10 +12,12 @@ from platform_spec.catalogue import (
     INSTANCES,
     TRAINABLE_INSTANCE_TYPES,
     UnsupportedPrecisionError,
+    default_infra_check,
     dense_peak_tflops,
     deployable_instance_types,
     get_instance,
     gpu_for_device_name,
+    infra_check_supported,
     supported_precisions,
     supports_precision,
 )
@@ -209,3 +211,15 @@ def test_deployable_instance_types_are_the_trainable_ones_create_training_job_ac
     assert deployable_instance_types(accepted) == ("ml.p5.48xlarge", "ml.p6-b200.48xlarge")
     assert deployable_instance_types(()) == ()
     assert set(deployable_instance_types(INSTANCES)) == set(TRAINABLE_INSTANCE_TYPES)
+
+
+def test_the_infrastructure_health_check_is_on_by_default_for_multi_node_jobs_on_efa_types(monkeypatch):
+    for name in INSTANCES:  # every catalogue type has EFA
+        assert infra_check_supported(name) and default_infra_check(name, 2) and default_infra_check(name, 16)
+        assert not default_infra_check(name, 1)
+    assert not infra_check_supported("ml.m5.xlarge") and not default_infra_check("ml.m5.xlarge", 4)  # not catalogued
+    # a type without EFA (none is catalogued yet): the check does not apply to it, whatever the count
+    monkeypatch.setitem(
+        INSTANCES, "ml.p5.4xlarge", dataclasses.replace(INSTANCES["ml.p5.4xlarge"], efa_bandwidth_gb_s=0)
+    )
+    assert not infra_check_supported("ml.p5.4xlarge") and not default_infra_check("ml.p5.4xlarge", 4)

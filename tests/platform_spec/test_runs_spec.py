@@ -417,3 +417,21 @@ def test_the_stall_rule_counts_from_the_newest_step_else_from_training():
     assert health.stall_age_s(newest_step_at=NOW + timedelta(seconds=5), training_since=began, now=NOW) == 0.0
     assert health.is_stalled(12 * 60 + 1, 12) and not health.is_stalled(12 * 60, 12)
     assert not health.is_stalled(10**9, 0) and not health.is_stalled(None, 10)  # 0: off
+
+
+def test_a_failed_infrastructure_health_check_is_a_capacity_failure_that_never_trained():
+    """SageMaker's check (``InfraCheckConfig``) failed the instances before the trainer started: the next segment,
+    on new instances, waits out the capacity backoff; the count of segments that never trained grows and caps the
+    run; the segment is not held to ``no-progress`` (it started from step 40 and left it there)."""
+    failed = runs.SegmentOutcome(
+        2, "Failed", "Failed", runs.failure_reason(health.INFRA_CHECK_ERROR, "instance i-0abc failed the check")
+    )
+    assert runs.never_trained(failed.failure_reason or "")
+    got = _decide(failed, newest_step=40, start_step=40, capacity_failures_before=1)
+    assert (got.decision, got.capacity_failures, got.backoff_s) == (runs.CONTINUE, 2, 600), got
+    assert "InfraCheckError: instance i-0abc failed the check" in got.reason
+    capped = _decide(failed, newest_step=40, start_step=40, capacity_failures_before=runs.MAX_CAPACITY_FAILURES - 1)
+    assert capped.decision == runs.NO_PROGRESS and capped.capacity_failures == runs.MAX_CAPACITY_FAILURES
+    # the type heads the reason: a trainer's report that names it is the code's failure
+    code = runs.SegmentOutcome(2, "Failed", "Failed", f"AlgorithmError: {health.INFRA_CHECK_ERROR}: from user code")
+    assert _decide(code).decision == runs.FAILED

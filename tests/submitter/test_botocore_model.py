@@ -35,6 +35,10 @@ def test_built_parameters_satisfy_the_whole_model(submit, make_request, capacity
     """Beyond botocore's checks: max lengths and counts, enums and patterns."""
     params = submit(make_request(capacity=capacity, dry_run=True, tags={"team": "a b"}))["create_training_job"]
     assert validate_input("sagemaker", "CreateTrainingJob", params) == []
+    assert params["InfraCheckConfig"] == {"EnableInfraCheck": False}  # one instance: off, and said so
+    answer = submit(make_request(capacity=capacity, dry_run=True, instance_count=2))
+    assert answer["infra_check"] is True and answer["create_training_job"]["InfraCheckConfig"]["EnableInfraCheck"]
+    assert validate_input("sagemaker", "CreateTrainingJob", answer["create_training_job"]) == []
 
 
 def test_the_model_check_catches_what_botocore_does_not(submit, make_request):
@@ -96,10 +100,16 @@ def test_the_emulator_refuses_a_create_that_bypasses_client_validation(aws, subm
     assert params["TrainingJobName"] not in {j["name"] for j in aws.training_jobs()}
 
 
-def test_describe_training_job_answers_fit_the_model(aws, submit, make_request):
-    response = submit(make_request(capacity="spot"))
+def test_describe_training_job_answers_fit_the_model(aws, submit, make_request, runtime, clients, config):
+    response = submit(make_request(capacity="spot", instance_count=2))
+    assert response["infra_check"] is True
     described = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
     assert validate_output("sagemaker", "DescribeTrainingJob", described) == []
+    assert described["InfraCheckConfig"] == {"EnableInfraCheck": True}  # kept as sent
+    view = runtime.actions.dispatch(
+        {"action": "describe", "job_name": response["training_job_name"]}, clients=clients, config=config
+    )
+    assert view["job"]["infra_check"] is True
 
 
 def test_adaptive_retry_mode_is_accepted(runtime, env):

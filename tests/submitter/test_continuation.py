@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from platform_spec import health
 from platform_spec import runs as spec
 
 from .conftest import PLANS
@@ -193,6 +194,36 @@ def test_capacity_failures_wait_with_growing_intervals_until_the_cap_ends_the_ru
     assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, last + 1)]
     assert mine(run_kit.handle(TICK, now=now + timedelta(hours=2)), run_id) == []
     assert run_kit.jobs(run_id) == [seg(run_id, i) for i in range(1, last + 1)]
+
+
+def test_a_failed_infrastructure_health_check_waits_out_the_backoff_and_continues_with_the_check_on(
+    aws, submit, run_kit
+):
+    """Issue 27: SageMaker's infrastructure health check, on by default for a multi-node run, fails segment 1's
+    instances (the emulator's ``fail_infra_checks``): the job ends ``Failed`` before it trains, without billable
+    time; the run waits out the capacity backoff (a new job gets new instances), and the tick's segment 2 runs with
+    the check on, as the run's request says."""
+    run_id = new_run_id()
+    body = run_kit.request(run_id)
+    body["instance_count"] = 2
+    assert aws.fail_infra_checks(1) == 1
+    try:
+        answer = submit(body)
+    finally:
+        aws.fail_infra_checks(0)
+    assert answer["status"] == "submitted" and answer["infra_check"] is True, answer
+    job = aws.describe_training_job(seg(run_id, 1))
+    assert (job["TrainingJobStatus"], job["InfraCheckConfig"]) == ("Failed", {"EnableInfraCheck": True})
+    assert job["FailureReason"].startswith(f"{health.INFRA_CHECK_ERROR}: "), job["FailureReason"]
+    assert "TrainingStartTime" not in job and "BillableTimeInSeconds" not in job
+    now = datetime.now(UTC)
+    answer = run_kit.handle(run_kit.event(seg(run_id, 1)), now=now)
+    not_before, wait = waits_until(answer, now)
+    assert wait == spec.capacity_backoff_s(1) and answer["decision"]["capacity_failures"] == 1, answer
+    assert run_kit.jobs(run_id) == [seg(run_id, 1)]
+    assert mine(run_kit.handle(TICK, now=not_before), run_id) == [spec.CONTINUE]
+    second = aws.describe_training_job(seg(run_id, 2))
+    assert (second["TrainingJobStatus"], second["InfraCheckConfig"]) == ("InProgress", {"EnableInfraCheck": True})
 
 
 def test_a_segment_that_trained_resets_the_capacity_backoff(aws, submit, run_kit):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -26,6 +27,44 @@ def test_defaults(runtime, local_config):
     assert request.max_retry_attempts == 3
     assert request.hyperparameters == Hyperparameters(synthetic_data=True)
     assert request.dry_run is False and request.auto_tune is False
+
+
+@pytest.mark.parametrize(
+    ("fields", "on"),
+    [
+        ({}, False),  # one instance: off
+        ({"instance_count": 2}, True),  # several: on
+        ({"instance_type": "ml.p5.48xlarge", "instance_count": 4}, True),
+        ({"instance_type": "ml.p5.48xlarge", "instance_count": 1}, False),
+        ({"instance_count": 2, "infra_check": False}, False),  # asked off
+        ({"instance_count": 1, "infra_check": True}, True),  # asked on: the instance's own hardware is checked
+        ({"instance_count": 2, "infra_check": None}, True),  # null is absent
+    ],
+)
+def test_the_infrastructure_health_check_defaults_to_multi_node_jobs(runtime, local_config, fields, on):
+    request = runtime.request.parse_request({"hyperparameters": {"synthetic_data": True}, **fields}, local_config)
+    assert request.value("infra_check") is on
+    # what the job is: sent, it is fingerprinted; absent, the default is not (stored jobs keep their fingerprints)
+    assert ("infra_check" in request.sent) == (fields.get("infra_check") is not None)
+
+
+def test_the_infrastructure_health_check_is_refused_where_it_does_not_apply(runtime, local_config, monkeypatch):
+    from platform_spec import catalogue
+
+    no_efa = dataclasses.replace(catalogue.INSTANCES["ml.p5.48xlarge"], efa_bandwidth_gb_s=0)
+    monkeypatch.setitem(catalogue.INSTANCES, "ml.p5.48xlarge", no_efa)  # none is catalogued without EFA yet
+    event = {"hyperparameters": {"synthetic_data": True}, "instance_type": "ml.p5.48xlarge", "instance_count": 2}
+    assert runtime.request.parse_request(event, local_config).value("infra_check") is False  # the default: off
+    with pytest.raises(runtime.errors.Refusal) as refused:
+        runtime.request.parse_request({**event, "infra_check": True}, local_config)
+    assert refused.value.field == "infra_check" and "ml.p5.48xlarge has no EFA" in refused.value.message
+    # an instance type the catalogue does not know is refused naming instance_type, by check_instance
+    unknown = runtime.request.parse_request(
+        {**event, "instance_type": "ml.m5.xlarge", "infra_check": True}, local_config
+    )
+    with pytest.raises(runtime.errors.Refusal) as refused:
+        runtime.request.check_instance(unknown, local_config)
+    assert refused.value.field == "instance_type"
 
 
 def test_inputs_resolve_under_the_data_bucket_or_allowed_prefixes(runtime, local_config):

@@ -245,8 +245,9 @@ def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
         ``{"status": "described", "job": {...}}``, the job as :func:`job_view` shows it plus ``checkpoint``
         (``{"s3_uri", "newest_complete_step"}``: the newest complete step under the job's
         ``CheckpointConfig.S3Uri`` as the run continuation judges it, :func:`.runs.newest_checkpoint_in`;
-        ``"unavailable"`` names the error when the prefix cannot be listed) and ``capacity.block``
-        (:func:`capacity_block`).
+        ``"unavailable"`` names the error when the prefix cannot be listed), ``capacity.block``
+        (:func:`capacity_block`) and ``infra_check`` (whether SageMaker's infrastructure health check is on:
+        ``InfraCheckConfig.EnableInfraCheck``; ``Search``'s records, which ``list`` reads, do not carry it).
 
     Raises:
         Refusal: ``NotFound`` (no such platform job).
@@ -259,6 +260,7 @@ def describe(request: Mapping[str, Any], *, clients: Clients, config: SubmitterC
     view = job_view(description, tags)
     view["checkpoint"] = _checkpoint(clients, description)
     view["capacity"]["block"] = capacity_block(clients, description, now)
+    view["infra_check"] = bool((description.get("InfraCheckConfig") or {}).get("EnableInfraCheck"))
     return {"status": "described", "job": view}
 
 

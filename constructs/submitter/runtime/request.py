@@ -19,6 +19,7 @@ A request is a JSON object (the Lambda event)::
       "tags": {"team": "research"},
       "network_isolation": false,                   # EnableNetworkIsolation
       "inter_container_encryption": false,          # EnableInterContainerTrafficEncryption
+      "infra_check": null,                          # InfraCheckConfig; default: on with 2+ instances
       "auto_tune": false,
       "dry_run": false
     }
@@ -637,6 +638,27 @@ def _stall_minutes(values: Mapping[str, Any], config: SubmitterConfig) -> None:
         )
 
 
+def _infra_check(values: Mapping[str, Any], config: SubmitterConfig) -> Mapping[str, Any] | None:
+    """``infra_check`` absent: on for a multi-node job on an instance type the check applies to
+    (:func:`platform_spec.catalogue.default_infra_check`); ``true`` on a type it does not apply to is refused. A type
+    the catalogue does not know is left to :func:`check_instance`, which refuses it naming ``instance_type``.
+
+    Raises:
+        FieldError: naming ``infra_check``.
+    """
+    sent, instance_type = values["infra_check"], values["instance_type"]
+    if sent is None:
+        return {"infra_check": catalogue.default_infra_check(instance_type, values["instance_count"])}
+    if sent and instance_type in catalogue.INSTANCES and not catalogue.infra_check_supported(instance_type):
+        raise FieldError(
+            "infra_check",
+            sent,
+            f"false or absent: SageMaker's infrastructure health check tests GPU instances with EFA (NVIDIA DCGM, "
+            f"NCCL and EFA tests), and {instance_type} has no EFA (platform_spec/catalogue.py)",
+        )
+    return None
+
+
 # --- the table ------------------------------------------------------------------------------------------
 
 
@@ -820,6 +842,18 @@ FIELDS: tuple[Field, ...] = (
         notes="no effect on one instance; on several SageMaker encrypts the IP traffic between them (IPsec), and AWS "
         "states it can increase training time by an amount that depends on that traffic (the planner's estimate "
         "notes it); AWS does not say whether it covers NCCL's traffic over EFA, which bypasses the IP stack",
+    ),
+    Field(
+        "infra_check", "boolean",
+        help="SageMaker's infrastructure health check (CreateTrainingJob's InfraCheckConfig.EnableInfraCheck): the "
+        "instances' hardware and the network between them are tested before the trainer starts",
+        default_text="`true` with `instance_count` >= 2 on an instance type with EFA (every type of the catalogue), "
+        "else `false`",
+        checks=(Check(_infra_check, needs=("instance_type", "instance_count")),),
+        notes="`true` on an instance type without EFA is refused; a job that fails the check ends `Failed` "
+        f"(`{health.INFRA_CHECK_ERROR}: ...`) before it trains, and a run continues on new instances after the "
+        "capacity backoff; AWS publishes no list of the instance types the check supports "
+        "(`platform_spec/catalogue.py` `infra_check_supported`, its sources)",
     ),
     Field(
         "auto_tune", "boolean",

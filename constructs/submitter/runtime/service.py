@@ -124,7 +124,8 @@ def submit(
         ``{"status": "submitted", "training_job_name", "training_job_arn",
         "capacity": {"type", "training_plan_arn"?, "availability_zone"? (a plan's, in VPC mode), "rule"?, "reason",
         "skipped_plans"?},
-        "estimate": {planner figures and notes}, "replayed": bool, "auto_tune"?: {"changes", "hyperparameters"},
+        "estimate": {planner figures and notes}, "replayed": bool, "infra_check": bool (SageMaker's infrastructure
+        health check, ``InfraCheckConfig``), "auto_tune"?: {"changes", "hyperparameters"},
         "run"?: {"run_id", "segment", "checkpoint_s3_uri"}}``;
         for ``dry_run`` ``"status": "validated"`` with ``"create_training_job"``
         (the parameters that would be sent) instead of an ARN; or a refusal
@@ -809,6 +810,7 @@ def _answer(
     if job_arn is not None:
         out["training_job_arn"] = job_arn
     out.update(capacity=choice.to_dict(), estimate=sub.estimate, replayed=replayed)
+    out["infra_check"] = bool(sub.request.value("infra_check"))
     if sub.tuning is not None:
         out["auto_tune"] = sub.tuning
     out.update(extra)
