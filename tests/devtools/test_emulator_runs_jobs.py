@@ -22,8 +22,10 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from devtools.local_aws.client import LocalAws
+from devtools.local_aws.shapes import validate_output
 from platform_constructs.submitter.runtime.settings import TRAINING_JOB_OUTPUT_PREFIX
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.health import INFRA_CHECK_ERROR
 from platform_spec.tracking import DEFAULT_TENSORBOARD_LOCAL_PATH, TENSORBOARD_OUTPUT_PREFIX
 from training.environment import STOP_MARGIN_S, SageMakerPaths
 from training.supervision import read_status
@@ -342,6 +344,24 @@ def test_stops_and_refusals_that_need_no_training_step(aws: LocalAws) -> None:
         "ClientError: TensorBoardOutputConfig.LocalPath '/opt/ml/../tmp': the emulator maps only normalised paths "
         "in /opt/ml/",
     )
+
+    # an infrastructure health check told to fail: the first job created with EnableInfraCheck true fails before
+    # anything is downloaded or started, without billable time; one without the check is not counted
+    assert aws.fail_infra_checks(1) == 1
+    unchecked, sick = _name("nocheck"), _name("infrack")
+    _create(aws, unchecked, TINY, InputDataConfig=[channel])  # fails at its download, as above
+    _create(aws, sick, TINY, InfraCheckConfig={"EnableInfraCheck": True})
+    assert aws.admin("GET", "infra-check-failures") == {"count": 0}
+    failed = aws.wait_for_job(sick)
+    assert (failed["TrainingJobStatus"], failed["InfraCheckConfig"]) == ("Failed", {"EnableInfraCheck": True})
+    assert failed["FailureReason"].startswith(f"{INFRA_CHECK_ERROR}: ")
+    assert "TrainingStartTime" not in failed and "BillableTimeInSeconds" not in failed
+    transitions = [(t["Status"], t["StatusMessage"]) for t in failed["SecondaryStatusTransitions"]]
+    assert [status for status, _ in transitions] == ["Starting", "Starting", "Failed"]  # never Downloading
+    assert "infrastructure health check" in transitions[1][1]
+    assert not SageMakerPaths(aws.job_dir(sick)).hyperparameters_file.exists()  # no /opt/ml laid out
+    assert validate_output("sagemaker", "DescribeTrainingJob", failed) == []
+    assert aws.wait_for_job(unchecked)["FailureReason"].startswith("ClientError: Data download failed")
 
     # with execution off, a job stays as created (the existing tests' default) and no folder is made
     aws.set_run_jobs(False)

@@ -210,17 +210,21 @@ def test_the_fingerprint_hashes_exactly_the_rows_marked_fingerprint_that_were_se
         "hyperparameters": {"batch_size": 4}, "inputs": {"train": "x/"}, "max_runtime_hours": 2, "max_wait_hours": 3,
         "max_retry_attempts": 1, "tags": {"team": "a"}, "auto_tune": False, "dry_run": True,
         "accept_memory_risk": True, "network_isolation": True, "inter_container_encryption": False,
+        "infra_check": False,
         "model_config": json.loads((FIXTURES / "llama3_8b_config.json").read_text()),
         "mlflow": {"resource_arn": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/t"},
         "tensorboard": {},
     }  # fmt: skip
-    # run names its own jobs (job_name and client_token are refused with it): sent on its own below
-    assert set(everything) | {"run"} == set(names(request_module.FIELDS))
+    # run names its own jobs (job_name and client_token are refused with it), and stall_minutes is run's: sent on
+    # their own below
+    with_run = {"run", "stall_minutes"}
+    assert set(everything) | with_run == set(names(request_module.FIELDS))
     sent = runtime.request.parse_request(everything, local_config).sent
-    assert set(sent) | {"run"} == {row.name for row in request_module.FIELDS if row.fingerprint}
+    assert set(sent) | with_run == {row.name for row in request_module.FIELDS if row.fingerprint}
     run = {k: v for k, v in everything.items() if k not in ("job_name", "client_token")}
-    run_sent = runtime.request.parse_request({**run, "run": {"run_id": "r1", "max_segments": 2}}, local_config).sent
-    assert run_sent["run"] == {"run_id": "r1", "max_segments": 2} and set(run_sent) == set(sent) | {"run"}
+    run = {**run, "run": {"run_id": "r1", "max_segments": 2}, "stall_minutes": 20}
+    run_sent = runtime.request.parse_request(run, local_config).sent
+    assert run_sent["run"] == {"run_id": "r1", "max_segments": 2} and set(run_sent) == set(sent) | with_run
     assert not {"action", "job_name", "client_token", "dry_run", "accept_memory_risk"} & set(sent)
     # a model_config is hashed as the shape it maps to, not as the file's text
     assert sent["model_config"]["num_kv_heads"] == "8" and "architectures" not in sent["model_config"]
