@@ -76,6 +76,34 @@ def test_no_datapoint_is_no_step():
         assert stall.newest_step(client, "r-seg-002", start=NOW - timedelta(hours=1), end=NOW) is None
 
 
+@pytest.mark.parametrize("code", ["InternalError", "Forbidden"])
+def test_an_answer_that_cannot_say_is_not_no_step(code):
+    """A result CloudWatch could not fill (its StatusCode) has no datapoints: read as "no step", a healthy job
+    training for longer than stall_minutes would be stopped. It raises, and the segment is not judged."""
+    client, stub = _cloudwatch()
+    failed = {
+        "Id": "step",
+        "Timestamps": [],
+        "Values": [],
+        "StatusCode": code,
+        "Messages": [{"Code": code, "Value": "x"}],
+    }
+    stub.add_response("get_metric_data", {"MetricDataResults": [failed]}, _expected("r-seg-003"))
+    with stub, pytest.raises(stall.MetricDataUnavailable, match=f"{code}: x.*not judged"):
+        stall.newest_step(client, "r-seg-003", start=NOW - timedelta(hours=1), end=NOW)
+
+
+def test_partial_data_with_datapoints_is_read_newest_first():
+    client, stub = _cloudwatch()
+    points = {"Id": "step", "Timestamps": [NOW - timedelta(minutes=4)], "Values": [12.0], "StatusCode": "PartialData"}
+    stub.add_response("get_metric_data", {"MetricDataResults": [points], "NextToken": "t2"}, _expected("r-seg-004"))
+    with stub:
+        assert stall.newest_step(client, "r-seg-004", start=NOW - timedelta(hours=1), end=NOW) == (
+            12,
+            NOW - timedelta(minutes=4),
+        )
+
+
 def test_training_since_is_the_newest_entry_into_training():
     transitions = [
         {"Status": "Starting", "StartTime": NOW - timedelta(minutes=30)},

@@ -86,9 +86,29 @@ def training_since(description: Mapping[str, Any]) -> datetime | None:
     return None
 
 
+class MetricDataUnavailable(RuntimeError):
+    """``GetMetricData`` answered without saying whether a job's step metric has datapoints: a result whose
+    ``StatusCode`` is ``InternalError`` or ``Forbidden`` ("GetMetricData", Amazon CloudWatch API Reference,
+    ``MetricDataResult``, https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_MetricDataResult.html).
+    No datapoint in such an answer is not "no step": the segment is not judged, and the tick's retry or the next
+    tick reads it again."""
+
+
+READABLE_STATUS_CODES = ("Complete", "PartialData")
+"""``MetricDataResult.StatusCode`` values whose datapoints can be trusted as far as they go: ``Complete``, and
+``PartialData`` (the rest follows with ``NextToken``; newest first with ``ScanBy: TimestampDescending``)."""
+
+
 def newest_step(cloudwatch: Any, job_name: str, *, start: datetime, end: datetime) -> tuple[int, datetime] | None:
     """``(step, time)`` of the newest ``train:step`` datapoint of ``job_name`` between ``start`` and ``end``
-    (``GetMetricData``, one-minute periods, the period's ``Maximum``; newest first), else ``None``."""
+    (``GetMetricData``, one-minute periods, the period's ``Maximum``; newest first, following ``NextToken``), else
+    ``None``.
+
+    Raises:
+        MetricDataUnavailable: a page without datapoints whose result's ``StatusCode`` is not one of
+            :data:`READABLE_STATUS_CODES` (CloudWatch's ``InternalError``, ``Forbidden``).
+        botocore.exceptions.ClientError: the call failed.
+    """
     query = {
         "Id": "step",
         "MetricStat": {
@@ -120,6 +140,16 @@ def newest_step(cloudwatch: Any, job_name: str, *, start: datetime, end: datetim
             when = utc(stamp)
             assert when is not None
             return int(value), when
+        unreadable = [
+            f"{result.get('StatusCode')}: {'; '.join(m.get('Value', '') for m in result.get('Messages') or [])}"
+            for result in page.get("MetricDataResults") or []
+            if result.get("StatusCode") not in READABLE_STATUS_CODES
+        ]
+        if unreadable:
+            raise MetricDataUnavailable(
+                f"GetMetricData of {health.STEP_METRIC} for training job {job_name!r} answered "
+                f"{', '.join(unreadable)}: its newest step is not known, the segment is not judged this time"
+            )
         token = page.get("NextToken")
         if not token:
             return None
@@ -145,6 +175,7 @@ def watch_segment(
     Raises:
         botocore.exceptions.ClientError: ``GetMetricData``, the record's write or ``StopTrainingJob`` failed (the
             tick's retry, or the next tick, watches again).
+        MetricDataUnavailable: CloudWatch could not say whether the job has a newer step (likewise).
     """
     if description.get("TrainingJobStatus") != "InProgress" or description.get("SecondaryStatus") != "Training":
         return None
