@@ -4,7 +4,7 @@ The trainer (``training/checkpoint/``) writes one folder per checkpoint under it
 directory (``/opt/ml/checkpoints``, which SageMaker syncs with the job's ``CheckpointConfig.S3Uri``)::
 
     step-120/
-        .metadata, __0_0.distcp, ...   DCP: model + optimizer
+        .metadata, __0_0.distcp, ...   DCP: model + optimizer (:func:`dcp_shard_file`: one per rank)
         trainer_state.json              step, data position, LR scheduler, loss scaler, run record
         rng/rank-00000.pt               per-rank RNG states (:func:`rng_file`)
         .complete                       written last: the checkpoint is whole
@@ -33,6 +33,7 @@ __all__ = [
     "StepState",
     "checkpoint_step",
     "complete_steps_of_keys",
+    "dcp_shard_file",
     "missing_files",
     "newest_complete_step",
     "read_trainer_state",
@@ -67,17 +68,33 @@ def rng_file(rank: int) -> str:
     return f"rng/rank-{rank:05d}.pt"
 
 
+def dcp_shard_file(rank: int) -> str:
+    """The first (with the trainer's writer, the only) DCP shard file of process-group rank ``rank``, relative to
+    the checkpoint folder (``__3_0.distcp``).
+
+    The trainer saves with ``dcp.save`` / ``dcp.async_save`` and ``checkpoint_id``, that is torch's
+    ``FileSystemWriter`` with its defaults ``single_file_per_rank=True`` and ``thread_count=1``: each rank's
+    plan gets the storage prefix ``__<rank>_`` and its one bucket of items (empty or not) is written to
+    ``<prefix>0.distcp`` (torch 2.13, ``torch/distributed/checkpoint/filesystem.py``:
+    ``FileSystemWriter.prepare_global_plan``, ``_FileSystemWriter.write_data``)."""
+    return f"__{rank}_0.distcp"
+
+
 def missing_files(names: Iterable[str], world_size: int | None) -> list[str]:
     """Files every whole checkpoint holds that are not among ``names`` (paths relative to its folder).
 
     What S3 keys can show without reading the shards: :data:`COMPLETE_MARKER`, :data:`TRAINER_STATE`,
-    :data:`DCP_METADATA` and, when ``world_size`` (the run record's processes) is known, one :func:`rng_file`
-    per rank, which each rank writes after its DCP shards: a node whose uploads never reached S3 leaves its
-    ranks' files missing. Sizes and shard contents are the trainer's check (``training/checkpoint/verify.py``).
+    :data:`DCP_METADATA` and, when ``world_size`` (the run record's processes) is known, each rank's
+    :func:`dcp_shard_file` and :func:`rng_file`: a node whose uploads never reached S3 leaves its ranks' files
+    missing. Both are asked for because neither proves the other: an asynchronous save writes the RNG file
+    before the shard's write ends, and SageMaker uploads each file as it appears, so a node lost mid-upload can
+    leave its small RNG file in S3 and not its shard. Sizes and shard contents are the trainer's check
+    (``training/checkpoint/verify.py``).
     """
     present = set(names)
     wanted = [COMPLETE_MARKER, TRAINER_STATE, DCP_METADATA]
-    wanted += [rng_file(rank) for rank in range(world_size or 0)]
+    for rank in range(world_size or 0):
+        wanted += [dcp_shard_file(rank), rng_file(rank)]
     return [name for name in wanted if name not in present]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from platform_constructs.submitter.runtime import checkpoint_prune
-from platform_spec.checkpoint_layout import rng_file
+from platform_spec.checkpoint_layout import dcp_shard_file, rng_file
 from platform_spec.runs import run_checkpoint_prefix
 
 pytestmark = pytest.mark.xdist_group("submitter")
@@ -37,7 +37,7 @@ def seed(aws, config):
             "data": {"samples_consumed": step * 8},
             "run": {"world_size": WORLD, "hyperparameters": {"seq_length": "2048"}},
         }
-        names = [".metadata", *(f"__{r}_0.distcp" for r in range(WORLD)), *(rng_file(r) for r in range(WORLD))]
+        names = [".metadata", *(dcp_shard_file(r) for r in range(WORLD)), *(rng_file(r) for r in range(WORLD))]
         for name in names:
             if name not in skip:
                 put(run_id, f"step-{step}/{name}")
@@ -108,6 +108,13 @@ def test_nothing_is_deleted_without_a_complete_checkpoint_or_when_the_newest_lac
     before = _keys(aws, config, run_id)
     result = checkpoint_prune.prune_run_checkpoints(continuation_clients, config, run_id)
     assert result.deleted_objects == 0 and rng_file(1) in result.reason and "nothing pruned" in result.reason
+    assert _keys(aws, config, run_id) == before
+    # a newest checkpoint whose second node's RNG file arrived and its DCP shard did not (an asynchronous save writes
+    # the RNG file first; the node was lost mid-upload): still not whole, nothing pruned
+    seed(run_id, 40, skip=(dcp_shard_file(1),))
+    before = _keys(aws, config, run_id)
+    result = checkpoint_prune.prune_run_checkpoints(continuation_clients, config, run_id)
+    assert result.deleted_objects == 0 and dcp_shard_file(1) in result.reason and "nothing pruned" in result.reason
     assert _keys(aws, config, run_id) == before
 
 

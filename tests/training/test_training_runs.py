@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from platform_spec.checkpoint_layout import dcp_shard_file, missing_files, rng_file
 from platform_spec.metric_lines import FIELDS, METRIC_DEFINITIONS, PREFLIGHT_FIELDS, parse_line
 from training.checkpoint.verify import complete_steps
 from training.data import DistributedSampler, TokenDataset
@@ -191,6 +192,10 @@ def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(reference_run, s
     assert (node0 / "checkpoints" / "step-2" / ".complete").is_file()
     assert (node1 / "checkpoints" / "step-2" / ".complete").is_file()
     assert list((node1 / "checkpoints" / "step-2").glob("__1_*.distcp"))
+    # what S3 holds once both nodes uploaded (one prefix) is whole by the prune's rule; one node's files alone are not
+    files = {node: {str(p.relative_to(node / "checkpoints" / "step-2")) for p in (node / "checkpoints" / "step-2").rglob("*") if p.is_file()} for node in (node0, node1)}  # fmt: skip
+    assert missing_files(files[node0] | files[node1], 2) == []
+    assert missing_files(files[node0], 2) == [dcp_shard_file(1), rng_file(1)]
 
 
 def _validation_losses(lines: list[str]) -> dict[int, float]:
