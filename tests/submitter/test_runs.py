@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -115,6 +116,22 @@ def test_a_dry_run_of_a_run_writes_nothing(submit, run_kit, aws, config):
     assert params["CheckpointConfig"]["S3Uri"].endswith(f"/run-checkpoints/{run_id}/")
     listed = aws.client("s3").list_objects_v2(Bucket=config.output_bucket, Prefix=f"submitter/runs/{run_id}/")
     assert listed.get("KeyCount", 0) == 0 and run_kit.jobs(run_id) == []
+
+
+def test_a_run_whose_metric_lines_come_slower_than_stall_minutes_is_refused(submit, run_kit):
+    """The watch dates the newest step by the [metrics] lines: a run whose planned log_interval x step time is over
+    its stall_minutes (sent or defaulted) would have every healthy segment stopped, so it is refused naming it."""
+    body = run_kit.request(new_run_id())
+    planned = submit({**body, "dry_run": True})
+    assert planned["status"] == "validated", planned
+    step_s = planned["estimate"]["step_time_s"]
+    slow = {**body["hyperparameters"], "log_interval": math.ceil(45 * 60 / step_s)}  # 45 min between lines
+    for extra, named in (({}, "stall_minutes defaults to 30"), ({"stall_minutes": 40}, "between two [metrics] lines")):
+        answer = submit({**body, "hyperparameters": slow, **extra, "dry_run": True})
+        assert answer["status"] == "rejected" and answer["error"]["field"] == "stall_minutes", answer
+        assert named in answer["error"]["message"] and "log_interval" in answer["error"]["message"], answer
+    for extra in ({"stall_minutes": 0}, {"stall_minutes": 60}):
+        assert submit({**body, "hyperparameters": slow, **extra, "dry_run": True})["status"] == "validated"
 
 
 def test_a_run_may_use_a_block_shorter_than_its_runtime(submit, run_kit, make_request):

@@ -905,7 +905,8 @@ FIELDS: tuple[Field, ...] = (
         "datapoint in CloudWatch (a `[metrics]` line every `hyperparameters.log_interval` steps), or, before the "
         "first, when the job entered `Training`; the run continuation looks on its schedule (5 minutes by default), "
         "so a stall is acted on within `stall_minutes` plus a tick plus CloudWatch's delay; keep it above "
-        "`log_interval` x the step time and the first step's start-up (`platform_spec/health.py`)",
+        "`log_interval` x the step time and the first step's start-up (`platform_spec/health.py`); a new run whose "
+        "planned `log_interval` x step time is not under it (this value or the default) is refused naming it",
     ),
 )  # fmt: skip
 """The request's fields, in the order they are checked (the first bad one is refused)."""

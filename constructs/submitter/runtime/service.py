@@ -75,6 +75,7 @@ from .ledger import Ledger, Record, RunLedger, RunRecord, TokenLedger, TokenReco
 from .request import SubmitRequest, check_instance, token_digest
 from .sagemaker_rules import bounds
 from .settings import SERVICE_NAME
+from .stall import stall_minutes_of
 from .training_job import (
     FINGERPRINT_VERSION,
     TAG_CLIENT_TOKEN_SHA256,
@@ -393,7 +394,8 @@ def _submit_as(sub: _Submission, slot: _Slot, candidates: list[CapacityChoice]) 
 def _preflight(sub: _Submission) -> Refusal | None:
     """Run :func:`preflight`; a predicted out-of-memory is returned, not raised: it refuses only what would be
     created, and a request that has its job already (a retry after a planner upgrade, or without
-    ``accept_memory_risk``, which is not fingerprinted) replays it."""
+    ``accept_memory_risk``, which is not fingerprinted) replays it. So is, for a run's segment 1, a
+    ``stall_minutes`` the planner predicts every healthy segment outlasts (:func:`stall_refusal`)."""
     try:
         sub.tuned, sub.estimate, sub.tuning = preflight(sub.request)
     except Refusal as exc:
@@ -401,7 +403,33 @@ def _preflight(sub: _Submission) -> Refusal | None:
             raise
         sub.estimate = dict((exc.details or {}).get("estimate") or {})
         return exc
-    return None
+    return stall_refusal(_tuned(sub), sub.estimate) if sub.runs is not None else None
+
+
+def stall_refusal(request: SubmitRequest, estimate: dict[str, Any]) -> Refusal | None:
+    """``InvalidRequest`` naming ``stall_minutes`` when the run's limit (sent, or
+    :data:`platform_spec.health.DEFAULT_STALL_MINUTES`) is not above the time between two ``[metrics]`` lines the
+    planner predicts (``hyperparameters.log_interval`` x the plan's ``step_time_s``): the outside watch
+    (:mod:`.stall`) dates a job's newest step by those lines, so it would stop every healthy segment. ``None``
+    when it is above, off (0), or the plan has no step time.
+
+    Checked for a new run only (its segment 1): a later segment is the run's, accepted already; refusing it
+    after a planner change would end a run that trains."""
+    minutes = stall_minutes_of({"stall_minutes": request.value("stall_minutes")})
+    step_s, interval = estimate.get("step_time_s"), request.hyperparameters.log_interval
+    if not minutes or not isinstance(step_s, (int, float)) or minutes * 60.0 > interval * step_s:
+        return None
+    sent = request.value("stall_minutes") is not None
+    return invalid(
+        FieldError(
+            "stall_minutes",
+            minutes if sent else None,
+            f"0 (off) or more than the {interval * step_s / 60.0:.1f} minutes between two [metrics] lines the "
+            f"planner predicts (hyperparameters.log_interval {interval} x its step time {step_s:.1f} s on "
+            f"{request.instance_type}): the watch dates the newest step by them and would stop every healthy "
+            f"segment{'' if sent else f' (stall_minutes defaults to {minutes:g} with run)'}; or a lower log_interval",
+        )
+    )
 
 
 def _tuned(sub: _Submission) -> SubmitRequest:
