@@ -331,7 +331,11 @@ def recommend(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
     fit, the change that makes it fit (rule 1); otherwise each rule's change where it pays, then the precision
     advice."""
     if not plan.fits:
-        return _fit_recs(plan, evaluate) + _checkpoint_recs(plan, evaluate)
+        # the fitting configuration's own advice (its "Then:" chain) already says what of the checkpoint rule holds
+        # for the configuration that would run; the requested one's is added only where that says nothing alike
+        fit = _fit_recs(plan, evaluate)
+        said = {rec.title.removeprefix("Then: ") for rec in fit}
+        return fit + [rec for rec in _checkpoint_recs(plan, evaluate) if rec.title not in said]
     inp = plan.input
     batched = best_batch(inp, evaluate, start=inp.batch_size, keep_tokens=inp.gradient_accumulation_steps > 1)
     recs = [

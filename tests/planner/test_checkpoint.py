@@ -114,6 +114,17 @@ def test_a_save_at_a_stop_past_sagemakers_120_s_is_flagged() -> None:
     assert not [r for r in calm.recommendations if r.kind == "checkpoint"]
 
 
+def test_a_plan_that_does_not_fit_gives_the_stop_warning_once_for_the_configuration_that_fits() -> None:
+    """Llama 3 70B on 4 x p5 without activation checkpointing does not fit: the fitting configuration's save at a
+    stop is flagged (its figures), the requested one's (a configuration that would not run) is not added again."""
+    plan = estimate(llama8b_on_two_p5(model="llama3-70b", instance_count=4))
+    assert not plan.fits and plan.recommendations[0].title.startswith("Make it fit")
+    stop = [r for r in plan.recommendations if r.kind == "checkpoint" and "120 s" in r.title]
+    fitting = plan.recommendations[0].after
+    assert fitting is not None and fitting.throughput.checkpoint is not None
+    assert len(stop) == 1 and f"{fitting.throughput.checkpoint.stop_s:,.0f} s in all" in stop[0].reason
+
+
 def test_staging_beyond_host_memory_recommends_synchronous_saves() -> None:
     # Llama 3 70B on 2 x ml.p5.4xlarge: 423 GB of state per host against 256 GiB of host memory
     plan = estimate(llama8b_on_two_p5(model="llama3-70b", instance_type="ml.p5.4xlarge"))
