@@ -374,11 +374,12 @@ def _one_step(trainer: Any) -> tuple[float, float, float]:
     """One optimizer step of the trainer; ``(seconds, loss, grad_norm)`` (synchronised)."""
     _sync(trainer.device)
     start = time.perf_counter()
-    loss, grad_norm, _ = trainer.train_step()
+    loss, grad_norm, _lr, skipped, _counts = trainer.train_step()  # the loss and norm are read: synchronised
     trainer.step += 1
-    loss_value, norm_value = float(loss), float(grad_norm)  # synchronises too
     _sync(trainer.device)
-    return time.perf_counter() - start, loss_value, norm_value
+    if skipped:  # a step without its optimizer update would time less than a step
+        raise RuntimeError(f"step {trainer.step} skipped its update: loss={loss:.4g} grad_norm={grad_norm:.4g}")
+    return time.perf_counter() - start, loss, grad_norm
 
 
 def _parameter_digest(model: Any) -> str:

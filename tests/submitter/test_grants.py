@@ -26,8 +26,13 @@ from platform_spec.runs import RUN_CHECKPOINT_PREFIX
 
 pytestmark = pytest.mark.xdist_group("submitter")
 
-IAM_NAMES = {"s3:ListObjectsV2": "s3:ListBucket", "s3:DeleteObjects": "s3:DeleteObject"}
-"""API operations whose IAM action is named otherwise (Service Authorization Reference, Amazon S3)."""
+IAM_NAMES = {
+    "s3:ListObjectsV2": "s3:ListBucket",
+    "s3:DeleteObjects": "s3:DeleteObject",
+    "monitoring:GetMetricData": "cloudwatch:GetMetricData",
+}
+"""API operations whose IAM action is named otherwise (Service Authorization Reference, Amazon S3; Amazon
+CloudWatch's actions have the prefix ``cloudwatch``, its API the signing name ``monitoring``)."""
 ALSO_AUTHORIZED = {"sagemaker:CreateTrainingJob": ("sagemaker:AddTags", "iam:PassRole")}
 """What AWS authorizes beside the operation: a CreateTrainingJob with ``Tags`` needs ``sagemaker:AddTags``, and
 its ``RoleArn`` ``iam:PassRole`` (SageMaker Developer Guide, "SageMaker AI API Permissions Reference")."""
@@ -237,12 +242,12 @@ def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actio
     aws, continuation_env, config, kit, runtime
 ):
     """A run's segment 2 refused (quota: the run waits, its marker written), then started by the retry (its marker
-    deleted), each decision published; segment 2's end decided by the tick's reconciliation (its event lost) and the
+    deleted), each decision published; segment 2 watched while it trains (its step metric read); its end decided by the tick's reconciliation (its event lost) and the
     ended run's active marker deleted. Review finding: the continuation could delete every run record, where it
     deletes only waiting markers."""
     clients = runtime.aws.Clients.create(environ=continuation_env)  # as the continuation's role
     events = continuation.events_client(continuation_env)
-    calls = recording(clients.sagemaker, clients.s3, clients.ssm, events)
+    calls = recording(clients.sagemaker, clients.s3, clients.ssm, clients.cloudwatch, events)
     run_id = kit.running_run()
     aws.set_job_status(spec.segment_job_name(run_id, 1), "Completed")
     event = kit.run_kit.event(spec.segment_job_name(run_id, 1))
@@ -254,6 +259,10 @@ def test_the_continuations_own_grants_are_exactly_what_it_calls_beyond_the_actio
     outcome, _ = continuation.retry_waiting(run_id, clients=clients, config=config, now=datetime.now(UTC))
     assert outcome is not None and outcome.decision == spec.CONTINUE, outcome
     continuation.publish(outcome, events)
+    # segment 2 trains: the tick's stall watch reads its train:step metric and leaves it alone
+    aws.set_job_status(spec.segment_job_name(run_id, 2), "InProgress", secondary_status="Training")
+    watched, age = continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC))
+    assert watched is None and age is not None, (watched, age)
     # segment 2's event is lost: the tick's reconciliation decides it, then removes the ended run's active marker
     aws.set_job_status(spec.segment_job_name(run_id, 2), "Failed", failure_reason="AlgorithmError: boom")
     ended, _ = continuation.reconcile(run_id, clients=clients, config=config, now=datetime.now(UTC))

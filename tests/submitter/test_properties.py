@@ -184,8 +184,9 @@ field_values = {
 
 def _refused_by_the_parser_alone(row, value) -> bool:
     """What only the parser can know: the deployment's instance types, the derived-name reservation,
-    and durations that round to under a second or that are shorter than the run (cross-field)."""
-    if row.name == "instance_type" or (
+    durations that round to under a second or that are shorter than the run (cross-field), and ``stall_minutes``,
+    which needs ``run`` (these events have none)."""
+    if row.name in ("instance_type", "stall_minutes") or (
         row.name == "job_name" and isinstance(value, str) and value.lower().startswith("job-")
     ):
         return True

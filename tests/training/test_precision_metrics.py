@@ -359,7 +359,10 @@ def test_metric_values_use_the_planner_flops_and_peak(tmp_path: Path) -> None:
     logger.start()
     time.sleep(0.05)
     logger.step_done()
+    logger.publish_once({"all_gather_busbw_gb_s": 310.5, "reduce_scatter_busbw_gb_s": 298.25})  # the pre-flight's
     values = logger.values(step=1, loss=2.5, lr=1e-4, grad_norm=0.5)
+    assert values["all_gather_busbw_gb_s"] == 310.5
+    assert "all_gather_busbw_gb_s" not in logger.values(step=2, loss=2.5, lr=1e-4, grad_norm=0.5)  # the first only
     assert values["tokens_per_sec_per_gpu"] == pytest.approx(values["tokens_per_sec"] / 8)
     assert values["tflops_per_gpu"] == pytest.approx(
         models.model_tflops_per_second(values["tokens_per_sec_per_gpu"], fpt)
