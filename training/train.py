@@ -827,6 +827,8 @@ class Trainer:
         """A checkpoint was marked complete (the manager's ``on_saved``): the status record, and a log line with
         the time training waited for it and the time its files took to write."""
         self.saved_step = record.step
+        if record.asynchronous:  # its save phase timed the staging only: the watchdog learns the write's time
+            self.watchdog.observe("save", record.write_seconds)
         self.write_status()
         reason = self.save_reasons.pop(record.step, "save")
         kind = "asynchronous" if record.asynchronous else "synchronous"

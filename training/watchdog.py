@@ -12,7 +12,10 @@ step, evaluation or checkpoint save). The limit on the time since the last progr
 * a step after the first: ``max(watchdog_minutes, watchdog_step_time_factor x the slowest of the last 100
   step times)``;
 * an evaluation or a checkpoint save: the same rule over the times of that phase in this job; one not timed
-  yet in this job (the first evaluation, the first save, the export), ``watchdog_first_step_minutes``.
+  yet in this job (the first evaluation, the first save, the export), ``watchdog_first_step_minutes``. An
+  asynchronous save's phase times only its staging; its background write time joins the save times when it
+  is marked complete (:meth:`ProgressClock.observe`), so a synchronous save after it (at the end, at a stop),
+  which writes as much while training waits, is held to its write time, not to the staging's.
 
 0 turns a limit off. When the limit passes (:func:`act_on_hang`), the rank writes every Python thread's
 stack (:func:`faulthandler.dump_traceback`, ``all_threads``) to ``<base>/output/data/watchdog/rank-<r>-stacks.txt``
@@ -165,6 +168,19 @@ class ProgressClock:
             self.step = step
             self.last_progress = now
             return seconds
+
+    def observe(self, name: str, seconds: float) -> None:
+        """A time of phase ``name`` (one of :data:`TIMED_PHASES`) measured outside it joins the phase's recent
+        times: an asynchronous checkpoint's background write (its ``save`` phase timed only the staging), which a
+        later synchronous save of a state of the same size takes too.
+
+        Raises:
+            ValueError: a phase that is not timed.
+        """
+        if name not in TIMED_PHASES:
+            raise ValueError(f"observe: got {name!r}, expected one of {', '.join(TIMED_PHASES)}")
+        with self._lock:
+            self.times[name].append(seconds)
 
     def limit(self) -> tuple[float, str] | None:
         """The limit on the time since the last progress in the current phase, in seconds, and its rule in

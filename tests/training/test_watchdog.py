@@ -278,3 +278,32 @@ def test_the_steady_state_timeout_really_shortens_a_gloo_collective(tmp_path: Pa
             p.wait()
     message = (tmp_path / "answer").read_text()
     assert "Timed out" in message and "1000ms" in message, (message, codes)
+
+
+def test_a_synchronous_save_after_asynchronous_ones_is_held_to_their_write_time(tmp_path: Path) -> None:
+    """An asynchronous save's phase times only its staging (the planner's Llama 3 70B on 1 x p6-b200: 3.3 s staged,
+    313.6 s written); the save at the end of training is synchronous and writes as long, so its limit must follow
+    the write, not max(watchdog_minutes 5, 5 x 3.3 s) = 300 s."""
+    from training.checkpoint.manager import SaveRecord
+    from training.train import Trainer
+    from training.watchdog import Watchdog
+
+    clock = Clock()
+    trainer = Trainer(parse({"precision": "fp32"}), SageMakerPaths(tmp_path))
+    trainer.watchdog = Watchdog(trainer.watchdog.limits, lambda stall: None, clock=clock)
+    trainer.save_reasons = {}
+    watch = trainer.watchdog
+    watch.phase("step", 0)
+    clock.now += 2.0
+    watch.progress(1)
+    watch.phase("save", 500)  # the interval save: staged, written in the background
+    clock.now += 3.3
+    watch.progress(500)
+    trainer.saved(SaveRecord(500, tmp_path / "step-500", True, blocking_seconds=3.3, write_seconds=313.6))
+    watch.phase("save", 1000)  # the end of training's synchronous save
+    limit, rule = watch.limit()
+    assert limit == pytest.approx(5 * 313.6) and "(313.6 s)" in rule
+    clock.now += 320.0
+    assert watch.overdue() is None
+    with pytest.raises(ValueError, match="observe: got 'export', expected one of step, evaluate, save"):
+        watch.observe("export", 1.0)
