@@ -54,7 +54,7 @@ nothing saved: the newest checkpoint holds the last finite state). fp16's loss s
 whose gradients overflow and halves its scale: that search is normal, so such a skip counts toward
 ``skipped_steps`` but not toward the consecutive count unless the scale is already at its minimum (or
 the loss itself is not finite); it neither counts nor resets the run of non-finite steps. A save
-refuses parameters that are not finite (:meth:`Trainer.save`), no interval checkpoint is written inside a
+refuses parameters or optimizer state that are not finite (:meth:`Trainer.save`), no interval checkpoint is written inside a
 run of non-finite steps (the newest checkpoint is the last state that trained), and a resume skips a
 checkpoint whose state is not finite (:mod:`training.finite`).
 
@@ -784,9 +784,13 @@ class Trainer:
         )
 
     def refuse_non_finite_state(self) -> None:
-        """Raise :class:`TrainingDiverged` (on every rank) when any rank's parameters are not finite: a checkpoint
-        is never written from a state that has seen a non-finite update."""
-        found = finite.non_finite(dict(self.model.named_parameters()))
+        """Raise :class:`TrainingDiverged` (on every rank) when any rank's parameters or optimizer state are not
+        finite: a checkpoint is never written from a state that has seen a non-finite update, nor one a resume
+        would skip (:meth:`CheckpointManager.load_latest` checks both; AdamW's ``exp_avg_sq`` overflows to inf on a
+        gradient element above ~1.8e19 while the parameters and the gradient norm stay finite)."""
+        found = finite.non_finite(
+            {"model": dict(self.model.named_parameters()), "optimizer": self.optimizer.state_dict()["state"]}
+        )
         problem = f"rank {self.rank}: {finite.describe(found)}" if found else None
         problems = [problem]
         if self.world_size > 1:
@@ -795,7 +799,7 @@ class Trainer:
         bad = [p for p in problems if p]
         if bad:
             raise TrainingDiverged(
-                f"{NON_FINITE_REASON}: the parameters after step {self.step} are not finite ({'; '.join(bad)}); "
+                f"{NON_FINITE_REASON}: the state after step {self.step} is not finite ({'; '.join(bad)}); "
                 f"checkpoint step-{self.step} was not written"
             )
 

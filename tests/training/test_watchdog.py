@@ -307,3 +307,27 @@ def test_a_synchronous_save_after_asynchronous_ones_is_held_to_their_write_time(
     assert watch.overdue() is None
     with pytest.raises(ValueError, match="observe: got 'export', expected one of step, evaluate, save"):
         watch.observe("export", 1.0)
+
+
+def test_a_save_refuses_a_non_finite_optimizer_state_that_resume_would_skip(tmp_path: Path) -> None:
+    """Finite parameters with an inf in AdamW's exp_avg_sq (a gradient element above ~1.8e19 squares to inf while
+    the gradient norm stays finite): resume skips such a checkpoint (test_resume_skips_...), and once the platform
+    keeps only the newest complete checkpoint under the synced prefix it would be the only one, so it is never
+    written."""
+    from training.train import Trainer, TrainingDiverged
+
+    trainer = Trainer(parse({"precision": "fp32"}), SageMakerPaths(tmp_path))
+    trainer.world_size, trainer.step = 1, 7
+    trainer.model = torch.nn.Linear(4, 3)
+    trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=0.1)
+    trainer.model(torch.ones(2, 4)).sum().backward()
+    trainer.optimizer.step()
+    trainer.refuse_non_finite_state()  # all finite: saved
+    trainer.optimizer.state[trainer.model.weight]["exp_avg_sq"][0, 0] = float("inf")
+    assert torch.isfinite(trainer.model.weight).all()
+    with pytest.raises(TrainingDiverged) as caught:
+        trainer.refuse_non_finite_state()
+    assert str(caught.value) == (
+        f"{NON_FINITE_REASON}: the state after step 7 is not finite (rank 0: NaN/inf in optimizer.0.exp_avg_sq "
+        "(1 value)); checkpoint step-7 was not written"
+    )
