@@ -50,7 +50,8 @@ dropped; the step's batch is consumed and the LR schedule advances with the step
 a checkpoint's scheduler is at its step). The job's count is the ``skipped_steps`` metric; a skipped
 step always prints its metric line. ``max_nonfinite_steps`` such steps in a row stop the run with a
 report headed by :data:`platform_spec.health.NON_FINITE_REASON` naming the steps and values (exit 1,
-nothing saved: the newest checkpoint holds the last finite state). fp16's loss scaler skips a step
+nothing saved but an asynchronous save still being written, which is finished first: the newest
+checkpoint holds the last finite state). fp16's loss scaler skips a step
 whose gradients overflow and halves its scale: that search is normal, so such a skip counts toward
 ``skipped_steps`` but not toward the consecutive count unless the scale is already at its minimum (or
 the loss itself is not finite); it neither counts nor resets the run of non-finite steps. A save
@@ -811,7 +812,11 @@ class Trainer:
         self.watchdog.phase("save", self.step)
         t0 = time.monotonic()
         self.save_reasons[self.step] = reason
-        self.refuse_non_finite_state()
+        try:
+            self.refuse_non_finite_state()
+        except TrainingDiverged:
+            self.finish_pending_save()
+            raise
         path = self.checkpoints.save(
             self.step, self.model, self.optimizer, self.trainer_state(), asynchronous=asynchronous
         )
@@ -820,6 +825,23 @@ class Trainer:
         self.metrics.exclude(seconds)
         if self.checkpoints.pending_step == self.step:
             self.log(f"checkpoint {path} ({reason}): staged in {seconds:.1f} s, being written in the background")
+
+    def finish_pending_save(self) -> None:
+        """Before the run stops as diverged, finish the asynchronous save being written, if any (collective: every
+        rank stops at the same step, the loss and gradient norm being global). Its state was finite when staged
+        (:meth:`refuse_non_finite_state`) and precedes the non-finite steps (no interval save is taken inside
+        them), so it becomes the newest checkpoint rather than a folder without its marker that the next resume
+        deletes. A failed write is logged: the divergence stays the run's reason."""
+        pending = self.checkpoints.pending_step
+        if pending is None:
+            return
+        self.phase = "save"
+        self.watchdog.phase("save", pending)
+        try:
+            self.checkpoints.wait()
+        except CheckpointError as exc:
+            self.log(str(exc))
+        self.watchdog.progress(self.step)
 
     def poll_checkpoint(self) -> None:
         """Finish the asynchronous save being written once every rank has written it (collective, every step)."""
@@ -915,6 +937,7 @@ class Trainer:
                 )
                 self.metrics.log(values)
             if len(self.non_finite_steps) >= hp.max_nonfinite_steps:
+                self.finish_pending_save()
                 raise TrainingDiverged(self.diverged_reason())
             if self.step == first_step + 1 and (timeout := set_collective_timeout(hp.collective_timeout_minutes)):
                 self.log(

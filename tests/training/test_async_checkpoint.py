@@ -1,6 +1,7 @@
 """Asynchronous checkpoints (CheckpointManager with DCP's async_save, single process, real DCP folders): the
 completion marker never precedes the data, a failed write fails naming the step, a killed write leaves a folder
-that resume ignores and removes, and a synchronous save first finishes the one being written.
+that resume ignores and removes, and a synchronous save first finishes the one being written; a run that stops
+as diverged (the trainer in this process) first finishes the finite save being written.
 
 The 2-process runs of ``test_training_runs`` (``checkpoint_interval=5``, ``async_checkpoint`` on by default) check
 the same end to end: interval saves written asynchronously and complete, the SIGTERM save synchronous, the
@@ -181,3 +182,67 @@ def test_a_run_killed_during_an_asynchronous_write_resumes_the_previous_checkpoi
     assert resumed is not None and resumed.step == 1  # the unfinished step-2 is never a candidate
     assert manager.remove_incomplete() == [2]
     assert sorted(step_dirs(tmp_path)) == [1]
+
+
+@pytest.mark.usefixtures("process_group")
+def test_a_diverging_run_finishes_the_finite_save_being_written_before_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer in this process (1 rank): learning_rate 10 with weight_decay 10 makes the gradient norm inf
+    from step 4 (test_watchdog's divergence); step 3's interval save is asynchronous and its write is held until
+    the manager is asked to wait for it. The run stops at step 5 as diverged, and step-3 (finite, staged before
+    the non-finite steps) is marked complete instead of being left for the next resume to delete."""
+    import signal as signals
+
+    from platform_spec.health import NON_FINITE_REASON
+    from platform_spec.hyperparameters import parse
+    from training.environment import SageMakerPaths
+    from training.train import Trainer, TrainingDiverged
+
+    release = threading.Event()
+    original_write, original_wait = FileSystemWriter.write_data, CheckpointManager.wait
+
+    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+        release.wait(timeout=120)
+        return original_write(self, plan, planner)
+
+    def wait(self):  # type: ignore[no-untyped-def]
+        if self.pending_step is not None:
+            release.set()  # the write ends only once the trainer waits for it
+        return original_wait(self)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    monkeypatch.setattr(CheckpointManager, "wait", wait)
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    previous = {sig: signals.getsignal(sig) for sig in (signals.SIGTERM, signals.SIGINT)}  # the trainer's replace them
+    hp = parse(
+        {
+            "model": "gpt-tiny",
+            "num_layers": 2,
+            "precision": "fp32",
+            "batch_size": 4,
+            "seq_length": 32,
+            "warmup_steps": 0,
+            "synthetic_data": True,
+            "max_steps": 12,
+            "learning_rate": 10.0,
+            "min_learning_rate": 0.0,
+            "weight_decay": 10.0,
+            "checkpoint_interval": 3,
+            "max_nonfinite_steps": 2,
+        }
+    )
+    trainer = Trainer(hp, SageMakerPaths(tmp_path))
+    try:
+        with pytest.raises(TrainingDiverged) as caught:
+            trainer.run()
+    finally:
+        release.set()
+        for sig, handler in previous.items():
+            signals.signal(sig, handler)
+    assert trainer.step == 5 and trainer.checkpoints.pending_step is None
+    assert complete_steps(tmp_path / "checkpoints") == [3]
+    report = str(caught.value)
+    assert report.startswith(f"{NON_FINITE_REASON}: steps 4-5 (2 in a row"), report
+    assert "the newest of this run: step-3" in report
