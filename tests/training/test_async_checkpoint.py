@@ -103,6 +103,25 @@ def test_the_marker_is_written_only_after_the_asynchronous_write_finished(
         assert torch.equal(got, want)
 
 
+def test_training_waits_until_the_write_ended_not_until_its_thread_woke(
+    tmp_path: Path, held_writes: threading.Event
+) -> None:
+    """The save's blocking time counts the wait for the write's end, not the waiting thread's wake-up after it (a
+    busy host's scheduling delay, injected here): otherwise blocking_seconds could exceed write_seconds."""
+    model, optimizer = _model()
+    manager = _manager(tmp_path)
+    manager.save(2, model, optimizer, {"data": {"step": 2}}, asynchronous=True)
+    pending = manager._pending
+    assert pending is not None
+    held_writes.set()
+    ended = pending.future.result(timeout=120)  # the write has ended; the trainer's wait starts after it
+    late = threading.Event()
+    pending.future.result = lambda timeout=None: (late.wait(0.05), ended)[1]  # type: ignore[method-assign]
+    record = manager.wait()
+    assert record is not None and record.blocking_seconds == pending.blocking_seconds  # nothing waited
+    assert record.blocking_seconds <= record.write_seconds
+
+
 def test_a_synchronous_save_first_finishes_the_asynchronous_one(tmp_path: Path, held_writes: threading.Event) -> None:
     model, optimizer = _model()
     saved: list[SaveRecord] = []

@@ -29,7 +29,6 @@ group, so all ranks skip, refuse or resume together.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -435,9 +434,12 @@ class CheckpointManager:
         if self._pending is None:
             return None
         start = time.monotonic()
-        with contextlib.suppress(Exception, CheckpointException):  # reported by _finish, agreed by every rank
-            self._pending.future.result()
-        return self._finish(self._pending, waited=time.monotonic() - start)
+        try:
+            ended = self._pending.future.result()  # when this rank's write ended (time.monotonic())
+        except (Exception, CheckpointException):  # reported by _finish, agreed by every rank
+            ended = time.monotonic()
+        # training waited until the write ended, not until this thread woke up (a busy host's scheduling delay)
+        return self._finish(self._pending, waited=max(0.0, ended - start))
 
     def _finish(self, pending: _PendingSave, *, waited: float) -> SaveRecord:
         """Agree that every rank wrote ``pending`` (or raise the failure), then mark it complete and prune."""
