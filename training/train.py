@@ -380,7 +380,9 @@ class Trainer:
         self.paths = paths
         self.environ = dict(os.environ if environ is None else environ)
         self.step = 0
-        self.rank = 0
+        self.rank = int(self.environ.get("RANK", "0"))
+        """Global rank: torchrun's ``RANK`` until :meth:`setup` reads the process group (a watchdog report during
+        setup names this rank's stacks file)."""
         self.local_rank = int(self.environ.get("LOCAL_RANK", "0"))
         self.device = torch.device("cpu")
         self.phase = "setup"

@@ -331,3 +331,17 @@ def test_a_save_refuses_a_non_finite_optimizer_state_that_resume_would_skip(tmp_
         f"{NON_FINITE_REASON}: the state after step 7 is not finite (rank 0: NaN/inf in optimizer.0.exp_avg_sq "
         "(1 value)); checkpoint step-7 was not written"
     )
+
+
+def test_a_hang_before_the_process_group_exists_names_the_workers_own_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watchdog runs from the start (rendezvous, weight load): a hang there is reported by every worker
+    under its torchrun RANK, not all as rank 0 into one stacks file, each also printing the [run] line."""
+    from training import train
+
+    reported: list[int] = []
+    monkeypatch.setattr(train, "act_on_hang", lambda stall, *, rank, **_: reported.append(rank))
+    trainer = train.Trainer(parse({"precision": "fp32"}), SageMakerPaths(tmp_path), {"RANK": "3", "LOCAL_RANK": "1"})
+    trainer._on_hang(Stall("setup", 0, 1801.0, 1800.0, "watchdog_first_step_minutes=30, before the first step"))
+    assert reported == [3]
