@@ -396,11 +396,19 @@ class Trainer:
         """Optimizer steps of this job whose update was skipped (the ``skipped_steps`` metric)."""
         self.non_finite_steps: list[tuple[int, float, float]] = []
         """``(step, loss, grad_norm)`` of the current run of consecutive non-finite steps."""
+        self.hang_reported = False
+        """The watchdog fired (:meth:`_on_hang`): the process exits 1 once its dumps are written."""
 
     def _on_hang(self, stall: Any) -> None:
-        """The watchdog fired (its thread): dump, report, exit 1 (:func:`training.watchdog.act_on_hang`)."""
+        """The watchdog fired (its thread): dump, report, exit 1 (:func:`training.watchdog.act_on_hang`). From
+        then on the main thread, should it move during the dumps (a slow phase rather than a stuck one), leaves
+        the status record alone: the hang's report stays the record's reason until the exit."""
+        self.hang_reported = True
         act_on_hang(
-            stall, paths=self.paths, rank=self.rank, write_status=lambda reason: self.write_status("failed", reason)
+            stall,
+            paths=self.paths,
+            rank=self.rank,
+            write_status=lambda reason: self.write_status("failed", reason, watchdog=True),
         )
 
     def log(self, message: str, *, every_rank: bool = False) -> None:
@@ -424,8 +432,11 @@ class Trainer:
             return "while resuming (before the first step)"
         return "during setup (before the first step)"
 
-    def write_status(self, state: str | None = None, reason: str | None = None) -> None:
-        """Write the status record (:mod:`training.supervision`) on each node's local rank 0."""
+    def write_status(self, state: str | None = None, reason: str | None = None, *, watchdog: bool = False) -> None:
+        """Write the status record (:mod:`training.supervision`) on each node's local rank 0 (``watchdog``: the
+        watchdog's hang report; nothing else is written once it fired)."""
+        if self.hang_reported and not watchdog:
+            return
         if state is not None:
             self.state = state
         status = TrainerStatus(

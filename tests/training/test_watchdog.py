@@ -345,3 +345,26 @@ def test_a_hang_before_the_process_group_exists_names_the_workers_own_rank(
     trainer = train.Trainer(parse({"precision": "fp32"}), SageMakerPaths(tmp_path), {"RANK": "3", "LOCAL_RANK": "1"})
     trainer._on_hang(Stall("setup", 0, 1801.0, 1800.0, "watchdog_first_step_minutes=30, before the first step"))
     assert reported == [3]
+
+
+def test_once_the_watchdog_fired_the_main_thread_leaves_the_status_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow phase rather than a stuck one: the main thread moves on while the watchdog's thread dumps the flight
+    recorders (up to a minute) before os._exit; a checkpoint it marks complete meanwhile (Trainer.saved) must not
+    replace the hang's report in the status record with a reasonless one."""
+    from training import train
+    from training.checkpoint.manager import SaveRecord
+
+    def act_on_hang(stall: Stall, *, write_status, **_: object) -> None:  # type: ignore[no-untyped-def]
+        write_status(stall.report("output/data/watchdog/"))  # the dumps and os._exit would follow
+
+    monkeypatch.setattr(train, "act_on_hang", act_on_hang)
+    trainer = train.Trainer(parse({"precision": "fp32"}), SageMakerPaths(tmp_path), {})
+    trainer.save_reasons = {}
+    stall = Stall("save", 500, 301.0, 300.0, "watchdog_minutes=5")
+    trainer._on_hang(stall)
+    trainer.saved(SaveRecord(500, tmp_path / "step-500", True, blocking_seconds=3.0, write_seconds=310.0))
+    trainer.write_status("stopped", "SIGTERM/SIGINT received")
+    status = read_status(SageMakerPaths(tmp_path))
+    assert status is not None and (status.state, status.reason) == ("failed", stall.report("output/data/watchdog/"))
