@@ -619,11 +619,15 @@ class Trainer:
             "data": {"step": self.step, "samples_consumed": self.sampler.samples_consumed(self.step)},
             "scheduler": self.scheduler.state_dict(),
             "loss_scaler": self.scaler.state_dict() if self.scaler else None,
+            # a stop's save inside a run of non-finite steps (its state is the last finite one): the run goes on
+            # counting after the resume; values as text ("inf", "nan": JSON has no such numbers)
+            "non_finite_steps": [[step, str(loss), str(norm)] for step, loss, norm in self.non_finite_steps],
             "run": self.run_record(),
         }
 
     def restore_trainer_state(self, state: dict[str, Any]) -> None:
-        """Restore the LR scheduler, the loss scaler and the data position of a verified ``trainer_state.json``.
+        """Restore the LR scheduler, the loss scaler, the data position and the run of non-finite steps (a stop's
+        save taken inside one) of a verified ``trainer_state.json``.
 
         Called by :meth:`CheckpointManager.load_latest` as part of loading a
         candidate, so a state that does not fit this trainer makes the checkpoint
@@ -657,6 +661,9 @@ class Trainer:
         if samples is None:  # older checkpoints: the layout never changes the global batch within a run
             samples = step * self.sampler.samples_per_step
         self.sampler.start_at(step, samples)
+        self.non_finite_steps = [
+            (int(s), float(loss), float(norm)) for s, loss, norm in state.get("non_finite_steps", [])
+        ]
 
     def resume(self) -> None:
         """Resume the newest loadable checkpoint of this run (see :mod:`training.checkpoint`), or start at step 0.

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -368,3 +369,48 @@ def test_once_the_watchdog_fired_the_main_thread_leaves_the_status_alone(
     trainer.write_status("stopped", "SIGTERM/SIGINT received")
     status = read_status(SageMakerPaths(tmp_path))
     assert status is not None and (status.state, status.reason) == ("failed", stall.report("output/data/watchdog/"))
+
+
+def test_a_stop_inside_a_run_of_non_finite_steps_carries_the_run_to_the_resume(tmp_path: Path) -> None:
+    """SIGTERM (or a capacity block's end) at step 6 of a run of non-finite steps 4-6: the stop's save holds the
+    last finite state, and the resumed segment goes on counting from 3 instead of 0, so a stop cannot reset the
+    max_nonfinite_steps count (nor an interval save be taken inside the run after the resume)."""
+    from training.checkpoint.verify import trainer_state_problems
+    from training.data import SyntheticSampler
+    from training.train import Trainer, learning_rate
+
+    hp = parse({"precision": "fp32", "max_steps": 20, "warmup_steps": 2})
+
+    def trainer() -> Trainer:
+        made = Trainer(hp, SageMakerPaths(tmp_path), {})
+        made.optimizer = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+        made.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            made.optimizer, lambda e: learning_rate(e + 1, hp) / hp.learning_rate
+        )
+        made.scaler = None
+        made.sampler = SyntheticSampler(
+            vocab_size=16, seq_length=4, batch_size=2, grad_accum=1, rank=0, world_size=1, seed=1
+        )
+        made.run_record = dict  # type: ignore[method-assign]
+        return made
+
+    stopped = trainer()
+    for _ in range(6):
+        stopped.optimizer.step()
+        stopped.scheduler.step()
+    stopped.step = 6
+    stopped.non_finite_steps = [(4, 3.5, float("inf")), (5, float("nan"), float("nan")), (6, 2.0, float("inf"))]
+    state = json.loads(json.dumps(stopped.trainer_state(), allow_nan=False))  # strict JSON: no NaN or Infinity
+    assert trainer_state_problems(state, 6) == []
+    resumed = trainer()
+    resumed.restore_trainer_state(state)
+    assert [(s, str(loss), str(norm)) for s, loss, norm in resumed.non_finite_steps] == [
+        (4, "3.5", "inf"),
+        (5, "nan", "nan"),
+        (6, "2.0", "inf"),
+    ]
+    bad = {**state, "non_finite_steps": [[7, "inf", "inf"]]}
+    assert trainer_state_problems(bad, 6) == [
+        "trainer_state.json field 'non_finite_steps': got [[7, 'inf', 'inf']], expected a list of [step 1..6, "
+        '"loss", "grad_norm"] (values as text, e.g. "inf")'
+    ]

@@ -155,6 +155,8 @@ def trainer_state_problems(state: Any, step: int | None = None) -> list[str]:
         scheduler     the LR scheduler's state_dict: an object; last_epoch int >= 0,
                       base_lrs and _last_lr lists of finite numbers
         loss_scaler   null or {"scale": finite number > 0, "good_steps": int >= 0}
+        non_finite_steps   [[step, "loss", "grad_norm"], ...]: the run of non-finite steps a stop's save was
+                      taken in (steps 1..step, the values as text: "inf", "nan")
         run           the run record (:func:`training.checkpoint.compare.run_record`): an object
                       with the fields of ``_RECORD_FIELDS``; data.samples_consumed must be
                       step x samples_per_step (a change of the global batch is always refused)
@@ -184,7 +186,29 @@ def trainer_state_problems(state: Any, step: int | None = None) -> list[str]:
     if state.get("loss_scaler") is not None:
         what = "null or an object (the fp16 loss scaler's state)"
         problems += _section_problems(state, "loss_scaler", what, _LOSS_SCALER, required=True)
+    if "non_finite_steps" in state and not _is_non_finite_run(state["non_finite_steps"], saved_step):
+        expected = f'a list of [step 1..{saved_step}, "loss", "grad_norm"] (values as text, e.g. "inf")'
+        problems.append(_bad("non_finite_steps", state["non_finite_steps"], expected))
     return problems + _run_problems(state, saved_step)
+
+
+def _is_non_finite_run(value: Any, saved_step: int) -> bool:
+    def number(text: Any) -> bool:
+        try:
+            float(text)
+        except (TypeError, ValueError):
+            return False
+        return isinstance(text, str)
+
+    return isinstance(value, list) and all(
+        isinstance(entry, list)
+        and len(entry) == 3
+        and _is_int(entry[0])
+        and 1 <= entry[0] <= saved_step
+        and number(entry[1])
+        and number(entry[2])
+        for entry in value
+    )
 
 
 Check = tuple[str, Callable[[Any], bool], str]
