@@ -97,8 +97,12 @@ def test_the_marker_is_written_only_after_the_asynchronous_write_finished(
     with torch.no_grad():
         for p in fresh.parameters():
             p.zero_()
-    resumed = _manager(tmp_path).load_latest(fresh, fresh_optimizer)
+    restarted = _manager(tmp_path)
+    assert restarted.last_save_seconds == 0.0
+    resumed = restarted.load_latest(fresh, fresh_optimizer)
     assert resumed is not None and resumed.step == 2
+    # a restart's stop margin (a capacity block's end before this job's first save) counts the write it resumed
+    assert restarted.last_save_seconds == record.write_seconds
     for got, want in zip(fresh.parameters(), weights, strict=True):
         assert torch.equal(got, want)
 

@@ -172,8 +172,9 @@ class CheckpointManager:
             trainer's status record and log line).
 
     Attributes:
-        last_save_seconds: the write time of the newest finished save (:attr:`SaveRecord.write_seconds`; 0.0
-            before one): the stop margin's estimate of a synchronous save.
+        last_save_seconds: the write time of the newest finished save (:attr:`SaveRecord.write_seconds`; after
+            a resume, before one, the resumed checkpoint's, from its marker; else 0.0): the stop margin's estimate
+            of a synchronous save.
     """
 
     def __init__(
@@ -551,6 +552,8 @@ class CheckpointManager:
                     for note in notes:
                         self._log(f"resuming {name} with changes: {note}")
                     restored_rng = self._log_fresh_ranks(path, check.trainer_state, restored)
+                    # the stop margin's estimate until this job saves: what the resumed checkpoint's write took
+                    self.last_save_seconds = verify.saved_write_seconds(path) or 0.0
                     return Resumed(step, path, check.trainer_state, restored_rng, skipped=skipped, notes=notes)
             skipped[step] = problem
             older = candidates[-position - 2][1] if position + 1 < len(candidates) else None

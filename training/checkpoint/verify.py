@@ -334,6 +334,17 @@ def saved_world_size(path: Path, state: Mapping[str, Any] | None) -> int | None:
     return world if _is_int(world) and world >= 1 else None
 
 
+def saved_write_seconds(path: Path) -> float | None:
+    """Seconds the save of ``path`` took to write every rank's files (its ``.complete`` marker's ``seconds``);
+    None when unknown."""
+    try:
+        marker = json.loads((path / COMPLETE_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    seconds = marker.get("seconds") if isinstance(marker, dict) else None
+    return float(seconds) if _is_number(seconds) and seconds >= 0 else None
+
+
 def verify_checkpoint(path: Path, step: int | None = None) -> Verification:
     """Check that ``path`` holds every byte a DCP load of it will read, and a usable trainer state.
 
