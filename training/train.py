@@ -51,13 +51,14 @@ a checkpoint's scheduler is at its step). The job's count is the ``skipped_steps
 step always prints its metric line. ``max_nonfinite_steps`` such steps in a row stop the run with a
 report headed by :data:`platform_spec.health.NON_FINITE_REASON` naming the steps and values (exit 1,
 nothing saved but an asynchronous save still being written, which is finished first: the newest
-checkpoint holds the last finite state). fp16's loss scaler skips a step
-whose gradients overflow and halves its scale: that search is normal, so such a skip counts toward
-``skipped_steps`` but not toward the consecutive count unless the scale is already at its minimum (or
-the loss itself is not finite); it neither counts nor resets the run of non-finite steps. A save
-refuses parameters or optimizer state that are not finite (:meth:`Trainer.save`), no interval checkpoint is written inside a
-run of non-finite steps (the newest checkpoint is the last state that trained), and a resume skips a
-checkpoint whose state is not finite (:mod:`training.finite`).
+checkpoint holds the last finite state). fp16's loss scaler skips a step whose gradients overflow and
+halves its scale: that search is normal, so such a skip counts toward ``skipped_steps`` but not toward
+the consecutive count unless the scale is already at its minimum (or the loss itself is not finite); it
+neither counts nor resets the run of non-finite steps. A save refuses parameters or optimizer state that
+are not finite (:meth:`Trainer.save`), no interval checkpoint is written inside a run of non-finite steps
+(the newest checkpoint is the last state that trained), a stop's save inside one carries the run to the
+resume (``trainer_state.json``'s ``non_finite_steps``), and a resume skips a checkpoint whose state is not
+finite (:mod:`training.finite`).
 
 On failure: a one-line reason in ``<base>/output/failure`` (first writer
 wins; it says where: ``at step 7``, ``while saving step-6``, ``after step 9
