@@ -41,8 +41,8 @@ checkpoint save completes within its limit (``watchdog_first_step_minutes`` befo
 then ``max(watchdog_minutes, watchdog_step_time_factor x the slowest recent step)``): every waiting
 rank dumps its stacks and flight recorder to ``output/data/watchdog/``, writes the report headed by
 :data:`platform_spec.health.HANG_REASON` and exits 1. Once the first step of the job has completed,
-the default process group's collective timeout drops from setup's 30 minutes to
-``collective_timeout_minutes`` (:func:`set_collective_timeout`).
+the collective timeout of the default process group and of FSDP's mesh groups (:func:`collective_groups`)
+drops from setup's 30 minutes to ``collective_timeout_minutes`` (:func:`set_collective_timeout`).
 
 Non-finite values: the loss (averaged over every rank, so all agree) and the global gradient norm are
 checked every step; a step where either is NaN or inf skips the optimizer update (the gradients are
@@ -317,9 +317,24 @@ SETUP_COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
 step): long, because one rank may read or load for minutes while the others wait."""
 
 
-def set_collective_timeout(minutes: float, group: Any = None) -> datetime.timedelta | None:
-    """Set the collective timeout of ``group`` (default: the default group) to ``minutes``; returns it (None when
-    ``minutes`` is 0: the timeout is left as it is).
+def collective_groups(mesh: Any) -> dict[str, Any]:
+    """``{name: process group}`` of the training loop's collectives: ``"the default group"`` (None) and each of
+    FSDP's mesh dimensions (``dp_shard``, ``dp_replicate``) with a group of its own. DeviceMesh (torch 2.13,
+    ``device_mesh.py`` ``_init_one_process_group``) reuses the default group for a dimension spanning every rank
+    (full sharding) and creates the others (HSDP's) with ``new_group``/``split_group`` at the backend's default
+    timeout (NCCL 10 minutes, gloo 30), not the default group's: the timeouts must be set on them too."""
+    default = dist.distributed_c10d._get_default_group()
+    groups: dict[str, Any] = {"the default group": None}
+    for name in mesh.mesh_dim_names or ():
+        group = mesh.get_group(name)
+        if group is not default and all(group is not known for known in groups.values()):
+            groups[name] = group
+    return groups
+
+
+def set_collective_timeout(minutes: float, groups: Sequence[Any] = (None,)) -> datetime.timedelta | None:
+    """Set the collective timeout of each of ``groups`` (None: the default group) to ``minutes``; returns it (None
+    when ``minutes`` is 0: the timeouts are left as they are).
 
     torch 2.13 offers ``torch.distributed.distributed_c10d._set_pg_timeout(timeout, group)``, which sets the
     default timeout of the group's gloo and NCCL backends for the collectives issued after it (what
@@ -329,7 +344,8 @@ def set_collective_timeout(minutes: float, group: Any = None) -> datetime.timede
     if minutes <= 0:
         return None
     timeout = datetime.timedelta(minutes=minutes)
-    dist.distributed_c10d._set_pg_timeout(timeout, group)
+    for group in groups:
+        dist.distributed_c10d._set_pg_timeout(timeout, group)
     return timeout
 
 
@@ -537,6 +553,8 @@ class Trainer:
         # initialised shard by shard (the same initial weights whatever the number of ranks).
         model = build_model(self.config, backend=self.backend, device="meta")
         mesh = build_mesh(device.type, self.world_size, self.local_world_size, hp.sharding_strategy)
+        self.collective_groups = collective_groups(mesh)  # HSDP's groups get setup's timeout too, then the switch
+        set_collective_timeout(SETUP_COLLECTIVE_TIMEOUT.total_seconds() / 60, list(self.collective_groups.values()))
         self.model: CausalLM = parallelize(
             model,
             mesh=mesh,
@@ -960,9 +978,12 @@ class Trainer:
             if len(self.non_finite_steps) >= hp.max_nonfinite_steps:
                 self.finish_pending_save()
                 raise TrainingDiverged(self.diverged_reason())
-            if self.step == first_step + 1 and (timeout := set_collective_timeout(hp.collective_timeout_minutes)):
+            groups = self.collective_groups
+            if self.step == first_step + 1 and (
+                timeout := set_collective_timeout(hp.collective_timeout_minutes, list(groups.values()))
+            ):
                 self.log(
-                    f"collective timeout {timeout.total_seconds() / 60:g} min from now on "
+                    f"collective timeout {timeout.total_seconds() / 60:g} min from now on on {' and '.join(groups)} "
                     f"(setup: {SETUP_COLLECTIVE_TIMEOUT.total_seconds() / 60:g} min)"
                 )
             step_seconds = time.monotonic() - t0

@@ -178,6 +178,11 @@ def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(reference_run, s
     ref_base, _ = reference_run
     reference = _by_step(read_metrics(ref_base))
     assert "--nnodes=2" in short_runs["node0"][1].output and "--node-rank=1" in short_runs["node1"][1].output
+    # the steady-state timeout reaches HSDP's shard group, which DeviceMesh made with a group of its own (its
+    # replicate dimension spans every rank: the default group); full sharding runs on the default group alone
+    switch = "collective timeout 10 min from now on on the default group"
+    assert f"{switch} and dp_shard (setup: 30 min)" in short_runs["node0"][1].output
+    assert f"{switch} (setup: 30 min)" in short_runs["2 processes"][1].output
 
     for name, steps in (("1 process", [1, 2, 3]), ("node0", [1, 2])):
         got = _by_step([r for r in read_metrics(short_runs[name][0]) if "loss" in r])  # training, not validation
