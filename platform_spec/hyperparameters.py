@@ -188,6 +188,10 @@ def _declare(default: Any, about: str, **rules: Any) -> Any:
     return dataclasses.field(default=default, metadata={"setting": Setting(about, **rules)})
 
 
+MIN_COLLECTIVE_TIMEOUT_MINUTES = 1.0
+"""The shortest steady-state collective timeout (``collective_timeout_minutes``) other than 0 (off)."""
+
+
 @dataclass(frozen=True)
 class Hyperparameters:
     """Everything the trainer accepts, with defaults: one field per hyperparameter, its :class:`Setting` as
@@ -376,7 +380,7 @@ class Hyperparameters:
     collective_timeout_minutes: float = _declare(
         10.0,
         "timeout of the default process group's collectives once the first step has completed (setup keeps 30 "
-        "minutes; 0: keep 30 minutes)",
+        "minutes; 0: keep 30 minutes; else at least 1)",
         minimum=0.0,
         maximum=1440.0,
     )
@@ -608,6 +612,13 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> mo
     if hp.warmup_steps > hp.max_steps:
         raise HyperparameterError(
             "warmup_steps", hp.warmup_steps, f"<= max_steps ({hp.max_steps})" + defaulted("warmup_steps", "max_steps")
+        )
+    if 0 < hp.collective_timeout_minutes < MIN_COLLECTIVE_TIMEOUT_MINUTES:
+        raise HyperparameterError(
+            "collective_timeout_minutes",
+            hp.collective_timeout_minutes,
+            f"0 (keep setup's 30 minutes) or at least {MIN_COLLECTIVE_TIMEOUT_MINUTES:g} minute: a shorter timeout "
+            "aborts healthy collectives that wait on a slower rank (a checkpoint write, the evaluation)",
         )
     if hp.quantized_model_init and hp.precision not in QUANTIZED_PRECISIONS:
         raise HyperparameterError(

@@ -245,6 +245,11 @@ def test_cross_field_errors_name_the_defaults_involved() -> None:
     with pytest.raises(HyperparameterError) as info:  # both given: nothing to point at
         parse({"warmup_steps": 20, "max_steps": 10})
     assert info.value.expected == "<= max_steps (10)"
+    with pytest.raises(HyperparameterError) as info:  # a timeout under a minute would abort healthy collectives
+        parse({"collective_timeout_minutes": 1e-9})
+    assert info.value.field == "collective_timeout_minutes" and info.value.expected.startswith("0 (keep setup's")
+    assert parse({"collective_timeout_minutes": 0}).collective_timeout_minutes == 0
+    assert parse({"collective_timeout_minutes": 1}).collective_timeout_minutes == 1
 
 
 def test_failure_reason_is_one_line_and_first_writer_wins(tmp_path: Path) -> None:
