@@ -564,6 +564,24 @@ def kill_tree(pid: int) -> None:
             os.kill(victim, signal.SIGKILL)
 
 
+def worker_pid(root: int, rank: int) -> int | None:
+    """The pid of the training worker of global ``rank`` below the process ``root`` (the entry point, or torchrun):
+    the ``training.train`` process whose environment holds ``RANK=<rank>``, as torchrun sets it for each worker
+    ("torchrun (Elastic Launch)", https://docs.pytorch.org/docs/stable/elastic/run.html, environment variables).
+    ``None`` when there is none (not started yet, or ended; Linux ``/proc`` only)."""
+    from training.entrypoint import child_pids
+
+    pending = list(child_pids(root))
+    while pending:
+        pid = pending.pop()
+        pending.extend(child_pids(pid))
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in environ and b"training.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
 def run_local(
     base_dir: str | os.PathLike[str],
     hyperparameters: Mapping[str, Any] | None,

@@ -49,14 +49,18 @@ POST     ``/_local-aws/training-jobs/NAME/status``    ``{"status", "secondary_st
 POST     ``/_local-aws/training-jobs/complete-active``  mark every running job ``Completed`` (frees plans)
 POST     ``/_local-aws/training-jobs/NAME/freeze``    SIGSTOP an executed job's trainer process tree: the job
                                                       hangs, ``InProgress``, until a stop (which thaws it after
-                                                      the SIGTERM: :mod:`devtools.local_aws.jobs`)
+                                                      the SIGTERM: :mod:`devtools.local_aws.jobs`); with
+                                                      ``?rank=R`` only the worker of rank R (a stuck rank: the
+                                                      others' watchdog fails the job)
 POST     ``/_local-aws/objects/remove``               ``{"bucket", "key"}``: delete an S3 object outside the
                                                       authorization, as an operator who lifted a bucket
                                                       policy's Deny would (records no role may delete)
 GET/PUT  ``/_local-aws/training-plans``               the plans as described now / replace the seeded plans
                                                       (and the SSM parameter)
-GET/PUT  ``/_local-aws/run-jobs``                     ``{"enabled": bool}``: whether jobs created from now on run
-                                                      (:mod:`devtools.local_aws.jobs`)
+GET/PUT  ``/_local-aws/run-jobs``                     ``{"enabled": bool, "processes"?: int}``: whether jobs
+                                                      created from now on run (:mod:`devtools.local_aws.jobs`),
+                                                      and the processes of each job started from now on
+                                                      (``TRAINER_NPROC_PER_NODE``, ``--job-processes``)
 GET/PUT  ``/_local-aws/infra-check-failures``         ``{"count": N}``: the next N jobs created with
                                                       ``InfraCheckConfig.EnableInfraCheck`` true fail their
                                                       infrastructure health check: ``Failed``

@@ -220,11 +220,16 @@ class EmulatorApp:
         return {"completed": [name for name, _ in holding]}
 
     def freeze_job(self, request: AdminRequest) -> Any:
-        """SIGSTOP an executed job's trainer process tree (:meth:`.jobs.JobRunner.freeze`): the job hangs."""
+        """SIGSTOP an executed job's trainer process tree, or with ``?rank=R`` that rank's worker only
+        (:meth:`.jobs.JobRunner.freeze`): the job hangs."""
         (name,) = request.names
         if self.runner is None:
             raise ValueError("training-jobs/NAME/freeze: the emulator executes no jobs (start it with run_jobs)")
-        return {"name": name, "frozen_pids": self.runner.freeze(name)}
+        ranks = request.query.get("rank", [])
+        if len(ranks) > 1 or (ranks and not (ranks[0].isascii() and ranks[0].isdigit())):
+            raise ValueError(f"training-jobs/NAME/freeze rank: got {ranks}; expected one non-negative integer")
+        rank = int(ranks[0]) if ranks else None
+        return {"name": name, "rank": rank, "frozen_pids": self.runner.freeze(name, rank)}
 
     def remove_object(self, request: AdminRequest) -> Any:
         """Delete ``{"bucket", "key"}`` outside AWS's authorization: what an operator does to a record no role may
@@ -278,12 +283,20 @@ class EmulatorApp:
         return {"deliveries": self.events.redeliver(request.names[0], targets)}
 
     def set_run_jobs(self, request: AdminRequest) -> Any:
-        if not isinstance(request.payload, dict) or not isinstance(request.payload.get("enabled"), bool):
-            raise ValueError('expected {"enabled": true|false}')
+        """``{"enabled": bool, "processes"?: int}``: whether the jobs created from now on run, and with how many
+        processes the jobs started from now on train (``TRAINER_NPROC_PER_NODE``; unchanged when absent)."""
+        payload = request.payload
+        if not isinstance(payload, dict) or not isinstance(payload.get("enabled"), bool):
+            raise ValueError('expected {"enabled": true|false, "processes"?: positive integer}')
+        processes = payload.get("processes", None)
+        if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+            raise ValueError(f"run-jobs processes: got {processes!r}; expected a positive integer")
         if self.runner is None:
             raise KeyError("job runner (the emulator has none)")
-        self.runner.enabled = request.payload["enabled"]
-        return {"enabled": self.runner.enabled}
+        self.runner.enabled = payload["enabled"]
+        if processes is not None:
+            self.runner.processes = processes
+        return {"enabled": self.runner.enabled, "processes": self.runner.processes}
 
     def set_infra_check_failures(self, request: AdminRequest) -> Any:
         """``{"count": N}``: the next N jobs created with ``EnableInfraCheck`` true fail their infrastructure health
@@ -410,7 +423,10 @@ ROUTES: dict[tuple[str, str], Callable[[EmulatorApp, AdminRequest], Any]] = {
         "events": app.events.snapshot(r.query.get("job", [None])[0]) if app.events else []
     },
     ("POST", "events/*/redeliver"): EmulatorApp.redeliver_event,
-    ("GET", "run-jobs"): lambda app, request: {"enabled": bool(app.runner and app.runner.enabled)},
+    ("GET", "run-jobs"): lambda app, request: {
+        "enabled": bool(app.runner and app.runner.enabled),
+        "processes": app.runner.processes if app.runner else None,
+    },
     ("PUT", "run-jobs"): EmulatorApp.set_run_jobs,
     ("GET", "training-plans"): EmulatorApp.list_training_plans,
     ("GET", "infra-check-failures"): lambda app, request: {"count": app.extension.infra_check_failures},

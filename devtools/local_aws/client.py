@@ -240,10 +240,17 @@ class LocalAws:
         (frees training-plan instances); returns their names."""
         return self.admin("POST", "training-jobs/complete-active", {})["completed"]
 
-    def freeze_job(self, name: str) -> list[int]:
+    def freeze_job(self, name: str, rank: int | None = None) -> list[int]:
         """Make the executed job ``name`` hang: SIGSTOP its trainer's process tree (a frozen node; a stop thaws it
-        after its SIGTERM). Returns the pids stopped (``POST /_local-aws/training-jobs/NAME/freeze``)."""
-        return self.admin("POST", f"training-jobs/{quote(name)}/freeze", {})["frozen_pids"]
+        after its SIGTERM), or with ``rank`` only the worker of that rank (a stuck rank, which the other ranks'
+        watchdog catches). Returns the pids stopped (``POST /_local-aws/training-jobs/NAME/freeze[?rank=R]``).
+
+        Raises:
+            RuntimeError: the emulator refused (HTTP 400 or 404: no such executed job, its trainer or that rank's
+                worker not running, a rank outside ``0`` to ``job_processes - 1``).
+        """
+        query = "" if rank is None else f"?rank={rank}"
+        return self.admin("POST", f"training-jobs/{quote(name)}/freeze{query}", {})["frozen_pids"]
 
     def fail_infra_checks(self, count: int = 1) -> int:
         """Make the infrastructure health check of the next ``count`` jobs created with
@@ -312,9 +319,17 @@ class LocalAws:
         """Every training job the emulator holds: ``{"name", "status", "secondary_status"}``."""
         return self.admin("GET", "training-jobs")["training_jobs"]
 
-    def set_run_jobs(self, enabled: bool) -> None:
-        """Execute the jobs created from now on (``True``) or leave them as created (``False``)."""
-        self.admin("PUT", "run-jobs", {"enabled": bool(enabled)})
+    def set_run_jobs(self, enabled: bool, processes: int | None = None) -> None:
+        """Execute the jobs created from now on (``True``) or leave them as created (``False``); ``processes``:
+        the CPU processes of each job started from now on (``TRAINER_NPROC_PER_NODE``; unchanged when ``None``).
+
+        Raises:
+            RuntimeError: the emulator refused (HTTP 400: ``processes`` not a positive integer).
+        """
+        body: dict[str, Any] = {"enabled": bool(enabled)}
+        if processes is not None:
+            body["processes"] = processes
+        self.admin("PUT", "run-jobs", body)
 
     def events(self, job: str | None = None) -> list[dict[str, Any]]:
         """The state-change events emitted (oldest first), each ``{"id", "job", "status",

@@ -74,11 +74,14 @@ and EFA, is not emulated).
 **Hangs** (:meth:`JobRunner.freeze`, ``POST /_local-aws/training-jobs/NAME/freeze``, :meth:`LocalAws.freeze_job
 <devtools.local_aws.client.LocalAws.freeze_job>`): the running job's entry point and workers are SIGSTOPped, a
 frozen node: no output, no step (so no ``train:step`` datapoint), the job stays ``InProgress`` / ``Training``
-until something stops it. A stop (``StopTrainingJob``, ``MaxRuntimeInSeconds``, the block's reclaim) sends SIGTERM
-and then SIGCONT to every frozen process, so the trainer's SIGTERM checkpoint runs, and SIGKILL follows
-:data:`STOP_GRACE_S` later as for any job. Not emulated: a SageMaker instance that is frozen whole ignores the
-SIGTERM too and is terminated after the grace; a hung NCCL collective (the trainer's watchdog's case) needs more
-than one process group on a CPU.
+until something stops it. With a rank (``?rank=R``, ``freeze_job(NAME, rank=R)``) only that training worker
+(``RANK=R``) and the processes below it are SIGSTOPped, a stuck rank: the others wait for it in their next
+collective until the trainer's watchdog reports the hang (``platform_spec.health.HANG_REASON``, stacks in
+``output/data/watchdog/``) and the job ends ``Failed``; the entry point kills the stopped worker. A stop
+(``StopTrainingJob``, ``MaxRuntimeInSeconds``, the block's reclaim) sends SIGTERM and then SIGCONT to every
+frozen process, so the trainer's SIGTERM checkpoint runs, and SIGKILL follows :data:`STOP_GRACE_S` later as for
+any job. Not emulated: a SageMaker instance that is frozen whole ignores the SIGTERM too and is terminated after
+the grace; a collective wedged with every rank running (NCCL's case: a stuck rank looks the same to the others).
 
 Not emulated: containers and images (every job runs this checkout's trainer, whatever its
 ``TrainingImage``), more than one node, GPUs, ``RetryStrategy``, spot interruptions and
@@ -767,16 +770,26 @@ class JobRunner:
             return
         self._signal_stop(execution, reason)
 
-    def freeze(self, name: str) -> list[int]:
+    def freeze(self, name: str, rank: int | None = None) -> list[int]:
         """Make the running job ``name`` hang for real: SIGSTOP its entry point and every process below it (a
-        frozen node: no output, no step, no exit; the job stays ``InProgress``). Returns the pids stopped.
+        frozen node: no output, no step, no exit; the job stays ``InProgress``), or with ``rank`` only the
+        training worker of that rank and the processes below it (a stuck rank: the other ranks wait for it in
+        their next collective, and their watchdog fails the job, :mod:`training.watchdog`). Returns the pids
+        stopped.
 
         Raises:
             KeyError: the emulator does not execute a job of that name.
-            ValueError: its trainer is not running (not started yet, or ended).
+            ValueError: ``rank`` is not one of the job's ranks (``0`` to :attr:`processes` - 1), or its trainer
+                (that rank's worker) is not running (not started yet, stopping, or ended).
         """
         from training.entrypoint import child_pids
+        from training.local import worker_pid
 
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.processes):
+            raise ValueError(
+                f"freeze rank: got {rank!r}; expected an integer from 0 to {self.processes - 1} (the job runs "
+                f"{self.processes} process(es), TRAINER_NPROC_PER_NODE)"
+            )
         with self.lock:
             execution = self.executions.get(name)
         if execution is None:
@@ -785,7 +798,10 @@ class JobRunner:
             proc = execution.proc
             if proc is None or proc.poll() is not None or execution.stop_sent is not None:
                 raise ValueError(f"training job {name!r}: its trainer is not running (not started, stopping or ended)")
-            pending, seen = [proc.pid], []
+            top = proc.pid if rank is None else worker_pid(proc.pid, rank)
+            if top is None:
+                raise ValueError(f"training job {name!r}: no worker of rank {rank} runs (not started yet, or ended)")
+            pending, seen = [top], []
             while pending:  # parents first, so that none starts a child after the walk saw it
                 current = pending.pop()
                 with contextlib.suppress(ProcessLookupError):
@@ -793,7 +809,8 @@ class JobRunner:
                     seen.append(current)
                     pending.extend(child_pids(current))
             execution.frozen.extend(seen)
-        self._note(execution, f"[local-aws] frozen (SIGSTOP to {len(seen)} process(es)): the job hangs")
+        what = "the job hangs" if rank is None else f"rank {rank} hangs"
+        self._note(execution, f"[local-aws] frozen (SIGSTOP to {len(seen)} process(es)): {what}")
         return seen
 
     def _signal_stop(self, execution: Execution, reason: str) -> None:

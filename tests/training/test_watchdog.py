@@ -31,9 +31,8 @@ from platform_spec.hyperparameters import parse
 from platform_spec.metric_lines import parse_line
 from training.checkpoint.manager import CheckpointError, CheckpointManager
 from training.checkpoint.verify import complete_steps
-from training.entrypoint import child_pids
 from training.environment import SageMakerPaths
-from training.local import follow, kill_tree, read_failure, run_local, start_local
+from training.local import follow, kill_tree, read_failure, run_local, start_local, worker_pid
 from training.supervision import read_status
 from training.watchdog import ProgressClock, Stall, WatchdogLimits, stacks_file
 
@@ -122,19 +121,6 @@ def test_zero_turns_each_limit_off() -> None:
     assert Stall("setup", 0, 5.0, 4.0, "r").what() == "no step completed in 5 s since the start (setting up)"
 
 
-def _worker_of_rank(entrypoint_pid: int, rank: int) -> int | None:
-    """The pid of the training worker of ``rank`` below the entry point (its environment says RANK)."""
-    pending = list(child_pids(entrypoint_pid))
-    while pending:
-        pid = pending.pop()
-        pending.extend(child_pids(pid))
-        with contextlib.suppress(OSError):
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if f"RANK={rank}".encode() in environ and b"training.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    return None
-
-
 @pytest.mark.slow
 def test_a_stuck_rank_is_caught_by_the_other_ranks_watchdog(tmp_path: Path) -> None:
     base = tmp_path / "hang"
@@ -145,7 +131,7 @@ def test_a_stuck_rank_is_caught_by_the_other_ranks_watchdog(tmp_path: Path) -> N
     def echo(line: str) -> None:
         values = parse_line(line)
         if values and values.get("step", 0) >= 3 and not stopped:
-            pid = _worker_of_rank(proc.pid, 1)
+            pid = worker_pid(proc.pid, 1)
             assert pid is not None
             os.kill(pid, signal.SIGSTOP)  # rank 1 is stuck: rank 0 waits in its next collective
             stopped.update(pid=pid, at=time.monotonic(), step=int(values["step"]))
