@@ -20,12 +20,16 @@ Steps (each prints a section; the first failure stops the demo non-zero):
    start and end; then cut the newest checkpoint's largest shard short (as an
    interrupted S3 upload leaves it) and restart: the trainer skips it with a
    log line and resumes from the one before.
-5. **Run**: one training continued by the platform across two capacity blocks: the
-   emulator executes each job it accepts through the trainer's entry point and sends
-   its state-change events to the continuation function; the first segment stops
-   itself at the end of its plan's block, the platform submits the second on the
-   other plan, which resumes from the checkpoint in S3 and finishes; ``trainctl runs``
-   shows both, and one loss curve spans them (``.demo/run/loss.png``).
+5. **Run**: one training continued by the platform across a block's end and a stuck
+   rank: the emulator executes each job it accepts through the trainer's entry point
+   (2 processes) and sends its state-change events to the continuation function; the
+   first segment stops itself at the end of its plan's block, the platform submits the
+   second on the other plan, which resumes from the checkpoint in S3; once the second
+   has written a checkpoint, its rank 1 is frozen (:class:`RankHang`), rank 0's watchdog
+   fails the job with the hang report, and the third segment resumes from that
+   checkpoint and finishes; the demo prints the seconds from the freeze to each of the
+   platform's actions, ``trainctl runs`` shows the segments, and one loss curve spans
+   them (``.demo/run/loss.png``).
 6. **Observe**: write the CloudWatch dashboard body as JSON with a PNG preview
    of its layout, and list the alarms.
 7. **Sweep**: a small local sweep on CPU and its report (Markdown + PNGs).
@@ -356,6 +360,16 @@ step 4 (then the run ends in one segment and the demo says so). A fixed ``max_st
 finished 200 steps inside the first block, where busy ones took 0.3-1 s a step."""
 RUN_TIMEOUT_S = 900
 """The longest the demo waits for the run to end."""
+HANG_RANK = 1
+"""The rank the demo freezes in the run's second segment (of :data:`DEMO_PROCESSES`): a stuck rank."""
+HANG_WATCHDOG_MINUTES = 0.1
+"""The run's ``watchdog_minutes``: 6 s without a completed step (or 5 x the slowest recent step, if longer) and
+the waiting rank reports the hang, so the demo's hang is caught in seconds (the default, 5 minutes, suits GPUs;
+tests/training/test_watchdog.py measured 17 s from a rank's SIGSTOP to the job's exit with this limit)."""
+HANG_CHECKPOINTS_PER_RUN = 8
+"""The run's ``checkpoint_interval`` is ``max_steps`` / this (at least 5 steps): segment 2 writes a checkpoint
+soon after it resumes, before the demo freezes one of its ranks, so that the hang's segment advanced the run
+(a segment that did not ends it ``no-progress``) and segment 3 resumes from it."""
 
 
 def run_max_steps(metrics: Sequence[Mapping[str, Any]]) -> int:
@@ -407,6 +421,91 @@ def _segment_losses(aws: LocalAws, job_name: str) -> list[tuple[int, float]]:
     return points
 
 
+class RankHang:
+    """A stuck rank in a run's segment, made and timed: :meth:`poll` freezes rank ``rank`` of the executed job
+    ``job`` (:meth:`LocalAws.freeze_job <devtools.local_aws.client.LocalAws.freeze_job>`, SIGSTOP to that worker)
+    once the job has written a complete checkpoint of its own; :meth:`timeline` reads what followed from the
+    job's files and from SageMaker's and the run's records.
+
+    Attributes:
+        frozen_at: wall-clock epoch seconds of the freeze (``None`` before it).
+        frozen_after_step: the job's newest logged step at the freeze.
+        checkpoint_step: the newest complete checkpoint the job had written at the freeze.
+    """
+
+    def __init__(self, aws: LocalAws, job: str, rank: int = HANG_RANK) -> None:
+        self.aws, self.job, self.rank = aws, job, rank
+        self.frozen_at: float | None = None
+        self.frozen_after_step: int | None = None
+        self.checkpoint_step: int | None = None
+
+    def _steps_logged(self) -> list[int]:
+        from platform_spec.metric_lines import parse_line
+
+        log = self.aws.job_dir(self.job).parent / "job.log"
+        with contextlib.suppress(OSError):
+            lines = log.read_text(errors="replace").splitlines()
+            return [int(v["step"]) for v in map(parse_line, lines) if v and "step" in v and "loss" in v]
+        return []
+
+    def poll(self) -> bool:
+        """Freeze the rank if the job now trains past a complete checkpoint it wrote (its first logged step or
+        later); whether it is frozen. A job that ended before that is never frozen."""
+        from training.checkpoint.verify import complete_steps
+        from training.environment import SageMakerPaths
+
+        if self.frozen_at is not None:
+            return True
+        steps = self._steps_logged()
+        if not steps:
+            return False
+        own = [c for c in complete_steps(SageMakerPaths(self.aws.job_dir(self.job)).checkpoint_dir) if c >= steps[0]]
+        if (
+            not own
+            or steps[-1] <= own[-1]
+            or self.aws.describe_training_job(self.job)["TrainingJobStatus"] != "InProgress"
+        ):
+            return False
+        self.aws.freeze_job(self.job, rank=self.rank)
+        self.frozen_at, self.frozen_after_step, self.checkpoint_step = time.time(), steps[-1], own[-1]
+        return True
+
+    def timeline(self, next_job: str) -> dict[str, float]:
+        """Seconds from the freeze to: the trainer's hang report (its ``output/failure`` file's time), the job's
+        ``Failed`` (its ``TrainingEndTime``), ``next_job``'s creation (its ``CreationTime``: the continuation's
+        decision and submission) and ``next_job``'s end (its ``TrainingEndTime``: the run finished)."""
+        from datetime import datetime
+
+        from training.environment import SageMakerPaths
+
+        assert self.frozen_at is not None, "poll() froze nothing"
+        hung, following = self.aws.describe_training_job(self.job), self.aws.describe_training_job(next_job)
+
+        def at(value: str) -> float:
+            return datetime.fromisoformat(value).timestamp() - self.frozen_at
+
+        report = SageMakerPaths(self.aws.job_dir(self.job)).failure_file.stat().st_mtime - self.frozen_at
+        return {
+            "the trainer's hang report": report,
+            f"{self.job} Failed": at(hung["TrainingEndTime"]),
+            f"{next_job} created": at(following["CreationTime"]),
+            f"{next_job} Completed (the run finished)": at(following["TrainingEndTime"]),
+        }
+
+    def watchdog_outputs(self) -> list[str]:
+        """The files under ``watchdog/`` in the job's ``output.tar.gz`` (``S3OutputPath/<job>/output/``)."""
+        import io
+        import tarfile
+
+        from devtools.local_aws.jobs import split_s3_uri
+
+        job = self.aws.describe_training_job(self.job)
+        bucket, prefix = split_s3_uri(job["OutputDataConfig"]["S3OutputPath"].rstrip("/") + "/")
+        body = self.aws.client("s3").get_object(Bucket=bucket, Key=f"{prefix}{self.job}/output/output.tar.gz")["Body"]
+        with tarfile.open(fileobj=io.BytesIO(body.read()), mode="r:gz") as tar:
+            return sorted(m.name for m in tar.getmembers() if m.isfile() and "watchdog/" in m.name)
+
+
 def step_run() -> None:
     from platform_spec.runs import segment_job_name
     from trainctl.runs import run_blocks
@@ -428,7 +527,13 @@ def step_run() -> None:
     except (OSError, ValueError) as exc:  # a damaged metrics.jsonl: the default size, said
         console.print(f"step 4's metrics could not be read ({exc}); the run keeps its default max_steps")
         measured = []
-    hyperparameters = {**RUN_HYPERPARAMETERS, "max_steps": run_max_steps(measured)}
+    max_steps = run_max_steps(measured)
+    hyperparameters = {
+        **RUN_HYPERPARAMETERS,
+        "max_steps": max_steps,
+        "checkpoint_interval": max(5, max_steps // HANG_CHECKPOINTS_PER_RUN),
+        "watchdog_minutes": HANG_WATCHDOG_MINUTES,
+    }
     plans = run_plans()
     with (
         LocalAws(plans=plans, run_jobs=True, event_targets=[RUN_CONTINUATION], job_processes=DEMO_PROCESSES) as aws,
@@ -457,7 +562,10 @@ def step_run() -> None:
             "max_runtime_hours": 1,
             "run": {"run_id": RUN_ID, "max_segments": 3, "min_segment_minutes": RUN_MIN_SEGMENT_MINUTES},
         }
-        console.print("[bold]A run request[/] (one training; the platform continues it across capacity blocks):")
+        console.print(
+            "[bold]A run request[/] (one training; the platform continues it across capacity blocks; "
+            f"watchdog_minutes {HANG_WATCHDOG_MINUTES:g}, so a hang is caught in seconds):"
+        )
         console.print_json(data=request)
         first = ask(request)
         (out / "submitted.json").write_text(json.dumps(first, indent=2))
@@ -467,16 +575,27 @@ def step_run() -> None:
             f"-> [green]submitted[/] {first['training_job_name']} on {first['capacity']['type']}: "
             f"{first['capacity']['reason']}"
         )
-        view = _wait_for_run(ask)
+        hang = RankHang(aws, segment_job_name(RUN_ID, 2))
+
+        def freeze_when_ready() -> None:
+            if hang.frozen_at is None and hang.poll():
+                console.print(
+                    f"  [bold]froze rank {hang.rank}[/] of {hang.job} (SIGSTOP to its worker: a stuck rank) after "
+                    f"step {hang.frozen_after_step}; its newest complete checkpoint is step {hang.checkpoint_step}"
+                )
+
+        view = _wait_for_run(ask, during=freeze_when_ready)
         (out / "run.json").write_text(json.dumps(view, indent=2))
         console.print("[bold]trainctl runs demo-run --local[/]:")
         print_blocks(run_blocks(view), console)
         names = [s["training_job_name"] for s in view["segments"]]
-        if view["state"] != "finished" or names[:2] != [segment_job_name(RUN_ID, 1), segment_job_name(RUN_ID, 2)]:
-            raise DemoError(f"expected a run finished in two segments; got {view['state']} with {names}")
+        expected = [segment_job_name(RUN_ID, n) for n in (1, 2, 3)]
+        if view["state"] != "finished" or names != expected:
+            raise DemoError(f"expected a run finished in segments {expected}; got {view['state']} with {names}")
         plans_used = [s["capacity"].get("training_plan_arn", "").rsplit("/", 1)[-1] for s in view["segments"]]
         if plans_used[0] == plans_used[1]:
             raise DemoError(f"both segments ran on {plans_used[0]}; the second should have moved to another plan")
+        _show_hang(aws, hang, view)
         curves = [_segment_losses(aws, name) for name in names]
     if not all(curves):
         raise DemoError("a segment published no loss")
@@ -484,7 +603,7 @@ def step_run() -> None:
     if not resumed_at > view["segments"][0]["last_step"] >= stopped_at - RUN_HYPERPARAMETERS["log_interval"]:
         raise DemoError(f"segment 2 did not continue segment 1's steps (logged up to {stopped_at}, then {resumed_at})")
     console.print(
-        "[bold]One loss curve across both segments[/] (each segment's \\[metrics] lines, from its CloudWatch log):"
+        "[bold]One loss curve across the segments[/] (each segment's \\[metrics] lines, from its CloudWatch log):"
     )
     for index, curve in enumerate(curves, start=1):
         shown = ", ".join(f"{step}: {loss:.3f}" for step, loss in curve[:: max(1, len(curve) // 6)])
@@ -494,14 +613,65 @@ def step_run() -> None:
         f"  loss {first_loss:.3f} at step {first_step} -> {last_loss:.3f} at step {last_step}; segment 2 resumed "
         f"at step {resumed_at} from the checkpoint segment 1 wrote at its block's end"
     )
+    console.print(
+        f"  segment 3 resumed at step {curves[2][0][0]}, from the checkpoint segment 2 wrote before its rank hung"
+    )
     _plot_run(curves, plans_used, out / "loss.png")
     console.print(f"wrote {(out / 'loss.png').relative_to(REPO_ROOT)}")
     if not last_loss < first_loss:
         raise DemoError("the loss did not fall across the run")
 
 
-def _wait_for_run(ask: Callable[[dict], dict]) -> dict:
-    """The run's view (``describe``) once it is decided, printing each segment's status as it changes.
+def _show_hang(aws: LocalAws, hang: RankHang, view: Mapping[str, Any]) -> None:
+    """Print what the platform did with segment 2's stuck rank and how long each step took after the freeze.
+
+    Raises:
+        DemoError: segment 2 was not frozen, did not fail with the trainer's hang report and its stacks, was not
+            decided ``continue``, or segment 3 did not resume from the checkpoint segment 2 wrote.
+    """
+    from platform_spec.health import HANG_REASON, MIN_STALL_MINUTES
+
+    if hang.frozen_at is None or hang.checkpoint_step is None:
+        raise DemoError(f"{hang.job} ended before it wrote a checkpoint of its own, so no rank was frozen")
+    hung, following = view["segments"][1], view["segments"][2]
+    reason = aws.describe_training_job(hang.job).get("FailureReason", "")
+    if hung["status"] != "Failed" or not reason.startswith(f"AlgorithmError: {HANG_REASON}"):
+        raise DemoError(f"{hang.job} did not fail with the trainer's hang report: {hung['status']}, {reason!r}")
+    stacks = hang.watchdog_outputs()
+    if not stacks:
+        raise DemoError(f"{hang.job}'s output.tar.gz holds no watchdog/ stacks")
+    if hung["decision"]["decision"] != "continue":
+        raise DemoError(f"{hang.job}'s hang was decided {hung['decision']}, not continue")
+    if following["first_step"] <= hang.checkpoint_step:
+        raise DemoError(
+            f"{following['training_job_name']} started at step {following['first_step']}, not after the "
+            f"checkpoint {hang.job} wrote (step {hang.checkpoint_step})"
+        )
+    console.print(f"[bold]The stuck rank[/] ({hang.job}, rank {hang.rank} frozen after step {hang.frozen_after_step}):")
+    console.print(f"  FailureReason: {reason}", markup=False, soft_wrap=True)
+    console.print(f"  its output.tar.gz: {', '.join(stacks)}", markup=False)
+    console.print(f"  decision: {hung['decision']['decision']} ({hung['decision']['reason']})", markup=False)
+    console.print(
+        f"  {following['training_job_name']} resumed from step {following['first_step'] - 1}, the newest complete "
+        f"checkpoint (written by {hang.job})"
+    )
+    table = Table(title=f"From the freeze of rank {hang.rank} (seconds, wall clock)")
+    table.add_column("until")
+    table.add_column("s", justify="right")
+    for what, seconds in hang.timeline(following["training_job_name"]).items():
+        table.add_row(what, f"{seconds:.1f}")
+    console.print(table)
+    console.print(
+        "  A frozen node (every rank, the watchdog too) reports nothing; the platform's outside watch is its "
+        f"backstop: the run continuation stops a segment whose newest step is older than the request's "
+        f"stall_minutes (at least {MIN_STALL_MINUTES:g}, too long for this demo), proven by "
+        "tests/devtools/test_run_end_to_end.py on an injected clock."
+    )
+
+
+def _wait_for_run(ask: Callable[[dict], dict], during: Callable[[], None] = lambda: None) -> dict:
+    """The run's view (``describe``) once it is decided, printing each segment's status as it changes and calling
+    ``during`` at each look (every second).
 
     Raises:
         DemoError: not decided within :data:`RUN_TIMEOUT_S`.
@@ -520,7 +690,8 @@ def _wait_for_run(ask: Callable[[dict], dict]) -> dict:
                 console.print(f"  {segment['training_job_name']}: {status}")
         if view["state"] in TERMINAL_DECISIONS:
             return view
-        time.sleep(2)
+        during()
+        time.sleep(1)
     raise DemoError(f"the run did not end within {RUN_TIMEOUT_S} s: {view.get('state')}")
 
 
@@ -536,7 +707,7 @@ def _plot_run(curves: list[list[tuple[int, float]]], plans: list[str], path: Pat
         ax.plot(steps, losses, marker=".", label=f"segment {index} ({plans[index - 1]})")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss")
-    ax.set_title(f"Run {RUN_ID}: one training across two capacity blocks")
+    ax.set_title(f"Run {RUN_ID}: one training across a block's end and a stuck rank")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -609,7 +780,7 @@ STEPS: list[tuple[str, Callable[[], None]]] = [
     ("2. Plan: the guide's default request", step_plan),
     ("3. Submit: the job submitter against the embedded AWS emulator", step_submit),
     ("4. Train: the trainer through the SageMaker entry point, interrupted and resumed", step_train),
-    ("5. Run: one training continued by the platform across two capacity blocks", step_run),
+    ("5. Run: one training continued across a block's end and a stuck rank", step_run),
     ("6. Observe: the CloudWatch dashboard and alarms", step_observe),
     ("7. Sweep: a local tuning grid and its report", step_sweep),
 ]
