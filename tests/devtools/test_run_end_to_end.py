@@ -10,6 +10,11 @@ ends ``Stopped``, and the run ends ``stopped`` with no third segment. It is then
 (``continue_run``, with an instance-hour budget that bounds segment 3's ``MaxRuntimeInSeconds``): segment 3
 resumes from segment 2's SIGTERM checkpoint, and is stopped in turn. ``max_steps`` is out of reach, so the
 test does not depend on this machine's speed (``make demo`` shows a run that finishes).
+
+In the same emulator two more runs hang: one's segment frozen whole (a frozen node) is stopped by the
+continuation's outside watch; the other's (its jobs on 2 processes, as ``make demo`` runs them) has one rank
+frozen with the demo's :class:`devtools.demo.RankHang` (a stuck rank) and fails with the trainer's hang report.
+Each is decided ``continue`` and the next segment finishes the run.
 """
 
 from __future__ import annotations
@@ -137,6 +142,7 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
         assert aws.wait_for_job(third, timeout=180)["TrainingJobStatus"] == "Stopped"
 
         _a_frozen_segment_is_stopped_by_the_tick_and_its_run_continues(aws)
+        _a_stuck_rank_fails_its_segment_and_the_run_finishes(aws)
 
         # the reader's actions as the reader function (its role and settings), and the plan-metrics function's calls
         reads = (
@@ -233,6 +239,63 @@ def _a_frozen_segment_is_stopped_by_the_tick_and_its_run_continues(aws: LocalAws
     assert [s["training_job_name"] for s in view["segments"]] == [first, second]
     assert _steps_logged(aws, second)[0] == view["segments"][1]["first_step"] > frozen_steps[-1] - 1
     assert view["newest_complete_step"] == STALL_MAX_STEPS
+
+
+HANG_RUN_ID = "e2e-hang"
+HANG_MAX_STEPS = 20
+
+
+def _a_stuck_rank_fails_its_segment_and_the_run_finishes(aws: LocalAws) -> None:
+    """``make demo``'s hang, through the emulator: once a run's segment 1 has written a checkpoint, its rank 1 is
+    frozen (the demo's :class:`demo.RankHang`, ``freeze_job(NAME, rank=1)``: SIGSTOP to that worker); rank 0's
+    watchdog (the demo's ``watchdog_minutes``) reports the hang, the job ends ``Failed`` with the report and the
+    stacks in its ``output.tar.gz``, the continuation decides ``continue``, and segment 2 resumes from the newest
+    complete checkpoint and finishes the run. Prints the seconds from the freeze to each of these."""
+    from platform_spec.health import HANG_REASON
+    from training.environment import SageMakerPaths
+    from training.watchdog import stacks_file
+
+    first, second = segment_job_name(HANG_RUN_ID, 1), segment_job_name(HANG_RUN_ID, 2)
+    hyperparameters = {**demo.RUN_HYPERPARAMETERS, "max_steps": HANG_MAX_STEPS, "checkpoint_interval": 5,
+                       "log_interval": 1, "synthetic_data": True, "watchdog_minutes": demo.HANG_WATCHDOG_MINUTES}  # fmt: skip
+    request = {
+        "instance_type": "ml.p6-b200.48xlarge", "capacity": "training-plan", "hyperparameters": hyperparameters,
+        "max_runtime_hours": 1,
+        "run": {"run_id": HANG_RUN_ID, "max_segments": 2, "min_segment_minutes": demo.RUN_MIN_SEGMENT_MINUTES},
+    }  # fmt: skip
+    aws.set_run_jobs(True, processes=demo.DEMO_PROCESSES)  # a stuck rank needs another rank to catch it
+    answer = submit_local(request, aws.env)
+    assert answer["status"] == "submitted" and answer["training_job_name"] == first, answer
+    with pytest.raises(RuntimeError, match=r"HTTP 400.*freeze rank: got 2; expected an integer from 0 to 1"):
+        aws.freeze_job(first, rank=2)
+
+    hang = demo.RankHang(aws, first)
+    wait_until(hang.poll, "segment 1 writes a checkpoint and its rank 1 is frozen", timeout=180)
+    hung = aws.wait_for_job(first, timeout=180)
+    assert hung["TrainingJobStatus"] == "Failed", hung
+    assert hung["FailureReason"].startswith(f"AlgorithmError: {HANG_REASON}: no step completed in "), hung
+    last = _steps_logged(aws, first)[-1]  # the step rank 0 was in at the freeze may still have completed
+    assert last >= hang.frozen_after_step and f" after step {last} (limit " in hung["FailureReason"]
+    paths = SageMakerPaths(aws.job_dir(first))
+    assert stacks_file(paths, 0).relative_to(paths.output_data_dir).as_posix() in hang.watchdog_outputs()
+
+    view = wait_until(
+        lambda: (
+            (v := submit_local({"action": "describe", "run_id": HANG_RUN_ID}, aws.env)["run"])["state"] == "finished"
+            and v
+        ),
+        "the run's segment 2 resumes and finishes",
+        timeout=300,
+    )
+    assert [s["training_job_name"] for s in view["segments"]] == [first, second]
+    decision = view["segments"][0]["decision"]
+    assert decision["decision"] == "continue" and HANG_REASON in decision["reason"], decision
+    # from the newest complete checkpoint: the one seen at the freeze, or one whose save was agreed as it froze
+    assert _steps_logged(aws, second)[0] == view["segments"][1]["first_step"] > hang.checkpoint_step
+    assert view["newest_complete_step"] == HANG_MAX_STEPS
+    timeline = hang.timeline(second)
+    print("[hang] from rank 1's freeze:", ", ".join(f"{k} {v:.1f} s" for k, v in timeline.items()))
+    assert min(timeline.values()) > 0
 
 
 NOT_EXERCISED: dict[frozenset[str] | str, str] = {
