@@ -59,7 +59,7 @@ GET/PUT  ``/_local-aws/training-plans``               the plans as described now
                                                       (and the SSM parameter)
 GET/PUT  ``/_local-aws/run-jobs``                     ``{"enabled": bool, "processes"?: int}``: whether jobs
                                                       created from now on run (:mod:`devtools.local_aws.jobs`),
-                                                      and the processes of each job started from now on
+                                                      and the processes of each job created from now on
                                                       (``TRAINER_NPROC_PER_NODE``, ``--job-processes``)
 GET/PUT  ``/_local-aws/infra-check-failures``         ``{"count": N}``: the next N jobs created with
                                                       ``InfraCheckConfig.EnableInfraCheck`` true fail their

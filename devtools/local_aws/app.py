@@ -284,7 +284,7 @@ class EmulatorApp:
 
     def set_run_jobs(self, request: AdminRequest) -> Any:
         """``{"enabled": bool, "processes"?: int}``: whether the jobs created from now on run, and with how many
-        processes the jobs started from now on train (``TRAINER_NPROC_PER_NODE``; unchanged when absent)."""
+        processes the jobs created from now on train (``TRAINER_NPROC_PER_NODE``; unchanged when absent)."""
         payload = request.payload
         if not isinstance(payload, dict) or not isinstance(payload.get("enabled"), bool):
             raise ValueError('expected {"enabled": true|false, "processes"?: positive integer}')

@@ -321,7 +321,7 @@ class LocalAws:
 
     def set_run_jobs(self, enabled: bool, processes: int | None = None) -> None:
         """Execute the jobs created from now on (``True``) or leave them as created (``False``); ``processes``:
-        the CPU processes of each job started from now on (``TRAINER_NPROC_PER_NODE``; unchanged when ``None``).
+        the CPU processes of each job created from now on (``TRAINER_NPROC_PER_NODE``; unchanged when ``None``).
 
         Raises:
             RuntimeError: the emulator refused (HTTP 400: ``processes`` not a positive integer).

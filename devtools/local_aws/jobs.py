@@ -688,6 +688,7 @@ class Execution:
     thread: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     frozen: list[int] = field(default_factory=list)  # the pids SIGSTOPped by freeze(), until a stop thaws them
+    processes: int = JOB_PROCESSES  # its TRAINER_NPROC_PER_NODE: the runner's when the job was created
 
 
 class JobFailure(Exception):
@@ -703,7 +704,8 @@ class JobRunner:
         extension: the SageMaker state (:data:`devtools.local_aws.sagemaker.EXTENSION`).
         state_dir: where ``training-jobs/<job>/`` folders go.
         enabled: execute newly created jobs (``False``: jobs stay as created, driven by hand).
-        processes: ``TRAINER_NPROC_PER_NODE`` of every job (1 or 2 on a small machine).
+        processes: ``TRAINER_NPROC_PER_NODE`` of each job created from then on (1 or 2 on a small machine;
+            ``PUT /_local-aws/run-jobs`` changes it).
         stop_grace_s, sync_interval_s: SIGTERM to SIGKILL, and between two checkpoint uploads (seconds).
         authorizer: decides what SageMaker does as a job's execution role before it starts (VPC mode's network
             interfaces, :func:`devtools.local_aws.network.network_interface_checks`). Default: none (not checked).
@@ -750,7 +752,7 @@ class JobRunner:
         if not self.enabled or self._closing:
             return
         base = self.state_dir / "training-jobs" / job.name / "opt_ml"
-        execution = Execution(job.name, base)
+        execution = Execution(job.name, base, processes=self.processes)
         with self.lock:
             self.executions[job.name] = execution
         execution.thread = threading.Thread(
@@ -779,21 +781,22 @@ class JobRunner:
 
         Raises:
             KeyError: the emulator does not execute a job of that name.
-            ValueError: ``rank`` is not one of the job's ranks (``0`` to :attr:`processes` - 1), or its trainer
+            ValueError: ``rank`` is not one of the job's ranks (``0`` to its processes - 1), or its trainer
                 (that rank's worker) is not running (not started yet, stopping, or ended).
         """
         from training.entrypoint import child_pids
         from training.local import worker_pid
 
-        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.processes):
-            raise ValueError(
-                f"freeze rank: got {rank!r}; expected an integer from 0 to {self.processes - 1} (the job runs "
-                f"{self.processes} process(es), TRAINER_NPROC_PER_NODE)"
-            )
         with self.lock:
             execution = self.executions.get(name)
         if execution is None:
             raise KeyError(f"training job {name!r} is not executed by the emulator (run-jobs off, or no such job)")
+        count = execution.processes
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < count):
+            raise ValueError(
+                f"freeze rank: got {rank!r}; expected an integer from 0 to {count - 1} (the job runs {count} "
+                "process(es), TRAINER_NPROC_PER_NODE)"
+            )
         with execution.lock:
             proc = execution.proc
             if proc is None or proc.poll() is not None or execution.stop_sent is not None:
@@ -980,7 +983,7 @@ class JobRunner:
     ) -> subprocess.Popen[str] | None:
         """Start the trainer's entry point on the job's ``/opt/ml`` (``None``: a stop came first)."""
         env = {str(k): str(v) for k, v in (job.params.get("Environment") or {}).items()}
-        env["TRAINER_NPROC_PER_NODE"] = str(self.processes)
+        env["TRAINER_NPROC_PER_NODE"] = str(execution.processes)
         if block is not None:
             env[CAPACITY_BLOCK_ENV] = str(int(block["EndTime"].timestamp() * 1000))
         count = int((job.params.get("ResourceConfig") or {}).get("InstanceCount") or 1)
@@ -989,7 +992,7 @@ class JobRunner:
         with execution.lock:
             if execution.stop_reason is not None:
                 return None
-            execution.proc = start_local(execution.base, None, env=env, nproc=self.processes, new_session=True)
+            execution.proc = start_local(execution.base, None, env=env, nproc=execution.processes, new_session=True)
             return execution.proc
 
     def _supervise(
