@@ -62,6 +62,8 @@ class PlatformModelTrainer(ModelTrainer):  # type: ignore[misc]
         snake = transform(params, "CreateTrainingJobRequest")
         if snake.get("retry_strategy"):
             self.with_retry_strategy(shapes.RetryStrategy(**snake["retry_strategy"]))
+        if snake.get("infra_check_config"):  # given whole: with_infra_check_config(None) would turn the check on
+            self.with_infra_check_config(shapes.InfraCheckConfig(**snake["infra_check_config"]))
         definitions = snake["algorithm_specification"].get("metric_definitions") or []
         self.with_metric_definitions([shapes.MetricDefinition(**d) for d in definitions])
         self._params = params

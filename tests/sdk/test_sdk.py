@@ -104,12 +104,15 @@ def test_what_the_sdk_sends_is_the_submitters_request_and_passes_botocores_valid
 def test_the_network_options_and_a_vpc_config_are_sent_by_the_sdk_as_the_submitter_builds_them(
     aws, platform, tiny
 ) -> None:
-    """``network_isolation`` and ``inter_container_encryption`` reach the SDK's job (its ``Networking``), and so does
+    """``network_isolation`` and ``inter_container_encryption`` reach the SDK's job (its ``Networking``), ``infra_check``
+    its ``InfraCheckConfig``, and so does
     VPC mode's ``VpcConfig``: without them the wire check would refuse the trainer, and in a VPC deployment the SDK
     would create the job outside the platform's network."""
-    trainer = platform.model_trainer({**tiny, "network_isolation": True, "inter_container_encryption": True})
+    options = {"network_isolation": True, "inter_container_encryption": True, "infra_check": True}
+    trainer = platform.model_trainer({**tiny, **options})
     expected = trainer.create_training_job
     assert expected["EnableNetworkIsolation"] is True and expected["EnableInterContainerTrafficEncryption"] is True
+    assert expected["InfraCheckConfig"] == {"EnableInfraCheck": True}  # SageMaker's health check, on request
     trainer.train(wait=False, logs=False)
     (sent,) = _created(aws, expected["TrainingJobName"])
     assert sent == expected

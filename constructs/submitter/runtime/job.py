@@ -32,8 +32,10 @@ before, :mod:`.service`):
   chooses (the FSx file system's, or the training plan block's zone's, else all).
 * ``EnableNetworkIsolation`` (``network_isolation``) and ``EnableInterContainerTrafficEncryption``
   (``inter_container_encryption``), sent when true.
-* ``InfraCheckConfig.EnableInfraCheck`` (``infra_check``, its default filled in: on for a multi-node job,
-  :func:`platform_spec.catalogue.default_infra_check`), always sent, so the job says which it ran with.
+* ``InfraCheckConfig`` ``{"EnableInfraCheck": true}`` (``infra_check``, its default filled in: on for a
+  multi-node job, :func:`platform_spec.catalogue.default_infra_check`), sent when on, as the other switches
+  are: off is SageMaker's default, and the SageMaker Python SDK (``trainctl.sdk``) cannot send a false one (its
+  serializer drops false values).
 
 SageMaker's limits, each read from botocore's model of ``CreateTrainingJob`` (:mod:`.sagemaker_rules`),
 are checked naming the field: the number of tags where they are merged, the job-name rule, the number of
@@ -152,7 +154,8 @@ def build_create_training_job(
         params["EnableInterContainerTrafficEncryption"] = True
     if capacity.type == "spot":
         params["EnableManagedSpotTraining"] = True
-    params["InfraCheckConfig"] = {"EnableInfraCheck": bool(request.value("infra_check"))}
+    if request.value("infra_check"):
+        params["InfraCheckConfig"] = {"EnableInfraCheck": True}
     check_limits(params)
     return params
 
