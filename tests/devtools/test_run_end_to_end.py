@@ -250,10 +250,15 @@ def _a_stuck_rank_fails_its_segment_and_the_run_finishes(aws: LocalAws) -> None:
     frozen (the demo's :class:`demo.RankHang`, ``freeze_job(NAME, rank=1)``: SIGSTOP to that worker); rank 0's
     watchdog (the demo's ``watchdog_minutes``) reports the hang, the job ends ``Failed`` with the report and the
     stacks in its ``output.tar.gz``, the continuation decides ``continue``, and segment 2 resumes from the newest
-    complete checkpoint and finishes the run. Prints the seconds from the freeze to each of these."""
+    complete checkpoint and finishes the run. Prints the seconds from the freeze to each of these. The trainer's
+    side of a stuck rank is checked here too (no separate 2-process run): the report names the last step and the
+    stacks' folder, the status record is ``failed`` with it, and rank 0's stacks name the training loop and every
+    thread, beside its gloo flight recorder."""
     from platform_spec.health import HANG_REASON
     from training.environment import SageMakerPaths
-    from training.watchdog import stacks_file
+    from training.local import read_failure
+    from training.supervision import read_status
+    from training.watchdog import DUMP_FOLDER, stacks_file
 
     first, second = segment_job_name(HANG_RUN_ID, 1), segment_job_name(HANG_RUN_ID, 2)
     hyperparameters = {**demo.RUN_HYPERPARAMETERS, "max_steps": HANG_MAX_STEPS, "checkpoint_interval": 5,
@@ -277,7 +282,22 @@ def _a_stuck_rank_fails_its_segment_and_the_run_finishes(aws: LocalAws) -> None:
     last = _steps_logged(aws, first)[-1]  # the step rank 0 was in at the freeze may still have completed
     assert last >= hang.frozen_after_step and f" after step {last} (limit " in hung["FailureReason"]
     paths = SageMakerPaths(aws.job_dir(first))
-    assert stacks_file(paths, 0).relative_to(paths.output_data_dir).as_posix() in hang.watchdog_outputs()
+    report = read_failure(paths.base_dir)
+    assert report is not None and report.startswith(f"{HANG_REASON}: no step completed in "), report
+    assert f" after step {last} (limit " in report and "stacks in output/data/watchdog/" in report
+    status = read_status(paths)
+    assert status is not None and status.state == "failed" and status.reason == report
+    assert "[run] state=failed" in (aws.job_dir(first).parent / "job.log").read_text(errors="replace")
+    # rank 0's stacks and flight recorder, in the job's output.tar.gz
+    stacks, recorder = stacks_file(paths, 0), paths.output_data_dir / DUMP_FOLDER / "rank-00000-flight-recorder.json"
+    outputs = hang.watchdog_outputs()
+    assert all(p.relative_to(paths.output_data_dir).as_posix() in outputs for p in (stacks, recorder)), outputs
+    assert recorder.stat().st_size > 0
+    text = stacks.read_text(encoding="utf-8")
+    assert text.startswith(f"rank 0: {HANG_REASON}")
+    assert "training/train.py" in text and "in _run" in text  # the main thread, stuck in the training loop
+    assert "trainer-watchdog" in text or "in _watch" in text  # every thread, the watchdog's too
+    assert "no NCCL flight recorder" in text and "flight recorder (gloo and other backends)" in text
 
     view = wait_until(
         lambda: (
