@@ -365,7 +365,8 @@ HANG_RANK = 1
 HANG_WATCHDOG_MINUTES = 0.1
 """The run's ``watchdog_minutes``: 6 s without a completed step (or 5 x the slowest recent step, if longer) and
 the waiting rank reports the hang, so the demo's hang is caught in seconds (the default, 5 minutes, suits GPUs;
-tests/training/test_watchdog.py measured 17 s from a rank's SIGSTOP to the job's exit with this limit)."""
+tests/devtools/test_run_end_to_end.py's hang measured 17.2 s from a rank's freeze to the job's Failed with
+this limit)."""
 HANG_CHECKPOINTS_PER_RUN = 8
 """The run's ``checkpoint_interval`` is ``max_steps`` / this (at least 5 steps): segment 2 writes a checkpoint
 soon after it resumes, before the demo freezes one of its ranks, so that the hang's segment advanced the run
