@@ -39,6 +39,9 @@ _BOOT = (
 """The child process of :class:`LocalAws`: :func:`~devtools.local_aws.server.run_emulator` with keyword
 arguments as one JSON object. It ends with ``os._exit`` once the emulator has stopped (its jobs killed, its
 state folder removed): the interpreter's teardown of moto's modules would add 1-2 s to every stop."""
+JOB_POLL_S = 0.5
+"""How often :meth:`LocalAws.wait_for_job` describes the job: each DescribeTrainingJob costs ~40 ms of CPU here
+(this client and moto), a job runs for seconds to minutes, and the tests that wait share 2 cores."""
 
 
 class LocalAws:
@@ -359,7 +362,7 @@ class LocalAws:
                     f"training job {name} is {described['TrainingJobStatus']}/{described.get('SecondaryStatus')} "
                     f"after {timeout:g} s (waiting for {', '.join(statuses)}):\n{self.log_tail()}"
                 )
-            time.sleep(0.2)
+            time.sleep(JOB_POLL_S)
 
     def wait_for_deliveries(self, *, timeout: float = 60.0) -> list[dict[str, Any]]:
         """Wait until every event is on the bus and every delivery delivered or failed; returns :meth:`events`.

@@ -41,6 +41,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("devtools-run-end-to-end
 
 RUN_ID = "e2e-run"
 STEPS = 1_000_000  # never reached: the run ends because it is stopped
+RUN_POLL_S = 1.0
+"""How often a wait on a run's state asks for it: each describe costs ~37 ms of CPU here (the submitter's handler and
+moto), so polling at wait_until's 0.2 s kept a fifth of a core busy through each wait."""
 
 
 def _steps_logged(aws: LocalAws, job: str) -> list[int]:
@@ -112,6 +115,7 @@ def test_a_run_is_continued_across_blocks_resumes_from_s3_and_stops_on_request(
             ),
             "the run is decided stopped",
             timeout=60,
+            interval=RUN_POLL_S,
         )
         assert [s["training_job_name"] for s in view["segments"]] == [first, second]
         assert view["segments"][0]["decision"]["decision"] == "continue"
@@ -232,6 +236,7 @@ def _a_frozen_segment_is_stopped_by_the_tick_and_its_run_continues(aws: LocalAws
         ),
         "the run's segment 2 resumes and finishes",
         timeout=300,
+        interval=RUN_POLL_S,
     )
     decision = view["segments"][0]["decision"]
     assert decision["decision"] == "continue" and decision["reason"].startswith(STALL_STOP_REASON), decision
@@ -306,6 +311,7 @@ def _a_stuck_rank_fails_its_segment_and_the_run_finishes(aws: LocalAws) -> None:
         ),
         "the run's segment 2 resumes and finishes",
         timeout=300,
+        interval=RUN_POLL_S,
     )
     assert [s["training_job_name"] for s in view["segments"]] == [first, second]
     decision = view["segments"][0]["decision"]
