@@ -29,7 +29,7 @@ from platform_spec.hyperparameters import parse
 from training.checkpoint.manager import CheckpointError, CheckpointManager
 from training.checkpoint.verify import complete_steps
 from training.environment import SageMakerPaths
-from training.local import read_failure, run_local
+from training.local import read_failure, read_metrics, run_local
 from training.supervision import read_status
 from training.watchdog import ProgressClock, Stall, WatchdogLimits
 
@@ -133,7 +133,9 @@ def test_a_diverging_run_skips_its_non_finite_steps_then_stops_with_no_poisoned_
     }
     run = run_local(base, hp, nproc=2, timeout=300, env={"OMP_NUM_THREADS": "1"})
     assert run.returncode == 1, run.output[-3000:]
-    lines = {int(m["step"]): m for m in run.metrics}
+    # rank 0's records (output/data/metrics.jsonl): the printed lines share a pipe with rank 1's output
+    lines = {int(m["step"]): m for m in read_metrics(base)}
+    assert "skipped_steps=3" in run.output  # and the [metrics] line says it
     assert sorted(lines) == [1, 2, 3, 4, 5, 6]  # stopped at the third non-finite step in a row
     assert [lines[s]["skipped_steps"] for s in range(1, 7)] == [0, 0, 0, 1, 2, 3]
     assert all(lines[s]["grad_norm"] == float("inf") for s in (4, 5, 6))
