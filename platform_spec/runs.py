@@ -795,5 +795,9 @@ def _nth(n: int) -> str:
 
 
 def _short(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut after a whole word, ``...`` marking the cut."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "..."

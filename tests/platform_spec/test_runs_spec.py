@@ -395,6 +395,8 @@ def test_a_hang_that_made_no_progress_ends_the_run_no_progress_and_the_budget_st
 def test_the_trainers_hang_report_continues_its_non_finite_and_preflight_reports_fail_naming_which():
     hang = _decide(_failed_with(f"{health.HANG_REASON}: waited 900 s after step 40"), start_step=20)
     assert hang.decision == runs.CONTINUE and "watchdog" in hang.reason and hang.capacity_failures == 0
+    long = _decide(_failed_with(f"{health.HANG_REASON}: " + "slowest " * 40 + "steps"), start_step=20)
+    assert "slowest slowest...)" in long.reason and "slowe...)" not in long.reason  # a long report is cut after a word
     for report, named in (
         (f"{health.NON_FINITE_REASON}: step 41 loss nan", "non-finite values"),
         (f"{health.PREFLIGHT_REASON}: NCCL uses Socket, not EFA", "pre-flight check failed"),
