@@ -25,7 +25,9 @@ from devtools.local_aws.client import LocalAws
 from devtools.local_aws.shapes import validate_output
 from platform_constructs.submitter.runtime.settings import TRAINING_JOB_OUTPUT_PREFIX
 from platform_spec.capacity import CAPACITY_BLOCK_RECLAIM_S
-from platform_spec.health import INFRA_CHECK_ERROR
+from platform_spec.health import INFRA_CHECK_ERROR, NON_FINITE_REASON
+from platform_spec.metric_lines import parse_line
+from platform_spec.runs import FAILED, RunSpec, SegmentOutcome, decide
 from platform_spec.tracking import DEFAULT_TENSORBOARD_LOCAL_PATH, TENSORBOARD_OUTPUT_PREFIX
 from training.environment import STOP_MARGIN_S, SageMakerPaths
 from training.supervision import read_status
@@ -376,6 +378,33 @@ def test_stops_and_refusals_that_need_no_training_step(aws: LocalAws) -> None:
         assert [e["status"] for e in aws.events(idle)] == ["InProgress", "Completed"]
     finally:
         aws.set_run_jobs(True)
+
+
+def test_a_diverging_job_fails_with_the_trainers_report_and_its_run_would_end_failed(aws: LocalAws) -> None:
+    """A job that really diverges (learning rate and weight decay so large that the gradient norm becomes inf):
+    its skipped steps are in its log, no checkpoint in S3 holds a non-finite update, it ends ``Failed`` with the
+    trainer's report, and the run continuation's rule ends its run ``failed`` on that report."""
+    name = _name("diverge")
+    diverging = {
+        **TINY, "max_steps": "12", "warmup_steps": "0", "learning_rate": "10", "min_learning_rate": "0",
+        "weight_decay": "10", "checkpoint_interval": "1", "keep_checkpoints": "20", "max_nonfinite_steps": "3",
+    }  # fmt: skip
+    _create(aws, name, diverging)
+    job = aws.wait_for_job(name, timeout=180)
+    assert job["TrainingJobStatus"] == "Failed" and job["FailureReason"].startswith(
+        f"AlgorithmError: {NON_FINITE_REASON}: "
+    ), job.get("FailureReason")
+    skipped = [v["skipped_steps"] for v in map(parse_line, _log_lines(aws, name)) if v and "skipped_steps" in v]
+    assert skipped[-3:] == [1, 2, 3], skipped  # the last three steps skipped their updates, then the stop
+    steps = _complete_steps(_keys(aws, aws.resources["checkpoint_bucket"], f"emulator-tests/{name}/"))
+    assert steps and steps[-1] == len(skipped) - 3, (steps, skipped)  # the newest is the last step that trained
+    outcome = SegmentOutcome(1, job["TrainingJobStatus"], job.get("SecondaryStatus"), job["FailureReason"])
+    decision = decide(
+        outcome, spec=RunSpec("emulator-diverge"), newest_segment=1, already_decided=False, stop_requested=False,
+        newest_step=steps[-1], start_step=None, capacity_failures_before=0, max_steps=12, instance_hours=0.01,
+        now=datetime.now(UTC),
+    )  # fmt: skip
+    assert decision.decision == FAILED and "non-finite" in decision.reason, decision
 
 
 def test_a_checkpoints_marker_is_uploaded_after_its_files_even_at_the_same_mtime(tmp_path: Path) -> None:
