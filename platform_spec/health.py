@@ -35,7 +35,6 @@ __all__ = [
     "DEFAULT_STALL_MINUTES",
     "HANG_REASON",
     "INFRA_CHECK_ERROR",
-    "MAX_STALL_MINUTES",
     "MIN_STALL_MINUTES",
     "NON_FINITE_REASON",
     "PREFLIGHT_REASON",
@@ -112,9 +111,6 @@ Amazon CloudWatch", https://docs.aws.amazon.com/sagemaker/latest/dg/monitoring-c
 reaches CloudWatch Logs, so the newest datapoint lags the line by minutes; a step line comes every
 ``log_interval`` steps, and the continuation looks only every tick (5 minutes by default). A shorter limit would
 stop healthy jobs on these delays alone."""
-MAX_STALL_MINUTES = 28 * 24 * 60.0
-"""The most ``stall_minutes``: SageMaker's longest ``MaxRuntimeInSeconds`` (28 days), beyond which nothing runs
-to be watched."""
 
 
 def stall_age_s(*, newest_step_at: datetime | None, training_since: datetime | None, now: datetime) -> float | None:

@@ -142,7 +142,7 @@ from devtools.local_aws.sagemaker import (
     publish_logs,
 )
 from devtools.local_aws.stack import ACCOUNT_ID, DEFAULT_REGION
-from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S
+from platform_spec.capacity import CAPACITY_BLOCK_ENV, CAPACITY_BLOCK_RECLAIM_S, SIGTERM_GRACE_S
 from platform_spec.checkpoint_layout import COMPLETE_MARKER
 from platform_spec.runs import (
     ALGORITHM_ERROR,
@@ -161,8 +161,8 @@ TARGET_RETRY_DELAYS_S = (1.0, 2.0)
 invocation's function error twice, after about 1 and 2 minutes; shortened here)."""
 TARGET_TIMEOUT_S = 300.0
 """What ``context.get_remaining_time_in_millis()`` counts down from (no target is cut off)."""
-STOP_GRACE_S = 120.0
-"""SIGTERM to SIGKILL on a stop: ``StopTrainingJob``'s 120 seconds."""
+STOP_GRACE_S = SIGTERM_GRACE_S
+"""SIGTERM to SIGKILL on a stop: ``StopTrainingJob``'s 120 seconds (:data:`platform_spec.capacity.SIGTERM_GRACE_S`)."""
 CHECKPOINT_SYNC_INTERVAL_S = 2.0
 """Seconds between two uploads of new and changed checkpoint files while the job runs."""
 LOG_FLUSH_INTERVAL_S = 1.0

@@ -899,7 +899,7 @@ FIELDS: tuple[Field, ...] = (
         help="with `run`: a segment whose newest training step is older than this many minutes is stopped (it "
         "checkpoints on SIGTERM) and the run continues on a new segment; 0: not watched",
         default_text=f"`{health.DEFAULT_STALL_MINUTES:g}` with `run`",
-        minimum=0, maximum=health.MAX_STALL_MINUTES, unit="minutes",
+        minimum=0, maximum=MAX_RUNTIME_HOURS * 60, unit="minutes",  # no job runs longer
         checks=(Check(_stall_minutes, needs=("run",)),),
         notes=f"0 or at least {health.MIN_STALL_MINUTES:g}; the newest step is the job's newest `train:step` "
         "datapoint in CloudWatch (a `[metrics]` line every `hyperparameters.log_interval` steps), or, before the "
