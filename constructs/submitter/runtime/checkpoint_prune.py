@@ -41,7 +41,7 @@ deadline that much earlier): the segment is still submitted, and what is left is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -95,18 +95,7 @@ class PruneResult:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kept_step": self.kept_step,
-            "kept_prefix": self.kept_prefix,
-            "kept_objects": self.kept_objects,
-            "kept_bytes": self.kept_bytes,
-            "deleted_objects": self.deleted_objects,
-            "deleted_bytes": self.deleted_bytes,
-            "failed": self.failed,
-            "failed_count": self.failed_count,
-            "cut_short": self.cut_short,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
 
 def prune_run_checkpoints(clients: Clients, config: SubmitterConfig, run_id: str) -> PruneResult:
