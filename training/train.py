@@ -435,6 +435,12 @@ class Trainer:
         elif self.rank == 0:
             print(f"[trainer] {message}", flush=True)
 
+    def enter(self, phase: str, step: int | None = None) -> None:
+        """The trainer starts ``phase`` (one of :attr:`PHASES`) at ``step`` (None: the watchdog's unchanged): what
+        failure reasons say (:meth:`where`) and what the watchdog times (:meth:`training.watchdog.Watchdog.phase`)."""
+        self.phase = phase
+        self.watchdog.phase(phase, step)
+
     def where(self) -> str:
         """Where a failure happened, in words: ``at step 7``, ``while saving step-6``, ``after step 9 (...)``."""
         if self.phase == "step":
@@ -808,8 +814,7 @@ class Trainer:
         """Print the validation loss of the model after this step (:mod:`training.evaluation`) as a metric line;
         its time is left out of the throughput interval."""
         assert self.evaluator is not None
-        self.phase = "evaluate"
-        self.watchdog.phase("evaluate", self.step)
+        self.enter("evaluate", self.step)
         t0 = time.monotonic()
         loss = self.evaluator.evaluate(
             self.model,
@@ -847,8 +852,7 @@ class Trainer:
         """Checkpoint this step (:class:`training.checkpoint.manager.CheckpointManager`): synchronously (after
         finishing an asynchronous save still being written), or, with ``asynchronous``, stage it and write it in
         the background (:meth:`poll_checkpoint` finishes it). Training's wait is left out of the throughput."""
-        self.phase = "save"
-        self.watchdog.phase("save", self.step)
+        self.enter("save", self.step)
         t0 = time.monotonic()
         self.save_reasons[self.step] = reason
         try:
@@ -874,8 +878,7 @@ class Trainer:
         pending = self.checkpoints.pending_step
         if pending is None:
             return
-        self.phase = "save"
-        self.watchdog.phase("save", pending)
+        self.enter("save", pending)
         try:
             self.checkpoints.wait()
         except CheckpointError as exc:
@@ -903,8 +906,7 @@ class Trainer:
         )
 
     def export(self) -> None:
-        self.phase = "export"
-        self.watchdog.phase("export", self.step)
+        self.enter("export", self.step)
         t0 = time.monotonic()
         extra = {
             "step": self.step,
@@ -939,8 +941,7 @@ class Trainer:
         hp = self.hp
         self.phase = "setup"
         self.setup()
-        self.phase = "resume"
-        self.watchdog.phase("resume")
+        self.enter("resume")
         self.resume()
         self.write_status("starting")
         reason = self.stopper.check(save_seconds=self.checkpoints.last_save_seconds)
@@ -957,8 +958,7 @@ class Trainer:
         self.write_status("training")
         self.metrics.start()
         while self.step < hp.max_steps:
-            self.phase = "step"
-            self.watchdog.phase("step", self.step)
+            self.enter("step", self.step)
             t0 = time.monotonic()
             loss, grad_norm, lr, skipped, counts = self.train_step()
             self.step += 1
