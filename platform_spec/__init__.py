@@ -14,6 +14,8 @@ Modules:
   statuses a job may use, the reclaim window, the pending limit).
 * :mod:`platform_spec.files` -- the one atomic, durable file write (records other processes read).
 * :mod:`platform_spec.training_plans` -- the training-plan ARN rule.
+* :mod:`platform_spec.trainer_image` -- the trainer image's NGC base release and its TransformerEngine, PyTorch,
+  CUDA and NCCL versions.
 * :mod:`platform_spec.network` -- the EC2 actions SageMaker needs of a job's execution role in VPC mode.
 * :mod:`platform_spec.models` -- the model-family interface and registry (families live in
   ``model_families/``) and :class:`~platform_spec.models.ModelShape`, the shapes' protocol.
