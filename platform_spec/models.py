@@ -293,11 +293,18 @@ class ModelFamily:
         """The ``format`` of this family's model exports (:attr:`export_format`, else :attr:`name`)."""
         return self.export_format or self.name
 
-    def backend_for(self, shape: Any, *, te_available: bool) -> str:
-        """The blocks the trainer builds for ``shape``: ``"te"`` where ``te_available`` (a CUDA device on
-        which TransformerEngine imports), the family has ``"te"`` blocks and they build the shape
-        (:attr:`te_unbuilt`); ``"torch"`` otherwise. The trainer's one choice of backend."""
-        if not te_available or "te" not in self.blocks:
+    def backend_for(self, shape: Any, *, te_available: bool, precision: str) -> str:
+        """The blocks the trainer builds for ``shape`` at ``precision``: ``"te"`` where ``te_available`` (a
+        CUDA device on which TransformerEngine imports), the precision computes in a dtype TE's fused
+        attention runs (:attr:`platform_spec.precisions.Precision.te_blocks`: not fp32, which TE would run
+        through its unfused attention), the family has ``"te"`` blocks and they build the shape
+        (:attr:`te_unbuilt`); ``"torch"`` otherwise. The trainer's one choice of backend.
+
+        Raises:
+            platform_spec.precisions.UnknownPrecisionError: ``precision`` is not a known precision.
+        """
+        te_blocks = precisions.get_precision(precision).te_blocks
+        if not te_available or not te_blocks or "te" not in self.blocks:
             return "torch"
         return "te" if self.te_unbuilt is None or self.te_unbuilt(shape) is None else "torch"
 

@@ -71,6 +71,7 @@ __all__ = [
     "PRECISION_NAMES",
     "SCALED_PRECISIONS",
     "SCALINGS",
+    "TE_FUSED_ATTENTION_DTYPES",
     "Precision",
     "TERecipe",
     "UnknownPrecisionError",
@@ -97,6 +98,16 @@ NVIDIA_NVFP4 = (
     "NVIDIA technical blog 'Introducing NVFP4 for Efficient and Accurate Low-Precision Inference': "
     "E2M1 (4-bit) values in 16-element blocks with an E4M3 (1-byte) scale, plus one fp32 scale per tensor"
 )
+
+
+TE_FUSED_ATTENTION_DTYPES: tuple[str, ...] = ("bfloat16", "float16")
+"""Compute dtypes (``torch.<name>``) for which TransformerEngine's ``DotProductAttention`` has a fused or
+flash backend: TE's ``get_attention_backend`` disables FlashAttention 2/3/4 and FusedAttention for any other
+``qkv_dtype`` ("Disabling FusedAttention for unsupported qkv_dtype ... Supported: qkv_dtype = {torch.bfloat16,
+torch.float16, torch.float8_e4m3fn}"; fp8 attention is TE's own recipe, which the trainer does not use), leaving
+``UnfusedDotProductAttention``, which materialises the ``[batch, heads, seq, seq]`` scores (NVIDIA/TransformerEngine
+``transformer_engine/pytorch/attention/dot_product_attention/utils.py``, "Filter: Data type", the same in the
+release_v2.10 and release_v2.19 branches). :attr:`Precision.te_blocks` reads it."""
 
 
 class UnknownPrecisionError(FieldError):
@@ -186,6 +197,16 @@ class Precision:
     def uses_te(self) -> bool:
         """Whether the format is a TransformerEngine recipe (needs TE and a GPU)."""
         return bool(self.te_recipes)
+
+    @property
+    def te_blocks(self) -> bool:
+        """Whether the trainer builds TransformerEngine blocks for this format on a GPU where TE imports: its
+        :attr:`compute_dtype` is one TE's fused or flash attention runs (:data:`TE_FUSED_ATTENTION_DTYPES`).
+        fp32 is not: TE would run ``UnfusedDotProductAttention`` (the full ``[b, h, s, s]`` scores, 4 bytes
+        each: 8.6 GB per block at batch 1, 32 heads, sequence 8192), so fp32 trains on the torch-native blocks,
+        whose ``scaled_dot_product_attention`` has a memory-efficient fp32 kernel. Every TE recipe computes in
+        bf16 and is one (:meth:`platform_spec.models.ModelFamily.backend_for` reads this)."""
+        return self.compute_dtype in TE_FUSED_ATTENTION_DTYPES
 
     @property
     def matmul_tf32(self) -> bool:

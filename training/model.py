@@ -15,12 +15,15 @@ found from the shape's type) supplies the blocks of each backend, what every
 block receives besides the hidden state (e.g. rotary angles), the names,
 initialisation and export facts of its parameters:
 
-* ``backend="te"`` (CUDA with TransformerEngine installed, a shape those blocks
-  build): the family's TransformerEngine blocks
+* ``backend="te"`` (CUDA with TransformerEngine installed, a precision other
+  than fp32, a shape those blocks build): the family's TransformerEngine blocks
   (``model_families/<family>/te_block.py``), so fp8 / mxfp8 / nvfp4 recipes apply.
-* ``backend="torch"`` (CPU, CUDA without TransformerEngine, or a shape the TE
-  blocks do not build, e.g. Qwen2's Q/K/V biases): the family's torch-native
-  blocks (``torch_block.py``). TransformerEngine is never imported then.
+* ``backend="torch"`` (CPU, CUDA without TransformerEngine, fp32, or a shape the
+  TE blocks do not build, e.g. Qwen2's Q/K/V biases): the family's torch-native
+  blocks (``torch_block.py``). TransformerEngine is never imported then. fp32
+  is here because TE has no fused or flash attention for fp32 inputs: its
+  unfused attention would hold the full ``[b, h, s, s]`` scores
+  (:data:`platform_spec.precisions.TE_FUSED_ATTENTION_DTYPES`).
 
 The trainer picks one with :meth:`platform_spec.models.ModelFamily.backend_for`.
 

@@ -499,10 +499,13 @@ class Trainer:
         self.resources = read_resource_config(self.paths)
         check_efa(self.resources, self.environ, group=self.control_group)  # PreflightError before anything is built
 
-        # TransformerEngine blocks where TE imports on a GPU and the model's family has blocks that build the shape
+        # TransformerEngine blocks where TE imports on a GPU, the precision is not fp32 (TE's attention is unfused
+        # there) and the model's family has blocks that build the shape
         shape = model_shape(hp)  # the preset or custom shape, checked by its family's rule (parse did too)
         family = family_of_shape(shape)
-        self.backend = family.backend_for(shape, te_available=cuda and transformer_engine_available())
+        self.backend = family.backend_for(
+            shape, te_available=cuda and transformer_engine_available(), precision=hp.precision
+        )
         # The precision's converter (the registry's format) and its GPU check, before anything is built or any
         # step runs; then its recipe, amax reduction and process-wide switches (TF32 for fp32).
         self.plan = prec.plan(hp.precision)

@@ -98,8 +98,8 @@ def test_the_trainer_builds_a_qwen_shape_on_the_torch_blocks_even_where_te_impor
     (ModelFamily.backend_for, what Trainer.setup calls) gives blocks that build the shape, whole."""
     fake_te.install(monkeypatch)
     shape = from_hf_config(json.loads((HF_CONFIGS / f"{config}.json").read_text(encoding="utf-8")))
-    assert FAMILY.backend_for(shape, te_available=False) == "torch"
-    backend = FAMILY.backend_for(shape, te_available=True)
+    assert FAMILY.backend_for(shape, te_available=False, precision="bf16") == "torch"
+    backend = FAMILY.backend_for(shape, te_available=True, precision="bf16")
     assert backend == expected
     model = build_model(dataclasses.replace(shape, num_layers=1), backend=backend, device="meta")
     assert model.num_parameters() == dataclasses.replace(shape, num_layers=1).num_params

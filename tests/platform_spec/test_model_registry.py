@@ -41,3 +41,21 @@ def test_an_unknown_family_is_a_field_error_naming_the_registered_ones() -> None
     with pytest.raises(models.UnknownModelError) as refused:
         models.get_family("no-such-family")
     assert refused.value.field == "model_family" and all(n in refused.value.expected for n in models.family_names())
+
+
+@pytest.mark.parametrize("preset", ["gpt-1b", "llama3-8b"])
+def test_the_trainers_backend_choice_keeps_fp32_off_transformer_engines_unfused_attention(preset: str) -> None:
+    """fp32 on a GPU where TransformerEngine imports trains on the torch-native blocks: TE has no fused or
+    flash attention for fp32 and would hold every [b, h, s, s] score; every other precision the TE blocks
+    run gets them; without TE (or on the CPU) every precision gets the torch blocks. An unknown precision is
+    refused by name. Pure: no torch, no TE (the one choice Trainer.setup makes)."""
+    from platform_spec.precisions import PRECISION_NAMES, UnknownPrecisionError
+
+    family = models.family_of(preset)
+    shape = models.get_preset(preset)
+    chosen = {p: family.backend_for(shape, te_available=True, precision=p) for p in PRECISION_NAMES}
+    assert chosen == {"fp32": "torch", "bf16": "te", "fp16": "te", "fp8": "te", "mxfp8": "te", "nvfp4": "te"}
+    assert {family.backend_for(shape, te_available=False, precision=p) for p in PRECISION_NAMES} == {"torch"}
+    with pytest.raises(UnknownPrecisionError) as refused:
+        family.backend_for(shape, te_available=True, precision="tf32")
+    assert refused.value.field == "precision" and "fp32" in refused.value.expected
