@@ -4,14 +4,28 @@
     benchmarks/gpu_check.sh --dry-run       # the same steps on the CPU, tiny model, seconds (make test)
     benchmarks/gpu_check_in_image.sh IMAGE  # inside the trainer image: the TransformerEngine path too
 
-Sized for the smallest machine it gets: one GPU (an H200, 139 GiB), 16 cores,
-PyTorch >= 2.10 preinstalled, no TransformerEngine, no network, only this
-repository brought in (no package is installed), a device session of 15
-minutes that the machine's start-up also counts against. The wrapper stops
-the run at ``GPU_CHECK_TIMEOUT_S`` (default 300 s; the expected run on an
-H200 without TransformerEngine is 2-3 minutes) and gives ``--budget-s`` 30 s
-less: a throughput configuration starts only while ``CONFIG_MARGIN_S`` of the
-budget is left. Run directly, ``gpu_check.py`` has no budget unless given one.
+Sized for the machine a session is lent today: one H100 80 GB (78 GiB usable;
+sometimes an H200, 139 GiB), 16 cores, PyTorch preinstalled, no
+TransformerEngine, no network, at most 64 MiB brought in (this repository; no
+package is installed), 15 device-minutes per session that the machine's
+start-up also counts against, at most 10 minutes per call. The whole check is
+one call of at most 8 minutes (:data:`DEVICE_CALL_S`): the wrapper stops the
+run at ``GPU_CHECK_TIMEOUT_S`` (default 420 s; the run is expected to take 4-5
+minutes on the H100 without TransformerEngine, :data:`STEP_ESTIMATES_S`,
+estimated, not yet measured) and gives ``--budget-s`` 30 s less: a throughput
+configuration starts only while ``CONFIG_MARGIN_S`` of the budget is left.
+The budget and each step's estimate are printed (and kept in
+``results.json`` / ``results.md``) before the first step. Run directly,
+``gpu_check.py`` has no budget unless given one.
+
+Predictions are the planner's for the GPU measured, found in
+:mod:`platform_spec.catalogue` by its name; a GPU the catalogue does not know
+(an H100 PCIe, a new part) gets no prediction (``predicted: null`` and the
+reason), never another GPU's, and is still measured. MFU is printed against
+both the catalogue's nominal dense peak and the GEMM peak measured here, and by
+both attention-FLOP conventions: the platform's (causal attention counted at
+half, as the trainer's ``[metrics]`` lines and Megatron-LM count it) and the
+full square (PaLM, torchtitan), :data:`platform_spec.models.ATTENTION_FLOP_CONVENTIONS`.
 Nothing large is written: the trainer runs in this process (its own
 ``Trainer.setup`` / ``train_step`` / ``save`` / ``resume``: no export, and
 checkpoints only of the small resume models, in a temporary folder that is
@@ -26,6 +40,12 @@ a run cut off still reports what it measured and where it stopped):
    Without ``--dry-run`` and without a usable CUDA device this step fails and
    the run ends: every other step is recorded as ``skipped: no usable CUDA``
    and nothing is trained on the CPU.
+1b. ``gemm peak``: the dense GEMM peak this GPU reaches (:func:`gemm_peaks`):
+   square bf16 GEMMs of 4096, 8192 and 16384 (``torch.mm``) and, where the
+   precision registry runs fp8 on the GPU (compute capability >= 8.9), fp8
+   ones (``torch._scaled_mm``, with and without fast accumulation), 10
+   warm-up calls then 40 timed with CUDA events; the best of each next to the
+   catalogue's nominal peak. The throughput rows' ``MFU % GEMM`` divide by it.
 2. ``resume``: a DCP save at step 3 and a fresh trainer's resume continue
    **bitwise** (losses, gradient norms and final parameters equal to the run
    that did not stop; deterministic algorithms on, SDPA's math backend, and
@@ -65,13 +85,15 @@ a run cut off still reports what it measured and where it stopped):
    Configurations the planner predicts not to fit (its verdict ``at-risk`` or
    ``out-of-memory``) are skipped with the verdict and the predicted memory,
    and no predicted speed (they would not run); those the time budget leaves
-   no room for, with the time left.
+   no room for, with the time left. Each measured row has ``mfu_table``
+   (:func:`mfu_table`): TFLOP/s and MFU by both conventions against both peaks.
 
-``--dry-run``: every step on the CPU with gpt-tiny (2 blocks): the resume in
+``--dry-run``: every step on the CPU with gpt-tiny (2 blocks): one 128 x 128
+bf16 GEMM for the GEMM step (its code, not a peak; fp8 skipped), the resume in
 fp32 at sequence 64, the throughput in bf16 at sequence 128, batch 1 and 2;
 the Llama step's resume likewise, and its throughput row with a tiny custom
-Llama shape (2 blocks, hidden 128) at sequence 128, batch 1 (predictions still
-for one H200, for the table's shape only).
+Llama shape (2 blocks, hidden 128) at sequence 128, batch 1 (predictions for
+one :data:`DRY_RUN_GPU`, for the table's shape only).
 
 Exit status: 0 when every step that ran passed (skips are not failures); 1
 when a step failed (no usable CUDA included), the resume was not bitwise, or
@@ -102,7 +124,10 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from platform_spec.catalogue import GPUSpec
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -156,7 +181,7 @@ LLAMA_GPU_SETUP: dict[str, Any] = {
 """The Llama step's throughput configuration on a GPU: Meta's Llama 3.2 1B sizes (torchtune's ``llama3_2_1b``
 builder: 16 layers, hidden 2048, 32 query and 8 KV heads, FFN 8192, vocabulary 128256, RoPE base 500000,
 tied embeddings; 1.24B parameters) without its RoPE scaling (``scale_factor=32``, which the trainer does not
-implement), as a custom shape of the family; one configuration, a few steps (about 30 s on an H200)."""
+implement), as a custom shape of the family; one configuration, a few steps (about 30-40 s on an H100, estimated)."""
 LLAMA_DRY_SETUP: dict[str, Any] = {
     "label": "llama tiny (custom)",
     "model": "llama",
@@ -176,6 +201,31 @@ LLAMA_DRY_SETUP: dict[str, Any] = {
     "warmup": 1,
 }
 """The Llama step's throughput configuration in the dry run: a tiny custom shape on the CPU."""
+GEMM_STEP = "gemm peak"
+"""The GEMM peak step's name in ``results.json``."""
+GEMM_SETUP: dict[str, Any] = {"sizes": (4096, 8192, 16384), "warmup": 10, "iters": 40}
+"""Large square GEMMs on the GPU: 2 n^3 = 0.14, 1.1 and 8.8 TFLOP each; at H100 rates the step takes
+seconds (fp8 adds two passes, with and without fast accumulation)."""
+GEMM_DRY_SETUP: dict[str, Any] = {"sizes": (128,), "warmup": 1, "iters": 3}
+"""The dry run's GEMM on the CPU: the step's code, not a peak worth reading."""
+DRY_RUN_GPU = "H100"
+"""The catalogue GPU the dry run's predictions are for (a CPU has none of its own): the one a session is
+usually lent (one H100 80 GB)."""
+DEVICE_CALL_S = 480
+"""The device call the check is sized for: one call of 8 minutes on an H100 (``run(command=
+"benchmarks/gpu_check.sh", timeout_s=480)``), of the 15 device-minutes a session has with the machine's start-up;
+``gpu_check.sh``'s default limit (420 s) plus its 15 s SIGKILL grace stays inside it."""
+STEP_ESTIMATES_S: dict[str, float] = {
+    "environment": 15,
+    GEMM_STEP: 15,
+    "resume": 25,
+    "transformer_engine": 150,
+    "llama": 45,
+    "throughput (per configuration)": 25,
+}
+"""Seconds each step is expected to take on one H100 80 GB (estimates from the FLOPs and sizes, not yet measured:
+no GPU has been lent since the check was sized; ``transformer_engine`` only where TE imports). Printed with
+the budget before the run (:func:`budget_lines`)."""
 CONFIG_MARGIN_S = 45.0
 """Time kept free per remaining throughput configuration (model build, warm-up, release)."""
 SKIPPED_NO_TE = "skipped: TransformerEngine not installed"
@@ -512,6 +562,127 @@ def _te_version() -> str | None:
 
 
 # ---------------------------------------------------------------------------
+# step: GEMM peak
+
+
+def gemm_tflops(n: int, kind: str, device: Any, *, warmup: int, iters: int, fast_accum: bool = False) -> dict[str, Any]:
+    """TFLOP/s of one square ``n x n @ n x n`` GEMM (``2 n^3`` FLOPs) on ``device``.
+
+    ``kind`` ``"bf16"``: ``torch.mm`` of bf16 operands; ``"fp8"``: ``torch._scaled_mm`` of E4M3 operands
+    (the second column-major, as cuBLASLt's fp8 GEMM needs), per-tensor fp32 scales of 1, bf16 output,
+    ``use_fast_accum`` as given (PyTorch ``torch/_meta_registrations.py`` ``meta_scaled_mm``: "mat2 must be
+    col_major"; CUDA, compute capability >= 8.9). ``warmup`` calls first (clocks, cuBLAS heuristics), then
+    ``iters`` back to back timed with CUDA events around the loop (``time.perf_counter`` on a CPU).
+
+    Returns:
+        ``{"kind", "n", "fast_accum", "ms", "tflops"}``: mean milliseconds per GEMM and TFLOP/s (10^12 FLOP/s).
+
+    Raises:
+        ValueError: ``kind`` not ``"bf16"`` or ``"fp8"``, ``n``, ``warmup`` or ``iters`` out of range.
+    """
+    import torch
+
+    if kind not in ("bf16", "fp8"):
+        raise ValueError(f"kind {kind!r}: expected 'bf16' or 'fp8'")
+    if n < 1 or warmup < 0 or iters < 1:
+        raise ValueError(f"n={n}, warmup={warmup}, iters={iters}: expected n >= 1, warmup >= 0, iters >= 1")
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=generator).to(torch.bfloat16)
+    b = torch.randn(n, n, device=device, generator=generator).to(torch.bfloat16)
+    if kind == "bf16":
+
+        def gemm() -> Any:
+            return torch.mm(a, b)
+
+    else:
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.to(torch.float8_e4m3fn).t().contiguous().t()  # column-major
+        one = torch.ones((), device=device, dtype=torch.float32)
+
+        def gemm() -> Any:
+            return torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+
+    for _ in range(warmup):
+        gemm()
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            gemm()
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end) / iters
+    else:
+        began = time.perf_counter()
+        for _ in range(iters):
+            gemm()
+        ms = (time.perf_counter() - began) * 1e3 / iters
+    return {
+        "kind": kind,
+        "n": n,
+        "fast_accum": fast_accum,
+        "ms": round(ms, 4),
+        "tflops": float(f"{2 * n**3 / ms / 1e9:.4g}"),
+    }
+
+
+def gemm_peaks(device: Any, setup: dict[str, Any], *, fp8: bool) -> dict[str, Any]:
+    """The dense GEMM peak this device reaches: the best of :func:`gemm_tflops` over ``setup["sizes"]``
+    (bf16; fp8 too where ``fp8``, with and without fast accumulation).
+
+    Returns:
+        ``{"rows": [each gemm_tflops result], "peaks": {"bf16_tflops": ..., "fp8_tflops": ...}}``: the peaks
+        under the catalogue's attribute names (:class:`platform_spec.catalogue.GPUSpec`), so a precision's
+        :attr:`~platform_spec.precisions.Precision.dense_peak` names its own; ``fp8_tflops`` only where ``fp8``.
+    """
+    rows = []
+    runs = [("bf16", False)] + ([("fp8", False), ("fp8", True)] if fp8 else [])
+    for kind, fast_accum in runs:
+        for n in setup["sizes"]:
+            rows.append(
+                gemm_tflops(n, kind, device, warmup=setup["warmup"], iters=setup["iters"], fast_accum=fast_accum)
+            )
+    peaks = {f"{kind}_tflops": max(r["tflops"] for r in rows if r["kind"] == kind) for kind, _ in runs}
+    return {"rows": rows, "peaks": peaks}
+
+
+def gemm_step(results: Results, *, cuda: bool) -> dict[str, float]:
+    """The ``gemm peak`` step: :func:`gemm_peaks` of :data:`GEMM_SETUP` on the GPU (fp8 where the precision
+    registry's hardware rule runs fp8 on it), of :data:`GEMM_DRY_SETUP` (bf16) on the CPU in the dry run,
+    next to the catalogue's nominal dense peaks; the measured peaks (``{}`` if the step failed), which are
+    also ``results.data["measured_peaks"]``."""
+    import torch
+
+    from platform_spec import catalogue
+    from platform_spec.precisions import get_precision
+
+    with results.step(GEMM_STEP) as record:
+        if cuda:
+            capability = tuple(torch.cuda.get_device_capability(0))
+            fp8 = get_precision("fp8").supported_by(capability)
+            measured = gemm_peaks(torch.device("cuda", 0), GEMM_SETUP, fp8=fp8)
+            gpu = catalogue.gpu_for_device_name(torch.cuda.get_device_name(0))
+        else:
+            fp8 = False
+            measured = gemm_peaks(torch.device("cpu"), GEMM_DRY_SETUP, fp8=False)
+            gpu = None
+        if not fp8:
+            record["fp8"] = "skipped: " + (
+                "fp8 GEMMs need a CUDA GPU (dry run on the CPU)"
+                if not cuda
+                else f"fp8 needs {get_precision('fp8').hardware}"
+            )
+        record.update(measured)
+        record["nominal"] = {k: getattr(gpu, k) for k in measured["peaks"]} if gpu else None
+        if gpu:
+            record["measured_over_nominal"] = {k: _ratio(v, getattr(gpu, k)) for k, v in measured["peaks"].items()}
+        results.data["measured_peaks"] = measured["peaks"]
+    return dict(results.data.get("measured_peaks", {}))
+
+
+# ---------------------------------------------------------------------------
 # step: resume
 
 
@@ -593,13 +764,42 @@ def setup_values(setup: dict[str, Any], batch: int, ac: str) -> dict[str, Any]:
     return values
 
 
+class Target(NamedTuple):
+    """What the throughput rows are compared with: the catalogue GPU the predictions are for
+    (:func:`prediction_gpu`; ``None``: none), the measured GPU's own name, and the GEMM peaks measured on it
+    (:func:`gemm_peaks`: ``{"bf16_tflops": ..., "fp8_tflops": ...}``, the catalogue's attribute names, so a
+    precision's :attr:`~platform_spec.precisions.Precision.dense_peak` finds its own)."""
+
+    gpu: GPUSpec | None
+    device_name: str | None
+    measured_peaks: dict[str, float]
+
+
 SPEED_PREDICTIONS = ("tokens_per_second_per_gpu", "tflops_per_gpu", "mfu")
 """The predicted figures that describe a run: left out of a prediction for a configuration that would not run
 (readers take a missing one as unknown: ``-`` in ``results.md``, NaN in ``trainer_gpu.py``'s table)."""
 
 
-def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu_name: str | None, gpus: int) -> dict[str, Any]:
-    """The planner's figures for the configuration on ``gpus`` GPUs of the measured GPU's type (H200 when unknown).
+def prediction_gpu(device_name: str | None, *, dry_run: bool = False) -> GPUSpec | None:
+    """The catalogue GPU the planner's predictions are for: the measured GPU's entry
+    (:func:`platform_spec.catalogue.gpu_for_device_name` of ``torch.cuda.get_device_name()``), ``None`` for a GPU
+    the catalogue does not know (no prediction rather than another GPU's: an H100 PCIe is not an H100 SXM);
+    in the dry run, which has no GPU, :data:`DRY_RUN_GPU`."""
+    from platform_spec import catalogue
+
+    if dry_run:
+        return catalogue.GPUS[DRY_RUN_GPU]
+    return catalogue.gpu_for_device_name(device_name) if device_name else None
+
+
+def no_prediction_reason(device_name: str | None) -> str:
+    """Why a row has no prediction: the GPU is not in the catalogue (:func:`prediction_gpu` gave ``None``)."""
+    return f"no prediction: GPU {device_name!r} is not in platform_spec.catalogue.GPUS (no other GPU's figures)"
+
+
+def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu: GPUSpec | None, gpus: int) -> dict[str, Any] | None:
+    """The planner's figures for the configuration on ``gpus`` GPUs of type ``gpu`` (:func:`prediction_gpu`);
+    ``None`` when ``gpu`` is ``None`` (a GPU the catalogue does not know: no prediction).
 
     The model's shape is the one the trainer builds (:func:`platform_spec.hyperparameters.model_shape` of the
     same hyperparameters, through :meth:`planner.PlanInput.from_hyperparameters`). ``status`` is the
@@ -611,7 +811,8 @@ def prediction(setup: dict[str, Any], batch: int, ac: str, *, gpu_name: str | No
     from platform_spec import catalogue
     from platform_spec.hyperparameters import parse
 
-    gpu = catalogue.gpu_for_device_name(gpu_name or "") or catalogue.GPUS["H200"]
+    if gpu is None:
+        return None
     instance = next(s for s in catalogue.INSTANCES.values() if s.gpu == gpu.name and s.gpus_per_instance >= gpus)
     hp = parse(setup_values(setup, batch, ac))
     plan = evaluate_on_gpus(PlanInput.from_hyperparameters(hp, instance_type=instance.instance_type), gpus)
@@ -684,6 +885,8 @@ def measure(
         # shape, platform_spec.hyperparameters.model_shape), what its [metrics] lines report MFU with
         fpt = trainer.metrics.flops_per_token
         peak = trainer.metrics.info.peak_tflops
+        # the other common convention (the full attention square), for figures published that way
+        full = trainer.model.family.flops_per_token(trainer.config, trainer.hp.seq_length, causal=False)
         allocated, reserved = peak_memory_gb(trainer.device)
         return {
             "backend": trainer.backend,
@@ -693,12 +896,60 @@ def measure(
             "tokens_per_second_per_gpu": round(per_gpu, 1),
             "tflops_per_gpu": round(model_tflops_per_second(per_gpu, fpt), 2),
             "mfu": round(mfu_percent(per_gpu, fpt, peak), 2) if peak else None,
+            "flops_per_token": {CONVENTIONS[True]: fpt, CONVENTIONS[False]: full},
+            "nominal_peak_tflops": peak,
             "peak_allocated_gb": round(allocated, 2),
             "peak_reserved_gb": round(reserved, 2),
             "losses": [round(x, 4) for x in losses],
         }
     finally:
         _release(trainer)
+
+
+CONVENTIONS = {True: "causal", False: "full"}
+"""The keys of :func:`mfu_table` by the ``causal`` flag of the families' ``flops_per_token``: ``causal`` the
+platform's (what the trainer's ``[metrics]`` lines report), ``full`` the other common one
+(:data:`platform_spec.models.ATTENTION_FLOP_CONVENTIONS` says who counts which)."""
+
+
+def mfu_table(
+    tokens_per_second_per_gpu: float,
+    flops_per_token: dict[str, float],
+    *,
+    nominal_peak: float | None,
+    measured_peak: float | None,
+) -> dict[str, dict[str, float | None]]:
+    """Model TFLOP/s per GPU and MFU (percent) by both attention-FLOP conventions and against both peaks.
+
+    Args:
+        tokens_per_second_per_gpu: the measured throughput.
+        flops_per_token: training FLOPs per token by convention (:data:`CONVENTIONS`' values).
+        nominal_peak: the dense peak of the catalogue for the run's precision, TFLOP/s
+            (:func:`platform_spec.catalogue.dense_peak_tflops`); ``None`` for a GPU it does not know, or a CPU.
+        measured_peak: the GEMM peak this GPU reached at that precision (:func:`gemm_peaks`), TFLOP/s;
+            ``None`` where not measured.
+
+    Returns:
+        ``{convention: {"tflops_per_gpu", "mfu_nominal", "mfu_measured_peak"}}``, rounded to 2 decimals; an MFU
+        is ``None`` where its peak is.
+
+    Raises:
+        ValueError: a peak that is not > 0.
+    """
+    from platform_spec.models import mfu_percent, model_tflops_per_second
+
+    out: dict[str, dict[str, float | None]] = {}
+    for convention, fpt in flops_per_token.items():
+        out[convention] = {
+            "tflops_per_gpu": round(model_tflops_per_second(tokens_per_second_per_gpu, fpt), 2),
+            "mfu_nominal": None
+            if nominal_peak is None
+            else round(mfu_percent(tokens_per_second_per_gpu, fpt, nominal_peak), 2),
+            "mfu_measured_peak": None
+            if measured_peak is None
+            else round(mfu_percent(tokens_per_second_per_gpu, fpt, measured_peak), 2),
+        }
+    return out
 
 
 def free_accelerator_memory() -> None:
@@ -749,18 +1000,24 @@ def measure_config(
     setup: dict[str, Any],
     config: dict[str, Any],
     *,
-    gpu_name: str | None,
+    gpu: GPUSpec | None,
     gpus: int = 1,
     dry_run: bool = False,
     left_s: float | None = None,
     run_unfit: bool = False,
+    measured_peaks: dict[str, float] | None = None,
+    device_name: str | None = None,
 ) -> None:
     """One throughput configuration into ``record``: the prediction, then the measurement or why not.
 
-    ``record`` gets ``config``, ``predicted`` and then either ``measured`` and
-    ``measured_over_predicted``, or ``status`` ``"skipped"`` (predicted not to
-    fit, unless ``run_unfit`` or ``dry_run``; fewer than ``CONFIG_MARGIN_S``
-    seconds ``left_s``) or ``"out of memory"`` with the error's first line.
+    ``record`` gets ``config``, ``predicted`` (``None`` where ``gpu`` is, with
+    ``prediction`` saying why: the configuration is then measured, an
+    out-of-memory error caught) and then either ``measured`` (with its
+    :func:`mfu_table` against the nominal peak and ``measured_peaks``, the GEMM
+    step's) and ``measured_over_predicted``, or ``status`` ``"skipped"``
+    (predicted not to fit, unless ``run_unfit`` or ``dry_run``; fewer than
+    ``CONFIG_MARGIN_S`` seconds ``left_s``) or ``"out of memory"`` with the
+    error's first line.
 
     Raises:
         ValueError: the planner refuses the configuration (e.g. mxfp8 on Hopper).
@@ -769,11 +1026,15 @@ def measure_config(
     """
     import torch
 
+    from platform_spec.precisions import get_precision
+
     batch, ac = config["batch_size"], config["activation_checkpointing"]
     record["config"] = dict(config)
-    predicted = prediction(setup, batch, ac, gpu_name=gpu_name, gpus=gpus)
+    predicted = prediction(setup, batch, ac, gpu=gpu, gpus=gpus)
     record["predicted"] = predicted
-    if not predicted["fits"] and not (dry_run or run_unfit):
+    if predicted is None:
+        record["prediction"] = no_prediction_reason(device_name)
+    elif not predicted["fits"] and not (dry_run or run_unfit):
         record["status"] = "skipped"
         record["reason"] = (
             f"skipped: predicted {predicted['status']}, {predicted['memory_gb']} GB of {predicted['usable_gb']} GB "
@@ -805,7 +1066,15 @@ def measure_config(
         record["status"] = "out of memory"
         record["error"] = out_of_memory
         return
+    measured["mfu_table"] = mfu_table(
+        measured["tokens_per_second_per_gpu"],
+        measured["flops_per_token"],
+        nominal_peak=measured["nominal_peak_tflops"],
+        measured_peak=(measured_peaks or {}).get(get_precision(setup["precision"]).dense_peak),
+    )
     record["measured"] = measured
+    if predicted is None:
+        return
     record["measured_over_predicted"] = {
         "tokens_per_second_per_gpu": _ratio(
             measured["tokens_per_second_per_gpu"], predicted.get("tokens_per_second_per_gpu")
@@ -824,17 +1093,27 @@ def throughput(
     setup: dict[str, Any],
     *,
     backends: Sequence[str],
-    gpu_name: str | None,
+    target: Target,
     deadline: float | None,
     dry_run: bool = False,
     named: bool = False,
 ) -> None:
     """One step per configuration (backend x batch x activation checkpointing), each with the planner's prediction
-    (``named``: see :func:`throughput_configs`)."""
+    for ``target``'s GPU and MFU against its peaks (``named``: see :func:`throughput_configs`)."""
     for name, config in throughput_configs(setup, backends, named=named):
         with results.step(name) as record:
             left = None if deadline is None else deadline - time.monotonic()
-            measure_config(record, work, setup, config, gpu_name=gpu_name, dry_run=dry_run, left_s=left)
+            measure_config(
+                record,
+                work,
+                setup,
+                config,
+                gpu=target.gpu,
+                device_name=target.device_name,
+                measured_peaks=target.measured_peaks,
+                dry_run=dry_run,
+                left_s=left,
+            )
 
 
 def _ratio(measured: float | None, predicted: float | None) -> float | None:
@@ -855,7 +1134,7 @@ def llama_checks(
     work: Path,
     *,
     cuda: bool,
-    gpu_name: str | None,
+    target: Target,
     deadline: float | None,
     dry_run: bool = False,
 ) -> None:
@@ -880,7 +1159,7 @@ def llama_checks(
         work,
         LLAMA_DRY_SETUP if dry_run else LLAMA_GPU_SETUP,
         backends=("torch",),
-        gpu_name=gpu_name,
+        target=target,
         deadline=deadline,
         dry_run=dry_run,
         named=True,
@@ -1057,14 +1336,26 @@ def te_block_against_torch(
 
 def report(data: dict[str, Any]) -> str:
     """``results.md``: the environment, the throughput table (measured next to predicted), the other steps."""
+    from platform_spec.models import ATTENTION_FLOP_CONVENTIONS
+
     env = data.get("environment", {})
     lines = [f"# GPU check ({data.get('mode')}, {data.get('status')})", ""]
     lines.append(", ".join(f"{k}: {v}" for k, v in env.items()) or "(environment not recorded)")
+    lines += ["", *(f"- {line}" for line in data.get("budget", []))]
+    if "predictions_for" in data:
+        lines.append(f"- predictions (pred) for one {data['predictions_for']}")
+    peaks = data.get("measured_peaks") or {}
+    measured = ", ".join(f"{k.removesuffix('_tflops')} {v} TFLOP/s" for k, v in peaks.items()) or "not measured"
     lines += [
+        f"- MFU counts model FLOPs per token with {ATTENTION_FLOP_CONVENTIONS[True]}; the `full` columns with "
+        f"{ATTENTION_FLOP_CONVENTIONS[False]}",
+        "- MFU `nominal`: of the catalogue's dense peak for the precision (platform_spec.catalogue); `GEMM`: of the "
+        f"peak measured on this GPU by the `{GEMM_STEP}` step ({measured})",
         "",
-        "| model | backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | MFU % (pred) | "
+        "| model | backend | batch | act. ckpt | tokens/s/GPU (pred) | ratio | TFLOP/s/GPU (pred) | "
+        "MFU % nominal (pred) | MFU % GEMM | full: TFLOP/s, MFU % nominal / GEMM | "
         "peak alloc GB (pred) | peak rsvd GB | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(values: dict[str, Any], key: str) -> Any:
@@ -1074,15 +1365,20 @@ def report(data: dict[str, Any]) -> str:
     for name, step in data.get("steps", {}).items():
         if not name.startswith("throughput"):
             continue
-        c, p, m = step.get("config", {}), step.get("predicted", {}), step.get("measured", {})
+        c, p, m = step.get("config", {}), step.get("predicted") or {}, step.get("measured", {})
         r = step.get("measured_over_predicted", {})
+        causal, full = (m.get("mfu_table", {}).get(CONVENTIONS[k], {}) for k in (True, False))
         status = step.get("reason") or step.get("error") or step.get("status")
+        if step.get("prediction") and status == "passed":
+            status = f"passed ({step['prediction']})"
         lines.append(
             f"| {c.get('label') or c.get('model') or '-'} | {m.get('backend') or c.get('backend')} | "
             f"{c.get('batch_size')} | {c.get('activation_checkpointing')} | "
             f"{cell(m, 'tokens_per_second_per_gpu')} ({cell(p, 'tokens_per_second_per_gpu')}) | "
             f"{cell(r, 'tokens_per_second_per_gpu')} | {cell(m, 'tflops_per_gpu')} ({cell(p, 'tflops_per_gpu')}) | "
-            f"{cell(m, 'mfu')} ({cell(p, 'mfu')}) | {cell(m, 'peak_allocated_gb')} ({cell(p, 'memory_gb')}) | "
+            f"{cell(m, 'mfu')} ({cell(p, 'mfu')}) | {cell(causal, 'mfu_measured_peak')} | "
+            f"{cell(full, 'tflops_per_gpu')}, {cell(full, 'mfu_nominal')} / {cell(full, 'mfu_measured_peak')} | "
+            f"{cell(m, 'peak_allocated_gb')} ({cell(p, 'memory_gb')}) | "
             f"{cell(m, 'peak_reserved_gb')} | {status} |"
         )
     lines.append("")
@@ -1093,9 +1389,68 @@ def report(data: dict[str, Any]) -> str:
         if name == "environment" and status == "passed":
             continue
         extra = f" bitwise={step['bitwise']}" if "bitwise" in step else ""
+        if name == GEMM_STEP and step.get("peaks"):
+            nominal = step.get("nominal") or {}
+            extra = " " + ", ".join(
+                f"{k.removesuffix('_tflops')} {v} TFLOP/s"
+                + (f" ({_ratio(v, nominal[k])} of nominal {nominal[k]})" if k in nominal else "")
+                for k, v in step["peaks"].items()
+            )
+            if step.get("fp8"):
+                extra += f"; fp8 {step['fp8']}"
         text = detail if detail.startswith(f"{status}:") else f"{status}{extra} {detail}".rstrip()
         lines.append(f"- {name}: {text}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# the budget, printed before the run
+
+
+def planned_seconds(skip: set[str], *, te: bool, dry_run: bool) -> dict[str, float]:
+    """The estimated seconds of each step that will run (:data:`STEP_ESTIMATES_S`, one H100): ``skip``'s steps
+    left out, the TE checks and TE throughput rows only where ``te``; ``{}`` in the dry run (no GPU to time)."""
+    if dry_run:
+        return {}
+    est = STEP_ESTIMATES_S
+    out = {"environment": est["environment"], GEMM_STEP: est[GEMM_STEP]}
+    if "resume" not in skip:
+        out["resume"] = est["resume"]
+    if te and "te" not in skip:
+        out["transformer_engine"] = est["transformer_engine"]
+    if "llama" not in skip:
+        out["llama"] = est["llama"]
+    if "throughput" not in skip:
+        rows = len(throughput_configs(GPU_SETUP, ("torch", "te") if te else ("torch",)))
+        out[f"throughput ({rows} configurations)"] = rows * est["throughput (per configuration)"]
+    return out
+
+
+def budget_lines(budget_s: float | None, time_limit_s: str | None, planned: dict[str, float]) -> list[str]:
+    """The budget printed before the run and kept in ``results.json``: the wrapper's limit
+    (``GPU_CHECK_TIMEOUT_S``, ``None`` when run directly), the measuring budget (``--budget-s``), the steps'
+    estimates and their sum, and what the budget leaves out when the sum exceeds it."""
+    lines = []
+    if time_limit_s:
+        lines.append(
+            f"time limit: {time_limit_s} s (GPU_CHECK_TIMEOUT_S; SIGKILL 15 s later); one device call: "
+            f'run(command="benchmarks/gpu_check.sh", timeout_s={DEVICE_CALL_S}) with the start-up'
+        )
+    lines.append(
+        "measuring budget: "
+        + (f"{budget_s:.0f} s (--budget-s)" if budget_s is not None else "none (--budget-s not given)")
+        + f"; a throughput configuration starts only with {CONFIG_MARGIN_S:.0f} s of it left"
+    )
+    if planned:
+        total = sum(planned.values())
+        steps = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in planned.items())
+        lines.append(f"expected on one H100 80 GB (estimates, not yet measured): {steps}; total {total:.0f} s")
+        if budget_s is not None and total > budget_s:
+            lines.append(
+                f"the estimates exceed the budget by {total - budget_s:.0f} s: the last throughput configurations "
+                "will be skipped (the TE rows first, as they run last)"
+            )
+    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -1137,6 +1492,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _skip_without_cuda(results: Results, skip: set[str]) -> None:
     """A GPU run on a host without usable CUDA: every step after ``environment`` is recorded as not run."""
+    results.skip(GEMM_STEP, SKIPPED_NO_CUDA)
     if "resume" not in skip:
         results.skip("resume", SKIPPED_NO_CUDA)
     if "te" not in skip:
@@ -1161,6 +1517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = None if args.budget_s is None else time.monotonic() + args.budget_s
     results = Results(args.out, mode="dry-run" if args.dry_run else "gpu", argv=sys.argv[1:] if argv is None else argv)
     results.data["budget_s"] = args.budget_s
+    results.data["time_limit_s"] = os.environ.get("GPU_CHECK_TIMEOUT_S")  # gpu_check.sh exports its limit
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     import torch.distributed as dist
 
@@ -1181,7 +1538,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.dry_run and not cuda:  # the environment step failed: the run ends here
             _skip_without_cuda(results, skip)
             return 1
-        gpu_name = env.get("gpu") if cuda else None
+        from training.model import transformer_engine_available
+
+        te = cuda and transformer_engine_available()
+        planned = planned_seconds(skip, te=te, dry_run=args.dry_run)
+        results.data["budget"] = budget_lines(args.budget_s, results.data["time_limit_s"], planned)
+        results.write()
+        print("\n".join(results.data["budget"]), flush=True)
+        device_name = env.get("gpu") if cuda else None
+        gpu = prediction_gpu(device_name, dry_run=args.dry_run)
+        results.data["predictions_for"] = gpu.name if gpu else no_prediction_reason(device_name)
+        measured_peaks = gemm_step(results, cuda=cuda)
+        target = Target(gpu=gpu, device_name=device_name, measured_peaks=measured_peaks)
         if "resume" not in skip:
             with results.step("resume") as record:
                 values = {k: RESUME_SETUP[k] for k in ("model", "seq_length", "batch_size")}
@@ -1194,7 +1562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "te" not in skip:
             te_checks(results, work, cuda=cuda)
         if "llama" not in skip:
-            llama_checks(results, work, cuda=cuda, gpu_name=gpu_name, deadline=deadline, dry_run=args.dry_run)
+            llama_checks(results, work, cuda=cuda, target=target, deadline=deadline, dry_run=args.dry_run)
         if "throughput" not in skip:
             backends = ("torch", "te") if cuda and env.get("transformer_engine") else ("torch",)
             throughput(
@@ -1202,7 +1570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 work,
                 DRY_SETUP if args.dry_run else GPU_SETUP,
                 backends=backends,
-                gpu_name=gpu_name,
+                target=target,
                 deadline=deadline,
                 dry_run=args.dry_run,
             )

@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     work = Path(tempfile.mkdtemp(prefix="trainer-gpu-"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    from platform_spec.catalogue import gpu_for_device_name
+
     gpu_name = torch.cuda.get_device_name(0)
+    gpu = gpu_for_device_name(gpu_name)  # None: a GPU the catalogue does not know, no prediction
     backend = None if args.backend == "auto" else args.backend
     for precision in args.precisions.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 }
                 try:
                     gpu_check.measure_config(
-                        row, work, setup, config, gpu_name=gpu_name, gpus=world, run_unfit=args.no_skip
+                        row, work, setup, config, gpu=gpu, device_name=gpu_name, gpus=world, run_unfit=args.no_skip
                     )
                 except ValueError as exc:  # the planner refuses the configuration (e.g. mxfp8 on Hopper)
                     row["status"] = f"refused: {exc}"
@@ -119,7 +122,7 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
         f"{'MFU %':>6} {'pred':>5} {'alloc GB':>9} {'pred':>6} {'rsvd GB':>8}  status",
     ]
     for r in rows:
-        m, p = r.get("measured", {}), r.get("predicted", {})
+        m, p = r.get("measured", {}), r.get("predicted") or {}
         lines.append(
             f"{r['precision']:<9} {r['backend']:>7} {r['batch_size']:>5} {r['activation_checkpointing']:>5} "
             f"{m.get('tokens_per_second_per_gpu', float('nan')):>10.0f} {p.get('tokens_per_second_per_gpu', float('nan')):>8.0f} "

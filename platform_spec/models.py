@@ -90,6 +90,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "ATTENTION_FLOP_CONVENTIONS",
     "FAMILIES_PACKAGE",
     "LOSS_CHUNK_ELEMENTS",
     "ExportSlice",
@@ -602,6 +603,25 @@ def matmul_params(shape: _DecoderSizes, *, include_embedding: bool = True) -> in
     if include_embedding:
         n += shape.hidden_size * shape.vocab_size
     return n
+
+
+ATTENTION_FLOP_CONVENTIONS: Mapping[bool, str] = MappingProxyType(
+    {
+        True: (
+            "causal attention counted at half, 6*L*w*s per token (the platform's metrics and planner: "
+            "training/metrics.py; as Megatron-LM counts it, megatron/training/training.py "
+            "num_floating_point_operations: 'causal mask (only half of the mask is non-zero)')"
+        ),
+        False: (
+            "the full square, 12*L*w*s per token (PaLM, Chowdhery et al. 2022, appendix B; torchtitan, "
+            "torchtitan/models/utils.py: 'we follow the convention and do not account for sparsity in causal "
+            "attention')"
+        ),
+    }
+)
+"""The two common ways to count the attention score and value matmuls of a causal model, by the ``causal``
+argument of :func:`attention_flops_per_token` (``L`` blocks, ``w`` query heads x head size, ``s`` tokens per
+sequence), each with who uses it: what a benchmark prints next to an MFU so it compares with published ones."""
 
 
 def attention_flops_per_token(num_layers: int, attention_width: int, seq_length: int, *, causal: bool = True) -> float:

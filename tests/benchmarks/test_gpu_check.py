@@ -53,6 +53,16 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert 0 < resume["checkpoint_mb"] < 64
 
     assert steps["transformer_engine"] == {"status": "skipped", "reason": gpu_check.SKIPPED_DRY_RUN_TE}
+    gemm = steps[gpu_check.GEMM_STEP]  # its code on the CPU: one small bf16 GEMM, fp8 skipped, no nominal peak
+    assert gemm["status"] == "passed" and [r["kind"] for r in gemm["rows"]] == ["bf16"]
+    assert (
+        gemm["peaks"] == data["measured_peaks"] == {"bf16_tflops": gemm["rows"][0]["tflops"]}
+        and gemm["nominal"] is None
+    )
+    assert gemm["fp8"].startswith("skipped: fp8 GEMMs need a CUDA GPU")
+    assert list(steps)[:3] == ["environment", gpu_check.GEMM_STEP, "resume"]
+    assert data["predictions_for"] == "H100" and data["time_limit_s"] == "420"
+    assert data["budget"][0].startswith("time limit: 420 s") and "390 s (--budget-s)" in data["budget"][1]
 
     # the Llama family's step: its resume (GQA, tied embeddings through DCP) bitwise, then a custom shape
     # measured as the trainer resolves it (benchmarks/gpu_check.py asked family_of(model), which a family's
@@ -83,7 +93,8 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     }
     assert llama["measured"]["backend"] == "torch" and llama["measured"]["tokens_per_second"] > 0
     assert all(math.isfinite(x) for x in llama["measured"]["losses"]) and len(llama["measured"]["losses"]) == 3
-    assert llama["predicted"] == gpu_check.prediction(gpu_check.LLAMA_DRY_SETUP, 1, "off", gpu_name=None, gpus=1)
+    h100 = gpu_check.prediction_gpu(None, dry_run=True)  # the dry run predicts for the GPU lent today
+    assert llama["predicted"] == gpu_check.prediction(gpu_check.LLAMA_DRY_SETUP, 1, "off", gpu=h100, gpus=1)
     assert llama["predicted"]["status"] == "fits" and llama["predicted"]["tokens_per_second_per_gpu"] > 0
     assert list(steps).index(gpu_check.LLAMA_RESUME) < list(steps).index(llama_name)
 
@@ -97,7 +108,12 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         assert step["config"]["backend"] == measured["backend"] == "torch" and measured["world_size"] == 1
         assert measured["tokens_per_second"] > 0 and measured["tflops_per_gpu"] >= 0 and measured["mfu"] is None  # CPU
         assert measured["peak_allocated_gb"] > 0 and measured["peak_reserved_gb"] > 0
-        assert predicted["gpu"] == "H200" and predicted["gpus"] == 1 and predicted["fits"]
+        assert predicted["gpu"] == "H100" and predicted["gpus"] == 1 and predicted["fits"]
+        table = measured["mfu_table"]  # both attention conventions; no nominal peak on a CPU, the measured GEMM one
+        assert table["causal"]["tflops_per_gpu"] == measured["tflops_per_gpu"]
+        assert table["full"]["tflops_per_gpu"] >= table["causal"]["tflops_per_gpu"]  # 2 decimals: 0.0 on a CPU
+        assert measured["flops_per_token"]["full"] > measured["flops_per_token"]["causal"] > 0
+        assert table["causal"]["mfu_nominal"] is None and table["causal"]["mfu_measured_peak"] > 0
         ratio = step["measured_over_predicted"]["tokens_per_second_per_gpu"]
         assert ratio == pytest.approx(
             measured["tokens_per_second_per_gpu"] / predicted["tokens_per_second_per_gpu"], rel=1e-3
@@ -105,6 +121,9 @@ def test_the_dry_run_goes_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     report = (out / "results.md").read_text()
     assert report == gpu_check.report(data)  # the last write of the run
     assert "| model | backend | batch | act. ckpt |" in report and "| gpt-tiny | torch | 2 | full |" in report
+    assert "MFU % nominal (pred) | MFU % GEMM | full: TFLOP/s, MFU % nominal / GEMM |" in report
+    assert "causal attention counted at half" in report and "torchtitan" in report  # both conventions named
+    assert "- predictions (pred) for one H100" in report and "- gemm peak: passed bf16 " in report
     assert "| llama tiny (custom) | torch | 1 | off |" in report and "- llama resume: passed bitwise=True" in report
     assert (
         "- resume: passed bitwise=True" in report and f"- transformer_engine: {gpu_check.SKIPPED_DRY_RUN_TE}" in report
@@ -248,14 +267,14 @@ def test_a_gpu_run_without_cuda_ends_after_the_environment_step_and_trains_nothi
     llama = gpu_check.throughput_name("torch", 2, "off", model="llama")
     assert llama == "throughput model=llama backend=torch batch=2 activation_checkpointing=off"
     names = [gpu_check.LLAMA_RESUME, llama, *names]
-    assert list(steps) == ["environment", "resume", "transformer_engine", *names]
+    assert list(steps) == ["environment", gpu_check.GEMM_STEP, "resume", "transformer_engine", *names]
     environment = steps["environment"]
     assert environment["status"] == "failed" and environment["cuda_available"] is False
     assert (
         environment["error"].startswith("NoCuda: no usable CUDA (")
         and "nothing is trained on the CPU" in environment["error"]
     )
-    for name in ("resume", "transformer_engine", *names):
+    for name in (gpu_check.GEMM_STEP, "resume", "transformer_engine", *names):
         assert steps[name]["status"] == "skipped" and steps[name]["reason"] == gpu_check.SKIPPED_NO_CUDA, name
     assert steps[names[-1]]["config"] == {
         "model": "gpt-1b",
@@ -286,8 +305,9 @@ def test_measure_refuses_the_cpu_outside_the_dry_run(tmp_path: Path, monkeypatch
 def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The planner's "does not fit" skips the configuration whether or not the GPU's name is known (an
-    unknown name is planned as an H200); only the dry run's tiny model ignores it, and --no-skip."""
+    """The planner's "does not fit" skips the configuration on a GPU the catalogue knows; only the dry run's
+    tiny model ignores it, and --no-skip. A GPU the catalogue does not know gets no prediction (not an H200's
+    or an H100's) and is measured: an out-of-memory error is caught there."""
     measured = []
     monkeypatch.setattr(gpu_check, "measure", lambda *a, **k: measured.append(k) or {"losses": [1.0]})
     config = {
@@ -299,29 +319,38 @@ def test_a_configuration_predicted_not_to_fit_is_skipped_on_any_gpu(
         "batch_size": 64,
         "activation_checkpointing": "off",
     }
-    for gpu_name in ("NVIDIA H200", None, "a GPU the catalogue does not know"):
+    for device_name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         record: dict = {}
-        gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=gpu_name)
+        gpu = gpu_check.prediction_gpu(device_name)
+        gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu=gpu, device_name=device_name)
         predicted = record["predicted"]
         assert record["status"] == "skipped" and record["reason"] == (
-            f"skipped: predicted out-of-memory, {predicted['memory_gb']} GB of {predicted['usable_gb']} GB usable on H200"
+            f"skipped: predicted out-of-memory, {predicted['memory_gb']} GB of {predicted['usable_gb']} GB usable "
+            f"on {gpu.name}"
         )
-        assert predicted["gpu"] == "H200" and not predicted["fits"] and predicted["status"] == "out-of-memory"
+        assert predicted["gpu"] == gpu.name and not predicted["fits"] and predicted["status"] == "out-of-memory"
         # not run: no predicted speed as if it had (issue 14), in the record or the table
         assert not set(gpu_check.SPEED_PREDICTIONS) & set(predicted)
         row = next(
-            line for line in gpu_check.report({"steps": {"throughput x": record}}).splitlines() if "H200" in line
+            line for line in gpu_check.report({"steps": {"throughput x": record}}).splitlines() if gpu.name in line
         )
-        assert row.startswith("| gpt-1b | torch | 64 | off | - (-) | - | - (-) | - (-) | - (")
+        assert row.startswith("| gpt-1b | torch | 64 | off | - (-) | - | - (-) | - (-) | - | -, - / - | - (")
     assert measured == []
+    unknown = "NVIDIA H100 PCIe"  # not the catalogue's H100 (SXM: other clocks and peaks)
     record = {}
-    with pytest.raises(KeyError):  # measured (the stub's result has no figures): the skip was not applied
-        gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name=None, run_unfit=True)
-    assert measured == [{"steps": 6, "warmup": 2, "backend": "torch", "dry_run": False}]
+    assert gpu_check.prediction_gpu(unknown) is None
+    with pytest.raises(KeyError):  # measured (the stub's result has no figures): no verdict to skip it by
+        gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu=None, device_name=unknown)
+    assert record["predicted"] is None and record["prediction"] == gpu_check.no_prediction_reason(unknown)
+    assert "'NVIDIA H100 PCIe' is not in platform_spec.catalogue" in record["prediction"]
+    record = {}
+    with pytest.raises(KeyError):  # measured: the skip was not applied
+        gpu_check.measure_config(
+            record, tmp_path, gpu_check.GPU_SETUP, config, gpu=gpu_check.prediction_gpu("NVIDIA H200"), run_unfit=True
+        )
+    assert measured == [{"steps": 6, "warmup": 2, "backend": "torch", "dry_run": False}] * 2
     budget: dict = {}
-    gpu_check.measure_config(
-        budget, tmp_path, gpu_check.GPU_SETUP, {**config, "batch_size": 1}, gpu_name=None, left_s=-3.0
-    )
+    gpu_check.measure_config(budget, tmp_path, gpu_check.GPU_SETUP, {**config, "batch_size": 1}, gpu=None, left_s=-3.0)
     assert budget["status"] == "skipped" and budget["reason"] == "skipped: time budget (0 s left of --budget-s)"
 
 
@@ -360,7 +389,7 @@ def test_out_of_memory_frees_the_cache_only_after_the_error_and_its_frames_are_g
         "activation_checkpointing": "full",
     }
     record: dict = {}
-    gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu_name="NVIDIA H200")
+    gpu_check.measure_config(record, tmp_path, gpu_check.GPU_SETUP, config, gpu=gpu_check.prediction_gpu("NVIDIA H200"))
     assert record["status"] == "out of memory" and record["error"] == "CUDA out of memory. Tried to allocate 2.00 GiB."
     assert alive_at_free == [False]  # freed after the except block: the traceback no longer holds the frame
 
@@ -511,7 +540,7 @@ def test_the_wrapper_gives_the_budget_keeps_the_pythonpath_and_exits_124_when_it
         )
         return done.returncode, record.read_text().splitlines() if done.returncode != 2 else [done.stderr]
 
-    code, argv = run(STUB_SLEEP="0")  # the default limit: 300 s, so a budget of 270 s
+    code, argv = run(STUB_SLEEP="0")  # the default limit: 420 s, so a budget of 390 s
     assert code == 0
     assert argv == [
         f"PYTHONPATH={REPO}:/opt/trainer",
@@ -519,7 +548,7 @@ def test_the_wrapper_gives_the_budget_keeps_the_pythonpath_and_exits_124_when_it
         "--out",
         str(tmp_path / "out"),
         "--budget-s",
-        "270",
+        "390",
         "--skip",
         "te",
     ]
@@ -592,7 +621,7 @@ def test_the_check_runs_inside_the_trainer_image_behind_nvidia_start_up(tmp_path
 def test_the_llama_step_plans_the_shape_the_trainer_builds() -> None:
     """A custom shape (``model`` = the family's name, every shape hyperparameter given) is resolved by the one
     resolver the trainer uses, and the prediction is the planner's for that shape: Llama 3.2 1B's sizes,
-    1.24B parameters (Meta's 1.23B), fitting one H200 at 2 x 8K tokens."""
+    1.24B parameters (Meta's 1.23B), fitting one H100 80 GB (the GPU lent today) at 2 x 8K tokens."""
     import planner
     from planner.plan import evaluate_on_gpus
     from platform_spec.hyperparameters import model_shape, parse
@@ -603,10 +632,11 @@ def test_the_llama_step_plans_the_shape_the_trainer_builds() -> None:
     assert family_of_shape(shape).name == "llama" and shape.name == "llama"
     assert (shape.num_layers, shape.hidden_size, shape.num_heads, shape.num_kv_heads) == (16, 2048, 32, 8)
     assert shape.tied_embeddings is True and round(shape.num_params / 1e9, 2) == 1.24
-    predicted = gpu_check.prediction(gpu_check.LLAMA_GPU_SETUP, 2, "off", gpu_name="NVIDIA H200", gpus=1)
-    instance = predicted["instance_type"]  # an H200 instance type of the catalogue
+    h100 = gpu_check.prediction_gpu("NVIDIA H100 80GB HBM3")
+    predicted = gpu_check.prediction(gpu_check.LLAMA_GPU_SETUP, 2, "off", gpu=h100, gpus=1)
+    instance = predicted["instance_type"]  # an H100 instance type of the catalogue
     plan = evaluate_on_gpus(planner.PlanInput.from_hyperparameters(parse(values), instance_type=instance), 1)
-    assert predicted["gpu"] == "H200" and predicted["status"] == "fits"
+    assert predicted["gpu"] == "H100" and predicted["status"] == "fits"
     assert predicted["memory_gb"] == round(plan.memory_gb.total, 2) < predicted["usable_gb"]
     assert predicted["tokens_per_second_per_gpu"] == round(plan.tokens_per_second_per_gpu, 1)
     ((name, config),) = gpu_check.throughput_configs(gpu_check.LLAMA_GPU_SETUP, ("torch",), named=True)
@@ -616,3 +646,102 @@ def test_the_llama_step_plans_the_shape_the_trainer_builds() -> None:
         "ffn_hidden_size": 8192,
         "vocab_size": 128256,
     }
+
+
+# ---------------------------------------------------------------------------
+# the pure parts sized for the machine lent today: predictions, MFU, GEMM peak, budget
+
+
+def test_predictions_are_for_the_measured_gpu_and_an_unknown_gpu_gets_none() -> None:
+    from platform_spec import catalogue
+
+    assert gpu_check.prediction_gpu("NVIDIA H100 80GB HBM3") is catalogue.GPUS["H100"]
+    assert gpu_check.prediction_gpu("NVIDIA H200") is catalogue.GPUS["H200"]
+    for unknown in ("NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "", None):  # not H200's figures, nor H100's
+        assert gpu_check.prediction_gpu(unknown) is None
+        assert gpu_check.prediction(gpu_check.GPU_SETUP, 1, "off", gpu=None, gpus=1) is None
+    assert gpu_check.prediction_gpu(None, dry_run=True) is catalogue.GPUS[gpu_check.DRY_RUN_GPU]
+    assert gpu_check.DRY_RUN_GPU == "H100"
+    # every configuration the check runs on the lent H100 is predicted to fit it (none skipped by the planner)
+    h100 = catalogue.GPUS["H100"]
+    for setup in (gpu_check.GPU_SETUP, gpu_check.LLAMA_GPU_SETUP):
+        for _, config in gpu_check.throughput_configs(setup, ("torch",)):
+            predicted = gpu_check.prediction(
+                setup, config["batch_size"], config["activation_checkpointing"], gpu=h100, gpus=1
+            )
+            assert predicted is not None and predicted["status"] == "fits", (config, predicted)
+
+
+def test_the_mfu_table_gives_both_conventions_against_both_peaks() -> None:
+    """Hand-computed: 10,000 tokens/s x 5e10 FLOPs/token = 500 TFLOP/s; of 1000 nominal 50 %, of 800 measured 62.5 %."""
+    from model_families.gpt import flops_per_token
+    from platform_spec.models import ATTENTION_FLOP_CONVENTIONS, get_preset
+
+    table = gpu_check.mfu_table(10_000, {"causal": 5e10, "full": 6e10}, nominal_peak=1000.0, measured_peak=800.0)
+    assert table == {
+        "causal": {"tflops_per_gpu": 500.0, "mfu_nominal": 50.0, "mfu_measured_peak": 62.5},
+        "full": {"tflops_per_gpu": 600.0, "mfu_nominal": 60.0, "mfu_measured_peak": 75.0},
+    }
+    unknown = gpu_check.mfu_table(10_000, {"causal": 5e10}, nominal_peak=None, measured_peak=None)
+    assert unknown == {"causal": {"tflops_per_gpu": 500.0, "mfu_nominal": None, "mfu_measured_peak": None}}
+    with pytest.raises(ValueError, match="peak_tflops must be > 0"):
+        gpu_check.mfu_table(1.0, {"causal": 1.0}, nominal_peak=0.0, measured_peak=None)
+    # the two conventions differ by the attention term only: 6 L h s more for the full square (gpt-1b at 8K)
+    shape = get_preset("gpt-1b")
+    extra = flops_per_token(shape, 8192, causal=False) - flops_per_token(shape, 8192)
+    assert extra == 6 * shape.num_layers * shape.hidden_size * 8192
+    assert gpu_check.CONVENTIONS == {True: "causal", False: "full"}
+    assert "at half" in ATTENTION_FLOP_CONVENTIONS[True] and "Megatron-LM" in ATTENTION_FLOP_CONVENTIONS[True]
+    assert "PaLM" in ATTENTION_FLOP_CONVENTIONS[False] and "torchtitan" in ATTENTION_FLOP_CONVENTIONS[False]
+
+
+def test_the_gemm_peak_code_runs_bf16_and_fp8_on_the_cpu() -> None:
+    """The step's GEMMs on the CPU (the GPU's peak needs the GPU): bf16 torch.mm and fp8 torch._scaled_mm with
+    the column-major second operand it requires; the peaks are keyed by the catalogue's attribute names, so
+    the precision registry's dense_peak finds a precision's own."""
+    import torch
+
+    from platform_spec.catalogue import GPUSpec
+    from platform_spec.precisions import get_precision
+
+    setup = {"sizes": (32, 64), "warmup": 1, "iters": 2}
+    result = gpu_check.gemm_peaks(torch.device("cpu"), setup, fp8=True)
+    assert [(r["kind"], r["n"], r["fast_accum"]) for r in result["rows"]] == [
+        ("bf16", 32, False),
+        ("bf16", 64, False),
+        ("fp8", 32, False),
+        ("fp8", 64, False),
+        ("fp8", 32, True),
+        ("fp8", 64, True),
+    ]
+    assert all(r["tflops"] > 0 and r["ms"] > 0 for r in result["rows"])
+    assert set(result["peaks"]) == {"bf16_tflops", "fp8_tflops"} <= set(GPUSpec.__dataclass_fields__)
+    assert result["peaks"]["bf16_tflops"] == max(r["tflops"] for r in result["rows"] if r["kind"] == "bf16")
+    assert {get_precision(p).dense_peak for p in ("bf16", "fp8")} == set(result["peaks"])
+    assert set(gpu_check.gemm_peaks(torch.device("cpu"), setup, fp8=False)["peaks"]) == {"bf16_tflops"}
+    with pytest.raises(ValueError, match="kind 'fp16'"):
+        gpu_check.gemm_tflops(32, "fp16", "cpu", warmup=0, iters=1)
+
+
+def test_the_printed_budget_fits_one_eight_minute_call_on_an_h100() -> None:
+    planned = gpu_check.planned_seconds(set(), te=False, dry_run=False)
+    assert list(planned) == ["environment", gpu_check.GEMM_STEP, "resume", "llama", "throughput (6 configurations)"]
+    lines = gpu_check.budget_lines(390.0, "420", planned)
+    assert lines[0].startswith("time limit: 420 s") and "timeout_s=480" in lines[0]
+    assert lines[1].startswith("measuring budget: 390 s (--budget-s)")
+    assert lines[2].startswith("expected on one H100 80 GB (estimates, not yet measured)")
+    assert len(lines) == 3 and sum(planned.values()) <= 390  # the plain check fits its budget
+    assert 420 + 15 < gpu_check.DEVICE_CALL_S <= 480  # the wrapper's default limit and SIGKILL grace fit the call
+    with_te = gpu_check.planned_seconds(set(), te=True, dry_run=False)  # in the image: TE checks and TE rows
+    assert "transformer_engine" in with_te and "throughput (12 configurations)" in with_te
+    over = gpu_check.budget_lines(390.0, "420", with_te)
+    assert over[-1].startswith("the estimates exceed the budget by")
+    assert gpu_check.planned_seconds({"llama", "throughput"}, te=False, dry_run=False).keys() == {
+        "environment",
+        gpu_check.GEMM_STEP,
+        "resume",
+    }
+    assert gpu_check.planned_seconds(set(), te=False, dry_run=True) == {}
+    assert gpu_check.budget_lines(None, None, {}) == [
+        "measuring budget: none (--budget-s not given); a throughput configuration starts only with 45 s of it left"
+    ]
