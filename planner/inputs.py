@@ -23,6 +23,20 @@ CHECKPOINT_SAVES: tuple[str, ...] = ("async", "sync")
 save at a stop is synchronous either way (:mod:`planner.checkpoint`)."""
 DEFAULT_CHECKPOINT_SAVE = "async"
 """The trainer's way for interval checkpoints: asynchronous."""
+LOSS_IMPLEMENTATIONS: tuple[str, ...] = ("chunked", "unchunked-fp32")
+"""How the cross-entropy is computed, a plan input (:attr:`PlanInput.loss`): ``chunked`` (the trainer's
+``training.model.chunked_cross_entropy``: one chunk of ``2^26`` logits live at a time, its logits recomputed in
+backward) or ``unchunked-fp32`` (one fp32 cross-entropy over every logit of the micro-batch, as torchtitan's
+``cross_entropy(pred.flatten(0, 1).float(), ...)`` does). What the loss moment holds is :mod:`planner.memory`'s."""
+DEFAULT_LOSS = "chunked"
+"""The trainer's loss: chunked."""
+ATTENTION_KERNELS: tuple[str, ...] = ("te-fused", "flash-attention-2")
+"""The attention kernel, a plan input (:attr:`PlanInput.attention`): ``te-fused`` (TransformerEngine's fused
+attention, cuDNN's, which the trainer's TE blocks run) or ``flash-attention-2`` (Dao's FlashAttention-2, what
+llm-foundry's MPT and PyTorch's ``scaled_dot_product_attention`` flash backend run). Its achieved rate is
+:mod:`planner.throughput`'s (:data:`planner.throughput.ATTENTION_PEAK_FRACTION`)."""
+DEFAULT_ATTENTION = "te-fused"
+"""The trainer's attention on a GPU: TransformerEngine's fused attention."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +57,12 @@ class PlanInput(Hyperparameters):
         checkpoint_save: how interval checkpoints are saved, one of :data:`CHECKPOINT_SAVES` (default
             :data:`DEFAULT_CHECKPOINT_SAVE`): what the step time, the staging memory and the save at a stop count
             (:mod:`planner.checkpoint`).
+        loss: how the cross-entropy is computed, one of :data:`LOSS_IMPLEMENTATIONS` (default
+            :data:`DEFAULT_LOSS`, the trainer's): the loss moment's memory and the head's recompute. Another
+            framework's (``unchunked-fp32``) plans its runs; the trainer always chunks.
+        attention: the attention kernel, one of :data:`ATTENTION_KERNELS` (default :data:`DEFAULT_ATTENTION`,
+            the trainer's): the attention's achieved rate. Another framework's (``flash-attention-2``) plans its
+            runs.
     """
 
     instance_type: str
@@ -52,6 +72,8 @@ class PlanInput(Hyperparameters):
     tokens: float | None = None
     inter_container_encryption: bool = False
     checkpoint_save: str = DEFAULT_CHECKPOINT_SAVE
+    loss: str = DEFAULT_LOSS
+    attention: str = DEFAULT_ATTENTION
 
     @classmethod
     def from_hyperparameters(
@@ -59,7 +81,7 @@ class PlanInput(Hyperparameters):
     ) -> PlanInput:
         """The plan input for trainer hyperparameters ``hp`` on ``instance_count`` x ``instance_type``; ``kw``
         sets the other fields (``blocks_only``, ``price_per_hour``, ``tokens``, ``inter_container_encryption``,
-        ``checkpoint_save``) or
+        ``checkpoint_save``, ``loss``, ``attention``) or
         overrides a hyperparameter."""
         values: dict[str, Any] = {name: getattr(hp, name) for name in hpmod.SPECS}
         return cls(instance_type=instance_type, instance_count=instance_count, **{**values, **kw})
@@ -92,7 +114,7 @@ class PlanInput(Hyperparameters):
     @classmethod
     def own_fields(cls) -> tuple[str, ...]:
         """The fields besides the hyperparameters: the hardware, the budget, ``blocks_only``,
-        ``inter_container_encryption`` and ``checkpoint_save``."""
+        ``inter_container_encryption``, ``checkpoint_save``, ``loss`` and ``attention``."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.name not in hpmod.SPECS)
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,6 +253,10 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
             raise PlanInputError(name, getattr(p, name), "true or false")
     if p.checkpoint_save not in CHECKPOINT_SAVES:
         raise PlanInputError("checkpoint_save", p.checkpoint_save, "one of " + ", ".join(CHECKPOINT_SAVES))
+    if p.loss not in LOSS_IMPLEMENTATIONS:
+        raise PlanInputError("loss", p.loss, "one of " + ", ".join(LOSS_IMPLEMENTATIONS))
+    if p.attention not in ATTENTION_KERNELS:
+        raise PlanInputError("attention", p.attention, "one of " + ", ".join(ATTENTION_KERNELS))
     for name in ("price_per_hour", "tokens"):
         v = getattr(p, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
@@ -260,8 +286,12 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
 
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "CHECKPOINT_SAVES",
+    "DEFAULT_ATTENTION",
     "DEFAULT_CHECKPOINT_SAVE",
+    "DEFAULT_LOSS",
+    "LOSS_IMPLEMENTATIONS",
     "PlanInput",
     "PlanInputError",
     "ResolveMemo",

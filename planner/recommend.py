@@ -203,6 +203,8 @@ def describe_changes(before: PlanInput, after: PlanInput) -> list[str]:
         "instance_count": "more GPUs to shard over",
         "precision": "number format",
         "checkpoint_save": "how interval checkpoints are saved",
+        "loss": "how the cross-entropy is computed",
+        "attention": "the attention kernel",
     }
     out = []
     for name in before.__dataclass_fields__:

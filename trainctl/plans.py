@@ -123,8 +123,10 @@ def plan_blocks(plan: Plan) -> list[Panel | Table]:
     mt.add_row("fragmentation margin (estimate)", _num(mem.fragmentation_margin, 2))
     mt.add_row("CUDA context + NCCL (estimate)", _num(mem.runtime_overhead, 2))
     mt.add_row("required", _num(mem.required, 2))
+    low, high = mem.required_band
+    mt.add_row("required, published-error band", f"{_num(low, 1)} - {_num(high, 1)}")
     mt.add_row(
-        f"usable ({r.gpu.hbm_gb:g} GiB = {mem.capacity:.0f} GB, less {SAFETY_FRACTION:.0%})", _num(mem.usable, 2)
+        f"usable ({r.gpu.hbm_gb:g} GiB = {mem.capacity:.0f} GB, less {SAFETY_FRACTION:.1%})", _num(mem.usable, 2)
     )
     mt.add_row("verdict", f"{_verdict(mem.status)} ({mem.headroom:+.1f} GB)")
     mt.caption = f"peak at: {mem.peak_phase.replace('_', ' ')}"

@@ -16,8 +16,8 @@ from trainctl.sweeps.pruning import SPEED_FIGURES
 from trainctl.sweeps.state import SKIPPED, SweepConfig
 
 H100 = {"type": "cuda", "gpus": 8, "name": "NVIDIA H100 80GB HBM3", "gpu": "H100"}
-# gpt-1b (24 blocks) at 8K tokens, bf16, no checkpointing on 8x H100: batch 1 fits, 6 is at-risk, 8 does not fit
-BASE = {"hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 8192}}
+# gpt-1b (24 blocks) at 7K tokens, bf16, no checkpointing on 8x H100: batch 1 fits, 7 is at-risk, 8 does not fit
+BASE = {"hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 7168}}
 
 
 def _rows(table: str) -> dict[str, list[str]]:
@@ -27,7 +27,7 @@ def _rows(table: str) -> dict[str, list[str]]:
 
 
 def test_skipped_configurations_show_the_verdict_and_no_speed(tmp_path: Path) -> None:
-    sweep = plan_sweep("verdicts", ["batch_size=1,6,8"], mode="local", base=BASE, sweeps_dir=tmp_path, device=H100)
+    sweep = plan_sweep("verdicts", ["batch_size=1,7,8"], mode="local", base=BASE, sweeps_dir=tmp_path, device=H100)
     sweep.save()
     fits, risky, oom = sweep.configs
     assert (fits.status, risky.status, oom.status) == ("Pending", SKIPPED, SKIPPED)
@@ -35,7 +35,7 @@ def test_skipped_configurations_show_the_verdict_and_no_speed(tmp_path: Path) ->
     paths = write_report("verdicts", tmp_path / "report", sweeps_dir=tmp_path)
     rows = {r["config"]["batch_size"]: r for r in json.loads(paths.data.read_text())["rows"]}
     assert rows["1"]["predicted"]["tokens_per_second"] == fits.prediction["tokens_per_second"] > 0
-    for batch, status in (("6", "at-risk"), ("8", "out-of-memory")):
+    for batch, status in (("7", "at-risk"), ("8", "out-of-memory")):
         predicted = rows[batch]["predicted"]
         assert predicted["status"] == status and predicted["not_run"].startswith(f"not run: {status} (")
         assert {k: predicted[k] for k in SPEED_FIGURES} == dict.fromkeys(SPEED_FIGURES)
@@ -43,9 +43,9 @@ def test_skipped_configurations_show_the_verdict_and_no_speed(tmp_path: Path) ->
         assert rows[batch]["tokens_per_sec_measured_over_predicted"] is None
 
     table = _rows(paths.markdown.read_text())
-    assert table["batch_size=6"][2] == "Skipped" and table["batch_size=6"][7] == "not run (at-risk)"
-    assert table["batch_size=6"][8] == f"{risky.prediction['memory_gb_total']:.1f}"
-    assert table["batch_size=6"][9].startswith("predicted at-risk: ")  # the reason, with the way to accept it
+    assert table["batch_size=7"][2] == "Skipped" and table["batch_size=7"][7] == "not run (at-risk)"
+    assert table["batch_size=7"][8] == f"{risky.prediction['memory_gb_total']:.1f}"
+    assert table["batch_size=7"][9].startswith("predicted at-risk: ")  # the reason, with the way to accept it
     assert table["batch_size=8"][7] == "not run (out-of-memory)"
     assert table["batch_size=8"][9].startswith("predicted out of memory: ")
     assert table["batch_size=1"][7] == f"{fits.prediction['tokens_per_second']:,.0f}"
@@ -55,7 +55,7 @@ def test_skipped_configurations_show_the_verdict_and_no_speed(tmp_path: Path) ->
 def test_an_accepted_risk_and_an_auto_tuned_configuration_show_the_speed_of_what_runs(tmp_path: Path) -> None:
     accepted = plan_sweep(
         "accepted",
-        ["batch_size=6"],
+        ["batch_size=7"],
         mode="local",
         base={**BASE, "accept_memory_risk": True},
         sweeps_dir=tmp_path,
@@ -65,7 +65,7 @@ def test_an_accepted_risk_and_an_auto_tuned_configuration_show_the_speed_of_what
     results = collect(accepted)
     assert results[0].predicted == config.prediction and config.prediction["tokens_per_second"] > 0
     speed = f"{config.prediction['tokens_per_second']:,.0f}"
-    assert _rows(markdown_table(accepted, results))["batch_size=6"][7] == f"{speed} (at-risk, accepted)"
+    assert _rows(markdown_table(accepted, results))["batch_size=7"][7] == f"{speed} (at-risk, accepted)"
 
     tuned = SweepConfig(
         index=0,

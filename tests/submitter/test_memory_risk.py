@@ -11,9 +11,9 @@ from planner.plan import evaluate
 
 pytestmark = pytest.mark.xdist_group("submitter")
 
-AT_RISK = {"model": "llama3-8b", "precision": "mxfp8", "seq_length": 4096, "batch_size": 7}
+AT_RISK = {"model": "llama3-8b", "precision": "mxfp8", "seq_length": 4096, "batch_size": 8}
 """Llama 3 8B, mxfp8, 4096 x 7 on one ml.p6-b200.48xlarge: ~177 GB needed per GPU of ~184 GB usable."""
-OUT_OF_MEMORY = {"model": "llama3-8b", "precision": "mxfp8", "seq_length": 8192, "batch_size": 4}
+OUT_OF_MEMORY = {"model": "llama3-8b", "precision": "mxfp8", "seq_length": 8192, "batch_size": 5}
 
 
 def _plan(hyperparameters: dict, instance_type: str = "ml.p6-b200.48xlarge"):
@@ -46,7 +46,7 @@ def test_accept_memory_risk_submits_the_at_risk_configuration_as_it_is(aws, subm
     assert response["status"] == "submitted", response
     assert response["estimate"]["status"] == "at-risk" and "auto_tune" not in response
     job = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
-    assert job["HyperParameters"]["batch_size"] == "7" and job["HyperParameters"]["model"] == "llama3-8b"
+    assert job["HyperParameters"]["batch_size"] == "8" and job["HyperParameters"]["model"] == "llama3-8b"
 
 
 def test_auto_tune_turns_an_at_risk_configuration_into_one_that_fits(aws, submit, make_request):
@@ -74,9 +74,9 @@ def test_accepting_the_risk_does_not_let_an_out_of_memory_configuration_through(
 
 
 AT_RISK_NO_CHANGE = {
-    "model": "llama3-70b", "precision": "bf16", "seq_length": 16384, "batch_size": 1, "activation_checkpointing": "full",
+    "model": "llama3-70b", "precision": "bf16", "seq_length": 18432, "batch_size": 1, "activation_checkpointing": "full",
 }  # fmt: skip
-"""Llama 3 70B at sequence 16384 on 3 x ml.p5.48xlarge: at-risk with batch 1 and full checkpointing, so no change
+"""Llama 3 70B at sequence 18432 on 3 x ml.p5.48xlarge: at-risk with batch 1 and full checkpointing, so no change
 of the hyperparameters fits (more instances would)."""
 
 

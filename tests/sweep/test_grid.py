@@ -174,12 +174,12 @@ def test_auto_tune_in_the_base_predicts_the_change_the_submitter_applies(tmp_pat
 
 # --- memory verdicts: at-risk is skipped unless the base accepts the risk, as the submitter does -------------
 
-# gpt-1b (24 blocks) at 8K tokens on 8x H100, bf16, no checkpointing: batch 1 fits, 6 is at-risk, 8 does not fit
-AT_RISK_BASE = {**P5_BASE_REQUEST, "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 8192}}
+# gpt-1b (24 blocks) at 7K tokens on 8x H100, bf16, no checkpointing: batch 1 fits, 7 is at-risk, 8 does not fit
+AT_RISK_BASE = {**P5_BASE_REQUEST, "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 7168}}
 
 
 def test_an_at_risk_configuration_is_skipped_with_the_verdict_and_no_speed(tmp_path, env) -> None:
-    sweep = plan_sweep("risk", ["batch_size=1,6,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
+    sweep = plan_sweep("risk", ["batch_size=1,7,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
     fits, risky, oom = sweep.configs
     assert (fits.status, fits.prediction["status"]) == ("Pending", "fits")
     assert (risky.status, risky.prediction["status"], oom.prediction["status"]) == (
@@ -202,7 +202,7 @@ def test_an_at_risk_configuration_is_skipped_with_the_verdict_and_no_speed(tmp_p
 def test_a_sweep_accepts_the_risk_explicitly_and_again_on_an_existing_sweep(tmp_path, env) -> None:
     accepted = plan_sweep(
         "accepted",
-        ["batch_size=6,8"],
+        ["batch_size=7,8"],
         mode="aws",
         base={**AT_RISK_BASE, "accept_memory_risk": True},
         sweeps_dir=tmp_path,
@@ -215,12 +215,12 @@ def test_a_sweep_accepts_the_risk_explicitly_and_again_on_an_existing_sweep(tmp_
     assert oom.status == SKIPPED  # out of memory is refused whatever accept_memory_risk says (the submitter's rule)
 
     # a sweep that skipped it runs it when defined again with the risk accepted, and skips it again without
-    first = plan_sweep("later", ["batch_size=6,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
+    first = plan_sweep("later", ["batch_size=7,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
     first.save()
     assert [c.status for c in first.configs] == [SKIPPED, SKIPPED]
     again = plan_sweep(
         "later",
-        ["batch_size=6,8"],
+        ["batch_size=7,8"],
         mode="aws",
         base={**AT_RISK_BASE, "accept_memory_risk": True},
         sweeps_dir=tmp_path,
@@ -231,7 +231,7 @@ def test_a_sweep_accepts_the_risk_explicitly_and_again_on_an_existing_sweep(tmp_
     assert risky.job_name == job_name_for("later", risky) and again.base["accept_memory_risk"] is True
     assert oom.status == SKIPPED and oom.reason.startswith("predicted out of memory: ")
     again.save()
-    back = plan_sweep("later", ["batch_size=6,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
+    back = plan_sweep("later", ["batch_size=7,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
     assert back.configs[0].status == SKIPPED and back.configs[0].reason.startswith("predicted at-risk: ")
     assert back.configs[0].job_name is None and back.base["accept_memory_risk"] is False
 
@@ -247,13 +247,13 @@ def test_accept_memory_risk_and_auto_tune_must_be_true_or_false(tmp_path, env) -
 
 def test_a_local_sweep_on_a_known_gpu_skips_at_risk_unless_its_base_accepts_it(tmp_path) -> None:
     h100 = {"type": "cuda", "gpus": 8, "name": "NVIDIA H100 80GB HBM3", "gpu": "H100"}
-    base = {"hyperparameters": {"model": "gpt-1b", "seq_length": 8192}}
-    skipped = plan_sweep("gpu", ["batch_size=6"], mode="local", base=base, sweeps_dir=tmp_path, device=h100)
+    base = {"hyperparameters": {"model": "gpt-1b", "seq_length": 7168}}
+    skipped = plan_sweep("gpu", ["batch_size=7"], mode="local", base=base, sweeps_dir=tmp_path, device=h100)
     assert skipped.configs[0].status == SKIPPED
     assert "set accept_memory_risk in --base to run it as it is" in skipped.configs[0].reason
     runs = plan_sweep(
         "gpu2",
-        ["batch_size=6"],
+        ["batch_size=7"],
         mode="local",
         base={**base, "accept_memory_risk": True},
         sweeps_dir=tmp_path,

@@ -112,7 +112,14 @@ def _add_hyperparameter(group: argparse._ArgumentGroup, name: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from planner.inputs import CHECKPOINT_SAVES, DEFAULT_CHECKPOINT_SAVE
+    from planner.inputs import (
+        ATTENTION_KERNELS,
+        CHECKPOINT_SAVES,
+        DEFAULT_ATTENTION,
+        DEFAULT_CHECKPOINT_SAVE,
+        DEFAULT_LOSS,
+        LOSS_IMPLEMENTATIONS,
+    )
     from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE, TRAINABLE_INSTANCE_TYPES, TRAINER_IMAGE_ARCHITECTURES
     from platform_spec.hyperparameters import GUIDE_DEFAULT_REQUEST, PLANNED_HYPERPARAMETERS, SPECS
 
@@ -145,6 +152,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in PLANNED_HYPERPARAMETERS:
         if name != "model":
             _add_hyperparameter(g if name == "model_family" or SPECS[name].shape else t, name)
+    t.add_argument(
+        "--loss",
+        choices=LOSS_IMPLEMENTATIONS,
+        default=DEFAULT_LOSS,
+        help="how the cross-entropy is computed: chunked (the trainer's: one chunk of logits live at a time) or "
+        "unchunked-fp32 (every logit of the micro-batch in fp32, as torchtitan does: tens of GB at 32K with a 128K "
+        "vocabulary), to plan another framework's run (default: %(default)s)",
+    )
+    t.add_argument(
+        "--attention",
+        choices=ATTENTION_KERNELS,
+        default=DEFAULT_ATTENTION,
+        help="the attention kernel: te-fused (the trainer's: TransformerEngine's fused attention) or "
+        "flash-attention-2 (llm-foundry's, PyTorch SDPA's flash backend), to plan another framework's run "
+        "(default: %(default)s)",
+    )
     g.add_argument(
         "--blocks-only",
         action="store_true",
