@@ -38,8 +38,8 @@ SPEED_FIGURES: tuple[str, ...] = ("tokens_per_second", "tokens_per_second_per_gp
 
 def not_run_reason(status: str, required_gb: float, usable_gb: float) -> str:
     """Why a configuration's speed figures are withheld, from the planner's memory verdict: ``"not run:
-    out-of-memory (90.1 GB needed per GPU, 81.6 GB usable)"``, ``"not run: at-risk (80.6 GB needed per GPU,
-    within 5% of 81.6 GB usable)"``."""
+    out-of-memory (90.1 GB needed per GPU, 85.5 GB usable)"``, ``"not run: at-risk (82.4 GB needed per GPU,
+    within 5% of 85.5 GB usable)"``."""
     from planner import AT_RISK_FRACTION
 
     within = f"within {AT_RISK_FRACTION:.0%} of " if status == "at-risk" else ""
