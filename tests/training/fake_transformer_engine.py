@@ -1,19 +1,22 @@
-"""A CPU stand-in for TransformerEngine 2.10's PyTorch API, for tests of OUR code only.
+"""A CPU stand-in for the PyTorch API of the trainer image's TransformerEngine (2.19), for tests of OUR code only.
 
 THIS IS NOT TRANSFORMERENGINE, and a test passing with it says nothing about
 whether TransformerEngine works: no fp8 arithmetic happens here. It exists so
 that CPU tests can check the trainer's own logic around TE: FSDP2 input casting
 of the blocks (the rotary table must reach them in fp32), TE's ``_extra_state``
 across a DCP save and a fresh model's load (the recipe and delayed scaling's
-amax history must come back), and initial weights under sharding (TE's
-``reset_parameters`` fills each rank's shard from the same seed). The real
-library is exercised by ``benchmarks/gpu_check.py`` on a GPU.
+amax history must come back, also from a checkpoint the previous image's TE 2.10
+wrote), and initial weights under sharding (TE's ``reset_parameters`` fills each
+rank's shard from the same seed). The real library is exercised by
+``benchmarks/gpu_check.py`` on a GPU (``benchmarks/gpu_check_in_image.sh``).
 
-What is copied from TransformerEngine v2.10 (``git show v2.10:<path>`` in
-github.com/NVIDIA/TransformerEngine), so our calls meet the same names:
+What is copied from TransformerEngine's ``release_v2.19`` branch (``git show
+release_v2.19:<path>`` in github.com/NVIDIA/TransformerEngine; the version is
+:data:`platform_spec.trainer_image.TRANSFORMER_ENGINE_VERSION`), so our calls meet the same names:
 
 * ``transformer_engine/pytorch/transformer.py``: ``TransformerLayer.__init__``'s
-  keyword parameters and defaults, ``forward``'s parameters; submodule and
+  keyword parameters and defaults (with 2.19's ``bottom_right_diagonal`` and
+  ``enc_dec_bottom_right_diagonal``), ``forward``'s parameters; submodule and
   parameter names (``self_attention.layernorm_qkv``, ``.core_attention``,
   ``.proj``, ``layernorm_mlp`` with ``fc1_weight`` ...). Unknown keywords raise
   ``TypeError`` as they would there. The two configurations the trainer's
@@ -25,18 +28,30 @@ github.com/NVIDIA/TransformerEngine), so our calls meet the same names:
   ``module/layernorm_mlp.py`` and ``attention/multi_head_attention.py`` build them.
 * ``transformer_engine/pytorch/module/base.py``: ``get_extra_state`` returns
   ``torch.empty(0, dtype=torch.uint8)`` until the module has run under
-  ``autocast``, then a ``uint8`` tensor holding a pickle of ``{"recipe", ...,
-  "extra_fp8_variables"}`` with ``scale_fwd`` / ``amax_history_fwd`` /
-  ``scale_bwd`` / ``amax_history_bwd`` for delayed scaling;
-  ``set_extra_state`` ignores an empty tensor, else restores them;
+  ``autocast``, and always for a stateless recipe (current scaling, MXFP8,
+  NVFP4: 2.16.1's #3123), else (delayed scaling) a ``uint8`` tensor holding a
+  pickle of ``{"recipe", "scale_fwd", "amax_history_fwd", "scale_bwd",
+  "amax_history_bwd", "extra_fp8_variables"}``; ``set_extra_state`` ignores an
+  empty tensor, asks ``_extra_state.should_load_extra_state_pickle`` about a
+  pickle (ignore a stateless one; refuse a delayed-scaling one unless
+  ``NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE=1``), else restores it;
   ``reset_parameters`` initialises a DTensor parameter's local shard with the
-  module's ``init_method`` and re-wraps it.
-* ``transformer_engine/common/recipe``: ``Format`` (max values),
-  ``DelayedScaling(fp8_format, amax_history_len=1024, amax_compute_algo="max")``,
-  ``Float8CurrentScaling``, ``MXFP8BlockScaling``, ``NVFP4BlockScaling`` and
-  the ``delayed()`` / ``mxfp8()`` / ... predicates.
-* ``te.autocast(enabled, calibrating, recipe, amax_reduction_group, _graph)``
-  and ``te.checkpoint(function, *args, **kwargs)``.
+  module's ``init_method`` and re-wraps it. :data:`WRITE_FORMAT` ``"2.10"``
+  writes v2.10's format instead (a pickle for every recipe, recipes without
+  the fields added since), for tests of checkpoints the 25.12 image wrote.
+* ``transformer_engine/pytorch/_extra_state.py``: ``UNSAFE_PICKLE_EXTRA_STATE_ENV``
+  and ``should_load_extra_state_pickle``'s decisions (from the pickle's opcodes,
+  without running it).
+* ``transformer_engine/common/recipe/__init__.py``: ``Format`` (max values),
+  ``MMParams``, ``DelayedScaling`` (``margin=0``, ``fp8_format=HYBRID``,
+  ``amax_history_len=1024``, ``amax_compute_algo="max"``, ...),
+  ``Float8CurrentScaling``, ``MXFP8BlockScaling``, ``NVFP4BlockScaling``, their
+  fields and defaults (as the environment variables leave them unset), and
+  the ``delayed()`` / ``mxfp8()`` / ... predicates; the classes carry TE's
+  module name, so their pickles name what TE's do.
+* ``transformer_engine/pytorch/quantization.py``: ``autocast(enabled, calibrating,
+  recipe, amax_reduction_group, _graph)`` (a class: one instance is not entered
+  twice at once), and ``distributed.py``'s ``checkpoint(function, *args, **kwargs)``.
 * The fp8 metadata life cycle of ``module/base.py``: ``init_fp8_metadata``
   (each forward: ``fp8`` and ``fp8_checkpoint`` follow the autocast; nothing is
   redone while the recipe is unchanged) and ``set_meta_tensor`` (returns early
@@ -56,15 +71,18 @@ in the input's dtype; "scaling" only records each input's amax into the amax
 history (roll, write row 0) and sets ``scale = fp8_max / max(history)``.
 
 Use :func:`install` (``monkeypatch``) to put ``transformer_engine``,
-``transformer_engine.pytorch`` and ``transformer_engine.common.recipe`` in
-``sys.modules``.
+``transformer_engine.pytorch`` (with ``._extra_state`` and ``.distributed``) and
+``transformer_engine.common.recipe`` in ``sys.modules``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import os
 import pickle
+import pickletools
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -77,7 +95,10 @@ import torch.nn.functional as F
 from torch import nn
 
 # ---------------------------------------------------------------------------
-# transformer_engine.common.recipe (v2.10)
+# transformer_engine.common.recipe (release_v2.19: common/recipe/__init__.py)
+
+RECIPE_MODULE = "transformer_engine.common.recipe"
+"""The module TE's recipe classes live in: the classes below carry it, so their pickles name what TE's do."""
 
 
 class _FormatHelper(NamedTuple):
@@ -90,6 +111,11 @@ class Format(Enum):
     E4M3 = _FormatHelper(max_fwd=448, max_bwd=448)
     E5M2 = _FormatHelper(max_fwd=57344, max_bwd=57344)
     HYBRID = _FormatHelper(max_fwd=448, max_bwd=57344)
+
+
+@dataclass(frozen=True)
+class MMParams:
+    use_split_accumulator: bool = True
 
 
 class Recipe:
@@ -111,24 +137,122 @@ class Recipe:
 
 @dataclass()
 class DelayedScaling(Recipe):
+    margin: int = 0
     fp8_format: Format = Format.HYBRID
     amax_history_len: int = 1024
     amax_compute_algo: Any = "max"
+    scaling_factor_compute_algo: Any = None
+    reduce_amax: bool = True
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: str | None = None
 
 
 @dataclass()
 class Float8CurrentScaling(Recipe):
+    use_power_2_scales: bool = False
     fp8_format: Format = Format.HYBRID
+    fp8_gemm_fprop: MMParams = MMParams(use_split_accumulator=False)
+    fp8_gemm_dgrad: MMParams = MMParams(use_split_accumulator=True)
+    fp8_gemm_wgrad: MMParams = MMParams(use_split_accumulator=True)
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: str | None = None
 
 
 @dataclass()
 class MXFP8BlockScaling(Recipe):
+    margin: int = 0
     fp8_format: Format = Format.E4M3
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: str | None = None
+    enable_2d_quantization: bool = False
 
 
 @dataclass()
 class NVFP4BlockScaling(Recipe):
+    fp4_format: Format = Format.E2M1
     fp8_format: Format = Format.E4M3
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: str | None = None
+
+
+RECIPE_TYPES = (
+    _FormatHelper,
+    Format,
+    MMParams,
+    Recipe,
+    DelayedScaling,
+    Float8CurrentScaling,
+    MXFP8BlockScaling,
+    NVFP4BlockScaling,
+)
+for _cls in RECIPE_TYPES:
+    _cls.__module__ = RECIPE_MODULE
+
+STATELESS_RECIPES = (Float8CurrentScaling, MXFP8BlockScaling, NVFP4BlockScaling)
+"""``_extra_state.py``'s ``STATELESS`` policy: recipes whose extra state is empty since 2.16.1."""
+
+WRITE_FORMAT = "2.19"
+"""The extra-state format ``get_extra_state`` writes: ``"2.19"`` (stateless recipes: an empty tensor) or
+``"2.10"`` (the 25.12 image's TE: a pickle for every recipe once a module ran under autocast), for tests of
+checkpoints the old image wrote (``monkeypatch.setattr(fake_transformer_engine, "WRITE_FORMAT", "2.10")``).
+Reading is always 2.19's."""
+
+FIELDS_SINCE_2_10 = ("backward_override", "enable_2d_quantization")
+"""Recipe fields release_v2.19 has and v2.10 had not (``git diff v2.10 release_v2.19 --
+transformer_engine/common/recipe/__init__.py``): absent from a v2.10 pickle's recipe, so TE 2.19 reads their
+class defaults."""
+
+
+# ---------------------------------------------------------------------------
+# transformer_engine.pytorch._extra_state (release_v2.19; NVIDIA/TransformerEngine#3123, in TE from 2.16.1)
+
+UNSAFE_PICKLE_EXTRA_STATE_ENV = "NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE"
+
+
+def should_load_extra_state_pickle(data: bytes, context: str) -> bool:
+    """TE's decision on a non-empty pickled extra state, made (as TE does) from the pickle's opcodes without
+    running it: False (ignore it) when it holds no global and no delayed-scaling key, or a recipe of a
+    stateless kind only and no delayed-scaling key; otherwise True when the opt-in variable is ``"1"``, else
+    ``RuntimeError`` naming the variable (TE's advisory)."""
+    if _pickle_is_ignorable(data):
+        return False
+    if os.getenv(UNSAFE_PICKLE_EXTRA_STATE_ENV, "0") == "1":
+        return True
+    raise RuntimeError(
+        f"Refusing to load pickled Transformer Engine extra state for {context}. Delayed-scaling FP8 metadata "
+        "can be stored as a Python pickle, and loading it can execute arbitrary code. Only enable unsafe "
+        f"loading if this checkpoint is from a trusted source. To load it anyway, set {UNSAFE_PICKLE_EXTRA_STATE_ENV}=1."
+    )
+
+
+_STRING_OPCODES = {"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "BINUNICODE8", "SHORT_BINUNICODE"}
+
+
+def _pickle_is_ignorable(data: bytes) -> bool:
+    stateless = {(RECIPE_MODULE, cls.__name__) for cls in STATELESS_RECIPES}
+    strings: list[str] = []
+    globals_: list[tuple[str, str]] = []
+    try:
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name in _STRING_OPCODES:
+                strings.append(arg if isinstance(arg, str) else bytes(arg).decode("utf-8", "replace"))
+            elif opcode.name == "GLOBAL":
+                globals_.append(tuple(str(arg).split(" ", 1)))  # type: ignore[arg-type]
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                globals_.append((strings[-2], strings[-1]))
+    except Exception:  # not a pickle TE can read: the unsafe path, as TE decides
+        return False
+    delayed_keys = bool(set(strings) & {"scale_fwd", "amax_history_fwd", "scale_bwd", "amax_history_bwd"})
+    if not globals_ and not delayed_keys:
+        return True
+    if "recipe" not in strings or delayed_keys:
+        return False
+    recipes = {g for g in globals_ if g[0] == RECIPE_MODULE and g[1] in {c.__name__ for c in RECIPE_TYPES[3:]}}
+    return bool(recipes) and recipes <= stateless
 
 
 # ---------------------------------------------------------------------------
@@ -142,24 +266,36 @@ class _GlobalState:
     recompute_phase = False  # TE distributed.py: in_fp8_activation_recompute_phase()
 
 
-@contextlib.contextmanager
-def autocast(
-    enabled: bool = True,
-    calibrating: bool = False,
-    recipe: Recipe | None = None,
-    amax_reduction_group: Any = None,
-    _graph: bool = False,
-) -> Iterator[None]:
-    saved = (_GlobalState.enabled, _GlobalState.recipe, _GlobalState.group)
-    _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = (
-        enabled,
-        recipe or DelayedScaling(),
-        amax_reduction_group,
-    )
-    try:
-        yield
-    finally:
-        _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = saved
+class autocast:  # TE's name (a class in release_v2.19's quantization.py)
+    """``te.autocast``: the same parameters; like TE's, one instance cannot be entered twice at once."""
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        calibrating: bool = False,
+        recipe: Recipe | None = None,
+        amax_reduction_group: Any = None,
+        _graph: bool = False,
+    ) -> None:
+        self._enabled, self._recipe, self._group = enabled, recipe, amax_reduction_group
+        self._saved: tuple[bool, Recipe | None, Any] | None = None
+
+    def __enter__(self) -> autocast:
+        if self._saved is not None:
+            raise RuntimeError("autocast context manager cannot be entered more than once concurrently")
+        self._saved = (_GlobalState.enabled, _GlobalState.recipe, _GlobalState.group)
+        # TE's get_default_fp8_recipe: DelayedScaling below Blackwell (what a CPU stand-in imitates)
+        _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = (
+            self._enabled,
+            self._recipe or DelayedScaling(),
+            self._group,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._saved is not None
+        _GlobalState.enabled, _GlobalState.recipe, _GlobalState.group = self._saved
+        self._saved = None
 
 
 @contextlib.contextmanager
@@ -176,7 +312,7 @@ def _recompute_phase(fp8: bool, recipe: Recipe | None) -> Iterator[None]:
 
 
 def checkpoint(function: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``te.distributed.checkpoint`` v2.10, the non-reentrant path the trainer uses (``use_reentrant=False``):
+    """``te.distributed.checkpoint`` release_v2.19, the non-reentrant path the trainer uses (``use_reentrant=False``):
     the forward's fp8 setting and recipe are captured and re-entered around the recompute."""
     use_reentrant = kwargs.pop("use_reentrant", True)
     for name in ("distribute_saved_activations", "get_rng_state_tracker", "tp_group"):
@@ -192,7 +328,7 @@ def checkpoint(function: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------
-# TransformerEngineBaseModule's fp8 metadata and extra state (v2.10 format)
+# TransformerEngineBaseModule's fp8 metadata and extra state (release_v2.19 format, or v2.10's on request)
 
 
 class _DelayedScalingState:
@@ -288,13 +424,20 @@ class _BaseModule(nn.Module):
                 state.amax_history[0].fill_(float(x.detach().abs().max()))
                 state.scale.fill_(recipe.fp8_format.value.max_fwd / max(float(state.amax_history.max()), 1e-12))
 
-    # -- extra state (v2.10 format)
+    # -- extra state (release_v2.19 module/base.py; v2.10's when WRITE_FORMAT says so)
 
     def get_extra_state(self) -> torch.Tensor:
         if not (self.fp8_meta["fp8_checkpoint"] or self.fp8):
             return torch.empty(0, dtype=torch.uint8)
-        state: dict[str, Any] = {"recipe": self.fp8_meta["recipe"]}
-        if state["recipe"].delayed():
+        recipe = self.fp8_meta["recipe"]
+        if isinstance(recipe, STATELESS_RECIPES) and WRITE_FORMAT != "2.10":  # 2.16.1+: nothing to save
+            return torch.empty(0, dtype=torch.uint8)
+        if WRITE_FORMAT == "2.10":  # v2.10's recipe classes had none of the fields added since
+            recipe = copy.copy(recipe)
+            for name in FIELDS_SINCE_2_10:
+                recipe.__dict__.pop(name, None)
+        state: dict[str, Any] = {"recipe": recipe}
+        if recipe.delayed():
             state["scale_fwd"] = self.fp8_meta["scaling_fwd"].scale.clone()
             state["amax_history_fwd"] = self.fp8_meta["scaling_fwd"].amax_history.clone()
             state["scale_bwd"] = self.fp8_meta["scaling_bwd"].scale.clone()
@@ -307,15 +450,25 @@ class _BaseModule(nn.Module):
     def set_extra_state(self, state: Any) -> None:
         if state is None:
             return
+        context = type(self).__name__
         if isinstance(state, torch.Tensor):
             if state.numel() == 0:
                 return
-            state = pickle.loads(state.detach().cpu().numpy().tobytes())
-        elif isinstance(state, io.BytesIO):
+            data = state.detach().cpu().numpy().tobytes()
+            if not should_load_extra_state_pickle(data, context):
+                return
+            state = pickle.loads(data)
+        elif isinstance(state, io.BytesIO):  # the deprecated format: always the unsafe path
+            if os.getenv(UNSAFE_PICKLE_EXTRA_STATE_ENV, "0") != "1":
+                raise RuntimeError(f"Refusing to load pickled Transformer Engine extra state for {context}.")
             state.seek(0)
-            state = torch.load(state)
+            state = torch.load(state, weights_only=False)
         else:
             raise RuntimeError("Unsupported checkpoint format.")
+        if "recipe" not in state:  # TE 1.x: delayed scaling, with scale_inv
+            state["recipe"] = DelayedScaling()
+            state.pop("scale_inv_fwd", None)
+            state.pop("scale_inv_bwd", None)
         self.fp8_meta.update(state["extra_fp8_variables"])
         self.fp8_meta["recipe"] = state["recipe"]
         self.init_fp8_meta_tensors(self.fp8_meta["recipe"])
@@ -332,7 +485,7 @@ class _BaseModule(nn.Module):
         return {}
 
     def reset_parameters(self, defer_init: bool | None = False) -> None:
-        """TE 2.10's shape: each parameter (a DTensor's *local shard*) filled by ``init_method`` or ones/zeros,
+        """TE's shape: each parameter (a DTensor's *local shard*) filled by ``init_method`` or ones/zeros,
         wrapped in a new ``nn.Parameter`` (the old object is replaced), then TE's parallelism attributes."""
         if defer_init:
             return
@@ -388,7 +541,7 @@ def _norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _no_bias(dtype: torch.dtype, device: Any) -> torch.Tensor:
-    """What TE 2.10 sets for a bias when ``bias=False``: an empty plain tensor, not a Parameter."""
+    """What TE sets for a bias when ``bias=False``: an empty plain tensor, not a Parameter."""
     return torch.Tensor().to(dtype=dtype, device=device)
 
 
@@ -568,7 +721,7 @@ class MultiheadAttention(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """``te.TransformerLayer`` v2.10: the same keyword parameters (and defaults); ``bshd`` only here."""
+    """``te.TransformerLayer`` release_v2.19: the same keyword parameters (and defaults); ``bshd`` only here."""
 
     def __init__(
         self,
@@ -585,7 +738,9 @@ class TransformerLayer(nn.Module):
         kv_channels: int | None = None,
         self_attn_mask_type: str = "causal",
         window_size: tuple[int, int] | None = None,
+        bottom_right_diagonal: bool | None = None,
         enc_dec_attn_mask_type: str = "no_mask",
+        enc_dec_bottom_right_diagonal: bool | None = None,
         enc_dec_window_size: tuple[int, int] | None = None,
         tp_group: Any = None,
         tp_size: int = 1,
@@ -670,10 +825,12 @@ class TransformerLayer(nn.Module):
         attention_mask: torch.Tensor | None = None,
         self_attn_mask_type: str | None = None,
         window_size: tuple[int, int] | None = None,
+        bottom_right_diagonal: bool | None = None,
         encoder_output: torch.Tensor | None = None,
         enc_dec_attn_mask: Any = None,
         enc_dec_attn_mask_type: str | None = None,
         enc_dec_window_size: tuple[int, int] | None = None,
+        enc_dec_bottom_right_diagonal: bool | None = None,
         is_first_microbatch: bool | None = None,
         checkpoint_core_attention: bool = False,
         inference_params: Any = None,
@@ -700,22 +857,27 @@ def te_modules(model: nn.Module) -> list[_BaseModule]:
 
 
 def install(monkeypatch: Any) -> types.ModuleType:
-    """Put this stand-in in ``sys.modules`` as ``transformer_engine`` (+ ``.pytorch``, ``.common.recipe``).
+    """Put this stand-in in ``sys.modules`` as ``transformer_engine`` (+ ``.pytorch``, ``.pytorch._extra_state``,
+    ``.pytorch.distributed``, ``.common.recipe``).
 
     Returns the ``transformer_engine.pytorch`` module object.
     """
     root = types.ModuleType("transformer_engine")
     common = types.ModuleType("transformer_engine.common")
     recipe = types.ModuleType("transformer_engine.common.recipe")
-    for obj in (Format, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, NVFP4BlockScaling):
+    for obj in RECIPE_TYPES:
         setattr(recipe, obj.__name__, obj)
     pytorch = types.ModuleType("transformer_engine.pytorch")
+    extra_state = types.ModuleType("transformer_engine.pytorch._extra_state")
+    extra_state.UNSAFE_PICKLE_EXTRA_STATE_ENV = UNSAFE_PICKLE_EXTRA_STATE_ENV  # type: ignore[attr-defined]
+    extra_state.should_load_extra_state_pickle = should_load_extra_state_pickle  # type: ignore[attr-defined]
     distributed = types.ModuleType("transformer_engine.pytorch.distributed")
     distributed.checkpoint = checkpoint  # type: ignore[attr-defined]
     pytorch.TransformerLayer = TransformerLayer  # type: ignore[attr-defined]
     pytorch.autocast = autocast  # type: ignore[attr-defined]
     pytorch.checkpoint = checkpoint  # type: ignore[attr-defined]
     pytorch.distributed = distributed  # type: ignore[attr-defined]
+    pytorch._extra_state = extra_state  # type: ignore[attr-defined]
     root.pytorch, root.common, common.recipe = pytorch, common, recipe  # type: ignore[attr-defined]
     for name, module in (
         ("transformer_engine", root),
@@ -723,6 +885,7 @@ def install(monkeypatch: Any) -> types.ModuleType:
         ("transformer_engine.common.recipe", recipe),
         ("transformer_engine.pytorch", pytorch),
         ("transformer_engine.pytorch.distributed", distributed),
+        ("transformer_engine.pytorch._extra_state", extra_state),
     ):
         monkeypatch.setitem(sys.modules, name, module)
     return pytorch

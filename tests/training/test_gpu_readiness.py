@@ -18,7 +18,10 @@ names and extra-state format: these tests check our code around TE, never TE its
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -31,12 +34,15 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 
 from model_families.gpt import ROPE_BASE, ModelConfig
 from model_families.rotary import rope_angles
 from platform_spec.hyperparameters import Hyperparameters
+from platform_spec.precisions import PRECISIONS
 from training import precision as prec
-from training.checkpoint.manager import CheckpointManager, size_extra_state
+from training.checkpoint import extra_state
+from training.checkpoint.manager import CheckpointError, CheckpointManager, size_extra_state
 from training.environment import (
     ConfigError,
     GPUUnavailable,
@@ -130,16 +136,7 @@ def _train(
 def _fsdp_te_model(
     monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off"
 ) -> tuple[CausalLM, torch.optim.Optimizer]:
-    model = _model("te", monkeypatch)
-    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
-    parallelize(
-        model,
-        mesh=mesh,
-        precision=prec.plan("fp8"),
-        activation_checkpointing=activation_checkpointing,
-        reshard_after_forward=True,
-    )
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    return _fsdp_model_of("fp8", monkeypatch, activation_checkpointing)
 
 
 def _fp8_state(model: CausalLM) -> dict[str, dict]:
@@ -170,34 +167,173 @@ def _assert_same_fp8_state(got: dict[str, dict], want: dict[str, dict]) -> None:
             assert torch.equal(a, b), name  # delayed scaling's amax history and scales, bitwise
 
 
+def _fsdp_model_of(
+    precision: str, monkeypatch: pytest.MonkeyPatch, activation_checkpointing: str = "off"
+) -> tuple[CausalLM, torch.optim.Optimizer]:
+    """:func:`_fsdp_te_model` under ``precision``'s FSDP plan."""
+    model = _model("te", monkeypatch)
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    parallelize(
+        model,
+        mesh=mesh,
+        precision=prec.plan(precision),
+        activation_checkpointing=activation_checkpointing,
+        reshard_after_forward=True,
+    )
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+
+
 @pytest.mark.parametrize(
-    ("scaling", "activation_checkpointing"), [("delayed", "off"), ("current", "off"), ("delayed", "full")]
+    ("precision", "scaling", "activation_checkpointing", "written_by"),
+    [
+        ("fp8", "delayed", "off", "2.19"),
+        ("fp8", "current", "off", "2.19"),
+        ("fp8", "delayed", "full", "2.19"),
+        ("mxfp8", None, "off", "2.19"),
+        ("nvfp4", None, "off", "2.19"),
+        ("fp8", "delayed", "off", "2.10"),
+        ("fp8", "current", "off", "2.10"),
+        ("mxfp8", None, "off", "2.10"),
+        ("nvfp4", None, "off", "2.10"),
+    ],
 )
-def test_an_fp8_run_resumes_with_its_transformer_engine_scaling_state(
-    process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scaling: str, activation_checkpointing: str
+def test_every_recipe_resumes_with_its_transformer_engine_scaling_state(
+    process_group,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    precision: str,
+    scaling: str | None,
+    activation_checkpointing: str,
+    written_by: str,
 ) -> None:
+    """A checkpoint of each recipe resumes on the trainer image's TE (the stand-in's 2.19 reading), whether
+    that TE wrote it (2.19: delayed scaling's state pickled, the stateless recipes' empty) or the previous
+    image's TE 2.10 did (a pickle for every recipe, with 2.10's recipe fields): delayed scaling comes back
+    with its amax history and scales bitwise, though TE itself refuses to unpickle it (the trainer's checked
+    opt-in, training/checkpoint/extra_state.py), a stateless recipe's old pickle is ignored as TE does, and
+    the run continues exactly as the uninterrupted one."""
     fake_te.install(monkeypatch)
-    recipe = prec.te_recipe("fp8", scaling)
-    model, optimizer = _fsdp_te_model(monkeypatch, activation_checkpointing)
-    _train(model, optimizer, recipe, steps=3)
+    monkeypatch.setattr(fake_te, "WRITE_FORMAT", written_by)
+    recipe = prec.te_recipe(precision, scaling)
+    model, optimizer = _fsdp_model_of(precision, monkeypatch, activation_checkpointing)
+    _train(model, optimizer, recipe, steps=3, precision=precision)
     saved = _fp8_state(model)
     assert len(saved) == 4 * CONFIG.num_layers  # qkv, attention, proj, mlp of every block ...
-    assert all(s["recipe"] == recipe and s["saved"] for s in saved.values())  # ... each with state to save
-    if scaling == "delayed":  # a history of 1024 steps with the 3 latest amaxes written
+    pickled = recipe.delayed() or written_by == "2.10"
+    assert all(s["recipe"] == recipe and s["saved"] == pickled for s in saved.values())  # ... saved as TE does
+    if recipe.delayed():  # a history of 1024 steps with the 3 latest amaxes written
         history = saved["layers.0.layer.self_attention.layernorm_qkv"]["history"][0]
         assert history.shape == (1024, 3) and int((history[:, 0] > 0).sum()) == 3
 
     manager = CheckpointManager(tmp_path, keep=2, rank=0, local_rank=0, world_size=1)
     manager.save(3, model, optimizer, {"step": 3})
-    continued = _train(model, optimizer, recipe, steps=2)
+    continued = _train(model, optimizer, recipe, steps=2, precision=precision)
 
-    fresh, fresh_optimizer = _fsdp_te_model(monkeypatch, activation_checkpointing)
+    monkeypatch.setattr(fake_te, "WRITE_FORMAT", "2.19")  # the new image resumes it
+    fresh, fresh_optimizer = _fsdp_model_of(precision, monkeypatch, activation_checkpointing)
     assert all(m.get_extra_state().numel() == 0 for m in fake_te.te_modules(fresh))  # TE's fresh state: empty
+    if recipe.delayed():  # TE alone refuses the pickle: the checked opt-in is what restores it
+        module = fake_te.te_modules(model)[0]
+        with pytest.raises(RuntimeError, match=fake_te.UNSAFE_PICKLE_EXTRA_STATE_ENV):
+            fake_te.te_modules(fresh)[0].set_extra_state(module.get_extra_state())
     resumed = manager.load_latest(fresh, fresh_optimizer)
     assert resumed is not None and resumed.step == 3 and not resumed.skipped
-    _assert_same_fp8_state(_fp8_state(fresh), saved)
+    assert fake_te.UNSAFE_PICKLE_EXTRA_STATE_ENV not in os.environ  # the opt-in lasted the load only
+    if recipe.delayed():
+        _assert_same_fp8_state(_fp8_state(fresh), saved)
+    else:  # nothing to restore: the first step sets the recipe
+        assert all("recipe" not in m.fp8_meta for m in fake_te.te_modules(fresh))
     # and the run continues exactly as the uninterrupted one (CPU math is deterministic)
-    assert _train(fresh, fresh_optimizer, recipe, steps=2) == continued
+    assert _train(fresh, fresh_optimizer, recipe, steps=2, precision=precision) == continued
+
+
+def test_a_hostile_pickle_in_extra_state_is_refused_before_anything_loads(
+    process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A checkpoint whose ``_extra_state`` pickle names anything but a recipe's state (here: a call that would
+    create a file) is refused with the key and the global it names; nothing runs, no weight or fp8 state of
+    it is loaded, and the resume falls back to the older checkpoint (or fails when there is none)."""
+    fake_te.install(monkeypatch)
+    recipe = prec.te_recipe("fp8", "delayed")
+    model, optimizer = _fsdp_te_model(monkeypatch)
+    _train(model, optimizer, recipe, steps=2)
+    manager = CheckpointManager(tmp_path / "ckpt", keep=3, rank=0, local_rank=0, world_size=1)
+    manager.save(2, model, optimizer, {"step": 2})
+    _train(model, optimizer, recipe, steps=1)
+    victim = fake_te.te_modules(model)[1]
+    marker = tmp_path / "unpickled"
+    hostile = torch.frombuffer(bytearray(pickle.dumps(_Touch(marker))), dtype=torch.uint8)
+    monkeypatch.setattr(victim, "get_extra_state", lambda: hostile)
+    manager.save(3, model, optimizer, {"step": 3})
+
+    fresh, fresh_optimizer = _fsdp_te_model(monkeypatch)
+    resumed = manager.load_latest(fresh, fresh_optimizer)
+    assert resumed is not None and resumed.step == 2 and list(resumed.skipped) == [3]
+    assert "refused TransformerEngine extra state: its pickle names pathlib.Path.touch" in resumed.skipped[3]
+    assert not marker.exists()
+
+    only_hostile = CheckpointManager(tmp_path / "alone", keep=3, rank=0, local_rank=0, world_size=1)
+    only_hostile.save(3, model, optimizer, {"step": 3})
+    fresh, fresh_optimizer = _fsdp_te_model(monkeypatch)
+    before = {k: v.full_tensor().clone() for k, v in fresh.state_dict().items() if isinstance(v, DTensor)}
+    with pytest.raises(CheckpointError, match=r"_extra_state: refused TransformerEngine extra state"):
+        only_hostile.load_latest(fresh, fresh_optimizer)
+    after = {k: v.full_tensor() for k, v in fresh.state_dict().items() if isinstance(v, DTensor)}
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert all("recipe" not in m.fp8_meta for m in fake_te.te_modules(fresh)) and not marker.exists()
+
+
+class _Touch:
+    """Unpickling it would create ``path`` (what a hostile extra state could do with any callable)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.path,))
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"\x80\x04\x95", "not a readable pickle"),
+        (pickle.dumps(["recipe"]), "expected a dict of"),
+        (pickle.dumps({"recipe": None, "extra_fp8_variables": {}}), "expected a recipe of"),
+        (pickle.dumps({"recipe": 1, "scale_fwd": [1.0]}), "expected a recipe of"),
+        (pickle.dumps({"extra_fp8_variables": {}, "unknown": 1}), "expected a dict of"),
+        (pickle.dumps({"recipe": OrderedDict()}), "expected a recipe of"),
+    ],
+    ids=["cut-short", "not-a-dict", "no-recipe", "not-a-recipe", "unknown-key", "ordered-dict"],
+)
+def test_extra_state_of_another_shape_is_refused(monkeypatch: pytest.MonkeyPatch, payload: bytes, reason: str) -> None:
+    fake_te.install(monkeypatch)
+    with pytest.raises(extra_state.ExtraStateRefused, match=reason) as refused:
+        extra_state.read_extra_state(payload, "layers.0._extra_state")
+    assert str(refused.value).startswith("layers.0._extra_state: refused TransformerEngine extra state")
+
+
+def test_the_restricted_unpickler_reads_what_te_writes_for_each_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each registry recipe's pickled state (recipe, delayed scaling's tensors, a bf16 tensor) reads back
+    equal, with no global beyond the allowed ones; the recipe classes allowed are the registry's."""
+    fake_te.install(monkeypatch)
+    assert (
+        set(extra_state.RECIPE_CLASSES)
+        == {s.class_name for p in PRECISIONS for s in p.te_recipes.values()}
+        == {"DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "NVFP4BlockScaling"}
+    )
+    for name in extra_state.RECIPE_CLASSES:
+        recipe = getattr(fake_te, name)()
+        state = {
+            "recipe": recipe,
+            "scale_fwd": torch.rand(3),
+            "amax_history_fwd": torch.rand(4, 3).to(torch.bfloat16)[:, 1:],
+            "extra_fp8_variables": {"num_gemms": 1, "fp8_checkpoint": True, "shape": (1, [2.0, "x"])},
+        }
+        got = extra_state.read_extra_state(pickle.dumps(state), "k")
+        assert got["recipe"] == recipe and got["extra_fp8_variables"] == state["extra_fp8_variables"]
+        assert torch.equal(got["scale_fwd"], state["scale_fwd"]) and torch.equal(
+            got["amax_history_fwd"], state["amax_history_fwd"]
+        )
 
 
 def test_activation_checkpointing_leaves_the_fp8_scaling_state_as_the_forward_left_it(
@@ -230,8 +366,9 @@ def test_activation_checkpointing_leaves_the_fp8_scaling_state_as_the_forward_le
 def test_a_resume_may_change_the_recipe(
     process_group, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, before: tuple, after: tuple
 ) -> None:
-    """The resume rules allow a precision or fp8_scaling change (training/checkpoint/compare.py). The saved
-    recipe comes back with the checkpoint, and the first step under the new recipe replaces it (TE's
+    """The resume rules allow a precision or fp8_scaling change (training/checkpoint/compare.py). A saved
+    recipe (delayed scaling's: the stateless recipes save none) comes back with the checkpoint, and the
+    first step under the new recipe replaces it (TE's
     set_meta_tensor builds a fresh scaling state for a recipe of another kind): no amax history is
     carried into a recipe it does not belong to, and the next checkpoint holds the new recipe's state
     (bf16: nothing, as a module that never ran under autocast)."""
@@ -244,7 +381,8 @@ def test_a_resume_may_change_the_recipe(
 
     fresh, fresh_optimizer = _fsdp_te_model(monkeypatch)
     assert manager.load_latest(fresh, fresh_optimizer).step == 3
-    assert all(s["recipe"] == old_recipe for s in _fp8_state(fresh).values())  # restored as saved
+    restored = old_recipe if old_recipe.delayed() else None  # a stateless recipe saves nothing (TE 2.16.1+)
+    assert all(s["recipe"] == restored for s in _fp8_state(fresh).values())  # restored as saved
     new_recipe = prec.te_recipe(*after) if after[0] != "bf16" else None
     losses = _train(fresh, fresh_optimizer, new_recipe, steps=2, precision=after[0])
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -252,7 +390,7 @@ def test_a_resume_may_change_the_recipe(
     if new_recipe is None:  # bf16: the modules ran outside autocast, so there is no fp8 state to save
         assert not any(s["saved"] for s in state.values())
     else:
-        assert all(s["recipe"] == new_recipe and s["saved"] for s in state.values())
+        assert all(s["recipe"] == new_recipe and s["saved"] == new_recipe.delayed() for s in state.values())
         if after[1] == "delayed":  # a fresh history: the 2 steps since the resume, nothing older
             history = state["layers.0.layer.self_attention.layernorm_qkv"]["history"][0]
             assert int((history[:, 0] > 0).sum()) == 2
@@ -261,7 +399,8 @@ def test_a_resume_may_change_the_recipe(
     manager.save(5, fresh, fresh_optimizer, {"step": 5})
     again, again_optimizer = _fsdp_te_model(monkeypatch)
     assert manager.load_latest(again, again_optimizer).step == 5
-    if new_recipe is None:  # an empty extra state restores nothing: the next fp8 step starts afresh
+    if new_recipe is None or not new_recipe.delayed():  # an empty extra state restores nothing: the next fp8
+        # step starts afresh
         assert all(m.get_extra_state().numel() == 0 and "recipe" not in m.fp8_meta for m in fake_te.te_modules(again))
     else:
         _assert_same_fp8_state(_fp8_state(again), state)

@@ -29,6 +29,7 @@ group, so all ranks skip, refuse or resume together.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -57,7 +58,7 @@ from torch.distributed.checkpoint.state_dict import (
 from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step
 from platform_spec.files import atomic_write_text
 from training import finite
-from training.checkpoint import compare, verify
+from training.checkpoint import compare, extra_state, verify
 from training.tokenizer_files import DataTokenizer
 
 
@@ -509,7 +510,8 @@ class CheckpointManager:
         (:func:`training.checkpoint.verify.verify_checkpoint`), belongs to this run
         (:mod:`training.checkpoint.compare`) and loads: ``dcp.load`` (TransformerEngine's ``_extra_state``
         sized as saved first, :func:`size_extra_state`, so fp8/mxfp8/nvfp4 runs resume with their scaling
-        state), ``set_state_dict``, this rank's RNG state (a rank the saving run did not have starts from the
+        state, and checked by :mod:`training.checkpoint.extra_state` before anything else loads: one the
+        trainer did not write is refused), ``set_state_dict``, this rank's RNG state (a rank the saving run did not have starts from the
         run's seed, logged) and ``restore``. One that does not verify or load, or whose loaded model or
         optimizer state is not finite (:mod:`training.finite`: a state after a non-finite update), is skipped
         with a log line naming it and why, and the next older one is tried.
@@ -636,17 +638,37 @@ class CheckpointManager:
         """Load model, optimizer and this rank's RNG from ``path``; returns whether an RNG state was restored.
 
         TransformerEngine ``_extra_state`` entries are first sized as the checkpoint's DCP ``metadata`` holds
-        them (:func:`size_extra_state`).
+        them (:func:`size_extra_state`), loaded alone and checked (:func:`extra_state.check_extra_states`:
+        only the fp8 state the trainer's recipes write, read by a restricted unpickler) before anything else
+        is loaded; TE then restores them with its unpickling opt-in for that call only
+        (:func:`extra_state.te_unpickles_checked_states`).
+
+        Raises:
+            extra_state.ExtraStateRefused: an extra state is not one the trainer writes (nothing was loaded).
         """
         model_sd, optim_sd = get_state_dict(model, optimizer)
         absent = size_extra_state(model_sd, metadata)
-        state = {"model": {k: v for k, v in model_sd.items() if k not in absent}, "optimizer": optim_sd}
+        extras = {
+            k: v
+            for k, v in model_sd.items()
+            if k.endswith(compare.EXTRA_STATE_SUFFIX) and k not in absent and isinstance(v, torch.Tensor)
+        }
+        pickled = any(v.numel() for v in extras.values())
+        if pickled:
+            dcp.load({"model": extras}, checkpoint_id=str(path), process_group=self.group)
+            extra_state.check_extra_states(extras)
+        state = {
+            "model": {k: v for k, v in model_sd.items() if k not in absent and k not in extras},
+            "optimizer": optim_sd,
+        }
         dcp.load(state, checkpoint_id=str(path), process_group=self.group)
         found = finite.non_finite(state)
         if found:  # a state after a non-finite update: resuming it would train on from a divergence
             raise NonFiniteCheckpoint(f"its model or optimizer state is not finite ({finite.describe(found)})")
         model_sd.update(state["model"])  # DCP replaces non-tensor (bytes) entries in the dict it was given
-        set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
+        model_sd.update(extras)
+        with extra_state.te_unpickles_checked_states() if pickled else contextlib.nullcontext():
+            set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=state["optimizer"])
         rng = path / verify.rng_file(self.rank)
         if not rng.is_file():
             return False  # a rank the saving run did not have (verify.verify_checkpoint found every rank's file it had)
@@ -700,17 +722,22 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
 def size_extra_state(model_state: dict[str, Any], metadata: Metadata) -> set[str]:
     """Make every ``_extra_state`` tensor of ``model_state`` a placeholder of the size the checkpoint holds.
 
-    TransformerEngine (2.10, ``TransformerEngineBaseModule.get_extra_state``)
-    serialises its fp8 state into a ``uint8`` tensor whose size depends on that
-    state: a model that has not run under ``te.autocast`` yet returns an empty
-    tensor, a trained one a pickle of its recipe and (delayed scaling) scales
-    and amax history. DCP loads into the tensors it is given and refuses a size
-    change ("Size mismatch between saved ... and current", TransformerEngine
-    issue #1860), so a fresh model could never resume an fp8, mxfp8 or nvfp4
-    checkpoint. Each entry is replaced (in ``model_state``) by an empty tensor
-    of the saved size and dtype; after ``dcp.load`` fills it,
-    ``set_state_dict`` hands it to the module's ``set_extra_state``, which
-    restores the recipe, the scales and the amax history.
+    TransformerEngine (``TransformerEngineBaseModule.get_extra_state``) serialises
+    its fp8 state into a ``uint8`` tensor whose size depends on that state: a
+    model that has not run under ``te.autocast`` yet returns an empty tensor, a
+    trained one a pickle of its recipe and (delayed scaling) scales and amax
+    history -- and a checkpoint of the previous image's TE 2.10 holds such a
+    pickle for every recipe, where the trainer image's TE
+    (:data:`platform_spec.trainer_image.TRANSFORMER_ENGINE_VERSION`) writes an
+    empty tensor for the stateless ones. DCP loads into the tensors it is given
+    and refuses a size change ("Size mismatch between saved ... and current",
+    NVIDIA/TransformerEngine#1860, open; nothing between v2.10 and
+    release_v2.19 changes it), so a fresh model could never resume an fp8,
+    mxfp8 or nvfp4 checkpoint. Each entry is replaced (in ``model_state``) by an
+    empty tensor of the saved size and dtype; after ``dcp.load`` fills it (and
+    :mod:`training.checkpoint.extra_state` has checked it), ``set_state_dict``
+    hands it to the module's ``set_extra_state``, which restores the recipe,
+    the scales and the amax history (or ignores a stateless recipe's pickle).
 
     Args:
         model_state: the model's state dict (``get_state_dict``), keys without
