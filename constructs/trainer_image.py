@@ -34,6 +34,7 @@ from aws_cdk import aws_kms as kms
 
 from constructs import Construct, IDependable
 from platform_spec.catalogue import TRAINER_IMAGE_ARCHITECTURES
+from platform_spec.trainer_image import docker_build_args
 
 from . import acknowledgements as nag
 
@@ -89,7 +90,10 @@ class TrainerImageProps:
             (``__pycache__`` and ``*.pyc`` too). Default: ``training``, ``platform_spec``
             and ``model_families`` (what ``training/Dockerfile`` copies: the trainer and
             the pure packages it imports).
-        build_args: ``docker build --build-arg`` values. Default: none.
+        build_args: ``docker build --build-arg`` values, laid over
+            :func:`platform_spec.trainer_image.docker_build_args` (``BASE_IMAGE``: the NGC release
+            ``training/Dockerfile`` builds ``FROM``, pinned by digest; that module is its one home),
+            which every build gets. Default: nothing more.
         platform: image platform; its architecture must be one of
             :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, by which the
             planner, the submitter and the stack decide which instance types
@@ -197,7 +201,7 @@ class TrainerImage(Construct):
             "Asset",
             directory=str(props.build_context),
             file=props.dockerfile,
-            build_args=dict(props.build_args) or None,
+            build_args={**docker_build_args(), **props.build_args},
             platform=props.platform,
             ignore_mode=cdk.IgnoreMode.DOCKER,
             exclude=build_context_excludes(props.context_paths),

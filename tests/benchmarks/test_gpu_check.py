@@ -614,6 +614,33 @@ def test_the_check_runs_inside_the_trainer_image_behind_nvidia_start_up(tmp_path
     assert usage.returncode == 2 and "usage: benchmarks/gpu_check_in_image.sh IMAGE" in usage.stderr
 
 
+def test_the_in_image_check_can_build_the_image_from_the_base_images_one_home(tmp_path: Path) -> None:
+    """``--build`` builds the checkout's image with ``BASE_IMAGE`` from ``platform_spec.trainer_image`` (the
+    Dockerfile's ARG has no default), then checks that image."""
+    from platform_spec.trainer_image import BASE_IMAGE
+
+    record = tmp_path / "docker-argv"
+    docker = _stub(tmp_path, "docker", 'printf "%s\\n" "$@" >> "$STUB_RECORD"; echo --- >> "$STUB_RECORD"')
+    env = {**os.environ, "DOCKER": str(docker), "STUB_RECORD": str(record), "OUT": str(tmp_path / "results")}
+    done = subprocess.run(
+        [str(IN_IMAGE), "--build", "--skip", "te"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    build, run, _ = record.read_text().split("---\n")
+    assert build.splitlines() == [
+        "build",
+        "--build-arg",
+        f"BASE_IMAGE={BASE_IMAGE}",
+        "-f",
+        f"{REPO}/training/Dockerfile",
+        "-t",
+        "trainer:gpu-check",
+        str(REPO),
+    ]
+    assert run.splitlines()[0] == "run"
+    assert run.splitlines()[-5:] == ["trainer:gpu-check", "bash", "benchmarks/gpu_check.sh", "--skip", "te"]
+
+
 # ---------------------------------------------------------------------------
 # the Llama step's shapes
 

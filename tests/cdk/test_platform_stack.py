@@ -23,6 +23,7 @@ from platform_constructs.trainer_image import copy_settings_digest
 from platform_spec.capacity import CAPACITY_TYPES
 from platform_spec.processing import PREPARED_PREFIX
 from platform_spec.runs import RUN_CHECKPOINT_PREFIX
+from platform_spec.trainer_image import BASE_IMAGE
 
 pytestmark = pytest.mark.xdist_group("cdk")
 
@@ -100,6 +101,8 @@ def test_image_is_copied_into_the_platform_repository_under_the_asset_hash(defau
     source = assets["dockerImages"][image_hash]["source"]
     assert source["dockerFile"] == "training/Dockerfile"
     assert source["platform"] == "linux/amd64"
+    # the base image comes from its one home (the Dockerfile's ARG BASE_IMAGE has no default)
+    assert source["dockerBuildArgs"] == {"BASE_IMAGE": BASE_IMAGE}
 
     ((copy_id, copy),) = default_synth.of_type("Custom::CDKECRDeployment").items()
     # a new image is a new copy resource: rollbacks never re-push a tag into the immutable repository

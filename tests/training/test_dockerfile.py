@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from platform_spec.processing import ENTRY_POINT
+from platform_spec.trainer_image import BASE_IMAGE, NGC_RELEASE, docker_build_args
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "training" / "Dockerfile"
@@ -26,14 +27,31 @@ def _instructions() -> list[tuple[str, str]]:
     return out
 
 
-def test_base_image_is_a_pinned_nvidia_pytorch_tag() -> None:
-    froms = [rest for word, rest in _instructions() if word == "FROM"]
-    assert len(froms) == 1
-    image = froms[0]
-    match = re.fullmatch(r"nvcr\.io/nvidia/pytorch:(\d{2})\.(\d{2})-py3(@sha256:[0-9a-f]{64})?", image)
-    assert match, image
-    year, month = int(match.group(1)), int(match.group(2))
-    assert (year, month) >= (25, 10), "TransformerEngine with NVFP4BlockScaling ships from NGC 25.10 on"
+def test_the_base_image_is_a_build_argument_whose_one_home_is_platform_spec() -> None:
+    """``FROM ${BASE_IMAGE}`` from an ``ARG`` with no default (a default would be a second copy of the release);
+    the value, ``platform_spec.trainer_image.BASE_IMAGE``, is an NGC PyTorch tag pinned by digest, and
+    ``python -m platform_spec.trainer_image`` prints it for a hand-run ``docker build --build-arg``."""
+    instructions = _instructions()
+    froms = [rest for word, rest in instructions if word == "FROM"]
+    assert froms == ["${BASE_IMAGE}"]
+    first_from = next(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    args_before = [rest for word, rest in instructions[:first_from] if word == "ARG"]
+    assert args_before == ["BASE_IMAGE"]
+    assert docker_build_args() == {"BASE_IMAGE": BASE_IMAGE}
+    match = re.fullmatch(r"nvcr\.io/nvidia/pytorch:(\d{2})\.(\d{2})-py3@sha256:[0-9a-f]{64}", BASE_IMAGE)
+    assert match, BASE_IMAGE
+    assert f"{match.group(1)}.{match.group(2)}" == NGC_RELEASE
+    assert NGC_RELEASE in _base_image_comment()
+    printed = subprocess.run(
+        [sys.executable, "-m", "platform_spec.trainer_image"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert printed.returncode == 0 and printed.stdout == BASE_IMAGE + "\n", printed.stderr
+
+
+def _base_image_comment() -> str:
+    """The Dockerfile's comment on its base image (the evidence for the release is recorded beside FROM)."""
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    return text[text.index("# Base image:") : text.index("ARG BASE_IMAGE")]
 
 
 def test_entrypoint_is_exec_form_and_runs_the_entry_point() -> None:
