@@ -51,11 +51,11 @@ a run cut off still reports what it measured and where it stopped):
    that did not stop; deterministic algorithms on, SDPA's math backend, and
    ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` while the resume models are built:
    TransformerEngine's ``DotProductAttention`` reads it when constructed,
-   TE 2.10 ``dot_product_attention.py``). The variable is restored afterwards:
-   left set, it would disable TE's fused attention on Blackwell in training
-   (TE 2.10 ``dot_product_attention/utils.py`` ``get_attention_backend``:
-   "Disabling FusedAttention for determinism reasons on Blackwell") and skew
-   every later measurement.
+   ``dot_product_attention.py`` of the image's TE, ``release_v2.19``). The variable is restored afterwards:
+   left set, it would steer TE's attention backend in training
+   (``dot_product_attention/utils.py`` ``get_attention_backend``: with determinism,
+   "Disabling FusedAttention for determinism reasons with FP8 on arch < sm90 or cuDNN < 9.19.0", and
+   FlashAttention 3 for head sizes >= 256) and skew every later measurement.
 3. ``transformer_engine``: when TE imports -- the API names and arguments the
    trainer uses, a TE block against the torch block (same weights, both in
    bf16, each against the torch block in fp32), fp8 with

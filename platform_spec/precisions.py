@@ -122,7 +122,7 @@ class TERecipe:
     """A TransformerEngine recipe, by name: ``transformer_engine.common.recipe.<class_name>(**kwargs)``.
 
     Attributes:
-        class_name: the recipe class (TransformerEngine 2.10 names).
+        class_name: the recipe class (in the trainer image's TransformerEngine: :mod:`platform_spec.trainer_image`).
         kwargs: constructor arguments; a value naming a member of
             ``transformer_engine.common.recipe.Format`` is given as that member's
             name under the key ``fp8_format`` (e.g. ``"HYBRID"``: E4M3 forward,
@@ -365,7 +365,9 @@ PRECISIONS: tuple[Precision, ...] = (
         color="#937860",
         sources={
             "quantized_bytes": NVIDIA_NVFP4,
-            "gemm_multiple": "the trainer's check since nvfp4 was added (TE 2.10 image); unchanged here",
+            "gemm_multiple": "the trainer's check since nvfp4 was added, at least what the image's TE requires "
+            "(NVFP4_BLOCK_SCALING_SIZE = 16 on both GEMM dimensions: transformer_engine/pytorch/constants.py, "
+            "release_v2.19); unchanged here",
         },
     ),
 )

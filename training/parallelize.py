@@ -9,7 +9,7 @@ head stay in the root's FSDP unit).
   ``checkpoint_wrapper`` (non-reentrant), ``selective:N`` every Nth block
   (blocks ``N, 2N, ...`` counted from 1, torchtitan's block-level selective
   checkpointing), ``off`` none. TransformerEngine blocks use
-  ``te.distributed.checkpoint`` as the checkpoint function, which keeps FP8
+  ``te.checkpoint`` (``transformer_engine.pytorch.distributed.checkpoint``) as the checkpoint function, which keeps FP8
   scaling state consistent during the recompute. Wrapping happens before
   ``fully_shard``, so FSDP2 shards the wrapper (torchtitan's order).
 * FSDP2 mixed precision: parameters all-gathered in the precision's compute
@@ -34,8 +34,8 @@ head stay in the root's FSDP unit).
   full initial tensor, so the sharded model equals the unsharded one).
 * Python attributes on TE parameters: ``fully_shard`` replaces every
   Parameter object (a DTensor shard), and so does TE's ``reset_parameters``
-  in :func:`materialize` (TransformerEngine 2.10 ``module/base.py``
-  ``reset_parameters``: ``setattr(self, name, nn.Parameter(DTensor.from_local(...)))``;
+  in :func:`materialize` (the trainer image's TransformerEngine, ``module/base.py``
+  ``reset_parameters`` on ``release_v2.19``: ``setattr(self, name, nn.Parameter(DTensor.from_local(...)))``;
   TE's own subclasses then set their parallelism attributes again on the new
   objects). Attributes found on the block parameters before sharding are put
   back after ``fully_shard`` and again after ``reset_parameters`` (where TE did
@@ -95,8 +95,7 @@ def apply_activation_checkpointing(model: CausalLM, mode: str) -> tuple[int, ...
         if model.backend == "te":
             import transformer_engine.pytorch as te
 
-            te_checkpoint = getattr(te, "checkpoint", None) or te.distributed.checkpoint
-            wrapped = checkpoint_wrapper(block, checkpoint_fn=te_checkpoint, use_reentrant=False)
+            wrapped = checkpoint_wrapper(block, checkpoint_fn=te.checkpoint, use_reentrant=False)
         else:
             wrapped = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT, preserve_rng_state=False)
         model.layers[i] = wrapped

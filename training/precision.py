@@ -33,17 +33,18 @@ capability must pass the format's one hardware rule
 (:meth:`platform_spec.precisions.Precision.supported_by`: fp8 >= 8.9,
 mxfp8/nvfp4 10.x or 11.x), and the TE formats need TransformerEngine and
 micro-batches whose tokens are a multiple of the format's GEMM multiple. TE API
-names follow TransformerEngine 2.10, the version of the trainer image
-(``transformer_engine.common.recipe``, ``te.autocast``; the older
-``fp8_autocast`` is used when ``autocast`` is absent). Weights are never stored
-quantized: TE 2.10 cannot train FSDP2-sharded quantized weights
+names follow the trainer image's TransformerEngine
+(:data:`platform_spec.trainer_image.TRANSFORMER_ENGINE_VERSION`, read against
+its ``release_v2.19`` branch: ``transformer_engine.common.recipe``,
+``te.autocast``, a class there). Weights are never stored quantized
 (:data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL`).
 
-Resuming a TE precision: each TE module's ``_extra_state`` (the recipe and,
-for delayed scaling, the scales and amax history) is saved with the model and
-restored by :mod:`training.checkpoint.manager` (see ``size_extra_state``). A resume
-under another recipe (allowed) restores the saved one, and TE replaces it at
-the first step under the new recipe (TE 2.10 ``module/base.py``:
+Resuming a TE precision: each TE module's ``_extra_state`` (delayed scaling: the
+recipe, the scales and amax history; the stateless recipes save nothing since TE
+2.16.1) is saved with the model and restored by :mod:`training.checkpoint.manager`
+(see ``size_extra_state`` and :mod:`training.checkpoint.extra_state`). A resume
+under another recipe (allowed) restores a saved one, and TE replaces it at
+the first step under the new recipe (``module/base.py``:
 ``init_fp8_metadata`` takes the autocast's recipe and ``set_meta_tensor``
 builds a fresh scaling state when the kind differs); bf16/fp16/fp32 steps run
 outside ``te.autocast``, and TE then saves no fp8 state.
@@ -52,7 +53,6 @@ outside ``te.autocast``, and TE then saves no fp8 state.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 from typing import Any
 
@@ -240,25 +240,17 @@ class TransformerEnginePlan(PrecisionPlan):
     def autocast(
         self, recipe: Any = None, *, device_type: str = "cuda", amax_reduction_group: Any = None
     ) -> contextlib.AbstractContextManager:
-        """``te.autocast(recipe=...)`` (with ``amax_reduction_group`` where TE takes one), inside the
-        registry's ``torch.autocast`` where the format has one (nvfp4: bf16, TE's NVFP4 kernels need bf16
-        activations in forward and backward); a no-op without a recipe (a step outside the format)."""
+        """``te.autocast(enabled=True, recipe=..., amax_reduction_group=...)`` (the trainer image's TE:
+        ``transformer_engine/pytorch/quantization.py``), inside the registry's ``torch.autocast`` where the
+        format has one (nvfp4: bf16, TE's NVFP4 kernels need bf16 activations in forward and backward); a
+        no-op without a recipe (a step outside the format)."""
         if recipe is None:
             return contextlib.nullcontext()
         import transformer_engine.pytorch as te
 
         stack = contextlib.ExitStack()
         stack.enter_context(super().autocast(recipe, device_type=device_type))
-        if hasattr(te, "autocast"):
-            kwargs: dict[str, Any] = {"enabled": True, "recipe": recipe}
-            if amax_reduction_group is not None:
-                params = inspect.signature(te.autocast).parameters
-                group_kw = next((k for k in ("amax_reduction_group", "group") if k in params), None)
-                if group_kw is not None:
-                    kwargs[group_kw] = amax_reduction_group
-            stack.enter_context(te.autocast(**kwargs))
-        else:  # TE < 2.9
-            stack.enter_context(te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=amax_reduction_group))
+        stack.enter_context(te.autocast(enabled=True, recipe=recipe, amax_reduction_group=amax_reduction_group))
         return stack
 
 

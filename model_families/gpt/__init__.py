@@ -335,7 +335,7 @@ def block_activation_terms(
             columnwise (the precision's ``weight_copy_bytes`` on the GPU: ``2q``, or ``q`` for per-tensor fp8
             on Blackwell); ``None``: ``q``. TransformerEngine's ``LayerNormMLP`` saves its two GEMM inputs
             (the FC1 input and the GELU output) quantized in both layouts, where ``LayerNormLinear`` and
-            ``Linear`` drop the rowwise data first (TE 2.10 ``layernorm_mlp.py`` saves ``ln_out`` and
+            ``Linear`` drop the rowwise data first (the image's TE, ``release_v2.19``: ``layernorm_mlp.py`` saves ``ln_out`` and
             ``act_out`` as quantized; ``layernorm_linear.py`` and ``linear.py`` call
             ``update_usage(rowwise_usage=False)``).
 

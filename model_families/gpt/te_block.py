@@ -8,7 +8,8 @@ attention, LayerNorm+MLP, so the fp8 / mxfp8 / nvfp4 recipes apply) configured
 to match :class:`model_families.gpt.torch_block.TransformerBlock`: the same
 parameters (count, shapes, math), named as
 :data:`model_families.gpt.TE_PARAMETER_NAMES` maps to the canonical names.
-TE API names follow TransformerEngine 2.10, the trainer image's version.
+TE API names follow the trainer image's TransformerEngine
+(:data:`platform_spec.trainer_image.TRANSFORMER_ENGINE_VERSION`; read against its ``release_v2.19`` branch).
 """
 
 from __future__ import annotations

@@ -394,7 +394,7 @@ def _real(value: Any) -> bool:
 
 TE_UNBUILT_FIELDS: tuple[str, ...] = ("qkv_bias", "qk_norm")
 """The shape fields the TransformerEngine blocks (:mod:`model_families.llama.te_block`) do not build, read
-against TransformerEngine 2.10 (the trainer image's; ``transformer_engine/pytorch`` at tag ``v2.10``):
+against the trainer image's TransformerEngine (``transformer_engine/pytorch`` on branch ``release_v2.19``):
 ``TransformerLayer``'s one ``bias`` flag biases every projection (QKV, output, FC1, FC2), never Q/K/V alone;
 its ``qk_norm_type="RMSNorm"`` with ``qk_norm_before_rope=True`` is Qwen3's per-head norm, but the blocks do
 not use it yet (not yet checked on a GPU). Such shapes train on the torch-native blocks, in bf16 or fp32."""
@@ -634,7 +634,7 @@ TE_PARAMETER_NAMES: Mapping[str, str] = MappingProxyType(
         "layer.layernorm_mlp.fc2_weight": "feed_forward.fc2.weight",
     }
 )
-"""TransformerEngine block parameter names -> canonical names (TE 2.10: ``LayerNormLinear`` registers
+"""TransformerEngine block parameter names -> canonical names (the image's TE: ``LayerNormLinear`` registers
 ``layer_norm_weight`` and, unsplit, ``weight``; ``LayerNormMLP`` ``layer_norm_weight``, ``fc1_weight``,
 ``fc2_weight``; RMSNorm has no ``layer_norm_bias`` and ``bias=False`` registers no biases)."""
 

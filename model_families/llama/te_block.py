@@ -12,9 +12,9 @@ It builds no shape with ``qkv_bias`` or ``qk_norm`` (:data:`model_families.llama
 why there): the trainer trains those on the torch-native blocks
 (:meth:`platform_spec.models.ModelFamily.backend_for`).
 
-TransformerEngine 2.10 (the trainer image's version; ``git show
-v2.10:transformer_engine/pytorch/transformer.py`` in NVIDIA/TransformerEngine)
-arguments used, each checked against that tag:
+The trainer image's TransformerEngine (:data:`platform_spec.trainer_image.TRANSFORMER_ENGINE_VERSION`;
+``git show release_v2.19:transformer_engine/pytorch/transformer.py`` in NVIDIA/TransformerEngine)
+arguments used, each checked against that branch:
 
 ===============================  ==============================================================
 ``TransformerLayer`` argument    what it sets

@@ -3,7 +3,7 @@ both blocks compute the same function with the same weights, the rotary table mu
 initialisation rule.
 
 The TE block runs on ``tests/training/fake_transformer_engine.py``, a CPU stand-in with TransformerEngine
-2.10's names: these tests check our mapping and layouts, never TE itself (``benchmarks/gpu_check.py`` runs
+2.19's names: these tests check our mapping and layouts, never TE itself (``benchmarks/gpu_check.py`` runs
 the real one on a GPU).
 """
 
@@ -42,7 +42,7 @@ def test_the_family_record_finds_its_blocks_lazily() -> None:
 
 
 def test_te_parameter_names_cover_both_blocks_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every TE block parameter (TE 2.10's names, the stand-in's) has a canonical name, and the canonical
+    """Every TE block parameter (the image's TE names, the stand-in's) has a canonical name, and the canonical
     names are exactly the torch-native block's."""
     fake_te.install(monkeypatch)
     te_names = {n for n, _ in te_block.build_block(CONFIG, 1, device="cpu").named_parameters()}

@@ -4,7 +4,7 @@ rotate-half layout with the shape's base, tied embeddings (also under FSDP2), an
 Face's ``LlamaForCausalLM`` names checked against that library's math.
 
 The TE block runs on ``tests/training/fake_transformer_engine.py``, a CPU stand-in with TransformerEngine
-2.10's names and layouts (RMSNorm, swiglu, GQA, no biases): these tests check our mapping, never TE itself
+2.19's names and layouts (RMSNorm, swiglu, GQA, no biases): these tests check our mapping, never TE itself
 (``benchmarks/gpu_check.py`` runs the real one on a GPU). ``transformers`` is not a dependency: the reference
 forward below is written from ``transformers/models/llama/modeling_llama.py`` (``LlamaRMSNorm``,
 ``rotate_half``/``apply_rotary_pos_emb``, ``repeat_kv``, ``LlamaMLP``, ``LlamaDecoderLayer``), on the
@@ -54,7 +54,7 @@ def test_the_family_record_finds_its_blocks_lazily() -> None:
 
 
 def test_parameter_names_and_counts_on_both_backends(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every TE block parameter (TE 2.10's names, the stand-in's) has a canonical name, the canonical names are
+    """Every TE block parameter (the image's TE names, the stand-in's) has a canonical name, the canonical names are
     exactly the torch-native block's, and both blocks hold the shape's parameters per block (no biases, no
     norm biases, ``h + 2k`` QKV rows, ``2f`` FC1 rows)."""
     fake_te.install(monkeypatch)

@@ -10,8 +10,8 @@
 * a GPU instance never trains on the CPU (entry point and trainer), and the image keeps NVIDIA's
   start-up script in its entry chain; the Dockerfile's EFA installer flags match their comments.
 
-The TE backend runs on :mod:`fake_transformer_engine`, a CPU stand-in with TransformerEngine 2.10's
-names and extra-state format: these tests check our code around TE, never TE itself (that is
+The TE backend runs on :mod:`fake_transformer_engine`, a CPU stand-in with the image's TransformerEngine
+(2.19) names and extra-state format (2.10's too, on request): these tests check our code around TE, never TE itself (that is
 ``benchmarks/gpu_check.py``'s job on a GPU).
 """
 
@@ -445,7 +445,7 @@ def test_a_sharded_model_starts_equal_to_the_unsharded_one(
 ) -> None:
     """The trainer's build (meta device, checkpointing, FSDP2, materialize) on 1 process (here) and 2
     gloo processes (torchrun), both backends (TE: the stand-in, whose reset_parameters fills every
-    rank's shard from the same seed as TE 2.10's does), against the unsharded torch-native model of
+    rank's shard from the same seed as TE's does), against the unsharded torch-native model of
     the same seed: bitwise."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     from two_process_worker import INIT_CONFIG as ODD

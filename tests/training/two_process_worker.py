@@ -18,7 +18,7 @@ the trainer's own loop (:func:`training.train.accumulate_gradients`) and AdamW, 
 ``"init_weights"`` (tests/training/test_gpu_readiness.py): builds the test model the way the trainer does
 (meta device, activation checkpointing, FSDP2 over every rank, materialize) on both backends -- the TE one
 with the CPU stand-in of ``fake_transformer_engine`` (whose ``reset_parameters`` fills each rank's shard
-from the same seed, as TransformerEngine 2.10's does) -- and the TE one on HSDP meshes too (``hybrid``:
+from the same seed, as the image's TransformerEngine does) -- and the TE one on HSDP meshes too (``hybrid``:
 every rank a node, and all ranks one node), and gathers the full state dicts:
 ``{"torch": {...}, "te": {...}, "te hybrid <nodes>x<per node>": {...}}`` with canonical names.
 """
