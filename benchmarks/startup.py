@@ -228,7 +228,7 @@ def lambda_environ() -> dict[str, str]:
         "AWS_ACCESS_KEY_ID": "benchmark",
         "AWS_SECRET_ACCESS_KEY": "benchmark",
         **settings.function_environment(
-            trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:bench",
+            trainer_image_uris={"amd64": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:bench"},
             execution_role_arn="arn:aws:iam::123456789012:role/bench",
             data_bucket="bench-data",
             checkpoint_bucket="bench-checkpoints",

@@ -1,7 +1,9 @@
-"""The trainer image: an ECR repository and the image built from ``training/Dockerfile``.
+"""The trainer image: an ECR repository and the images built from ``training/Dockerfile``.
 
-The image is a ``DockerImageAsset`` (CDK builds it at publish time, so synth
-needs no Docker engine), which lands in the CDK bootstrap repository. The
+Each image is a ``DockerImageAsset`` (CDK builds it at publish time, so synth
+needs no Docker engine), one per CPU architecture the deployment names
+(``imageArchitectures``: ``linux/amd64`` by default, ``linux/arm64`` as well for
+the GB200 hosts' NVIDIA Grace CPUs), which lands in the CDK bootstrap repository. The
 well-kept ``cdk-ecr-deployment`` construct then copies it into the platform's
 own repository under a content-derived tag (the asset hash and a digest of the
 copy settings, see :class:`TrainerImage`), so training jobs
@@ -23,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import aws_cdk as cdk
@@ -32,13 +35,20 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
-from constructs import Construct, IDependable
-from platform_spec.catalogue import TRAINER_IMAGE_ARCHITECTURES
+from constructs import Construct, DependencyGroup, IDependable
+from platform_spec.catalogue import DEFAULT_IMAGE_ARCHITECTURES, TRAINER_IMAGE_ARCHITECTURES
 from platform_spec.trainer_image import docker_build_args
 
 from . import acknowledgements as nag
 
-__all__ = ["REPO_ROOT", "ITrainerImage", "TrainerImage", "TrainerImageProps", "copy_settings_digest"]
+__all__ = [
+    "REPO_ROOT",
+    "ITrainerImage",
+    "TrainerImage",
+    "TrainerImageProps",
+    "copy_settings_digest",
+    "image_architectures_problem",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository root: the trainer image's Docker build context."""
@@ -49,32 +59,23 @@ class ITrainerImage(Protocol):
     """The trainer image as other constructs use it (implemented by :class:`TrainerImage`).
 
     Attributes:
-        image_uri: the image as training jobs pull it, ``<registry>/<repository>:<tag>``.
-        deployment: what puts the image into that repository; a resource that
-            hands ``image_uri`` to SageMaker depends on it.
+        image_uris: the image of each CPU architecture built (OCI names, e.g. ``"amd64"``, ``"arm64"``), as
+            training jobs pull it, ``<registry>/<repository>:<tag>``; a job runs the one of its instance's
+            host architecture (:attr:`platform_spec.catalogue.InstanceSpec.cpu_architecture`).
+        deployment: what puts the images into that repository; a resource that
+            hands ``image_uris`` to SageMaker depends on it.
     """
 
     @property
-    def image_uri(self) -> str: ...
+    def image_uris(self) -> Mapping[str, str]: ...
 
     @property
     def deployment(self) -> IDependable: ...
 
 
-def _default_platform() -> ecr_assets.Platform:
-    """``linux/<arch>`` of :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, the one home of the fact
-    (the planner, the submitter and the stack allow instance types by it).
-
-    Raises:
-        ValueError: that tuple names more than one architecture: a multi-architecture image needs one
-            build per platform and a manifest list, which this construct does not make.
-    """
-    if len(TRAINER_IMAGE_ARCHITECTURES) != 1:
-        raise ValueError(
-            f"platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES: got {list(TRAINER_IMAGE_ARCHITECTURES)}; expected one "
-            "architecture (TrainerImage builds one platform)"
-        )
-    return ecr_assets.Platform.custom(f"linux/{TRAINER_IMAGE_ARCHITECTURES[0]}")
+def _platform(architecture: str) -> ecr_assets.Platform:
+    """``linux/<architecture>``: ``Platform.LINUX_AMD64`` or ``Platform.LINUX_ARM64``."""
+    return {"amd64": ecr_assets.Platform.LINUX_AMD64, "arm64": ecr_assets.Platform.LINUX_ARM64}[architecture]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,11 +95,13 @@ class TrainerImageProps:
             :func:`platform_spec.trainer_image.docker_build_args` (``BASE_IMAGE``: the NGC release
             ``training/Dockerfile`` builds ``FROM``, pinned by digest; that module is its one home),
             which every build gets. Default: nothing more.
-        platform: image platform; its architecture must be one of
-            :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, by which the
-            planner, the submitter and the stack decide which instance types
-            the image runs on. Default: ``linux/`` that architecture (today
-            ``linux/amd64``: the GB200 types' arm64 hosts are refused).
+        architectures: the CPU architectures to build an image for (OCI names, each one of
+            :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, each once, ``"amd64"`` among them:
+            the stack's ``TrainerImageUri`` output and data-preparation processing jobs run on x86-64). One
+            image asset per architecture (``linux/<arch>``); the submitter runs each job on the image of its
+            instance's host architecture and refuses an instance type whose architecture is not built.
+            Default: :data:`platform_spec.catalogue.DEFAULT_IMAGE_ARCHITECTURES` (``amd64``; add ``arm64``
+            for the GB200 hosts).
         image_retain_count: images kept by the repository lifecycle rule; older
             ones expire. Default: 20.
         encryption_key: KMS key for the repository. Default: AES256 with
@@ -119,7 +122,7 @@ class TrainerImageProps:
     dockerfile: str = "training/Dockerfile"
     context_paths: Sequence[str] = ("training", "platform_spec", "model_families")
     build_args: Mapping[str, str] = field(default_factory=dict)
-    platform: ecr_assets.Platform = field(default_factory=_default_platform)
+    architectures: Sequence[str] = DEFAULT_IMAGE_ARCHITECTURES
     image_retain_count: int = 20
     encryption_key: kms.IKey | None = None
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
@@ -130,10 +133,14 @@ class TrainerImageProps:
 class TrainerImage(Construct):
     """ECR repository (primary child ``Resource``) plus the trainer image copied into it.
 
-    Children: ``Resource`` (the repository), ``Asset`` (the image asset),
+    Children: ``Resource`` (the repository), ``Asset`` (the amd64 image asset),
     ``DeploymentRole`` (the copy function's role) and ``Deployment<copy id>``
     (the cdk-ecr-deployment copy, a custom resource whose function is a
-    stack-level singleton; its ID changes with the tag on purpose, see below).
+    stack-level singleton; its ID changes with the tag on purpose, see below);
+    with ``arm64`` also ``AssetArm64`` and ``DeploymentArm64<copy id>`` (the amd64
+    children keep the IDs they had before a second architecture existed, so adding
+    ``arm64`` to a deployment replaces nothing). Each architecture's image has its
+    own tag (its asset hash covers the platform), in the same repository.
 
     Immutable tags and redeploying old content: ECR refuses to push a tag that
     already exists, even with identical content, and cdk-ecr-deployment does not
@@ -164,10 +171,14 @@ class TrainerImage(Construct):
 
     Attributes:
         repository: the platform's trainer repository.
-        deployment: the copy into it (cdk-ecr-deployment); what uses ``image_uri`` depends on it
-            (:class:`ITrainerImage`).
-        image_tag: ``<asset hash>-<copy settings digest>`` (64 + 1 + 8 characters).
-        image_uri: ``<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>``.
+        deployment: the copies into it, one per architecture (a ``DependencyGroup``); what uses ``image_uris``
+            depends on it (:class:`ITrainerImage`).
+        copies: each architecture's copy (cdk-ecr-deployment's ``ECRDeployment``).
+        assets: the image asset of each architecture (``asset`` is the amd64 one).
+        image_tags: each architecture's ``<asset hash>-<copy settings digest>`` (64 + 1 + 8 characters);
+            ``image_tag`` is the amd64 one.
+        image_uris: each architecture's ``<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>``.
+        image_uri: the amd64 image's URI (the stack's ``TrainerImageUri`` output; processing jobs run it).
         copy_function_timeout: the copy function's own timeout (set by cdk-ecr-deployment).
         copy_timeout: the copy resource's ``ServiceTimeout``.
     """
@@ -196,27 +207,15 @@ class TrainerImage(Construct):
             empty_on_delete=props.removal_policy == cdk.RemovalPolicy.DESTROY,
         )
 
-        self.asset = ecr_assets.DockerImageAsset(
-            self,
-            "Asset",
-            directory=str(props.build_context),
-            file=props.dockerfile,
-            build_args={**docker_build_args(), **props.build_args},
-            platform=props.platform,
-            ignore_mode=cdk.IgnoreMode.DOCKER,
-            exclude=build_context_excludes(props.context_paths),
-            display_name="trainer image",
-        )
         self.copy_timeout: cdk.Duration = props.copy_timeout
-        self.image_tag: str = f"{self.asset.asset_hash}-{copy_settings_digest(self.copy_timeout)}"
         # The repository lives in this stack, so its registry is the stack's own account and region
         # (repository_uri_for_tag would split the repository ARN to find them, which renders less readably).
         stack = cdk.Stack.of(self)
-        self.image_uri: str = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{self.repository.repository_name}:{self.image_tag}"
+        registry = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}"
 
         # The copy function's role. cdk-ecr-deployment grants its own role ECR actions on
         # every repository ('*'); it receives this role without policy updates instead, and
-        # the same ECR actions are granted here on the two repositories involved only.
+        # the same ECR actions are granted here on the repositories involved only.
         self.deployment_role = iam.Role(
             self,
             "DeploymentRole",
@@ -224,26 +223,54 @@ class TrainerImage(Construct):
             description="Copies the trainer image from the CDK asset repository into the trainer repository",
             managed_policies=[_BASIC_EXECUTION],
         )
-        for repository in (self.asset.repository, self.repository):
-            repository.grant_read(self.deployment_role)
-            repository.grant_pull(self.deployment_role)
-            # the rest of the library's read actions, scoped the same way
-            repository.grant(self.deployment_role, *_DEPLOYMENT_EXTRA_READ_ACTIONS)
-        self.repository.grant_pull_push(self.deployment_role)
-        # The copy's construct ID carries the tag, so a new image (or new copy settings) is a new
-        # custom resource: an immutable repository refuses a second push of an existing tag, so
-        # re-running an old copy (what an in-place update or its rollback would do) must never
-        # happen. A rollback now deletes the new copy resource (a no-op for images) and leaves
-        # the old one alone.
-        self.deployment = ecr_deployment.ECRDeployment(
-            self,
-            f"Deployment{_copy_id(self.image_tag)}",
-            src=ecr_deployment.DockerImageName(self.asset.image_uri),
-            dest=ecr_deployment.DockerImageName(self.image_uri),
-            image_arch=[_docker_arch(props.platform)],
-            role=self.deployment_role.without_policy_updates(),
-        )
-        self.copy_function_timeout: cdk.Duration = self._set_service_timeout()
+        self.assets: dict[str, ecr_assets.DockerImageAsset] = {}
+        self.image_tags: dict[str, str] = {}
+        uris: dict[str, str] = {}
+        self.deployment = DependencyGroup()
+        self.copies: dict[str, ecr_deployment.ECRDeployment] = {}
+        for architecture in props.architectures:
+            suffix = "" if architecture == "amd64" else architecture.capitalize()
+            asset = ecr_assets.DockerImageAsset(
+                self,
+                f"Asset{suffix}",
+                directory=str(props.build_context),
+                file=props.dockerfile,
+                build_args={**docker_build_args(), **props.build_args},
+                platform=_platform(architecture),
+                ignore_mode=cdk.IgnoreMode.DOCKER,
+                exclude=build_context_excludes(props.context_paths),
+                display_name=f"trainer image ({architecture})" if suffix else "trainer image",
+            )
+            tag = f"{asset.asset_hash}-{copy_settings_digest(self.copy_timeout)}"
+            self.assets[architecture], self.image_tags[architecture] = asset, tag
+            uris[architecture] = f"{registry}/{self.repository.repository_name}:{tag}"
+            if not self.copies:  # the CDK asset repository is one for every asset of the stack
+                for repository in (asset.repository, self.repository):
+                    repository.grant_read(self.deployment_role)
+                    repository.grant_pull(self.deployment_role)
+                    # the rest of the library's read actions, scoped the same way
+                    repository.grant(self.deployment_role, *_DEPLOYMENT_EXTRA_READ_ACTIONS)
+                self.repository.grant_pull_push(self.deployment_role)
+            # The copy's construct ID carries the tag, so a new image (or new copy settings) is a new
+            # custom resource: an immutable repository refuses a second push of an existing tag, so
+            # re-running an old copy (what an in-place update or its rollback would do) must never
+            # happen. A rollback now deletes the new copy resource (a no-op for images) and leaves
+            # the old one alone.
+            copy = ecr_deployment.ECRDeployment(
+                self,
+                f"Deployment{suffix}{_copy_id(tag)}",
+                src=ecr_deployment.DockerImageName(asset.image_uri),
+                dest=ecr_deployment.DockerImageName(uris[architecture]),
+                image_arch=[architecture],
+                role=self.deployment_role.without_policy_updates(),
+            )
+            self.copies[architecture] = copy
+            self.deployment.add(copy)
+        self.image_uris: Mapping[str, str] = MappingProxyType(uris)
+        self.asset = self.assets["amd64"]
+        self.image_tag: str = self.image_tags["amd64"]
+        self.image_uri: str = uris["amd64"]
+        self.copy_function_timeout: cdk.Duration = self._set_service_timeout(tuple(self.copies.values()))
         nag.acknowledge(
             self.deployment_role,
             nag.IAM4,
@@ -263,8 +290,8 @@ class TrainerImage(Construct):
         """Pull images from the trainer repository (plus ``ecr:GetAuthorizationToken`` on ``*``)."""
         return self.repository.grant_pull(grantee)
 
-    def _set_service_timeout(self) -> cdk.Duration:
-        """Set the copy resource's ``ServiceTimeout`` to :attr:`copy_timeout`; returns the copy function's timeout.
+    def _set_service_timeout(self, copies: Sequence[ecr_deployment.ECRDeployment]) -> cdk.Duration:
+        """Set each copy resource's ``ServiceTimeout`` to :attr:`copy_timeout`; returns the copy function's timeout.
 
         cdk-ecr-deployment creates the ``AWS::CloudFormation::CustomResource``
         (type ``Custom::CDKECRDeployment``, child ``CustomResource``) without a
@@ -275,7 +302,7 @@ class TrainerImage(Construct):
         Raises:
             ValueError: ``copy_timeout`` is not longer than the copy function's timeout.
         """
-        handler = self.deployment.node.find_child("CustomResourceHandler")
+        handler = copies[0].node.find_child("CustomResourceHandler")
         function = cdk.Stack.of(self).node.find_child(handler.construct_name)
         function_timeout = function.timeout
         if function_timeout is None:  # pragma: no cover - cdk-ecr-deployment always sets one
@@ -287,8 +314,9 @@ class TrainerImage(Construct):
                 f"TrainerImageProps.copy_timeout: got {seconds} s; expected more than the copy function's timeout "
                 f"({function_s} s): CloudFormation would give up while the copy may still succeed"
             )
-        resource = self.deployment.node.find_child("CustomResource").node.default_child
-        resource.add_property_override("ServiceTimeout", seconds)
+        for copy in copies:
+            resource = copy.node.find_child("CustomResource").node.default_child
+            resource.add_property_override("ServiceTimeout", seconds)
         return function_timeout
 
 
@@ -323,6 +351,24 @@ _DEPLOYMENT_EXTRA_READ_ACTIONS = (
 _BASIC_EXECUTION = iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaBasicExecutionRole")
 
 
+def image_architectures_problem(architectures: Sequence[str]) -> str | None:
+    """What is wrong with ``architectures`` as the architectures to build the trainer image for, phrased as what is
+    expected, or None: each one of :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, each once, with
+    ``amd64`` among them (the stack's ``TrainerImageUri`` output, and data-preparation processing jobs, whose
+    ``ml.m5``/``ml.c5``/``ml.r5`` instances are x86-64: :mod:`platform_spec.processing`). The stack's
+    configuration (``imageArchitectures``) and :class:`TrainerImageProps` apply it."""
+    allowed = ", ".join(f'"{a}"' for a in TRAINER_IMAGE_ARCHITECTURES)
+    expected = f'a list of {allowed}, each at most once, "amd64" among them (processing jobs run on x86-64)'
+    if (
+        isinstance(architectures, str)
+        or not all(isinstance(a, str) and a in TRAINER_IMAGE_ARCHITECTURES for a in architectures)
+        or len(set(architectures)) != len(architectures)
+        or "amd64" not in architectures
+    ):
+        return expected
+    return None
+
+
 def build_context_excludes(context_paths: Sequence[str]) -> list[str]:
     """``.dockerignore``-style patterns that keep only ``context_paths`` in the build context.
 
@@ -336,11 +382,6 @@ def build_context_excludes(context_paths: Sequence[str]) -> list[str]:
     return patterns
 
 
-def _docker_arch(platform: ecr_assets.Platform) -> str:
-    # Platform.platform is e.g. "linux/amd64"
-    return platform.platform.split("/", 1)[1]
-
-
 def _validate(props: TrainerImageProps) -> None:
     seconds = props.copy_timeout.to_seconds(integral=False)
     if not 1 <= seconds <= _SERVICE_TIMEOUT_MAX_S or seconds != int(seconds):
@@ -352,14 +393,9 @@ def _validate(props: TrainerImageProps) -> None:
         raise ValueError(
             f"TrainerImageProps.image_retain_count: got {props.image_retain_count!r}; expected an integer from 1 to 10000"
         )
-    architecture = _docker_arch(props.platform)
-    if architecture not in TRAINER_IMAGE_ARCHITECTURES:
-        raise ValueError(
-            f"TrainerImageProps.platform: got {props.platform.platform!r}; expected "
-            + " or ".join(f"'linux/{a}'" for a in TRAINER_IMAGE_ARCHITECTURES)
-            + " (platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES decides which instance types jobs may use: "
-            "add the architecture there first)"
-        )
+    problem = image_architectures_problem(props.architectures)
+    if problem is not None:
+        raise ValueError(f"TrainerImageProps.architectures: got {list(props.architectures)!r}; expected {problem}")
     context = Path(props.build_context)
     dockerfile = context / props.dockerfile
     if not dockerfile.is_file():

@@ -84,8 +84,9 @@ bytes received per GPU ``= bytes * (D - 1) / D`` per reduce-scatter.
 HSDP adds an all-reduce of the sharded fp32 gradients across the ``R``
 replicas with each reduce-scatter: ``2 * 4N/D * (R-1)/R``.
 Bandwidth (:func:`platform_spec.catalogue.collective_bandwidth`): within one NVLink domain the unidirectional NVLink bandwidth (half
-the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY``; a shard group
-that spans instances moves each GPU's volume at the instance's whole EFA
+the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY`` -- a domain may hold several instances: up to 18
+``ml.p6e-gb200.36xlarge`` hosts (72 GPUs) of a GB200 UltraServer, whose FSDP and HSDP collectives stay on NVLink
+across instances; a shard group that spans NVLink domains (instances of P5/P6, GB200 jobs of more than 18) moves each GPU's volume at the instance's whole EFA
 bandwidth at ``EFA_EFFICIENCY`` (NCCL runs one ring channel per NIC, the hops
 inside an instance over NVLink; this was the bandwidth *per GPU* until
 llm-foundry's 70B runs on 32 H100s, predicted at a third of their published
@@ -306,7 +307,7 @@ def comm_time(r: ResolvedInput) -> CommTime:
     ar_s = 0.0
     if R > 1:
         ar = 2 * 4.0 * N / D * (R - 1) / R
-        bw_x, lat_x, _ = _group_bandwidth(r, r.world_size, per_instance=1)  # one replica per instance
+        bw_x, lat_x, _ = _group_bandwidth(r, R, per_instance=1)  # one replica per instance
         ar_s = ar / bw_x + units * lat_x
     return CommTime(
         allgather_bytes=ag,

@@ -33,7 +33,7 @@ Conventions:
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from platform_spec.errors import FieldError
@@ -95,12 +95,12 @@ class UnknownInstanceTypeError(FieldError, KeyError):
 
 class UnsupportedHostArchitectureError(FieldError):
     """An instance type whose host CPUs the trainer image is not built for (a :class:`FieldError` on
-    ``instance_type``; names the type, its architecture and the types the image runs on)."""
+    ``instance_type``; names the type, its architecture, the architectures built and the types the image runs on:
+    ``allowed``, default :data:`TRAINABLE_INSTANCE_TYPES`)."""
 
-    def __init__(self, instance_type: str, problem: str) -> None:
-        super().__init__(
-            "instance_type", instance_type, "one of " + ", ".join(TRAINABLE_INSTANCE_TYPES), detail=problem
-        )
+    def __init__(self, instance_type: str, problem: str, allowed: Sequence[str] | None = None) -> None:
+        types = TRAINABLE_INSTANCE_TYPES if allowed is None else allowed
+        super().__init__("instance_type", instance_type, "one of " + ", ".join(types), detail=problem)
 
 
 class UnsupportedPrecisionError(FieldError):
@@ -536,42 +536,76 @@ DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 INSTANCE_TYPES: tuple[str, ...] = tuple(INSTANCES)
 """Every catalogue instance type (argparse choices); see :data:`TRAINABLE_INSTANCE_TYPES`."""
 
-TRAINER_IMAGE_ARCHITECTURES: tuple[str, ...] = ("amd64",)
-"""CPU architectures the trainer image is built for (OCI platform ``linux/<arch>``): the one home of the
-fact. ``constructs/trainer_image.py`` builds its image asset for ``linux/<this architecture>`` and
-refuses any other platform; ``training/Dockerfile``'s EFA library path is x86-64's. An instance whose host CPUs are not among these cannot start the image
-(the GB200 types run NVIDIA Grace, arm64): :func:`host_architecture_problem`."""
+TRAINER_IMAGE_ARCHITECTURES: tuple[str, ...] = ("amd64", "arm64")
+"""CPU architectures the trainer image can be built for, as OCI platforms name them (``linux/<arch>``): the one
+home of the fact, and the values of the ``imageArchitectures`` context key. ``training/Dockerfile`` builds on both
+(NVIDIA's PyTorch container is published for x86-64 and arm64 SBSA; the EFA installer installs on either);
+``constructs/trainer_image.py`` builds one image asset per architecture a deployment names, and the submitter
+runs each job on the image of its instance's :attr:`InstanceSpec.cpu_architecture`. Every catalogue instance's
+architecture is one of these (checked at import), so the planner plans every catalogue type."""
+
+DEFAULT_IMAGE_ARCHITECTURES: tuple[str, ...] = ("amd64",)
+"""The architectures a deployment builds the trainer image for when it names none (``imageArchitectures``' default):
+x86-64 only, the hosts of every P5 and P6 instance but the GB200 ones. An arm64 build (GB200's NVIDIA Grace hosts)
+is a second image build of about the same size, so a deployment asks for it."""
 
 
-def host_architecture_problem(instance_type: str) -> str | None:
-    """Why the trainer image cannot run on ``instance_type``'s host CPUs, or None (also for a type
-    the catalogue does not know: that is refused as unknown where it matters)."""
+def host_architecture_problem(
+    instance_type: str, architectures: Collection[str] = TRAINER_IMAGE_ARCHITECTURES
+) -> str | None:
+    """Why a trainer image built for ``architectures`` cannot run on ``instance_type``'s host CPUs, or None (also
+    for a type the catalogue does not know: that is refused as unknown where it matters).
+
+    Args:
+        instance_type: a SageMaker instance type (``ml.`` prefix, any case).
+        architectures: the architectures the deployment's image is built for (OCI names, e.g. ``("amd64",)``);
+            default: every one the image can be built for (:data:`TRAINER_IMAGE_ARCHITECTURES`).
+    """
     spec = INSTANCES.get(instance_type.strip().lower())
-    if spec is None or spec.cpu_architecture in TRAINER_IMAGE_ARCHITECTURES:
+    if spec is None or spec.cpu_architecture in architectures:
         return None
+    built = ", ".join(architectures) or "no architecture"
     return (
-        f"{spec.instance_type} runs {spec.cpu_architecture} host CPUs and the trainer image is built for "
-        f"{', '.join(TRAINER_IMAGE_ARCHITECTURES)} only"
+        f"{spec.instance_type} runs {spec.cpu_architecture} host CPUs and the deployment's trainer image is built "
+        f"for {built} only (imageArchitectures)"
     )
 
 
+def _check_architectures() -> None:
+    unknown = {
+        t: i.cpu_architecture for t, i in INSTANCES.items() if i.cpu_architecture not in TRAINER_IMAGE_ARCHITECTURES
+    }
+    if unknown:  # pragma: no cover - a catalogue edit's mistake, caught on import
+        raise ValueError(
+            f"platform_spec.catalogue.INSTANCES: cpu_architecture {unknown}; expected one of "
+            + ", ".join(TRAINER_IMAGE_ARCHITECTURES)
+        )
+
+
+_check_architectures()
+
 TRAINABLE_INSTANCE_TYPES: tuple[str, ...] = tuple(t for t in INSTANCE_TYPES if host_architecture_problem(t) is None)
-"""Catalogue instance types the trainer image runs on (host CPU architecture in
-:data:`TRAINER_IMAGE_ARCHITECTURES`): what the planner plans, the submitter accepts and the
-stack allows (each further limited to what ``CreateTrainingJob`` accepts where that applies)."""
+"""Catalogue instance types the trainer image can be built for (host CPU architecture in
+:data:`TRAINER_IMAGE_ARCHITECTURES`; today every one): what the planner plans. The submitter accepts and the
+stack allows those of them whose architecture the deployment builds (:func:`deployable_instance_types`), each
+further limited to what ``CreateTrainingJob`` accepts."""
 
 
-def deployable_instance_types(accepted: Collection[str]) -> tuple[str, ...]:
-    """The instance types a deployment may allow: :data:`TRAINABLE_INSTANCE_TYPES` (in catalogue order)
-    that ``accepted`` holds.
+def deployable_instance_types(accepted: Collection[str], architectures: Collection[str]) -> tuple[str, ...]:
+    """The instance types a deployment may allow: :data:`TRAINABLE_INSTANCE_TYPES` (in catalogue order) that
+    ``accepted`` holds and whose host CPUs run an image of ``architectures``.
 
     Args:
         accepted: the instance types ``CreateTrainingJob`` accepts (SageMaker's ``TrainingInstanceType``
             enum, read from botocore's model by the submitter's runtime, which this pure module cannot
             import: ``config.default_allowed_instance_types``). The GB200 UltraServer types are not
-            among them; the arm64 GB200 hosts are, but the trainer image does not run on them.
+            among them (a training plan reserves UltraServers; its jobs run on their ``ml.p6e-gb200.36xlarge``
+            hosts).
+        architectures: the architectures the deployment builds the trainer image for (``imageArchitectures``).
     """
-    return tuple(t for t in TRAINABLE_INSTANCE_TYPES if t in accepted)
+    return tuple(
+        t for t in TRAINABLE_INSTANCE_TYPES if t in accepted and host_architecture_problem(t, architectures) is None
+    )
 
 
 def get_instance(instance_type: str) -> InstanceSpec:
@@ -589,19 +623,26 @@ def get_instance(instance_type: str) -> InstanceSpec:
         raise UnknownInstanceTypeError(instance_type) from None
 
 
-def get_trainable_instance(instance_type: str) -> InstanceSpec:
-    """:func:`get_instance`, refusing a type whose host CPUs the trainer image is not built for
+def get_trainable_instance(
+    instance_type: str, architectures: Collection[str] = TRAINER_IMAGE_ARCHITECTURES
+) -> InstanceSpec:
+    """:func:`get_instance`, refusing a type whose host CPUs an image of ``architectures`` cannot run on
     (:func:`host_architecture_problem`): the lookup for anything that will run the trainer.
+
+    Args:
+        architectures: the architectures the trainer image is built for; default: every one it can be
+            (:data:`TRAINER_IMAGE_ARCHITECTURES`: what the planner plans).
 
     Raises:
         UnknownInstanceTypeError: not in the catalogue.
-        UnsupportedHostArchitectureError: e.g. the arm64 GB200 types; names the reason and
-            :data:`TRAINABLE_INSTANCE_TYPES`.
+        UnsupportedHostArchitectureError: e.g. a GB200 type (arm64) for an image built for amd64 only; names the
+            reason and :data:`TRAINABLE_INSTANCE_TYPES`.
     """
     instance = get_instance(instance_type)
-    problem = host_architecture_problem(instance.instance_type)
+    problem = host_architecture_problem(instance.instance_type, architectures)
     if problem is not None:
-        raise UnsupportedHostArchitectureError(instance.instance_type, problem)
+        allowed = [t for t in TRAINABLE_INSTANCE_TYPES if host_architecture_problem(t, architectures) is None]
+        raise UnsupportedHostArchitectureError(instance.instance_type, problem, allowed)
     return instance
 
 
@@ -711,6 +752,7 @@ def gpu_for_device_name(device_name: str) -> GPUSpec | None:
 
 
 __all__ = [
+    "DEFAULT_IMAGE_ARCHITECTURES",
     "DEFAULT_INSTANCE_TYPE",
     "GPUS",
     "INFRA_CHECK_SOURCES",
@@ -766,27 +808,39 @@ class CollectiveBandwidth:
     link: str
 
 
+def nvlink_domain_instances(instance: InstanceSpec) -> int:
+    """How many of ``instance``'s units (instances; for an UltraServer entry, UltraServers) one NVLink domain
+    holds: 1 where the domain is the instance's own GPUs (P5, P6), 18 for ``ml.p6e-gb200.36xlarge`` (its 4 GPUs in
+    an UltraServer's domain of up to 72: :attr:`InstanceSpec.nvlink_domain_gpus`). A job's instances are assumed
+    placed domain by domain, as a training plan's UltraServer capacity places them (SageMaker's
+    ``ResourceConfig.InstancePlacementConfig``, "Configuration for how training job instances are placed and
+    allocated within UltraServers")."""
+    return max(1, instance.nvlink_domain_gpus // instance.gpus_per_instance)
+
+
 def collective_bandwidth(instance: InstanceSpec, group: int, *, per_instance: int | None = None) -> CollectiveBandwidth:
     """The assumed bandwidth of a collective over ``group`` GPUs laid out instance by instance, ``per_instance``
     of them on each instance (default: every GPU of an instance, as FSDP's shard group).
 
-    Within one NVLink domain: half the catalogue's bidirectional NVLink figure at :data:`NVLINK_EFFICIENCY`.
-    Across instances NCCL runs one ring channel per NIC, so the bytes a GPU receives cross the instance's
-    network once per instance, spread over all its NICs: a group holding every GPU of each instance moves its
-    per-GPU volume at the instance's whole EFA bandwidth (at :data:`EFA_EFFICIENCY`), while groups of one GPU per
-    instance (HSDP's replica all-reduce: ``gpus_per_instance`` such groups run at once) share it,
-    ``1 / gpus_per_instance`` each.
+    Within one NVLink domain -- the group's instances all in one domain (:func:`nvlink_domain_instances`): one
+    instance of a P5 or P6 type, up to 18 ``ml.p6e-gb200.36xlarge`` hosts of a GB200 UltraServer, whose GPUs reach
+    each other over NVLink switches across instances -- half the catalogue's bidirectional NVLink figure at
+    :data:`NVLINK_EFFICIENCY`. Only a group that spans NVLink domains uses EFA: NCCL runs one ring channel per
+    NIC, so the bytes a GPU receives cross the instance's network once per instance, spread over all its NICs: a
+    group holding every GPU of each instance moves its per-GPU volume at the instance's whole EFA bandwidth (at
+    :data:`EFA_EFFICIENCY`), while groups of one GPU per instance (HSDP's replica all-reduce:
+    ``gpus_per_instance`` such groups run at once) share it, ``1 / gpus_per_instance`` each. Between GB200
+    domains the same per-instance rule applies (each ring leaves a domain through one instance's NICs); NCCL may
+    spread rings over more of a domain's NICs, which is not measured here, so this is the conservative figure.
     """
     if group <= 1:
         return CollectiveBandwidth(float("inf"), 0.0, "none")
-    within_domain = group <= max(instance.gpus_per_instance, instance.nvlink_domain_gpus) and (
-        group <= instance.gpus_per_instance or instance.nvlink_domain_gpus >= group
-    )
-    if within_domain and instance.nvlink_bandwidth_gb_s > 0:
+    members = min(per_instance or instance.gpus_per_instance, instance.gpus_per_instance)  # the group's, per instance
+    instances = -(-group // members)
+    if instances <= nvlink_domain_instances(instance) and instance.nvlink_bandwidth_gb_s > 0:
         return CollectiveBandwidth(
             instance.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink"
         )
-    shared = min(per_instance or instance.gpus_per_instance, instance.gpus_per_instance)
-    sharing = instance.gpus_per_instance // max(1, shared)
+    sharing = instance.gpus_per_instance // members
     per_gpu = instance.efa_bandwidth_gb_s / sharing * 1e9 * EFA_EFFICIENCY
     return CollectiveBandwidth(per_gpu, EFA_LATENCY_S, f"EFA v{instance.efa_version}")

@@ -23,8 +23,13 @@ Context keys (default in brackets):
 ``allowedInstanceTypes`` instance types requests may use; each must be in the
                        planner catalogue, accepted by ``CreateTrainingJob``
                        (botocore's ``TrainingInstanceType``) and have host CPUs
-                       the trainer image is built for (not the arm64 GB200
-                       hosts) [every such catalogue instance type]
+                       the trainer image is built for (``imageArchitectures``)
+                       [every such catalogue instance type]
+``imageArchitectures`` CPU architectures the trainer image is built for, as OCI
+                       names them: ``amd64`` (x86-64: P5, P6) and ``arm64`` (the
+                       GB200 hosts' NVIDIA Grace), ``amd64`` always among them;
+                       one image per architecture, each job runs its instance's
+                       [``["amd64"]``: x86-64 only]
 ``capacityFallback``   order tried for ``capacity=auto``, values of
                        ``platform_spec.capacity.CAPACITY_TYPES``
                        [``platform_spec.capacity.DEFAULT_CAPACITY_FALLBACK``]
@@ -125,11 +130,11 @@ from platform_constructs.submitter.construct import (
     MAX_RESERVED_CONCURRENCY,
 )
 from platform_spec.capacity import CAPACITY_TYPES, DEFAULT_CAPACITY_FALLBACK
-from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.catalogue import DEFAULT_IMAGE_ARCHITECTURES, DEFAULT_INSTANCE_TYPE, TRAINER_IMAGE_ARCHITECTURES
 from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, foreign_reason, parse_training_plan_arn, shared_home
 
-__all__ = ["CONTEXT_KEYS", "ConfigError", "PlatformConfig", "S3Location", "load_config"]
+__all__ = ["CONTEXT_KEYS", "ConfigError", "PlatformConfig", "S3Location", "load_config", "parse_image_architectures"]
 
 TAG_PROJECT = "Project"
 TAG_COST_CENTER = "CostCenter"
@@ -176,13 +181,13 @@ def _catalogue_instance_types() -> tuple[str, ...]:
     return tuple(t for t in INSTANCE_TYPES if t in accepted)
 
 
-def _trainable_instance_types() -> tuple[str, ...]:
-    """The default of ``allowedInstanceTypes``: :func:`_catalogue_instance_types` whose host CPUs the
-    trainer image runs on (the runtime's :func:`~platform_constructs.submitter.runtime.config.default_allowed_instance_types`,
-    which the emulator uses too; not the arm64 GB200 hosts)."""
+def _trainable_instance_types(architectures: Sequence[str]) -> tuple[str, ...]:
+    """The default of ``allowedInstanceTypes``: :func:`_catalogue_instance_types` whose host CPUs run an image of
+    ``architectures`` (the runtime's :func:`~platform_constructs.submitter.runtime.config.default_allowed_instance_types`,
+    which the emulator uses too; the arm64 GB200 hosts only with ``arm64`` in ``imageArchitectures``)."""
     from platform_constructs.submitter.runtime.config import default_allowed_instance_types
 
-    return default_allowed_instance_types()
+    return default_allowed_instance_types(architectures)
 
 
 CONTEXT_KEYS: dict[str, Any] = {
@@ -190,6 +195,7 @@ CONTEXT_KEYS: dict[str, Any] = {
     "trainingPlanArns": [],
     "defaultInstanceType": DEFAULT_INSTANCE_TYPE,
     "allowedInstanceTypes": None,  # None: every catalogue type CreateTrainingJob accepts and the image runs on
+    "imageArchitectures": list(DEFAULT_IMAGE_ARCHITECTURES),
     "capacityFallback": list(DEFAULT_CAPACITY_FALLBACK),
     "allowedInputPrefixes": [],
     "logRetentionDays": 90,
@@ -262,6 +268,7 @@ class PlatformConfig:
     training_plan_arns: tuple[str, ...]
     default_instance_type: str
     allowed_instance_types: tuple[str, ...]
+    image_architectures: tuple[str, ...]
     capacity_fallback: tuple[str, ...]
     allowed_input_prefixes: tuple[S3Location, ...]
     log_retention_days: int
@@ -441,8 +448,9 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     )
     _check_plan_homes(plan_arns, region=region, account=account)
 
+    image_architectures = parse_image_architectures(get("imageArchitectures"))
     catalogue = _catalogue_instance_types()
-    trainable = _trainable_instance_types()
+    trainable = _trainable_instance_types(image_architectures)
     raw_allowed = get("allowedInstanceTypes")
     allowed = (
         trainable
@@ -458,12 +466,13 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
     from platform_spec.catalogue import host_architecture_problem
 
     for index, instance_type in enumerate(allowed):
-        problem = host_architecture_problem(instance_type)
+        problem = host_architecture_problem(instance_type, image_architectures)
         if problem is not None:
             raise ConfigError(
                 f"allowedInstanceTypes[{index}]",
                 instance_type,
-                f"an instance type the trainer image runs on ({problem}): one of {', '.join(trainable)}",
+                f"an instance type the trainer image runs on ({problem}; add its architecture to "
+                f"imageArchitectures): one of {', '.join(trainable)}",
             )
     if not allowed:
         raise ConfigError("allowedInstanceTypes", list(allowed), "at least one instance type")
@@ -579,6 +588,7 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         training_plan_arns=plan_arns,
         default_instance_type=default_instance_type,
         allowed_instance_types=tuple(allowed),
+        image_architectures=image_architectures,
         capacity_fallback=capacity_fallback,
         allowed_input_prefixes=input_prefixes,
         log_retention_days=retention,
@@ -597,6 +607,21 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
         run_capacity_wait_alarm_minutes=wait_minutes,
         fsx_lustre=fsx_lustre,
     )
+
+
+def parse_image_architectures(raw: Any) -> tuple[str, ...]:
+    """``imageArchitectures`` (``None``: its default): OCI architecture names of :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`,
+    each once, ``amd64`` among them (:func:`platform_constructs.trainer_image.image_architectures_problem`)."""
+    from platform_constructs.trainer_image import image_architectures_problem
+
+    key = "imageArchitectures"
+    raw = CONTEXT_KEYS[key] if raw is None else raw
+    expected = image_architectures_problem(())  # the rule's wording: () always fails it
+    items = _list_of(key, raw, lambda a: a in TRAINER_IMAGE_ARCHITECTURES, str(expected))
+    problem = image_architectures_problem(items)
+    if problem is not None:
+        raise ConfigError(key, list(items), problem)
+    return items
 
 
 def _fsx_lustre(raw: Any) -> FsxLustreOptions | None:

@@ -67,7 +67,11 @@ class TrainingPlatformStack(cdk.Stack):
         self.trainer_image = TrainerImage(
             self,
             "TrainerImage",
-            TrainerImageProps(image_retain_count=config.image_retain_count, removal_policy=removal),
+            TrainerImageProps(
+                architectures=config.image_architectures,
+                image_retain_count=config.image_retain_count,
+                removal_policy=removal,
+            ),
         )
         self.buckets = TrainingBuckets(self, "Buckets", TrainingBucketsProps(removal_policy=removal))
 

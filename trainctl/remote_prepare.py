@@ -89,7 +89,7 @@ class ProcessingTargets:
 
         config = SubmitterConfig.from_environ(dict(env))
         return cls(
-            config.trainer_image_uri,
+            config.trainer_image_uris["amd64"],  # processing instances are x86-64 (imageArchitectures has amd64)
             config.execution_role_arn,
             config.data_bucket,
             config.output_kms_key_arn,

@@ -486,7 +486,7 @@ class JobSubmitter(Construct):
     @staticmethod
     def _environment(props: JobSubmitterProps, allowed_actions: Sequence[str] | None = None) -> dict[str, str]:
         return settings.function_environment(
-            trainer_image_uri=props.trainer_image.image_uri,
+            trainer_image_uris=props.trainer_image.image_uris,
             execution_role_arn=props.execution_role.role_arn,
             data_bucket=props.data_bucket.bucket_name,
             checkpoint_bucket=props.checkpoint_bucket.bucket_name,

@@ -136,8 +136,8 @@ def serve(
     search.install()
     if quiet:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    resources = StackResources()
     context = dict(context or {})
+    resources = StackResources(image_architectures=_image_architectures(context))
     synthesized = load_template(template) if template is not None else platform_template(region, context=context)
     network, vpc_environment = _network(synthesized, context, region, resources)
     found = authorities(synthesized, region=region, resources=resources, network=network)
@@ -209,6 +209,15 @@ def serve(
         if state_dir is None:
             shutil.rmtree(state, ignore_errors=True)
     return 0
+
+
+def _image_architectures(context: Mapping[str, Any]) -> tuple[str, ...]:
+    """The emulated deployment's ``imageArchitectures`` (its CDK context's, checked as the stack checks it;
+    cdk.json's default where the context names none)."""
+    from stacks.config import parse_image_architectures
+    from stacks.platform_app import cdk_json_context
+
+    return parse_image_architectures(context.get("imageArchitectures", cdk_json_context().get("imageArchitectures")))
 
 
 def _network(

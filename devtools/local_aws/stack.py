@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from platform_spec.capacity import DEFAULT_CAPACITY_FALLBACK
-from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.catalogue import DEFAULT_IMAGE_ARCHITECTURES, DEFAULT_INSTANCE_TYPE
 from platform_spec.files import atomic_write_text
 
 DEFAULT_REGION = "us-east-1"
@@ -46,6 +46,9 @@ class StackResources:
     encryption_key_id: str = "0ca1a7f0-0000-4000-8000-000000000001"
     """The platform key's id (moto draws key ids at random; the emulator gives its key this fixed one, as it
     names its buckets, so the function's environment is known before the emulator starts)."""
+    image_architectures: tuple[str, ...] = DEFAULT_IMAGE_ARCHITECTURES
+    """The CPU architectures the emulated deployment built the trainer image for (the stack's
+    ``imageArchitectures``; the emulator takes its CDK context's)."""
     platform_tags: Mapping[str, str] = field(
         default_factory=lambda: {"platform": "training-platform", "environment": "local"}
     )
@@ -57,8 +60,10 @@ class StackResources:
         """ARN of the key of the data, checkpoint and output buckets (the stack's ``Buckets/Key``)."""
         return f"arn:aws:kms:{region}:{ACCOUNT_ID}:key/{self.encryption_key_id}"
 
-    def trainer_image_uri(self, region: str) -> str:
-        return f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{self.trainer_repository}:local"
+    def trainer_image_uris(self, region: str) -> dict[str, str]:
+        """The image of each of :attr:`image_architectures`: ``...:local`` (amd64), ``...:local-arm64``."""
+        registry = f"{ACCOUNT_ID}.dkr.ecr.{region}.amazonaws.com/{self.trainer_repository}"
+        return {a: f"{registry}:local" + ("" if a == "amd64" else f"-{a}") for a in self.image_architectures}
 
 
 def function_environment(
@@ -78,7 +83,7 @@ def function_environment(
     from platform_constructs.submitter.runtime import config, settings
 
     return settings.function_environment(
-        trainer_image_uri=resources.trainer_image_uri(region),
+        trainer_image_uris=resources.trainer_image_uris(region),
         execution_role_arn=resources.execution_role_arn(),
         data_bucket=resources.data_bucket,
         checkpoint_bucket=resources.checkpoint_bucket,
@@ -87,7 +92,7 @@ def function_environment(
         plan_arns_parameter=resources.plan_arns_parameter,
         account_id=ACCOUNT_ID,
         default_instance_type=DEFAULT_INSTANCE_TYPE,
-        allowed_instance_types=config.default_allowed_instance_types(),
+        allowed_instance_types=config.default_allowed_instance_types(resources.image_architectures),
         capacity_fallback=DEFAULT_CAPACITY_FALLBACK,
         platform_tags=resources.platform_tags,
         **(network or {}),

@@ -73,7 +73,7 @@ def test_an_init_row_fails_rather_than_time_an_import_that_skipped_its_work() ->
     in_lambda = startup.lambda_environ()
     init = startup.handler_import(preloaded=True, prepared=True)
     assert _timed_statement(init, in_lambda).returncode == 0
-    broken = {k: v for k, v in in_lambda.items() if k != "TRAINER_IMAGE_URI"}
+    broken = {k: v for k, v in in_lambda.items() if k != "TRAINER_IMAGE_URIS"}
     failed = _timed_statement(init, broken)
     assert failed.returncode != 0 and "AssertionError: (True, False)" in failed.stderr
     reader = {**in_lambda, **startup.reader_environ()}

@@ -27,6 +27,7 @@ VARIANT_CONTEXT = {
     "invokerPrincipals": [INVOKER_ARN],
     "allowedInputPrefixes": ["s3://shared-datasets/tokenized/"],
     "allowedInstanceTypes": ["ml.p5.48xlarge", "ml.p6-b200.48xlarge"],
+    "imageArchitectures": ["amd64", "arm64"],
     "logRetentionDays": 30,
     "imageRetainCount": 7,
     "projectTag": "llm-pretraining",

@@ -54,10 +54,10 @@ def test_cdk_json_defaults_follow_the_catalogue_and_the_capacity_types(monkeypat
 
     config = config_for()
     # every catalogue type but the GB200 UltraServers, which CreateTrainingJob does not accept, and the
-    # arm64 GB200 host, whose CPUs the trainer image is not built for
-    ultraservers = ["ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72"]
+    # arm64 GB200 host, for which cdk.json's deployment builds no image (imageArchitectures ["amd64"])
+    ultraservers = ["ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72", "ml.p6e-gb200.36xlarge"]
     assert set(ultraservers) <= set(catalogue.INSTANCE_TYPES)
-    assert "ml.p6e-gb200.36xlarge" not in catalogue.TRAINABLE_INSTANCE_TYPES
+    assert config.image_architectures == catalogue.DEFAULT_IMAGE_ARCHITECTURES
     assert config.allowed_instance_types == tuple(
         t for t in catalogue.TRAINABLE_INSTANCE_TYPES if t not in ultraservers
     )
@@ -67,7 +67,7 @@ def test_cdk_json_defaults_follow_the_catalogue_and_the_capacity_types(monkeypat
     new = "ml.p4d.24xlarge"  # in botocore's TrainingInstanceType; not (yet) in the catalogue
     monkeypatch.setattr(catalogue, "TRAINABLE_INSTANCE_TYPES", (*catalogue.TRAINABLE_INSTANCE_TYPES, new))
     monkeypatch.setattr(catalogue, "INSTANCE_TYPES", (*catalogue.INSTANCE_TYPES, new))
-    assert new in runtime_config.default_allowed_instance_types()
+    assert new in runtime_config.default_allowed_instance_types(("amd64",))
     assert new in config_for().allowed_instance_types
 
 
@@ -203,6 +203,7 @@ VALID_SAMPLES: dict[str, object] = {
     "stackName": "TrainingPlatform",
     "trainingPlanArns": [PLAN],
     "defaultInstanceType": "ml.p6-b200.48xlarge",
+    "imageArchitectures": ["amd64", "arm64"],
     "allowedInstanceTypes": ["ml.p6-b200.48xlarge"],
     "capacityFallback": ["spot"],
     "allowedInputPrefixes": ["s3://shared-datasets/tokenized/"],

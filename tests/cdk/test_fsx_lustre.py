@@ -223,7 +223,7 @@ def test_the_function_environment_and_the_grant_conditions_name_this_file_system
         "availability_zone": synth.vpc.isolated_subnets[1].availability_zone,
     }
     env = settings.function_environment(
-        trainer_image_uri="i",
+        trainer_image_uris={"amd64": "i"},
         execution_role_arn="r",
         data_bucket="d",
         checkpoint_bucket="c",

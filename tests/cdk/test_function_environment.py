@@ -39,14 +39,16 @@ def test_the_emulator_sets_exactly_the_variables_the_synthesized_function_has(de
     for name in (settings.ENV_DEFAULT_INSTANCE_TYPE, settings.ENV_ALLOWED_INSTANCE_TYPES, settings.ENV_CAPACITY_FALLBACK,
                  "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"):  # fmt: skip
         assert emulated[name] == synthesized[name], name
-    assert emulated[settings.ENV_ALLOWED_INSTANCE_TYPES] == ",".join(config.default_allowed_instance_types())
+    assert emulated[settings.ENV_ALLOWED_INSTANCE_TYPES] == ",".join(config.default_allowed_instance_types(("amd64",)))
 
     # the resources' values have the template's shape, the emulator's names in place of the references
     for name, value in synthesized.items():
-        if name == settings.ENV_TRAINER_IMAGE_URI:
+        if name == settings.ENV_TRAINER_IMAGE_URIS:
             # the tag is the image's content hash at synth; the emulator's image is tagged `local`
-            value = render(value).rsplit(":", 1)[0]
-            assert _shape(value).fullmatch(emulated[name].rsplit(":", 1)[0]), (name, value, emulated[name])
+            images, local = json.loads(render(value)), json.loads(emulated[name])
+            assert set(images) == set(local) == {"amd64"}
+            value = images["amd64"].rsplit(":", 1)[0]
+            assert _shape(value).fullmatch(local["amd64"].rsplit(":", 1)[0]), (name, value, local)
         elif name == settings.ENV_PLATFORM_TAGS:
             # the deployment's tags (cdk.json's projectTag/costCenter) and the emulator's: both JSON objects
             assert isinstance(json.loads(value), dict) and isinstance(json.loads(emulated[name]), dict)
@@ -70,7 +72,7 @@ def test_the_configured_optional_variables_appear_in_both(variant_synth):
 
 def test_function_environment_leaves_out_what_is_not_configured_and_writes_the_rest():
     base = {
-        "trainer_image_uri": "img", "execution_role_arn": "arn:aws:iam::123456789012:role/r", "data_bucket": "data-bucket",
+        "trainer_image_uris": {"amd64": "img"}, "execution_role_arn": "arn:aws:iam::123456789012:role/r", "data_bucket": "data-bucket",
         "checkpoint_bucket": "ckpt-bucket", "output_bucket": "out-bucket",
         "output_kms_key_arn": "arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f", "plan_arns_parameter": "/p", "account_id": "123456789012",
         "default_instance_type": "ml.p5.48xlarge", "allowed_instance_types": ("ml.p5.48xlarge", "ml.p6-b200.48xlarge"),

@@ -74,7 +74,7 @@ def _job(aws: LocalAws, name: str, **changes: Any) -> dict[str, Any]:
         "TrainingJobName": name,
         "RoleArn": aws.env[settings.ENV_EXECUTION_ROLE_ARN],
         "AlgorithmSpecification": {
-            "TrainingImage": aws.env[settings.ENV_TRAINER_IMAGE_URI],
+            "TrainingImage": json.loads(aws.env[settings.ENV_TRAINER_IMAGE_URIS])["amd64"],
             "TrainingInputMode": "File",
         },
         "OutputDataConfig": {"S3OutputPath": f"s3://{aws.resources['output_bucket']}/training-jobs/"},

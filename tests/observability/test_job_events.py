@@ -79,7 +79,10 @@ def create_job(aws, *, plan_arn: str | None = None, count: int = 2) -> str:
         resources["TrainingPlanArn"] = plan_arn
     aws.client("sagemaker").create_training_job(
         TrainingJobName=name,
-        AlgorithmSpecification={"TrainingImage": aws.env["TRAINER_IMAGE_URI"], "TrainingInputMode": "File"},
+        AlgorithmSpecification={
+            "TrainingImage": json.loads(aws.env["TRAINER_IMAGE_URIS"])["amd64"],
+            "TrainingInputMode": "File",
+        },
         RoleArn=aws.env["EXECUTION_ROLE_ARN"],
         OutputDataConfig={"S3OutputPath": f"s3://{aws.env['OUTPUT_BUCKET']}/jobs/"},
         ResourceConfig=resources,

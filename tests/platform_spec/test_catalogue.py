@@ -206,11 +206,11 @@ def test_every_instance_knows_the_gpus_of_one_host():
 
 
 def test_deployable_instance_types_are_the_trainable_ones_create_training_job_accepts():
-    accepted = {"ml.p5.48xlarge", "ml.p6e-gb200.36xlarge", "ml.u-p6e-gb200x72", "ml.p6-b200.48xlarge", "ml.m5.large"}
-    # catalogue order; no arm64 host (the image is amd64), no type outside the catalogue
-    assert deployable_instance_types(accepted) == ("ml.p5.48xlarge", "ml.p6-b200.48xlarge")
-    assert deployable_instance_types(()) == ()
-    assert set(deployable_instance_types(INSTANCES)) == set(TRAINABLE_INSTANCE_TYPES)
+    accepted = {"ml.p5.48xlarge", "ml.p6e-gb200.36xlarge", "ml.p6-b200.48xlarge", "ml.m5.large"}
+    # catalogue order; an arm64 host only with an arm64 image; no type outside the catalogue
+    assert deployable_instance_types(accepted, ("amd64",)) == ("ml.p5.48xlarge", "ml.p6-b200.48xlarge")
+    assert deployable_instance_types((), ("amd64",)) == ()
+    assert set(deployable_instance_types(INSTANCES, ("amd64", "arm64"))) == set(TRAINABLE_INSTANCE_TYPES)
 
 
 def test_the_infrastructure_health_check_is_on_by_default_for_multi_node_jobs_on_efa_types(monkeypatch):

@@ -75,7 +75,7 @@ out["container"] = job.num_experts
 
 from platform_constructs.submitter.runtime import config, request, request_schema
 local = config.SubmitterConfig(
-    trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
+    trainer_image_uris={"amd64": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"},
     execution_role_arn="arn:aws:iam::123456789012:role/exec", data_bucket="data", checkpoint_bucket="ckpt",
     output_bucket="out", output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
     training_plan_arns_parameter="/plans", allowed_input_prefixes=(), platform_tags={},

@@ -118,7 +118,7 @@ def runtime() -> SimpleNamespace:
 def local_config(runtime):
     """A submitter configuration for tests that need no emulator (request parsing, rules, properties)."""
     return runtime.config.SubmitterConfig(
-        trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
+        trainer_image_uris={"amd64": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"},
         execution_role_arn="arn:aws:iam::123456789012:role/exec",
         data_bucket="data",
         checkpoint_bucket="ckpt",

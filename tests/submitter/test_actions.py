@@ -201,7 +201,7 @@ def test_a_job_not_made_by_the_platform_is_answered_as_one_that_does_not_exist(a
     foreign = f"foreign-{uuid.uuid4().hex[:12]}"
     aws.client("sagemaker").create_training_job(
         TrainingJobName=foreign,
-        AlgorithmSpecification={"TrainingImage": config.trainer_image_uri, "TrainingInputMode": "File"},
+        AlgorithmSpecification={"TrainingImage": config.trainer_image_uris["amd64"], "TrainingInputMode": "File"},
         RoleArn=config.execution_role_arn,
         OutputDataConfig={"S3OutputPath": f"s3://{config.output_bucket}/elsewhere/"},
         ResourceConfig={"InstanceType": "ml.p6-b200.48xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},

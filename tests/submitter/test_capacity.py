@@ -81,7 +81,7 @@ def describe(
 @pytest.fixture(scope="module")
 def unit_config(runtime):
     return runtime.config.SubmitterConfig(
-        trainer_image_uri=f"{ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/trainer:1",
+        trainer_image_uris={"amd64": f"{ACCOUNT_ID}.dkr.ecr.{REGION}.amazonaws.com/trainer:1"},
         execution_role_arn=f"arn:aws:iam::{ACCOUNT_ID}:role/exec",
         data_bucket="data",
         checkpoint_bucket="ckpt",
@@ -705,7 +705,10 @@ def test_emulator_refuses_a_job_on_another_accounts_plan(capacity_aws, capacity_
     with pytest.raises(ClientError) as raised:
         sm.create_training_job(
             TrainingJobName=f"foreign-{uuid.uuid4().hex[:8]}",
-            AlgorithmSpecification={"TrainingImage": capacity_env["TRAINER_IMAGE_URI"], "TrainingInputMode": "File"},
+            AlgorithmSpecification={
+                "TrainingImage": json.loads(capacity_env["TRAINER_IMAGE_URIS"])["amd64"],
+                "TrainingInputMode": "File",
+            },
             RoleArn=capacity_env["EXECUTION_ROLE_ARN"],
             OutputDataConfig={"S3OutputPath": f"s3://{capacity_env['OUTPUT_BUCKET']}/"},
             ResourceConfig={

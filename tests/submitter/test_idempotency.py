@@ -469,7 +469,10 @@ def _create_outside_the_submitter(aws, event: dict, *, name: str, tags: tuple = 
         tags.append({"Key": "platform:client-token-sha256", "Value": _digest(event["client_token"])})
     created = aws.client("sagemaker").create_training_job(
         TrainingJobName=name,
-        AlgorithmSpecification={"TrainingImage": aws.env["TRAINER_IMAGE_URI"], "TrainingInputMode": "FastFile"},
+        AlgorithmSpecification={
+            "TrainingImage": json.loads(aws.env["TRAINER_IMAGE_URIS"])["amd64"],
+            "TrainingInputMode": "FastFile",
+        },
         RoleArn=aws.env["EXECUTION_ROLE_ARN"],
         OutputDataConfig={"S3OutputPath": f"s3://{aws.env['OUTPUT_BUCKET']}/training-jobs/"},
         ResourceConfig={

@@ -165,7 +165,7 @@ def test_a_function_missing_a_setting_starts_and_its_requests_fail_as_function_e
     from platform_constructs.submitter.runtime import settings
 
     events = [("describe", {"action": "describe", "job_name": "no-such-job-import-scope"})] * 2
-    result = _run(env, events, drop=(settings.ENV_TRAINER_IMAGE_URI,))
+    result = _run(env, events, drop=(settings.ENV_TRAINER_IMAGE_URIS,))
     assert result["prepared"] is False  # the init phase does not fail on it
     assert result["answers"] == [{"raised": "ConfigurationError"}] * 2  # each request reports it, as before
 

@@ -33,7 +33,7 @@ def environment(runtime, **network: Any) -> dict[str, str]:
     """The function's environment as the construct writes it (``settings.function_environment``), plus
     ``AWS_REGION``, which Lambda sets."""
     env = runtime.settings.function_environment(
-        trainer_image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1",
+        trainer_image_uris={"amd64": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"},
         execution_role_arn="arn:aws:iam::123456789012:role/exec",
         data_bucket="data",
         checkpoint_bucket="ckpt",

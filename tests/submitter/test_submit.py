@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import uuid
 
 import botocore.exceptions
@@ -58,7 +59,7 @@ def test_submission_on_a_plan_creates_the_job_as_specified(aws, submit, runtime,
     assert job["TrainingJobArn"] == response["training_job_arn"]
     assert job["TrainingJobStatus"] == "InProgress"
     assert job["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
-    assert job["AlgorithmSpecification"]["TrainingImage"] == aws.env["TRAINER_IMAGE_URI"]
+    assert job["AlgorithmSpecification"]["TrainingImage"] == json.loads(aws.env["TRAINER_IMAGE_URIS"])["amd64"]
     expected_hp = parse(request["hyperparameters"]).to_strings()
     assert job["HyperParameters"] == expected_hp and job["HyperParameters"]["num_layers"] == "10"
     assert job["ResourceConfig"] == {

@@ -82,7 +82,7 @@ def test_submit_local_names_a_missing_setting(monkeypatch, capsys):
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for name in ("TRAINER_IMAGE_URI", "DATA_BUCKET"):
+    for name in ("TRAINER_IMAGE_URIS", "DATA_BUCKET"):
         monkeypatch.delenv(name, raising=False)
     assert main(["submit", "--local", GUIDE_REQUEST]) == 2
     assert "is required and not set" in capsys.readouterr().err

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from platform_spec.capacity import CAPACITY_FALLBACK_EXPECTED, DEFAULT_CAPACITY_FALLBACK, capacity_fallback_problem
-from platform_spec.catalogue import DEFAULT_INSTANCE_TYPE
+from platform_spec.catalogue import (
+    DEFAULT_INSTANCE_TYPE,
+    TRAINABLE_INSTANCE_TYPES,
+    TRAINER_IMAGE_ARCHITECTURES,
+    UnsupportedHostArchitectureError,
+    get_instance,
+    host_architecture_problem,
+)
 
 from . import sagemaker_rules, settings
 from .errors import ConfigurationError
@@ -67,7 +74,9 @@ class SubmitterConfig:
     """Everything the submitter needs besides the request.
 
     Attributes:
-        trainer_image_uri: the trainer image (ECR URI) every job runs.
+        trainer_image_uris: the trainer image (ECR URI) of each CPU architecture the deployment built (OCI names,
+            ``{"amd64": ..., "arm64": ...}``; ``TRAINER_IMAGE_URIS``): a job runs the one of its instance's host
+            architecture (:meth:`trainer_image_for`).
         execution_role_arn: the SageMaker execution role jobs assume.
         data_bucket: bucket input channels must live under (``s3://<data_bucket>/``).
         checkpoint_bucket: bucket for ``CheckpointConfig`` (one prefix per job).
@@ -98,7 +107,7 @@ class SubmitterConfig:
             and a request naming a file system is refused.
     """
 
-    trainer_image_uri: str
+    trainer_image_uris: Mapping[str, str]
     execution_role_arn: str
     data_bucket: str
     checkpoint_bucket: str
@@ -117,6 +126,32 @@ class SubmitterConfig:
     vpc_subnets: tuple[VpcSubnet, ...] = ()
     vpc_security_group_ids: tuple[str, ...] = ()
     fsx_lustre: FsxLustre | None = None
+
+    @property
+    def image_architectures(self) -> tuple[str, ...]:
+        """The CPU architectures the deployment's trainer image is built for (the keys of ``trainer_image_uris``)."""
+        return tuple(self.trainer_image_uris)
+
+    def trainer_image_for(self, instance_type: str) -> str:
+        """The trainer image a job on ``instance_type`` runs: the one of its host CPUs' architecture
+        (:attr:`platform_spec.catalogue.InstanceSpec.cpu_architecture`: ``amd64`` for P5 and P6, ``arm64`` for the
+        GB200 hosts).
+
+        Raises:
+            platform_spec.catalogue.UnknownInstanceTypeError: not a catalogue instance type.
+            platform_spec.catalogue.UnsupportedHostArchitectureError: (a ``FieldError`` on ``instance_type``) no
+                image of its architecture was built; names the type, its architecture, the architectures built
+                and the catalogue types they run on.
+        """
+        instance = get_instance(instance_type)
+        image = self.trainer_image_uris.get(instance.cpu_architecture)
+        if image is None:
+            problem = host_architecture_problem(instance.instance_type, self.image_architectures)
+            runs = [
+                t for t in TRAINABLE_INSTANCE_TYPES if host_architecture_problem(t, self.image_architectures) is None
+            ]
+            raise UnsupportedHostArchitectureError(instance.instance_type, str(problem), runs)
+        return image
 
     @property
     def vpc_mode(self) -> bool:
@@ -191,7 +226,7 @@ class SubmitterConfig:
             raise ConfigurationError(f"{settings.ENV_ALLOWED_INPUT_PREFIXES}: expected s3:// prefixes, got {bad}")
 
         return cls(
-            trainer_image_uri=required(settings.ENV_TRAINER_IMAGE_URI),
+            trainer_image_uris=_trainer_images(environ),
             execution_role_arn=required(settings.ENV_EXECUTION_ROLE_ARN),
             data_bucket=required(settings.ENV_DATA_BUCKET),
             checkpoint_bucket=required(settings.ENV_CHECKPOINT_BUCKET),
@@ -215,6 +250,27 @@ class SubmitterConfig:
     def input_prefixes(self) -> tuple[str, ...]:
         """``s3://`` prefixes input channels may use: the data bucket, then the configured extras."""
         return (f"s3://{self.data_bucket}/", *self.allowed_input_prefixes)
+
+
+def _trainer_images(environ: Mapping[str, str]) -> dict[str, str]:
+    """``TRAINER_IMAGE_URIS``: a JSON object of at least one architecture of
+    :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES` to an image URI SageMaker accepts
+    (``AlgorithmSpecification.TrainingImage``, botocore's model)."""
+    name = settings.ENV_TRAINER_IMAGE_URIS
+    raw = _json(environ, name)
+    if raw is None:
+        raise ConfigurationError(f"environment variable {name} is required and not set")
+    architectures = ", ".join(f'"{a}"' for a in TRAINER_IMAGE_ARCHITECTURES)
+    rule = sagemaker_rules.string_rule("AlgorithmSpecification.TrainingImage")
+    if (
+        not isinstance(raw, dict)
+        or not raw
+        or not all(a in TRAINER_IMAGE_ARCHITECTURES and isinstance(u, str) and u.strip() for a, u in raw.items())
+    ):
+        raise ConfigurationError(
+            f"{name}: got {raw!r}; expected a JSON object of image URIs keyed by CPU architecture ({architectures})"
+        )
+    return {a: _check(name, f"{a} image", raw[a], rule) for a in TRAINER_IMAGE_ARCHITECTURES if a in raw}
 
 
 def _json(environ: Mapping[str, str], name: str) -> object:
@@ -326,11 +382,12 @@ def _fsx_lustre(environ: Mapping[str, str], subnets: tuple[VpcSubnet, ...]) -> F
     return fsx
 
 
-def default_allowed_instance_types() -> tuple[str, ...]:
-    """The instance types a deployment allows when it names none (``allowedInstanceTypes``' default).
+def default_allowed_instance_types(architectures: Sequence[str]) -> tuple[str, ...]:
+    """The instance types a deployment whose trainer image is built for ``architectures`` allows when it names
+    none (``allowedInstanceTypes``' default).
 
     The catalogue's rule (:func:`platform_spec.catalogue.deployable_instance_types`: the types whose
-    host CPUs the trainer image runs on, in catalogue order) applied to what ``CreateTrainingJob``
+    host CPUs run an image of ``architectures``, in catalogue order) applied to what ``CreateTrainingJob``
     accepts (botocore's ``TrainingInstanceType``: not the GB200 UltraServer types). The stack's
     configuration, the request's allowed types (:func:`.request.allowed_instance_types`) and the
     emulator (``trainctl local-aws``) all take it from here; it reads botocore's model, so it is not
@@ -340,4 +397,4 @@ def default_allowed_instance_types() -> tuple[str, ...]:
 
     from .sagemaker_rules import training_instance_types
 
-    return deployable_instance_types(frozenset(training_instance_types()))
+    return deployable_instance_types(frozenset(training_instance_types()), architectures)

@@ -120,7 +120,7 @@ def build_create_training_job(
     params: dict[str, Any] = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": {
-            "TrainingImage": config.trainer_image_uri,
+            "TrainingImage": config.trainer_image_for(request.instance_type),
             "TrainingInputMode": "FastFile",
             "MetricDefinitions": [dict(d) for d in METRIC_DEFINITIONS],
             "EnableSageMakerMetricsTimeSeries": True,

@@ -946,9 +946,10 @@ def parse_request_fields(event: Any, config: SubmitterConfig) -> SubmitRequest:
 
 def allowed_instance_types(config: SubmitterConfig) -> tuple[str, ...]:
     """Instance types requests may use: the configured ones (none configured: all) among those a
-    deployment may allow (:func:`.config.default_allowed_instance_types`: catalogue types the trainer
-    image runs on that ``CreateTrainingJob`` accepts), in the configured order (else the catalogue's)."""
-    deployable = default_allowed_instance_types()
+    deployment may allow (:func:`.config.default_allowed_instance_types`: catalogue types that
+    ``CreateTrainingJob`` accepts whose host CPUs run one of the deployment's trainer images), in the
+    configured order (else the catalogue's)."""
+    deployable = default_allowed_instance_types(config.image_architectures)
     if not config.allowed_instance_types:
         return deployable
     return tuple(t for t in config.allowed_instance_types if t in deployable)
@@ -977,7 +978,7 @@ def _check_instance(request: SubmitRequest, config: SubmitterConfig) -> Instance
             instance_type,
             "an instance type CreateTrainingJob accepts (SageMaker's TrainingInstanceType)",
         )
-    architecture = catalogue.host_architecture_problem(instance_type)
+    architecture = catalogue.host_architecture_problem(instance_type, config.image_architectures)
     if architecture is not None:
         raise FieldError(
             "instance_type", instance_type,

@@ -14,7 +14,10 @@ from collections.abc import Mapping, Sequence
 from platform_spec.capacity import TRAINING_PLAN_ARNS_PARAMETER_ENV
 
 # Environment variables the function reads (set through function_environment()).
-ENV_TRAINER_IMAGE_URI = "TRAINER_IMAGE_URI"
+ENV_TRAINER_IMAGE_URIS = "TRAINER_IMAGE_URIS"
+"""A JSON object of the trainer image of each CPU architecture built (``{"amd64": <ECR URI>, "arm64": ...}``, OCI
+names, :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`): a job runs the image of its instance's host
+architecture, and an instance type whose architecture has none is refused."""
 ENV_EXECUTION_ROLE_ARN = "EXECUTION_ROLE_ARN"
 ENV_DATA_BUCKET = "DATA_BUCKET"
 ENV_CHECKPOINT_BUCKET = "CHECKPOINT_BUCKET"
@@ -129,7 +132,7 @@ action is refused with ``ActionNotAllowed`` naming ``action`` and the allowed va
 
 def function_environment(
     *,
-    trainer_image_uri: str,
+    trainer_image_uris: Mapping[str, str],
     execution_role_arn: str,
     data_bucket: str,
     checkpoint_bucket: str,
@@ -156,7 +159,8 @@ def function_environment(
     Lambda sets it itself.
 
     Args:
-        trainer_image_uri: the ECR image every job runs.
+        trainer_image_uris: the ECR image of each CPU architecture built (:data:`ENV_TRAINER_IMAGE_URIS`);
+            each job runs the one of its instance's host architecture.
         execution_role_arn: the SageMaker execution role jobs assume.
         data_bucket / checkpoint_bucket / output_bucket: bucket names.
         output_kms_key_arn: ARN of the KMS key every job's output is encrypted with
@@ -189,7 +193,7 @@ def function_environment(
         Variable name -> value (strings; tokens stay tokens).
     """
     env = {
-        ENV_TRAINER_IMAGE_URI: trainer_image_uri,
+        ENV_TRAINER_IMAGE_URIS: json.dumps(dict(trainer_image_uris), sort_keys=True),
         ENV_EXECUTION_ROLE_ARN: execution_role_arn,
         ENV_DATA_BUCKET: data_bucket,
         ENV_CHECKPOINT_BUCKET: checkpoint_bucket,
