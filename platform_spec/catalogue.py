@@ -77,7 +77,10 @@ GB200_C2C_LINK = (
 )
 SAGEMAKER_ULTRASERVER = (
     "SageMaker API Reference, UltraServer ('An UltraServer consists of multiple instances within a shared NVLink "
-    "interconnect domain'; its InstanceType: ml.p6e-gb200.36xlarge)"
+    "interconnect domain'; its InstanceType: ml.p6e-gb200.36xlarge; UltraServerType 'such as ml.u-p6e-gb200x72', "
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UltraServer.html); botocore's sagemaker model "
+    "(1.44): ml.p6e-gb200.36xlarge in TrainingInstanceType and ReservedCapacityInstanceType, no UltraServer type "
+    "in TrainingInstanceType"
 )
 AWS_GB200_GRACE = (
     "AWS Containers blog 'Unlocking next-generation AI performance with Dynamic Resource Allocation on Amazon EKS "
@@ -471,7 +474,8 @@ INSTANCES: dict[str, InstanceSpec] = {
             "efa_version": DIGEST,
             "efa_bandwidth_gb_s": DIGEST,
             "nvlink_bandwidth_gb_s": DIGEST + " (NVLink 5, 1.8 TB/s bidirectional)",
-            "nvlink_domain_gpus": AWS_P6 + " (sold within UltraServers: one NVLink domain of up to 72 GPUs)",
+            "nvlink_domain_gpus": AWS_P6 + " (sold within UltraServers: one NVLink domain of up to 72 GPUs, 18 "
+            "instances of 4); " + SAGEMAKER_ULTRASERVER,
             "local_nvme_tb": "not known (not in the digest)",
             "cpu_architecture": AWS_GB200_GRACE,
         },

@@ -906,5 +906,5 @@ def _validate_functions(props: JobSubmitterProps) -> None:
     if not isinstance(props.trainer_image, ITrainerImage):
         raise ValueError(
             f"JobSubmitterProps.trainer_image: got {type(props.trainer_image).__name__}; expected an ITrainerImage "
-            "(image_uri and deployment), e.g. a TrainerImage"
+            "(image_uris and deployment), e.g. a TrainerImage"
         )

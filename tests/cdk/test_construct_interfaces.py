@@ -48,17 +48,18 @@ ACCOUNT, REGION = "123456789012", "us-west-2"
 
 
 def logical_ids(synth) -> dict[str, list[str]]:
-    """Every section's logical IDs; the image copy's, which follows the image on purpose, as a placeholder."""
-    copy_id = synth.stack.resolve(
-        synth.stack.trainer_image.deployment.node.find_child("CustomResource").node.default_child.logical_id
-    )
-    assert re.fullmatch(r"TrainerImageDeployment[0-9a-f]{24}CustomResource[0-9A-F]{8}", copy_id), copy_id
+    """Every section's logical IDs; each image copy's, which follows the image on purpose, as a placeholder (the
+    amd64 copy's ID is the one it had before imageArchitectures; an arm64 copy is added beside it)."""
+    placeholders = {}
+    for architecture, copy in synth.stack.trainer_image.copies.items():
+        copy_id = synth.stack.resolve(copy.node.find_child("CustomResource").node.default_child.logical_id)
+        suffix = "" if architecture == "amd64" else architecture.capitalize()
+        assert re.fullmatch(rf"TrainerImageDeployment{suffix}[0-9a-f]{{24}}CustomResource[0-9A-F]{{8}}", copy_id)
+        placeholders[copy_id] = f"TrainerImageDeployment{suffix}<copy id>CustomResource<hash>"
     found = {}
     for section in ("Resources", "Outputs", "Parameters", "Rules", "Conditions"):
         names = synth.template_json.get(section, {})
-        found[section] = sorted(
-            "TrainerImageDeployment<copy id>CustomResource<hash>" if n == copy_id else n for n in names
-        )
+        found[section] = sorted(placeholders.get(n, n) for n in names)
     return found
 
 
@@ -181,7 +182,7 @@ class ImageElsewhere:
     """A trainer image that is not a TrainerImage: a URI and something to wait for."""
 
     def __init__(self, scope: Construct) -> None:
-        self.image_uri = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/shared-trainer:v7"
+        self.image_uris = {"amd64": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/shared-trainer:v7"}
         self.deployment = cdk.CfnWaitConditionHandle(scope, "ImageCopied")
 
 
@@ -234,7 +235,9 @@ def test_submitter_takes_imported_resources_through_their_interfaces():
             stack.resolve(job_submitter.role.node.default_child.logical_id), "Arn"]}}}
     ).items()  # fmt: skip
     env = function["Properties"]["Environment"]["Variables"]
-    assert env[settings.ENV_TRAINER_IMAGE_URI] == f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/shared-trainer:v7"
+    assert json.loads(env[settings.ENV_TRAINER_IMAGE_URIS]) == {
+        "amd64": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/shared-trainer:v7"
+    }
     assert env[settings.ENV_EXECUTION_ROLE_ARN] == f"arn:aws:iam::{ACCOUNT}:role/shared/SageMakerTraining"
     assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == "/shared/training-plan-arns"
     assert env[settings.ENV_DATA_BUCKET] == "shared-datasets"
@@ -264,7 +267,7 @@ def test_submitter_refuses_an_image_without_its_interface_and_builds_nothing():
     props = submitter_props(stack, trainer_image=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/trainer:v7")
     with pytest.raises(
         ValueError,
-        match=r"JobSubmitterProps.trainer_image: got str; expected an ITrainerImage \(image_uri and deployment\)",
+        match=r"JobSubmitterProps.trainer_image: got str; expected an ITrainerImage \(image_uris and deployment\)",
     ):
         submitter.JobSubmitter(stack, "Refused", props)
     assert not stack.node.find_child("Refused").node.children

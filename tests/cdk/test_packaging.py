@@ -92,7 +92,7 @@ NO_CDK = textwrap.dedent(
     from platform_constructs.submitter.runtime import config, settings
 
     assert callable(handler.lambda_handler) and callable(job_events.lambda_handler) and callable(plan_metrics.lambda_handler)
-    assert config.default_allowed_instance_types() and settings.function_environment  # lazy paths too
+    assert config.default_allowed_instance_types(("amd64",)) and settings.function_environment  # lazy paths too
     constructs_modules = sorted(
         m for m in sys.modules
         if m.startswith("platform_constructs.") and ".runtime" not in m and ".lambda_runtime" not in m
@@ -304,7 +304,7 @@ def test_package_imports_on_its_own(package):
         guide = planner.PlanInput.from_request(dict(hyperparameters.GUIDE_DEFAULT_REQUEST), instance_type="ml.p6-b200.48xlarge")
         assert planner.estimate(guide).recommendations is not None and planner.auto_tune(guide) is not None
         assert "ml.p6-b200.48xlarge" in sagemaker_rules.training_instance_types()
-        cfg = config.SubmitterConfig(trainer_image_uris={"amd64": "i"}, execution_role_arn="arn:aws:iam::123456789012:role/r",
+        cfg = config.SubmitterConfig(trainer_image_uris={{"amd64": "i"}}, execution_role_arn="arn:aws:iam::123456789012:role/r",
                                      data_bucket="data-bucket", checkpoint_bucket="ckpt-bucket", output_bucket="out-bucket",
                                      output_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/0ca1a7f0-0000-4000-8000-00000000000f",
                                      training_plan_arns_parameter="/p")

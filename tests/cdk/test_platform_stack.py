@@ -496,13 +496,14 @@ def test_submitter_environment(default_synth):
     assert env[settings.ENV_TRAINING_PLAN_ARNS_PARAMETER] == {
         "Ref": default_synth.logical_id(stack.training_plans.parameter)
     }
-    image = json.dumps(env[settings.ENV_TRAINER_IMAGE_URI])
+    image = json.dumps(env[settings.ENV_TRAINER_IMAGE_URIS])
     assert stack.trainer_image.image_tag in image and default_synth.logical_id(stack.trainer_image.repository) in image
     assert env[settings.ENV_DEFAULT_INSTANCE_TYPE] == "ml.p6-b200.48xlarge"
     from platform_spec.catalogue import TRAINABLE_INSTANCE_TYPES
 
-    # every catalogue type the trainer image runs on but the GB200 UltraServers, which CreateTrainingJob does not accept
-    ultraservers = ("ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72")
+    # every catalogue type but the GB200 UltraServers, which CreateTrainingJob does not accept, and the arm64 GB200
+    # host, for which the default deployment builds no image (imageArchitectures ["amd64"])
+    ultraservers = ("ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72", "ml.p6e-gb200.36xlarge")
     assert env[settings.ENV_ALLOWED_INSTANCE_TYPES].split(",") == [
         t for t in TRAINABLE_INSTANCE_TYPES if t not in ultraservers
     ]

@@ -137,7 +137,7 @@ def test_copy_settings_are_part_of_the_tag_and_of_the_copy_resource_id():
     assert longer.image_tag != default.image_tag and longer.image_tag.startswith(asset_hash)
     assert again.image_tag == default.image_tag  # deterministic: same settings, same tag, same resource
     ids = [
-        stack.resolve(image.deployment.node.find_child("CustomResource").node.default_child.logical_id)
+        stack.resolve(image.copies["amd64"].node.find_child("CustomResource").node.default_child.logical_id)
         for stack, image in zip(stacks, images, strict=True)
     ]
     assert ids[0] == ids[2] and ids[0] != ids[1]

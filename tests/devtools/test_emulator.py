@@ -194,7 +194,36 @@ def test_cli_env_file_drives_trainctl_submit_local(runtime, tmp_path):
 def test_the_emulator_allows_what_the_stack_allows_by_default() -> None:
     allowed = function_environment("us-east-1", StackResources())[ENV_ALLOWED_INSTANCE_TYPES].split(",")
     enum = set(runtime_sagemaker_rules.training_instance_types())
-    assert allowed == [t for t in catalogue.INSTANCE_TYPES if t in enum and t in catalogue.TRAINABLE_INSTANCE_TYPES]
-    assert allowed == list(runtime_config.default_allowed_instance_types())  # the stack's default, one home
-    assert "ml.p6-b200.48xlarge" in allowed and not any(catalogue.host_architecture_problem(t) for t in allowed)
-    assert GB200 in enum and GB200 not in allowed  # training jobs accept it; the image does not run on it
+    amd64 = catalogue.DEFAULT_IMAGE_ARCHITECTURES
+    assert allowed == [
+        t for t in catalogue.INSTANCE_TYPES if t in enum and not catalogue.host_architecture_problem(t, amd64)
+    ]
+    assert allowed == list(runtime_config.default_allowed_instance_types(amd64))  # the stack's default, one home
+    assert "ml.p6-b200.48xlarge" in allowed
+    assert GB200 in enum and GB200 not in allowed  # training jobs accept it; the default deployment builds no arm64
+
+
+def test_a_gb200_job_runs_the_arm64_image_and_without_one_is_refused_before_anything_is_created(
+    aws, clients, config, runtime, make_request
+):
+    """The same emulator as a deployment with imageArchitectures ["amd64", "arm64"] (the submitter's environment
+    from the emulator's own stack resources with both images), then as the default one (amd64 only)."""
+    both = StackResources(image_architectures=("amd64", "arm64"))
+    arm = runtime_config.SubmitterConfig.from_environ({**aws.env, **function_environment(aws.region, both)})
+    assert arm.image_architectures == ("amd64", "arm64") and GB200 in runtime.request.allowed_instance_types(arm)
+    request = make_request(instance_type=GB200, capacity="on-demand")
+    response = runtime.service.submit(request, clients=clients, config=arm)
+    assert response["status"] == "submitted", response
+    job = aws.client("sagemaker").describe_training_job(TrainingJobName=response["training_job_name"])
+    assert job["AlgorithmSpecification"]["TrainingImage"] == both.trainer_image_uris(aws.region)["arm64"]
+    assert job["ResourceConfig"]["InstanceType"] == GB200
+    aws.set_job_status(response["training_job_name"], "Stopped")
+    # the default deployment: refused naming the type and the architectures built, no job created
+    aws.clear_calls()
+    refused = runtime.service.submit(
+        make_request(instance_type=GB200, capacity="on-demand"), clients=clients, config=config
+    )
+    assert refused["status"] == "rejected" and refused["error"]["code"] == "InvalidRequest", refused
+    assert f"{GB200} runs arm64 host CPUs" in refused["error"]["message"]
+    assert "built for amd64 only (imageArchitectures)" in refused["error"]["message"]
+    assert aws.calls("CreateTrainingJob") == []

@@ -128,8 +128,12 @@ def test_instance_types_are_those_create_training_job_accepts(rules, runtime, lo
         refusal = _refusal(runtime, local_config, instance_type=ultraserver)
         assert refusal.field == "instance_type" and "CreateTrainingJob accepts" in refusal.message
     allowed = runtime.request.allowed_instance_types(local_config)
-    # ... nor the arm64 GB200 host, whose CPUs the trainer image is not built for
-    assert set(allowed) == set(catalogue.TRAINABLE_INSTANCE_TYPES) - {"ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72"}
+    # ... nor the arm64 GB200 host, for which this deployment built no image (its trainer_image_uris: amd64 only)
+    assert set(allowed) == set(catalogue.TRAINABLE_INSTANCE_TYPES) - {
+        "ml.u-p6e-gb200x36",
+        "ml.u-p6e-gb200x72",
+        "ml.p6e-gb200.36xlarge",
+    }
     # a configured type CreateTrainingJob does not accept is not offered either
     configured = dataclasses.replace(local_config, allowed_instance_types=("ml.p5.48xlarge", "ml.u-p6e-gb200x72"))
     assert runtime.request.allowed_instance_types(configured) == ("ml.p5.48xlarge",)

@@ -179,8 +179,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_instance_type,
         default=DEFAULT_INSTANCE_TYPE,
         metavar="{" + ",".join(TRAINABLE_INSTANCE_TYPES) + "}",
-        help=f"an instance type the trainer image runs on ({', '.join(TRAINER_IMAGE_ARCHITECTURES)} hosts; "
-        "platform_spec.catalogue) (default: %(default)s)",
+        help=f"an instance type the trainer image can be built for ({', '.join(TRAINER_IMAGE_ARCHITECTURES)} hosts; "
+        'platform_spec.catalogue; a deployment runs the arm64 GB200 hosts with imageArchitectures ["amd64", '
+        '"arm64"]) (default: %(default)s)',
     )
     h.add_argument("--instance-count", type=_positive_int, default=1, help="(default: %(default)s)")
     h.add_argument(
