@@ -11,6 +11,7 @@ import fnmatch
 import io
 import json
 import logging
+from typing import ClassVar
 
 import aws_cdk as cdk
 import pytest
@@ -539,7 +540,7 @@ def _bare_stack() -> cdk.Stack:
 
 def _props(stack: cdk.Stack, **overrides) -> submitter.JobSubmitterProps:
     class Image:
-        image_uri = "123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:v1"
+        image_uris: ClassVar[dict[str, str]] = {"amd64": "123456789012.dkr.ecr.us-west-2.amazonaws.com/trainer:v1"}
         deployment = cdk.CfnWaitConditionHandle(stack, "ImageCopied")
 
     values = {

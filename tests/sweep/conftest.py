@@ -39,6 +39,13 @@ P5_BASE_REQUEST: dict[str, Any] = {
     "max_runtime_hours": 2,
 }
 
+AT_RISK_BASE: dict[str, Any] = {
+    **P5_BASE_REQUEST,
+    "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 7168},
+}
+"""gpt-1b (24 blocks) at 7K tokens, bf16 on 8x H100: batch 1 fits, batch 7 is ``at-risk``, batch 8 out of memory
+(the planner's verdicts; the sweeps skip ``at-risk`` unless the base accepts the risk)."""
+
 
 @pytest.fixture(scope="session")
 def shared_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:

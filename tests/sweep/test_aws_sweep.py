@@ -20,7 +20,7 @@ from trainctl.sweeps.runner import run_aws_sweep
 from trainctl.sweeps.state import Sweep, SweepError, load_sweep
 from trainctl.sweeps.submission import CONFIG_TAG, SWEEP_TAG
 
-from .conftest import P5_BASE_REQUEST
+from .conftest import AT_RISK_BASE, P5_BASE_REQUEST
 
 pytestmark = pytest.mark.xdist_group("sweep")
 
@@ -415,15 +415,14 @@ def test_a_model_config_sweep_with_a_shape_axis_and_an_accepted_risk_is_what_the
         )
         assert (job["rope_base"], job["vocab_size"], job["tied_embeddings"]) == ("500000.0", "128256", "false")
 
-    # gpt-1b (24 blocks) at 8K tokens, batch 6, bf16 on 8x H100: at-risk (see test_grid.AT_RISK_BASE)
-    risky = {**P5_BASE_REQUEST, "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 8192}}
+    risky = AT_RISK_BASE  # batch 7: at-risk
     skipped = run_aws_sweep(
-        "risk", {"batch_size": [6]}, risky, sweeps_dir=tmp_path, env=env, wait=False, progress=False
+        "risk", {"batch_size": [7]}, risky, sweeps_dir=tmp_path, env=env, wait=False, progress=False
     )
     assert skipped.configs[0].status == "Skipped" and skipped.answers == []
     accepted = run_aws_sweep(
         "risk",
-        {"batch_size": [6]},
+        {"batch_size": [7]},
         {**risky, "accept_memory_risk": True},
         sweeps_dir=tmp_path,
         env=env,
@@ -437,7 +436,7 @@ def test_a_model_config_sweep_with_a_shape_axis_and_an_accepted_risk_is_what_the
     from trainctl.submitter_client import submit_local
 
     refused = submit_local(
-        {**risky, "hyperparameters": {**risky["hyperparameters"], "batch_size": 6}, "dry_run": True}, env
+        {**risky, "hyperparameters": {**risky["hyperparameters"], "batch_size": 7}, "dry_run": True}, env
     )
     assert refused["status"] == "rejected" and refused["error"]["details"]["status"] == "at-risk"
     assert len(_job_names(aws) - before) == 3

@@ -14,7 +14,7 @@ from trainctl.sweeps.planning import plan_sweep
 from trainctl.sweeps.pruning import SPEED_FIGURES
 from trainctl.sweeps.state import SKIPPED, SweepError
 
-from .conftest import P5_BASE_REQUEST
+from .conftest import AT_RISK_BASE, P5_BASE_REQUEST
 
 pytestmark = pytest.mark.xdist_group("sweep")
 
@@ -174,10 +174,8 @@ def test_auto_tune_in_the_base_predicts_the_change_the_submitter_applies(tmp_pat
 
 # --- memory verdicts: at-risk is skipped unless the base accepts the risk, as the submitter does -------------
 
+
 # gpt-1b (24 blocks) at 7K tokens on 8x H100, bf16, no checkpointing: batch 1 fits, 7 is at-risk, 8 does not fit
-AT_RISK_BASE = {**P5_BASE_REQUEST, "hyperparameters": {"model": "gpt-1b", "precision": "bf16", "seq_length": 7168}}
-
-
 def test_an_at_risk_configuration_is_skipped_with_the_verdict_and_no_speed(tmp_path, env) -> None:
     sweep = plan_sweep("risk", ["batch_size=1,7,8"], mode="aws", base=AT_RISK_BASE, sweeps_dir=tmp_path, env=env)
     fits, risky, oom = sweep.configs
