@@ -42,11 +42,17 @@ Terms (each a key of :class:`MemoryBreakdown`)
 ``parameters``
     Sharded persistent parameters. Blocks-only: ``a*N/D`` (bf16). Full:
     ``4*N/D`` (fp32). With ``quantized_model_init`` the block matmul weights
-    are stored quantized: ``q*L*W/D`` replaces their share.
+    are stored quantized in the layouts TransformerEngine creates them with
+    (rowwise and columnwise: ``c``, as for ``quantized_weight_copies``,
+    :meth:`platform_spec.precisions.Precision.stored_weight_bytes`): ``c*L*W/D``
+    replaces their share.
 ``optimizer_state``
     Adam moments. Blocks-only: ``2*a*N/D`` (``zeros_like`` of bf16 params).
-    Full: ``8*N/D`` (two fp32 moments), plus ``4*L*W/D`` fp32 master weights
-    when block weights are stored quantized.
+    Full: the trainer's optimizer on a GPU, from its one home
+    (:func:`platform_spec.optimizers.optimizer_for`): ``8*N/D`` (two fp32
+    moments; FSDP2's fp32 shards are the master weights); with
+    ``quantized_model_init`` TransformerEngine's ``FusedAdam(master_weights=True)``,
+    which keeps an fp32 master copy of *every* parameter: ``12*N/D``.
 ``gradients``
     Sharded gradients (blocks-only ``a*N/D``, full ``4*N/D``) at the optimizer
     step. With one micro-batch and ``zero_grad(set_to_none=True)`` none exist
@@ -138,8 +144,10 @@ Terms (each a key of :class:`MemoryBreakdown`)
     ``foreach_reduce`` copies the gradients into one fp32 input, then frees
     them). At the end of backward: the root's fp32 reduce-scatter input
     ``4 * N_root``. At the optimizer step: one parameter-sized temporary of the
-    example's foreach ``torch.optim.Adam`` (blocks-only); the trainer's fused
-    AdamW needs none.
+    example's foreach ``torch.optim.Adam`` (blocks-only); the trainer's: its
+    optimizer's ``step_temporary_bytes * N/D``
+    (:func:`platform_spec.optimizers.optimizer_for`; on a GPU the fused AdamW
+    and TE's FusedAdam need none).
 ``workspace``
     cuBLAS/cuBLASLt and TransformerEngine GEMM workspaces: a fixed 0.1 GB
     (estimate).
@@ -222,6 +230,7 @@ from dataclasses import dataclass, field
 from planner.inputs import ResolvedInput
 from platform_spec.catalogue import GPUSpec
 from platform_spec.models import LOSS_CHUNK_ELEMENTS
+from platform_spec.optimizers import OptimizerChoice, optimizer_for
 from platform_spec.precisions import get_precision
 from platform_spec.trainer_image import TRANSFORMER_ENGINE_VERSION
 
@@ -477,7 +486,7 @@ def estimate_memory(r: ResolvedInput) -> MemoryBreakdown:
         step_temp = a * N / D
     else:
         grad_bytes = 4.0 * N / D
-        step_temp = 0.0  # fused AdamW (TE FusedAdam with quantized weights): no parameter-sized temporaries
+        step_temp = trainer_optimizer(r).step_temporary_bytes * N / D
 
     # --- gathered compute copies ---------------------------------------------
     g_block = (2 * qb * W + a * (Nb - W)) if qmi else a * Nb  # bytes per gathered block
@@ -582,30 +591,43 @@ def logits_bytes(r: ResolvedInput) -> float:
     if r.input.loss == "unchunked-fp32":
         return UNCHUNKED_LOSS_BYTES_PER_LOGIT * V * T
     return LOSS_PEAK_BYTES_PER_LOGIT * V * min(T, loss_chunk_tokens(V))
+def trainer_optimizer(r: ResolvedInput) -> OptimizerChoice:
+    """The optimizer the trainer builds for the planned run (on a GPU): :func:`platform_spec.optimizers.optimizer_for`."""
+    return optimizer_for("cuda", quantized_model_init=stores_quantized_weights(r))
+
+
+def stores_quantized_weights(r: ResolvedInput) -> bool:
+    """Whether the plan stores block weights quantized (``quantized_model_init`` with a quantized precision)."""
+    return r.input.quantized_model_init and get_precision(r.input.precision).quantized
 
 
 def state_bytes(r: ResolvedInput) -> tuple[float, float]:
     """``(parameters, optimizer_state)``: bytes of the persistent training state of one replica of the modelled
     network, before sharding (the ``parameters`` and ``optimizer_state`` terms times the shard degree ``D``).
 
-    Full trainer: fp32 parameters ``4N`` (with ``quantized_model_init`` the block matmul weights at ``q`` bytes:
-    ``q*L*W + 4*(N - L*W)``) and AdamW's two fp32 moments ``8N`` (plus the ``4*L*W`` fp32 master weights of stored
-    quantized weights). Blocks-only: the example's parameters and Adam moments in the compute dtype, ``a*N`` and
-    ``2*a*N``. What a trainer checkpoint holds besides RNG and trainer state (:mod:`planner.checkpoint`)."""
+    Full trainer: fp32 parameters ``4N`` (with ``quantized_model_init`` the block matmul weights stored
+    quantized, :meth:`~platform_spec.precisions.Precision.stored_weight_bytes` ``c`` each: ``c*L*W + 4*(N - L*W)``)
+    and the trainer's optimizer state, ``state_bytes_per_parameter * N`` (:func:`trainer_optimizer`: ``8N``, two
+    fp32 moments; ``12N`` with TransformerEngine's FusedAdam, whose fp32 master copy covers every parameter).
+    Blocks-only: the example's parameters and Adam moments in the compute dtype, ``a*N`` and ``2*a*N``. What a
+    trainer checkpoint holds besides RNG and trainer state (:mod:`planner.checkpoint`)."""
     p, m = r.input, r.model
     L = m.num_layers
     N = m.block_params if p.blocks_only else m.num_params
     a = activation_bytes(p.precision)
-    q = quantized_bytes(p.precision)
     terms = r.family.terms
     assert terms is not None  # resolve() refuses a family without terms
     W = terms.matmul_weights_per_block(m)
-    store = a if p.blocks_only else 4.0  # bytes per stored parameter
-    qmi = p.quantized_model_init and q is not None
-    params = q * L * W + store * (N - L * W) if qmi and q is not None else store * N
     if p.blocks_only:
-        return params, 2 * a * N
-    return params, 8.0 * N + (4.0 * L * W if qmi else 0.0)
+        q = quantized_bytes(p.precision)
+        qmi = p.quantized_model_init and q is not None
+        return (q * L * W + a * (N - L * W) if qmi and q is not None else a * N), 2 * a * N
+    if stores_quantized_weights(r):
+        c = get_precision(p.precision).stored_weight_bytes(r.gpu.compute_capability)
+        params = c * L * W + 4.0 * (N - L * W)
+    else:
+        params = 4.0 * N
+    return params, trainer_optimizer(r).state_bytes_per_parameter * N
 
 
 def accumulated_gradient_bytes(r: ResolvedInput) -> float:
@@ -646,5 +668,7 @@ __all__ = [
     "quantized_bytes",
     "state_bytes",
     "weight_casts_per_microbatch",
+    "stores_quantized_weights",
+    "trainer_optimizer",
     "weight_copy_bytes",
 ]

@@ -36,9 +36,9 @@ Rules (from the published guide; digest: ``shared/docs/seed-digest.md``):
    outlast SageMaker's 120 s.
 
 Nothing the trainer refuses is recommended: storing weights quantized
-(``quantized_model_init``) is suggested only while
-:data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None (the
-trainer image's TransformerEngine 2.10 cannot shard quantized weights), and
+(``quantized_model_init``) is suggested only for a precision the trainer stores
+quantized (:func:`platform_spec.hyperparameters.quantized_model_init_refusal` is
+None: fp8 and mxfp8; TransformerEngine marks nvfp4 unsupported under FSDP2), and
 every candidate goes through :func:`planner.inputs.resolve`, which applies the
 trainer's own rules.
 
@@ -65,7 +65,7 @@ from planner.memory import AT_RISK_FRACTION, OUT_OF_MEMORY
 from planner.plan import Evaluator, Plan, Recommendation, evaluate
 from platform_spec.catalogue import supports_precision
 from platform_spec.errors import FieldError
-from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL, QUANTIZED_PRECISIONS
+from platform_spec.hyperparameters import QUANTIZED_PRECISIONS, quantized_model_init_refusal
 from platform_spec.models import format_count
 from platform_spec.precisions import get_precision
 from platform_spec.training_modes import DEFAULT_GRADIENT_SYNC
@@ -297,9 +297,9 @@ def _largest_fitting(
 
 
 def _quantized_init_available(inp: PlanInput) -> bool:
-    """Whether ``quantized_model_init=true`` is a change the trainer accepts for ``inp`` (fp8 family, and
-    :data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL` is None)."""
-    return QUANTIZED_MODEL_INIT_REFUSAL is None and inp.precision in QUANTIZED_PRECISIONS
+    """Whether ``quantized_model_init=true`` is a change the trainer accepts for ``inp``
+    (:func:`platform_spec.hyperparameters.quantized_model_init_refusal` is None for its precision)."""
+    return quantized_model_init_refusal(inp.precision) is None
 
 
 def _rec(title: str, reason: str, before: PlanInput, after: Plan | None, kind: str) -> Recommendation:
@@ -386,8 +386,8 @@ def _fit_recs(plan: Plan, evaluate: Evaluate) -> list[Recommendation]:
         recs.append(
             _rec(
                 "Or, without quantized weights: " + _assignments(_changes(inp, plain.input)),
-                "quantized_model_init needs an optimizer that supports quantized parameters; this is the "
-                f"fastest fit without it ({_pct(plain.tokens_per_second, best.tokens_per_second)} tokens/s)",
+                "quantized_model_init trains with TransformerEngine's FusedAdam and fp32 master weights; this is "
+                f"the fastest fit with high-precision weights ({_pct(plain.tokens_per_second, best.tokens_per_second)} tokens/s)",
                 inp,
                 plain,
                 "fit",
@@ -568,8 +568,8 @@ def _quantized_weights_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | N
         f"low precision uses more memory than {get_precision(inp.precision).high_precision} by default "
         "(TransformerEngine keeps high-precision "
         f"weights plus quantized copies: {plan.memory_gb.quantized_weight_copies:.1f} GB here); storing "
-        f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU, "
-        "if your optimizer supports it",
+        f"them quantized brings {plan.memory_gb.total:.1f} -> {q.memory_gb.total:.1f} GB per GPU "
+        "(the trainer then steps them with TransformerEngine's FusedAdam and fp32 master weights)",
         inp,
         q,
         "memory",
@@ -712,8 +712,8 @@ def auto_tune(plan_input: PlanInput) -> tuple[PlanInput, list[str]] | None:
     ``at-risk`` -- the fastest fitting configuration reachable by recomputing more blocks (``selective:N``,
     then ``full`` activation checkpointing), lowering ``batch_size`` (raising ``gradient_accumulation_steps``
     so the tokens per optimizer step do not shrink, unless only fewer tokens per step fit), accumulating
-    sharded gradients (``gradient_sync=every_micro_batch``), ``quantized_model_init`` (fp8 family, once the
-    trainer image supports it), ``reshard_after_forward=True`` and full sharding -- never changing the model,
+    sharded gradients (``gradient_sync=every_micro_batch``), ``quantized_model_init`` (fp8 and mxfp8, the precisions the
+    trainer stores quantized), ``reshard_after_forward=True`` and full sharding -- never changing the model,
     sequence length, precision or instance count -- with one human description per changed field; ``None``
     if nothing fits.
 

@@ -30,7 +30,9 @@ PRECISIONS: tuple[str, ...] = precisions.PRECISION_NAMES
 CPU_PRECISIONS: tuple[str, ...] = precisions.CPU_PRECISIONS
 FP8_SCALINGS: tuple[str, ...] = precisions.SCALINGS
 QUANTIZED_PRECISIONS: tuple[str, ...] = precisions.names_where(lambda p: p.quantized)
-"""Precisions whose block weights could be stored quantized (``quantized_model_init``): the fp8 family."""
+"""Precisions that quantize their GEMM operands: the fp8 family."""
+QUANTIZED_MODEL_INIT_PRECISIONS: tuple[str, ...] = precisions.QUANTIZED_MODEL_INIT_PRECISIONS
+"""Precisions whose block weights the trainer stores quantized (``quantized_model_init``): fp8, mxfp8."""
 MODEL_PRESETS: tuple[str, ...] = models.preset_names()
 MODEL_FAMILIES: tuple[str, ...] = models.family_names()
 
@@ -50,14 +52,25 @@ HF_WEIGHTS_FILE = "model.safetensors"
 HF_INDEX_FILE = "model.safetensors.index.json"
 """The index ``save_pretrained`` writes beside sharded weights (``{"weight_map": {tensor: file}}``)."""
 
-QUANTIZED_MODEL_INIT_REFUSAL: str | None = (
-    "false: the trainer image's TransformerEngine 2.10 (nvcr.io/nvidia/pytorch:25.12-py3) cannot train "
-    "quantized weights sharded by FSDP2 (FusedAdam support for FSDP2-sharded quantized weights and optimizer "
-    "state as DTensors arrived in TransformerEngine 2.14, DCP loading in 2.16; nvfp4 weights have no FSDP2 "
-    "all-gather), so weights are kept in high precision with quantized copies"
-)
-"""Why ``quantized_model_init=true`` is refused (the trainer, the entry point, the submitter and the
-planner all apply it through :func:`validate`); ``None`` once the trainer image supports it."""
+
+def quantized_model_init_refusal(precision: str) -> str | None:
+    """Why ``quantized_model_init=true`` is refused with ``precision`` (the ``expected`` of the error), or None
+    where the trainer stores that format's block weights quantized: one rule, applied by the trainer, the entry
+    point, the submitter and the planner through :func:`validate`.
+
+    A format that does not quantize: "false unless precision is ..."; a quantized format the trainer does not
+    store quantized: its registry record's
+    :attr:`~platform_spec.precisions.Precision.quantized_model_init_refusal` (nvfp4, with the upstream source).
+
+    Raises:
+        platform_spec.precisions.UnknownPrecisionError: ``precision`` is not a precision.
+    """
+    record = precisions.get_precision(precision)
+    if not record.quantized:
+        return (
+            f"false unless precision is {_or(precisions.QUANTIZED_MODEL_INIT_PRECISIONS)} (got precision={precision})"
+        )
+    return record.quantized_model_init_refusal
 
 
 class HyperparameterError(FieldError):
@@ -269,7 +282,8 @@ class Hyperparameters:
     fp8_scaling: str = _declare(FP8_SCALINGS[0], "fp8 scaling recipe (precision=fp8)", choices=FP8_SCALINGS)
     quantized_model_init: bool = _declare(
         False,
-        "store weights quantized (TransformerEngine quantized model init; refused with the current image)",
+        "store block weights quantized (TransformerEngine quantized_model_init, FusedAdam with fp32 master "
+        f"weights; precision {' or '.join(QUANTIZED_MODEL_INIT_PRECISIONS)})",
         planner=True,
     )
     # batch and sequence
@@ -620,14 +634,9 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> mo
             f"0 (keep setup's 30 minutes) or at least {MIN_COLLECTIVE_TIMEOUT_MINUTES:g} minute: a shorter timeout "
             "aborts healthy collectives that wait on a slower rank (a checkpoint write, the evaluation)",
         )
-    if hp.quantized_model_init and hp.precision not in QUANTIZED_PRECISIONS:
-        raise HyperparameterError(
-            "quantized_model_init",
-            True,
-            f"false unless precision is {_or(QUANTIZED_PRECISIONS)} (got precision={hp.precision})",
-        )
-    if hp.quantized_model_init and QUANTIZED_MODEL_INIT_REFUSAL is not None:
-        raise HyperparameterError("quantized_model_init", True, QUANTIZED_MODEL_INIT_REFUSAL)
+    refusal = quantized_model_init_refusal(hp.precision) if hp.quantized_model_init else None
+    if refusal is not None:
+        raise HyperparameterError("quantized_model_init", True, refusal)
     shape = model_shape(hp)  # the model family's one shape rule, for this precision
     try:  # selective:N must recompute at least one of the model's blocks
         training_modes.check_activation_checkpointing_for(hp.activation_checkpointing, shape.num_layers)
@@ -690,7 +699,7 @@ __all__ = [
     "MODEL_PRESETS",
     "PLANNED_HYPERPARAMETERS",
     "PRECISIONS",
-    "QUANTIZED_MODEL_INIT_REFUSAL",
+    "QUANTIZED_MODEL_INIT_PRECISIONS",
     "QUANTIZED_PRECISIONS",
     "SHAPE_HYPERPARAMETERS",
     "SPECS",
@@ -707,6 +716,7 @@ __all__ = [
     "model_shape",
     "normalise_name",
     "parse",
+    "quantized_model_init_refusal",
     "refuse_shape_values",
     "unquote",
     "validate",

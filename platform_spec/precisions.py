@@ -69,6 +69,7 @@ __all__ = [
     "CPU_PRECISIONS",
     "PRECISIONS",
     "PRECISION_NAMES",
+    "QUANTIZED_MODEL_INIT_PRECISIONS",
     "SCALED_PRECISIONS",
     "SCALINGS",
     "TE_FUSED_ATTENTION_DTYPES",
@@ -92,6 +93,14 @@ TORCH_BF16 = "PyTorch torch/cuda/__init__.py is_bf16_supported: get_device_prope
 TE_LAYOUT = (
     "NVIDIA/TransformerEngine transformer_engine/pytorch/csrc/extensions/util.cpp non_tn_fp8_gemm_supported: "
     "major >= 10 (Blackwell tensor cores read fp8 in either layout; Hopper needs a transposed copy)"
+)
+TE_FSDP2_FUSED_ADAM_TESTS = (
+    "NVIDIA/TransformerEngine release_v2.19 tests/pytorch/distributed/fsdp2_tests/run_fsdp2_fused_adam.py "
+    "test_fused_adam_fp8_high_precision_init"
+)
+TE_STORED_USAGES = (
+    "NVIDIA/TransformerEngine release_v2.19 transformer_engine/pytorch/module/base.py reset_parameters: a weight "
+    "stored quantized is created with the quantizer's rowwise and (while autograd is on) columnwise usage"
 )
 OCP_MX = "OCP Microscaling Formats (MX) v1.0: 32-element blocks sharing one E8M0 (1-byte) scale"
 NVIDIA_NVFP4 = (
@@ -171,6 +180,10 @@ class Precision:
             besides the TE recipe (nvfp4: ``"bfloat16"``, TE's NVFP4 kernels need
             bf16 activations), or ``None``.
         color: the format's colour in reports (matplotlib hex).
+        quantized_model_init_refusal: why the trainer does not store this quantized format's block weights
+            quantized (``quantized_model_init``) under FSDP2, naming the upstream statement; ``None`` where it
+            does (fp8, mxfp8) and for a format that does not quantize (the hyperparameter's own rule refuses
+            it there, :data:`QUANTIZED_MODEL_INIT_PRECISIONS`).
         sources: where the other figures come from.
     """
 
@@ -191,6 +204,7 @@ class Precision:
     gemm_multiple: int | None = None
     autocast_dtype: str | None = None
     color: str = "#7F7F7F"
+    quantized_model_init_refusal: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -219,6 +233,19 @@ class Precision:
     def quantized(self) -> bool:
         """Whether the format stores quantized copies of GEMM operands (the fp8 family)."""
         return self.quantized_bytes is not None
+
+    @property
+    def stores_quantized_weights(self) -> bool:
+        """Whether the trainer can store this format's block weights quantized (``quantized_model_init``):
+        a quantized format without :attr:`quantized_model_init_refusal`."""
+        return self.quantized and self.quantized_model_init_refusal is None
+
+    def stored_weight_bytes(self, compute_capability: tuple[int, int]) -> float:
+        """Bytes per block matmul weight stored quantized (``quantized_model_init``) on a GPU of
+        ``compute_capability``: the layouts TransformerEngine creates the parameter with, rowwise and
+        columnwise (:data:`TE_STORED_USAGES`), i.e. :meth:`weight_copy_bytes` (``2q``; ``q`` for per-tensor
+        fp8 where the tensor cores read either layout). ``0`` for a format that does not quantize."""
+        return self.weight_copy_bytes(compute_capability)
 
     @property
     def compute_bytes(self) -> int:
@@ -325,6 +352,7 @@ PRECISIONS: tuple[Precision, ...] = (
         color="#C44E52",
         sources={
             "quantized_bytes": "1 byte (E4M3/E5M2) per element; one fp32 scale per tensor (negligible)",
+            "stored_weight_bytes": TE_STORED_USAGES,
             "weight_copy_bytes": TE_LAYOUT,
             "gemm_multiple": "TransformerEngine fp8 GEMMs (cuBLASLt) need dimensions divisible by 16",
         },
@@ -345,6 +373,7 @@ PRECISIONS: tuple[Precision, ...] = (
         color="#DD8452",
         sources={
             "quantized_bytes": OCP_MX,
+            "stored_weight_bytes": TE_STORED_USAGES,
             "gemm_multiple": "MXFP8BlockScaling scales blocks of 32 elements (E4M3)",
         },
     ),
@@ -363,6 +392,12 @@ PRECISIONS: tuple[Precision, ...] = (
         gemm_multiple=32,
         autocast_dtype="bfloat16",
         color="#937860",
+        quantized_model_init_refusal=(
+            "false: TransformerEngine marks nvfp4 weights stored quantized under FSDP2 as unsupported "
+            '("quantized_model_init and FSDP2 is not currently supported, since the block tensor is dequantized '
+            'before we flatten it for FSDP2": ' + TE_FSDP2_FUSED_ADAM_TESTS + "), so nvfp4 keeps high-precision "
+            "weights with quantized copies"
+        ),
         sources={
             "quantized_bytes": NVIDIA_NVFP4,
             "gemm_multiple": "the trainer's check since nvfp4 was added, at least what the image's TE requires "
@@ -403,6 +438,10 @@ def supported_names(compute_capability: tuple[int, int]) -> tuple[str, ...]:
 
 CPU_PRECISIONS: tuple[str, ...] = names_where(lambda p: p.cpu)
 """Precisions the trainer's torch-native CPU path runs."""
+
+QUANTIZED_MODEL_INIT_PRECISIONS: tuple[str, ...] = names_where(lambda p: p.stores_quantized_weights)
+"""Precisions whose block weights the trainer stores quantized with ``quantized_model_init=true`` (fp8, mxfp8):
+:attr:`Precision.stores_quantized_weights`."""
 
 SCALED_PRECISIONS: tuple[str, ...] = names_where(lambda p: len(p.scalings) > 1)
 """Precisions with a choice of TransformerEngine scaling recipe, made by the ``fp8_scaling`` hyperparameter

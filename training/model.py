@@ -254,7 +254,7 @@ class CausalLM(nn.Module):
         return chunked_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten())
 
     @torch.no_grad()
-    def init_weights(self, seed: int | None = None) -> None:
+    def init_weights(self, seed: int | None = None) -> dict[str, torch.Tensor]:
         """Initialise every parameter (also after ``to_empty`` from the meta device, and after sharding).
 
         The family's :attr:`~platform_spec.models.ModelFamily.init_rule` says, by canonical name,
@@ -266,17 +266,30 @@ class CausalLM(nn.Module):
         depend on the number of ranks, the sharding or the order of initialisation. Transient memory:
         one full parameter.
 
+        A parameter stored quantized (TransformerEngine's ``quantized_model_init``) receives the same fp32
+        values through ``copy_``, which quantizes them (TE's ``QuantizedTensor`` quantizes a high-precision
+        source into itself); those values are returned, so that the optimizer's master weights start from
+        them rather than from their quantized form (:func:`training.train.build_optimizer`).
+
         Args:
             seed: the run's seed. Default: ``torch.initial_seed()`` (what ``torch.manual_seed`` set).
+
+        Returns:
+            ``{parameter name (as named_parameters gives it): this rank's local values in fp32}`` for the
+            parameters stored quantized; empty when none is.
         """
         base = torch.initial_seed() if seed is None else int(seed)
         family = self.family
         assert family.init_rule is not None, f"model family {family.name!r} declares no init_rule"
         self.tie_weights()
+        initial: dict[str, torch.Tensor] = {}
         for name, param in self.named_parameters():  # a tied weight once, as tok_embeddings.weight
             canonical = canonical_name(name, family)
             assert canonical is not None  # _extra_state is not a parameter
-            _fill_parameter(param, family.init_rule(canonical, self.config), parameter_seed(base, canonical))
+            values = _fill_parameter(param, family.init_rule(canonical, self.config), parameter_seed(base, canonical))
+            if values is not None:
+                initial[name] = values
+        return initial
 
     def num_parameters(self) -> int:
         """Parameters (DTensor-aware: counts the full, unsharded sizes; a tied weight once)."""
@@ -290,33 +303,57 @@ def parameter_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def _fill_parameter(param: torch.Tensor, rule: str | float, seed: int) -> None:
+def is_quantized(param: torch.Tensor) -> bool:
+    """Whether ``param`` (or a DTensor's local shard) is a TransformerEngine ``QuantizedTensor`` (a weight
+    stored quantized by ``quantized_model_init``); imports TE only for a tensor subclass."""
+    local = getattr(param, "_local_tensor", param)
+    if type(local) in (torch.Tensor, nn.Parameter):
+        return False
+    try:
+        from transformer_engine.pytorch import QuantizedTensor
+    except ImportError:
+        return False
+    return isinstance(local, QuantizedTensor)
+
+
+def _fill_parameter(param: torch.Tensor, rule: str | float, seed: int) -> torch.Tensor | None:
     """Write the full-tensor init ``rule`` (``"ones"``, ``"zeros"`` or a std) into ``param`` (its local
     shard when it is a DTensor).
+
+    Returns:
+        For a parameter stored quantized (:func:`is_quantized`): the fp32 values written (its local shard),
+        which it holds only in quantized form; else None.
 
     Raises:
         ValueError: a rule that is neither ``"ones"``, ``"zeros"`` nor a number.
     """
-    if rule == "ones":
-        param.fill_(1.0)
-        return
-    if rule == "zeros":
-        param.zero_()
-        return
-    if isinstance(rule, bool) or not isinstance(rule, (int, float)):
+    quantized = is_quantized(param)
+    if rule in ("ones", "zeros") and not quantized:
+        param.fill_(1.0 if rule == "ones" else 0.0)
+        return None
+    if rule not in ("ones", "zeros") and (isinstance(rule, bool) or not isinstance(rule, (int, float))):
         raise ValueError(f"init rule {rule!r}: expected 'ones', 'zeros' or a standard deviation")
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     device = param.device
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
     full = torch.empty(tuple(param.shape), dtype=torch.float32, device=device)
-    full.normal_(mean=0.0, std=float(rule), generator=generator)
-    full = full.to(param.dtype)
+    if rule == "ones":
+        full.fill_(1.0)
+    elif rule == "zeros":
+        full.zero_()
+    else:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed)
+        full.normal_(mean=0.0, std=float(rule), generator=generator)
+    if not quantized:
+        full = full.to(param.dtype)
     if isinstance(param, DTensor):
         # src_data_rank=None: every rank cuts its own shard from its identical full tensor (no communication)
         full = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
-    param.copy_(full)
+    param.copy_(full)  # a quantized parameter quantizes the fp32 values into itself
+    if not quantized:
+        return None
+    return full.to_local() if isinstance(full, DTensor) else full
 
 
 def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -346,23 +383,40 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     return total / n
 
 
-def build_model(config: ModelShape, *, backend: str = "torch", device: str | torch.device = "cpu") -> CausalLM:
+def build_model(
+    config: ModelShape, *, backend: str = "torch", device: str | torch.device = "cpu", quantized_recipe: Any = None
+) -> CausalLM:
     """Build the model of ``config``'s family on ``device`` (``"meta"`` for deferred init; see
     :meth:`CausalLM.init_weights`, called here on any other device).
 
     Args:
         backend: ``"torch"`` (native) or ``"te"`` (TransformerEngine blocks, CUDA/meta only;
             fp32 ``params_dtype``: FSDP2 keeps fp32 master shards).
+        quantized_recipe: a TransformerEngine recipe to store the blocks' matmul weights quantized in
+            (``quantized_model_init``): the blocks are built under ``te.quantized_model_init(enabled=True,
+            recipe=quantized_recipe)`` (TransformerEngine 2.19 ``quantization.py``), so TE's
+            ``reset_parameters`` creates those weights as quantized tensors; build on ``"meta"`` and
+            materialise after sharding (:func:`training.parallelize.materialize`), as TE's FSDP2 example
+            does (block-scaled formats' FSDP2 hooks need it). None: high-precision weights.
 
     Raises:
-        ValueError: a backend the trainer or the model's family does not have, or ``te`` on a CPU device.
+        ValueError: a backend the trainer or the model's family does not have, ``te`` on a CPU device, or a
+            ``quantized_recipe`` with the torch backend.
     """
     offered = tuple(family_of_shape(config).blocks)
     if backend not in BACKENDS or backend not in offered:
         raise ValueError(f"backend {backend!r}: expected one of {', '.join(b for b in BACKENDS if b in offered)}")
     if backend == "te" and torch.device(device).type == "cpu":
         raise ValueError("backend='te' needs a CUDA (or meta) device; use backend='torch' on CPU")
-    model = CausalLM(config, backend=backend, device=device)
+    if quantized_recipe is None:
+        model = CausalLM(config, backend=backend, device=device)
+    elif backend != "te":
+        raise ValueError("quantized_model_init=true needs TransformerEngine blocks (backend 'te'), got backend 'torch'")
+    else:
+        import transformer_engine.pytorch as te
+
+        with te.quantized_model_init(enabled=True, recipe=quantized_recipe):
+            model = CausalLM(config, backend=backend, device=device)
     if torch.device(device).type != "meta":
         model.init_weights()
     return model

@@ -25,9 +25,21 @@ head stay in the root's FSDP unit).
   all-gather traffic). The last block is never resharded after forward: its
   parameters are needed again at once by backward.
 * HSDP (``sharding_strategy=hybrid``): a 2-D DeviceMesh
-  ``(dp_replicate=nodes, dp_shard=GPUs per node)``: parameters are sharded
+  ``(replicate=nodes, shard=GPUs per node)``: parameters are sharded
   within a node (NVLink) and replicated across nodes, so only the gradient
-  all-reduce crosses EFA.
+  all-reduce crosses EFA. The dimension names are TransformerEngine's
+  (:data:`SHARD_DIM`, :data:`REPLICATE_DIM`): its ``reset_parameters`` looks up
+  the shard group of a 2-D mesh by name to reduce a quantized weight's amax over
+  its shards (TransformerEngine 2.19 ``module/base.py``:
+  ``device_mesh.get_group(mesh_dim="shard")``; any other name raises ``KeyError``).
+* Quantized model init (``quantized_model_init``, fp8 and mxfp8): the blocks are
+  built under ``te.quantized_model_init`` (:func:`training.model.build_model`),
+  so TE's ``reset_parameters`` in :func:`materialize` creates their matmul
+  weights as quantized tensors (DTensor shards), which FSDP2 all-gathers in
+  their quantized form (TE's ``fsdp_pre_all_gather``/``fsdp_post_all_gather``);
+  :meth:`training.model.CausalLM.init_weights` then writes the family's initial
+  values into them (quantizing) and returns those values in fp32, from which the
+  optimizer's master weights are seeded (:func:`training.train.build_optimizer`).
 * Materialisation (:func:`materialize`): the model is built on the meta device,
   sharded, then allocated and initialised shard by shard
   (:meth:`training.model.CausalLM.init_weights`: each rank keeps its shard of the
@@ -57,9 +69,16 @@ from platform_spec.training_modes import check_activation_checkpointing_for
 from training.model import CausalLM
 from training.precision import PrecisionPlan
 
+SHARD_DIM = "shard"
+"""The mesh dimension FSDP2 shards over: the name TransformerEngine 2.19 looks up on a 2-D (HSDP) mesh
+(``module/base.py`` ``reset_parameters``: ``device_mesh.get_group(mesh_dim="shard")``; its FSDP2 tests name
+their HSDP mesh ``("replicate", "shard")``, ``tests/pytorch/distributed/fsdp2_tests/run_fsdp2_model.py``)."""
+REPLICATE_DIM = "replicate"
+"""The mesh dimension HSDP replicates over (one index per node); TransformerEngine's tests' name for it."""
+
 
 def build_mesh(device_type: str, world_size: int, local_world_size: int, sharding_strategy: str) -> DeviceMesh:
-    """FSDP mesh ``(dp_shard,)`` or HSDP mesh ``(dp_replicate, dp_shard)``.
+    """FSDP mesh ``(shard,)`` or HSDP mesh ``(replicate, shard)`` (:data:`SHARD_DIM`, :data:`REPLICATE_DIM`).
 
     Raises:
         ValueError: ``world_size`` is not a multiple of ``local_world_size`` (uneven nodes).
@@ -71,10 +90,10 @@ def build_mesh(device_type: str, world_size: int, local_world_size: int, shardin
                 f"(world size {world_size}, {local_world_size} per node)"
             )
         nodes = world_size // local_world_size
-        return init_device_mesh(device_type, (nodes, local_world_size), mesh_dim_names=("dp_replicate", "dp_shard"))
+        return init_device_mesh(device_type, (nodes, local_world_size), mesh_dim_names=(REPLICATE_DIM, SHARD_DIM))
     if sharding_strategy != "full":
         raise ValueError(f"sharding_strategy {sharding_strategy!r}: expected full or hybrid")
-    return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device_type, (world_size,), mesh_dim_names=(SHARD_DIM,))
 
 
 def apply_activation_checkpointing(model: CausalLM, mode: str) -> tuple[int, ...]:
@@ -175,7 +194,7 @@ def parallelize(
     return apply_fsdp(model, mesh, precision, reshard_after_forward=reshard_after_forward)
 
 
-def materialize(model: CausalLM, device: torch.device, *, seed: int | None = None) -> None:
+def materialize(model: CausalLM, device: torch.device, *, seed: int | None = None) -> dict[str, torch.Tensor]:
     """Allocate a meta-device model's (sharded) parameters on ``device`` and initialise them.
 
     Torch modules: ``to_empty``. TransformerEngine blocks: each TE module's own
@@ -189,6 +208,10 @@ def materialize(model: CausalLM, device: torch.device, *, seed: int | None = Non
 
     Args:
         seed: the run's seed (default ``torch.initial_seed()``).
+
+    Returns:
+        :meth:`CausalLM.init_weights`' initial values of the parameters stored quantized (quantized model
+        init): ``{parameter name: this rank's shard in fp32}``; empty otherwise.
     """
     if model.backend == "te":
         for module in (model.tok_embeddings, model.norm, model.output):
@@ -200,10 +223,12 @@ def materialize(model: CausalLM, device: torch.device, *, seed: int | None = Non
         _restore_param_attrs(model, getattr(model, _PARAM_ATTRS, {}))
     else:
         model.to_empty(device=device)
-    model.init_weights(seed)
+    return model.init_weights(seed)
 
 
 __all__ = [
+    "REPLICATE_DIM",
+    "SHARD_DIM",
     "apply_activation_checkpointing",
     "apply_fsdp",
     "block_policy",

@@ -36,8 +36,10 @@ micro-batches whose tokens are a multiple of the format's GEMM multiple. TE API
 names follow the trainer image's TransformerEngine
 (:data:`platform_spec.trainer_image.TRANSFORMER_ENGINE_VERSION`, read against
 its ``release_v2.19`` branch: ``transformer_engine.common.recipe``,
-``te.autocast``, a class there). Weights are never stored quantized
-(:data:`platform_spec.hyperparameters.QUANTIZED_MODEL_INIT_REFUSAL`).
+``te.autocast``, a class there). With ``quantized_model_init`` the blocks' GEMM
+weights are stored quantized in the recipe's format
+(:func:`training.model.build_model`); which precisions allow it is the
+registry's (:attr:`platform_spec.precisions.Precision.quantized_model_init_refusal`).
 
 Resuming a TE precision: each TE module's ``_extra_state`` (delayed scaling: the
 recipe, the scales and amax history; the stateless recipes save nothing since TE

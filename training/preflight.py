@@ -35,6 +35,7 @@ import torch.distributed as dist
 from platform_spec import catalogue
 from platform_spec.health import PREFLIGHT_REASON
 from training.environment import ResourceConfig
+from training.parallelize import SHARD_DIM
 
 INFINIBAND_CLASS = Path("/sys/class/infiniband")
 """Where Linux lists RDMA devices (``Documentation/ABI/stable/sysfs-class-infiniband``); EFA devices among them."""
@@ -187,12 +188,14 @@ def block_message_bytes(model: torch.nn.Module, param_dtype: torch.dtype, reduce
 
 
 def shard_group(model: torch.nn.Module) -> Any:
-    """FSDP's shard group of ``model`` (its parameters' mesh, dimension ``dp_shard``), or None unsharded."""
+    """FSDP's shard group of ``model`` (its parameters' mesh, dimension
+    :data:`training.parallelize.SHARD_DIM`), or None unsharded."""
+
     param = next(model.layers[0].parameters())
     mesh = getattr(param, "device_mesh", None)
     if mesh is None:
         return None
-    return mesh.get_group("dp_shard") if mesh.mesh_dim_names and "dp_shard" in mesh.mesh_dim_names else mesh.get_group()
+    return mesh.get_group(SHARD_DIM) if mesh.mesh_dim_names and SHARD_DIM in mesh.mesh_dim_names else mesh.get_group()
 
 
 def measure_bandwidth(

@@ -9,8 +9,10 @@ Per optimizer step: ``gradient_accumulation_steps`` micro-batches (FSDP2
 reduce-scatters every micro-batch's gradients, or only the last's with
 ``gradient_sync=last_micro_batch``: :func:`accumulate_gradients`), loss = mean cross-entropy, gradients
 clipped to ``max_grad_norm`` by their global L2 norm (DTensor-aware),
-AdamW (fp32 master state: FSDP2 keeps fp32 sharded parameters under a
-bf16 compute policy), linear warmup then cosine decay to
+AdamW (:func:`build_optimizer`, the implementation :mod:`platform_spec.optimizers` names: fused on CUDA,
+foreach on the CPU, fp32 master state since FSDP2 keeps fp32 sharded parameters under a bf16 compute
+policy; with ``quantized_model_init`` TransformerEngine's FusedAdam with fp32 master weights seeded from
+the trainer's initial values), linear warmup then cosine decay to
 ``min_learning_rate`` (:func:`learning_rate`).
 
 Validation: with ``eval_interval`` N > 0, after every N-th step and after the last, the
@@ -92,7 +94,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -106,6 +108,7 @@ from platform_spec.health import NON_FINITE_REASON
 from platform_spec.hyperparameters import INIT_CHANNEL, SPECS, HyperparameterError, Hyperparameters, model_shape, parse
 from platform_spec.metric_lines import format_run_record
 from platform_spec.models import family_of_shape
+from platform_spec.optimizers import optimizer_for
 from platform_spec.training_modes import reduces_gradients
 from training import finite
 from training import precision as prec
@@ -306,6 +309,68 @@ def accumulate_gradients(
 # Distributed setup
 
 
+def build_optimizer(
+    model: torch.nn.Module,
+    hp: Hyperparameters,
+    device: torch.device,
+    *,
+    initial_values: Mapping[str, torch.Tensor] | None = None,
+) -> torch.optim.Optimizer:
+    """The trainer's AdamW: the implementation :func:`platform_spec.optimizers.optimizer_for` names for
+    ``device`` and ``hp.quantized_model_init`` (the one the planner models), weight decay on parameters of
+    two or more dimensions.
+
+    * ``fused`` / ``foreach``: ``torch.optim.AdamW(..., fused=True)`` on CUDA, ``foreach=True`` on the CPU;
+      FSDP2's fp32 sharded parameters are the master weights.
+    * ``te_fused_adam`` (``quantized_model_init``): TransformerEngine's
+      ``FusedAdam(..., adam_w_mode=True, master_weights=True, master_weight_dtype=torch.float32)``, whose
+      fp32 master weights of the parameters stored quantized are seeded from ``initial_values`` (what
+      :func:`training.parallelize.materialize` returned: the trainer's own initial values, the same the
+      non-quantized path starts from) with ``initialize_state`` and ``set_scaled_state`` (TransformerEngine
+      2.19 ``examples/pytorch/quantized_model_init/fully_shard.py``), not from their quantized form.
+
+    Args:
+        initial_values: ``{parameter name: local fp32 values}`` of the parameters stored quantized.
+
+    Raises:
+        ValueError: ``initial_values`` names a parameter the model does not have (te_fused_adam).
+    """
+    choice = optimizer_for(device.type, quantized_model_init=hp.quantized_model_init)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    betas = (hp.adam_beta1, hp.adam_beta2)
+    if choice.kind != "te_fused_adam":
+        flag = {choice.kind: True}  # fused=True or foreach=True
+        return torch.optim.AdamW(groups, lr=hp.learning_rate, betas=betas, eps=hp.adam_epsilon, **flag)
+    from transformer_engine.pytorch.optimizers import FusedAdam
+
+    optimizer = FusedAdam(
+        groups,
+        lr=hp.learning_rate,
+        betas=betas,
+        eps=hp.adam_epsilon,
+        adam_w_mode=True,
+        master_weights=True,
+        master_weight_dtype=torch.float32,
+    )
+    initial = dict(initial_values or {})
+    unknown = sorted(set(initial) - {name for name, _ in model.named_parameters()})
+    if unknown:
+        raise ValueError(f"initial values for parameters the model does not have: {unknown[:5]}")
+    # FusedAdam counts steps in each parameter group's "step", which it creates at the first step: created now,
+    # a resume restores it (DCP loads into the keys the fresh optimizer's state dict has, and no other)
+    for group in optimizer.param_groups:
+        group.setdefault("step", 0)
+    # every parameter's state now, as TE's example does (FusedAdam would create it at the first step): a resume
+    # then loads into a complete state (DCP's get_state_dict adds none to an optimizer that has some)
+    for name, param in model.named_parameters():
+        optimizer.initialize_state(param, store_param_remainders=False)
+        if name in initial:
+            optimizer.set_scaled_state(param, "master_param", initial[name].to(torch.float32))
+    return optimizer
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -319,7 +384,7 @@ step): long, because one rank may read or load for minutes while the others wait
 
 def collective_groups(mesh: Any) -> dict[str, Any]:
     """``{name: process group}`` of the training loop's collectives: ``"the default group"`` (None) and each of
-    FSDP's mesh dimensions (``dp_shard``, ``dp_replicate``) with a group of its own. DeviceMesh (torch 2.13,
+    FSDP's mesh dimensions (``shard``, ``replicate``: :func:`training.parallelize.build_mesh`) with a group of its own. DeviceMesh (torch 2.13,
     ``device_mesh.py`` ``_init_one_process_group``) reuses the default group for a dimension spanning every rank
     (full sharding) and creates the others (HSDP's) with ``new_group``/``split_group`` at the backend's default
     timeout (NCCL 10 minutes, gloo 30), not the default group's: the timeouts must be set on them too."""
@@ -560,7 +625,9 @@ class Trainer:
 
         # Model: built for one device on the meta device, parallelised in one place, then allocated and
         # initialised shard by shard (the same initial weights whatever the number of ranks).
-        model = build_model(self.config, backend=self.backend, device="meta")
+        # quantized_model_init: the blocks' matmul weights are stored in the recipe's quantized format
+        stored_recipe = self.recipe if hp.quantized_model_init else None
+        model = build_model(self.config, backend=self.backend, device="meta", quantized_recipe=stored_recipe)
         mesh = build_mesh(device.type, self.world_size, self.local_world_size, hp.sharding_strategy)
         self.collective_groups = collective_groups(mesh)  # HSDP's groups get setup's timeout too, then the switch
         set_collective_timeout(SETUP_COLLECTIVE_TIMEOUT.total_seconds() / 60, list(self.collective_groups.values()))
@@ -571,15 +638,11 @@ class Trainer:
             activation_checkpointing=hp.activation_checkpointing,
             reshard_after_forward=hp.reshard_after_forward,
         )
-        materialize(self.model, device, seed=hp.seed)
+        initial = materialize(self.model, device, seed=hp.seed)
 
-        # Optimizer and schedule.
-        decay = [p for p in self.model.parameters() if p.ndim >= 2]
-        no_decay = [p for p in self.model.parameters() if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        betas = (hp.adam_beta1, hp.adam_beta2)
-        # foreach (multi-tensor) AdamW: supported on DTensor shards on CPU and CUDA alike.
-        self.optimizer = torch.optim.AdamW(groups, lr=hp.learning_rate, betas=betas, eps=hp.adam_epsilon, foreach=True)
+        # Optimizer (the one platform_spec.optimizers names for this device) and schedule.
+        self.optimizer = build_optimizer(self.model, hp, device, initial_values=initial)
+        del initial
         peak = hp.learning_rate
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda e: learning_rate(e + 1, hp) / peak if peak > 0 else 0.0

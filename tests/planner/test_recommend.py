@@ -148,27 +148,30 @@ def test_communication_bound_multi_node_shards_less():
     assert rec.after.tokens_per_second > plan.tokens_per_second
 
 
-def test_quantized_weights_never_recommended_while_the_trainer_refuses_them():
-    """The trainer image's TransformerEngine 2.10 cannot shard quantized weights: the trainer, the submitter
-    and the planner refuse quantized_model_init=true by one rule, and no recommendation leads to it."""
-    from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+def test_quantized_weights_are_recommended_only_where_the_trainer_stores_them():
+    """The trainer stores fp8 and mxfp8 block weights quantized (TransformerEngine's quantized_model_init with
+    FusedAdam) and refuses nvfp4 (upstream marks it unsupported under FSDP2): the planner recommends
+    quantized_model_init under memory pressure for the first, never for the second, by the same rule."""
+    from platform_spec.hyperparameters import quantized_model_init_refusal
 
-    assert QUANTIZED_MODEL_INIT_REFUSAL is not None and "TransformerEngine 2.10" in QUANTIZED_MODEL_INIT_REFUSAL
-    # memory pressure (was: "Store weights quantized") and out of memory (was: the fit candidates' first choice)
-    for inp in (
-        full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5),
-        full_input(model="gpt-8b", precision="fp8", seq_length=8192, batch_size=16, instance_type="ml.p5.48xlarge"),
-    ):
-        plan = estimate(inp)
-        assert plan.recommendations
-        for rec in plan.recommendations:
-            assert "quantized_model_init" not in rec.changes, rec.title
-            assert rec.after is None or not rec.after.input.quantized_model_init, rec.title
-        tuned = auto_tune(inp)
-        assert tuned is None or not tuned[0].quantized_model_init
+    pressed = full_input(model="gpt-8b", precision="mxfp8", seq_length=4096, batch_size=5)
+    plan = estimate(pressed)
+    stored = [r for r in plan.recommendations if r.changes.get("quantized_model_init") is True]
+    assert stored and stored[0].after is not None and stored[0].after.memory_gb.total < plan.memory_gb.total
+    assert stored[0].after.input.quantized_model_init
+
+    nvfp4 = full_input(
+        model="gpt-8b", precision="nvfp4", seq_length=4096, batch_size=5, instance_type="ml.p6-b200.48xlarge"
+    )
+    for rec in estimate(nvfp4).recommendations:
+        assert "quantized_model_init" not in rec.changes, rec.title
+        assert rec.after is None or not rec.after.input.quantized_model_init, rec.title
+    tuned = auto_tune(nvfp4.replace(batch_size=64))
+    assert tuned is None or not tuned[0].quantized_model_init
     with pytest.raises(PlanInputError) as refused:
-        evaluate(full_input(precision="fp8", quantized_model_init=True))
-    assert refused.value.field == "quantized_model_init" and refused.value.expected == QUANTIZED_MODEL_INIT_REFUSAL
+        evaluate(full_input(precision="nvfp4", quantized_model_init=True, instance_type="ml.p6-b200.48xlarge"))
+    assert refused.value.field == "quantized_model_init"
+    assert refused.value.expected == quantized_model_init_refusal("nvfp4") and "FSDP2" in refused.value.expected
 
 
 def test_guide_default_request_plans():

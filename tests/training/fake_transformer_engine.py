@@ -889,3 +889,476 @@ def install(monkeypatch: Any) -> types.ModuleType:
     ):
         monkeypatch.setitem(sys.modules, name, module)
     return pytorch
+
+
+# ---------------------------------------------------------------------------
+# TransformerEngine 2.19: quantized model init, quantized parameters under FSDP2, FusedAdam(master_weights=True)
+#
+# Copied names and signatures, from NVIDIA/TransformerEngine release_v2.19 (``git show release_v2.19:<path>``):
+#
+# * ``transformer_engine/pytorch/quantization.py``: ``quantized_model_init(enabled=True, recipe=None,
+#   preserve_high_precision_init_val=False)``, a context that makes the TE modules created inside it hold
+#   only quantized copies of their GEMM weights (``TransformerEngineBaseModule.__init__`` reads
+#   ``primary_weights_in_fp8`` from it).
+# * ``transformer_engine/pytorch/module/base.py`` ``reset_parameters``: after initialising a weight (a DTensor's
+#   local shard), quantize it with the module's weight quantizer (rowwise and columnwise usage); a per-tensor
+#   current-scaling quantizer reduces its amax over the shard group of the parameter's mesh,
+#   ``device_mesh.get_group(mesh_dim="shard") if device_mesh.ndim > 1 else device_mesh.get_group()`` (a 2-D
+#   mesh without a dimension named ``shard`` raises ``KeyError`` there, as in TE); re-wrap the quantized local
+#   tensor with ``DTensor.from_local`` in a new ``nn.Parameter``.
+# * ``transformer_engine/pytorch/quantized_tensor.py`` ``QuantizedTensor`` (exported as
+#   ``transformer_engine.pytorch.QuantizedTensor``): a ``_make_wrapper_subclass`` whose nominal dtype is the
+#   high-precision one; ``dequantize(dtype=None)``, ``quantize_(tensor)``; ``copy_`` from a high-precision
+#   tensor quantizes, from a quantized one copies; other ops run on the dequantized values (in-place ones are
+#   quantized back); ``untyped_storage()`` is an empty storage and ``_to_copy`` keeps the subclass (#2974, so
+#   DCP stages it); pickling for DCP, with the rebuild function allowed for ``weights_only`` loading, as TE's
+#   ``__init__`` does with ``add_safe_globals``.
+# * ``transformer_engine/pytorch/tensor/float8_tensor.py`` / ``mxfp8_tensor.py``: FSDP2's all-gather
+#   extension ``fsdp_pre_all_gather(mesh, orig_size, contiguous_orig_stride, module, mp_policy)`` (the
+#   quantized data, plus the block scales for MXFP8; the per-tensor scale travels as metadata) and
+#   ``fsdp_post_all_gather(all_gather_outputs, metadata, param_dtype, *, out=None)`` (a quantized tensor of
+#   the full shape in the compute dtype; with ``out``, refill it in place and return None).
+# * ``transformer_engine/pytorch/optimizers/fused_adam.py`` ``FusedAdam(params, lr, betas, eps, weight_decay,
+#   amsgrad, *, bias_correction, adam_w_mode, capturable, master_weights, master_weight_dtype, exp_avg_dtype,
+#   exp_avg_sq_dtype, use_decoupled_grad, store_param_remainders)``: ``initialize_state(param,
+#   store_param_remainders)`` (zero moments; ``master_param`` a fp32 copy of *every* parameter, the dequantized
+#   value of a quantized one), ``set_scaled_state(param, state_name, unscaled_state)``, states re-wrapped as
+#   DTensors where the parameter is one (#2795), ``state_dict`` / ``load_state_dict``, ``group["step"]``, the
+#   AdamW update of ``multi_tensor_adam`` (``adam_w_mode``: ``p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p)``)
+#   on the fp32 master of a quantized parameter, quantized back into the parameter afterwards, and on fp32
+#   parameters directly (their ``master_param`` is created but unused, as in TE).
+#
+# NOT TransformerEngine: the "fp8" here is torch's ``float8_e4m3fn`` cast (``HYBRID``'s forward format) with a
+# fp32 scale ``448 / amax``, one per tensor (fp8 current scaling) or one per 32 consecutive elements of a row
+# (mxfp8, as a fp32 factor rather than E8M0); one layout only (TE also keeps the columnwise one); the GEMMs run
+# on the dequantized values. Delayed scaling and nvfp4 weights are not imitated (the trainer refuses nvfp4).
+
+
+class _QuantizationState:
+    """``FP8GlobalStateManager.quantization_state``'s fields that ``quantized_model_init`` sets."""
+
+    fp8_parameters = False
+    fp8_recipe: Recipe | None = None
+    high_precision_init_val = False
+
+
+@contextlib.contextmanager
+def quantized_model_init(
+    enabled: bool = True, recipe: Recipe | None = None, preserve_high_precision_init_val: bool = False
+) -> Iterator[None]:
+    saved = (
+        _QuantizationState.fp8_parameters,
+        _QuantizationState.fp8_recipe,
+        _QuantizationState.high_precision_init_val,
+    )
+    _QuantizationState.fp8_parameters = enabled
+    _QuantizationState.fp8_recipe = recipe if recipe is not None else Float8CurrentScaling()
+    _QuantizationState.high_precision_init_val = preserve_high_precision_init_val
+    try:
+        yield
+    finally:
+        (
+            _QuantizationState.fp8_parameters,
+            _QuantizationState.fp8_recipe,
+            _QuantizationState.high_precision_init_val,
+        ) = saved
+
+
+FP8_E4M3_MAX = 448.0
+MX_BLOCK = 32
+
+
+class _Quantizer:
+    """The weight quantizer of a recipe: per-tensor current scaling (``Float8CurrentScalingQuantizer``, amax
+    reduced over ``amax_reduction_group`` when ``with_amax_reduction``) or 32-element blocks (``MXFP8Quantizer``)."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        if isinstance(recipe, MXFP8BlockScaling):
+            self.block = True
+        elif isinstance(recipe, Float8CurrentScaling):
+            self.block = False
+        else:
+            raise NotImplementedError(
+                f"the stand-in stores weights quantized for fp8 current scaling and mxfp8 only, not {recipe}"
+            )
+        self.amax_reduction_group: Any = None
+        self.with_amax_reduction = False
+
+    def scale_inv(self, x: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+        """``1 / scale``: per tensor ``[]`` or per block ``[rows, cols / 32]`` (``rows`` of the weight ``x`` or a
+        flat view of it holds)."""
+        x = x.detach().float()
+        if self.block:
+            rows = rows if rows is not None else x.shape[:-1].numel()
+            amax = x.reshape(rows, -1, MX_BLOCK).abs().amax(dim=-1)
+        else:
+            amax = x.abs().amax()
+            if self.with_amax_reduction and torch.distributed.is_initialized():
+                torch.distributed.all_reduce(amax, op=torch.distributed.ReduceOp.MAX, group=self.amax_reduction_group)
+        return torch.clamp(amax, min=1e-12) / FP8_E4M3_MAX
+
+    def encode(self, x: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:
+        x = x.detach().float()
+        if self.block:
+            scaled = (x.reshape(scale_inv.shape[0], -1, MX_BLOCK) / scale_inv.unsqueeze(-1)).reshape(x.shape)
+        else:
+            scaled = x / scale_inv
+        return scaled.to(torch.float8_e4m3fn).view(torch.uint8)
+
+    def __call__(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> QuantizedTensor:
+        scale_inv = self.scale_inv(x)
+        return QuantizedTensor(x.shape, dtype or x.dtype, self.encode(x, scale_inv), scale_inv, self)
+
+
+def _decode(data: torch.Tensor, scale_inv: torch.Tensor, block: bool, dtype: torch.dtype) -> torch.Tensor:
+    values = data.view(torch.float8_e4m3fn).float()
+    if block:
+        shape = values.shape
+        values = (values.reshape(scale_inv.shape[0], -1, MX_BLOCK) * scale_inv.unsqueeze(-1)).reshape(shape)
+    else:
+        values = values * scale_inv
+    return values.to(dtype)
+
+
+def _rebuild_quantized(data: torch.Tensor, scale_inv: torch.Tensor, dtype: torch.dtype, block: bool) -> QuantizedTensor:
+    """Unpickle a :class:`QuantizedTensor` (allowed for ``torch.load(weights_only=True)`` by :func:`install`)."""
+    quantizer = _Quantizer(MXFP8BlockScaling() if block else Float8CurrentScaling())
+    return QuantizedTensor(data.shape, dtype, data, scale_inv, quantizer)
+
+
+_ALIASES = {
+    torch.ops.aten.detach.default,
+    torch.ops.aten.alias.default,
+    torch.ops.aten.view.default,
+    torch.ops.aten._unsafe_view.default,
+    torch.ops.aten.as_strided.default,
+    torch.ops.aten.view_as.default,
+}
+
+
+class QuantizedTensor(torch.Tensor):
+    """A weight held quantized: ``_data`` (fp8 bits as ``uint8``) and ``_scale_inv``; nominal ``dtype``."""
+
+    _data: torch.Tensor
+    _scale_inv: torch.Tensor
+    _quantizer: _Quantizer
+
+    @staticmethod
+    def __new__(
+        cls, shape: Any, dtype: torch.dtype, data: torch.Tensor, scale_inv: torch.Tensor, quantizer: _Quantizer
+    ) -> QuantizedTensor:
+        self = torch.Tensor._make_wrapper_subclass(
+            cls, tuple(shape), dtype=dtype, device=data.device, requires_grad=False
+        )
+        self._data, self._scale_inv, self._quantizer = data, scale_inv, quantizer
+        return self
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        return f"QuantizedTensor(shape={tuple(self.shape)}, dtype={self.dtype}, block={self._quantizer.block})"
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:  # type: ignore[override]
+        return _decode(self._data, self._scale_inv, self._quantizer.block, dtype or self.dtype)
+
+    def quantize_(self, tensor: torch.Tensor) -> QuantizedTensor:
+        """Quantize ``tensor``'s values into this tensor, in place (its scale follows them)."""
+        scale_inv = self._quantizer.scale_inv(tensor, self._scale_inv.shape[0] if self._quantizer.block else None)
+        self._data.copy_(self._quantizer.encode(tensor.reshape(self._data.shape), scale_inv))
+        self._scale_inv.copy_(scale_inv)
+        return self
+
+    def _alias(self, shape: Any) -> QuantizedTensor:
+        return QuantizedTensor(shape, self.dtype, self._data.view(shape), self._scale_inv, self._quantizer)
+
+    def untyped_storage(self) -> torch.UntypedStorage:  # type: ignore[override]
+        return torch.UntypedStorage(0, device=self.device)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _rebuild_quantized, (self._data.clone(), self._scale_inv.clone(), self.dtype, self._quantizer.block)
+
+    # -- FSDP2's all-gather extension (float8_tensor.py / mxfp8_tensor.py)
+
+    def fsdp_pre_all_gather(
+        self, mesh: Any, orig_size: Any, contiguous_orig_stride: Any, module: Any, mp_policy: Any
+    ) -> tuple[tuple[torch.Tensor, ...], Any]:
+        if self._quantizer.block:
+            return (self._data, self._scale_inv), (True,)
+        return (self._data,), (False, self._scale_inv)
+
+    def fsdp_post_all_gather(
+        self,
+        all_gather_outputs: tuple[torch.Tensor, ...],
+        metadata: Any,
+        param_dtype: torch.dtype,
+        *,
+        out: QuantizedTensor | None = None,
+    ) -> tuple[QuantizedTensor, tuple[torch.Tensor, ...]] | None:
+        data = all_gather_outputs[0]
+        scale_inv = all_gather_outputs[1] if metadata[0] else metadata[1]
+        if out is not None:
+            out._data, out._scale_inv = data, scale_inv
+            return None
+        return QuantizedTensor(data.shape, param_dtype, data, scale_inv, self._quantizer), tuple(all_gather_outputs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _ALIASES and isinstance(args[0], QuantizedTensor):
+            source = args[0]
+            shape = source.shape if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default) else args[1]
+            if func is torch.ops.aten.view_as.default:
+                shape = args[1].shape
+            shape = torch.empty(source.shape, device="meta").view(shape).shape  # resolves a -1
+            if shape.numel() != source.numel():
+                raise NotImplementedError(f"the stand-in's QuantizedTensor does not support {func} to {tuple(shape)}")
+            return source._alias(shape)
+        if func is torch.ops.aten.copy_.default and isinstance(args[0], QuantizedTensor):
+            dst, src = args[0], args[1]
+            if isinstance(src, QuantizedTensor):
+                dst._data.copy_(src._data)
+                dst._scale_inv.copy_(src._scale_inv)
+            else:
+                dst.quantize_(src)
+            return dst
+        if func is torch.ops.aten.clone.default:
+            src = args[0]
+            return QuantizedTensor(src.shape, src.dtype, src._data.clone(), src._scale_inv.clone(), src._quantizer)
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") in (None, args[0].dtype):
+            src = args[0]
+            device = kwargs.get("device") or src.device
+            return QuantizedTensor(
+                src.shape, src.dtype, src._data.to(device), src._scale_inv.to(device), src._quantizer
+            )
+
+        def plain(x: Any) -> Any:
+            return x.dequantize() if isinstance(x, QuantizedTensor) else x
+
+        out = func(*torch.utils._pytree.tree_map(plain, args), **torch.utils._pytree.tree_map(plain, kwargs))
+        if func._schema.name.endswith("_") and args and isinstance(args[0], QuantizedTensor):
+            return args[0].quantize_(out)  # an in-place op: its result quantized back
+        return out
+
+
+_GEMM_WEIGHTS = ("weight", "fc1_weight", "fc2_weight")
+"""The parameters TE gives an ``fp8_meta_index`` (the GEMM weights) in the stand-in's modules."""
+
+_base_module_init_2_10 = _BaseModule.__init__
+_base_reset_parameters_2_10 = _BaseModule.reset_parameters
+
+
+def _base_module_init(self: _BaseModule, num_gemms: int, init_method: Callable | None) -> None:
+    _base_module_init_2_10(self, num_gemms, init_method)
+    self.primary_weights_in_fp8 = _QuantizationState.fp8_parameters
+    self.preserve_high_precision_init_val = _QuantizationState.high_precision_init_val
+    self._weight_recipe = _QuantizationState.fp8_recipe
+
+
+def _reset_parameters(self: _BaseModule, defer_init: bool | None = False) -> None:
+    """``reset_parameters`` of the sections above, then TE 2.19's quantization of the GEMM weights when the
+    module was created under :func:`quantized_model_init` (see this section's header)."""
+    _base_reset_parameters_2_10(self, defer_init)
+    if defer_init or not self.primary_weights_in_fp8:
+        return
+    from torch.distributed.tensor import DTensor
+
+    for name, param in list(self.named_parameters(recurse=False)):
+        if name not in _GEMM_WEIGHTS:
+            continue
+        assert self._weight_recipe is not None
+        quantizer = _Quantizer(self._weight_recipe)
+        is_dtensor = isinstance(param, DTensor)
+        local = param._local_tensor if is_dtensor else param.detach()
+        if is_dtensor and not quantizer.block:
+            device_mesh = param.device_mesh
+            quantizer.amax_reduction_group = (
+                device_mesh.get_group(mesh_dim="shard") if device_mesh.ndim > 1 else device_mesh.get_group()
+            )
+            quantizer.with_amax_reduction = True
+        quantized = quantizer(local)
+        if is_dtensor:
+            new = nn.Parameter(
+                DTensor.from_local(
+                    quantized,
+                    device_mesh=param.device_mesh,
+                    placements=param.placements,
+                    shape=param.size(),
+                    stride=param.stride(),
+                )
+            )
+        else:
+            new = nn.Parameter(quantized)
+        for key, value in vars(param).items():  # TE sets its parallelism attributes after quantizing
+            if not key.startswith("_"):
+                setattr(new, key, value)
+        setattr(self, name, new)
+
+
+_BaseModule.__init__ = _base_module_init  # type: ignore[method-assign]
+_BaseModule.reset_parameters = _reset_parameters  # type: ignore[method-assign]
+
+
+class FusedAdam(torch.optim.Optimizer):
+    """``transformer_engine.pytorch.optimizers.FusedAdam`` (see this section's header), in plain torch."""
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        bias_correction: bool = True,
+        adam_w_mode: bool = True,
+        capturable: bool = False,
+        master_weights: bool = False,
+        master_weight_dtype: torch.dtype = torch.float32,
+        exp_avg_dtype: torch.dtype = torch.float32,
+        exp_avg_sq_dtype: torch.dtype = torch.float32,
+        use_decoupled_grad: bool = False,
+        store_param_remainders: bool = False,
+        set_grad_none: bool | None = None,
+    ) -> None:
+        if amsgrad:
+            raise RuntimeError("FusedAdam does not support the AMSGrad variant.")
+        if (master_weight_dtype, exp_avg_dtype, exp_avg_sq_dtype) != (torch.float32,) * 3 or store_param_remainders:
+            raise NotImplementedError("the stand-in keeps fp32 states only")
+        if capturable or use_decoupled_grad or not bias_correction or not adam_w_mode:
+            raise NotImplementedError("the stand-in imitates FusedAdam(adam_w_mode=True) with bias correction only")
+        defaults = {
+            "lr": lr,
+            "bias_correction": bias_correction,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+        }
+        super().__init__(params, defaults)
+        self.master_weights = master_weights
+        self.store_param_remainders = False
+
+    def _initialize_state(self, param: torch.Tensor, state_name: str, zero_buffer: bool) -> None:
+        from torch.distributed.tensor import DTensor
+
+        local = param._local_tensor if isinstance(param, DTensor) else param
+        data = torch.zeros(local.shape, dtype=torch.float32, device=local.device)
+        if not zero_buffer:
+            data = torch.empty_like(data)
+        if isinstance(param, DTensor):
+            data = DTensor.from_local(
+                data,
+                device_mesh=param.device_mesh,
+                placements=param.placements,
+                shape=param.size(),
+                stride=param.stride(),
+            )
+        self.state[param][state_name] = data
+
+    def initialize_state(self, param: torch.Tensor, store_param_remainders: bool) -> None:
+        from torch.distributed.tensor import DTensor
+
+        self._initialize_state(param, "exp_avg", zero_buffer=True)
+        self._initialize_state(param, "exp_avg_sq", zero_buffer=True)
+        if self.master_weights:
+            self._initialize_state(param, "master_param", zero_buffer=False)
+            local = param._local_tensor if isinstance(param, DTensor) else param
+            if isinstance(local, QuantizedTensor):
+                master = local.dequantize(dtype=torch.float32).clone().detach()
+            else:
+                master = local.clone().detach().float()
+            self.set_scaled_state(param, "master_param", master)
+
+    def _local_state(self, param: torch.Tensor, state_name: str) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        state = self.state[param][state_name]
+        return state._local_tensor if isinstance(state, DTensor) else state
+
+    def get_unscaled_state(self, param: torch.Tensor, state_name: str) -> torch.Tensor:
+        return self._local_state(param, state_name)
+
+    def set_scaled_state(self, param: torch.Tensor, state_name: str, unscaled_state: torch.Tensor) -> None:
+        assert unscaled_state.dtype == torch.float32
+        if state_name not in self.state[param]:
+            self._initialize_state(param, state_name, False)
+        self._local_state(param, state_name).copy_(unscaled_state)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        from itertools import chain
+
+        from torch.distributed.tensor import DTensor
+
+        super().load_state_dict(state_dict)
+        id_map = dict(
+            zip(
+                chain.from_iterable(g["params"] for g in state_dict["param_groups"]),
+                chain.from_iterable(g["params"] for g in self.param_groups),
+                strict=True,
+            )
+        )
+        for key, value in state_dict["state"].items():
+            if key in id_map:
+                param = id_map[key]
+                self.state[param] = {}
+                for name, state in value.items():
+                    if state is None:
+                        continue
+                    if isinstance(state, DTensor):
+                        state = state._local_tensor
+                    self.set_scaled_state(param, name, state.float())
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            group["step"] = group.get("step", 0) + 1
+            beta1, beta2 = group["betas"]
+            bias1, bias2 = 1 - beta1 ** group["step"], 1 - beta2 ** group["step"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if len(self.state[p]) == 0:
+                    self.initialize_state(p, False)
+                assert isinstance(p, DTensor) == isinstance(p.grad, DTensor), "[FusedAdam DTensor Disparity]"
+                local = p._local_tensor if isinstance(p, DTensor) else p
+                grad = p.grad._local_tensor if isinstance(p.grad, DTensor) else p.grad
+                m, v = self._local_state(p, "exp_avg"), self._local_state(p, "exp_avg_sq")
+                if isinstance(local, QuantizedTensor):
+                    if not self.master_weights:
+                        raise RuntimeError(
+                            "FusedAdam without master_weights does not support QuantizedTensor parameters."
+                        )
+                    target = self._local_state(p, "master_param")
+                elif local.dtype == torch.float32:
+                    target = local
+                else:
+                    raise NotImplementedError("the stand-in steps fp32 and quantized parameters only")
+                g = grad.float()
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                update = (m / bias1) / ((v / bias2).sqrt() + group["eps"]) + group["weight_decay"] * target
+                target.sub_(group["lr"] * update)
+                if isinstance(local, QuantizedTensor):
+                    local.quantize_(target)
+        return loss
+
+
+def install_2_19(monkeypatch: Any) -> types.ModuleType:
+    """:func:`install`, plus this section: ``te.quantized_model_init``, ``te.QuantizedTensor``,
+    ``transformer_engine.pytorch.optimizers.FusedAdam``, and the rebuild function of a pickled
+    :class:`QuantizedTensor` allowed for ``torch.load(weights_only=True)`` (DCP's loader).
+
+    Returns the ``transformer_engine.pytorch`` module object.
+    """
+    pytorch = install(monkeypatch)
+    optimizers = types.ModuleType("transformer_engine.pytorch.optimizers")
+    optimizers.FusedAdam = FusedAdam  # type: ignore[attr-defined]
+    pytorch.optimizers = optimizers  # type: ignore[attr-defined]
+    pytorch.quantized_model_init = quantized_model_init  # type: ignore[attr-defined]
+    pytorch.QuantizedTensor = QuantizedTensor  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch.optimizers", optimizers)
+    torch.serialization.add_safe_globals([_rebuild_quantized])
+    return pytorch

@@ -18,6 +18,7 @@ The TE backend runs on :mod:`fake_transformer_engine`, a CPU stand-in with the i
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -53,7 +54,7 @@ from training.environment import (
     read_resource_config,
 )
 from training.model import CausalLM, build_model
-from training.parallelize import build_mesh, materialize, parallelize
+from training.parallelize import REPLICATE_DIM, SHARD_DIM, build_mesh, materialize, parallelize
 
 from . import fake_transformer_engine as fake_te
 
@@ -93,7 +94,7 @@ def test_rotary_angles_reach_every_block_in_fp32_under_the_bf16_policy(
     for block in model.layers:  # the modules that apply the rotation, inside the FSDP units
         inner = block.layer if backend == "te" else block.attention
         inner.register_forward_pre_hook(capture, with_kwargs=True)
-    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=(SHARD_DIM,))
     parallelize(
         model,
         mesh=mesh,
@@ -172,7 +173,7 @@ def _fsdp_model_of(
 ) -> tuple[CausalLM, torch.optim.Optimizer]:
     """:func:`_fsdp_te_model` under ``precision``'s FSDP plan."""
     model = _model("te", monkeypatch)
-    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",))
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=(SHARD_DIM,))
     parallelize(
         model,
         mesh=mesh,
@@ -472,8 +473,65 @@ def test_a_sharded_model_starts_equal_to_the_unsharded_one(
     assert not torch.equal(qkv[: qkv.shape[0] // 2], qkv[qkv.shape[0] // 2 :])
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("trainer-workers")
+def test_quantized_model_init_trains_under_fsdp2_and_hsdp_and_resumes(two_process_results: dict) -> None:
+    """quantized_model_init on 2 gloo processes (the TE stand-in, ``install_2_19``): the trainer's build stores
+    the 16 GEMM weights of SYNC_CONFIG's 4 blocks quantized (fp8 current scaling and mxfp8 under FSDP, fp8 under
+    HSDP), TE's FusedAdam's fp32 master weights start equal to the non-quantized path's initial weights
+    (bitwise: seeded from the trainer's own init, not from the quantized values), and a resume from the
+    trainer's CheckpointManager (DCP, optimizer state as DTensors) restores the masters bitwise and continues
+    with the uninterrupted run's losses. Stated tolerance: relative 1e-5 on the loss (on the CPU the resumed
+    steps are the same computation; on a GPU the order of reductions may differ)."""
+    from two_process_worker import QMI_STEPS, SEED, SYNC_CONFIG, qmi_layouts
+
+    runs = two_process_results["quantized_model_init"]
+    assert sorted(runs) == sorted(qmi_layouts(2)) == ["fp8", "fp8 hybrid 1x2", "mxfp8"]
+    torch.manual_seed(SEED)
+    reference = build_model(SYNC_CONFIG).state_dict()  # the non-quantized path's initial weights (fp32)
+    for name, run in runs.items():
+        assert run["quantized parameters"] == 4 * SYNC_CONFIG.num_layers, name
+        masters = run["initial masters"]
+        assert len(masters) == 4 * SYNC_CONFIG.num_layers, name
+        for key, master in masters.items():
+            assert master.dtype == torch.float32 and torch.equal(master, reference[key]), (name, key)
+        assert all(math.isfinite(loss) for loss in run["losses"] + run["continued"]), name
+        assert len(run["continued"]) == QMI_STEPS and run["saved masters"].keys() == masters.keys()
+        for key, saved in run["saved masters"].items():
+            assert not torch.equal(saved, masters[key]), (name, key)  # trained
+            assert torch.equal(run["resumed masters"][key], saved), (name, key)
+        assert run["resumed"] == pytest.approx(run["continued"], rel=1e-5), name
+    # HSDP on a 2-D (replicate, shard) mesh trains as FSDP does: the same global batch, the same update
+    assert runs["fp8 hybrid 1x2"]["losses"] == pytest.approx(runs["fp8"]["losses"], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("names", "raises"), [((REPLICATE_DIM, SHARD_DIM), False), (("dp_replicate", "dp_shard"), True)]
+)
+def test_an_hsdp_mesh_names_its_dimensions_as_transformer_engine_looks_them_up(
+    process_group, monkeypatch: pytest.MonkeyPatch, names: tuple[str, str], raises: bool
+) -> None:
+    """TE 2.19's reset_parameters reduces a quantized weight's amax over ``mesh.get_group(mesh_dim="shard")`` of
+    a 2-D mesh: build_mesh's names work, the trainer's former ``("dp_replicate", "dp_shard")`` raise KeyError
+    there (what the hybrid mesh did inside TE)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    fake_te.install_2_19(monkeypatch)
+    model = build_model(CONFIG, backend="te", device="meta", quantized_recipe=prec.te_recipe("fp8"))
+    mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=names)
+    parallelize(
+        model, mesh=mesh, precision=prec.plan("fp8"), activation_checkpointing="off", reshard_after_forward=True
+    )
+    if raises:
+        with pytest.raises(KeyError):
+            materialize(model, torch.device("cpu"), seed=1)
+    else:
+        initial = materialize(model, torch.device("cpu"), seed=1)
+        assert len(initial) == 4 * CONFIG.num_layers
+
+
 def test_hsdp_shards_start_equal_to_the_unsharded_init_on_a_2x2_mesh() -> None:
-    """HSDP's layout: (Replicate, Shard(0)) on a (dp_replicate=2, dp_shard=2) mesh, as FSDP2 shards
+    """HSDP's layout: (Replicate, Shard(0)) on a (replicate=2, shard=2) mesh, as FSDP2 shards
     over build_mesh(..., "hybrid"). One process plays the four ranks (no process group: DeviceMesh's
     ``_rank``, torch 2.13); each gets rank numbers of its own, because DTensor caches its sharding
     decisions per mesh and meshes differing only in the local rank compare equal. Every rank's
@@ -493,7 +551,7 @@ def test_hsdp_shards_start_equal_to_the_unsharded_init_on_a_2x2_mesh() -> None:
         mesh = DeviceMesh(
             "cpu",
             ranks,
-            mesh_dim_names=("dp_replicate", "dp_shard"),
+            mesh_dim_names=(REPLICATE_DIM, SHARD_DIM),
             _init_backend=False,
             _rank=int(ranks.flatten()[rank]),
         )

@@ -28,7 +28,7 @@ from platform_spec.precisions import PRECISIONS, Precision, TERecipe
 from training import precision
 from training.metrics import DeviceInfo, MetricsLogger, peak_memory_gb
 from training.model import build_model
-from training.parallelize import parallelize
+from training.parallelize import SHARD_DIM, parallelize
 from training.train import StopController, learning_rate, oom_reason
 
 from . import fake_transformer_engine as fake_te
@@ -174,7 +174,7 @@ def test_a_new_cpu_format_is_planned_from_its_registry_entry_alone(
     model.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
     parallelize(
         model,
-        mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("dp_shard",)),
+        mesh=init_device_mesh("cpu", (1,), mesh_dim_names=(SHARD_DIM,)),
         precision=plan,
         activation_checkpointing="off",
         reshard_after_forward=True,

@@ -32,6 +32,7 @@ from training.local import (
     start_local,
 )
 from training.model import load_pretrained
+from training.parallelize import SHARD_DIM
 
 from .conftest import REFERENCE_HP
 
@@ -181,7 +182,7 @@ def test_fsdp_two_processes_one_process_and_two_node_hsdp_agree(reference_run, s
     # the steady-state timeout reaches HSDP's shard group, which DeviceMesh made with a group of its own (its
     # replicate dimension spans every rank: the default group); full sharding runs on the default group alone
     switch = "collective timeout 10 min from now on on the default group"
-    assert f"{switch} and dp_shard (setup: 30 min)" in short_runs["node0"][1].output
+    assert f"{switch} and {SHARD_DIM} (setup: 30 min)" in short_runs["node0"][1].output
     assert f"{switch} (setup: 30 min)" in short_runs["2 processes"][1].output
 
     for name, steps in (("1 process", [1, 2, 3]), ("node0", [1, 2])):

@@ -2,7 +2,7 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/training/two_process_worker.py OUT.pt
 
-Saves, from rank 0, ``{"gradient_sync": ..., "init_weights": ...}`` to OUT.pt:
+Saves, from rank 0, ``{"gradient_sync": ..., "init_weights": ..., "quantized_model_init": ...}`` to OUT.pt:
 
 ``"gradient_sync"`` (tests/training/test_memory_modes.py): for each ``gradient_sync`` mode, builds the
 test model the way the trainer does (meta device, ``selective:2`` activation checkpointing, FSDP2 over
@@ -21,6 +21,14 @@ with the CPU stand-in of ``fake_transformer_engine`` (whose ``reset_parameters``
 from the same seed, as the image's TransformerEngine does) -- and the TE one on HSDP meshes too (``hybrid``:
 every rank a node, and all ranks one node), and gathers the full state dicts:
 ``{"torch": {...}, "te": {...}, "te hybrid <nodes>x<per node>": {...}}`` with canonical names.
+
+``"quantized_model_init"`` (tests/training/test_gpu_readiness.py): for fp8 and mxfp8 under FSDP and fp8 under
+HSDP (:func:`qmi_layouts`), builds the model as the trainer does with ``quantized_model_init=true`` (the TE
+stand-in's TransformerEngine 2.19 section: blocks under ``te.quantized_model_init``, GEMM weights stored
+quantized, :func:`training.train.build_optimizer`'s FusedAdam with fp32 master weights), trains 2 steps, saves
+with the trainer's :class:`~training.checkpoint.manager.CheckpointManager`, trains 2 more; a fresh build
+resumes the save and trains the same 2; records the initial, saved and resumed master weights (full, canonical
+names) and the losses.
 """
 
 from __future__ import annotations
@@ -171,19 +179,121 @@ def full_weights(
     return {k: v.clone() for k, v in canonical_state_dict(state).items()}
 
 
+# ---------------------------------------------------------------------------
+# Quantized model init (fp8 and mxfp8 weights stored quantized, FusedAdam with fp32 master weights)
+
+QMI_STEPS = 2
+"""Optimizer steps before the save, and again after it (uninterrupted and resumed)."""
+
+
+def qmi_layouts(world: int) -> dict[str, tuple[str, str, int]]:
+    """The quantized-init runs, by name: ``(precision, sharding_strategy, processes per node)``; HSDP as one
+    node of all ranks, whose 2-D mesh shards over TE's ``shard`` dimension across ranks."""
+    return {
+        "fp8": ("fp8", "full", world),
+        "mxfp8": ("mxfp8", "full", world),
+        f"fp8 hybrid 1x{world}": ("fp8", "hybrid", world),
+    }
+
+
+def qmi_build(
+    precision: str, world: int, sharding_strategy: str, per_node: int
+) -> tuple[torch.nn.Module, object, object]:
+    """The trainer's build with ``quantized_model_init=true``: the model, its optimizer and the recipe."""
+    from platform_spec.hyperparameters import Hyperparameters
+    from training.train import build_optimizer
+
+    torch.manual_seed(SEED)
+    plan = prec.plan(precision)
+    recipe = plan.recipe()
+    hp = Hyperparameters(precision=precision, quantized_model_init=True, learning_rate=LR, weight_decay=0.1)
+    model = build_model(SYNC_CONFIG, backend="te", device="meta", quantized_recipe=recipe)
+    mesh = build_mesh("cpu", world, per_node, sharding_strategy)
+    parallelize(model, mesh=mesh, precision=plan, activation_checkpointing="selective:2", reshard_after_forward=True)
+    initial = materialize(model, torch.device("cpu"), seed=SEED)
+    optimizer = build_optimizer(model, hp, torch.device("cpu"), initial_values=initial)
+    return model, optimizer, recipe
+
+
+def qmi_steps(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, recipe: object, precision: str, rank: int, first: int
+) -> list[float]:
+    """``QMI_STEPS`` optimizer steps of one micro-batch each (batch ``first + i`` of this rank); the losses."""
+    losses = []
+    for i in range(QMI_STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        batch = tokens(rank, first + i)
+        with prec.autocast(precision, recipe, device_type="cpu"):
+            loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def full_masters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer's fp32 master weights of the parameters stored quantized, full tensors by canonical name."""
+    out = {}
+    for name, param in model.named_parameters():
+        local = param._local_tensor if isinstance(param, DTensor) else param
+        if isinstance(local, fake_transformer_engine.QuantizedTensor):
+            master = optimizer.state[param]["master_param"]
+            out[canonical_name(name)] = (master.full_tensor() if isinstance(master, DTensor) else master).clone()
+    return out
+
+
+def quantized_run(
+    precision: str, world: int, rank: int, sharding_strategy: str, per_node: int, work: Path
+) -> dict[str, object]:
+    """Build, record the initial masters, train, save (the trainer's CheckpointManager), train on; then a fresh
+    build resumes the save and trains the same steps."""
+    from training.checkpoint.manager import CheckpointManager
+
+    model, optimizer, recipe = qmi_build(precision, world, sharding_strategy, per_node)
+    quantized = sum(
+        isinstance(getattr(p, "_local_tensor", p), fake_transformer_engine.QuantizedTensor) for p in model.parameters()
+    )
+    initial_masters = full_masters(model, optimizer)
+    before = qmi_steps(model, optimizer, recipe, precision, rank, first=0)
+    manager = CheckpointManager(work, keep=2, rank=rank, local_rank=rank, world_size=world)  # one filesystem
+    manager.save(QMI_STEPS, model, optimizer, {"step": QMI_STEPS})
+    saved_masters = full_masters(model, optimizer)
+    continued = qmi_steps(model, optimizer, recipe, precision, rank, first=QMI_STEPS)
+
+    fresh, fresh_optimizer, _ = qmi_build(precision, world, sharding_strategy, per_node)
+    resumed = manager.load_latest(fresh, fresh_optimizer)
+    assert resumed is not None and resumed.step == QMI_STEPS
+    resumed_masters = full_masters(fresh, fresh_optimizer)
+    after_resume = qmi_steps(fresh, fresh_optimizer, recipe, precision, rank, first=QMI_STEPS)
+    return {
+        "quantized parameters": quantized,
+        "initial masters": initial_masters,
+        "losses": before,
+        "saved masters": saved_masters,
+        "resumed masters": resumed_masters,
+        "continued": continued,
+        "resumed": after_resume,
+    }
+
+
 def main(out: str) -> int:
     dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
     sync: dict[str, object] = {mode: sharded_run(mode, world, rank) for mode in GRADIENT_SYNC_MODES}
     if rank == 0:
         sync["reference"] = reference_run(world)
-    fake_transformer_engine.install(_SysModules)  # after the gradient check, which builds torch-native blocks
+    fake_transformer_engine.install_2_19(_SysModules)  # after the gradient check, which builds torch-native blocks
     init = {
         name: full_weights(backend, world, strategy, per_node)
         for name, (backend, strategy, per_node) in layouts(world).items()
     }
+    work = Path(out).parent
+    qmi = {
+        name: quantized_run(precision, world, rank, strategy, per_node, work / f"qmi-{index}")
+        for index, (name, (precision, strategy, per_node)) in enumerate(qmi_layouts(world).items())
+    }
     if rank == 0:
-        torch.save({"gradient_sync": sync, "init_weights": init}, out)
+        torch.save({"gradient_sync": sync, "init_weights": init, "quantized_model_init": qmi}, out)
     dist.barrier()
     dist.destroy_process_group()
     return 0

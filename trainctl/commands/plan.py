@@ -59,19 +59,20 @@ def _instance_type(text: str) -> str:
 
 
 def quantized_model_init_help() -> str:
-    """``--quantized-model-init``'s help, from the trainer's one refusal rule."""
-    from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_REFUSAL
+    """``--quantized-model-init``'s help, from the trainer's one rule
+    (:func:`platform_spec.hyperparameters.quantized_model_init_refusal`, per precision)."""
+    from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_PRECISIONS, quantized_model_init_refusal
     from platform_spec.precisions import names_where
 
-    formats = ", ".join(names_where(lambda p: p.uses_te))
-    return (
-        f"store block weights quantized ({formats})"
-        if QUANTIZED_MODEL_INIT_REFUSAL is None
-        else f"store block weights quantized ({formats}). REFUSED with the current trainer image (exit 2, no plan): "
-        + QUANTIZED_MODEL_INIT_REFUSAL.removeprefix("false: ")
-        + ". The flag mirrors the trainer's hyperparameter, so the planner answers with the reason and plans it "
-        "again once the image supports it"
+    refused = [name for name in names_where(lambda p: p.quantized) if quantized_model_init_refusal(name) is not None]
+    text = (
+        f"store block weights quantized ({', '.join(QUANTIZED_MODEL_INIT_PRECISIONS)}; TransformerEngine's "
+        "FusedAdam keeps fp32 master weights)"
     )
+    for name in refused:
+        reason = quantized_model_init_refusal(name) or ""
+        text += f". REFUSED with precision {name} (exit 2, no plan): " + reason.removeprefix("false: ")
+    return text
 
 
 def _hyperparameter(name: str) -> Callable[[str], Any]:
