@@ -257,6 +257,11 @@ def notes(plan: Plan) -> list[str]:
         )
     if get_precision(plan.input.precision).quantized and not plan.input.quantized_model_init:
         out.append("TransformerEngine keeps high-precision weights plus quantized copies (quantized_weight_copies)")
+    elif plan.input.quantized_model_init:
+        out.append(
+            "block weights stored quantized (quantized_model_init); TransformerEngine's FusedAdam keeps fp32 master "
+            "weights of every parameter (optimizer_state)"
+        )
     out.append(
         "memory_gb.total is the predicted peak allocated memory; status also counts the margins: at-risk when the "
         f"requirement is within {AT_RISK_FRACTION:.0%} of usable memory (the model's stated error)"

@@ -96,7 +96,8 @@ def expand(grid: Mapping[str, Sequence[str]], base_hyperparameters: Mapping[str,
     """The cartesian product of ``grid`` (first key slowest) over ``base_hyperparameters``.
 
     A combination that breaks a cross-field rule (e.g. ``quantized_model_init``
-    without an fp8-family precision), or whose model shape its family's rule refuses
+    with a precision the trainer does not store quantized:
+    :func:`platform_spec.hyperparameters.quantized_model_init_refusal`), or whose model shape its family's rule refuses
     (:func:`platform_spec.hyperparameters.model_shape`: e.g. ``num_kv_heads`` not dividing ``num_heads``,
     a width that is not the precision's GEMM multiple), is ``Skipped`` with the rule as its reason,
     naming the field: ``invalid combination: hyperparameter 'num_kv_heads': got 3, expected ...``.
