@@ -129,7 +129,7 @@ from training.environment import (
 from training.evaluation import Evaluator
 from training.hf_weights import load_into
 from training.metrics import DeviceInfo, MetricsLogger
-from training.model import CausalLM, build_model, transformer_engine_available
+from training.model import CausalLM, build_model, is_quantized, transformer_engine_available
 from training.parallelize import build_mesh, materialize, parallelize
 from training.preflight import PreflightError, check_efa, measure_bandwidth
 from training.supervision import TrainerStatus, guarded_output, write_status
@@ -981,6 +981,11 @@ class Trainer:
             "eod_token_id": None if self.dataset is None else self.dataset.eod_token_id,
         }
         tokenizer = DataTokenizer.of_dataset(self.dataset) if self.rank == 0 else None
+        masters = {  # quantized_model_init: the fp32 masters, not the quantized weights
+            name: self.optimizer.state[param]["master_param"]
+            for name, param in self.model.named_parameters()
+            if is_quantized(param)
+        }
         path = export_model(
             self.model,
             self.paths.model_dir,
@@ -989,6 +994,7 @@ class Trainer:
             rank=self.rank,
             extra=extra,
             tokenizer=tokenizer,
+            master_weights=masters,
         )
         if path is not None:
             self.log(f"final weights {path} ({time.monotonic() - t0:.1f} s)")

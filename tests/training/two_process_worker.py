@@ -260,6 +260,17 @@ def quantized_run(
     saved_masters = full_masters(model, optimizer)
     continued = qmi_steps(model, optimizer, recipe, precision, rank, first=QMI_STEPS)
 
+    exported = None
+    if sharding_strategy == "full":  # the export: the fp32 masters of the quantized weights, not their fp8 values
+        from training.checkpoint.manager import export_model
+        from training.model import is_quantized, load_pretrained
+
+        masters = {n: optimizer.state[p]["master_param"] for n, p in model.named_parameters() if is_quantized(p)}
+        export_model(model, work / "export", config=SYNC_CONFIG, dtype=torch.float32, rank=rank, master_weights=masters)
+        if rank == 0:
+            exported = {k: v.clone() for k, v in load_pretrained(work / "export").state_dict().items()}
+    final_masters = full_masters(model, optimizer)
+
     fresh, fresh_optimizer, _ = qmi_build(precision, world, sharding_strategy, per_node)
     resumed = manager.load_latest(fresh, fresh_optimizer)
     assert resumed is not None and resumed.step == QMI_STEPS
@@ -273,6 +284,8 @@ def quantized_run(
         "resumed masters": resumed_masters,
         "continued": continued,
         "resumed": after_resume,
+        "final masters": final_masters,
+        "exported": exported,
     }
 
 

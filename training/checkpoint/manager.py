@@ -770,16 +770,30 @@ def export_model(
     rank: int,
     extra: Mapping[str, Any] | None = None,
     tokenizer: DataTokenizer | None = None,
+    master_weights: Mapping[str, torch.Tensor] | None = None,
 ) -> Path | None:
     """Gather the full model to rank 0 (CPU) and write consolidated safetensors + ``config.json``, the
     tokenizer's files and ``generation_config.json`` (:func:`training.model.save_pretrained`).
 
+    Args:
+        master_weights: ``{parameter name (named_parameters'): fp32 master (DTensor or tensor)}`` of the
+            parameters stored quantized (``quantized_model_init``): exported instead of their quantized values,
+            as TransformerEngine's FSDP2 example exports the optimizer's masters (``fully_shard.py``).
+
     Collective. Returns the weights path on rank 0, None elsewhere.
     """
-    from training.model import save_pretrained
+    from torch.distributed.tensor import DTensor
+
+    from training.model import canonical_name, save_pretrained
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)
+    masters = dict(master_weights or {})
+    by_canonical = {canonical_name(key): key for key in state if not key.endswith("_extra_state")} if masters else {}
+    for name, master in masters.items():
+        full = master.full_tensor() if isinstance(master, DTensor) else master  # collective: every rank
+        if rank == 0:  # the full state dict is rank 0's alone (cpu_offload)
+            state[by_canonical[canonical_name(name)]] = full.detach().to("cpu", torch.float32)
     written = None
     if rank == 0:
         # TE quantized weights (quantized model init) are tensor subclasses: back to high precision first
