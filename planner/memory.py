@@ -591,6 +591,8 @@ def logits_bytes(r: ResolvedInput) -> float:
     if r.input.loss == "unchunked-fp32":
         return UNCHUNKED_LOSS_BYTES_PER_LOGIT * V * T
     return LOSS_PEAK_BYTES_PER_LOGIT * V * min(T, loss_chunk_tokens(V))
+
+
 def trainer_optimizer(r: ResolvedInput) -> OptimizerChoice:
     """The optimizer the trainer builds for the planned run (on a GPU): :func:`platform_spec.optimizers.optimizer_for`."""
     return optimizer_for("cuda", quantized_model_init=stores_quantized_weights(r))
@@ -667,8 +669,8 @@ __all__ = [
     "memory_status",
     "quantized_bytes",
     "state_bytes",
-    "weight_casts_per_microbatch",
     "stores_quantized_weights",
     "trainer_optimizer",
+    "weight_casts_per_microbatch",
     "weight_copy_bytes",
 ]
