@@ -197,7 +197,7 @@ def describe_changes(before: PlanInput, after: PlanInput) -> list[str]:
         "gradient_sync": "when gradients are reduce-scattered under accumulation",
         "batch_size": "smaller micro-batch",
         "gradient_accumulation_steps": "keeps the tokens per optimizer step",
-        "quantized_model_init": "store block weights quantized, dropping the high-precision copy",
+        "quantized_model_init": "store block weights quantized (TransformerEngine's FusedAdam keeps fp32 master weights)",
         "reshard_after_forward": "free gathered parameters after forward",
         "sharding_strategy": "shard parameters and optimizer state over every GPU",
         "instance_count": "more GPUs to shard over",
@@ -556,12 +556,20 @@ def _gradient_sync_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
 
 
 def _quantized_weights_rec(plan: Plan, evaluate: Evaluate) -> Recommendation | None:
-    """Quantized weights when memory is the constraint (only where the trainer can store them)."""
+    """Quantized weights when memory is the constraint and storing them lowers it (only where the trainer can
+    store them). Under FSDP2 with the trainer image's TransformerEngine it usually does not: TE keeps no quantized
+    weight copies there (:data:`planner.memory.TE_FSDP2_DROPS_WEIGHT_WORKSPACE`), while FusedAdam keeps an fp32
+    master of every parameter beside the stored quantized weights, so the suggestion is made only where the
+    evaluated plan is smaller (e.g. TE's FSDP1 example, ``blocks_only``, whose copies are kept)."""
     inp = plan.input
     if not _quantized_init_available(inp) or inp.quantized_model_init:
         return None
     q = _try(evaluate, inp.replace(quantized_model_init=True))
-    if q is None or not plan.memory_gb.headroom / plan.memory_gb.usable < 0.25:
+    if (
+        q is None
+        or not plan.memory_gb.headroom / plan.memory_gb.usable < 0.25
+        or not q.memory_gb.total < plan.memory_gb.total
+    ):
         return None
     return _rec(
         "Store weights quantized (quantized_model_init)",
