@@ -313,6 +313,62 @@ def test_extra_state_of_another_shape_is_refused(monkeypatch: pytest.MonkeyPatch
     assert str(refused.value).startswith("layers.0._extra_state: refused TransformerEngine extra state")
 
 
+class _Reduced:
+    """Pickles as ``callable(*args)``: how a crafted payload names a call."""
+
+    def __init__(self, call, *args) -> None:
+        self.call, self.args = call, args
+
+    def __reduce__(self) -> tuple:
+        return (self.call, self.args)
+
+
+def _tensor_over(storage, offset: int, size: tuple, stride: tuple, hooks=None) -> _Reduced:
+    """A pickled tensor as torch writes one (``_rebuild_tensor_v2``), with a crafted view of ``storage``."""
+    from torch._utils import _rebuild_tensor_v2
+
+    return _Reduced(_rebuild_tensor_v2, storage, offset, size, stride, False, hooks or OrderedDict())
+
+
+@pytest.mark.parametrize(
+    ("crafted", "reason"),
+    [
+        (lambda: _tensor_over(torch.zeros(2).storage(), 0, (10**6,), (1,)), r"size \(1000000,\).*past its storage"),
+        (lambda: _tensor_over(torch.zeros(2).storage(), 5, (2,), (1,)), r"offset 5 reaching past its storage"),
+        (lambda: _tensor_over(torch.zeros(3).storage(), 0, (2,), (3,)), r"stride \(3,\).*past its storage"),
+        (lambda: _tensor_over(torch.zeros(2).storage(), 0, (2,), (1,), OrderedDict(a=1)), "backward hooks"),
+        (
+            lambda: _tensor_over(
+                _Reduced(torch.storage._load_from_bytes, pickle.dumps(_Reduced(os.system, "true"))), 0, (1,), (1,)
+            ),
+            r"tensor storage that torch's weights-only unpickler refuses \(Unsupported operand",
+        ),
+    ],
+    ids=["view-past-storage", "offset-past-storage", "stride-past-storage", "hooks", "storage-calls-os-system"],
+)
+def test_a_crafted_tensor_in_extra_state_is_refused(monkeypatch: pytest.MonkeyPatch, crafted, reason: str) -> None:
+    """A delayed-scaling state whose tensor is not a plain one within its storage is refused naming the key:
+    torch's ``set_`` would grow the storage to the size the pickle names (uninitialised memory, any size), and
+    a storage's bytes go to torch's weights-only unpickler, whose refusal is reported without torch's advice to
+    retry unsafely."""
+    fake_te.install(monkeypatch)
+    payload = pickle.dumps({"recipe": fake_te.DelayedScaling(), "scale_fwd": crafted()})
+    with pytest.raises(extra_state.ExtraStateRefused, match=reason) as refused:
+        extra_state.read_extra_state(payload, "layers.0._extra_state")
+    assert str(refused.value).startswith("layers.0._extra_state: refused") and "weights_only" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [torch.tensor(1.0), torch.zeros(3, dtype=torch.bfloat16), torch.zeros(2, 4, dtype=torch.uint8)],
+    ids=["0-d-float", "bf16", "2-d-uint8"],
+)
+def test_an_extra_state_tensor_te_does_not_write_is_refused_naming_the_key(value: torch.Tensor) -> None:
+    """The checkpoint's metadata sets the dtype and shape an extra state loads as; TE writes 1-D uint8 only."""
+    with pytest.raises(extra_state.ExtraStateRefused, match=r"^m\._extra_state: .*expected a 1-D uint8 tensor"):
+        extra_state.check_extra_states({"m._extra_state": value})
+
+
 def test_the_restricted_unpickler_reads_what_te_writes_for_each_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each registry recipe's pickled state (recipe, delayed scaling's tensors, a bf16 tensor) reads back
     equal, with no global beyond the allowed ones; the recipe classes allowed are the registry's."""

@@ -14,7 +14,7 @@ refuses to unpickle a delayed-scaling state (its own, too) unless ``NVTE_ALLOW_U
 So the trainer reads every non-empty extra state itself first, with :class:`RestrictedUnpickler`: only
 the classes such a state holds can be named (the recipe classes of :mod:`platform_spec.precisions` and
 their field types from ``transformer_engine.common.recipe``, ``torch._utils._rebuild_tensor_v2`` with no
-hooks, ``collections.OrderedDict``), and a tensor's storage is read by torch's weights-only unpickler
+hooks and a view within its storage, ``collections.OrderedDict``), and a tensor's storage is read by torch's weights-only unpickler
 (``torch.storage._load_from_bytes`` itself would call ``torch.load(weights_only=False)``). The payload
 must then have the shape above. Only when every extra state of the checkpoint passed does TE get the
 opt-in, for that one ``set_state_dict`` call (:func:`te_unpickles_checked_states`); TE then restores the
@@ -41,6 +41,7 @@ __all__ = [
     "RECIPE_MODULE",
     "ExtraStateRefused",
     "ForbiddenGlobal",
+    "ForbiddenTensor",
     "RestrictedUnpickler",
     "check_extra_states",
     "read_extra_state",
@@ -87,15 +88,48 @@ class ForbiddenGlobal(pickle.UnpicklingError):
     """A pickle names a global outside those a TE extra state holds (message: ``module.name``)."""
 
 
+class ForbiddenTensor(pickle.UnpicklingError):
+    """A pickled tensor is not a plain one within its storage (message: what it is instead)."""
+
+
 def _load_storage(data: bytes) -> Any:
-    """``torch.storage._load_from_bytes`` read by torch's weights-only unpickler (the original allows any code)."""
-    return torch.load(io.BytesIO(data), weights_only=True)
+    """``torch.storage._load_from_bytes`` read by torch's weights-only unpickler (the original allows any code).
+
+    Raises:
+        ForbiddenTensor: the weights-only unpickler refuses the bytes (its own reason, without torch's advice
+            to retry with ``weights_only=False``).
+    """
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except pickle.UnpicklingError as exc:
+        text = str(exc)
+        detail = text.partition("WeightsUnpickler error:")[2].partition("Check the documentation")[0].strip()
+        raise ForbiddenTensor(
+            f"a tensor storage that torch's weights-only unpickler refuses ({detail or text.splitlines()[0]})"
+        ) from None
 
 
 def _rebuild_tensor(storage: Any, offset: int, size: tuple, stride: tuple, requires_grad: bool, hooks: Any, *rest: Any):
-    """``torch._utils._rebuild_tensor_v2`` for a plain CPU tensor: no backward hooks, no metadata."""
+    """``torch._utils._rebuild_tensor_v2`` for a plain CPU tensor: no backward hooks, no metadata, and a view
+    that lies within its storage (torch's ``Tensor.set_`` would grow the storage to fit it, allocating whatever
+    size the pickle names and exposing uninitialised memory).
+
+    Raises:
+        ForbiddenTensor: hooks or metadata, not a storage, or a view reaching past the storage.
+    """
     if hooks or any(rest):
-        raise ForbiddenGlobal("torch._utils._rebuild_tensor_v2 with backward hooks or metadata")
+        raise ForbiddenTensor("a tensor with backward hooks or metadata")
+    if not isinstance(storage, torch.TypedStorage):
+        raise ForbiddenTensor(f"a tensor over a {type(storage).__name__}, not a storage")
+    dims = (offset, *size, *stride)
+    if len(size) != len(stride) or not all(isinstance(n, int) and n >= 0 for n in dims):
+        raise ForbiddenTensor(f"a tensor of size {size}, stride {stride}, offset {offset}")
+    end = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1 if all(size) else offset
+    if end > storage.size():
+        raise ForbiddenTensor(
+            f"a tensor of size {tuple(size)}, stride {tuple(stride)} at offset {offset} reaching past its storage "
+            f"of {storage.size()} elements"
+        )
     from torch._utils import _rebuild_tensor_v2
 
     return _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, OrderedDict())
@@ -132,12 +166,15 @@ def read_extra_state(data: bytes, key: str) -> dict[str, Any]:
         delayed scaling, the tensors of :data:`STATE_TENSORS`.
 
     Raises:
-        ExtraStateRefused: a global outside the allowed ones, not a pickle, or not of that shape.
+        ExtraStateRefused: a global outside the allowed ones, a tensor that is not a plain one within its
+            storage, not a pickle, or not of that shape.
     """
     try:
         state = RestrictedUnpickler(io.BytesIO(data)).load()
     except ForbiddenGlobal as exc:
         raise ExtraStateRefused(key, f"its pickle names {exc}, which no TE recipe's state holds") from None
+    except ForbiddenTensor as exc:
+        raise ExtraStateRefused(key, f"its pickle holds {exc}") from None
     except Exception as exc:  # a truncated or corrupt pickle fails in many ways
         raise ExtraStateRefused(key, f"not a readable pickle ({type(exc).__name__}: {exc})") from None
     if not isinstance(state, dict) or not set(state) <= _STATE_KEYS:
@@ -168,12 +205,17 @@ def check_extra_states(model_state: Mapping[str, Any]) -> dict[str, str]:
         ``{key: recipe class name}`` for the non-empty ones (empty ones restore nothing and pass).
 
     Raises:
-        ExtraStateRefused: the first one that is not a state the trainer writes.
+        ExtraStateRefused: the first one that is not a state the trainer writes (including one that is not a
+            1-D ``uint8`` tensor, the only kind TE writes: the checkpoint's metadata sets the dtype it loads as).
     """
     recipes: dict[str, str] = {}
     for key, value in model_state.items():
         if key.endswith("_extra_state") and isinstance(value, torch.Tensor) and value.numel():
-            data = value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            if value.dtype != torch.uint8 or value.dim() != 1:
+                raise ExtraStateRefused(
+                    key, f"expected a 1-D uint8 tensor, got {value.dtype} of shape {tuple(value.shape)}"
+                )
+            data = value.detach().cpu().contiguous().numpy().tobytes()
             recipes[key] = type(read_extra_state(data, key)["recipe"]).__name__
     return recipes
 
