@@ -460,6 +460,12 @@ def _record(
             "quantized_model_init: false in the checkpoint, true in this run",
             "precision mxfp8 -> fp8",
         ),
+        (  # the saved record is _record() (mxfp8, quantized_model_init=false): see the test below for both true
+            _record(precision="fp8"),
+            False,
+            None,
+            "hyperparameters changed: precision mxfp8 -> fp8 (fp32 master weights and AdamW state carry over)",
+        ),
         (
             _record(max_steps=5000, learning_rate=1e-4),
             False,
@@ -487,6 +493,7 @@ def _record(
         "seed-allowed",
         "precision",
         "quantized-init",
+        "fp8-without-quantized-init",
         "schedule",
         "memory-modes",
     ],
@@ -502,6 +509,22 @@ def test_resume_policy_per_recorded_item(current: dict, allow: bool, refusal: st
         assert result.notes == []
     else:
         assert len(result.notes) == 1 and note in result.notes[0], result.notes
+
+
+@pytest.mark.parametrize(("before", "after"), [("fp8", "mxfp8"), ("mxfp8", "fp8")])
+def test_a_precision_change_under_quantized_model_init_is_refused(before: str, after: str) -> None:
+    """With quantized_model_init=true in both, the block weights are Float8Tensor or MXFP8Tensor by precision:
+    the checkpoint's quantized weights are another layout (the TE stand-in's FSDP2 all-gather fails on the
+    first step after such a load), so the resume is refused naming both precisions and the way to resume."""
+    saved = {"step": 10, "run": _record(precision=before, quantized_model_init=True)}
+    result = compare_runs(saved, _record(precision=after, quantized_model_init=True))
+    assert result.refusals == [
+        f"precision: {before} in the checkpoint, {after} in this run with quantized_model_init=true (the block "
+        "weights are stored in the precision's own quantized format, another state-dict layout); resume with "
+        f"precision={before}"
+    ]
+    same = compare_runs(saved, _record(precision=before, quantized_model_init=True, learning_rate=1e-4))
+    assert same.refusals == []
 
 
 def test_another_model_family_is_refused_as_such_and_another_preset_is_named_first() -> None:

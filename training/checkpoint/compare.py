@@ -18,7 +18,9 @@ training data (fingerprint),         refused unless ``allow_data_change=true``; 
 world size, micro-batch layout       allowed, logged: DCP reshards model and optimizer,
 (same global batch)                  and the data continues at the same sample number
 precision, ``fp8_scaling``           allowed, logged: every recipe keeps fp32 master
-                                     weights and AdamW state
+                                     weights and AdamW state; a precision change with
+                                     ``quantized_model_init=true`` is refused (the
+                                     weights are stored in the precision's format)
 anything else (LR, ``max_steps``,    allowed, logged
 intervals, sharding...)
 ===================================  ====================================================
@@ -265,6 +267,14 @@ def _compare_model(saved: Mapping[str, Any], current: Mapping[str, Any], out: Ru
         out.refusals.append(
             f"{name}: {old_hp.get(name)} in the checkpoint, {new_hp.get(name)} in this run "
             "(quantized weights and FusedAdam master weights are another state-dict layout)"
+        )
+    if old_hp.get("quantized_model_init") == new_hp.get("quantized_model_init") == "true" and old_hp.get(
+        "precision"
+    ) != new_hp.get("precision"):
+        out.refusals.append(
+            f"precision: {old_hp.get('precision')} in the checkpoint, {new_hp.get('precision')} in this run with "
+            "quantized_model_init=true (the block weights are stored in the precision's own quantized format, "
+            f"another state-dict layout); resume with precision={old_hp.get('precision')}"
         )
 
 
