@@ -120,6 +120,41 @@ def test_resume_restores_model_optimizer_and_rng(tmp_path: Path) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)  # weights and Adam moments restored exactly
 
 
+class _Touch:
+    """Unpickling it creates ``path`` (what a pickle in a checkpoint could do with any callable)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.path,))
+
+
+@pytest.mark.parametrize("where", ["optimizer-param-group", "rng-file"])
+def test_a_pickle_in_a_checkpoint_is_never_run_on_resume(tmp_path: Path, where: str) -> None:
+    """The checkpoint's non-tensor entries (the optimizer's param_groups, which torch 2.13's DCP load planner reads
+    with ``torch.load(weights_only=False)``) and each rank's RNG file are read by torch's weights-only unpickler:
+    a pickle naming a call (here one creating a file) fails the load, with nothing run, and the resume falls
+    back to the older checkpoint."""
+    marker = tmp_path / "unpickled"
+    model, opt = _model_and_optimizer(0)
+    manager = _manager(tmp_path / "ckpt")
+    _train(model, opt, 1)
+    manager.save(1, model, opt, {"data": {"step": 1}})
+    _train(model, opt, 1)
+    if where == "optimizer-param-group":
+        opt.param_groups[0]["eps"] = _Touch(marker)
+    manager.save(2, model, opt, {"data": {"step": 2}})
+    if where == "rng-file":
+        (rng,) = (tmp_path / "ckpt" / "step-2" / "rng").iterdir()
+        torch.save({"python": _Touch(marker)}, rng)
+
+    fresh, fresh_opt = _model_and_optimizer(1)
+    resumed = manager.load_latest(fresh, fresh_opt)
+    assert resumed is not None and resumed.step == 1 and list(resumed.skipped) == [2]
+    assert "Weights only load failed" in resumed.skipped[2] and not marker.exists()
+
+
 def test_no_checkpoint_means_fresh_start(tmp_path: Path) -> None:
     model, opt = _model_and_optimizer(0)
     assert (

@@ -641,7 +641,8 @@ class CheckpointManager:
         them (:func:`size_extra_state`), loaded alone and checked (:func:`extra_state.check_extra_states`:
         only the fp8 state the trainer's recipes write, read by a restricted unpickler) before anything else
         is loaded; TE then restores them with its unpickling opt-in for that call only
-        (:func:`extra_state.te_unpickles_checked_states`).
+        (:func:`extra_state.te_unpickles_checked_states`). The checkpoint's non-tensor entries and the RNG file
+        are read by torch's weights-only unpickler (:func:`_load_planner`, :func:`_load_rng_state`).
 
         Raises:
             extra_state.ExtraStateRefused: an extra state is not one the trainer writes (nothing was loaded).
@@ -655,13 +656,13 @@ class CheckpointManager:
         }
         pickled = any(v.numel() for v in extras.values())
         if pickled:
-            dcp.load({"model": extras}, checkpoint_id=str(path), process_group=self.group)
+            dcp.load({"model": extras}, checkpoint_id=str(path), process_group=self.group, planner=_load_planner())
             extra_state.check_extra_states(extras)
         state = {
             "model": {k: v for k, v in model_sd.items() if k not in absent and k not in extras},
             "optimizer": optim_sd,
         }
-        dcp.load(state, checkpoint_id=str(path), process_group=self.group)
+        dcp.load(state, checkpoint_id=str(path), process_group=self.group, planner=_load_planner())
         found = finite.non_finite(state)
         if found:  # a state after a non-finite update: resuming it would train on from a divergence
             raise NonFiniteCheckpoint(f"its model or optimizer state is not finite ({finite.describe(found)})")
@@ -673,7 +674,7 @@ class CheckpointManager:
         if not rng.is_file():
             return False  # a rank the saving run did not have (verify.verify_checkpoint found every rank's file it had)
         try:
-            _set_rng_state(torch.load(rng, weights_only=False))
+            _set_rng_state(_load_rng_state(rng))
         except Exception as exc:
             raise RuntimeError(f"{verify.rng_file(self.rank)}: {verify.first_line(exc)}") from exc
         return True
@@ -709,6 +710,45 @@ def _rng_state() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def _load_planner() -> Any:
+    """DCP's default load planner, except that a non-tensor entry (the optimizer's ``param_groups`` values: numbers,
+    booleans, tuples, parameter names) is read by torch's weights-only unpickler: torch 2.13's
+    ``DefaultLoadPlanner.load_bytes`` calls ``torch.load(weights_only=False)``, which runs whatever a pickle in the
+    checkpoint names (``torch/distributed/checkpoint/default_planner.py``; this mirrors its two branches)."""
+    import io
+
+    from torch.distributed.checkpoint._traverse import set_element
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.planner import ReadItem
+
+    class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+            loaded = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = loaded
+
+    return WeightsOnlyLoadPlanner()
+
+
+def _load_rng_state(path: Path) -> dict[str, Any]:
+    """A rank's RNG file (:func:`_rng_state`) read by torch's weights-only unpickler, allowing numpy's array
+    reconstruction for ``np.random.get_state()``'s key array (by numpy 2's module name and numpy 1's, under which
+    older checkpoints were written): ``weights_only=False`` would run whatever the file's pickle names."""
+    array = np.zeros(1, dtype=np.uint32)
+    reconstruct = array.__reduce__()[0]
+    allowed = [
+        reconstruct,
+        (reconstruct, "numpy.core.multiarray._reconstruct"),
+        np.ndarray,
+        np.dtype,
+        type(array.dtype),
+    ]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(path, weights_only=True)
 
 
 def _set_rng_state(state: Mapping[str, Any]) -> None:
