@@ -539,7 +539,7 @@ def test_quantized_model_init_trains_under_fsdp2_and_hsdp_and_resumes(two_proces
     trainer's CheckpointManager (DCP, optimizer state as DTensors) restores the masters bitwise and continues
     with the uninterrupted run's losses; the export holds the masters of the quantized weights. Stated tolerance: relative 1e-5 on the loss (on the CPU the resumed
     steps are the same computation; on a GPU the order of reductions may differ)."""
-    from two_process_worker import QMI_STEPS, SEED, SYNC_CONFIG, qmi_layouts
+    from .two_process_worker import QMI_STEPS, SEED, SYNC_CONFIG, qmi_layouts
 
     runs = two_process_results["quantized_model_init"]
     assert sorted(runs) == sorted(qmi_layouts(2)) == ["fp8", "fp8 hybrid 1x2", "mxfp8"]
