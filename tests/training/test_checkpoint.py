@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -130,12 +131,20 @@ class _Touch:
         return (Path.touch, (self.path,))
 
 
-@pytest.mark.parametrize("where", ["optimizer-param-group", "rng-file"])
-def test_a_pickle_in_a_checkpoint_is_never_run_on_resume(tmp_path: Path, where: str) -> None:
+@pytest.mark.parametrize(
+    ("where", "reason"),
+    [
+        ("optimizer-param-group", "Weights only load failed"),
+        ("rng-file", "Weights only load failed"),
+        ("dcp-metadata", "DCP .metadata names pathlib.Path.touch, which DCP does not write there"),
+    ],
+)
+def test_a_pickle_in_a_checkpoint_is_never_run_on_resume(tmp_path: Path, where: str, reason: str) -> None:
     """The checkpoint's non-tensor entries (the optimizer's param_groups, which torch 2.13's DCP load planner reads
-    with ``torch.load(weights_only=False)``) and each rank's RNG file are read by torch's weights-only unpickler:
-    a pickle naming a call (here one creating a file) fails the load, with nothing run, and the resume falls
-    back to the older checkpoint."""
+    with ``torch.load(weights_only=False)``) and each rank's RNG file are read by torch's weights-only unpickler,
+    DCP's ``.metadata`` (``pickle.load`` in torch's reader) by one that names only DCP's metadata classes: a
+    pickle naming a call (here one creating a file) fails the load, with nothing run, and the resume falls back
+    to the older checkpoint."""
     marker = tmp_path / "unpickled"
     model, opt = _model_and_optimizer(0)
     manager = _manager(tmp_path / "ckpt")
@@ -148,11 +157,16 @@ def test_a_pickle_in_a_checkpoint_is_never_run_on_resume(tmp_path: Path, where: 
     if where == "rng-file":
         (rng,) = (tmp_path / "ckpt" / "step-2" / "rng").iterdir()
         torch.save({"python": _Touch(marker)}, rng)
+    if where == "dcp-metadata":
+        metadata_file = tmp_path / "ckpt" / "step-2" / ".metadata"
+        metadata = pickle.loads(metadata_file.read_bytes())
+        metadata.planner_data = _Touch(marker)
+        metadata_file.write_bytes(pickle.dumps(metadata))
 
     fresh, fresh_opt = _model_and_optimizer(1)
     resumed = manager.load_latest(fresh, fresh_opt)
     assert resumed is not None and resumed.step == 1 and list(resumed.skipped) == [2]
-    assert "Weights only load failed" in resumed.skipped[2] and not marker.exists()
+    assert reason in resumed.skipped[2] and not marker.exists()
 
 
 def test_no_checkpoint_means_fresh_start(tmp_path: Path) -> None:

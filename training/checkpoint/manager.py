@@ -656,13 +656,20 @@ class CheckpointManager:
         }
         pickled = any(v.numel() for v in extras.values())
         if pickled:
-            dcp.load({"model": extras}, checkpoint_id=str(path), process_group=self.group, planner=_load_planner())
+            dcp.load(
+                {"model": extras},
+                storage_reader=verify.CheckpointReader(str(path)),
+                process_group=self.group,
+                planner=_load_planner(),
+            )
             extra_state.check_extra_states(extras)
         state = {
             "model": {k: v for k, v in model_sd.items() if k not in absent and k not in extras},
             "optimizer": optim_sd,
         }
-        dcp.load(state, checkpoint_id=str(path), process_group=self.group, planner=_load_planner())
+        dcp.load(
+            state, storage_reader=verify.CheckpointReader(str(path)), process_group=self.group, planner=_load_planner()
+        )
         found = finite.non_finite(state)
         if found:  # a state after a non-finite update: resuming it would train on from a divergence
             raise NonFiniteCheckpoint(f"its model or optimizer state is not finite ({finite.describe(found)})")

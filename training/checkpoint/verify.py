@@ -26,14 +26,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from platform_spec.checkpoint_layout import COMPLETE_MARKER, STEP_PREFIX, TRAINER_STATE, checkpoint_step, rng_file
 from training.checkpoint.compare import model_shape_fields, processes, saved_run
@@ -350,7 +353,7 @@ def verify_checkpoint(path: Path, step: int | None = None) -> Verification:
 
     Reads ``.complete``, ``trainer_state.json`` (every field the resume uses,
     :func:`trainer_state_problems`; its ``step`` is ``step`` when given) and
-    DCP's ``.metadata`` with DCP's own ``FileSystemReader.read_metadata``;
+    DCP's ``.metadata`` with :class:`CheckpointReader` (DCP's reader, restricted to what DCP writes there);
     every file named by ``metadata.storage_data``
     (``_StorageInfo(relative_path, offset, length)``) must exist with at least
     ``max(offset + length)`` bytes, and the RNG file of every rank of the
@@ -392,13 +395,70 @@ def _verify_trainer_state(path: Path, step: int | None, result: Verification) ->
         )
 
 
+_METADATA_CLASSES = (
+    "BytesStorageMetadata",
+    "ChunkStorageMetadata",
+    "Metadata",
+    "MetadataIndex",
+    "StorageMeta",
+    "TensorProperties",
+    "TensorStorageMetadata",
+    "_MEM_FORMAT_ENCODING",
+)
+"""The classes of ``torch.distributed.checkpoint.metadata`` a DCP ``.metadata`` pickle holds (torch 2.13)."""
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """Reads a DCP ``.metadata`` naming only what DCP writes there: the classes of :data:`_METADATA_CLASSES`,
+    ``_StorageInfo``, ``torch.Size``, torch dtypes, ``torch.serialization._get_layout`` and the checkpoint's
+    path (``pathlib.PosixPath``). torch's ``FileSystemReader.read_metadata`` uses ``pickle.load``, which runs
+    whatever a crafted ``.metadata`` names.
+
+    Raises:
+        pickle.UnpicklingError: any other global (message: ``module.name``).
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == dcp_metadata.__name__ and name in _METADATA_CLASSES:
+            return getattr(dcp_metadata, name)
+        if (module, name) == (_StorageInfo.__module__, "_StorageInfo"):
+            return _StorageInfo
+        if (module, name) == ("torch", "Size"):
+            return torch.Size
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if (module, name) == ("torch.serialization", "_get_layout"):
+            from torch.serialization import _get_layout
+
+            return _get_layout
+        if module in ("pathlib", "pathlib._local") and name in ("PosixPath", "PurePosixPath"):
+            return getattr(__import__("pathlib"), name)
+        raise pickle.UnpicklingError(f"DCP .metadata names {module}.{name}, which DCP does not write there")
+
+
+class CheckpointReader(FileSystemReader):
+    """DCP's ``FileSystemReader`` whose ``read_metadata`` uses :class:`MetadataUnpickler` (otherwise as torch 2.13's:
+    ``torch/distributed/checkpoint/filesystem.py``). Pass it as ``dcp.load``'s ``storage_reader``."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as metadata_file:
+            metadata = MetadataUnpickler(metadata_file).load()
+        if not isinstance(metadata, Metadata):
+            raise pickle.UnpicklingError(f"DCP .metadata holds a {type(metadata).__name__}, not Metadata")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id  # type: ignore[union-attr]
+        return metadata
+
+
 def _read_metadata(path: Path) -> Metadata | str:
     """DCP's ``.metadata`` of ``path`` with its ``storage_data``, or what is wrong with it."""
     metadata_file = path / ".metadata"
     if not metadata_file.is_file():
         return "DCP .metadata is missing (written by global rank 0 last; on several nodes, node 0's copy)"
     try:
-        metadata = FileSystemReader(str(path)).read_metadata()
+        metadata = CheckpointReader(str(path)).read_metadata()
     except Exception as exc:
         return f"DCP .metadata ({metadata_file.stat().st_size} bytes) does not parse: {first_line(exc)}"
     storage = getattr(metadata, "storage_data", None)
