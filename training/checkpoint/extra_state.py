@@ -125,10 +125,13 @@ def _rebuild_tensor(storage: Any, offset: int, size: tuple, stride: tuple, requi
     if len(size) != len(stride) or not all(isinstance(n, int) and n >= 0 for n in dims):
         raise ForbiddenTensor(f"a tensor of size {size}, stride {stride}, offset {offset}")
     end = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1 if all(size) else offset
-    if end > storage.size():
+    # the pickle format hands over a TypedStorage, whose public size() warns that TypedStorage is deprecated on
+    # every resume; _size() is the same count without the warning (torch/storage.py)
+    elements = storage._size()
+    if end > elements:
         raise ForbiddenTensor(
             f"a tensor of size {tuple(size)}, stride {tuple(stride)} at offset {offset} reaching past its storage "
-            f"of {storage.size()} elements"
+            f"of {elements} elements"
         )
     from torch._utils import _rebuild_tensor_v2
 
