@@ -135,7 +135,7 @@ class ResolvedInput:
         gpu: the GPU spec.
         world_size: GPUs in the job.
         shard_degree: FSDP shard group size (``world_size`` for full sharding,
-            GPUs per instance for hybrid).
+            GPUs per host for hybrid: the trainer's HSDP mesh shards within a node, also on an UltraServer).
         replicate_degree: ``world_size / shard_degree`` (HSDP replicas).
     """
 
@@ -272,7 +272,7 @@ def resolve(plan_input: PlanInput, *, memo: ResolveMemo | None = None) -> Resolv
             "model", p.model, f"a model whose family declares planner terms (family {family.name!r} has none)"
         )
     world = p.instance_count * instance.gpus_per_instance
-    shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_instance)
+    shard = world if p.sharding_strategy == "full" else min(world, instance.gpus_per_host)  # the trainer's node
     return ResolvedInput(
         input=p,
         model=model,

@@ -86,13 +86,14 @@ replicas with each reduce-scatter: ``2 * 4N/D * (R-1)/R``.
 Bandwidth (:func:`platform_spec.catalogue.collective_bandwidth`): within one NVLink domain the unidirectional NVLink bandwidth (half
 the catalogue's bidirectional figure) at ``NVLINK_EFFICIENCY`` -- a domain may hold several instances: up to 18
 ``ml.p6e-gb200.36xlarge`` hosts (72 GPUs) of a GB200 UltraServer, whose FSDP and HSDP collectives stay on NVLink
-across instances; a shard group that spans NVLink domains (instances of P5/P6, GB200 jobs of more than 18) moves each GPU's volume at the instance's whole EFA
-bandwidth at ``EFA_EFFICIENCY`` (NCCL runs one ring channel per NIC, the hops
-inside an instance over NVLink; this was the bandwidth *per GPU* until
+across instances; a shard group that spans NVLink domains (instances of P5/P6, GB200 jobs of more than 18
+hosts) moves each GPU's volume at the host's whole EFA bandwidth at ``EFA_EFFICIENCY`` (NCCL runs one ring channel
+per NIC, the hops inside a host over NVLink; this was the bandwidth *per GPU* until
 llm-foundry's 70B runs on 32 H100s, predicted at a third of their published
 speed, showed it 8x too low), and HSDP's replica all-reduce -- one GPU per
-instance in each of the instance's ``gpus_per_instance`` concurrent groups --
-a share of it. Each collective also pays a latency. Overlap: FSDP
+host in each of the host's ``gpus_per_host`` concurrent groups -- a share of it. An UltraServer is planned as
+its hosts (the collectives, HSDP's per-node shard group), so 2 x ``ml.u-p6e-gb200x72`` and 36 x
+``ml.p6e-gb200.36xlarge`` plan the same. Each collective also pays a latency. Overlap: FSDP
 prefetches the next block's gather during the current block's compute, so only
 the first gather, the last reduce-scatter and any communication longer than the
 compute it hides behind are exposed.
@@ -278,11 +279,11 @@ class CommTime:
         return self.allgather_s + self.reduce_scatter_s + self.allreduce_s
 
 
-def _group_bandwidth(r: ResolvedInput, group: int, *, per_instance: int | None = None) -> tuple[float, float, str]:
+def _group_bandwidth(r: ResolvedInput, group: int, *, per_host: int | None = None) -> tuple[float, float, str]:
     """(bytes/s per GPU, latency s, link name) of a collective over ``group`` GPUs
     (:func:`platform_spec.catalogue.collective_bandwidth`, which the trainer's pre-flight measurement is logged
     beside)."""
-    link = collective_bandwidth(r.instance, group, per_instance=per_instance)
+    link = collective_bandwidth(r.instance, group, per_host=per_host)
     return link.bytes_per_s, link.latency_s, link.link
 
 
@@ -307,7 +308,7 @@ def comm_time(r: ResolvedInput) -> CommTime:
     ar_s = 0.0
     if R > 1:
         ar = 2 * 4.0 * N / D * (R - 1) / R
-        bw_x, lat_x, _ = _group_bandwidth(r, R, per_instance=1)  # one replica per instance
+        bw_x, lat_x, _ = _group_bandwidth(r, R, per_host=1)  # one replica per host
         ar_s = ar / bw_x + units * lat_x
     return CommTime(
         allgather_bytes=ag,

@@ -32,6 +32,7 @@ Conventions:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -480,58 +481,51 @@ INSTANCES: dict[str, InstanceSpec] = {
             "cpu_architecture": AWS_GB200_GRACE,
         },
     ),
-    "ml.u-p6e-gb200x36": InstanceSpec(
-        instance_type="ml.u-p6e-gb200x36",
-        gpu="GB200",
-        host_instance_type="ml.p6e-gb200.36xlarge",
-        gpus_per_instance=36,
-        gpu_memory_gb=6700.0,
-        nvlink_bandwidth_gb_s=1800.0,
-        nvlink_domain_gpus=36,
-        efa_version=4,
-        efa_bandwidth_gb_s=1800.0,
-        local_nvme_tb=None,
-        cpu_architecture="arm64",
-        host_link_gb_s=450.0,
-        sources={
-            "host_link_gb_s": GB200_C2C_LINK,
-            "gpus": DIGEST + " (36 GPUs, one NVLink domain)",
-            "host_instance_type": SAGEMAKER_ULTRASERVER,
-            "gpu_memory_gb": DIGEST,
-            "efa_version": DIGEST,
-            "efa_bandwidth_gb_s": DIGEST,
-            "nvlink_bandwidth_gb_s": DIGEST,
-            "local_nvme_tb": "not known (not in the digest)",
-            "cpu_architecture": AWS_GB200_GRACE,
-        },
-    ),
-    "ml.u-p6e-gb200x72": InstanceSpec(
-        instance_type="ml.u-p6e-gb200x72",
-        gpu="GB200",
-        host_instance_type="ml.p6e-gb200.36xlarge",
-        gpus_per_instance=72,
-        gpu_memory_gb=13400.0,
-        nvlink_bandwidth_gb_s=1800.0,
-        nvlink_domain_gpus=72,
-        efa_version=4,
-        efa_bandwidth_gb_s=3600.0,
-        local_nvme_tb=None,
-        cpu_architecture="arm64",
-        host_link_gb_s=450.0,
-        sources={
-            "host_link_gb_s": GB200_C2C_LINK,
-            "gpus": DIGEST + " (72 GPUs, one NVLink domain)",
-            "host_instance_type": SAGEMAKER_ULTRASERVER,
-            "gpu_memory_gb": DIGEST,
-            "efa_version": DIGEST,
-            "efa_bandwidth_gb_s": DIGEST,
-            "nvlink_bandwidth_gb_s": DIGEST,
-            "local_nvme_tb": "not known (not in the digest)",
-            "cpu_architecture": AWS_GB200_GRACE,
-        },
-    ),
 }
 """SageMaker instance types (and GB200 UltraServers) by name."""
+
+
+def _ultraserver(instance_type: str, host_instance_type: str, hosts: int) -> InstanceSpec:
+    """An UltraServer of ``hosts`` x ``host_instance_type`` in one NVLink domain, every figure derived from its
+    host's entry (the one home of the per-host EFA bandwidth, GPUs and HBM): GPUs, HBM and EFA are ``hosts`` times
+    the host's, the domain is the whole UltraServer. The digest's own UltraServer rows agree (u-p6e-gb200x36: 36 GPUs,
+    6.7 TB, 1800 GB/s EFA; x72: 72, 13.4 TB, 3600 GB/s; it prints the host's 740 GB as 4 x 185 where NVIDIA's
+    table has 186, so 18 x 740 = 13,320 GB here against its rounded 13.4 TB)."""
+    host = INSTANCES[host_instance_type]
+    if host.host_instance_type is not None or hosts * host.gpus_per_instance > host.nvlink_domain_gpus:
+        raise ValueError(  # pragma: no cover - a catalogue edit's mistake, caught on import
+            f"platform_spec.catalogue: UltraServer {instance_type} of {hosts} x {host_instance_type}: expected an "
+            f"instance type whose NVLink domain ({host.nvlink_domain_gpus} GPUs) holds {hosts} of it"
+        )
+    derived = f"{hosts} x {host_instance_type}'s figure (" + SAGEMAKER_ULTRASERVER + "); " + DIGEST
+    return dataclasses.replace(
+        host,
+        instance_type=instance_type,
+        host_instance_type=host_instance_type,
+        gpus_per_instance=hosts * host.gpus_per_instance,
+        gpu_memory_gb=hosts * host.gpu_memory_gb,
+        nvlink_domain_gpus=hosts * host.gpus_per_instance,
+        efa_bandwidth_gb_s=hosts * host.efa_bandwidth_gb_s,
+        host_memory_gib=None,
+        sources={
+            **{k: v for k, v in host.sources.items() if k != "host_memory_gib"},
+            "host_instance_type": SAGEMAKER_ULTRASERVER,
+            "gpus": derived + f" ({hosts * host.gpus_per_instance} GPUs, one NVLink domain)",
+            "gpu_memory_gb": derived,
+            "efa_bandwidth_gb_s": derived,
+            "nvlink_domain_gpus": derived + " (the whole UltraServer)",
+        },
+    )
+
+
+GB200_ULTRASERVER_HOSTS: dict[str, int] = {"ml.u-p6e-gb200x36": 9, "ml.u-p6e-gb200x72": 18}
+"""The GB200 UltraServers by the number of ``ml.p6e-gb200.36xlarge`` hosts (4 GPUs each) in their NVLink domain
+(the digest's building-blocks table: u-p6e-gb200x36, 36 GPUs; u-p6e-gb200x72, 72 GPUs; AWS 'Amazon EC2 P6
+instances' page). Their entries in :data:`INSTANCES` are derived from the host's (:func:`_ultraserver`)."""
+
+INSTANCES.update(
+    {name: _ultraserver(name, "ml.p6e-gb200.36xlarge", hosts) for name, hosts in GB200_ULTRASERVER_HOSTS.items()}
+)
 
 DEFAULT_INSTANCE_TYPE = "ml.p6-b200.48xlarge"
 """The instance type of a request that names none, and the default of ``trainctl plan``, sweeps and the
@@ -812,39 +806,39 @@ class CollectiveBandwidth:
     link: str
 
 
-def nvlink_domain_instances(instance: InstanceSpec) -> int:
-    """How many of ``instance``'s units (instances; for an UltraServer entry, UltraServers) one NVLink domain
-    holds: 1 where the domain is the instance's own GPUs (P5, P6), 18 for ``ml.p6e-gb200.36xlarge`` (its 4 GPUs in
-    an UltraServer's domain of up to 72: :attr:`InstanceSpec.nvlink_domain_gpus`). A job's instances are assumed
-    placed domain by domain, as a training plan's UltraServer capacity places them (SageMaker's
-    ``ResourceConfig.InstancePlacementConfig``, "Configuration for how training job instances are placed and
-    allocated within UltraServers")."""
-    return max(1, instance.nvlink_domain_gpus // instance.gpus_per_instance)
+def nvlink_domain_hosts(instance: InstanceSpec) -> int:
+    """How many hosts (machines, SageMaker training-job instances: :attr:`InstanceSpec.host`) one NVLink domain of
+    ``instance`` holds: 1 where the domain is the host's own GPUs (P5, P6), 18 for ``ml.p6e-gb200.36xlarge`` (its 4
+    GPUs in an UltraServer's domain of up to 72: :attr:`InstanceSpec.nvlink_domain_gpus`), 18 for
+    ``ml.u-p6e-gb200x72`` and 9 for ``ml.u-p6e-gb200x36``. A job's hosts are assumed placed domain by domain, as a
+    training plan's UltraServer capacity places them (SageMaker's ``ResourceConfig.InstancePlacementConfig``,
+    "Configuration for how training job instances are placed and allocated within UltraServers")."""
+    return max(1, instance.nvlink_domain_gpus // instance.gpus_per_host)
 
 
-def collective_bandwidth(instance: InstanceSpec, group: int, *, per_instance: int | None = None) -> CollectiveBandwidth:
-    """The assumed bandwidth of a collective over ``group`` GPUs laid out instance by instance, ``per_instance``
-    of them on each instance (default: every GPU of an instance, as FSDP's shard group).
+def collective_bandwidth(instance: InstanceSpec, group: int, *, per_host: int | None = None) -> CollectiveBandwidth:
+    """The assumed bandwidth of a collective over ``group`` GPUs laid out host by host, ``per_host`` of them on each
+    host (default: every GPU of a host, as FSDP's shard group). ``instance`` may be an UltraServer: the collective
+    runs on its hosts (:attr:`InstanceSpec.host`), so N UltraServers of H hosts and N x H hosts plan the same.
 
-    Within one NVLink domain -- the group's instances all in one domain (:func:`nvlink_domain_instances`): one
-    instance of a P5 or P6 type, up to 18 ``ml.p6e-gb200.36xlarge`` hosts of a GB200 UltraServer, whose GPUs reach
-    each other over NVLink switches across instances -- half the catalogue's bidirectional NVLink figure at
-    :data:`NVLINK_EFFICIENCY`. Only a group that spans NVLink domains uses EFA: NCCL runs one ring channel per
-    NIC, so the bytes a GPU receives cross the instance's network once per instance, spread over all its NICs: a
-    group holding every GPU of each instance moves its per-GPU volume at the instance's whole EFA bandwidth (at
-    :data:`EFA_EFFICIENCY`), while groups of one GPU per instance (HSDP's replica all-reduce:
-    ``gpus_per_instance`` such groups run at once) share it, ``1 / gpus_per_instance`` each. Between GB200
-    domains the same per-instance rule applies (each ring leaves a domain through one instance's NICs); NCCL may
-    spread rings over more of a domain's NICs, which is not measured here, so this is the conservative figure.
+    Within one NVLink domain -- the group's hosts all in one domain (:func:`nvlink_domain_hosts`): one host of a P5
+    or P6 type, up to 18 ``ml.p6e-gb200.36xlarge`` hosts of a GB200 UltraServer, whose GPUs reach each other over
+    NVLink switches across hosts -- half the catalogue's bidirectional NVLink figure at :data:`NVLINK_EFFICIENCY`.
+    Only a group that spans NVLink domains uses EFA: NCCL runs one ring channel per NIC, so the bytes a GPU receives
+    cross the host's network once per host, spread over all its NICs: a group holding every GPU of each host moves
+    its per-GPU volume at the host's whole EFA bandwidth (at :data:`EFA_EFFICIENCY`), while groups of one GPU per
+    host (HSDP's replica all-reduce: ``gpus_per_host`` such groups run at once) share it, ``1 / gpus_per_host``
+    each. Between GB200 domains the same per-host rule applies (each ring leaves a domain through one host's NICs);
+    NCCL may spread rings over more of a domain's NICs, which is not measured here, so this is the conservative
+    figure (an UltraServer's EFA figure, the sum over its hosts, is not what one ring gets).
     """
     if group <= 1:
         return CollectiveBandwidth(float("inf"), 0.0, "none")
-    members = min(per_instance or instance.gpus_per_instance, instance.gpus_per_instance)  # the group's, per instance
-    instances = -(-group // members)
-    if instances <= nvlink_domain_instances(instance) and instance.nvlink_bandwidth_gb_s > 0:
-        return CollectiveBandwidth(
-            instance.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink"
-        )
-    sharing = instance.gpus_per_instance // members
-    per_gpu = instance.efa_bandwidth_gb_s / sharing * 1e9 * EFA_EFFICIENCY
-    return CollectiveBandwidth(per_gpu, EFA_LATENCY_S, f"EFA v{instance.efa_version}")
+    host = instance.host
+    members = min(per_host or host.gpus_per_instance, host.gpus_per_instance)  # the group's, per host
+    hosts = -(-group // members)
+    if hosts <= nvlink_domain_hosts(instance) and host.nvlink_bandwidth_gb_s > 0:
+        return CollectiveBandwidth(host.nvlink_bandwidth_gb_s / 2 * 1e9 * NVLINK_EFFICIENCY, NVLINK_LATENCY_S, "NVLink")
+    sharing = host.gpus_per_instance // members
+    per_gpu = host.efa_bandwidth_gb_s / sharing * 1e9 * EFA_EFFICIENCY
+    return CollectiveBandwidth(per_gpu, EFA_LATENCY_S, f"EFA v{host.efa_version}")

@@ -37,8 +37,8 @@ def test_the_gb200_host_is_the_training_instance_type_sagemaker_accepts() -> Non
     assert ultraservers == {"ml.u-p6e-gb200x36", "ml.u-p6e-gb200x72"}
     assert not ultraservers & _enum("TrainingInstanceType")  # a plan reserves them; jobs run on their hosts
     assert (host.cpu_architecture, host.gpus_per_instance, host.nvlink_domain_gpus) == ("arm64", 4, 72)
-    assert catalogue.nvlink_domain_instances(host) == 18  # 72 GPUs of an NVL72 UltraServer, 4 per host
-    assert catalogue.nvlink_domain_instances(catalogue.get_instance("ml.p6-b200.48xlarge")) == 1
+    assert catalogue.nvlink_domain_hosts(host) == 18  # 72 GPUs of an NVL72 UltraServer, 4 per host
+    assert catalogue.nvlink_domain_hosts(catalogue.get_instance("ml.p6-b200.48xlarge")) == 1
     for field in ("cpu_architecture", "host_memory_gib", "nvlink_domain_gpus", "host_link_gb_s"):
         assert host.sources[field]  # each figure names its source
 
@@ -95,12 +95,45 @@ def test_the_planner_keeps_fsdp_on_nvlink_across_the_instances_of_one_gb200_doma
     assert hsdp[0].allreduce_bytes / hsdp[0].allreduce_s > 4 * hsdp[1].allreduce_bytes / hsdp[1].allreduce_s
 
 
+@pytest.mark.parametrize("sharding_strategy", ["full", "hybrid"])
+def test_ultraservers_plan_as_their_hosts(sharding_strategy: str) -> None:
+    """2 x ml.u-p6e-gb200x72 is 36 x ml.p6e-gb200.36xlarge (2 NVLink domains of 18 hosts): the same plan. Before,
+    the UltraServer's EFA figure (the sum over its 18 hosts) was one ring's and its HSDP shard group was 72 GPUs
+    where the trainer's node has 4: exposed communication and the recommendations differed."""
+    host = catalogue.get_instance(GB200)
+    for name, hosts in catalogue.GB200_ULTRASERVER_HOSTS.items():
+        server = catalogue.get_instance(name)
+        assert server.host is host and server.gpus_per_host == host.gpus_per_instance
+        assert (server.gpus_per_instance, server.nvlink_domain_gpus) == (hosts * 4, hosts * 4)
+        assert server.efa_bandwidth_gb_s == hosts * host.efa_bandwidth_gb_s  # the digest's 1800 and 3600 GB/s
+        assert catalogue.nvlink_domain_hosts(server) == hosts
+    base = {"model": "llama3-70b", "precision": "mxfp8", "seq_length": 8192, "batch_size": 1}
+    plans = [
+        estimate(PlanInput(instance_type=t, instance_count=n, sharding_strategy=sharding_strategy, **base))
+        for t, n in ((GB200, 36), ("ml.u-p6e-gb200x72", 2))
+    ]
+    assert plans[0].resolved.world_size == plans[1].resolved.world_size == 144
+    assert plans[0].resolved.shard_degree == plans[1].resolved.shard_degree
+    assert plans[0].memory_gb == plans[1].memory_gb and plans[0].status == plans[1].status
+    assert plans[0].throughput == plans[1].throughput
+    assert plans[0].throughput.comm.link == ("EFA v4" if sharding_strategy == "full" else "NVLink")
+
+    def advice(plan):  # the instance count a recommendation names is in each one's own units
+        return [
+            (r.kind, {k: v for k, v in r.changes.items() if k != "instance_count"}, r.after and r.after.throughput)
+            for r in plan.recommendations
+            if "instance_count" not in r.changes
+        ]
+
+    assert advice(plans[0]) == advice(plans[1])
+
+
 def test_collectives_between_single_instance_domains_are_unchanged() -> None:
     p5 = catalogue.get_instance("ml.p5.48xlarge")
     assert catalogue.collective_bandwidth(p5, 8).link == "NVLink"
     across = catalogue.collective_bandwidth(p5, 16)
     assert (across.link, across.bytes_per_s) == ("EFA v2", pytest.approx(400e9 * catalogue.EFA_EFFICIENCY))
-    replicas = catalogue.collective_bandwidth(p5, 2, per_instance=1)  # HSDP: 8 such groups share the NICs
+    replicas = catalogue.collective_bandwidth(p5, 2, per_host=1)  # HSDP: 8 such groups share the NICs
     assert replicas.bytes_per_s == pytest.approx(400e9 / 8 * catalogue.EFA_EFFICIENCY)
 
 
