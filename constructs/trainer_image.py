@@ -36,7 +36,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 
 from constructs import Construct, DependencyGroup, IDependable
-from platform_spec.catalogue import DEFAULT_IMAGE_ARCHITECTURES, TRAINER_IMAGE_ARCHITECTURES
+from platform_spec.catalogue import (
+    DEFAULT_IMAGE_ARCHITECTURES,
+    image_architectures_problem,
+)
 from platform_spec.trainer_image import docker_build_args
 
 from . import acknowledgements as nag
@@ -47,7 +50,6 @@ __all__ = [
     "TrainerImage",
     "TrainerImageProps",
     "copy_settings_digest",
-    "image_architectures_problem",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -349,24 +351,6 @@ _DEPLOYMENT_EXTRA_READ_ACTIONS = (
     "ecr:DescribeImageScanFindings",
 )
 _BASIC_EXECUTION = iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaBasicExecutionRole")
-
-
-def image_architectures_problem(architectures: Sequence[str]) -> str | None:
-    """What is wrong with ``architectures`` as the architectures to build the trainer image for, phrased as what is
-    expected, or None: each one of :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`, each once, with
-    ``amd64`` among them (the stack's ``TrainerImageUri`` output, and data-preparation processing jobs, whose
-    ``ml.m5``/``ml.c5``/``ml.r5`` instances are x86-64: :mod:`platform_spec.processing`). The stack's
-    configuration (``imageArchitectures``) and :class:`TrainerImageProps` apply it."""
-    allowed = ", ".join(f'"{a}"' for a in TRAINER_IMAGE_ARCHITECTURES)
-    expected = f'a list of {allowed}, each at most once, "amd64" among them (processing jobs run on x86-64)'
-    if (
-        isinstance(architectures, str)
-        or not all(isinstance(a, str) and a in TRAINER_IMAGE_ARCHITECTURES for a in architectures)
-        or len(set(architectures)) != len(architectures)
-        or "amd64" not in architectures
-    ):
-        return expected
-    return None
 
 
 def build_context_excludes(context_paths: Sequence[str]) -> list[str]:

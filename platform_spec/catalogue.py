@@ -548,6 +548,32 @@ x86-64 only, the hosts of every P5 and P6 instance but the GB200 ones. An arm64 
 is a second image build of about the same size, so a deployment asks for it."""
 
 
+IMAGE_ARCHITECTURES_RULE = (
+    '"amd64" among them (the stack\'s TrainerImageUri output and data-preparation processing jobs, on ml.m5/c5/r5 '
+    "instances, run on x86-64)"
+)
+"""The rule every set of trainer image architectures follows beyond :data:`TRAINER_IMAGE_ARCHITECTURES`, in words
+(:func:`image_architectures_problem` applies it)."""
+
+
+def image_architectures_problem(architectures: Sequence[str]) -> str | None:
+    """What is wrong with ``architectures`` as the architectures the trainer image is built for, phrased as what is
+    expected, or None: each one of :data:`TRAINER_IMAGE_ARCHITECTURES`, each once, with ``amd64`` among them
+    (:data:`IMAGE_ARCHITECTURES_RULE`; :mod:`platform_spec.processing`'s instances are x86-64). The one home of the
+    rule: the stack's configuration (``imageArchitectures``), ``TrainerImageProps`` and the submitter's
+    ``TRAINER_IMAGE_URIS`` (whose keys are the architectures built) apply it."""
+    allowed = ", ".join(f'"{a}"' for a in TRAINER_IMAGE_ARCHITECTURES)
+    expected = f"a list of {allowed}, each at most once, {IMAGE_ARCHITECTURES_RULE}"
+    if (
+        isinstance(architectures, str)
+        or not all(isinstance(a, str) and a in TRAINER_IMAGE_ARCHITECTURES for a in architectures)
+        or len(set(architectures)) != len(architectures)
+        or "amd64" not in architectures
+    ):
+        return expected
+    return None
+
+
 def host_architecture_problem(
     instance_type: str, architectures: Collection[str] = TRAINER_IMAGE_ARCHITECTURES
 ) -> str | None:
@@ -753,6 +779,7 @@ __all__ = [
     "DEFAULT_IMAGE_ARCHITECTURES",
     "DEFAULT_INSTANCE_TYPE",
     "GPUS",
+    "IMAGE_ARCHITECTURES_RULE",
     "INFRA_CHECK_SOURCES",
     "INSTANCES",
     "INSTANCE_TYPES",
@@ -771,6 +798,7 @@ __all__ = [
     "get_trainable_instance",
     "gpu_for_device_name",
     "host_architecture_problem",
+    "image_architectures_problem",
     "infra_check_supported",
     "supported_precisions",
     "supports_precision",

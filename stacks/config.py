@@ -130,7 +130,12 @@ from platform_constructs.submitter.construct import (
     MAX_RESERVED_CONCURRENCY,
 )
 from platform_spec.capacity import CAPACITY_TYPES, DEFAULT_CAPACITY_FALLBACK
-from platform_spec.catalogue import DEFAULT_IMAGE_ARCHITECTURES, DEFAULT_INSTANCE_TYPE, TRAINER_IMAGE_ARCHITECTURES
+from platform_spec.catalogue import (
+    DEFAULT_IMAGE_ARCHITECTURES,
+    DEFAULT_INSTANCE_TYPE,
+    TRAINER_IMAGE_ARCHITECTURES,
+    image_architectures_problem,
+)
 from platform_spec.errors import FieldError
 from platform_spec.training_plans import TRAINING_PLAN_ARN_FORMAT, foreign_reason, parse_training_plan_arn, shared_home
 
@@ -611,9 +616,7 @@ def load_config(node: Node, environ: Mapping[str, str] | None = None) -> Platfor
 
 def parse_image_architectures(raw: Any) -> tuple[str, ...]:
     """``imageArchitectures`` (``None``: its default): OCI architecture names of :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES`,
-    each once, ``amd64`` among them (:func:`platform_constructs.trainer_image.image_architectures_problem`)."""
-    from platform_constructs.trainer_image import image_architectures_problem
-
+    each once, ``amd64`` among them (:func:`platform_spec.catalogue.image_architectures_problem`)."""
     key = "imageArchitectures"
     raw = CONTEXT_KEYS[key] if raw is None else raw
     expected = image_architectures_problem(())  # the rule's wording: () always fails it

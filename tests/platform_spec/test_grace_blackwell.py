@@ -191,6 +191,16 @@ def test_the_function_reads_the_images_by_architecture() -> None:
             runtime_config.SubmitterConfig.from_environ({**env, settings.ENV_TRAINER_IMAGE_URIS: bad})
     with pytest.raises(runtime_errors.ConfigurationError, match="is required"):
         runtime_config.SubmitterConfig.from_environ({k: v for k, v in env.items() if k != "TRAINER_IMAGE_URIS"})
+    # an arm64 image alone (no stack writes it): refused at parse by the stack's rule, not each amd64 request later
+    with pytest.raises(runtime_errors.ConfigurationError) as arm_only:
+        runtime_config.SubmitterConfig.from_environ(
+            {**env, settings.ENV_TRAINER_IMAGE_URIS: json.dumps({"arm64": f"{REGISTRY}:arm"})}
+        )
+    assert str(arm_only.value).startswith(f"{settings.ENV_TRAINER_IMAGE_URIS}: got the architectures arm64; ")
+    assert catalogue.IMAGE_ARCHITECTURES_RULE in str(arm_only.value)
+    assert catalogue.image_architectures_problem(["arm64"]) is not None  # the stack's imageArchitectures rule
+    amd64_only = {**env, settings.ENV_TRAINER_IMAGE_URIS: json.dumps({"amd64": f"{REGISTRY}:x86"})}
+    assert runtime_config.SubmitterConfig.from_environ(amd64_only).image_architectures == ("amd64",)
 
 
 def _load(**context) -> object:

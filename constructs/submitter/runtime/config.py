@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from platform_spec.capacity import CAPACITY_FALLBACK_EXPECTED, DEFAULT_CAPACITY_FALLBACK, capacity_fallback_problem
 from platform_spec.catalogue import (
     DEFAULT_INSTANCE_TYPE,
+    IMAGE_ARCHITECTURES_RULE,
     TRAINABLE_INSTANCE_TYPES,
     TRAINER_IMAGE_ARCHITECTURES,
     UnsupportedHostArchitectureError,
     get_instance,
     host_architecture_problem,
+    image_architectures_problem,
 )
 
 from . import sagemaker_rules, settings
@@ -253,9 +255,11 @@ class SubmitterConfig:
 
 
 def _trainer_images(environ: Mapping[str, str]) -> dict[str, str]:
-    """``TRAINER_IMAGE_URIS``: a JSON object of at least one architecture of
+    """``TRAINER_IMAGE_URIS``: a JSON object of architectures of
     :data:`platform_spec.catalogue.TRAINER_IMAGE_ARCHITECTURES` to an image URI SageMaker accepts
-    (``AlgorithmSpecification.TrainingImage``, botocore's model)."""
+    (``AlgorithmSpecification.TrainingImage``, botocore's model); its keys, the architectures the deployment built,
+    follow the stack's rule (:func:`platform_spec.catalogue.image_architectures_problem`: ``amd64`` always among them),
+    so an arm64-only object, which no stack writes, is refused here rather than every amd64 request later."""
     name = settings.ENV_TRAINER_IMAGE_URIS
     raw = _json(environ, name)
     if raw is None:
@@ -269,6 +273,12 @@ def _trainer_images(environ: Mapping[str, str]) -> dict[str, str]:
     ):
         raise ConfigurationError(
             f"{name}: got {raw!r}; expected a JSON object of image URIs keyed by CPU architecture ({architectures})"
+        )
+    if image_architectures_problem(list(raw)) is not None:
+        raise ConfigurationError(
+            f"{name}: got the architectures {', '.join(raw)}; expected a JSON object of image URIs keyed by CPU "
+            f"architecture ({architectures}), {IMAGE_ARCHITECTURES_RULE}: the stack builds amd64 always "
+            "(imageArchitectures)"
         )
     return {a: _check(name, f"{a} image", raw[a], rule) for a in TRAINER_IMAGE_ARCHITECTURES if a in raw}
 
