@@ -53,14 +53,32 @@ HF_INDEX_FILE = "model.safetensors.index.json"
 """The index ``save_pretrained`` writes beside sharded weights (``{"weight_map": {tensor: file}}``)."""
 
 
-def quantized_model_init_refusal(precision: str) -> str | None:
-    """Why ``quantized_model_init=true`` is refused with ``precision`` (the ``expected`` of the error), or None
-    where the trainer stores that format's block weights quantized: one rule, applied by the trainer, the entry
-    point, the submitter and the planner through :func:`validate`.
+QUANTIZED_MODEL_INIT_SCALINGS: tuple[str, ...] = FP8_SCALINGS[:1]
+"""The ``fp8_scaling`` values the trainer stores fp8 block weights quantized with (``quantized_model_init``):
+current scaling only; :data:`DELAYED_QUANTIZED_INIT_REFUSAL` says why not delayed."""
+
+DELAYED_QUANTIZED_INIT_REFUSAL = (
+    "false with fp8_scaling=delayed (use fp8_scaling=current, the default, or quantized_model_init=false): "
+    "TransformerEngine 2.19 quantizes a delayed-scaling weight at its module's initial scale of 1 with no amax yet "
+    "and no reduction over the FSDP shards (module/base.py reset_parameters reduces the amax of current-scaling "
+    "quantizers only; DelayedScalingRecipeState starts at torch.ones), and its own FSDP2 checkpoint test of delayed "
+    "scaling with quantized weights drops _extra_state (NVIDIA/TransformerEngine#1860) and resumes only within "
+    "rtol 0.05 / atol 0.1 (tests/pytorch/distributed/fsdp2_tests/run_fsdp2_fused_adam.py, test_dcp_output_parity), "
+    "outside the trainer's resume tolerance"
+)
+"""Why ``quantized_model_init=true`` is refused with ``fp8_scaling=delayed`` (the error's ``expected``)."""
+
+
+def quantized_model_init_refusal(precision: str, fp8_scaling: str = FP8_SCALINGS[0]) -> str | None:
+    """Why ``quantized_model_init=true`` is refused with ``precision`` and ``fp8_scaling`` (the ``expected`` of
+    the error), or None where the trainer stores that format's block weights quantized: one rule, applied by the
+    trainer, the entry point, the submitter and the planner through :func:`validate`.
 
     A format that does not quantize: "false unless precision is ..."; a quantized format the trainer does not
     store quantized: its registry record's
-    :attr:`~platform_spec.precisions.Precision.quantized_model_init_refusal` (nvfp4, with the upstream source).
+    :attr:`~platform_spec.precisions.Precision.quantized_model_init_refusal` (nvfp4, with the upstream source);
+    a format with a choice of scaling (fp8) with a scaling outside :data:`QUANTIZED_MODEL_INIT_SCALINGS`:
+    :data:`DELAYED_QUANTIZED_INIT_REFUSAL` (``fp8_scaling`` is ignored by formats of one recipe, as in training).
 
     Raises:
         platform_spec.precisions.UnknownPrecisionError: ``precision`` is not a precision.
@@ -70,6 +88,8 @@ def quantized_model_init_refusal(precision: str) -> str | None:
         return (
             f"false unless precision is {_or(precisions.QUANTIZED_MODEL_INIT_PRECISIONS)} (got precision={precision})"
         )
+    if precision in precisions.SCALED_PRECISIONS and fp8_scaling not in QUANTIZED_MODEL_INIT_SCALINGS:
+        return DELAYED_QUANTIZED_INIT_REFUSAL
     return record.quantized_model_init_refusal
 
 
@@ -283,7 +303,8 @@ class Hyperparameters:
     quantized_model_init: bool = _declare(
         False,
         "store block weights quantized (TransformerEngine quantized_model_init, FusedAdam with fp32 master "
-        f"weights; precision {' or '.join(QUANTIZED_MODEL_INIT_PRECISIONS)})",
+        f"weights; precision {' or '.join(QUANTIZED_MODEL_INIT_PRECISIONS)}, fp8 with fp8_scaling "
+        f"{' or '.join(QUANTIZED_MODEL_INIT_SCALINGS)})",
         planner=True,
     )
     # batch and sequence
@@ -634,7 +655,7 @@ def validate(hp: Hyperparameters, *, given: Collection[str] | None = None) -> mo
             f"0 (keep setup's 30 minutes) or at least {MIN_COLLECTIVE_TIMEOUT_MINUTES:g} minute: a shorter timeout "
             "aborts healthy collectives that wait on a slower rank (a checkpoint write, the evaluation)",
         )
-    refusal = quantized_model_init_refusal(hp.precision) if hp.quantized_model_init else None
+    refusal = quantized_model_init_refusal(hp.precision, hp.fp8_scaling) if hp.quantized_model_init else None
     if refusal is not None:
         raise HyperparameterError("quantized_model_init", True, refusal)
     shape = model_shape(hp)  # the model family's one shape rule, for this precision
@@ -692,6 +713,7 @@ def json_schema() -> dict[str, Any]:
 
 __all__ = [
     "CPU_PRECISIONS",
+    "DELAYED_QUANTIZED_INIT_REFUSAL",
     "FP8_SCALINGS",
     "GUIDE_DEFAULT_REQUEST",
     "INIT_CHANNEL",
@@ -700,6 +722,7 @@ __all__ = [
     "PLANNED_HYPERPARAMETERS",
     "PRECISIONS",
     "QUANTIZED_MODEL_INIT_PRECISIONS",
+    "QUANTIZED_MODEL_INIT_SCALINGS",
     "QUANTIZED_PRECISIONS",
     "SHAPE_HYPERPARAMETERS",
     "SPECS",

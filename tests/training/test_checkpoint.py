@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from platform_spec import hyperparameters as hpmod
 from platform_spec.checkpoint_layout import COMPLETE_MARKER, TRAINER_STATE
 from platform_spec.hyperparameters import Hyperparameters
 from platform_spec.models import get_preset
@@ -574,6 +575,26 @@ def test_a_precision_change_under_quantized_model_init_is_refused(before: str, a
     ]
     same = compare_runs(saved, _record(precision=before, quantized_model_init=True, learning_rate=1e-4))
     assert same.refusals == []
+
+
+def test_quantized_fp8_weights_train_and_resume_with_current_scaling_only() -> None:
+    """fp8 with quantized_model_init: current scaling only. fp8_scaling=delayed is refused by the one rule
+    (platform_spec.hyperparameters.quantized_model_init_refusal, applied at parse by the trainer, the entry point,
+    the submitter), naming the fix and TransformerEngine 2.19's reasons, so a resume of a quantized-weights
+    checkpoint that switches to delayed scaling is refused before anything loads; mxfp8 (one recipe) ignores
+    fp8_scaling, as in training. The one other change, a checkpoint of delayed-scaling quantized weights (written
+    before the rule) resumed with current scaling, loads the same layout (per-tensor fp8 weights with their
+    scale_inv; the next optimizer step quantizes the fp32 masters with current scaling) and is allowed, noted."""
+    with pytest.raises(hpmod.HyperparameterError) as refused:
+        hpmod.parse({"precision": "fp8", "fp8_scaling": "delayed", "quantized_model_init": "true"})
+    assert refused.value.field == "quantized_model_init"
+    assert refused.value.expected == hpmod.DELAYED_QUANTIZED_INIT_REFUSAL
+    assert "use fp8_scaling=current" in refused.value.expected and "#1860" in refused.value.expected
+    assert hpmod.parse({"precision": "fp8", "quantized_model_init": "true"}).fp8_scaling == "current"
+    assert hpmod.parse({"precision": "mxfp8", "fp8_scaling": "delayed", "quantized_model_init": "true"})
+    saved = {"step": 10, "run": _record(precision="fp8", fp8_scaling="delayed", quantized_model_init=True)}
+    result = compare_runs(saved, _record(precision="fp8", fp8_scaling="current", quantized_model_init=True))
+    assert result.refusals == [] and len(result.notes) == 1 and "fp8_scaling" in result.notes[0]
 
 
 def test_another_model_family_is_refused_as_such_and_another_preset_is_named_first() -> None:
