@@ -911,8 +911,11 @@ def install(monkeypatch: Any) -> types.ModuleType:
 #   high-precision one; ``dequantize(dtype=None)``, ``quantize_(tensor)``; ``copy_`` from a high-precision
 #   tensor quantizes, from a quantized one copies; other ops run on the dequantized values (in-place ones are
 #   quantized back); ``untyped_storage()`` is an empty storage and ``_to_copy`` keeps the subclass (#2974, so
-#   DCP stages it); pickling for DCP, with the rebuild function allowed for ``weights_only`` loading, as TE's
-#   ``__init__`` does with ``add_safe_globals``.
+#   DCP stages it); ``new_empty`` makes an empty quantized tensor of the quantizer (``make_empty``: what DCP's
+#   asynchronous staging, ``_state_dict_stager.py``, fills with copies of the tensor's attributes) and the
+#   quantizer's ``__getstate__`` leaves out its amax reduction group (``float8_tensor.py``
+#   ``Float8CurrentScalingQuantizer``: "Exclude unpicklable process group"); pickling for DCP, with the rebuild
+#   function allowed for ``weights_only`` loading, as TE's ``__init__`` does with ``add_safe_globals``.
 # * ``transformer_engine/pytorch/tensor/float8_tensor.py`` / ``mxfp8_tensor.py``: FSDP2's all-gather
 #   extension ``fsdp_pre_all_gather(mesh, orig_size, contiguous_orig_stride, module, mp_policy)`` (the
 #   quantized data, plus the block scales for MXFP8; the per-tensor scale travels as metadata) and
@@ -931,7 +934,8 @@ def install(monkeypatch: Any) -> types.ModuleType:
 # NOT TransformerEngine: the "fp8" here is torch's ``float8_e4m3fn`` cast (``HYBRID``'s forward format) with a
 # fp32 scale ``448 / amax``, one per tensor (fp8 current scaling) or one per 32 consecutive elements of a row
 # (mxfp8, as a fp32 factor rather than E8M0); one layout only (TE also keeps the columnwise one); the GEMMs run
-# on the dequantized values. Delayed scaling and nvfp4 weights are not imitated (the trainer refuses nvfp4).
+# on the dequantized values. Delayed scaling and nvfp4 weights are not imitated (the trainer refuses both:
+# platform_spec.hyperparameters.quantized_model_init_refusal).
 
 
 class _QuantizationState:
@@ -983,6 +987,18 @@ class _Quantizer:
             )
         self.amax_reduction_group: Any = None
         self.with_amax_reduction = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """``Float8CurrentScalingQuantizer.__getstate__``: without the process group, which cannot be pickled
+        (DCP's asynchronous staging deep-copies a quantized tensor's quantizer)."""
+        return {**self.__dict__, "amax_reduction_group": None}
+
+    def make_empty(self, shape: torch.Size, dtype: torch.dtype, device: Any) -> QuantizedTensor:
+        """An uninitialised quantized tensor of ``shape`` (``Quantizer.make_empty``)."""
+        data = torch.empty(shape, dtype=torch.uint8, device=device)
+        rows = shape[:-1].numel()
+        scale_shape = (rows, shape[-1] // MX_BLOCK) if self.block else ()
+        return QuantizedTensor(shape, dtype, data, torch.empty(scale_shape, device=device), self)
 
     def scale_inv(self, x: torch.Tensor, rows: int | None = None) -> torch.Tensor:
         """``1 / scale``: per tensor ``[]`` or per block ``[rows, cols / 32]`` (``rows`` of the weight ``x`` or a
@@ -1121,6 +1137,12 @@ class QuantizedTensor(torch.Tensor):
             else:
                 dst.quantize_(src)
             return dst
+        if func is torch.ops.aten.new_empty.default and isinstance(args[0], QuantizedTensor):
+            # quantized_tensor.py: "New empty op (used by DCP async staging to create CPU copies)"
+            src = args[0]
+            return src._quantizer.make_empty(
+                torch.Size(args[1]), kwargs.get("dtype") or src.dtype, kwargs.get("device") or src.device
+            )
         if func is torch.ops.aten.clone.default:
             src = args[0]
             return QuantizedTensor(src.shape, src.dtype, src._data.clone(), src._scale_inv.clone(), src._quantizer)

@@ -536,9 +536,11 @@ def test_quantized_model_init_trains_under_fsdp2_and_hsdp_and_resumes(two_proces
     the 16 GEMM weights of SYNC_CONFIG's 4 blocks quantized (fp8 current scaling and mxfp8 under FSDP, fp8 under
     HSDP), TE's FusedAdam's fp32 master weights start equal to the non-quantized path's initial weights
     (bitwise: seeded from the trainer's own init, not from the quantized values), and a resume from the
-    trainer's CheckpointManager (DCP, optimizer state as DTensors) restores the masters bitwise and continues
-    with the uninterrupted run's losses; the export holds the masters of the quantized weights. Stated tolerance: relative 1e-5 on the loss (on the CPU the resumed
-    steps are the same computation; on a GPU the order of reductions may differ)."""
+    trainer's CheckpointManager (DCP, optimizer state as DTensors; the FSDP runs save asynchronously, the
+    trainer's default, and train on while DCP's async_save writes what it staged) restores the masters and the
+    quantized weights (fp8 bits and scales) of the saved step bitwise and continues with the uninterrupted run's
+    losses; the export holds the masters of the quantized weights. Stated tolerance: relative 1e-5 on the loss (on
+    the CPU the resumed steps are the same computation; on a GPU the order of reductions may differ)."""
     from .two_process_worker import QMI_STEPS, SEED, SYNC_CONFIG, qmi_layouts
 
     runs = two_process_results["quantized_model_init"]
@@ -556,12 +558,16 @@ def test_quantized_model_init_trains_under_fsdp2_and_hsdp_and_resumes(two_proces
         for key, saved in run["saved masters"].items():
             assert not torch.equal(saved, masters[key]), (name, key)  # trained
             assert torch.equal(run["resumed masters"][key], saved), (name, key)
+        assert run["saved weights"].keys() == masters.keys(), name
+        for key, saved in run["saved weights"].items():  # the staged step's quantized weights, not later ones
+            assert torch.equal(run["resumed weights"][key], saved), (name, key)
         assert run["resumed"] == pytest.approx(run["continued"], rel=1e-5), name
         if run["exported"] is not None:  # FSDP runs export: the quantized weights' fp32 masters, bitwise
             for key, master in run["final masters"].items():
                 assert torch.equal(run["exported"][key], master), (name, key)
     # HSDP on a 2-D (replicate, shard) mesh trains as FSDP does: the same global batch, the same update
     assert runs["fp8 hybrid 1x2"]["losses"] == pytest.approx(runs["fp8"]["losses"], rel=1e-5)
+    assert [runs[name]["asynchronous"] for name in ("fp8", "mxfp8", "fp8 hybrid 1x2")] == [True, True, False]
 
 
 @pytest.mark.parametrize(

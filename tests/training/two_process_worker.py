@@ -26,9 +26,10 @@ every rank a node, and all ranks one node), and gathers the full state dicts:
 HSDP (:func:`qmi_layouts`), builds the model as the trainer does with ``quantized_model_init=true`` (the TE
 stand-in's TransformerEngine 2.19 section: blocks under ``te.quantized_model_init``, GEMM weights stored
 quantized, :func:`training.train.build_optimizer`'s FusedAdam with fp32 master weights), trains 2 steps, saves
-with the trainer's :class:`~training.checkpoint.manager.CheckpointManager`, trains 2 more; a fresh build
-resumes the save and trains the same 2; records the initial, saved and resumed master weights (full, canonical
-names) and the losses.
+with the trainer's :class:`~training.checkpoint.manager.CheckpointManager` (the FSDP runs asynchronously, the
+trainer's default, the HSDP one synchronously), trains 2 more while an asynchronous save is written; a fresh
+build resumes the save and trains the same 2; records the initial, saved and resumed master weights (full,
+canonical names), the saved and resumed quantized weights (this rank's fp8 bits and scales) and the losses.
 """
 
 from __future__ import annotations
@@ -186,13 +187,15 @@ QMI_STEPS = 2
 """Optimizer steps before the save, and again after it (uninterrupted and resumed)."""
 
 
-def qmi_layouts(world: int) -> dict[str, tuple[str, str, int]]:
-    """The quantized-init runs, by name: ``(precision, sharding_strategy, processes per node)``; HSDP as one
-    node of all ranks, whose 2-D mesh shards over TE's ``shard`` dimension across ranks."""
+def qmi_layouts(world: int) -> dict[str, tuple[str, str, int, bool]]:
+    """The quantized-init runs, by name: ``(precision, sharding_strategy, processes per node, asynchronous
+    save)``; HSDP as one node of all ranks, whose 2-D mesh shards over TE's ``shard`` dimension across ranks.
+    The FSDP runs save as the trainer does by default (``async_checkpoint=true``: DCP's ``async_save``, whose
+    staging copies the quantized weights and FusedAdam's state while training goes on), HSDP synchronously."""
     return {
-        "fp8": ("fp8", "full", world),
-        "mxfp8": ("mxfp8", "full", world),
-        f"fp8 hybrid 1x{world}": ("fp8", "hybrid", world),
+        "fp8": ("fp8", "full", world, True),
+        "mxfp8": ("mxfp8", "full", world, True),
+        f"fp8 hybrid 1x{world}": ("fp8", "hybrid", world, False),
     }
 
 
@@ -242,11 +245,22 @@ def full_masters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
     return out
 
 
+def quantized_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters stored quantized, as the fp8 bits and scales of this rank's shard, by canonical name."""
+    out = {}
+    for name, param in model.named_parameters():
+        local = param._local_tensor if isinstance(param, DTensor) else param
+        if isinstance(local, fake_transformer_engine.QuantizedTensor):
+            out[canonical_name(name)] = torch.cat([local._data.flatten().float(), local._scale_inv.flatten()])
+    return out
+
+
 def quantized_run(
-    precision: str, world: int, rank: int, sharding_strategy: str, per_node: int, work: Path
+    precision: str, world: int, rank: int, sharding_strategy: str, per_node: int, asynchronous: bool, work: Path
 ) -> dict[str, object]:
-    """Build, record the initial masters, train, save (the trainer's CheckpointManager), train on; then a fresh
-    build resumes the save and trains the same steps."""
+    """Build, record the initial masters, train, save (the trainer's CheckpointManager; ``asynchronous``: DCP's
+    ``async_save``, the steps after it run while it is written, as in the trainer), train on; then a fresh build
+    resumes the save and trains the same steps."""
     from training.checkpoint.manager import CheckpointManager
 
     model, optimizer, recipe = qmi_build(precision, world, sharding_strategy, per_node)
@@ -255,10 +269,19 @@ def quantized_run(
     )
     initial_masters = full_masters(model, optimizer)
     before = qmi_steps(model, optimizer, recipe, precision, rank, first=0)
-    manager = CheckpointManager(work, keep=2, rank=rank, local_rank=rank, world_size=world)  # one filesystem
-    manager.save(QMI_STEPS, model, optimizer, {"step": QMI_STEPS})
+    manager = CheckpointManager(  # one filesystem
+        work, keep=2, rank=rank, local_rank=rank, world_size=world, asynchronous=asynchronous
+    )
     saved_masters = full_masters(model, optimizer)
+    saved_weights = quantized_weights(model)
+    manager.save(QMI_STEPS, model, optimizer, {"step": QMI_STEPS}, asynchronous=asynchronous)
+    pending = manager.pending_step
     continued = qmi_steps(model, optimizer, recipe, precision, rank, first=QMI_STEPS)
+    written = manager.wait()
+    if asynchronous:  # written while the steps above ran (or before: a CPU thread is quick)
+        assert pending == QMI_STEPS and written is not None and written.step == QMI_STEPS
+    else:
+        assert pending is None and written is None
 
     exported = None
     if sharding_strategy == "full":  # the export: the fp32 masters of the quantized weights, not their fp8 values
@@ -275,8 +298,12 @@ def quantized_run(
     resumed = manager.load_latest(fresh, fresh_optimizer)
     assert resumed is not None and resumed.step == QMI_STEPS
     resumed_masters = full_masters(fresh, fresh_optimizer)
+    resumed_weights = quantized_weights(fresh)
     after_resume = qmi_steps(fresh, fresh_optimizer, recipe, precision, rank, first=QMI_STEPS)
     return {
+        "asynchronous": asynchronous,
+        "saved weights": saved_weights,
+        "resumed weights": resumed_weights,
         "quantized parameters": quantized,
         "initial masters": initial_masters,
         "losses": before,
@@ -302,8 +329,8 @@ def main(out: str) -> int:
     }
     work = Path(out).parent
     qmi = {
-        name: quantized_run(precision, world, rank, strategy, per_node, work / f"qmi-{index}")
-        for index, (name, (precision, strategy, per_node)) in enumerate(qmi_layouts(world).items())
+        name: quantized_run(precision, world, rank, strategy, per_node, asynchronous, work / f"qmi-{index}")
+        for index, (name, (precision, strategy, per_node, asynchronous)) in enumerate(qmi_layouts(world).items())
     }
     if rank == 0:
         torch.save({"gradient_sync": sync, "init_weights": init, "quantized_model_init": qmi}, out)
