@@ -109,6 +109,8 @@ def test_trainctl_plan_says_where_quantized_model_init_is_refused_and_why(capsys
     assert help_text.startswith(f"store block weights quantized ({', '.join(hpmod.QUANTIZED_MODEL_INIT_PRECISIONS)};")
     refusal = hpmod.quantized_model_init_refusal("nvfp4")
     assert refusal is not None and refusal.removeprefix("false: ") in help_text
+    delayed = hpmod.quantized_model_init_refusal("fp8", fp8_scaling="delayed")
+    assert delayed is not None and f"The trainer REFUSES it {delayed.removeprefix('false ')}" in help_text
     assert "".join(help_text.split()) in "".join(_plan_help(capsys).split())  # argparse wraps at "-"
     assert main(["plan", "--precision", "fp8", "--quantized-model-init", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["input"]["quantized_model_init"] is True

@@ -61,8 +61,13 @@ def _instance_type(text: str) -> str:
 def quantized_model_init_help() -> str:
     """``--quantized-model-init``'s help, from the trainer's one rule
     (:func:`platform_spec.hyperparameters.quantized_model_init_refusal`, per precision)."""
-    from platform_spec.hyperparameters import QUANTIZED_MODEL_INIT_PRECISIONS, quantized_model_init_refusal
-    from platform_spec.precisions import names_where
+    from platform_spec.hyperparameters import (
+        FP8_SCALINGS,
+        QUANTIZED_MODEL_INIT_PRECISIONS,
+        QUANTIZED_MODEL_INIT_SCALINGS,
+        quantized_model_init_refusal,
+    )
+    from platform_spec.precisions import SCALED_PRECISIONS, names_where
 
     refused = [name for name in names_where(lambda p: p.quantized) if quantized_model_init_refusal(name) is not None]
     text = (
@@ -72,6 +77,9 @@ def quantized_model_init_help() -> str:
     for name in refused:
         reason = quantized_model_init_refusal(name) or ""
         text += f". REFUSED with precision {name} (exit 2, no plan): " + reason.removeprefix("false: ")
+    for scaling in (s for s in FP8_SCALINGS if s not in QUANTIZED_MODEL_INIT_SCALINGS):
+        reason = quantized_model_init_refusal(SCALED_PRECISIONS[0], fp8_scaling=scaling) or ""
+        text += ". The trainer REFUSES it " + reason.removeprefix("false ")
     return text
 
 
