@@ -68,7 +68,8 @@ def test_nag_is_active_and_fails_synth_on_a_new_finding(tmp_path):
 
 
 # The default (environment-agnostic) template is linted for us-east-1 by test_synth_summary's
-# test_summary_of_an_existing_assembly (``summary.lint_errors == []``): the same template, region and call.
+# test_exit_status_zero_when_clean (``trainctl synth-summary`` prints "cfn-lint: 0 errors"): the same template,
+# region and call.
 @pytest.mark.parametrize(
     ("fixture", "region"),
     [
