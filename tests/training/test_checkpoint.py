@@ -22,6 +22,8 @@ from training.checkpoint.manager import CheckpointError, CheckpointManager, Resu
 from training.checkpoint.verify import complete_steps, step_dirs, verify_checkpoint
 from training.model import build_model
 
+from .hostile_pickle import Touch
+
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
 
@@ -122,16 +124,6 @@ def test_resume_restores_model_optimizer_and_rng(tmp_path: Path) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)  # weights and Adam moments restored exactly
 
 
-class _Touch:
-    """Unpickling it creates ``path`` (what a pickle in a checkpoint could do with any callable)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple:
-        return (Path.touch, (self.path,))
-
-
 @pytest.mark.parametrize(
     ("where", "reason"),
     [
@@ -153,15 +145,15 @@ def test_a_pickle_in_a_checkpoint_is_never_run_on_resume(tmp_path: Path, where: 
     manager.save(1, model, opt, {"data": {"step": 1}})
     _train(model, opt, 1)
     if where == "optimizer-param-group":
-        opt.param_groups[0]["eps"] = _Touch(marker)
+        opt.param_groups[0]["eps"] = Touch(marker)
     manager.save(2, model, opt, {"data": {"step": 2}})
     if where == "rng-file":
         (rng,) = (tmp_path / "ckpt" / "step-2" / "rng").iterdir()
-        torch.save({"python": _Touch(marker)}, rng)
+        torch.save({"python": Touch(marker)}, rng)
     if where == "dcp-metadata":
         metadata_file = tmp_path / "ckpt" / "step-2" / ".metadata"
         metadata = pickle.loads(metadata_file.read_bytes())
-        metadata.planner_data = _Touch(marker)
+        metadata.planner_data = Touch(marker)
         metadata_file.write_bytes(pickle.dumps(metadata))
 
     fresh, fresh_opt = _model_and_optimizer(1)

@@ -57,6 +57,7 @@ from training.model import CausalLM, build_model
 from training.parallelize import REPLICATE_DIM, SHARD_DIM, build_mesh, materialize, parallelize
 
 from . import fake_transformer_engine as fake_te
+from .hostile_pickle import Touch
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = ModelConfig("small", num_layers=2, hidden_size=64, num_attention_heads=2, ffn_hidden_size=128, vocab_size=256)
@@ -263,7 +264,7 @@ def test_a_hostile_pickle_in_extra_state_is_refused_before_anything_loads(
     _train(model, optimizer, recipe, steps=1)
     victim = fake_te.te_modules(model)[1]
     marker = tmp_path / "unpickled"
-    hostile = torch.frombuffer(bytearray(pickle.dumps(_Touch(marker))), dtype=torch.uint8)
+    hostile = torch.frombuffer(bytearray(pickle.dumps(Touch(marker))), dtype=torch.uint8)
     monkeypatch.setattr(victim, "get_extra_state", lambda: hostile)
     manager.save(3, model, optimizer, {"step": 3})
 
@@ -282,16 +283,6 @@ def test_a_hostile_pickle_in_extra_state_is_refused_before_anything_loads(
     after = {k: v.full_tensor() for k, v in fresh.state_dict().items() if isinstance(v, DTensor)}
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert all("recipe" not in m.fp8_meta for m in fake_te.te_modules(fresh)) and not marker.exists()
-
-
-class _Touch:
-    """Unpickling it would create ``path`` (what a hostile extra state could do with any callable)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple:
-        return (Path.touch, (self.path,))
 
 
 @pytest.mark.parametrize(
