@@ -11,6 +11,21 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def pytest_configure() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def process_group(tmp_path_factory: pytest.TempPathFactory):
+    """A one-process gloo group (FSDP2, DCP and DeviceMesh need one), torn down after the module."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # pragma: no cover - another module left one behind
+        pytest.skip("a default process group already exists in this process")
+    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()

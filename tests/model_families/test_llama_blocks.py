@@ -188,19 +188,6 @@ def test_a_tied_head_is_the_embedding_once_through_init_loss_and_gradients() -> 
     assert meta.output.weight is meta.tok_embeddings.weight
 
 
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory: pytest.TempPathFactory):
-    """A one-process gloo group (FSDP2 needs one), torn down after the module."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():  # pragma: no cover - another module left one behind
-        pytest.skip("a default process group already exists in this process")
-    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_fsdp2_keeps_the_tie_through_sharding_materialising_and_a_step(process_group) -> None:
     """The trainer's path: built on meta, fully_shard per block then the root (which holds both the embedding
     and the head), materialised (to_empty + init), one optimizer step: one shared Parameter throughout, equal

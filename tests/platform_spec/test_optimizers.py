@@ -87,30 +87,26 @@ def test_quantized_model_init_is_planned_as_te_keeps_it() -> None:
     assert planner_memory.state_bytes(b200)[0] == 1.0 * LW + 4.0 * (N - LW)
 
 
+@pytest.mark.usefixtures("process_group")
 def test_a_fused_adamw_steps_fsdp2_shards_as_the_foreach_one_does() -> None:
     """What CUDA's answer relies on: ``_fused_adamw_`` dispatches on DTensor shards (FSDP2's parameters). Its CPU
     kernel goes through the same DTensor rule as the CUDA one, so here it is stepped on a one-process gloo mesh
     against the foreach AdamW the CPU path uses: the same weights after three steps, to fp32 rounding."""
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    if dist.is_initialized():  # pragma: no cover - another test left one behind
-        pytest.skip("a process group is already initialised in this worker")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        weights = {}
-        for choice in (FOREACH_ADAMW, FUSED_ADAMW):
-            torch.manual_seed(0)
-            model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4))
-            fully_shard(model, mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("shard",)))
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, **{choice.kind: True})
-            for _ in range(3):
-                optimizer.zero_grad()
-                model(torch.ones(2, 8)).pow(2).sum().backward()
-                optimizer.step()
-            weights[choice.kind] = [p.full_tensor().detach().clone() for p in model.parameters()]
-        for foreach, fused in zip(weights["foreach"], weights["fused"], strict=True):
-            torch.testing.assert_close(fused, foreach, rtol=1e-5, atol=1e-6)
-    finally:
-        dist.destroy_process_group()
+    from training.parallelize import SHARD_DIM
+
+    weights = {}
+    for choice in (FOREACH_ADAMW, FUSED_ADAMW):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4))
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,), mesh_dim_names=(SHARD_DIM,)))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, **{choice.kind: True})
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.ones(2, 8)).pow(2).sum().backward()
+            optimizer.step()
+        weights[choice.kind] = [p.full_tensor().detach().clone() for p in model.parameters()]
+    for foreach, fused in zip(weights["foreach"], weights["fused"], strict=True):
+        torch.testing.assert_close(fused, foreach, rtol=1e-5, atol=1e-6)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from training.corpus import python_docs_corpus
 from training.local import LocalRun, run_local
@@ -96,14 +95,3 @@ def two_process_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return torch.load(work / "out.pt")
-
-
-@pytest.fixture(scope="module")
-def process_group(tmp_path_factory: pytest.TempPathFactory):
-    """A one-process gloo group (FSDP2 and DCP need one), torn down after the module."""
-    if dist.is_initialized():  # pragma: no cover - another module left one behind
-        pytest.skip("a default process group already exists in this process")
-    store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield dist.group.WORLD
-    dist.destroy_process_group()
