@@ -229,7 +229,7 @@ def te_unpickles_checked_states() -> Iterator[None]:
 
     Enter it only around a ``set_state_dict`` whose every extra state :func:`check_extra_states` passed.
     The variable's name is TE's (``transformer_engine.pytorch._extra_state.UNSAFE_PICKLE_EXTRA_STATE_ENV``,
-    since 2.16.1); with a TE that has no such module nothing is set (it unpickles without asking).
+    since 2.16.1); without TransformerEngine (the torch blocks, which save no extra state) nothing is set.
     """
     try:
         env = importlib.import_module("transformer_engine.pytorch._extra_state").UNSAFE_PICKLE_EXTRA_STATE_ENV
