@@ -17,11 +17,8 @@ from platform_spec.capacity import CAPACITY_FALLBACK_EXPECTED, DEFAULT_CAPACITY_
 from platform_spec.catalogue import (
     DEFAULT_INSTANCE_TYPE,
     IMAGE_ARCHITECTURES_RULE,
-    TRAINABLE_INSTANCE_TYPES,
     TRAINER_IMAGE_ARCHITECTURES,
-    UnsupportedHostArchitectureError,
-    get_instance,
-    host_architecture_problem,
+    get_trainable_instance,
     image_architectures_problem,
 )
 
@@ -145,15 +142,8 @@ class SubmitterConfig:
                 image of its architecture was built; names the type, its architecture, the architectures built
                 and the catalogue types they run on.
         """
-        instance = get_instance(instance_type)
-        image = self.trainer_image_uris.get(instance.cpu_architecture)
-        if image is None:
-            problem = host_architecture_problem(instance.instance_type, self.image_architectures)
-            runs = [
-                t for t in TRAINABLE_INSTANCE_TYPES if host_architecture_problem(t, self.image_architectures) is None
-            ]
-            raise UnsupportedHostArchitectureError(instance.instance_type, str(problem), runs)
-        return image
+        instance = get_trainable_instance(instance_type, architectures=self.image_architectures)
+        return self.trainer_image_uris[instance.cpu_architecture]
 
     @property
     def vpc_mode(self) -> bool:
